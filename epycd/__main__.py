@@ -1,0 +1,3 @@
+from epycd.cli import main
+
+main()

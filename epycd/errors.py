@@ -1,0 +1,54 @@
+"""Errors the commands turn into messages and exit codes (design.md, "Command contract").
+
+An error names what was wrong (the file and the key where there is one) and how to fix it;
+the CLI prints it without a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class EpycError(Exception):
+    """Base of every error the product reports to a person."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: Path | str | None = None,
+        key: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = str(file) if file is not None else None
+        self.key = key
+        self.fix = fix
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file and self.key:
+            where = f"{self.file}: {self.key}: "
+        elif self.file:
+            where = f"{self.file}: "
+        elif self.key:
+            where = f"{self.key}: "
+        text = f"{where}{self.message}"
+        if self.fix:
+            text += f" ({self.fix})"
+        return text
+
+
+class InputError(EpycError):
+    """Bad input: a missing or malformed file, an unknown key, a wrong value. Exit 2."""
+
+    exit_code = 2
+
+
+class Refusal(EpycError):
+    """The answer is "no": does not fit, not supported, blocked. Exit 1."""
+
+    exit_code = 1

@@ -1,0 +1,131 @@
+"""The host facts every later stage plans from (design.md, "host facts" and `detect`).
+
+These models are the contract between host detection and the planner; `detect --json`
+prints `HostFacts.model_dump(mode="json")`, whose top-level keys are fixed by design.md.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+EpycGeneration = Literal[
+    "Naples",
+    "Rome",
+    "Milan",
+    "Genoa",
+    "Bergamo",
+    "Siena",
+    "Turin",
+    "Venice",
+    "EPYC 4004",
+    "EPYC 4005",
+    "unknown",
+]
+
+SUPPORTED_GENERATIONS: frozenset[str] = frozenset({"Genoa", "Turin", "Venice"})
+
+
+class NumaNode(BaseModel):
+    """One NUMA node, from `sys/devices/system/node/nodeN/`."""
+
+    node: int
+    cpus: list[int] = Field(description="online logical CPUs of this node")
+    memory_total_bytes: int = Field(description="MemTotal of the node's own meminfo")
+    memory_available_bytes: int = Field(
+        description="MemFree + Active(file) + Inactive(file) + SReclaimable, as vLLM counts it"
+    )
+    distances: list[int] = Field(default_factory=list)
+
+
+class SocketTopology(BaseModel):
+    """One CPU package. The first five fields are design.md's `socket_topology` contract."""
+
+    socket: int
+    physical_cpus: str = Field(description="CPU list string: the first thread of each core")
+    logical_cpus: str = Field(description="CPU list string: every online thread")
+    numa_nodes: list[int]
+    memory_gb: float = Field(description="sum of the socket's nodes' MemTotal, GiB")
+    memory_available_gb: float = Field(description="sum of the nodes' available memory, GiB")
+    physical_cores: int
+    smt_siblings: dict[int, list[int]] = Field(
+        default_factory=dict, description="first thread of a core -> its other threads"
+    )
+    l3_groups: list[str] = Field(default_factory=list, description="CPU lists sharing one L3")
+    nps: int = Field(description="NUMA nodes per socket (1, 2 or 4; memory-less nodes count)")
+
+
+class PodmanFacts(BaseModel):
+    present: bool
+    version: str | None = None
+    rootful: bool | None = None
+    quadlet: bool = Field(default=False, description="podman >= 4.4 ships Quadlet")
+    notify_healthy: bool = Field(default=False, description="Notify=healthy needs podman >= 5.0")
+
+
+class DockerFacts(BaseModel):
+    present: bool
+    version: str | None = None
+    daemon_reachable: bool = False
+
+
+class HostVllmFacts(BaseModel):
+    """A host (venv/conda) vLLM, probed by running its own interpreter."""
+
+    path: str
+    present: bool
+    version: str | None = None
+    platform: str | None = Field(
+        default=None, description="vllm.platforms.current_platform class, e.g. ZenCpuPlatform"
+    )
+    error: str | None = None
+
+
+class RuntimeFacts(BaseModel):
+    podman: PodmanFacts = PodmanFacts(present=False)
+    docker: DockerFacts = DockerFacts(present=False)
+    vllm: HostVllmFacts | None = None
+
+
+class HostFacts(BaseModel):
+    """Everything detection knows about one host. Read from a root folder, never mutated."""
+
+    cpu_model: str
+    vendor: str
+    cpu_family: int | None
+    cpu_model_number: int | None
+    cpu_stepping: int | None = None
+    is_amd_epyc: bool
+    epyc_generation: EpycGeneration
+    zen_arch: str | None
+    is_supported_epyc: bool
+    avx512: bool
+    avx512_bf16: bool
+    logical_cores: int
+    physical_cores: int
+    sockets: int
+    threads_per_core: int
+    numa_nodes: int
+    memory_gb: float = Field(description="MemTotal of /proc/meminfo, GiB")
+    socket_topology: list[SocketTopology]
+    nodes: list[NumaNode]
+    offline_cpus: str = ""
+    flags: list[str] = Field(default_factory=list)
+    socket_busy_pct: dict[int, float] = Field(
+        default_factory=dict, description="per socket, from two proc/stat samples"
+    )
+    runtimes: RuntimeFacts = RuntimeFacts()
+    warnings: list[str] = Field(default_factory=list)
+
+    def socket(self, index: int) -> SocketTopology:
+        for sock in self.socket_topology:
+            if sock.socket == index:
+                return sock
+        raise KeyError(index)
+
+    def node(self, index: int) -> NumaNode:
+        for node in self.nodes:
+            if node.node == index:
+                return node
+        raise KeyError(index)

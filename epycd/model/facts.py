@@ -1,0 +1,75 @@
+"""Model facts: what the planner needs to know about a model (design.md, "model facts").
+
+The contract between the model stage and the planner; `check-model --json` and
+`estimate --json` are built from these.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+ModelKind = Literal["text", "multimodal", "pooling", "unsupported", "undetermined"]
+TemplateStatus = Literal["present", "absent", "ambiguous", "unknown"]
+Endpoint = Literal["chat_completions", "completions", "embeddings", "score"]
+
+
+class ChatTemplate(BaseModel):
+    status: TemplateStatus
+    names: list[str] = Field(default_factory=list)
+    source: str | None = Field(
+        default=None, description="chat_template.jinja, tokenizer_config.json or the endpoint file"
+    )
+
+
+class Support(BaseModel):
+    """vLLM's answer for the model's architectures at one vLLM version."""
+
+    supported: bool | None
+    kind: ModelKind
+    vllm_version: str
+    table_version: str | None = Field(
+        default=None, description="the data/ table used (None when a real vLLM answered)"
+    )
+    source: Literal["table", "installed-vllm"] = "table"
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ModelFacts(BaseModel):
+    model: str = Field(description="hub id or absolute path, as given")
+    revision: str | None = Field(default=None, description="the commit the facts were read at")
+    local_path: str | None = Field(default=None, description="snapshot or model folder")
+    architectures: list[str]
+    model_type: str | None = None
+    torch_dtype: str | None = None
+    support: Support
+    chat_template: ChatTemplate
+    primary_endpoint: Endpoint | None
+    supported_endpoints: list[Endpoint]
+    launchable: bool
+    gated: bool | None = None
+    weights_bytes: int | None
+    weights_source: Literal["safetensors-header", "safetensors-index", "hub-metadata", "derived"]
+    kv_bytes_per_token: int
+    max_position_embeddings: int | None
+    is_mla: bool = False
+    message: str = ""
+    warnings: list[str] = Field(default_factory=list)
+
+
+class MemoryFit(BaseModel):
+    """The fit of weights + KV pool + OS headroom in one socket's memory, GiB."""
+
+    weights_gb: float
+    kv_bytes_per_token: int
+    context: int = Field(description="min(max_model_len, max positions)")
+    max_num_seqs: int
+    kv_gb: float = Field(description="KV the requested context x sequences needs")
+    kv_pool_gb: int = Field(description="the KV pool vLLM is given (VLLM_CPU_KVCACHE_SPACE)")
+    headroom_gb: float
+    required_gb: float
+    available_gb: float
+    fits: bool
+    suggested_max_model_len: int | None
+    action: str
