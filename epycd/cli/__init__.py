@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any
 
 import click
 
@@ -49,9 +48,9 @@ class LazyGroup(click.Group):
         return importlib.util.find_spec(COMMANDS[name][0]) is not None
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    name="epycctl", cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(package_name="epyc-llm")
 def main() -> None:
     """Serve LLMs with vLLM on AMD EPYC CPUs: sized, pinned, approved, run by systemd."""
-
-
