@@ -1,0 +1,80 @@
+"""What a plan is: every decision for one endpoint, then the units rendered from it.
+
+`EndpointDecisions` is the planner's output and the renderer's only input, so rendering
+stays a pure function of decisions. `Plan` adds the rendered units and the fingerprint;
+`plan --json` prints it (design.md lists the keys).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from epycd.model.facts import MemoryFit
+
+Backend = Literal["zentorch", "stock"]
+Runtime = Literal["podman", "docker", "host"]
+PrimaryEndpoint = Literal["chat_completions", "completions"]
+
+
+class HfCacheMount(BaseModel):
+    host_path: str = Field(description="HF_HOME resolved on the host, symlinks followed")
+    container_path: str = "/root/.cache/huggingface"
+    on_nfs: bool = False
+
+
+class EndpointDecisions(BaseModel):
+    """Everything decided for one endpoint; no rendered text."""
+
+    endpoint: str = Field(description="the endpoint file's stem")
+    unit_name: str = Field(description="epyc-llm-NAME")
+    config_file: str
+    model: str
+    model_revision: str | None = None
+    served_model_name: str
+    model_kind: str
+    primary_endpoint: PrimaryEndpoint
+    backend: Backend
+    runtime: Runtime
+    image: str | None = Field(description="container image; None on the host path")
+    image_entrypoint_is_vllm_serve: bool = False
+    vllm_executable: str | None = Field(default=None, description="host path only")
+    vllm_version: str
+    dtype: str
+    socket: int
+    socket_reason: str
+    cpus: str = Field(description="bind list: the socket's physical cores, CPU list string")
+    numa_nodes: list[int]
+    env: dict[str, str] = Field(description="environment for vLLM; never a secret")
+    kv_cache_gb: int
+    memory: MemoryFit
+    port: int
+    max_model_len: int
+    max_num_seqs: int
+    vllm_args: list[str] = Field(description="arguments after `vllm serve`, model first")
+    run_flags: list[str] = Field(default_factory=list, description="container run flags")
+    hf_cache: HfCacheMount | None = None
+    hf_token_file: str | None = Field(
+        default=None, description="root-only file whose contents become HF_TOKEN at start"
+    )
+    chat_template: str | None = None
+    restart: Literal["no", "on-failure"] = "no"
+    start_timeout_s: int = Field(description="TimeoutStartSec, sized for the model")
+    podman_notify_healthy: bool = False
+    product_python: str = Field(description="interpreter that runs epycd's supervisor/checks")
+    exec_start_pre: list[list[str]] = Field(
+        default_factory=list, description="commands run before start (the approval check)"
+    )
+    requires_confirmation: bool = False
+    confirmation_reasons: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+
+
+class Plan(EndpointDecisions):
+    units: dict[str, str] = Field(description="unit file name -> exact text")
+    unit_dirs: dict[str, str] = Field(
+        default_factory=dict, description="unit file name -> the folder it is installed in"
+    )
+    fingerprint: str
