@@ -48,3 +48,24 @@ class Settings(BaseSettings):
     @property
     def daemon_conf(self) -> Path:
         return self.config_dir / "epycd.conf"
+
+
+def load_settings() -> Settings:
+    """The settings, or an `InputError` naming epycd.conf and the bad key (never a traceback)."""
+    import tomllib
+
+    from pydantic import ValidationError
+
+    from epycd.errors import InputError
+
+    conf = Path(os.environ.get("EPYCD_CONFIG_DIR", DEFAULT_CONFIG_DIR)) / "epycd.conf"
+    fix = "correct the file or the EPYCD_* variables"
+    try:
+        return Settings()
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"not valid TOML: {exc}", file=conf, fix=fix) from None
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, error['loc']))}: {error['msg']}" for error in exc.errors()
+        )
+        raise InputError(f"invalid settings: {problems}", file=conf, fix=fix) from None

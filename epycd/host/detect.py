@@ -1,0 +1,108 @@
+"""Host detection: the files under a root folder -> `HostFacts`.
+
+Required: proc/cpuinfo, proc/meminfo, sys/devices/system/cpu/online (missing or unreadable
+is an `InputError` naming the file). Everything else has a fallback that keeps the facts
+right and, where it changes an answer, adds a warning.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from epycd.host.cpuinfo import parse_cores, parse_identity
+from epycd.host.cpulist import format_cpulist, parse_cpulist
+from epycd.host.facts import HostFacts, RuntimeFacts, SocketTopology
+from epycd.host.files import parsed, read_optional, read_required
+from epycd.host.generation import classify, is_amd_epyc, is_supported
+from epycd.host.load import sample_socket_busy
+from epycd.host.memory import gib, memory_of, parse_meminfo
+from epycd.host.numa import read_nodes
+from epycd.host.sockets import build_sockets
+from epycd.host.topology import CPU_DIR, cores_of, read_places
+
+CPUINFO = "proc/cpuinfo"
+MEMINFO = "proc/meminfo"
+ONLINE = f"{CPU_DIR}/online"
+OFFLINE = f"{CPU_DIR}/offline"
+
+
+def socket_cpus(sockets: list[SocketTopology]) -> dict[int, list[int]]:
+    """Socket -> its online logical CPUs, the shape `sample_socket_busy` takes."""
+    return {sock.socket: parse_cpulist(sock.logical_cpus) for sock in sockets}
+
+
+def detect_host(
+    root: Path,
+    *,
+    vllm: str | None = None,
+    load_sample_seconds: float | None = None,
+    probe_runtimes: bool = True,
+) -> HostFacts:
+    """Facts of the host described by `root` (`/` for this machine).
+
+    `load_sample_seconds` None skips the two proc/stat samples (busy % stays empty);
+    `probe_runtimes` asks podman and docker of the machine this process runs on; a given
+    `vllm` executable is probed either way (it was asked for by path).
+    """
+    warnings: list[str] = []
+    cpuinfo_text = read_required(root, CPUINFO)
+    identity = parsed(root, CPUINFO, cpuinfo_text, parse_identity)
+    host_memory = memory_of(parsed(root, MEMINFO, read_required(root, MEMINFO), parse_meminfo))
+    online = parsed(root, ONLINE, read_required(root, ONLINE), parse_cpulist)
+    offline_text = read_optional(root, OFFLINE)
+    offline = parsed(root, OFFLINE, offline_text, parse_cpulist) if offline_text else []
+
+    places, incomplete = read_places(
+        root, online, functools.cache(lambda: parse_cores(cpuinfo_text))
+    )
+    if incomplete:
+        warnings.append(
+            f"no sysfs topology for CPUs {format_cpulist(incomplete)}: "
+            "placed by /proc/cpuinfo or as single cores"
+        )
+    cores = cores_of(places)
+    nodes = read_nodes(root, online, host_memory, warnings)
+    sockets = build_sockets(places, cores, nodes, warnings)
+
+    generation, generation_warnings = classify(
+        identity.vendor, identity.model_name, identity.family, identity.model
+    )
+    warnings.extend(generation_warnings)
+    busy = (
+        sample_socket_busy(root, socket_cpus(sockets), load_sample_seconds)
+        if load_sample_seconds is not None
+        else {}
+    )
+    runtimes = RuntimeFacts()
+    if probe_runtimes or vllm:
+        from epycd.host import runtimes as probes
+
+        runtimes = probes.probe_runtimes(vllm) if probe_runtimes else probes.only_vllm(vllm)
+    flags = set(identity.flags)
+    return HostFacts(
+        cpu_model=identity.model_name,
+        vendor=identity.vendor,
+        cpu_family=identity.family,
+        cpu_model_number=identity.model,
+        cpu_stepping=identity.stepping,
+        is_amd_epyc=is_amd_epyc(identity.vendor, identity.model_name),
+        epyc_generation=generation.generation,
+        zen_arch=generation.zen_arch,
+        is_supported_epyc=is_supported(generation.generation),
+        avx512="avx512f" in flags,
+        avx512_bf16="avx512_bf16" in flags,
+        logical_cores=len(places),
+        physical_cores=len(cores),
+        sockets=len(sockets),
+        threads_per_core=max((len(core.threads) for core in cores), default=1),
+        numa_nodes=len(nodes),
+        memory_gb=gib(host_memory.total_bytes),
+        socket_topology=sockets,
+        nodes=nodes,
+        offline_cpus=format_cpulist(offline),
+        flags=identity.flags,
+        socket_busy_pct=busy,
+        runtimes=runtimes,
+        warnings=warnings,
+    )
