@@ -1,0 +1,212 @@
+"""`epycctl check-model` and `epycctl estimate` (design.md, "Command contract")."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from epycd.cli.output import EXIT_NO, print_json, reports_errors, table
+from epycd.errors import InputError
+from epycd.model.check import inspect_model
+from epycd.model.facts import MemoryFit, ModelFacts
+from epycd.model.memory import DEFAULT_MAX_NUM_SEQS, fit_memory
+
+
+def check_model_json(facts: ModelFacts) -> dict[str, Any]:
+    return {
+        "model": facts.model,
+        "revision": facts.revision,
+        "architectures": facts.architectures,
+        "supported": facts.support.supported,
+        "kind": facts.support.kind,
+        "launchable": facts.launchable,
+        "primary_endpoint": facts.primary_endpoint,
+        "supported_endpoints": facts.supported_endpoints,
+        "chat_template": {
+            "status": facts.chat_template.status,
+            "names": facts.chat_template.names,
+            "source": facts.chat_template.source,
+        },
+        "gated": facts.gated,
+        "vllm_version": facts.support.vllm_version,
+        "table_version": facts.support.table_version,
+        "registry_source": facts.support.source,
+        "weights_bytes": facts.weights_bytes,
+        "weights_source": facts.weights_source,
+        "kv_bytes_per_token": facts.kv_bytes_per_token,
+        "max_position_embeddings": facts.max_position_embeddings,
+        "message": facts.message,
+        "warnings": facts.warnings,
+    }
+
+
+def servable(facts: ModelFacts) -> bool:
+    return facts.launchable or facts.support.kind == "undetermined"
+
+
+@click.command("check-model")
+@click.argument("model")
+@click.option("--revision", default=None, help="branch, tag or commit (default main)")
+@click.option("--vllm-version", default=None, help="vLLM version to check against (default pinned)")
+@click.option("--vllm", "vllm_executable", default=None, help="ask this host vLLM's own registry")
+@click.option("--json", "as_json", is_flag=True, help="stable JSON for scripts")
+@reports_errors
+def check_model(
+    model: str,
+    revision: str | None,
+    vllm_version: str | None,
+    vllm_executable: str | None,
+    as_json: bool,
+) -> None:
+    """Can vLLM serve MODEL (hub id or absolute folder) as a chat/completions endpoint?"""
+    facts = inspect_model(
+        model, revision=revision, vllm_version=vllm_version, vllm_executable=vllm_executable
+    )
+    if as_json:
+        print_json(check_model_json(facts))
+    else:
+        _print_check(facts)
+    if not servable(facts):
+        sys.exit(EXIT_NO)
+
+
+def _print_check(facts: ModelFacts) -> None:
+    template = facts.chat_template
+    names = f" ({', '.join(template.names)})" if template.names else ""
+    rows = [
+        ("model", facts.model),
+        ("revision", facts.revision or "-"),
+        ("architectures", ", ".join(facts.architectures) or "-"),
+        ("kind", facts.support.kind),
+        ("vLLM", _vllm_row(facts)),
+        ("chat template", f"{template.status}{names}"),
+        ("primary endpoint", facts.primary_endpoint or "-"),
+        ("endpoints", ", ".join(facts.supported_endpoints) or "-"),
+        ("launchable", "yes" if facts.launchable else "no"),
+        ("gated", {True: "yes", False: "no", None: "unknown"}[facts.gated]),
+    ]
+    click.echo(table(rows))
+    for warning in facts.warnings:
+        click.echo(f"warning: {warning}")
+    click.echo(facts.message)
+
+
+def _vllm_row(facts: ModelFacts) -> str:
+    support = facts.support
+    if support.source == "installed-vllm":
+        return f"{support.vllm_version} (installed vLLM's registry)"
+    table_note = f"table {support.table_version}" if support.table_version else "no table"
+    return f"{support.vllm_version} ({table_note})"
+
+
+def estimate_json(facts: ModelFacts, fit: MemoryFit, socket_note: str) -> dict[str, Any]:
+    return {
+        "model": facts.model,
+        "revision": facts.revision,
+        "weights_source": facts.weights_source,
+        **fit.model_dump(),
+        "socket": socket_note,
+        "warnings": facts.warnings,
+    }
+
+
+@click.command("estimate")
+@click.argument("model")
+@click.option(
+    "--max-model-len",
+    type=click.IntRange(min=1),
+    default=None,
+    help="context length (default: the model's max positions)",
+)
+@click.option(
+    "--max-num-seqs",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_NUM_SEQS,
+    show_default=True,
+    help="concurrent sequences the KV must hold",
+)
+@click.option(
+    "--socket-gb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="socket memory in GiB (default: socket 0 of this host, as detected)",
+)
+@click.option("--revision", default=None, help="branch, tag or commit (default main)")
+@click.option("--json", "as_json", is_flag=True, help="stable JSON for scripts")
+@reports_errors
+def estimate(
+    model: str,
+    max_model_len: int | None,
+    max_num_seqs: int,
+    socket_gb: float | None,
+    revision: str | None,
+    as_json: bool,
+) -> None:
+    """Does MODEL fit one socket's memory at this context and concurrency?"""
+    facts = inspect_model(model, revision=revision)
+    if facts.weights_bytes is None:
+        raise InputError(
+            f"{model}: the weights' size is unknown (no safetensors metadata, config too sparse)",
+            key="model",
+            fix="use a model with safetensors weights",
+        )
+    total, available, first_node, note = _socket_memory(socket_gb)
+    fit = fit_memory(
+        weights_bytes=facts.weights_bytes,
+        kv_bytes_per_token=facts.kv_bytes_per_token,
+        max_position_embeddings=facts.max_position_embeddings,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        socket_total_gib=total,
+        socket_available_gib=available,
+        first_node_available_gib=first_node,
+    )
+    if as_json:
+        print_json(estimate_json(facts, fit, note))
+    else:
+        _print_fit(facts, fit, note)
+    if not fit.fits:
+        sys.exit(EXIT_NO)
+
+
+def _socket_memory(socket_gb: float | None) -> tuple[float, float, float | None, str]:
+    """(total, available, first node available, description) of socket 0, GiB."""
+    if socket_gb is not None:
+        return socket_gb, socket_gb, None, f"given: {socket_gb:g} GiB"
+    from epycd.host.detect import detect_host
+    from epycd.settings import Settings
+
+    host = detect_host(Path(Settings().host_root), probe_runtimes=False)
+    sock = host.socket(0)
+    first = (
+        host.node(sock.numa_nodes[0]).memory_available_bytes / 1024**3 if sock.numa_nodes else None
+    )
+    note = (
+        f"socket 0 of this host: {sock.memory_gb:.1f} GiB, {sock.memory_available_gb:.1f} GiB "
+        f"available (NUMA nodes {', '.join(map(str, sock.numa_nodes))})"
+    )
+    return sock.memory_gb, sock.memory_available_gb, first, note
+
+
+def _print_fit(facts: ModelFacts, fit: MemoryFit, note: str) -> None:
+    rows = [
+        ("model", facts.model),
+        ("weights", f"{fit.weights_gb} GiB ({facts.weights_source})"),
+        ("KV per token", f"{fit.kv_bytes_per_token} bytes"),
+        ("context x sequences", f"{fit.context} x {fit.max_num_seqs}"),
+        ("KV needed", f"{fit.kv_gb} GiB"),
+        ("KV pool", f"{fit.kv_pool_gb} GiB"),
+        ("headroom", f"{fit.headroom_gb} GiB"),
+        ("required", f"{fit.required_gb} GiB"),
+        ("available", f"{fit.available_gb} GiB ({note})"),
+        ("fits", "yes" if fit.fits else "no"),
+    ]
+    if fit.suggested_max_model_len:
+        rows.append(("suggested max_model_len", str(fit.suggested_max_model_len)))
+    click.echo(table(rows))
+    for warning in facts.warnings:
+        click.echo(f"warning: {warning}")
+    click.echo(fit.action)

@@ -1,0 +1,162 @@
+"""Model facts for one model: what vLLM makes of it, its template, endpoints and sizes.
+
+The one entry point of the model stage (`inspect_model`); the CLI and the planner call it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from epycd.errors import InputError
+from epycd.model import config as cfg
+from epycd.model.facts import ChatTemplate, ModelFacts, Support
+from epycd.model.hub import ModelSource, locate_model
+from epycd.model.registry_tables import Section, data_dir
+from epycd.model.support import is_scoring, support_from_installed, support_from_table
+from epycd.model.template import endpoints, template_from_override, template_status
+from epycd.model.weights import local_weights_bytes
+
+FALLBACK_VLLM_VERSION = "0.25.1"
+WeightsSource = Literal["safetensors-header", "safetensors-index", "hub-metadata", "derived"]
+
+
+def pinned_vllm_version() -> str:
+    """`vllm_version` of data/epyc.json, else the validated default."""
+    stack = data_dir() / "epyc.json"
+    try:
+        version = json.loads(stack.read_text()).get("vllm_version")
+    except (OSError, ValueError, AttributeError):
+        return FALLBACK_VLLM_VERSION
+    return str(version) if version else FALLBACK_VLLM_VERSION
+
+
+def inspect_model(
+    model: str,
+    *,
+    revision: str | None = None,
+    vllm_version: str | None = None,
+    token: str | None = None,
+    chat_template_override: str | None = None,
+    vllm_executable: str | None = None,
+) -> ModelFacts:
+    source = locate_model(model, revision=revision, token=token)
+    config = read_config(source.folder)
+    architectures = [str(a) for a in config.get("architectures") or []]
+    notes = list(source.warnings)
+
+    support, sections = _support(architectures, vllm_version, vllm_executable, notes)
+    template = (
+        template_from_override(chat_template_override)
+        if chat_template_override
+        else template_status(source.folder)
+    )
+    scoring = any(is_scoring(a, sections) for a in architectures)
+    primary, supported_endpoints, launchable = endpoints(support.kind, template, scoring=scoring)
+    weights_bytes, weights_source = _weights(source, config, notes)
+    kv_per_token = cfg.kv_bytes_per_token(config)
+    if kv_per_token is None:
+        notes.append("config.json lacks the layer/head figures: KV bytes per token unknown (0)")
+
+    return ModelFacts(
+        model=model,
+        revision=source.revision,
+        local_path=str(source.folder),
+        architectures=architectures,
+        model_type=_text(config.get("model_type")),
+        torch_dtype=cfg.checkpoint_dtype(config),
+        support=support,
+        chat_template=template,
+        primary_endpoint=primary,
+        supported_endpoints=supported_endpoints,
+        launchable=launchable,
+        gated=source.gated,
+        weights_bytes=weights_bytes,
+        weights_source=weights_source,
+        kv_bytes_per_token=kv_per_token or 0,
+        max_position_embeddings=cfg.max_positions(config),
+        is_mla=cfg.is_mla(config),
+        message=verdict(architectures, support, template, launchable),
+        warnings=[*notes, *support.warnings],
+    )
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    path = folder / "config.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError("the model has no config.json", file=path) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"unreadable config.json: {exc}", file=path) from None
+    if not isinstance(data, dict):
+        raise InputError("config.json is not a JSON object", file=path)
+    return data
+
+
+def _support(
+    architectures: list[str],
+    vllm_version: str | None,
+    vllm_executable: str | None,
+    notes: list[str],
+) -> tuple[Support, Mapping[str, Section]]:
+    if vllm_executable:
+        try:
+            return support_from_installed(architectures, Path(vllm_executable))
+        except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+            notes.append(f"the vLLM at {vllm_executable} could not be asked ({exc}): used tables")
+    return support_from_table(architectures, vllm_version or pinned_vllm_version())
+
+
+def _weights(
+    source: ModelSource, config: Mapping[str, Any], notes: list[str]
+) -> tuple[int | None, WeightsSource]:
+    local = local_weights_bytes(source.folder)
+    if local is not None:
+        size, kind = local
+        return size, "safetensors-index" if kind == "safetensors-index" else "safetensors-header"
+    if source.hub_weights_bytes:
+        return source.hub_weights_bytes, "hub-metadata"
+    derived = cfg.derived_weights_bytes(config)
+    if derived is None:
+        notes.append("no safetensors metadata and too few config figures: weights unknown")
+    else:
+        notes.append("no safetensors metadata at hand: weights estimated from config.json")
+    return derived, "derived"
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def verdict(
+    architectures: list[str], support: Support, template: ChatTemplate, launchable: bool
+) -> str:
+    """One sentence for a person: can it be served, where, and what to do if not."""
+    arch = ", ".join(architectures) or "no architecture"
+    version = support.vllm_version
+    if support.kind == "unsupported":
+        return f"not servable: vLLM {version} does not support {arch}"
+    if support.kind == "pooling":
+        return (
+            f"not servable as chat or completions: vLLM {version} runs {arch} as a pooling "
+            "(embedding/scoring) model"
+        )
+    if support.kind == "multimodal" and not launchable:
+        return (
+            f"not launchable: multimodal {arch} needs a chat template and has none "
+            f"({template.status}); give chat_template = <file> in the endpoint file"
+        )
+    if support.kind == "undetermined":
+        lead = f"vLLM {version}'s support for {arch} is undetermined; the health gate will tell"
+    else:
+        lead = f"servable: {support.kind} model {arch} on vLLM {version}"
+    if template.status == "present":
+        return f"{lead}; /v1/chat/completions (template from {template.source})"
+    hint = "give chat_template = <file> in the endpoint file to enable chat"
+    if template.status == "ambiguous":
+        hint = f"pick one of the templates {', '.join(template.names)} with chat_template = <file>"
+    return f"{lead}; /v1/completions only, no usable chat template ({template.status}): {hint}"

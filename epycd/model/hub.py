@@ -1,0 +1,273 @@
+"""Where a model's small files come from: the hub (bounded), the local HF cache, or a folder.
+
+Only `huggingface_hub` talks to the hub and reads its cache. The environment is read at call
+time (`HF_HUB_OFFLINE`, `HF_HOME`/`HF_HUB_CACHE`, `HF_ENDPOINT`, `HF_HUB_ETAG_TIMEOUT`), so a
+caller or a test can move it. Online, every request has a timeout; when the hub cannot be
+reached the answer comes from the local cache with a warning, or a clear error says the model
+is not there. Nothing here waits longer than the timeout for a closed or silent hub.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    HFValidationError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.utils.tqdm import (
+    are_progress_bars_disabled,
+    disable_progress_bars,
+    enable_progress_bars,
+)
+
+from epycd.errors import InputError, Refusal
+from epycd.model.weights import bytes_from_parameter_counts
+
+SMALL_FILES = [
+    "config.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "*.safetensors.index.json",
+]
+DEFAULT_TIMEOUT_S = 10.0
+TRUE_WORDS = {"1", "on", "yes", "true"}
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Network failures of whichever HTTP client this huggingface_hub uses (httpx, httpx2, or
+    requests before huggingface_hub 1.0)."""
+    errors: list[type[BaseException]] = [httpx.TransportError]
+    try:
+        import httpx2
+
+        errors.append(httpx2.TransportError)
+    except ImportError:
+        pass
+    try:
+        import requests  # type: ignore[import-untyped]
+
+        errors.extend([requests.ConnectionError, requests.Timeout])
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+class HubTrouble(Exception):
+    """The hub answered, but not usefully (5xx, an unexpected status): use the cache."""
+
+
+UNREACHABLE: tuple[type[BaseException], ...] = (
+    *_transport_errors(),
+    OfflineModeIsEnabled,
+    LocalEntryNotFoundError,
+    HubTrouble,
+)
+
+
+@dataclass(frozen=True)
+class HubEnvironment:
+    offline: bool
+    cache_dir: Path
+    endpoint: str
+    timeout: float
+
+    @classmethod
+    def from_environ(cls) -> HubEnvironment:
+        env = os.environ
+        offline = any(
+            env.get(name, "").strip().lower() in TRUE_WORDS
+            for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+        )
+        hf_home = Path(env.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+        cache_dir = Path(env.get("HF_HUB_CACHE") or hf_home / "hub").expanduser()
+        try:
+            timeout = float(env.get("HF_HUB_ETAG_TIMEOUT") or DEFAULT_TIMEOUT_S)
+        except ValueError:
+            timeout = DEFAULT_TIMEOUT_S
+        endpoint = (env.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+        return cls(offline=offline, cache_dir=cache_dir, endpoint=endpoint, timeout=timeout)
+
+
+@dataclass
+class ModelSource:
+    """A folder holding the model's small files, and what the hub said about it."""
+
+    folder: Path
+    revision: str | None
+    from_hub: bool
+    gated: bool | None = None
+    hub_weights_bytes: int | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def locate_model(
+    model: str,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    env: HubEnvironment | None = None,
+) -> ModelSource:
+    if model.startswith("/"):
+        return _local_folder(Path(model))
+    _check_repo_id(model)
+    env = env or HubEnvironment.from_environ()
+    notes: list[str] = []
+    if not env.offline:
+        try:
+            return _from_hub(model, revision, token, env)
+        except UNREACHABLE as exc:
+            notes.append(
+                f"the hub at {env.endpoint} could not be reached ({_reason(exc)}): "
+                "answered from the local cache"
+            )
+    source = _from_cache(model, revision, env, unreachable=bool(notes))
+    source.warnings[:0] = notes
+    return source
+
+
+def _local_folder(folder: Path) -> ModelSource:
+    if not (folder / "config.json").is_file():
+        raise InputError(
+            "no config.json in the model folder",
+            file=folder,
+            fix="MODEL is a hub id (org/name) or the absolute path of a model folder",
+        )
+    return ModelSource(folder=folder, revision=None, from_hub=False)
+
+
+def _check_repo_id(model: str) -> None:
+    """org/name; the characters are checked by huggingface_hub itself (HFValidationError)."""
+    if model.count("/") != 1 or not all(model.split("/")):
+        raise InputError(
+            f"{model!r} is neither a hub id of the form org/name nor an absolute path",
+            key="model",
+            fix="use org/name (e.g. Qwen/Qwen3-0.6B) or an absolute path to a model folder",
+        )
+
+
+def _invalid_name(model: str, exc: HFValidationError) -> InputError:
+    return InputError(
+        f"{model!r} is not a valid hub id: {exc}",
+        key="model",
+        fix="use org/name (e.g. Qwen/Qwen3-0.6B) or an absolute path to a model folder",
+    )
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """No download progress bars on a person's terminal for a few small files."""
+    was_disabled = are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            enable_progress_bars()
+
+
+def _from_hub(
+    model: str, revision: str | None, token: str | None, env: HubEnvironment
+) -> ModelSource:
+    api = HfApi(endpoint=env.endpoint, token=token)
+    try:
+        info = api.model_info(
+            model, revision=revision, timeout=env.timeout, expand=["gated", "safetensors", "sha"]
+        )
+        with _quiet():
+            # the requested ref, not info.sha: only then does the cache record refs/<ref>
+            # and answer for it offline later
+            folder = snapshot_download(
+                model,
+                revision=revision,
+                cache_dir=env.cache_dir,
+                allow_patterns=SMALL_FILES,
+                token=token,
+                etag_timeout=env.timeout,
+                endpoint=env.endpoint,
+            )
+    except HFValidationError as exc:
+        raise _invalid_name(model, exc) from None
+    except GatedRepoError:
+        raise Refusal(
+            f"{model} is gated and this token has no access",
+            key="hf_token_file",
+            fix=f"accept the licence at {env.endpoint}/{model} and give a token "
+            "(HF_TOKEN or hf_token_file)",
+        ) from None
+    except RevisionNotFoundError:
+        raise InputError(
+            f"{model} has no revision {revision!r}",
+            key="revision",
+            fix="use a branch, tag or commit",
+        ) from None
+    except RepositoryNotFoundError:
+        raise InputError(
+            f"{model} is not on the hub (or is private and needs a token)",
+            key="model",
+            fix="check the name, or give a token with access (HF_TOKEN or hf_token_file)",
+        ) from None
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else "?"
+        raise HubTrouble(f"the hub answered HTTP {status}") from exc
+    gated = bool(info.gated) if info.gated is not None else None
+    hub_bytes = None
+    if info.safetensors is not None and info.safetensors.parameters:
+        hub_bytes = bytes_from_parameter_counts(info.safetensors.parameters)
+    return ModelSource(
+        folder=Path(folder),
+        revision=Path(folder).name,
+        from_hub=True,
+        gated=gated,
+        hub_weights_bytes=hub_bytes,
+    )
+
+
+def _from_cache(
+    model: str, revision: str | None, env: HubEnvironment, *, unreachable: bool
+) -> ModelSource:
+    try:
+        folder = Path(
+            snapshot_download(
+                model,
+                revision=revision,
+                cache_dir=env.cache_dir,
+                allow_patterns=SMALL_FILES,
+                local_files_only=True,
+            )
+        )
+    except HFValidationError as exc:
+        raise _invalid_name(model, exc) from None
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError):
+        why = "the hub is unreachable" if unreachable else "offline (HF_HUB_OFFLINE)"
+        at = f" at revision {revision}" if revision else ""
+        raise Refusal(
+            f"{model}{at} is not in the local cache {env.cache_dir} and {why}",
+            key="model",
+            fix=f"download it where the hub is reachable (`hf download {model}`) into "
+            "this HF_HOME, or give an absolute path to a model folder",
+        ) from None
+    if not (folder / "config.json").exists():
+        raise Refusal(
+            f"{model}: the cached snapshot {folder.name} has no config.json",
+            file=folder,
+            fix=f"download it again (`hf download {model}`)",
+        )
+    return ModelSource(folder=folder, revision=folder.name, from_hub=False, gated=None)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

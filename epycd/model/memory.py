@@ -1,0 +1,152 @@
+"""Does a model fit one socket's memory? (issue 3; anchor-facts.md, "Formulas" and
+"vLLM's own CPU memory rules"). Pure functions, GiB throughout (2^30 bytes).
+
+Weights, the KV pool vLLM is given and the OS headroom must add up inside the chosen socket's
+memory (the recipe checked total host RAM and forgot the pool it pre-allocates). The KV pool
+is the tuner's (`kv_pool_gib`), cut down to what is free beside the weights and headroom, and
+to what the socket's first NUMA node has free (vLLM checks the pool against that node).
+"""
+
+from __future__ import annotations
+
+import math
+
+from epycd.errors import InputError
+from epycd.model.facts import MemoryFit
+
+GIB = 1024**3
+DEFAULT_MAX_NUM_SEQS = 1
+"""The recipe's `--num-prompts <1 or desired concurrency>`: one sequence unless asked."""
+DEFAULT_MAX_MODEL_LEN: int | None = None
+"""None: the model's full context, which is what `vllm serve` uses without --max-model-len."""
+LENGTH_STEP = 256
+MIN_POOL_GIB = 1
+
+
+def kv_pool_gib(socket_total_gib: float) -> int:
+    """The tuner's KV pool: half of a small socket (<= 32 GiB), else min(40 %, total - 16)."""
+    if socket_total_gib <= 32:
+        pool = socket_total_gib / 2
+    else:
+        pool = min(0.4 * socket_total_gib, socket_total_gib - 16)
+    return max(MIN_POOL_GIB, math.floor(pool))
+
+
+def headroom_gib(socket_total_gib: float) -> float:
+    """OS plus vLLM's own process overhead: 10 % of the socket, at least 2 and at most 16 GiB.
+
+    The recipe reserves a flat 16 GB, which on a 16-32 GiB socket leaves nothing for weights
+    and KV; 10 % keeps small sockets usable and reaches the recipe's 16 GiB from 160 GiB up.
+    """
+    return min(16.0, max(2.0, 0.1 * socket_total_gib))
+
+
+def context_length(max_model_len: int | None, max_position_embeddings: int | None) -> int:
+    """min(max_model_len or max positions, max positions)."""
+    candidates = [v for v in (max_model_len, max_position_embeddings) if v]
+    if not candidates:
+        raise InputError(
+            "the model's config has no max_position_embeddings",
+            key="max_model_len",
+            fix="give --max-model-len (max_model_len in the endpoint file)",
+        )
+    return min(candidates)
+
+
+def fit_memory(
+    *,
+    weights_bytes: int,
+    kv_bytes_per_token: int,
+    max_position_embeddings: int | None,
+    max_model_len: int | None,
+    max_num_seqs: int,
+    socket_total_gib: float,
+    socket_available_gib: float,
+    first_node_available_gib: float | None = None,
+) -> MemoryFit:
+    """The fit of weights + KV pool + headroom in one socket, and what to change if it fails.
+
+    `first_node_available_gib` is the free memory of the socket's first NUMA node; the weights'
+    share on it is taken in proportion to that node's part of the socket's free memory.
+    """
+    if max_num_seqs < 1:
+        raise InputError("must be at least 1", key="max_num_seqs", fix="use 1 or more")
+    if max_model_len is not None and max_model_len < 1:
+        raise InputError("must be at least 1", key="max_model_len", fix="use a positive length")
+    context = context_length(max_model_len, max_position_embeddings)
+    weights = weights_bytes / GIB
+    kv_needed = kv_bytes_per_token * context * max_num_seqs / GIB
+    headroom = headroom_gib(socket_total_gib)
+    pool = min(
+        kv_pool_gib(socket_total_gib),
+        math.floor(socket_available_gib - weights - headroom),
+    )
+    if first_node_available_gib is not None and socket_available_gib > 0:
+        share = weights * min(1.0, first_node_available_gib / socket_available_gib)
+        pool = min(pool, math.floor(first_node_available_gib - share))
+    fits = pool >= MIN_POOL_GIB and kv_needed <= pool
+    suggested, action = _advice(
+        fits=fits,
+        pool=pool,
+        weights=weights,
+        headroom=headroom,
+        available=socket_available_gib,
+        kv_bytes_per_token=kv_bytes_per_token,
+        context=context,
+        max_num_seqs=max_num_seqs,
+    )
+    return MemoryFit(
+        weights_gb=round(weights, 2),
+        kv_bytes_per_token=kv_bytes_per_token,
+        context=context,
+        max_num_seqs=max_num_seqs,
+        kv_gb=round(kv_needed, 2),
+        kv_pool_gb=max(pool, 0),
+        headroom_gb=round(headroom, 2),
+        required_gb=round(weights + max(pool, MIN_POOL_GIB) + headroom, 2),
+        available_gb=round(socket_available_gib, 2),
+        fits=fits,
+        suggested_max_model_len=suggested,
+        action=action,
+    )
+
+
+def _advice(
+    *,
+    fits: bool,
+    pool: int,
+    weights: float,
+    headroom: float,
+    available: float,
+    kv_bytes_per_token: int,
+    context: int,
+    max_num_seqs: int,
+) -> tuple[int | None, str]:
+    if fits:
+        return None, "fits"
+    if weights + headroom + MIN_POOL_GIB > available:
+        return None, (
+            f"the weights alone do not fit in socket memory ({weights:.1f} GiB weights + "
+            f"{headroom:.1f} GiB headroom + {MIN_POOL_GIB} GiB KV > {available:.1f} GiB "
+            "available): use a smaller or quantized model"
+        )
+    if pool < MIN_POOL_GIB:
+        return None, (
+            "the socket's first NUMA node has too little free memory for a KV pool beside the "
+            "weights: free memory on that node or use a smaller model"
+        )
+    pool_bytes = pool * GIB
+    longest = pool_bytes // (kv_bytes_per_token * max_num_seqs)
+    suggested = int(longest // LENGTH_STEP * LENGTH_STEP)
+    most_seqs = int(pool_bytes // (kv_bytes_per_token * context))
+    seqs_hint = f" or max_num_seqs to {most_seqs}" if 1 <= most_seqs < max_num_seqs else ""
+    if suggested < LENGTH_STEP:
+        return None, (
+            f"the KV for {max_num_seqs} sequences does not fit the {pool} GiB KV pool even at "
+            f"{LENGTH_STEP} tokens: lower max_num_seqs (at most "
+            f"{pool_bytes // (kv_bytes_per_token * LENGTH_STEP)} fit at {LENGTH_STEP} tokens)"
+        )
+    return suggested, (
+        f"lower max_model_len to {suggested}{seqs_hint} (the KV pool is {pool} GiB; "
+        f"{context} tokens x {max_num_seqs} sequences need more)"
+    )

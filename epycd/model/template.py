@@ -1,0 +1,109 @@
+"""Chat template status and the endpoints that follow from it (anchor-facts.md, "Formulas").
+
+A template is only ever found, never invented: an endpoint file's `chat_template` (a path),
+else a non-empty `chat_template.jinja`, else a processor's `chat_template.json` (multimodal
+repos such as llava-hf ship theirs only there, and vLLM loads it through the processor), else
+`tokenizer_config.json`'s `chat_template`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from epycd.errors import InputError
+from epycd.model.facts import ChatTemplate, Endpoint, ModelKind
+
+JINJA_FILE = "chat_template.jinja"
+PROCESSOR_TEMPLATE = "chat_template.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def template_from_override(path: str) -> ChatTemplate:
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise InputError(
+            f"chat_template file cannot be read: {exc.strerror or exc}",
+            file=path,
+            key="chat_template",
+            fix="give the path of a readable Jinja chat template file",
+        ) from None
+    if not text.strip():
+        raise InputError(
+            "chat_template file is empty", file=path, key="chat_template", fix="fill it or drop it"
+        )
+    return ChatTemplate(status="present", names=[], source="the endpoint file")
+
+
+def template_status(folder: Path | None) -> ChatTemplate:
+    if folder is None:
+        return ChatTemplate(status="unknown", source=None)
+    jinja = folder / JINJA_FILE
+    if jinja.exists():
+        try:
+            if jinja.read_text().strip():
+                return ChatTemplate(status="present", source=JINJA_FILE)
+        except OSError:
+            return ChatTemplate(status="unknown", source=JINJA_FILE)
+    processor = _read_json(folder / PROCESSOR_TEMPLATE)
+    processor_template = processor.get("chat_template") if isinstance(processor, dict) else None
+    if isinstance(processor_template, str) and processor_template.strip():
+        return ChatTemplate(status="present", source=PROCESSOR_TEMPLATE)
+    tokenizer_config = folder / TOKENIZER_CONFIG
+    if not tokenizer_config.exists():
+        return ChatTemplate(status="unknown", source=None)
+    try:
+        data = json.loads(tokenizer_config.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return ChatTemplate(status="unknown", source=TOKENIZER_CONFIG)
+    if not isinstance(data, dict):
+        return ChatTemplate(status="unknown", source=TOKENIZER_CONFIG)
+    return _from_tokenizer_config(data.get("chat_template"))
+
+
+def _read_json(path: Path) -> Any:
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def _from_tokenizer_config(value: Any) -> ChatTemplate:
+    if isinstance(value, str):
+        status = "present" if value.strip() else "absent"
+        return ChatTemplate(status=status, source=TOKENIZER_CONFIG)
+    if isinstance(value, list):
+        named = [e for e in value if isinstance(e, dict) and isinstance(e.get("template"), str)]
+        names = [str(e.get("name", "")) for e in named]
+        if not named:
+            return ChatTemplate(status="absent", names=names, source=TOKENIZER_CONFIG)
+        if "default" in names or len(named) == 1:
+            return ChatTemplate(status="present", names=names, source=TOKENIZER_CONFIG)
+        return ChatTemplate(status="ambiguous", names=names, source=TOKENIZER_CONFIG)
+    if value is None:
+        return ChatTemplate(status="absent", source=TOKENIZER_CONFIG)
+    return ChatTemplate(status="unknown", source=TOKENIZER_CONFIG)
+
+
+def endpoints(
+    kind: ModelKind, template: ChatTemplate, *, scoring: bool = False
+) -> tuple[Endpoint | None, list[Endpoint], bool]:
+    """(primary endpoint, supported endpoints, launchable as a chat/completions endpoint)."""
+    chat = template.status == "present"
+    if kind in ("text", "undetermined"):
+        if chat:
+            return "chat_completions", ["chat_completions", "completions"], True
+        return "completions", ["completions"], True
+    if kind == "multimodal":
+        if chat:
+            return "chat_completions", ["chat_completions", "completions"], True
+        return None, [], False
+    if kind == "pooling":
+        pooled: list[Endpoint] = ["embeddings", "score"] if scoring else ["embeddings"]
+        return None, pooled, False
+    return None, [], False

@@ -1,0 +1,185 @@
+"""The socket memory fit (issue 3 "done when") and its rules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from epycd.errors import InputError
+from epycd.model.memory import GIB, fit_memory, headroom_gib, kv_pool_gib
+from tests.model.models import LLAMA_8B_TOTAL_SIZE, LLAMA_70B_TOTAL_SIZE
+
+LLAMA_KV = 131072  # bytes per token: 2 x 32 layers x 8 KV heads x 128 x 2 bytes
+LLAMA_POSITIONS = 131072
+
+
+@pytest.mark.parametrize(
+    ("total", "pool"),
+    [(2, 1), (3.6, 1), (16, 8), (24, 12), (32, 16), (40, 16), (64, 25), (384, 153), (1536, 614)],
+)
+def test_kv_pool(total: float, pool: int) -> None:
+    assert kv_pool_gib(total) == pool
+
+
+@pytest.mark.parametrize(("total", "headroom"), [(8, 2.0), (64, 6.4), (160, 16.0), (768, 16.0)])
+def test_headroom(total: float, headroom: float) -> None:
+    assert headroom_gib(total) == pytest.approx(headroom)
+
+
+def llama_8b(max_model_len: int, seqs: int, socket: float = 64.0):  # type: ignore[no-untyped-def]
+    return fit_memory(
+        weights_bytes=LLAMA_8B_TOTAL_SIZE,
+        kv_bytes_per_token=LLAMA_KV,
+        max_position_embeddings=LLAMA_POSITIONS,
+        max_model_len=max_model_len,
+        max_num_seqs=seqs,
+        socket_total_gib=socket,
+        socket_available_gib=socket,
+    )
+
+
+def test_llama_8b_full_context_4_seqs_does_not_fit_64_gib_and_the_suggestion_fits() -> None:
+    fit = llama_8b(131072, 4)
+    assert not fit.fits
+    assert fit.kv_gb == 64.0
+    assert fit.kv_pool_gb == 25
+    assert fit.suggested_max_model_len == 51200
+    assert str(fit.suggested_max_model_len) in fit.action
+    again = llama_8b(fit.suggested_max_model_len, 4)
+    assert again.fits and again.action == "fits"
+    assert not llama_8b(fit.suggested_max_model_len + 256, 4).fits
+    assert again.required_gb <= again.available_gb
+
+
+def test_70b_bf16_weights_alone_do_not_fit_64_gib() -> None:
+    fit = fit_memory(
+        weights_bytes=LLAMA_70B_TOTAL_SIZE,
+        kv_bytes_per_token=2 * 80 * 8 * 128 * 2,
+        max_position_embeddings=LLAMA_POSITIONS,
+        max_model_len=4096,
+        max_num_seqs=1,
+        socket_total_gib=64,
+        socket_available_gib=64,
+    )
+    assert not fit.fits
+    assert fit.suggested_max_model_len is None
+    assert "weights alone do not fit" in fit.action
+    assert fit.weights_gb == pytest.approx(131.42, abs=0.01)
+
+
+def test_context_is_capped_by_max_positions_and_defaults_to_it() -> None:
+    assert llama_8b(10**7, 1).context == LLAMA_POSITIONS
+    default = fit_memory(
+        weights_bytes=1,
+        kv_bytes_per_token=1,
+        max_position_embeddings=40960,
+        max_model_len=None,
+        max_num_seqs=1,
+        socket_total_gib=64,
+        socket_available_gib=64,
+    )
+    assert default.context == 40960
+
+
+def test_the_first_numa_node_limits_the_pool() -> None:
+    common = dict(
+        weights_bytes=8 * GIB,
+        kv_bytes_per_token=LLAMA_KV,
+        max_position_embeddings=LLAMA_POSITIONS,
+        max_model_len=8192,
+        max_num_seqs=1,
+        socket_total_gib=384,
+        socket_available_gib=380,
+    )
+    whole = fit_memory(**common)  # type: ignore[arg-type]
+    assert whole.kv_pool_gb == kv_pool_gib(384) == 153
+    node = fit_memory(**common, first_node_available_gib=95)  # type: ignore[arg-type]
+    assert node.kv_pool_gb == math.floor(95 - 8 * 95 / 380) == 93
+    starved = fit_memory(**common, first_node_available_gib=0.5)  # type: ignore[arg-type]
+    assert not starved.fits and starved.suggested_max_model_len is None
+    assert "NUMA node" in starved.action
+
+
+def test_available_memory_not_total_decides() -> None:
+    busy = fit_memory(
+        weights_bytes=LLAMA_8B_TOTAL_SIZE,
+        kv_bytes_per_token=LLAMA_KV,
+        max_position_embeddings=LLAMA_POSITIONS,
+        max_model_len=8192,
+        max_num_seqs=1,
+        socket_total_gib=64,
+        socket_available_gib=20,
+    )
+    assert busy.kv_pool_gb == 0 and not busy.fits
+    assert "weights alone" in busy.action
+
+
+def test_too_many_sequences_even_at_256_tokens() -> None:
+    fit = fit_memory(
+        weights_bytes=GIB,
+        kv_bytes_per_token=LLAMA_KV,
+        max_position_embeddings=LLAMA_POSITIONS,
+        max_model_len=4096,
+        max_num_seqs=100000,
+        socket_total_gib=16,
+        socket_available_gib=16,
+    )
+    assert not fit.fits and fit.suggested_max_model_len is None
+    assert "max_num_seqs" in fit.action
+
+
+def test_bad_values_are_bad_input() -> None:
+    with pytest.raises(InputError, match="max_num_seqs"):
+        llama_8b(4096, 0)
+    with pytest.raises(InputError, match="max_model_len"):
+        fit_memory(
+            weights_bytes=1,
+            kv_bytes_per_token=1,
+            max_position_embeddings=None,
+            max_model_len=None,
+            max_num_seqs=1,
+            socket_total_gib=8,
+            socket_available_gib=8,
+        )
+
+
+@given(
+    weights_gib=st.floats(0.1, 300),
+    kv_per_token=st.integers(1_000, 1_000_000),
+    positions=st.integers(512, 1_048_576),
+    wanted=st.integers(1, 2_000_000),
+    seqs=st.integers(1, 64),
+    total=st.floats(2, 2048),
+    free=st.floats(0.1, 1.0),
+)
+def test_fit_invariants(
+    weights_gib: float,
+    kv_per_token: int,
+    positions: int,
+    wanted: int,
+    seqs: int,
+    total: float,
+    free: float,
+) -> None:
+    args = dict(
+        weights_bytes=int(weights_gib * GIB),
+        kv_bytes_per_token=kv_per_token,
+        max_position_embeddings=positions,
+        max_num_seqs=seqs,
+        socket_total_gib=total,
+        socket_available_gib=total * free,
+    )
+    fit = fit_memory(max_model_len=wanted, **args)  # type: ignore[arg-type]
+    assert fit.context == min(wanted, positions)
+    assert fit.kv_pool_gb <= kv_pool_gib(total)
+    if fit.fits:
+        assert fit.required_gb <= fit.available_gb + 0.01
+        assert fit.suggested_max_model_len is None
+    elif fit.suggested_max_model_len is not None:
+        suggested = fit.suggested_max_model_len
+        assert suggested % 256 == 0 and suggested < fit.context
+        assert fit_memory(max_model_len=suggested, **args).fits  # type: ignore[arg-type]
+        assert not fit_memory(max_model_len=suggested + 256, **args).fits  # type: ignore[arg-type]

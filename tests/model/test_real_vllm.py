@@ -1,0 +1,93 @@
+"""A real vLLM (tests/tools/vllm_venv.sh) confirms the tables, the registry answer and the
+endpoint chosen from the chat template, end to end with the tiny model."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from epycd.model.check import inspect_model
+from epycd.model.registry_tables import load_table
+from epycd.model.support import installed_registry
+from tests.health.realvllm import (
+    VllmServer,
+    build_tiny_model,
+    free_port,
+    serve_argv,
+    vllm_executable,
+)
+
+pytestmark = pytest.mark.vllm
+HEALTHY_WITHIN_S = 300.0
+
+
+def test_the_real_registry_equals_the_table_made_from_its_wheel() -> None:
+    version, supported, sections = installed_registry(vllm_executable())
+    table = load_table("0.32.0")
+    assert version.startswith("0.32.0")
+    assert sections == table.sections
+    assert {"Qwen2ForCausalLM", "GlmForCausalLM", "BertModel"} <= supported
+
+
+@pytest.fixture
+def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, str]]:
+    chat_template: bool = request.param
+    model = build_tiny_model(tmp_path / "model", chat_template=chat_template)
+    port = free_port()
+    server = VllmServer(serve_argv(model, port, "tiny"), tmp_path)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + HEALTHY_WITHIN_S
+        while time.monotonic() < deadline:
+            assert server.alive(), server.log_text()[-3000:]
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(1)
+        else:
+            pytest.fail(f"vLLM not healthy in {HEALTHY_WITHIN_S}s: {server.log_text()[-3000:]}")
+        yield model, base
+    finally:
+        server.stop()
+
+
+def ask(base: str, endpoint: str) -> httpx.Response:
+    body: dict[str, object] = {"model": "tiny", "max_tokens": 8, "temperature": 0}
+    if endpoint == "chat_completions":
+        body["messages"] = [{"role": "user", "content": "hello"}]
+        return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=120)
+    body["prompt"] = "hello"
+    return httpx.post(f"{base}/v1/completions", json=body, timeout=120)
+
+
+@pytest.mark.parametrize("served", [True], indirect=True)
+def test_a_model_with_a_template_answers_on_chat(served: tuple[Path, str]) -> None:
+    model, base = served
+    facts = inspect_model(str(model), vllm_executable=str(vllm_executable()))
+    assert facts.support.source == "installed-vllm"
+    assert (facts.support.kind, facts.chat_template.status) == ("text", "present")
+    assert facts.primary_endpoint == "chat_completions"
+    for endpoint in facts.supported_endpoints:
+        reply = ask(base, endpoint)
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"]
+
+
+@pytest.mark.parametrize("served", [False], indirect=True)
+def test_a_model_without_a_template_answers_on_completions_only(
+    served: tuple[Path, str],
+) -> None:
+    model, base = served
+    facts = inspect_model(str(model), vllm_executable=str(vllm_executable()))
+    assert facts.support.source == "installed-vllm"
+    assert facts.chat_template.status == "absent"
+    assert (facts.primary_endpoint, facts.supported_endpoints) == ("completions", ["completions"])
+    assert ask(base, "completions").status_code == 200
+    refused = ask(base, "chat_completions")
+    assert refused.status_code >= 400, "vLLM invented a chat template"
