@@ -1,0 +1,196 @@
+"""The health gate: an endpoint is up only when it has really answered (issue 6).
+
+Three phases, one after the other, each with its own bound and no retry:
+`health` waits for `/health` to answer 200 (connection refused or a reset while the model
+loads is waiting, not failure; the server exiting is an immediate failure), `models` asks
+`/v1/models` once for the served id, `request` sends one deterministic request on the
+primary endpoint and checks that its first choice carries text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, Field
+
+Phase = Literal["health", "models", "request"]
+PrimaryEndpoint = Literal["chat_completions", "completions"]
+
+SMOKE_PROMPT = "Say hello."
+SMOKE_MAX_TOKENS = 16
+
+
+class GateConfig(BaseModel):
+    url: str = Field(description="base URL without /v1, e.g. http://127.0.0.1:8000")
+    served_model_name: str
+    endpoint: PrimaryEndpoint = "chat_completions"
+    api_key: str | None = None
+    load_timeout: float = Field(default=1800.0, gt=0, description="bound of phase health")
+    health_timeout: float = Field(default=10.0, gt=0, description="bound of phase models")
+    probe_timeout: float = Field(
+        default=2.0, gt=0, description="each /health probe while waiting; keeps polls short"
+    )
+    request_timeout: float = Field(default=300.0, gt=0, description="bound of phase request")
+    poll_interval: float = Field(default=0.2, gt=0, description="pause between /health probes")
+
+
+class GateResult(BaseModel):
+    ok: bool
+    phase: Phase = Field(description="the phase that failed, or the last one when ok")
+    reason: str
+    seconds: dict[str, float] = Field(default_factory=dict, description="per phase reached")
+
+
+class PhaseFailed(Exception):
+    def __init__(self, phase: Phase, reason: str) -> None:
+        super().__init__(reason)
+        self.phase = phase
+        self.reason = reason
+
+
+ServerAlive = Callable[[], bool]
+
+
+def _always_alive() -> bool:
+    return True
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _describe(response: httpx.Response) -> str:
+    body = response.text.strip().replace("\n", " ")
+    return f"HTTP {response.status_code}: {body[:300]}" if body else f"HTTP {response.status_code}"
+
+
+def wait_for_health(client: httpx.Client, config: GateConfig, server_alive: ServerAlive) -> None:
+    """Polls /health until 200. Only a server that is not listening yet is waited for."""
+    deadline = time.monotonic() + config.load_timeout
+    last_error = "no answer yet"
+    while True:
+        if not server_alive():
+            raise PhaseFailed("health", f"server exited while loading ({last_error})")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise PhaseFailed(
+                "health", f"/health did not answer within {config.load_timeout:g} s ({last_error})"
+            )
+        try:
+            response = client.get("/health", timeout=min(config.probe_timeout, remaining))
+        except httpx.TransportError as error:
+            last_error = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        else:
+            if response.status_code == 200:
+                return
+            raise PhaseFailed("health", f"/health answered {_describe(response)}")
+        time.sleep(max(0.0, min(config.poll_interval, deadline - time.monotonic())))
+
+
+def served_ids(payload: Any) -> list[str]:
+    if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
+        raise ValueError("no 'data' list")
+    return [str(entry.get("id")) for entry in payload["data"] if isinstance(entry, dict)]
+
+
+def check_models(client: httpx.Client, config: GateConfig) -> None:
+    try:
+        response = client.get("/v1/models", timeout=config.health_timeout)
+    except httpx.TransportError as error:
+        raise PhaseFailed("models", f"/v1/models: {type(error).__name__}: {error}") from error
+    if response.status_code != 200:
+        raise PhaseFailed("models", f"/v1/models answered {_describe(response)}")
+    try:
+        ids = served_ids(response.json())
+    except ValueError as error:
+        raise PhaseFailed("models", f"/v1/models is not a model list: {error}") from error
+    if config.served_model_name not in ids:
+        listed = ", ".join(ids) or "nothing"
+        raise PhaseFailed(
+            "models", f"/v1/models does not list {config.served_model_name!r} (it lists {listed})"
+        )
+
+
+def smoke_request(config: GateConfig) -> tuple[str, dict[str, Any]]:
+    """The path and JSON body of the one deterministic request on the primary endpoint."""
+    body: dict[str, Any] = {
+        "model": config.served_model_name,
+        "temperature": 0,
+        "max_tokens": SMOKE_MAX_TOKENS,
+    }
+    if config.endpoint == "chat_completions":
+        return "/v1/chat/completions", body | {
+            "messages": [{"role": "user", "content": SMOKE_PROMPT}]
+        }
+    return "/v1/completions", body | {"prompt": SMOKE_PROMPT}
+
+
+def answer_text(payload: Any, endpoint: PrimaryEndpoint) -> str:
+    """The generated text of choices[0]; ValueError when the payload is an error or empty."""
+    if not isinstance(payload, dict):
+        raise ValueError("the answer is not a JSON object")
+    if payload.get("error") or payload.get("object") == "error":
+        error = payload.get("error", payload)
+        message = error.get("message") if isinstance(error, dict) else error
+        raise ValueError(f"error payload: {message or payload.get('message')}")
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("no choices[0] in the answer")
+    choice = choices[0]
+    if choice.get("error"):
+        raise ValueError(f"choices[0] carries an error: {choice['error']}")
+    if endpoint == "chat_completions":
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else None
+        where = "choices[0].message.content"
+    else:
+        text = choice.get("text")
+        where = "choices[0].text"
+    if not isinstance(text, str):
+        raise ValueError(f"{where} is missing")
+    return text
+
+
+def check_request(client: httpx.Client, config: GateConfig) -> None:
+    path, body = smoke_request(config)
+    try:
+        response = client.post(path, json=body, timeout=config.request_timeout)
+    except httpx.TransportError as error:
+        raise PhaseFailed("request", f"{path}: {type(error).__name__}: {error}") from error
+    if response.status_code != 200:
+        raise PhaseFailed("request", f"{path} answered {_describe(response)}")
+    try:
+        answer_text(response.json(), config.endpoint)
+    except ValueError as error:
+        raise PhaseFailed("request", f"{path} answered 200 but {error}") from error
+
+
+def run_gate(config: GateConfig, server_alive: ServerAlive = _always_alive) -> GateResult:
+    """Runs the three phases once. Never raises for what the server does."""
+    seconds: dict[str, float] = {}
+    phases: list[tuple[Phase, Callable[[httpx.Client], None]]] = [
+        ("health", lambda c: wait_for_health(c, config, server_alive)),
+        ("models", lambda c: check_models(c, config)),
+        ("request", lambda c: check_request(c, config)),
+    ]
+    with httpx.Client(base_url=config.url, headers=_headers(config.api_key)) as client:
+        for phase, run in phases:
+            started = time.monotonic()
+            try:
+                run(client)
+            except PhaseFailed as failure:
+                seconds[phase] = round(time.monotonic() - started, 3)
+                reason = failure.reason
+                if phase != "health" and not server_alive():
+                    reason = f"server exited; {reason}"
+                return GateResult(ok=False, phase=failure.phase, reason=reason, seconds=seconds)
+            seconds[phase] = round(time.monotonic() - started, 3)
+    return GateResult(
+        ok=True,
+        phase="request",
+        reason=f"{config.served_model_name} answered on {smoke_request(config)[0]}",
+        seconds=seconds,
+    )

@@ -1,0 +1,133 @@
+"""The real CPU vLLM and the tiny model the readiness tests serve (tests/tools/vllm_venv.sh).
+
+Other test areas may import these: `vllm_executable()`, `tiny_model()`, `build_tiny_model()`,
+`serve_argv()`, `vllm_env()`, `free_port()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("EPYC_TEST_CACHE", "/var/cache/epyc-llm-test"))
+VENV = CACHE / "vllm-venv"
+TINY_MODEL = CACHE / "tiny-model"
+BOOTSTRAP_HINT = "run tests/bootstrap.sh (it builds the vLLM CPU venv via tests/tools/vllm_venv.sh)"
+
+
+def vllm_executable() -> Path:
+    """The venv's `vllm`; the test FAILS (never skips) when the venv has not been built."""
+    vllm = VENV / "bin" / "vllm"
+    if not vllm.is_file() or not (VENV / ".epyc-stamp").is_file():
+        pytest.fail(f"no vLLM CPU venv in {VENV}: {BOOTSTRAP_HINT}")
+    return vllm
+
+
+@cache
+def tiny_model_builder() -> ModuleType:
+    path = REPO / "tests" / "tools" / "tiny_model.py"
+    spec = importlib.util.spec_from_file_location("epyc_tiny_model", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tiny_model() -> Path:
+    """The cached default tiny model (built here if the bootstrap has not yet)."""
+    return Path(tiny_model_builder().cached(TINY_MODEL))
+
+
+def build_tiny_model(
+    out: Path, *, chat_template: bool = True, broken_weights: bool = False
+) -> Path:
+    return Path(
+        tiny_model_builder().build(out, chat_template=chat_template, broken_weights=broken_weights)
+    )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def vllm_env(work: Path) -> dict[str, str]:
+    """real-tools.md's environment for serving on this 2-core CPU, caches under `work`."""
+    (work / "cache").mkdir(parents=True, exist_ok=True)
+    (work / "tmp").mkdir(parents=True, exist_ok=True)
+    return os.environ | {
+        "VLLM_CACHE_ROOT": str(work / "cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "inductor"),
+        "TMPDIR": str(work / "tmp"),
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }
+
+
+def serve_argv(model: Path, port: int, served_model_name: str, *extra: str) -> list[str]:
+    return [
+        str(vllm_executable()),
+        "serve",
+        str(model),
+        "--served-model-name",
+        served_model_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        "512",
+        "--enforce-eager",
+        *extra,
+    ]
+
+
+class VllmServer:
+    """One real `vllm serve` in its own session, its output in a log file."""
+
+    def __init__(self, argv: list[str], work: Path) -> None:
+        self.log_path = work / "vllm.log"
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=vllm_env(work),
+            start_new_session=True,
+        )
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 30) -> int:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+            try:
+                self.process.wait(timeout)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self._log.close()
+        return self.process.wait()

@@ -1,0 +1,226 @@
+"""The supervisor's process handling, with a stand-in server that exits as told.
+
+The real-vLLM runs are in test_supervisor_vllm.py; a stand-in is used here because only it
+can exit with a chosen status or die at a chosen moment.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from epycd.supervisor import LogTail, read_status
+from tests.health.notifysock import NotifySocket
+from tests.health.realvllm import REPO, free_port
+from tests.health.supervising import (
+    session_members,
+    start_supervisor,
+    supervisor_argv,
+    wait_for_state,
+)
+
+STUB = str(REPO / "tests" / "health" / "stub_server.py")
+
+
+def stub(port: int, model: str = "tiny", *options: str) -> list[str]:
+    return [sys.executable, STUB, str(port), model, *options]
+
+
+@pytest.fixture
+def run(
+    tmp_path: Path, reap: list[subprocess.Popen[bytes]]
+) -> Callable[..., tuple[subprocess.Popen[bytes], Path, Path]]:
+    def start(
+        server: list[str], port: int, *extra: str, env: dict[str, str] | None = None
+    ) -> tuple[subprocess.Popen[bytes], Path, Path]:
+        status = tmp_path / "run" / "status.json"
+        log = tmp_path / "supervisor.log"
+        argv = supervisor_argv(
+            url=f"http://127.0.0.1:{port}",
+            model="tiny",
+            status_file=status,
+            server=server,
+            extra=extra,
+        )
+        supervisor = start_supervisor(argv, env or dict(os.environ), log)
+        reap.append(supervisor)
+        return supervisor, status, log
+
+    return start
+
+
+Run = Callable[..., tuple[subprocess.Popen[bytes], Path, Path]]
+
+
+def test_ready_then_sigterm_passes_the_server_exit_status_on(tmp_path: Path, run: Run) -> None:
+    port = free_port()
+    with NotifySocket(tmp_path / "notify") as sock:
+        env = os.environ | {"NOTIFY_SOCKET": str(sock.path)}
+        sup, status_file, log = run(
+            stub(port, "tiny", "--exit-on-term", "7", "--listen-after", "0.5"),
+            port,
+            env=env,
+        )
+        ready = sock.wait_for("READY=1", 30)
+        assert ready is not None, log.read_text()
+        assert f"STATUS=serving tiny on http://127.0.0.1:{port}" in ready.split("\n")
+        status = read_status(status_file)
+        assert status is not None and status.state == "ready"
+        assert set(status.seconds) == {"health", "models", "request"}
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(15) == 7
+        assert sock.wait_for("STOPPING=1", 2) is not None
+    stopped = read_status(status_file)
+    assert stopped is not None and stopped.state == "stopped"
+    assert "server exited with status 7" in stopped.reason
+    text = log.read_text()
+    assert "stub: signal 15, exiting 7" in text, "SIGTERM was forwarded to the server"
+    assert "stub: a line on stderr" in text, "the server's stderr passes through"
+    assert status.pid is not None and not session_members(status.pid)
+
+
+def test_server_dying_by_a_signal_while_serving(tmp_path: Path, run: Run) -> None:
+    port = free_port()
+    sup, status_file, log = run(stub(port), port)
+    status = wait_for_state(status_file, 30)
+    assert status is not None and status.state == "ready" and status.pid, log.read_text()
+    os.kill(status.pid, signal.SIGKILL)
+    assert sup.wait(15) == -signal.SIGKILL
+    failed = read_status(status_file)
+    assert failed is not None
+    assert (failed.state, failed.phase) == ("failed", "serving")
+    assert "status -9" in failed.reason
+    assert "stub: listening on" in "\n".join(failed.log_tail)
+
+
+def test_gate_failure_stops_the_server_and_exits_non_zero(tmp_path: Path, run: Run) -> None:
+    port = free_port()
+    with NotifySocket(tmp_path / "notify") as sock:
+        env = os.environ | {"NOTIFY_SOCKET": str(sock.path)}
+        sup, status_file, log = run(stub(port, "another-model"), port, env=env)
+        assert sup.wait(30) == 1, log.read_text()
+        sock.wait_for("never", 0.5)
+        fields = sock.fields()
+    assert "READY=1" not in fields
+    assert any(f.startswith("STATUS=failed in phase models") for f in fields), fields
+    status = read_status(status_file)
+    assert status is not None
+    assert (status.state, status.phase) == ("failed", "models")
+    assert "another-model" in status.reason
+    assert any("stub: listening on" in line for line in status.log_tail)
+    assert status.pid is not None and not session_members(status.pid)
+    text = log.read_text()
+    assert "health gate failed in phase models" in text
+    assert "stub: loading another-model" in text.split("health gate failed", 1)[1]
+
+
+def test_server_exiting_during_load_fails_in_health(tmp_path: Path, run: Run) -> None:
+    port = free_port()
+    sup, status_file, _ = run(
+        stub(port, "tiny", "--listen-after", "60", "--exit-after", "0", "3"),
+        port,
+        "--load-timeout",
+        "600",
+    )
+    assert sup.wait(20) == 1
+    status = read_status(status_file)
+    assert status is not None and (status.state, status.phase) == ("failed", "health")
+    assert "server exited while loading" in status.reason
+
+
+def test_sigterm_while_loading_stops_without_ready(tmp_path: Path, run: Run) -> None:
+    port = free_port()
+    with NotifySocket(tmp_path / "notify") as sock:
+        env = os.environ | {"NOTIFY_SOCKET": str(sock.path)}
+        sup, status_file, log = run(
+            stub(port, "tiny", "--listen-after", "60", "--exit-on-term", "3"), port, env=env
+        )
+        assert sock.wait_for(
+            "STATUS=loading tiny, waiting for " + f"http://127.0.0.1:{port}/health", 10
+        )
+        deadline = time.monotonic() + 10
+        while "stub: loading" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(10) == 3, log.read_text()
+        sock.wait_for("never", 0.3)
+    assert "READY=1" not in sock.fields() and "STOPPING=1" in sock.fields()
+    status = read_status(status_file)
+    assert status is not None and status.state == "stopped"
+
+
+def test_watchdog_pings_while_health_answers(tmp_path: Path, run: Run) -> None:
+    port = free_port()
+    with NotifySocket(tmp_path / "notify") as sock:
+        env = os.environ | {"NOTIFY_SOCKET": str(sock.path), "WATCHDOG_USEC": "400000"}
+        sup, _, log = run(stub(port), port, env=env)
+        try:
+            assert sock.wait_for("READY=1", 30) is not None, log.read_text()
+            pings = [sock.wait_for("WATCHDOG=1", 2) for _ in range(3)]
+        finally:
+            sup.send_signal(signal.SIGTERM)
+            sup.wait(15)
+    assert all(pings)
+    assert sup.returncode == 0
+
+
+def test_empty_api_key_file_is_bad_input(tmp_path: Path, run: Run) -> None:
+    key = tmp_path / "key"
+    key.write_text("\n")
+    port = free_port()
+    sup, status_file, log = run(stub(port), port, "--api-key-file", str(key))
+    assert sup.wait(15) == 2
+    assert "--api-key-file" in log.read_text() and "is empty" in log.read_text()
+    assert not status_file.exists()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "key", "state"),
+    [
+        ("chat_completions", "k3y", "ready"),
+        ("completions", "k3y", "ready"),
+        ("chat_completions", "wrong", "failed"),
+    ],
+)
+def test_api_key_file_and_endpoint_reach_the_gate(
+    tmp_path: Path, run: Run, endpoint: str, key: str, state: str
+) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text(f"{key}\n")
+    port = free_port()
+    sup, status_file, log = run(
+        stub(port, "tiny", "--api-key", "k3y"),
+        port,
+        "--api-key-file",
+        str(key_file),
+        "--endpoint",
+        endpoint,
+    )
+    status = wait_for_state(status_file, 30)
+    assert status is not None and status.state == state, log.read_text()
+    if state == "failed":
+        assert status.phase == "models" and "401" in status.reason
+        assert sup.wait(15) == 1
+    assert "k3y" not in status.model_dump_json(), "the key never lands in the status file"
+
+
+def test_log_tail_keeps_the_last_lines_and_the_first_exception() -> None:
+    lines = [f"line {i}" for i in range(100)]
+    lines[10:13] = ["Traceback (most recent call last):", '  File "x.py"', "ValueError: bad shape"]
+    lines[60] = "RuntimeError: Engine core initialization failed"
+    sink = io.BytesIO()
+    tail = LogTail()
+    tail.follow(io.BytesIO("".join(f"{line}\n" for line in lines).encode()), sink)
+    tail.drain()
+    assert tail.lines() == lines[-40:]
+    assert tail.first_error()[-1] == "ValueError: bad shape"
+    assert tail.first_error()[-3] == "Traceback (most recent call last):"
+    assert sink.getvalue().decode().splitlines() == lines, "everything passes through"

@@ -1,0 +1,114 @@
+"""The supervisor end to end with a real vLLM on this CPU, read through a test-made
+NOTIFY_SOCKET as systemd would: READY=1 and STATUS= once the gate passed, WATCHDOG=1 while
+/health answers, SIGTERM forwarded and the server's exit status passed on; and a model with
+broken weights failing with the phase, the reason and vLLM's own last lines.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from epycd.supervisor import read_status
+from tests.health.notifysock import NotifySocket
+from tests.health.realvllm import build_tiny_model, free_port, serve_argv, tiny_model, vllm_env
+from tests.health.supervising import session_members, start_supervisor, supervisor_argv
+
+pytestmark = pytest.mark.vllm
+
+LOAD_BOUND_S = 240
+
+
+def test_ready_watchdog_and_sigterm(tmp_path: Path, reap: list[subprocess.Popen[bytes]]) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    key_file = tmp_path / "api-key"
+    key_file.write_text("tiny-secret\n")
+    status_file = tmp_path / "run" / "status.json"
+    log = tmp_path / "supervisor.log"
+    server = serve_argv(tiny_model(), port, "tiny", "--api-key", "tiny-secret")
+    argv = supervisor_argv(
+        url=url,
+        model="tiny",
+        status_file=status_file,
+        server=server,
+        extra=("--api-key-file", str(key_file), "--endpoint", "completions"),
+    )
+    with NotifySocket(tmp_path / "notify") as sock:
+        env = vllm_env(tmp_path) | {"NOTIFY_SOCKET": str(sock.path), "WATCHDOG_USEC": "2000000"}
+        supervisor = start_supervisor(argv, env, log)
+        reap.append(supervisor)
+        ready = sock.wait_for("READY=1", LOAD_BOUND_S)
+        assert ready is not None, log.read_text()[-4000:]
+        assert f"STATUS=serving tiny on {url}" in ready.split("\n")
+        assert sock.fields()[0].startswith("STATUS=loading tiny"), sock.fields()
+
+        status = read_status(status_file)
+        assert status is not None and status.state == "ready" and status.pid is not None
+        assert status.seconds["health"] > 5 and set(status.seconds) == {
+            "health",
+            "models",
+            "request",
+        }
+        answer = httpx.post(
+            f"{url}/v1/completions",
+            json={"model": "tiny", "prompt": "hi", "max_tokens": 4, "temperature": 0},
+            headers={"Authorization": "Bearer tiny-secret"},
+            timeout=30,
+        )
+        assert answer.status_code == 200, "it really serves once READY=1 was sent"
+        assert sock.wait_for("WATCHDOG=1", 3) is not None, "pings at half of WATCHDOG_USEC"
+
+        supervisor.send_signal(signal.SIGTERM)
+        code = supervisor.wait(60)
+        assert sock.wait_for("STOPPING=1", 2) is not None
+    text = log.read_text()
+    exited = re.findall(r"server exited with status (-?\d+)", text)
+    assert exited, text[-3000:]
+    assert code == int(exited[-1]), "the supervisor exits with the server's status"
+    assert not session_members(status.pid), "vLLM and its engine process are gone"
+    stopped = read_status(status_file)
+    assert stopped is not None and stopped.state == "stopped"
+    assert "Application startup complete" in text, "vLLM's output passes through"
+
+
+def test_broken_weights_fail_with_the_phase_and_the_log_tail(
+    tmp_path: Path, reap: list[subprocess.Popen[bytes]]
+) -> None:
+    model = build_tiny_model(tmp_path / "broken-model", broken_weights=True)
+    port = free_port()
+    status_file = tmp_path / "status.json"
+    log = tmp_path / "supervisor.log"
+    argv = supervisor_argv(
+        url=f"http://127.0.0.1:{port}",
+        model="tiny",
+        status_file=status_file,
+        server=serve_argv(model, port, "tiny"),
+    )
+    with NotifySocket(tmp_path / "notify") as sock:
+        env = vllm_env(tmp_path) | {"NOTIFY_SOCKET": str(sock.path)}
+        supervisor = start_supervisor(argv, env, log)
+        reap.append(supervisor)
+        assert supervisor.wait(LOAD_BOUND_S) == 1, log.read_text()[-4000:]
+        sock.wait_for("never", 0.5)
+    assert "READY=1" not in sock.fields()
+    assert any(f.startswith("STATUS=failed in phase health") for f in sock.fields())
+    status = read_status(status_file)
+    assert status is not None
+    assert (status.state, status.phase) == ("failed", "health")
+    assert "server exited while loading" in status.reason
+    tail = "\n".join(status.log_tail)
+    assert 0 < len(status.log_tail) <= 40
+    assert re.search(r"Error|error", tail), tail
+    assert status.first_error and "AssertionError" in status.first_error[-1], status.first_error
+    assert any("vocab_parallel_embedding" in line for line in status.first_error), (
+        "the root cause, far above the tail, is kept"
+    )
+    assert status.pid is not None and not session_members(status.pid)
+    text = log.read_text()
+    assert "health gate failed in phase health" in text
