@@ -24,6 +24,25 @@ class HfCacheMount(BaseModel):
     on_nfs: bool = False
 
 
+class BindMount(BaseModel):
+    """A host path the container sees: a local model folder or a chat template file."""
+
+    host_path: str
+    container_path: str
+    read_only: bool = True
+
+
+class Problem(BaseModel):
+    """One error of one endpoint, as `plan --json` reports it."""
+
+    message: str
+    file: str | None = None
+    key: str | None = None
+    fix: str | None = None
+    exit_code: int = Field(description="2 bad input, 1 refused")
+    text: str = Field(description="the whole error as one line")
+
+
 class EndpointDecisions(BaseModel):
     """Everything decided for one endpoint; no rendered text."""
 
@@ -55,6 +74,9 @@ class EndpointDecisions(BaseModel):
     vllm_args: list[str] = Field(description="arguments after `vllm serve`, model first")
     run_flags: list[str] = Field(default_factory=list, description="container run flags")
     hf_cache: HfCacheMount | None = None
+    extra_mounts: list[BindMount] = Field(
+        default_factory=list, description="containers: local model folder, chat template file"
+    )
     hf_token_file: str | None = Field(
         default=None, description="root-only file whose contents become HF_TOKEN at start"
     )
@@ -65,6 +87,9 @@ class EndpointDecisions(BaseModel):
     product_python: str = Field(description="interpreter that runs epycd's supervisor/checks")
     exec_start_pre: list[list[str]] = Field(
         default_factory=list, description="commands run before start (the approval check)"
+    )
+    status_file: str | None = Field(
+        default=None, description="EPYCD_RUN_DIR/NAME.json: the supervisor's state for status"
     )
     requires_confirmation: bool = False
     confirmation_reasons: list[str] = Field(default_factory=list)
@@ -77,4 +102,7 @@ class Plan(EndpointDecisions):
     unit_dirs: dict[str, str] = Field(
         default_factory=dict, description="unit file name -> the folder it is installed in"
     )
-    fingerprint: str
+    fingerprint: str = Field(description="over the units and every input that shaped them")
+    inputs_fingerprint: str = Field(
+        default="", description="over the shaping inputs only: what drift compares"
+    )

@@ -1,0 +1,225 @@
+"""`epycctl plan NAME`: the plan as the recipe's confirmation table, and the units it would
+write. NAME is planned together with every other endpoint file (sockets and ports are
+shared), but only NAME is shown. Nothing is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from epycd.cli.output import EXIT_OK, print_json, reports_errors, table
+from epycd.errors import InputError
+from epycd.host.facts import HostFacts
+from epycd.plan.build import EndpointResult
+from epycd.plan.model import EndpointDecisions
+from epycd.settings import Settings
+
+LOAD_SAMPLE_SECONDS = 0.5
+JSON_KEYS = (
+    "endpoint",
+    "model",
+    "model_kind",
+    "primary_endpoint",
+    "backend",
+    "runtime",
+    "image",
+    "vllm_executable",
+    "vllm_version",
+    "dtype",
+    "socket",
+    "socket_reason",
+    "cpus",
+    "numa_nodes",
+    "env",
+    "kv_cache_gb",
+    "memory",
+    "port",
+    "max_model_len",
+    "max_num_seqs",
+    "served_model_name",
+    "vllm_args",
+    "requires_confirmation",
+    "confirmation_reasons",
+    "warnings",
+)
+MEMORY_KEYS = ("weights_gb", "kv_gb", "kv_pool_gb", "headroom_gb", "required_gb", "available_gb")
+
+
+def plan_json(result: EndpointResult) -> dict[str, Any]:
+    """design.md's `plan` keys; keys not decided (refused early) are null."""
+    decided: EndpointDecisions | None = result.plan or result.decisions
+    data: dict[str, Any] = dict.fromkeys(JSON_KEYS)
+    data["endpoint"] = result.endpoint
+    if decided is not None:
+        dumped = decided.model_dump(mode="json")
+        data.update({key: dumped[key] for key in JSON_KEYS})
+        data["memory"] = {
+            **{key: dumped["memory"][key] for key in MEMORY_KEYS},
+            "fits": dumped["memory"]["fits"],
+            "suggested_max_model_len": dumped["memory"]["suggested_max_model_len"],
+            "action": dumped["memory"]["action"],
+        }
+    else:
+        if result.model_facts is not None:
+            data["model"] = result.model_facts.model
+            data["model_kind"] = result.model_facts.support.kind
+            data["primary_endpoint"] = result.model_facts.primary_endpoint
+        if result.route is not None:
+            route = result.route
+            data.update(
+                backend=route.backend,
+                runtime=route.runtime,
+                image=route.image,
+                vllm_executable=route.vllm_executable,
+                vllm_version=route.vllm_version,
+                requires_confirmation=bool(route.confirmation_reasons),
+                confirmation_reasons=route.confirmation_reasons,
+                warnings=route.warnings,
+            )
+    data["errors"] = [problem.text for problem in result.errors]
+    data["units"] = result.plan.units if result.plan else {}
+    data["unit_dirs"] = result.plan.unit_dirs if result.plan else {}
+    data["fingerprint"] = result.plan.fingerprint if result.plan else None
+    return data
+
+
+def _backend_text(decided: EndpointDecisions) -> str:
+    if decided.backend == "zentorch":
+        return "zentorch acceleration (Zen4+)"
+    return "stock vLLM CPU, no zentorch (no acceleration; verified on Milan)"
+
+
+def _path_text(decided: EndpointDecisions) -> str:
+    if decided.runtime == "host":
+        return f"host vLLM {decided.vllm_version} ({decided.vllm_executable})"
+    return f"container ({decided.runtime}, {decided.image})"
+
+
+def _hardware_text(host: HostFacts) -> str:
+    return (
+        f"EPYC {host.epyc_generation} ({host.zen_arch or 'unknown Zen'}), "
+        f"{host.physical_cores} cores, {host.sockets} socket(s), "
+        f"AVX-512 {'yes' if host.avx512 else 'no'}, "
+        f"AVX-512 BF16 {'yes' if host.avx512_bf16 else 'no'}"
+    )
+
+
+def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
+    decided = result.plan or result.decisions
+    rows: list[tuple[str, str]] = []
+    if decided is not None:
+        fit = decided.memory
+        rows += [
+            ("Model / kind", f"{decided.model} -- {decided.model_kind}"),
+            ("Endpoint", f"/v1/{decided.primary_endpoint.replace('_', '/')}"),
+            ("Backend", _backend_text(decided)),
+            ("Path", _path_text(decided)),
+            ("Precision", decided.dtype),
+            (
+                "Memory fit",
+                f"required {fit.required_gb} GB (weights {fit.weights_gb} + KV pool "
+                f"{fit.kv_pool_gb} + headroom {fit.headroom_gb}), available {fit.available_gb}"
+                f" GB on the socket's nodes: {'fits' if fit.fits else 'does NOT fit'}",
+            ),
+            (
+                "CPU config",
+                f"socket {decided.socket} ({decided.socket_reason}), bind {decided.cpus}, "
+                f"KV {decided.kv_cache_gb} GB (in socket), memory bound to NUMA nodes "
+                f"{','.join(map(str, decided.numa_nodes))}",
+            ),
+            (
+                "Context",
+                f"max_model_len {decided.max_model_len}, max_num_seqs {decided.max_num_seqs}",
+            ),
+            ("Hardware", _hardware_text(host)),
+            ("Port", str(decided.port)),
+        ]
+        if decided.requires_confirmation:
+            rows.append(("Consent needed", "; ".join(decided.confirmation_reasons)))
+        rows += [("Warning", text) for text in decided.warnings]
+    else:
+        if result.model_facts is not None:
+            rows.append(("Model / kind", f"{result.model_facts.model} -- "
+                         f"{result.model_facts.support.kind}"))  # fmt: skip
+        if result.route is not None:
+            where = result.route.image or result.route.vllm_executable
+            rows.append(("Backend / path", f"{result.route.backend}, {result.route.runtime} "
+                         f"({where})"))  # fmt: skip
+        rows.append(("Hardware", f"{host.cpu_model} ({host.vendor})"))
+    rows += [("Error", problem.text) for problem in result.errors]
+    return table(rows, header=("Item", "Value"))
+
+
+def show(result: EndpointResult, host: HostFacts) -> None:
+    click.echo(f"Plan for endpoint {result.endpoint} ({result.config_file})\n")
+    click.echo(confirmation_table(result, host))
+    if result.plan is None:
+        return
+    for file_name, text in result.plan.units.items():
+        folder = result.plan.unit_dirs.get(file_name, "")
+        click.echo(f"\n# {Path(folder) / file_name}\n{text.rstrip()}")
+    click.echo(f"\nfingerprint {result.plan.fingerprint}")
+    if result.plan.requires_confirmation:
+        click.echo(f"approve with: epycctl approve {result.endpoint} --accept-unvalidated")
+    else:
+        click.echo(f"approve with: epycctl approve {result.endpoint}")
+
+
+def gather_host(root: Path, valid_endpoints: int, sample_seconds: float) -> HostFacts:
+    """Host facts; per-socket load is sampled only when it can change the choice (fewer
+    endpoints than sockets), since every socket is used otherwise."""
+    from epycd.host.detect import detect_host, socket_cpus
+    from epycd.host.load import sample_socket_busy
+
+    host = detect_host(root)
+    if host.sockets > 1 and valid_endpoints < host.sockets and sample_seconds > 0:
+        busy = sample_socket_busy(root, socket_cpus(host.socket_topology), sample_seconds)
+        host = host.model_copy(update={"socket_busy_pct": busy})
+    return host
+
+
+@click.command("plan")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
+@click.option(
+    "--root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="host root to read /proc and /sys from (default EPYCD_HOST_ROOT, /)",
+)
+@click.option(
+    "--sample-seconds",
+    type=click.FloatRange(min=0),
+    default=LOAD_SAMPLE_SECONDS,
+    show_default=True,
+    help="interval of the two /proc/stat samples that measure each socket's load",
+)
+@reports_errors
+def plan(name: str, as_json: bool, root: Path | None, sample_seconds: float) -> None:
+    """Show what NAME's endpoint file would run, and the units, without writing anything."""
+    from epycd.plan.build import plan_all
+    from epycd.spec import load_endpoints
+    from epycd.stack import shipped_stack
+
+    settings = Settings()
+    stack = shipped_stack()
+    specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
+    if name not in {spec.name for spec in specs}:
+        raise InputError(
+            f"no endpoint file {name}.toml",
+            file=settings.config_dir,
+            fix=f"create {settings.config_dir / (name + '.toml')} (examples in etc/)",
+        )
+    host_root = root or settings.host_root
+    host = gather_host(host_root, sum(spec.ok for spec in specs), sample_seconds)
+    results = plan_all(settings, host, stack=stack, specs=specs, host_root=host_root)
+    result = next(r for r in results if r.endpoint == name)
+    if as_json:
+        print_json(plan_json(result))
+    else:
+        show(result, host)
+    if result.exit_code != EXIT_OK:
+        raise SystemExit(result.exit_code)

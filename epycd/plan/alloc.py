@@ -1,0 +1,189 @@
+"""Where each endpoint runs: a whole socket, or a group of its NUMA nodes (anchor-facts.md,
+"Socket choice").
+
+All endpoints are placed together, in name order, forced sockets first. Each endpoint gets
+a socket of its own while there are sockets left; with more endpoints than sockets, sockets
+that span several NUMA nodes (NPS2/NPS4) are split into disjoint groups of whole nodes, the
+cores and memory of those nodes only. Auto placement prefers idle sockets (busy below the
+threshold) in index order, then the least busy with a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from epycd.errors import EpycError, InputError, Refusal
+from epycd.host.cpulist import format_cpulist, parse_cpulist
+from epycd.host.facts import HostFacts, SocketTopology
+
+
+@dataclass(frozen=True)
+class PlacementRequest:
+    name: str
+    file: Path
+    socket: int | None = None
+    """A forced socket, or None for "auto"."""
+
+
+class Placement(BaseModel):
+    socket: int
+    numa_nodes: list[int]
+    cpus: list[int] = Field(description="first thread of each core of these nodes")
+    reason: str
+    shares_socket: bool = False
+    warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def cpulist(self) -> str:
+        return format_cpulist(self.cpus)
+
+
+def cpu_nodes(sock: SocketTopology, host: HostFacts) -> list[int]:
+    """The socket's nodes that have CPUs (memory-only nodes cannot host an instance)."""
+    with_cpus = {node.node for node in host.nodes if node.cpus}
+    return [node for node in sorted(sock.numa_nodes) if node in with_cpus] or sorted(
+        sock.numa_nodes
+    )
+
+
+def socket_preference(host: HostFacts, threshold: float) -> tuple[list[int], dict[int, str]]:
+    """Sockets in the order auto placement takes them, and why each is where it is."""
+    busy = host.socket_busy_pct
+    indexes = [sock.socket for sock in host.socket_topology]
+    if len(indexes) == 1:
+        return indexes, {indexes[0]: "single socket"}
+    if not busy:
+        return indexes, {i: "load not sampled; sockets taken in order" for i in indexes}
+    idle = [i for i in indexes if busy.get(i, 0.0) < threshold]
+    loaded = sorted((i for i in indexes if i not in idle), key=lambda i: (busy.get(i, 0.0), i))
+    why = {i: f"idle ({busy.get(i, 0.0):.1f} % busy < {threshold:g} %)" for i in idle}
+    for i in loaded:
+        prefix = "every socket busy; " if not idle else ""
+        why[i] = f"{prefix}{busy.get(i, 0.0):.1f} % busy (>= {threshold:g} %)"
+    return idle + loaded, why
+
+
+def _split(nodes: list[int], parts: int) -> list[list[int]]:
+    """`nodes` in `parts` contiguous groups, sizes as even as possible, larger first."""
+    size, extra = divmod(len(nodes), parts)
+    groups, start = [], 0
+    for index in range(parts):
+        end = start + size + (1 if index < extra else 0)
+        groups.append(nodes[start:end])
+        start = end
+    return groups
+
+
+def _node_cpus(host: HostFacts, sock: SocketTopology, nodes: list[int]) -> list[int]:
+    physical = set(parse_cpulist(sock.physical_cpus))
+    if nodes == cpu_nodes(sock, host):
+        return sorted(physical)
+    members = {cpu for node in nodes for cpu in host.node(node).cpus}
+    return sorted(physical & members)
+
+
+def allocate(
+    requests: Sequence[PlacementRequest], host: HostFacts, threshold: float
+) -> dict[str, Placement | EpycError]:
+    """A placement, or the error saying why there is none, for every request."""
+    sockets = {sock.socket: sock for sock in host.socket_topology}
+    capacity = {i: len(cpu_nodes(sock, host)) for i, sock in sockets.items()}
+    order, why = socket_preference(host, threshold)
+    members: dict[int, list[str]] = {i: [] for i in sockets}
+    reasons: dict[str, str] = {}
+    results: dict[str, Placement | EpycError] = {}
+
+    forced = [r for r in requests if r.socket is not None]
+    auto = sorted((r for r in requests if r.socket is None), key=lambda r: r.name)
+    for request in sorted(forced, key=lambda r: r.name):
+        assert request.socket is not None
+        if request.socket not in sockets:
+            results[request.name] = InputError(
+                f"socket {request.socket} does not exist on this host "
+                f"(sockets: {', '.join(map(str, sorted(sockets)))})",
+                file=request.file,
+                key="socket",
+                fix='choose an existing socket or "auto"',
+            )
+        elif len(members[request.socket]) >= capacity[request.socket]:
+            results[request.name] = _full(request, members[request.socket], sockets, capacity)
+        else:
+            members[request.socket].append(request.name)
+            reasons[request.name] = f"forced by socket = {request.socket}"
+
+    for request in auto:
+        open_sockets = [i for i in order if len(members[i]) < capacity[i]]
+        if not open_sockets:
+            results[request.name] = _full(request, [], sockets, capacity)
+            continue
+        least = min(len(members[i]) for i in open_sockets)
+        chosen = next(i for i in open_sockets if len(members[i]) == least)
+        members[chosen].append(request.name)
+        reasons[request.name] = why[chosen]
+
+    for index, names in members.items():
+        sock = sockets[index]
+        groups = _split(cpu_nodes(sock, host), len(names)) if names else []
+        for name, nodes in zip(sorted(names), groups, strict=True):
+            results[name] = _placement(host, sock, nodes, reasons[name], len(names) > 1)
+    return results
+
+
+def _placement(
+    host: HostFacts, sock: SocketTopology, nodes: list[int], reason: str, shared: bool
+) -> Placement:
+    warnings = []
+    if "every socket busy" in reason:
+        warnings.append(f"every socket is busy; socket {sock.socket} is the least busy")
+    all_nodes = cpu_nodes(sock, host)
+    if shared:
+        reason = f"{reason}; NUMA nodes {format_cpulist(nodes)} of {len(all_nodes)}"
+    elif len(all_nodes) > 1:
+        warnings.append(
+            f"note: socket {sock.socket} spans {len(all_nodes)} NUMA nodes (NPS{sock.nps}); "
+            "memory is bound to all of them; one instance per node may be faster"
+        )
+    return Placement(
+        socket=sock.socket,
+        numa_nodes=nodes,
+        cpus=_node_cpus(host, sock, nodes),
+        reason=reason,
+        shares_socket=shared,
+        warnings=warnings,
+    )
+
+
+def _full(
+    request: PlacementRequest,
+    holders: list[str],
+    sockets: dict[int, SocketTopology],
+    capacity: dict[int, int],
+) -> EpycError:
+    room = sum(capacity.values())
+    if request.socket is not None:
+        where = f"socket {request.socket} is taken by {', '.join(sorted(holders))}"
+        if capacity[request.socket] == 1:
+            where += " and has one NUMA node (NPS1), so it cannot be split"
+        return Refusal(
+            where,
+            file=request.file,
+            key="socket",
+            fix='set socket = "auto" or another socket, or remove an endpoint',
+        )
+    return Refusal(
+        f"no socket or NUMA node left: this host holds at most {room} endpoints "
+        f"({len(sockets)} sockets, {room} NUMA nodes with CPUs; one endpoint per socket, or "
+        "per NUMA node on NPS2/NPS4)",
+        file=request.file,
+        key="socket",
+        fix="remove an endpoint file"
+        + (
+            ", or set NPS2/NPS4 in the BIOS to split sockets by NUMA node"
+            if min(capacity.values()) == 1
+            else ""
+        ),
+    )

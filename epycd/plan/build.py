@@ -1,0 +1,545 @@
+"""Planning every endpoint file together: spec + host + model + stack -> decisions -> units.
+
+`plan_all` gathers what needs the outside world (endpoint files, model facts, a host vLLM
+probe, listening ports, the HF cache folder) through functions it is given, so tests and the
+daemon can pass their own; everything after that is pure. Endpoints are planned together so
+that they get disjoint sockets (or NUMA node groups) and distinct ports; one endpoint's
+error never stops another.
+
+The start timeout is `base_s + per_weights_gib_s x weights GiB` (data/epyc.json): loading
+reads the weights from disk and the first request compiles, a minute or two on a CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from epycd.errors import EpycError, InputError, Refusal
+from epycd.host.facts import HostFacts, HostVllmFacts
+from epycd.model.facts import MemoryFit, ModelFacts
+from epycd.model.memory import fit_memory, kv_pool_gib
+from epycd.plan.alloc import Placement, PlacementRequest, allocate
+from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
+from epycd.plan.hfcache import resolve_hf_cache
+from epycd.plan.model import BindMount, EndpointDecisions, HfCacheMount, Plan, Problem
+from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
+from epycd.plan.route import Route, route_endpoint
+from epycd.settings import Settings
+from epycd.spec import EndpointSpec, SpecResult, load_endpoints
+from epycd.stack import Stack, shipped_stack
+
+GIB = 1024**3
+ModelInspector = Callable[..., ModelFacts]
+VllmProber = Callable[[str], HostVllmFacts]
+
+
+class EndpointResult(BaseModel):
+    """One endpoint file's outcome: a plan, or the errors (and how far planning got)."""
+
+    endpoint: str
+    config_file: str
+    plan: Plan | None = None
+    decisions: EndpointDecisions | None = Field(
+        default=None, description="when refused after sizing (e.g. does not fit)"
+    )
+    model_facts: ModelFacts | None = None
+    route: Route | None = Field(default=None, description="when refused after routing")
+    errors: list[Problem] = Field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if not self.errors:
+            return 0
+        return max(problem.exit_code for problem in self.errors)
+
+
+def problem(exc: EpycError) -> Problem:
+    return Problem(
+        message=exc.message,
+        file=exc.file,
+        key=exc.key,
+        fix=exc.fix,
+        exit_code=exc.exit_code,
+        text=str(exc),
+    )
+
+
+@dataclass
+class Prepared:
+    """An endpoint whose file, route and model passed: ready for placement and sizing."""
+
+    result: SpecResult
+    spec: EndpointSpec
+    route: Route
+    facts: ModelFacts
+    warnings: list[str] = field(default_factory=list)
+
+
+def default_inspector(model: str, **kwargs: object) -> ModelFacts:
+    from epycd.model.check import inspect_model
+
+    return inspect_model(model, **kwargs)  # type: ignore[arg-type]
+
+
+def default_prober(executable: str) -> HostVllmFacts:
+    from epycd.host.vllm_probe import probe_vllm
+
+    return probe_vllm(executable)
+
+
+def read_token(spec: EndpointSpec, file: Path) -> str | None:
+    """The HF token from a root-only file; the plan never copies it anywhere."""
+    if spec.hf_token_file is None:
+        return None
+    path = Path(spec.hf_token_file)
+    try:
+        info = path.stat()
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise InputError(
+            f"cannot read {path}: {exc.strerror}",
+            file=file,
+            key="hf_token_file",
+            fix="create the file holding the token, owned by root, mode 0600",
+        ) from None
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise InputError(
+            f"{path} is readable by others (mode {stat.S_IMODE(info.st_mode):o})",
+            file=file,
+            key="hf_token_file",
+            fix=f"chmod 600 {path}",
+        )
+    token = text.removeprefix("HF_TOKEN=").strip()
+    if not token:
+        raise InputError(f"{path} is empty", file=file, key="hf_token_file", fix="add the token")
+    return token
+
+
+def needs_host_vllm(spec: EndpointSpec, host: HostFacts) -> bool:
+    if spec.runtime == "host":
+        return True
+    containers = host.runtimes.podman.quadlet or host.runtimes.docker.daemon_reachable
+    return spec.runtime == "auto" and not containers
+
+
+def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path) -> list[str]:
+    """Refuse what vLLM cannot serve on a chat/completions endpoint; return warnings."""
+    if facts.support.supported is False or not facts.launchable:
+        raise Refusal(facts.message or "vLLM cannot serve this model", file=file, key="model")
+    if facts.primary_endpoint not in ("chat_completions", "completions"):
+        raise Refusal(
+            f"{facts.model} is a {facts.support.kind} model: no chat or completions endpoint",
+            file=file,
+            key="model",
+            fix="choose a text-generation model",
+        )
+    warnings = list(facts.warnings)
+    if facts.support.supported is None:
+        warnings.append(f"vLLM support is undetermined ({facts.message}); vLLM decides at start")
+    family = stack.gated_family(facts.model)
+    if spec.hf_token_file is None and (facts.gated or (facts.gated is None and family)):
+        text = f"{facts.model} is gated: it needs an HF token and an accepted licence"
+        if facts.gated:
+            raise Refusal(
+                text, file=file, key="hf_token_file", fix="accept the licence and set hf_token_file"
+            )
+        warnings.append(f"{text} ({family.family if family else 'gated family'}); none given")
+    return warnings
+
+
+def prepare(
+    result: SpecResult,
+    host: HostFacts,
+    stack: Stack,
+    inspect: ModelInspector,
+    probe: Callable[[str], HostVllmFacts],
+) -> Prepared:
+    spec = result.spec
+    assert spec is not None
+    file = result.path
+    host_vllm = None
+    if needs_host_vllm(spec, host):
+        host_vllm = probe(spec.vllm) if spec.vllm else host.runtimes.vllm
+    route = route_endpoint(spec, host, stack, file, host_vllm)
+    model = spec.model or stack.default_model
+    facts = inspect(
+        model,
+        revision=spec.revision,
+        vllm_version=route.vllm_version,
+        token=read_token(spec, file),
+        chat_template_override=spec.chat_template,
+        vllm_executable=route.vllm_executable,
+    )
+    return Prepared(result, spec, route, facts, check_model(spec, facts, stack, file))
+
+
+def _first_node(host: HostFacts, placement: Placement) -> int:
+    first_cpu = min(placement.cpus)
+    for node in placement.numa_nodes:
+        if first_cpu in host.node(node).cpus:
+            return node
+    return placement.numa_nodes[0]
+
+
+def size_memory(
+    prepared: Prepared, host: HostFacts, stack: Stack, placement: Placement
+) -> tuple[MemoryFit, list[str]]:
+    facts, spec = prepared.facts, prepared.spec
+    warnings = []
+    nodes = [host.node(n) for n in placement.numa_nodes]
+    total = sum(n.memory_total_bytes for n in nodes) / GIB
+    available = sum(n.memory_available_bytes for n in nodes) / GIB
+    first_available = host.node(_first_node(host, placement)).memory_available_bytes / GIB
+    wanted_len = spec.max_model_len or stack.defaults.max_model_len
+    positions = facts.max_position_embeddings
+    if spec.max_model_len and positions and spec.max_model_len > positions:
+        warnings.append(f"max_model_len {spec.max_model_len} is capped to the model's {positions}")
+    if facts.weights_bytes is None:
+        warnings.append("the weights' size is unknown: the fit counts KV and headroom only")
+    fit = fit_memory(
+        weights_bytes=facts.weights_bytes or 0,
+        kv_bytes_per_token=facts.kv_bytes_per_token,
+        max_position_embeddings=positions,
+        max_model_len=wanted_len,
+        max_num_seqs=spec.max_num_seqs or stack.defaults.max_num_seqs,
+        socket_total_gib=total,
+        socket_available_gib=available,
+        first_node_available_gib=first_available,
+    )
+    rule = kv_pool_gib(total)
+    if fit.fits and fit.kv_pool_gb < rule:
+        first = _first_node(host, placement)
+        by_node = len(nodes) > 1 and first_available < available - (fit.weights_gb or 0) - 1
+        where = (
+            f"vLLM allocates it on NUMA node {first}, the node of the first bound CPU, which "
+            f"has {first_available:.1f} GiB free"
+            if by_node
+            else f"memory is short: {available:.1f} of {total:.1f} GiB available on NUMA "
+            f"node(s) {','.join(map(str, placement.numa_nodes))}"
+        )
+        warnings.append(
+            f"the KV pool is {fit.kv_pool_gb} GiB, not the {rule} GiB the size suggests: {where}"
+        )
+    return fit, warnings
+
+
+def vllm_args(
+    prepared: Prepared, model_arg: str, served: str, context: int, seqs: int, port: int, dtype: str
+) -> list[str]:
+    spec = prepared.spec
+    args = [model_arg, "--dtype", dtype, "--max-model-len", str(context)]
+    args += ["--max-num-seqs", str(seqs), "--port", str(port), "--served-model-name", served]
+    if spec.revision:
+        args += ["--revision", spec.revision]
+    if spec.chat_template:
+        args += ["--chat-template", spec.chat_template]
+    return args + list(spec.extra_args)
+
+
+def build_env(
+    prepared: Prepared, stack: Stack, placement: Placement, kv_gib: int, hf: HfCacheMount | None
+) -> dict[str, str]:
+    env = {
+        "VLLM_CPU_OMP_THREADS_BIND": placement.cpulist,
+        "VLLM_CPU_KVCACHE_SPACE": str(kv_gib),
+    }
+    if prepared.spec.throughput_flags:
+        env.update(stack.throughput_flags)
+    if prepared.route.runtime == "host" and hf is not None:
+        env["HF_HOME"] = hf.host_path
+    env.update(prepared.spec.env)
+    return env
+
+
+APPROVAL_CHECK_MODULE = "epycd.approval.check"
+
+
+def approval_check_argv(product_python: str, name: str) -> list[str]:
+    """ExecStartPre= of every endpoint unit: refuse to start when the approval no longer holds."""
+    return [product_python, "-m", APPROVAL_CHECK_MODULE, name]
+
+
+def decide(
+    prepared: Prepared,
+    *,
+    host: HostFacts,
+    stack: Stack,
+    placement: Placement,
+    port: int,
+    hf_cache: HfCacheMount,
+    product_python: str,
+) -> EndpointDecisions:
+    spec, route, facts = prepared.spec, prepared.route, prepared.facts
+    name = prepared.result.name
+    model = spec.model or stack.default_model
+    local = model.startswith("/")
+    warnings = [*route.warnings, *prepared.warnings, *placement.warnings]
+    fit, memory_warnings = size_memory(prepared, host, stack, placement)
+    warnings += memory_warnings
+    containerized = route.runtime != "host"
+    mounts: list[BindMount] = []
+    model_arg = model
+    if local and containerized:
+        real = os.path.realpath(model)
+        mounts.append(BindMount(host_path=real, container_path=real))
+        model_arg = real
+    if spec.chat_template and containerized:
+        template = os.path.realpath(spec.chat_template)
+        mounts.append(BindMount(host_path=template, container_path=spec.chat_template))
+    hf = hf_cache if not local else None
+    if hf is not None and containerized and not os.path.isdir(hf.host_path):
+        warnings.append(
+            f"the HF cache {hf.host_path} does not exist yet: create it (mkdir -p) before the "
+            "container starts, or set HF_HOME to the cache that holds the model"
+        )
+    if hf is not None and hf.on_nfs:
+        warnings.append(
+            f"the HF cache {hf.host_path} is on a network filesystem: root-squash can deny "
+            "the container; use a local disk or export it without root_squash"
+        )
+    served = spec.served_model_name or (name if local else model)
+    seqs = spec.max_num_seqs or stack.defaults.max_num_seqs
+    dtype = spec.dtype or stack.default_dtype
+    kv = fit.kv_pool_gb
+    weights_gib = (facts.weights_bytes or 0) / GIB
+    if spec.throughput_flags and route.backend == "stock":
+        warnings.append("ZENTORCH_WEIGHT_PREPACK has no effect on the stock vLLM path")
+    reasons = list(route.confirmation_reasons)
+    primary = "chat_completions" if facts.primary_endpoint == "chat_completions" else "completions"
+    return EndpointDecisions(
+        endpoint=name,
+        unit_name=f"epyc-llm-{name}",
+        config_file=str(prepared.result.path),
+        model=model,
+        model_revision=facts.revision,
+        served_model_name=served,
+        model_kind=facts.support.kind,
+        primary_endpoint=primary,
+        backend=route.backend,
+        runtime=route.runtime,
+        image=route.image,
+        image_entrypoint_is_vllm_serve=route.image_entrypoint_is_vllm_serve,
+        vllm_executable=route.vllm_executable,
+        vllm_version=route.vllm_version,
+        dtype=dtype,
+        socket=placement.socket,
+        socket_reason=placement.reason,
+        cpus=placement.cpulist,
+        numa_nodes=placement.numa_nodes,
+        env=build_env(prepared, stack, placement, kv, hf if not containerized else None),
+        kv_cache_gb=kv,
+        memory=fit,
+        port=port,
+        max_model_len=fit.context,
+        max_num_seqs=seqs,
+        vllm_args=vllm_args(prepared, model_arg, served, fit.context, seqs, port, dtype),
+        run_flags=list(stack.run_flags) if containerized else [],
+        hf_cache=hf if containerized else None,
+        extra_mounts=mounts,
+        hf_token_file=spec.hf_token_file,
+        chat_template=spec.chat_template,
+        restart=spec.restart,
+        start_timeout_s=stack.start_timeout.base_s
+        + math.ceil(weights_gib) * stack.start_timeout.per_weights_gib_s,
+        podman_notify_healthy=route.runtime == "podman" and host.runtimes.podman.notify_healthy,
+        product_python=product_python,
+        exec_start_pre=[approval_check_argv(product_python, name)],
+        requires_confirmation=bool(reasons),
+        confirmation_reasons=reasons,
+        warnings=warnings,
+    )
+
+
+def finish(
+    prepared: Prepared,
+    decisions: EndpointDecisions,
+    *,
+    host: HostFacts,
+    stack: Stack,
+    settings: Settings,
+) -> Plan:
+    """The decisions with their units rendered and fingerprinted."""
+    from epycd.render import render_units, unit_dirs
+
+    status_file = settings.run_dir / f"{decisions.endpoint}.json"
+    decisions = decisions.model_copy(update={"status_file": str(status_file)})
+    units = render_units(decisions)
+    dirs = {
+        name: str(path)
+        for name, path in unit_dirs(
+            decisions, unit_dir=settings.unit_dir, quadlet_dir=settings.quadlet_dir
+        ).items()
+    }
+    inputs = fingerprint_inputs(
+        units=units,
+        unit_dirs=dirs,
+        spec_sha256=prepared.result.content_sha256,
+        stack_sha256=stack.content_sha256,
+        model=prepared.facts,
+        host=host,
+        decisions=decisions,
+    )
+    return Plan(
+        **decisions.model_dump(),
+        units=units,
+        unit_dirs=dirs,
+        fingerprint=fingerprint(inputs),
+        inputs_fingerprint=inputs_fingerprint(inputs),
+    )
+
+
+def _plan_one(
+    prepared: Prepared,
+    *,
+    host: HostFacts,
+    stack: Stack,
+    settings: Settings,
+    placement: Placement,
+    port: int,
+    hf_cache: HfCacheMount,
+    product_python: str,
+) -> EndpointResult:
+    name, file = prepared.result.name, prepared.result.path
+    try:
+        decisions = decide(
+            prepared,
+            host=host,
+            stack=stack,
+            placement=placement,
+            port=port,
+            hf_cache=hf_cache,
+            product_python=product_python,
+        )
+    except EpycError as exc:
+        return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
+    if not decisions.memory.fits:
+        refusal = Refusal(
+            f"does not fit: {decisions.memory.required_gb} GiB needed, "
+            f"{decisions.memory.available_gb} GiB available on the socket's NUMA nodes",
+            file=file,
+            key="max_model_len",
+            fix=decisions.memory.action,
+        )
+        decisions.errors.append(str(refusal))
+        return _failed(prepared.result, refusal, model_facts=prepared.facts, decisions=decisions)
+    try:
+        plan = finish(prepared, decisions, host=host, stack=stack, settings=settings)
+    except EpycError as exc:
+        decisions.errors.append(str(exc))
+        return _failed(prepared.result, exc, model_facts=prepared.facts, decisions=decisions)
+    return EndpointResult(
+        endpoint=name, config_file=str(file), plan=plan, model_facts=prepared.facts
+    )
+
+
+def _failed(result: SpecResult, *errors: EpycError, **extra: object) -> EndpointResult:
+    return EndpointResult(
+        endpoint=result.name,
+        config_file=str(result.path),
+        errors=[problem(exc) for exc in errors],
+        **extra,
+    )
+
+
+def plan_all(
+    settings: Settings,
+    host: HostFacts,
+    *,
+    stack: Stack | None = None,
+    specs: list[SpecResult] | None = None,
+    inspect: ModelInspector | None = None,
+    probe: VllmProber | None = None,
+    listeners: Mapping[int, Listener] | None = None,
+    environ: Mapping[str, str] | None = None,
+    host_root: Path | None = None,
+    product_python: str | None = None,
+) -> list[EndpointResult]:
+    """A result per endpoint file of `settings.config_dir` (or `specs`), in name order.
+
+    Defaults reach the outside world: the shipped stack, the endpoint files, `inspect_model`,
+    `probe_vllm`, the ports listening on this machine, `os.environ` for HF_HOME.
+    """
+    stack = stack or shipped_stack()
+    if specs is None:
+        specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
+    inspect = inspect or default_inspector
+    probe_cache: dict[str, HostVllmFacts] = {}
+
+    def cached_probe(executable: str) -> HostVllmFacts:
+        if executable not in probe_cache:
+            probe_cache[executable] = (probe or default_prober)(executable)
+        return probe_cache[executable]
+
+    facts_cache: dict[tuple[object, ...], ModelFacts] = {}
+
+    def cached_inspect(model: str, **kwargs: object) -> ModelFacts:
+        key = (model, *sorted(kwargs.items()))
+        if key not in facts_cache:
+            facts_cache[key] = inspect(model, **kwargs)
+        return facts_cache[key]
+
+    results: dict[str, EndpointResult] = {}
+    ready: list[Prepared] = []
+    for spec_result in specs:
+        if not spec_result.ok:
+            results[spec_result.name] = _failed(spec_result, *spec_result.errors)
+            continue
+        try:
+            ready.append(prepare(spec_result, host, stack, cached_inspect, cached_probe))
+        except EpycError as exc:
+            if exc.file is None:
+                exc.file = str(spec_result.path)
+            results[spec_result.name] = _failed(spec_result, exc)
+
+    placements = allocate(
+        [
+            PlacementRequest(
+                p.result.name,
+                p.result.path,
+                None if p.spec.socket == "auto" else p.spec.socket,
+            )
+            for p in ready
+        ],
+        host,
+        stack.defaults.busy_threshold_pct,
+    )
+    ports = assign_ports(
+        [
+            PortRequest(
+                p.result.name, p.result.path, None if p.spec.port == "auto" else p.spec.port
+            )
+            for p in ready
+        ],
+        listening_ports() if listeners is None else listeners,
+        stack.defaults.first_port,
+    )
+    hf_cache = resolve_hf_cache(host_root or settings.host_root, environ or os.environ)
+    for prepared in ready:
+        name = prepared.result.name
+        placement, port = placements[name], ports[name]
+        failures = [x for x in (placement, port) if isinstance(x, EpycError)]
+        if failures:
+            results[name] = _failed(
+                prepared.result, *failures, model_facts=prepared.facts, route=prepared.route
+            )
+            continue
+        assert isinstance(placement, Placement) and isinstance(port, int)
+        results[name] = _plan_one(
+            prepared,
+            host=host,
+            stack=stack,
+            settings=settings,
+            placement=placement,
+            port=port,
+            hf_cache=hf_cache,
+            product_python=product_python or sys.executable,
+        )
+    return [results[name] for name in sorted(results)]

@@ -1,0 +1,227 @@
+"""Which runtime runs an endpoint, and which backend and image (anchor-facts.md, "Generations
+and routing").
+
+Routing by the CPU: not an EPYC is refused; no AVX-512 BF16 gets the stock vLLM CPU path
+with consent; AVX-512 BF16 outside Genoa/Turin/Venice gets unvalidated zentorch (or stock)
+with consent; Genoa/Turin/Venice get the validated zentorch stack. Then the stack gate on
+what will really run: a probed host vLLM must show the Zen platform on a validated host
+(stock `CpuPlatform` there is blocked), and Venice off the pinned vLLM needs consent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from epycd.errors import InputError, Refusal
+from epycd.host.facts import HostFacts, HostVllmFacts
+from epycd.plan.model import Backend, Runtime
+from epycd.spec import EndpointSpec
+from epycd.stack import Stack, qualified_image
+
+RUNTIME_FIX = (
+    "install podman >= 4.4 (Quadlet) or docker, or set vllm = the vllm executable of a "
+    'venv/conda env and runtime = "host"'
+)
+
+
+class Route(BaseModel):
+    backend: Backend
+    runtime: Runtime
+    image: str | None
+    image_entrypoint_is_vllm_serve: bool = False
+    vllm_executable: str | None = None
+    vllm_version: str
+    confirmation_reasons: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+
+def refuse_non_epyc(host: HostFacts) -> None:
+    if not host.is_amd_epyc:
+        raise Refusal(
+            f"not an AMD EPYC CPU: found {host.vendor} {host.cpu_model!r}",
+            fix="epyc-llm serves on AMD EPYC hosts only; other x86 CPUs are out of scope",
+        )
+
+
+def choose_runtime(
+    spec: EndpointSpec, host: HostFacts, file: Path, host_vllm: HostVllmFacts | None
+) -> tuple[Runtime, list[str]]:
+    """auto: podman with Quadlet, else a reachable docker, else a host vLLM."""
+    podman, docker = host.runtimes.podman, host.runtimes.docker
+    wanted = spec.runtime
+    notes: list[str] = []
+    if wanted == "podman" or (wanted == "auto" and podman.quadlet):
+        if not podman.present:
+            raise Refusal("podman is not installed", file=file, key="runtime", fix=RUNTIME_FIX)
+        if not podman.quadlet:
+            raise Refusal(
+                f"podman {podman.version or '(unknown version)'} has no Quadlet (needs >= 4.4)",
+                file=file,
+                key="runtime",
+                fix=RUNTIME_FIX,
+            )
+        return "podman", notes
+    if podman.present and not podman.quadlet:
+        notes.append(f"podman {podman.version} has no Quadlet (needs >= 4.4): not used")
+    if wanted == "docker" or (wanted == "auto" and docker.daemon_reachable):
+        if not docker.present:
+            raise Refusal("docker is not installed", file=file, key="runtime", fix=RUNTIME_FIX)
+        if not docker.daemon_reachable:
+            raise Refusal(
+                "the docker daemon does not answer",
+                file=file,
+                key="runtime",
+                fix="start docker (systemctl start docker), or " + RUNTIME_FIX,
+            )
+        return "docker", notes
+    if docker.present and not docker.daemon_reachable:
+        notes.append("docker is installed but its daemon does not answer: not used")
+    if wanted in ("host", "auto"):
+        if host_vllm is None:
+            raise Refusal(
+                "no container runtime and no host vLLM" if wanted == "auto" else "no vllm given",
+                file=file,
+                key="vllm" if wanted == "host" else "runtime",
+                fix=RUNTIME_FIX,
+            )
+        if not host_vllm.present:
+            raise Refusal(
+                f"the host vLLM {host_vllm.path} cannot be used: {host_vllm.error}",
+                file=file,
+                key="vllm",
+                fix="point vllm at the vllm executable of a working venv/conda env",
+            )
+        return "host", notes
+    raise InputError(f"unknown runtime {wanted!r}", file=file, key="runtime")
+
+
+def _cpu_route(host: HostFacts, stack: Stack) -> tuple[Backend, list[str]]:
+    """The backend the CPU allows, and the consent it needs."""
+    generation = f"{host.epyc_generation} ({host.zen_arch or 'unknown Zen'})"
+    if not host.avx512_bf16:
+        return "stock", [
+            f"{generation} has no AVX-512 BF16: zentorch cannot run; the stock vLLM CPU "
+            f"path (no zentorch acceleration, slower; verified on {stack.stock_image.verified_on})"
+            " needs your consent"
+        ]
+    if host.epyc_generation not in stack.validated_generations:
+        return "zentorch", [
+            f"zentorch is not validated on {generation}: running it needs your consent "
+            "(or choose the stock vLLM CPU image)"
+        ]
+    return "zentorch", []
+
+
+def _container_route(
+    spec: EndpointSpec, host: HostFacts, stack: Stack, runtime: Runtime, file: Path
+) -> Route:
+    backend, reasons = _cpu_route(host, stack)
+    warnings: list[str] = []
+    image = qualified_image(spec.image) if spec.image else None
+    if image is None:
+        image = stack.image if backend == "zentorch" else stack.stock_image_pinned
+    elif stack.is_stock_image(image):
+        if host.is_supported_epyc:
+            raise Refusal(
+                f"the stock vLLM image {image} runs vLLM's plain CpuPlatform on a "
+                f"{host.epyc_generation}: zentorch acceleration would be off (blocked)",
+                file=file,
+                key="image",
+                fix=f"remove image to use the validated stack {stack.image}",
+            )
+        if backend == "zentorch":
+            reasons = [
+                f"the stock vLLM CPU path on {host.epyc_generation} (no zentorch) needs your "
+                "consent"
+            ]
+        backend = "stock"
+    else:
+        if backend == "stock":
+            raise Refusal(
+                f"image {image} is not the stock vLLM CPU image, and zentorch cannot run "
+                "without AVX-512 BF16",
+                file=file,
+                key="image",
+                fix=f"remove image to use {stack.stock_image_pinned}",
+            )
+        if image != stack.image:
+            reasons = [*reasons, f"image {image} is not the validated image {stack.image}"]
+    stock = backend == "stock"
+    if stock and image != stack.stock_image_pinned:
+        warnings.append(f"image {image} is not pinned to vLLM {stack.vllm_version}")
+    return Route(
+        backend=backend,
+        runtime=runtime,
+        image=image,
+        image_entrypoint_is_vllm_serve=(
+            stack.stock_image.entrypoint_is_vllm_serve
+            if stock
+            else stack.image_entrypoint_is_vllm_serve
+        ),
+        vllm_version=stack.vllm_version,
+        confirmation_reasons=reasons,
+        warnings=warnings,
+    )
+
+
+def _host_route(host: HostFacts, stack: Stack, vllm: HostVllmFacts, file: Path) -> Route:
+    cpu_backend, reasons = _cpu_route(host, stack)
+    platform = vllm.platform or "unknown platform"
+    zen_active = stack.zen_platform_marker in platform
+    warnings: list[str] = []
+    if host.is_supported_epyc and not zen_active:
+        raise Refusal(
+            f"the host vLLM {vllm.path} runs {platform}, not the Zen platform: zentorch "
+            f"acceleration is off on this {host.epyc_generation} (blocked)",
+            file=file,
+            key="vllm",
+            fix=f"install zentorch {stack.zentorch_version} matching the env's torch, or use "
+            f"the validated image {stack.image}",
+        )
+    backend: Backend = "zentorch" if zen_active and cpu_backend == "zentorch" else "stock"
+    if backend == "stock" and cpu_backend == "zentorch":
+        reasons = [
+            f"the host vLLM runs {platform} (no zentorch) on {host.epyc_generation}: the stock "
+            "path needs your consent"
+        ]
+    version = vllm.version or "unknown"
+    if version.split("+", 1)[0] != stack.vllm_version:
+        text = f"host vLLM {version} is not the pinned vLLM {stack.vllm_version}"
+        if host.epyc_generation == "Venice":
+            reasons = [*reasons, f"{text}: not validated on Venice; the pinned image is advised"]
+        else:
+            warnings.append(text)
+    return Route(
+        backend=backend,
+        runtime="host",
+        image=None,
+        vllm_executable=vllm.path,
+        vllm_version=version,
+        confirmation_reasons=reasons,
+        warnings=warnings,
+    )
+
+
+def route_endpoint(
+    spec: EndpointSpec,
+    host: HostFacts,
+    stack: Stack,
+    file: Path,
+    host_vllm: HostVllmFacts | None,
+) -> Route:
+    """Runtime, backend, image and the consent they need; raises `Refusal` when refused."""
+    refuse_non_epyc(host)
+    runtime, notes = choose_runtime(spec, host, file, host_vllm)
+    if runtime == "host":
+        assert host_vllm is not None
+        route = _host_route(host, stack, host_vllm, file)
+    else:
+        route = _container_route(spec, host, stack, runtime, file)
+        if host.epyc_generation == "Venice" and route.image != stack.image:
+            route.confirmation_reasons.append(
+                f"Venice is validated with vLLM {stack.vllm_version} only ({stack.image})"
+            )
+    route.warnings[:0] = notes
+    return route

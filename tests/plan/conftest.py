@@ -1,0 +1,105 @@
+"""Shared pieces of the planner tests: fake hosts with a runtime, local model folders,
+endpoint files, settings pointing into tmp_path."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from epycd.host.detect import detect_host
+from epycd.host.facts import HostFacts, PodmanFacts, RuntimeFacts
+from epycd.plan.build import EndpointResult, plan_all
+from epycd.settings import Settings
+from tests.hosts import make_host
+
+QWEN3_0_6B_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 40960,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+}
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}<|im_start|>assistant\n"
+)
+PODMAN_5 = PodmanFacts(
+    present=True, version="5.4.2", rootful=True, quadlet=True, notify_healthy=True
+)
+
+
+def write_model(
+    folder: Path, config: dict[str, object] | None = None, *, chat: bool = True
+) -> Path:
+    """A local model folder as the planner reads it: config.json and tokenizer_config.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config or QWEN3_0_6B_CONFIG))
+    tokenizer: dict[str, object] = {"model_max_length": 40960}
+    if chat:
+        tokenizer["chat_template"] = CHATML
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+    return folder
+
+
+def fake_host(tmp_path: Path, name: str, runtimes: RuntimeFacts | None = None) -> HostFacts:
+    root = make_host(tmp_path / "hosts", name)
+    host = detect_host(root, probe_runtimes=False)
+    return host.model_copy(update={"runtimes": runtimes or RuntimeFacts(podman=PODMAN_5)})
+
+
+class Workspace:
+    """A config folder, settings into tmp_path, a model folder; plans with no real ports."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.config_dir = tmp_path / "etc-epyc-llm"
+        self.config_dir.mkdir()
+        self.model = write_model(tmp_path / "models" / "qwen3-0.6b")
+        self.hf_home = tmp_path / "hf"
+        self.hf_home.mkdir()
+        self.settings = Settings(
+            config_dir=self.config_dir,
+            state_dir=tmp_path / "state",
+            run_dir=tmp_path / "run",
+            unit_dir=tmp_path / "systemd",
+            quadlet_dir=tmp_path / "containers-systemd",
+            host_root=tmp_path,
+        )
+
+    def endpoint(self, name: str, text: str = "") -> Path:
+        """Write NAME.toml; `model` defaults to the local model folder."""
+        if not re.search(r"^model\s*=", text, re.MULTILINE):
+            text = f'model = "{self.model}"\n' + text
+        path = self.config_dir / f"{name}.toml"
+        path.write_text(text)
+        return path
+
+    def plan(self, host: HostFacts, **kwargs: object) -> dict[str, EndpointResult]:
+        kwargs.setdefault("listeners", {})
+        kwargs.setdefault("environ", {"HF_HOME": str(self.hf_home)})
+        results = plan_all(self.settings, host, **kwargs)  # type: ignore[arg-type]
+        return {result.endpoint: result for result in results}
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    return Workspace(tmp_path)
+
+
+@pytest.fixture
+def host_of(tmp_path: Path) -> Callable[..., HostFacts]:
+    def make(name: str, runtimes: RuntimeFacts | None = None) -> HostFacts:
+        return fake_host(tmp_path, name, runtimes)
+
+    return make

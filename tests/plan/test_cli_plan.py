@@ -1,0 +1,133 @@
+"""`epycctl plan NAME`: the confirmation table, the JSON keys of design.md, exit codes.
+
+The fake hosts stand for machines with podman 5 (Quadlet): this machine has podman 4.3
+without Quadlet and no docker daemon, so the runtime probe of `detect_host` is replaced by
+podman 5 facts here; the real probe is used by the test at the end (real vLLM venv).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from epycd.cli import main
+from epycd.host import runtimes
+from epycd.host.facts import RuntimeFacts
+from tests.hosts import make_host
+from tests.plan.conftest import PODMAN_5, Workspace
+
+DESIGN_KEYS = {
+    "endpoint", "model", "model_kind", "primary_endpoint", "backend", "runtime", "image",
+    "dtype", "socket", "cpus", "numa_nodes", "env", "kv_cache_gb", "memory", "port",
+    "max_model_len", "requires_confirmation", "confirmation_reasons", "warnings", "errors",
+    "units", "fingerprint",
+}  # fmt: skip
+MEMORY_KEYS = {"weights_gb", "kv_gb", "required_gb", "available_gb", "fits",
+               "suggested_max_model_len"}  # fmt: skip
+
+
+@pytest.fixture
+def podman_5(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtimes, "probe_runtimes", lambda vllm=None: RuntimeFacts(podman=PODMAN_5))
+
+
+def run(ws: Workspace, *args: str) -> Result:
+    env = {
+        "EPYCD_CONFIG_DIR": str(ws.config_dir),
+        "EPYCD_UNIT_DIR": str(ws.settings.unit_dir),
+        "EPYCD_QUADLET_DIR": str(ws.settings.quadlet_dir),
+        "EPYCD_STATE_DIR": str(ws.settings.state_dir),
+        "HF_HOME": str(ws.hf_home),
+    }
+    return CliRunner().invoke(main, ["plan", *args], env=env, catch_exceptions=False)
+
+
+@pytest.mark.usefixtures("podman_5")
+def test_json_has_the_design_keys_and_only_the_named_endpoint(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    root = make_host(tmp_path / "hosts", "genoa-9654-2s-nps4")
+    ws.endpoint("a", "socket = 1\n")
+    ws.endpoint("b")
+    result = run(ws, "a", "--json", "--root", str(root))
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert set(data) >= DESIGN_KEYS and set(data["memory"]) >= MEMORY_KEYS
+    assert data["endpoint"] == "a" and data["socket"] == 1 and data["numa_nodes"] == [4, 5, 6, 7]
+    assert data["backend"] == "zentorch" and data["runtime"] == "podman"
+    assert data["errors"] == [] and list(data["units"]) == ["epyc-llm-a.container"]
+    assert len(data["fingerprint"]) == 64
+    assert data["env"]["VLLM_CPU_OMP_THREADS_BIND"] == data["cpus"]
+    again = json.loads(run(ws, "a", "--json", "--root", str(root)).output)
+    assert again["fingerprint"] == data["fingerprint"]
+    other = json.loads(run(ws, "b", "--json", "--root", str(root)).output)
+    assert other["socket"] == 0 and other["port"] != data["port"]
+    assert not ws.settings.unit_dir.exists() and not ws.settings.quadlet_dir.exists()
+
+
+@pytest.mark.usefixtures("podman_5")
+def test_table_follows_the_recipes_confirmation_step(ws: Workspace, tmp_path: Path) -> None:
+    root = make_host(tmp_path / "hosts", "milan-7763-2s")
+    ws.endpoint("llm", "socket = 1\n")
+    result = run(ws, "llm", "--root", str(root))
+    assert result.exit_code == 0, result.output
+    out = result.output
+    for label in ("Model / kind", "Backend", "Path", "Precision", "Memory fit", "CPU config",
+                  "Hardware", "Port", "Consent needed"):  # fmt: skip
+        assert label in out
+    assert "stock vLLM CPU" in out and "socket 1 (forced by socket = 1)" in out
+    assert "EPYC Milan" in out and "docker.io/vllm/vllm-openai-cpu:v0.25.1-x86_64" in out
+    assert f"# {ws.settings.quadlet_dir}/epyc-llm-llm.container" in out
+    assert "fingerprint " in out and "--accept-unvalidated" in out
+
+
+@pytest.mark.usefixtures("podman_5")
+def test_refused_host_exits_1(ws: Workspace, tmp_path: Path) -> None:
+    root = make_host(tmp_path / "hosts", "xeon")
+    ws.endpoint("llm")
+    result = run(ws, "llm", "--json", "--root", str(root))
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    assert "not an AMD EPYC" in data["errors"][0] and data["units"] == {}
+    assert data["fingerprint"] is None
+
+
+@pytest.mark.usefixtures("podman_5")
+def test_bad_file_exits_2_naming_file_and_key(ws: Workspace, tmp_path: Path) -> None:
+    root = make_host(tmp_path / "hosts", "genoa-9654-2s-nps1")
+    ws.endpoint("bad", "sockets = 1\n")
+    ws.endpoint("good")
+    bad = run(ws, "bad", "--json", "--root", str(root))
+    assert bad.exit_code == 2
+    assert json.loads(bad.output)["errors"][0].startswith(f"{ws.config_dir / 'bad.toml'}: sockets:")
+    assert run(ws, "good", "--root", str(root)).exit_code == 0
+
+
+def test_unknown_name_exits_2(ws: Workspace) -> None:
+    result = CliRunner().invoke(
+        main, ["plan", "nope"], env={"EPYCD_CONFIG_DIR": str(ws.config_dir)}
+    )
+    assert result.exit_code == 2 and "no endpoint file nope.toml" in result.output
+
+
+@pytest.mark.vllm
+def test_this_machine_with_the_real_vllm_venv(ws: Workspace) -> None:
+    """This host (Genoa/Zen5 VM, no Quadlet, no docker daemon) with the real vLLM venv: the
+    real probe must report the Zen platform and the plan takes the host path."""
+    cache = Path(os.environ.get("EPYC_TEST_CACHE", "/var/cache/epyc-llm-test"))
+    vllm, model = cache / "vllm-venv" / "bin" / "vllm", cache / "tiny-model"
+    if not vllm.exists() or not model.exists():
+        pytest.fail(f"{vllm} or {model} is missing: run tests/bootstrap.sh")
+    ws.endpoint("tiny", f'model = "{model}"\nvllm = "{vllm}"\nruntime = "host"\n'
+                "max_model_len = 512\n")  # fmt: skip
+    result = run(ws, "tiny", "--json", "--root", "/")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert (data["runtime"], data["backend"]) == ("host", "zentorch")
+    assert data["vllm_executable"] == str(vllm)
+    assert data["socket"] == 0 and data["memory"]["fits"]
+    assert list(data["units"]) == ["epyc-llm-tiny.service"]

@@ -1,0 +1,188 @@
+"""Routing by CPU, the stack gate on the probed host vLLM, and runtime choice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, PodmanFacts, RuntimeFacts
+from epycd.stack import shipped_stack
+from tests.plan.conftest import Workspace
+
+STACK = shipped_stack()
+HostOf = Callable[..., HostFacts]
+
+
+def probe_says(platform: str, version: str = "0.25.1") -> Callable[[str], HostVllmFacts]:
+    def probe(executable: str) -> HostVllmFacts:
+        return HostVllmFacts(path=executable, present=True, version=version, platform=platform)
+
+    return probe
+
+
+def test_genoa_takes_the_validated_zentorch_image(ws: Workspace, host_of: HostOf) -> None:
+    ws.endpoint("llm")
+    plan = ws.plan(host_of("genoa-9654-2s-nps1"))["llm"].plan
+    assert plan is not None
+    assert (plan.backend, plan.runtime, plan.image) == ("zentorch", "podman", STACK.image)
+    assert not plan.image_entrypoint_is_vllm_serve
+    assert not plan.requires_confirmation and plan.confirmation_reasons == []
+    assert plan.vllm_version == "0.25.1"
+
+
+@pytest.mark.parametrize("name", ["turin-9965", "venice-256c"])
+def test_turin_and_venice_on_the_pinned_stack_need_no_consent(
+    ws: Workspace, host_of: HostOf, name: str
+) -> None:
+    ws.endpoint("llm")
+    plan = ws.plan(host_of(name))["llm"].plan
+    assert plan is not None and plan.backend == "zentorch" and not plan.requires_confirmation
+
+
+def test_milan_gets_the_stock_image_with_consent(ws: Workspace, host_of: HostOf) -> None:
+    ws.endpoint("llm")
+    plan = ws.plan(host_of("milan-7763-2s"))["llm"].plan
+    assert plan is not None
+    assert plan.backend == "stock"
+    assert plan.image == "docker.io/vllm/vllm-openai-cpu:v0.25.1-x86_64"
+    assert plan.image_entrypoint_is_vllm_serve
+    assert plan.requires_confirmation
+    assert "AVX-512 BF16" in plan.confirmation_reasons[0]
+    assert "zentorch" not in " ".join(plan.env)
+
+
+@pytest.mark.parametrize("name", ["bergamo-9754", "epyc-4584px"])
+def test_bf16_outside_genoa_turin_venice_is_unvalidated_zentorch(
+    ws: Workspace, host_of: HostOf, name: str
+) -> None:
+    ws.endpoint("llm")
+    plan = ws.plan(host_of(name))["llm"].plan
+    assert plan is not None
+    assert plan.backend == "zentorch" and plan.image == STACK.image
+    assert plan.requires_confirmation
+    assert "not validated" in plan.confirmation_reasons[0]
+
+
+def test_bergamo_may_choose_the_stock_image_with_consent(ws: Workspace, host_of: HostOf) -> None:
+    ws.endpoint("llm", 'image = "vllm/vllm-openai-cpu:latest-x86_64"\n')
+    plan = ws.plan(host_of("bergamo-9754"))["llm"].plan
+    assert plan is not None
+    assert plan.backend == "stock" and plan.requires_confirmation
+    assert plan.image == "docker.io/vllm/vllm-openai-cpu:latest-x86_64"
+    assert plan.image_entrypoint_is_vllm_serve
+    assert any("not pinned" in w for w in plan.warnings)
+
+
+def test_xeon_is_refused_naming_the_cpu(ws: Workspace, host_of: HostOf) -> None:
+    ws.endpoint("llm")
+    result = ws.plan(host_of("xeon"))["llm"]
+    assert result.plan is None and result.exit_code == 1
+    assert "Intel(R) Xeon(R) Platinum 8480+" in result.errors[0].text
+    assert "GenuineIntel" in result.errors[0].text
+
+
+def test_stock_image_on_genoa_is_blocked(ws: Workspace, host_of: HostOf) -> None:
+    path = ws.endpoint("llm", 'image = "vllm/vllm-openai-cpu:v0.25.1-x86_64"\n')
+    result = ws.plan(host_of("genoa-9654-2s-nps1"))["llm"]
+    assert result.exit_code == 1
+    assert (result.errors[0].file, result.errors[0].key) == (str(path), "image")
+    assert "blocked" in result.errors[0].message
+
+
+def test_host_vllm_on_the_zen_platform_proceeds(ws: Workspace, host_of: HostOf) -> None:
+    ws.endpoint("llm", 'runtime = "host"\nvllm = "/opt/zen/bin/vllm"\n')
+    plan = ws.plan(host_of("genoa-9654-2s-nps1"), probe=probe_says("ZenCpuPlatform"))["llm"].plan
+    assert plan is not None
+    assert (plan.runtime, plan.backend, plan.image) == ("host", "zentorch", None)
+    assert plan.vllm_executable == "/opt/zen/bin/vllm"
+    assert plan.run_flags == [] and plan.hf_cache is None
+    assert "HF_HOME" not in plan.env and plan.extra_mounts == []
+    assert plan.vllm_args[0] == str(ws.model)
+    assert list(plan.units) == ["epyc-llm-llm.service"]
+
+
+def test_host_vllm_on_the_stock_platform_is_blocked_on_genoa(
+    ws: Workspace, host_of: HostOf
+) -> None:
+    ws.endpoint("llm", 'runtime = "host"\nvllm = "/opt/plain/bin/vllm"\n')
+    result = ws.plan(host_of("genoa-9654-2s-nps1"), probe=probe_says("CpuPlatform"))["llm"]
+    assert result.exit_code == 1 and result.plan is None
+    assert result.errors[0].key == "vllm" and "blocked" in result.errors[0].message
+
+
+def test_host_vllm_on_the_stock_platform_is_stock_with_consent_on_milan(
+    ws: Workspace, host_of: HostOf
+) -> None:
+    ws.endpoint("llm", 'runtime = "host"\nvllm = "/opt/plain/bin/vllm"\n')
+    plan = ws.plan(host_of("milan-7763-2s"), probe=probe_says("CpuPlatform", "0.29.0"))["llm"].plan
+    assert plan is not None and plan.backend == "stock" and plan.requires_confirmation
+    assert plan.vllm_version == "0.29.0"
+    assert any("not the pinned vLLM 0.25.1" in w for w in plan.warnings)
+
+
+def test_venice_off_the_pinned_vllm_needs_consent(ws: Workspace, host_of: HostOf) -> None:
+    ws.endpoint("llm", 'runtime = "host"\nvllm = "/opt/zen/bin/vllm"\n')
+    venice = host_of("venice-256c")
+    plan = ws.plan(venice, probe=probe_says("ZenCpuPlatform", "0.26.0"))["llm"].plan
+    assert plan is not None and plan.requires_confirmation
+    assert "Venice" in plan.confirmation_reasons[0]
+    pinned = ws.plan(venice, probe=probe_says("ZenCpuPlatform", "0.25.1+cpu"))["llm"].plan
+    assert pinned is not None and not pinned.requires_confirmation
+
+
+AUTO_CASES = [
+    (RuntimeFacts(podman=PodmanFacts(present=True, version="5.4.2", quadlet=True),
+                  docker=DockerFacts(present=True, daemon_reachable=True)), "podman"),
+    (RuntimeFacts(podman=PodmanFacts(present=True, version="4.3.1", quadlet=False),
+                  docker=DockerFacts(present=True, daemon_reachable=True)), "docker"),
+    (RuntimeFacts(podman=PodmanFacts(present=True, version="4.3.1", quadlet=False),
+                  docker=DockerFacts(present=True, daemon_reachable=False)), "host"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("runtimes", "expected"), AUTO_CASES)
+def test_auto_runtime_prefers_quadlet_then_docker_then_host(
+    ws: Workspace, host_of: HostOf, runtimes: RuntimeFacts, expected: str
+) -> None:
+    ws.endpoint("llm", 'vllm = "/opt/zen/bin/vllm"\n')
+    result = ws.plan(host_of("genoa-9654-2s-nps1", runtimes), probe=probe_says("ZenCpuPlatform"))
+    plan = result["llm"].plan
+    assert plan is not None and plan.runtime == expected
+
+
+def test_no_runtime_at_all_is_refused_with_the_one_time_fix(ws: Workspace, host_of: HostOf) -> None:
+    ws.endpoint("llm")
+    result = ws.plan(host_of("genoa-9654-2s-nps1", RuntimeFacts()))["llm"]
+    assert result.exit_code == 1
+    assert "no container runtime" in result.errors[0].message
+    assert "podman" in (result.errors[0].fix or "")
+
+
+@pytest.mark.parametrize(
+    ("runtime", "facts", "says"),
+    [
+        ("podman", RuntimeFacts(), "podman is not installed"),
+        ("podman", RuntimeFacts(podman=PodmanFacts(present=True, version="4.3.1")), "Quadlet"),
+        ("docker", RuntimeFacts(), "docker is not installed"),
+        ("docker", RuntimeFacts(docker=DockerFacts(present=True)), "does not answer"),
+    ],
+)
+def test_explicit_runtime_that_is_not_there_is_a_clear_error(
+    ws: Workspace, host_of: HostOf, runtime: str, facts: RuntimeFacts, says: str
+) -> None:
+    path = ws.endpoint("llm", f'runtime = "{runtime}"\n')
+    result = ws.plan(host_of("genoa-9654-2s-nps1", facts))["llm"]
+    assert result.plan is None
+    error = result.errors[0]
+    assert (error.file, error.key) == (str(path), "runtime") and says in error.message
+
+
+def test_host_vllm_that_cannot_be_probed_is_an_error(ws: Workspace, host_of: HostOf) -> None:
+    ws.endpoint("llm", 'runtime = "host"\nvllm = "/nowhere/bin/vllm"\n')
+
+    def absent(executable: str) -> HostVllmFacts:
+        return HostVllmFacts(path=executable, present=False, error="no such executable")
+
+    result = ws.plan(host_of("genoa-9654-2s-nps1"), probe=absent)["llm"]
+    assert result.errors[0].key == "vllm" and "no such executable" in result.errors[0].message
