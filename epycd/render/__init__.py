@@ -1,0 +1,54 @@
+"""Rendering: the exact systemd units for one endpoint, a pure function of its decisions.
+
+`render_units` checks the decisions once more (epycd.render.policy), then writes a Quadlet
+`.container` (podman) or a `.service` (docker, host) whose every value is quoted by
+systemd's and Quadlet's rules (epycd.render.syntax).
+
+The HF token never enters a unit, an environment or `podman/docker inspect`: the token file
+(root-only, holding only the token) reaches the process as a file and huggingface_hub reads
+it through `HF_TOKEN_PATH`. Containers bind-mount it read-only at /run/secrets/hf_token;
+the host path loads it with `LoadCredential=` and points `HF_TOKEN_PATH` at `%d/hf_token`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from epycd.errors import EpycError
+from epycd.plan.model import EndpointDecisions
+from epycd.render.policy import check_decisions
+from epycd.render.quadlet import render_container
+from epycd.render.services import render_docker, render_host
+
+
+def unit_file_name(decisions: EndpointDecisions) -> str:
+    suffix = ".container" if decisions.runtime == "podman" else ".service"
+    return decisions.unit_name + suffix
+
+
+def render_units(decisions: EndpointDecisions) -> dict[str, str]:
+    """File name -> exact text. Raises InputError (naming the file and key) on unsafe values."""
+    try:
+        check_decisions(decisions)
+        if decisions.runtime == "podman":
+            text = render_container(decisions)
+        elif decisions.runtime == "docker":
+            text = render_docker(decisions)
+        else:
+            text = render_host(decisions)
+    except EpycError as error:
+        if error.file is None:
+            error.file = decisions.config_file
+        raise
+    return {unit_file_name(decisions): text}
+
+
+def unit_dirs(
+    decisions: EndpointDecisions, *, unit_dir: Path, quadlet_dir: Path
+) -> dict[str, Path]:
+    """File name -> the folder it is installed in (Quadlet's folder for `.container`)."""
+    folder = quadlet_dir if decisions.runtime == "podman" else unit_dir
+    return {unit_file_name(decisions): folder}
+
+
+__all__ = ["render_units", "unit_dirs", "unit_file_name"]

@@ -1,0 +1,123 @@
+"""The argument vectors the units run, before any quoting: the same lists feed every path."""
+
+from __future__ import annotations
+
+from epycd.host.cpulist import format_cpulist
+from epycd.plan.model import EndpointDecisions
+
+TOKEN_IN_CONTAINER = "/run/secrets/hf_token"
+TOKEN_CREDENTIAL = "hf_token"
+DOCKER = "docker"
+
+
+def base_url(decisions: EndpointDecisions) -> str:
+    return f"http://127.0.0.1:{decisions.port}"
+
+
+def gate_timeout(decisions: EndpointDecisions) -> int:
+    """The gate's own bound, inside TimeoutStartSec so the gate, not systemd, reports it."""
+    return max(decisions.start_timeout_s - min(60, decisions.start_timeout_s // 10), 1)
+
+
+def vllm_serve_in_container(decisions: EndpointDecisions) -> list[str]:
+    prefix = [] if decisions.image_entrypoint_is_vllm_serve else ["vllm", "serve"]
+    return [*prefix, *decisions.vllm_args]
+
+
+def vllm_serve_on_host(decisions: EndpointDecisions) -> list[str]:
+    assert decisions.vllm_executable is not None
+    return [decisions.vllm_executable, "serve", *decisions.vllm_args]
+
+
+def supervisor(decisions: EndpointDecisions, server: list[str]) -> list[str]:
+    argv = [
+        decisions.product_python,
+        "-m",
+        "epycd.supervisor",
+        "--name",
+        decisions.endpoint,
+        "--url",
+        base_url(decisions),
+        "--served-model-name",
+        decisions.served_model_name,
+        "--endpoint",
+        decisions.primary_endpoint,
+        "--load-timeout",
+        str(gate_timeout(decisions)),
+    ]
+    if decisions.status_file:
+        argv += ["--status-file", decisions.status_file]
+    return [*argv, "--", *server]
+
+
+def health_gate(decisions: EndpointDecisions) -> list[str]:
+    return [
+        decisions.product_python,
+        "-m",
+        "epycd.health",
+        "--url",
+        base_url(decisions),
+        "--served-model-name",
+        decisions.served_model_name,
+        "--endpoint",
+        decisions.primary_endpoint,
+        "--timeout",
+        str(gate_timeout(decisions)),
+    ]
+
+
+def health_probe(decisions: EndpointDecisions) -> str:
+    """podman's --health-cmd in exec (JSON array) form: Python's urllib, no curl, no shell."""
+    code = f"import urllib.request as r; r.urlopen('{base_url(decisions)}/health', timeout=5)"
+    return f'["python3", "-c", "{code}"]'
+
+
+def container_env(decisions: EndpointDecisions) -> list[tuple[str, str]]:
+    env = dict(decisions.env)
+    if decisions.hf_token_file:
+        env["HF_TOKEN_PATH"] = TOKEN_IN_CONTAINER
+    return sorted(env.items())
+
+
+def extra_run_flags(decisions: EndpointDecisions) -> list[str]:
+    required = ("--ipc=host", "--network=host", "--cap-add=SYS_NICE")
+    return [flag for flag in decisions.run_flags if flag not in required]
+
+
+def container_mounts(decisions: EndpointDecisions) -> list[str]:
+    """`-v`/`Volume=` values: HOST:CONTAINER[:ro]."""
+    mounts = []
+    if decisions.hf_cache:
+        mounts.append(f"{decisions.hf_cache.host_path}:{decisions.hf_cache.container_path}")
+    for mount in decisions.extra_mounts:
+        ro = ":ro" if mount.read_only else ""
+        mounts.append(f"{mount.host_path}:{mount.container_path}{ro}")
+    if decisions.hf_token_file:
+        mounts.append(f"{decisions.hf_token_file}:{TOKEN_IN_CONTAINER}:ro")
+    return mounts
+
+
+def docker_run(decisions: EndpointDecisions) -> list[str]:
+    assert decisions.image is not None
+    argv = [
+        DOCKER,
+        "run",
+        "--rm",
+        "--name",
+        decisions.unit_name,
+        "--ipc=host",
+        "--network=host",
+        "--cap-add=SYS_NICE",
+        f"--cpuset-cpus={decisions.cpus}",
+        f"--cpuset-mems={numa_list(decisions)}",
+        *extra_run_flags(decisions),
+    ]
+    for mount in container_mounts(decisions):
+        argv += ["-v", mount]
+    for name, value in container_env(decisions):
+        argv += ["-e", f"{name}={value}"]
+    return [*argv, decisions.image, *vllm_serve_in_container(decisions)]
+
+
+def numa_list(decisions: EndpointDecisions) -> str:
+    return format_cpulist(decisions.numa_nodes)

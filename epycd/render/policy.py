@@ -1,0 +1,224 @@
+"""The renderer's last line of defence: decisions that must never become a unit.
+
+The planner already enforces these rules; a unit is what actually runs, so the renderer
+checks them again and refuses (InputError naming the endpoint file and the key) rather than
+write a unit that breaks vLLM, leaks a secret or mis-pins the instance.
+"""
+
+from __future__ import annotations
+
+import re
+
+from epycd.errors import InputError
+from epycd.host.cpulist import parse_cpulist
+from epycd.plan.model import EndpointDecisions
+from epycd.render.syntax import check_printable, executable
+
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+IMAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+PLAIN_PATH_FORBIDDEN = re.compile(r"[\s:$\\\"',]")
+
+REQUIRED_ENV = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE")
+FORBIDDEN_ENV = {
+    "OMP_NUM_THREADS": "vLLM derives it from VLLM_CPU_OMP_THREADS_BIND",
+    "VLLM_CPU_NUM_OF_RESERVED_CPU": "vLLM's own default must apply",
+    "HF_TOKEN": "a secret never goes in a unit: use hf_token_file",
+    "HUGGING_FACE_HUB_TOKEN": "a secret never goes in a unit: use hf_token_file",
+}
+THROUGHPUT_SET = {
+    "TORCHINDUCTOR_FREEZING": "1",
+    "VLLM_USE_AOT_COMPILE": "0",
+    "ZENTORCH_WEIGHT_PREPACK": "1",
+}
+REQUIRED_RUN_FLAGS = ("--ipc=host", "--network=host", "--cap-add=SYS_NICE")
+FORBIDDEN_RUN_FLAGS = {
+    "--shm-size": "podman refuses --shm-size together with --ipc=host",
+    "--device": "the CPU path needs no device",
+    "--cpuset-cpus": "the plan pins the CPUs",
+    "--cpuset-mems": "the plan pins the NUMA nodes",
+    "--ipc": "the container runs with --ipc=host",
+    "--network": "the container runs with --network=host",
+    "--net": "the container runs with --network=host",
+}
+
+
+def _flag_name(arg: str) -> str:
+    return arg.split("=", 1)[0]
+
+
+def _refuse(decisions: EndpointDecisions, key: str, message: str, fix: str) -> InputError:
+    return InputError(message, file=decisions.config_file, key=key, fix=fix)
+
+
+def check_identity(decisions: EndpointDecisions) -> None:
+    check_printable(decisions.model, "model")
+    check_printable(decisions.served_model_name, "served_model_name")
+    executable(decisions.product_python, "product_python")
+    if decisions.vllm_executable is not None:
+        executable(decisions.vllm_executable, "vllm")
+    if not NAME_PATTERN.fullmatch(decisions.endpoint):
+        raise _refuse(
+            decisions,
+            "endpoint",
+            f"{decisions.endpoint!r} is not a valid endpoint name",
+            "name the file [a-z0-9][a-z0-9-]{0,62}.toml",
+        )
+    if decisions.unit_name != f"epyc-llm-{decisions.endpoint}":
+        raise _refuse(
+            decisions,
+            "unit_name",
+            f"unit name {decisions.unit_name!r} is not epyc-llm-{decisions.endpoint}",
+            "plan the endpoint again",
+        )
+    if not 1 <= decisions.port <= 65535:
+        raise _refuse(decisions, "port", f"port {decisions.port} is out of range", "use 1-65535")
+    if decisions.start_timeout_s <= 0:
+        raise _refuse(
+            decisions, "start_timeout_s", "the start timeout must be positive", "plan again"
+        )
+
+
+def check_pinning(decisions: EndpointDecisions) -> None:
+    try:
+        cpus = parse_cpulist(decisions.cpus)
+    except ValueError:
+        cpus = []
+    if not cpus:
+        raise _refuse(
+            decisions, "cpus", f"{decisions.cpus!r} is not a CPU list", "plan the endpoint again"
+        )
+    if not decisions.numa_nodes or min(decisions.numa_nodes) < 0:
+        raise _refuse(
+            decisions,
+            "numa_nodes",
+            f"{decisions.numa_nodes} is not a list of NUMA nodes",
+            "plan the endpoint again",
+        )
+    bind = decisions.env.get("VLLM_CPU_OMP_THREADS_BIND", "")
+    try:
+        bind_cpus = parse_cpulist(bind)
+    except ValueError:
+        bind_cpus = []
+    if bind_cpus != cpus:
+        raise _refuse(
+            decisions,
+            "env.VLLM_CPU_OMP_THREADS_BIND",
+            f"the OpenMP bind list {bind!r} is not the pinned CPUs {decisions.cpus!r}",
+            "plan the endpoint again",
+        )
+    kv = decisions.env.get("VLLM_CPU_KVCACHE_SPACE", "")
+    if not kv.isdecimal() or int(kv) < 1:
+        raise _refuse(
+            decisions,
+            "env.VLLM_CPU_KVCACHE_SPACE",
+            f"the KV pool {kv!r} is not a whole number of GiB",
+            "plan the endpoint again",
+        )
+
+
+def check_env(decisions: EndpointDecisions) -> None:
+    for name in REQUIRED_ENV:
+        if name not in decisions.env:
+            raise _refuse(decisions, f"env.{name}", f"{name} is not set", "plan the endpoint again")
+    for name, why in FORBIDDEN_ENV.items():
+        if name in decisions.env:
+            raise _refuse(
+                decisions, f"env.{name}", f"{name} must not be set: {why}", f"remove {name}"
+            )
+    present = {name: decisions.env[name] for name in THROUGHPUT_SET if name in decisions.env}
+    if present and present != THROUGHPUT_SET:
+        wanted = " ".join(f"{name}={value}" for name, value in THROUGHPUT_SET.items())
+        raise _refuse(
+            decisions,
+            "env." + next(iter(present)),
+            f"the throughput flags go together or not at all: {wanted}"
+            f" (found {' '.join(f'{k}={v}' for k, v in present.items())})",
+            "set throughput_flags = true, or none of the three",
+        )
+    if decisions.hf_token_file and "HF_TOKEN_PATH" in decisions.env:
+        raise _refuse(
+            decisions,
+            "env.HF_TOKEN_PATH",
+            "HF_TOKEN_PATH is set and hf_token_file names the token too",
+            "keep only hf_token_file",
+        )
+
+
+def check_args(decisions: EndpointDecisions) -> None:
+    for index, arg in enumerate(decisions.vllm_args):
+        if _flag_name(arg) == "--device":
+            raise _refuse(
+                decisions,
+                f"vllm_args[{index}]",
+                "--device is rejected by vllm serve >= 0.20 and not needed on the CPU",
+                "remove --device",
+            )
+    for index, flag in enumerate(decisions.run_flags):
+        why = FORBIDDEN_RUN_FLAGS.get(_flag_name(flag))
+        if why and flag not in REQUIRED_RUN_FLAGS:
+            raise _refuse(decisions, f"run_flags[{index}]", f"{flag}: {why}", f"remove {flag}")
+
+
+def check_runtime(decisions: EndpointDecisions) -> None:
+    if decisions.runtime == "host":
+        if not decisions.vllm_executable:
+            raise _refuse(
+                decisions, "vllm", "the host path needs the vllm executable", "set vllm = PATH"
+            )
+        if decisions.hf_token_file:
+            check_plain_path(decisions, "hf_token_file", decisions.hf_token_file)
+        return
+    if not decisions.image or not IMAGE_PATTERN.fullmatch(decisions.image):
+        raise _refuse(
+            decisions,
+            "image",
+            f"{decisions.image!r} is not a container image reference",
+            "use NAME[:TAG][@DIGEST], e.g. docker.io/vllm/vllm-openai-cpu:v0.29.0-x86_64",
+        )
+    if decisions.runtime == "podman" and not _is_fully_qualified(decisions.image):
+        raise _refuse(
+            decisions,
+            "image",
+            f"{decisions.image!r} names no registry; podman would resolve the short name "
+            "through registries.conf (Quadlet warns about it)",
+            f"write it in full, e.g. docker.io/{decisions.image}",
+        )
+    paths = []
+    if decisions.hf_cache:
+        paths.append(("hf_cache", decisions.hf_cache.host_path))
+        paths.append(("hf_cache", decisions.hf_cache.container_path))
+    if decisions.hf_token_file:
+        paths.append(("hf_token_file", decisions.hf_token_file))
+    for index, mount in enumerate(decisions.extra_mounts):
+        paths.append((f"extra_mounts[{index}]", mount.host_path))
+        paths.append((f"extra_mounts[{index}]", mount.container_path))
+    for key, path in paths:
+        check_plain_path(decisions, key, path)
+
+
+def _is_fully_qualified(image: str) -> bool:
+    first, slash, _rest = image.partition("/")
+    return bool(slash) and ("." in first or ":" in first or first == "localhost")
+
+
+def check_plain_path(decisions: EndpointDecisions, key: str, path: str) -> None:
+    """A mounted or credential path: `-v`/`Volume=`/`LoadCredential=` split at `:` and `,`,
+    and Quadlet copies `Volume=` into the unit without quoting."""
+    bad = PLAIN_PATH_FORBIDDEN.search(path)
+    if not path.startswith("/") or bad:
+        found = f" (found {bad.group()!r})" if bad else ""
+        raise _refuse(
+            decisions,
+            key,
+            f"{path!r} is not a plain absolute path{found}",
+            "use an absolute path without whitespace, quotes, backslashes, ':', ',' or '$'",
+        )
+
+
+def check_decisions(decisions: EndpointDecisions) -> None:
+    """Raise InputError on the first rule these decisions break."""
+    check_identity(decisions)
+    check_env(decisions)
+    check_pinning(decisions)
+    check_args(decisions)
+    check_runtime(decisions)

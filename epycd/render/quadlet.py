@@ -1,0 +1,107 @@
+"""The podman path: a Quadlet `.container` (podman-systemd.unit(5)), Quadlet >= 4.4."""
+
+from __future__ import annotations
+
+from epycd.plan.model import EndpointDecisions
+from epycd.render import commands
+from epycd.render.syntax import (
+    command_line,
+    plain_value,
+    quadlet_argument,
+    quadlet_env_assignment,
+    quadlet_raw,
+)
+from epycd.render.text import Line, unit_text
+
+HEALTH_INTERVAL = "10s"
+HEALTH_TIMEOUT = "10s"
+HEALTH_RETRIES = "3"
+
+
+def describe(decisions: EndpointDecisions) -> str:
+    """The unit's Description, before escaping."""
+    return (
+        f"epyc-llm {decisions.endpoint}: vLLM serving {decisions.model} "
+        f"({decisions.runtime}, socket {decisions.socket})"
+    )
+
+
+def description(decisions: EndpointDecisions) -> str:
+    return plain_value(describe(decisions), "model")
+
+
+def _words(args: list[str], what: str) -> str:
+    return " ".join(quadlet_argument(arg, f"{what}[{index}]") for index, arg in enumerate(args))
+
+
+def container_lines(decisions: EndpointDecisions) -> list[Line]:
+    assert decisions.image is not None
+    podman_args = [
+        "--ipc=host",
+        f"--cpuset-cpus={decisions.cpus}",
+        f"--cpuset-mems={commands.numa_list(decisions)}",
+        *commands.extra_run_flags(decisions),
+    ]
+    lines: list[Line] = [
+        ("ContainerName", decisions.unit_name),
+        ("Image", quadlet_raw(decisions.image, "image")),
+        ("Pull", "never"),
+        ("Exec", _words(commands.vllm_serve_in_container(decisions), "vllm_args")),
+        ("Network", "host"),
+        ("AddCapability", "SYS_NICE"),
+        ("PodmanArgs", _words(podman_args, "run_flags")),
+    ]
+    lines += [
+        ("Volume", quadlet_raw(mount, "mount")) for mount in commands.container_mounts(decisions)
+    ]
+    lines += [
+        ("Environment", quadlet_env_assignment(name, value, f"env.{name}"))
+        for name, value in commands.container_env(decisions)
+    ]
+    if decisions.podman_notify_healthy:
+        lines += [
+            ("Notify", "healthy"),
+            ("HealthCmd", quadlet_raw(commands.health_probe(decisions), "port")),
+            ("HealthStartPeriod", f"{decisions.start_timeout_s}s"),
+            ("HealthInterval", HEALTH_INTERVAL),
+            ("HealthTimeout", HEALTH_TIMEOUT),
+            ("HealthRetries", HEALTH_RETRIES),
+        ]
+    return lines
+
+
+def service_lines(decisions: EndpointDecisions) -> list[Line]:
+    lines: list[Line] = [("TimeoutStartSec", str(decisions.start_timeout_s))]
+    lines += restart_lines(decisions)
+    lines += [
+        ("ExecStartPre", command_line(argv, f"exec_start_pre[{index}]"))
+        for index, argv in enumerate(decisions.exec_start_pre)
+    ]
+    if not decisions.podman_notify_healthy:
+        lines.append(("ExecStartPost", command_line(commands.health_gate(decisions), "health")))
+    return lines
+
+
+def restart_lines(decisions: EndpointDecisions) -> list[Line]:
+    if decisions.restart == "on-failure":
+        return [("Restart", "on-failure"), ("RestartSec", "30s")]
+    return [("Restart", "no")]
+
+
+def render_container(decisions: EndpointDecisions) -> str:
+    return unit_text(
+        decisions.endpoint,
+        [
+            (
+                "Unit",
+                [
+                    ("Description", description(decisions)),
+                    ("Wants", "network-online.target"),
+                    ("After", "network-online.target"),
+                ],
+            ),
+            ("Container", container_lines(decisions)),
+            ("Service", service_lines(decisions)),
+            ("Install", [("WantedBy", "multi-user.target")]),
+        ],
+    )

@@ -1,0 +1,103 @@
+"""The docker and host paths: a `.service` whose main process is epycd's supervisor.
+
+The supervisor starts the server, runs the health gate and sends READY=1 (Type=notify).
+"""
+
+from __future__ import annotations
+
+from epycd.plan.model import EndpointDecisions
+from epycd.render import commands
+from epycd.render.quadlet import description, restart_lines
+from epycd.render.syntax import command_line, env_assignment, plain_value
+from epycd.render.text import Line, Section, unit_text
+
+
+def _unit_section(decisions: EndpointDecisions, after: str) -> Section:
+    return (
+        "Unit",
+        [
+            ("Description", description(decisions)),
+            ("Wants", "network-online.target"),
+            ("After", after),
+        ],
+    )
+
+
+def _service_head(decisions: EndpointDecisions) -> list[Line]:
+    lines: list[Line] = [
+        ("Type", "notify"),
+        ("NotifyAccess", "main"),
+        ("TimeoutStartSec", str(decisions.start_timeout_s)),
+    ]
+    lines += restart_lines(decisions)
+    lines += [
+        ("ExecStartPre", command_line(argv, f"exec_start_pre[{index}]"))
+        for index, argv in enumerate(decisions.exec_start_pre)
+    ]
+    return lines
+
+
+def render_docker(decisions: EndpointDecisions) -> str:
+    service = _service_head(decisions)
+    service += [
+        ("ExecStartPre", "-" + _docker_rm(decisions)),
+        (
+            "ExecStart",
+            command_line(commands.supervisor(decisions, commands.docker_run(decisions)), "command"),
+        ),
+    ]
+    return unit_text(
+        decisions.endpoint,
+        [
+            _unit_section(decisions, "network-online.target docker.service"),
+            ("Service", service),
+            ("Install", [("WantedBy", "multi-user.target")]),
+        ],
+    )
+
+
+def _docker_rm(decisions: EndpointDecisions) -> str:
+    """`docker` by name: systemd finds it in its fixed search path (the `-` forgives absence)."""
+    return f"{commands.DOCKER} rm -f {decisions.unit_name}"
+
+
+def host_env(decisions: EndpointDecisions) -> list[str]:
+    env = dict(sorted(decisions.env.items()))
+    if decisions.hf_cache and "HF_HOME" not in env:
+        env["HF_HOME"] = decisions.hf_cache.host_path
+    assignments = [env_assignment(name, value, f"env.{name}") for name, value in env.items()]
+    if decisions.hf_token_file:
+        assignments.append(f"HF_TOKEN_PATH=%d/{commands.TOKEN_CREDENTIAL}")
+    return assignments
+
+
+def render_host(decisions: EndpointDecisions) -> str:
+    state = f"epyc-llm/endpoints/{decisions.endpoint}"
+    service = _service_head(decisions)
+    service.append(
+        (
+            "ExecStart",
+            command_line(
+                commands.supervisor(decisions, commands.vllm_serve_on_host(decisions)), "command"
+            ),
+        )
+    )
+    service += [
+        ("CPUAffinity", decisions.cpus),
+        ("NUMAPolicy", "bind"),
+        ("NUMAMask", commands.numa_list(decisions)),
+        ("StateDirectory", state),
+        ("WorkingDirectory", f"%S/{state}"),
+    ]
+    service += [("Environment", assignment) for assignment in host_env(decisions)]
+    if decisions.hf_token_file:
+        token = plain_value(decisions.hf_token_file, "hf_token_file")
+        service.append(("LoadCredential", f"{commands.TOKEN_CREDENTIAL}:{token}"))
+    return unit_text(
+        decisions.endpoint,
+        [
+            _unit_section(decisions, "network-online.target"),
+            ("Service", service),
+            ("Install", [("WantedBy", "multi-user.target")]),
+        ],
+    )

@@ -1,0 +1,220 @@
+"""Hand-written decisions, one per unit path, as the planner would hand them over.
+
+The canonical paths (/opt/epyc-llm/...) keep the golden files the same on every machine;
+`runnable()` points the executables at real files so that systemd-analyze accepts them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from epycd.model.facts import MemoryFit
+from epycd.plan.model import EndpointDecisions, HfCacheMount
+
+PRODUCT_PYTHON = "/opt/epyc-llm/venv/bin/python"
+GENOA_IMAGE = (
+    "docker.io/amdih/zendnn_zentorch:vllm_v0.25.1_zentorch_v2.11.0.3_ubuntu22.04_2026_ww30"
+)
+STOCK_IMAGE = "docker.io/vllm/vllm-openai-cpu:v0.29.0-x86_64"
+# socket 1 of a dual Genoa 9654 (96 cores per socket), NPS4: nodes 4-7
+SOCKET1_CPUS = "96-191"
+
+
+def _memory(kv_pool_gb: int) -> MemoryFit:
+    return MemoryFit(
+        weights_gb=1.4,
+        kv_bytes_per_token=114688,
+        context=8192,
+        max_num_seqs=8,
+        kv_gb=7.0,
+        kv_pool_gb=kv_pool_gb,
+        headroom_gb=16.0,
+        required_gb=1.4 + kv_pool_gb + 16.0,
+        available_gb=350.0,
+        fits=True,
+        suggested_max_model_len=None,
+        action="fits",
+    )
+
+
+def _approval_check(name: str) -> list[str]:
+    return [PRODUCT_PYTHON, "-m", "epycd.approval", "check", name]
+
+
+def _base(name: str, **changes: object) -> EndpointDecisions:
+    fields: dict[str, object] = {
+        "endpoint": name,
+        "unit_name": f"epyc-llm-{name}",
+        "config_file": f"/etc/epyc-llm/{name}.toml",
+        "model": "Qwen/Qwen3-0.6B",
+        "served_model_name": "Qwen/Qwen3-0.6B",
+        "model_kind": "text",
+        "primary_endpoint": "chat_completions",
+        "backend": "zentorch",
+        "runtime": "podman",
+        "image": GENOA_IMAGE,
+        "vllm_version": "0.25.1",
+        "dtype": "bfloat16",
+        "socket": 1,
+        "socket_reason": "socket 0 is busy (62 %), socket 1 is idle (3 %)",
+        "cpus": SOCKET1_CPUS,
+        "numa_nodes": [4, 5, 6, 7],
+        "env": {
+            "VLLM_CPU_OMP_THREADS_BIND": SOCKET1_CPUS,
+            "VLLM_CPU_KVCACHE_SPACE": "140",
+        },
+        "kv_cache_gb": 140,
+        "memory": _memory(140),
+        "port": 8000,
+        "max_model_len": 8192,
+        "max_num_seqs": 8,
+        "vllm_args": [
+            "Qwen/Qwen3-0.6B",
+            "--dtype",
+            "bfloat16",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "8000",
+            "--max-model-len",
+            "8192",
+            "--max-num-seqs",
+            "8",
+            "--served-model-name",
+            "Qwen/Qwen3-0.6B",
+        ],
+        "run_flags": ["--ipc=host", "--network=host", "--cap-add=SYS_NICE"],
+        "hf_cache": HfCacheMount(host_path="/srv/hf-cache"),
+        "start_timeout_s": 1200,
+        "podman_notify_healthy": True,
+        "product_python": PRODUCT_PYTHON,
+        "exec_start_pre": [_approval_check(name)],
+        "status_file": f"/run/epyc-llm/{name}.json",
+    }
+    fields.update(changes)
+    return EndpointDecisions.model_validate(fields)
+
+
+def genoa_podman() -> EndpointDecisions:
+    """Socket 1 of a dual Genoa NPS4 on podman 5 (Notify=healthy), throughput flags on."""
+    decisions = _base("qwen")
+    env = {
+        **decisions.env,
+        "TORCHINDUCTOR_FREEZING": "1",
+        "VLLM_USE_AOT_COMPILE": "0",
+        "ZENTORCH_WEIGHT_PREPACK": "1",
+    }
+    return decisions.model_copy(update={"env": env, "restart": "on-failure"})
+
+
+def podman_before_5() -> EndpointDecisions:
+    """podman 4.4-4.x: no Notify=healthy, the health gate runs as ExecStartPost."""
+    return _base("qwen-old", podman_notify_healthy=False, port=8001).model_copy(
+        update={"vllm_args": _args_with_port(8001)}
+    )
+
+
+def milan_docker() -> EndpointDecisions:
+    """Stock image on docker (its entrypoint is `vllm serve`), socket 0 of one Milan."""
+    return _base(
+        "olmo",
+        runtime="docker",
+        backend="stock",
+        image=STOCK_IMAGE,
+        image_entrypoint_is_vllm_serve=True,
+        model="allenai/OLMo-2-0425-1B",
+        served_model_name="olmo-1b",
+        primary_endpoint="completions",
+        socket=0,
+        socket_reason="single socket",
+        cpus="0-63",
+        numa_nodes=[0],
+        env={"VLLM_CPU_OMP_THREADS_BIND": "0-63", "VLLM_CPU_KVCACHE_SPACE": "40"},
+        kv_cache_gb=40,
+        memory=_memory(40),
+        port=8002,
+        vllm_args=[
+            "allenai/OLMo-2-0425-1B",
+            "--dtype",
+            "bfloat16",
+            "--port",
+            "8002",
+            "--served-model-name",
+            "olmo-1b",
+        ],
+        podman_notify_healthy=False,
+    )
+
+
+def host_vllm(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecisions:
+    """A host vLLM from a venv, pinned with CPUAffinity=/NUMAMask=."""
+    return _base(
+        "host-qwen",
+        runtime="host",
+        image=None,
+        vllm_executable=vllm,
+        cpus="0-47",
+        socket=0,
+        socket_reason="socket 0 is idle",
+        numa_nodes=[0, 1],
+        env={"VLLM_CPU_OMP_THREADS_BIND": "0-47", "VLLM_CPU_KVCACHE_SPACE": "64"},
+        port=8003,
+        vllm_args=_args_with_port(8003),
+        podman_notify_healthy=False,
+        hf_cache=HfCacheMount(host_path="/var/cache/hf home"),
+    )
+
+
+def gated_with_token() -> EndpointDecisions:
+    """A gated model: the token file reaches the process, never the unit."""
+    return _base(
+        "llama",
+        model="meta-llama/Llama-3.2-1B-Instruct",
+        served_model_name="llama-1b",
+        hf_token_file="/etc/epyc-llm/secrets/llama.token",
+        port=8004,
+        vllm_args=[
+            "meta-llama/Llama-3.2-1B-Instruct",
+            "--port",
+            "8004",
+            "--served-model-name",
+            "llama-1b",
+        ],
+    )
+
+
+def host_with_token(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecisions:
+    name = "host-llama"
+    return host_vllm(vllm).model_copy(
+        update={
+            "endpoint": name,
+            "unit_name": f"epyc-llm-{name}",
+            "config_file": f"/etc/epyc-llm/{name}.toml",
+            "hf_token_file": f"/etc/epyc-llm/secrets/{name}.token",
+            "exec_start_pre": [_approval_check(name)],
+            "status_file": f"/run/epyc-llm/{name}.json",
+        }
+    )
+
+
+def _args_with_port(port: int) -> list[str]:
+    return ["Qwen/Qwen3-0.6B", "--dtype", "bfloat16", "--port", str(port)]
+
+
+CASES = {
+    "genoa-podman": genoa_podman,
+    "podman-before-5": podman_before_5,
+    "milan-docker": milan_docker,
+    "host-vllm": host_vllm,
+    "gated-podman-token": gated_with_token,
+    "host-vllm-token": host_with_token,
+}
+
+
+def runnable(decisions: EndpointDecisions, python: str, vllm: Path) -> EndpointDecisions:
+    """The same decisions with executables that exist on this machine."""
+    pre = [[python, *argv[1:]] for argv in decisions.exec_start_pre]
+    update: dict[str, object] = {"product_python": python, "exec_start_pre": pre}
+    if decisions.vllm_executable:
+        update["vllm_executable"] = str(vllm)
+    return decisions.model_copy(update=update)

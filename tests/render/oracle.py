@@ -1,0 +1,109 @@
+"""What a rendered unit must hand its processes, checked against a real systemd's runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from epycd.host.cpulist import format_cpulist, parse_cpulist
+from epycd.plan.model import EndpointDecisions
+from epycd.render import commands
+from epycd.render.quadlet import describe
+from tests.render.manager import Run, UserManager
+
+PODMAN = "/usr/bin/podman"
+
+
+def on_this_machine(decisions: EndpointDecisions, manager: UserManager) -> EndpointDecisions:
+    """Executables replaced by the argv dumper; pinned to CPUs and node 0 of this machine."""
+    cpus = format_cpulist(os.sched_getaffinity(0))
+    dumper = str(manager.dumper)
+    update: dict[str, object] = {
+        "product_python": dumper,
+        "exec_start_pre": [[dumper, *argv[1:]] for argv in decisions.exec_start_pre],
+        "cpus": cpus,
+        "numa_nodes": [0],
+        "env": {**decisions.env, "VLLM_CPU_OMP_THREADS_BIND": cpus},
+    }
+    if decisions.vllm_executable:
+        update["vllm_executable"] = dumper
+    return decisions.model_copy(update=update)
+
+
+def runnable_generated(text: str, manager: UserManager) -> str:
+    """Quadlet's service with podman swapped: `run` goes to the dumper, `rm` to /bin/true."""
+    text = text.replace(f"ExecStart={PODMAN} ", f"ExecStart={manager.dumper} ")
+    return text.replace(PODMAN, "/bin/true")
+
+
+def runnable_docker(text: str) -> str:
+    """The docker service without its `docker rm -f` pre-step (no docker daemon is touched)."""
+    return text.replace(f"ExecStartPre=-{commands.DOCKER} ", "ExecStartPre=-/bin/true ")
+
+
+def _main(run: Run, marker: list[str]) -> dict[str, object]:
+    found = [r for r in run.records if r["argv"][1 : 1 + len(marker)] == marker]
+    assert len(found) == 1, f"expected one {marker} run, got {[r['argv'] for r in run.records]}"
+    return found[0]
+
+
+def _common(decisions: EndpointDecisions, run: Run) -> None:
+    assert run.result == "success", run
+    assert run.description == describe(decisions)
+    argvs = [r["argv"] for r in run.records]
+    for argv in decisions.exec_start_pre:
+        assert argv in argvs
+
+
+def check_service(decisions: EndpointDecisions, run: Run) -> None:
+    _common(decisions, run)
+    record = _main(run, ["-m", "epycd.supervisor"])
+    if decisions.runtime == "docker":
+        server = commands.docker_run(decisions)
+    else:
+        server = commands.vllm_serve_on_host(decisions)
+    assert record["argv"] == commands.supervisor(decisions, server)
+    if decisions.runtime == "host":
+        env = record["env"]
+        assert isinstance(env, dict)
+        for name, value in decisions.env.items():
+            assert env.get(name) == value, name
+        if decisions.hf_cache:
+            assert env.get("HF_HOME") == decisions.hf_cache.host_path
+        assert record["cpus"] == parse_cpulist(decisions.cpus)
+        if decisions.hf_token_file:
+            expected = os.path.join(env["CREDENTIALS_DIRECTORY"], commands.TOKEN_CREDENTIAL)
+            assert env["HF_TOKEN_PATH"] == expected
+
+
+def _values_after(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == flag]
+
+
+def check_container(decisions: EndpointDecisions, run: Run) -> None:
+    _common(decisions, run)
+    record = _main(run, ["run"])
+    argv = record["argv"]
+    assert isinstance(argv, list)
+    assert decisions.image is not None
+    tail = [decisions.image, *commands.vllm_serve_in_container(decisions)]
+    assert argv[-len(tail) :] == tail
+    assert _values_after(argv, "--name") == [decisions.unit_name]
+    expected_env = sorted(f"{k}={v}" for k, v in commands.container_env(decisions))
+    assert sorted(_values_after(argv, "--env")) == expected_env
+    assert _values_after(argv, "-v") == commands.container_mounts(decisions)
+    for flag in ("--ipc=host", f"--cpuset-cpus={decisions.cpus}", "--cpuset-mems=0"):
+        assert flag in argv
+    if decisions.podman_notify_healthy:
+        assert "--sdnotify=healthy" in argv
+        assert _values_after(argv, "--health-cmd") == [commands.health_probe(decisions)]
+    else:
+        gate = _main(run, ["-m", "epycd.health"])
+        assert gate["argv"] == commands.health_gate(decisions)
+
+
+def token_file(folder: Path) -> str:
+    path = folder / "hf.token"
+    path.write_text("hf_secret_for_tests\n")
+    path.chmod(0o600)
+    return str(path)

@@ -1,0 +1,150 @@
+"""The renderer refuses decisions that must never become a unit, naming file and key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from epycd.errors import InputError
+from epycd.render import render_units
+from tests.render.fixtures import genoa_podman, host_vllm, milan_docker
+
+ALL = [genoa_podman, milan_docker, host_vllm]
+
+
+def _refused(changes: dict[str, Any], key: str, factory: Any = genoa_podman) -> InputError:
+    decisions = factory().model_copy(update=changes)
+    with pytest.raises(InputError) as caught:
+        render_units(decisions)
+    assert caught.value.key == key
+    assert caught.value.file == decisions.config_file
+    return caught.value
+
+
+@pytest.mark.parametrize("factory", ALL)
+@pytest.mark.parametrize(
+    "name",
+    ["OMP_NUM_THREADS", "VLLM_CPU_NUM_OF_RESERVED_CPU", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"],
+)
+def test_forbidden_environment(factory: Any, name: str) -> None:
+    env = {**factory().env, name: "4"}
+    _refused({"env": env}, f"env.{name}", factory)
+
+
+@pytest.mark.parametrize("name", ["VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE"])
+def test_tuning_environment_is_required(name: str) -> None:
+    env = dict(genoa_podman().env)
+    del env[name]
+    _refused({"env": env}, f"env.{name}")
+
+
+def test_bind_list_must_be_the_pinned_cpus() -> None:
+    env = {**genoa_podman().env, "VLLM_CPU_OMP_THREADS_BIND": "0-95"}
+    error = _refused({"env": env}, "env.VLLM_CPU_OMP_THREADS_BIND")
+    assert "96-191" in error.message
+
+
+@pytest.mark.parametrize(
+    "partial",
+    [
+        {"TORCHINDUCTOR_FREEZING": "1"},
+        {"TORCHINDUCTOR_FREEZING": "1", "VLLM_USE_AOT_COMPILE": "0"},
+        {
+            "TORCHINDUCTOR_FREEZING": "1",
+            "VLLM_USE_AOT_COMPILE": "1",
+            "ZENTORCH_WEIGHT_PREPACK": "1",
+        },
+        {"ZENTORCH_WEIGHT_PREPACK": "1"},
+    ],
+)
+def test_throughput_flags_all_or_none(partial: dict[str, str]) -> None:
+    env = {**host_vllm().env, **partial}
+    error = _refused({"env": env}, f"env.{next(iter(partial))}", host_vllm)
+    assert "together or not at all" in error.message
+
+
+def test_the_full_throughput_set_renders() -> None:
+    text = next(iter(render_units(genoa_podman()).values()))
+    for assignment in (
+        "TORCHINDUCTOR_FREEZING=1",
+        "VLLM_USE_AOT_COMPILE=0",
+        "ZENTORCH_WEIGHT_PREPACK=1",
+    ):
+        assert f"Environment={assignment}\n" in text
+
+
+@pytest.mark.parametrize("factory", ALL)
+@pytest.mark.parametrize("arg", ["--device", "--device=cpu"])
+def test_no_device_argument(factory: Any, arg: str) -> None:
+    args = [*factory().vllm_args, arg, "cpu"]
+    _refused({"vllm_args": args}, f"vllm_args[{len(args) - 2}]", factory)
+
+
+@pytest.mark.parametrize("factory", [genoa_podman, milan_docker])
+@pytest.mark.parametrize(
+    "flag", ["--shm-size=16g", "--shm-size", "--ipc=private", "--device=/dev/kfd"]
+)
+def test_no_shm_size_with_host_ipc_and_no_device(factory: Any, flag: str) -> None:
+    flags = [*factory().run_flags, flag]
+    _refused({"run_flags": flags}, f"run_flags[{len(flags) - 1}]", factory)
+
+
+def test_token_path_from_env_and_file_conflict() -> None:
+    env = {**genoa_podman().env, "HF_TOKEN_PATH": "/x"}
+    _refused({"env": env, "hf_token_file": "/etc/epyc-llm/t"}, "env.HF_TOKEN_PATH")
+
+
+@pytest.mark.parametrize("path", ["/srv/with space", "/srv/a:b", "relative", "/srv/$x", "/a,b"])
+def test_container_mounts_must_survive_volume_syntax(path: str) -> None:
+    decisions = genoa_podman()
+    assert decisions.hf_cache is not None
+    cache = decisions.hf_cache.model_copy(update={"host_path": path})
+    _refused({"hf_cache": cache}, "hf_cache")
+
+
+def test_host_path_allows_spaces_in_the_cache() -> None:
+    text = next(iter(render_units(host_vllm()).values()))
+    assert 'Environment="HF_HOME=/var/cache/hf home"\n' in text
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"endpoint": "Bad_Name", "unit_name": "epyc-llm-Bad_Name"}, "endpoint"),
+        ({"unit_name": "something-else"}, "unit_name"),
+        ({"port": 0}, "port"),
+        ({"cpus": "a-b"}, "cpus"),
+        ({"numa_nodes": []}, "numa_nodes"),
+        ({"image": "bad image"}, "image"),
+        ({"image": None}, "image"),
+        ({"image": "vllm/vllm-openai-cpu:latest-x86_64"}, "image"),
+        ({"model": "evil\nExecStartPre=/bin/rm -rf /"}, "model"),
+        ({"served_model_name": "x\ny"}, "served_model_name"),
+        ({"product_python": "python3"}, "product_python"),
+    ],
+)
+def test_bad_values(changes: dict[str, Any], key: str) -> None:
+    _refused(changes, key)
+
+
+def test_host_path_needs_the_vllm_executable() -> None:
+    _refused({"vllm_executable": None}, "vllm", host_vllm)
+
+
+def test_newline_in_an_argument_is_refused_not_smuggled() -> None:
+    for factory in ALL:
+        args = [*factory().vllm_args, "--chat-template", "x\n[Service]\nExecStart=/bin/sh"]
+        with pytest.raises(InputError, match="control character U\\+000A"):
+            render_units(factory().model_copy(update={"vllm_args": args}))
+
+
+def test_docker_accepts_a_docker_hub_short_name() -> None:
+    decisions = milan_docker().model_copy(update={"image": "vllm/vllm-openai-cpu:latest-x86_64"})
+    assert "vllm/vllm-openai-cpu:latest-x86_64 allenai" in next(
+        iter(render_units(decisions).values())
+    )
+
+
+def test_host_token_file_must_be_a_plain_path() -> None:
+    _refused({"hf_token_file": "/etc/epyc llm/t:x"}, "hf_token_file", host_vllm)
