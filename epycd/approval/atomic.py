@@ -1,0 +1,55 @@
+"""Durable file writes: a temporary file in the target's own folder, fsync, rename, fsync
+the folder. A reader sees the old file or the new one, never a partial one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+STAGED_SUFFIX = ".epycd-staged"
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def staged_path(target: Path, tag: str) -> Path:
+    """The temporary name next to `target`; hidden, so no tool loads it as a unit."""
+    return target.with_name(f".{target.name}.{tag}{STAGED_SUFFIX}")
+
+
+def write_durable(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write `data` to `path` (which must not be in use by anyone) and fsync it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_durable(staged: Path, target: Path) -> None:
+    os.replace(staged, target)
+    fsync_dir(target.parent)
+
+
+def write_atomic(target: Path, data: bytes, mode: int = 0o644) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = staged_path(target, f"{os.getpid()}")
+    write_durable(staged, data, mode)
+    replace_durable(staged, target)
+
+
+def unlink_durable(target: Path) -> None:
+    try:
+        target.unlink()
+    except FileNotFoundError:
+        return
+    fsync_dir(target.parent)

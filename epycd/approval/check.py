@@ -1,0 +1,102 @@
+"""The boot-time approval check, run by every endpoint unit before it starts:
+
+    python -m epycd.approval.check NAME
+
+Exit 0 when the endpoint's approval still holds on this host; otherwise one line on stderr
+(the journal) naming what changed, and exit 1 (2 when the host files cannot be read).
+
+It does not re-run the planner. The installed units are the approved plan byte for byte
+(checked here by hash), so what can make them wrong at boot is the machine under them. The
+check re-detects the host (no load sampling, no runtime probing: fast, and free of the
+volatile figures the planner also reads, available memory and busy %) and compares the
+facts that shaped the plan: CPU identity, the pinned socket's cores, CPU list and NUMA
+nodes, and its memory against what the plan needs. Changes of the endpoint file, the model
+or data/ are reported by `epycctl status` and the daemon; they do not stop the approved
+units, which still run exactly what was approved.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from epycd.approval.install import journal_path
+from epycd.approval.record import Approval, load_approval, sha256_file
+from epycd.approval.shape import host_shape, shape_changes
+from epycd.errors import EpycError
+from epycd.host.detect import detect_host
+from epycd.host.facts import HostFacts
+from epycd.settings import Settings, load_settings
+
+UNIT_PREFIX = "epyc-llm-"
+
+
+def stop_marker(settings: Settings, name: str) -> Path:
+    """Written by `epycctl stop NAME` (`epycd.status.stop_marker_path`): a Quadlet unit
+    cannot be disabled, so this check keeps a stopped endpoint down at boot."""
+    return settings.state_dir / "stopped" / f"{name}.json"
+
+
+def unit_changes(approval: Approval) -> list[str]:
+    changes = []
+    for record in approval.units.values():
+        digest = sha256_file(Path(record.path))
+        if digest is None:
+            changes.append(f"{record.path} is missing")
+        elif digest != record.sha256:
+            changes.append(f"{record.path} differs from the approved text")
+    return changes
+
+
+def check_problems(settings: Settings, name: str, host: HostFacts) -> list[str]:
+    """Every reason the approved endpoint must not start, each naming its change."""
+    approval = load_approval(settings, name)
+    if approval is None:
+        return [f"no approval record ({settings.state_dir}/approvals/{name}.json)"]
+    problems = []
+    if journal_path(settings, name).exists():
+        problems.append("an install was interrupted and not finished")
+    units = unit_changes(approval)
+    if units:
+        problems.append("installed units differ from the approval: " + ", ".join(units))
+    memory = approval.plan.get("memory") or {}
+    host_changes = shape_changes(
+        approval.host_shape,
+        host_shape(host),
+        socket=int(approval.plan.get("socket", 0)),
+        required_gb=float(memory.get("required_gb", 0.0)),
+    )
+    if host_changes:
+        problems.append("host changed since approval: " + ", ".join(host_changes))
+    return problems
+
+
+def run_check(settings: Settings, name: str) -> tuple[int, str]:
+    """(exit code, the one line to print)."""
+    unit = f"{UNIT_PREFIX}{name}"
+    fix = f"run `epycctl plan {name}` and `epycctl approve {name}`"
+    if stop_marker(settings, name).exists():
+        return 1, f"{unit}: stopped by the admin; `epycctl start {name}` starts it again"
+    try:
+        host = detect_host(settings.host_root, load_sample_seconds=None, probe_runtimes=False)
+        problems = check_problems(settings, name, host)
+    except EpycError as exc:
+        return exc.exit_code, f"{unit}: approval check failed: {exc}"
+    if problems:
+        return 1, f"{unit}: {'; '.join(problems)}; {fix}"
+    return 0, f"{unit}: host and units match the approval"
+
+
+@click.command(name="epycd-approval-check")
+@click.argument("name")
+def main(name: str) -> None:
+    """Refuse to start endpoint NAME when the host or its units drifted from its approval."""
+    code, line = run_check(load_settings(), name)
+    click.echo(line, err=code != 0)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

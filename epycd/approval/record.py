@@ -1,0 +1,132 @@
+"""The approval record: who approved which fingerprint, when, and exactly what was installed.
+
+One JSON file per endpoint, `STATE_DIR/approvals/NAME.json`, readable by everyone (status
+and plans are public; a plan never holds a secret) and written only by an admin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from epycd.approval.shape import HostShape
+from epycd.errors import InputError
+from epycd.settings import Settings
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
+APPROVALS = "approvals"
+
+
+class Approver(BaseModel):
+    uid: int
+    user: str
+    sudo_uid: int | None = None
+    sudo_user: str | None = None
+
+    def describe(self) -> str:
+        if self.sudo_user is not None:
+            return f"{self.sudo_user} (uid {self.sudo_uid}) via sudo as {self.user}"
+        return f"{self.user} (uid {self.uid})"
+
+
+class UnitRecord(BaseModel):
+    path: str
+    sha256: str
+
+
+class Approval(BaseModel):
+    format: Literal[1] = 1
+    endpoint: str
+    unit_name: str
+    fingerprint: str
+    approved_at: datetime
+    approver: Approver
+    accepted_unvalidated: bool = False
+    endpoint_file_sha256: str | None = None
+    host_shape: HostShape
+    units: dict[str, UnitRecord]
+    plan: dict[str, Any]
+
+    def approved_units(self) -> dict[str, str]:
+        units: dict[str, str] = self.plan.get("units", {})
+        return units
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def sha256_file(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid-{uid}"
+
+
+def current_approver(environ: dict[str, str] | None = None) -> Approver:
+    """The person behind this process. SUDO_* is trusted only when running as root: any
+    other user could set those variables to name someone else."""
+    env = os.environ if environ is None else environ
+    uid = os.geteuid()
+    approver = Approver(uid=uid, user=user_name(uid))
+    sudo_uid = env.get("SUDO_UID", "")
+    if uid == 0 and sudo_uid.isdigit():
+        approver.sudo_uid = int(sudo_uid)
+        approver.sudo_user = env.get("SUDO_USER") or user_name(int(sudo_uid))
+    return approver
+
+
+def checked_name(name: str) -> str:
+    if not NAME_PATTERN.match(name):
+        raise InputError(
+            f"{name!r} is not an endpoint name",
+            fix="use the stem of an endpoint file: letters, digits, '_', '-', '.', '@'",
+        )
+    return name
+
+
+def approvals_dir(settings: Settings) -> Path:
+    return settings.state_dir / APPROVALS
+
+
+def approval_path(settings: Settings, name: str) -> Path:
+    return approvals_dir(settings) / f"{checked_name(name)}.json"
+
+
+def load_approval(settings: Settings, name: str) -> Approval | None:
+    path = approval_path(settings, name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InputError(f"unreadable: {exc.strerror}", file=path) from None
+    try:
+        return Approval.model_validate_json(text)
+    except ValidationError as exc:
+        raise InputError(
+            f"not an approval record: {exc.errors()[0]['msg']}",
+            file=path,
+            fix="run `epycctl approve NAME` again to replace it",
+        ) from None
+
+
+def approved_names(settings: Settings) -> list[str]:
+    folder = approvals_dir(settings)
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob("*.json") if NAME_PATTERN.match(p.stem))

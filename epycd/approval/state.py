@@ -1,0 +1,247 @@
+"""Where each endpoint stands between its endpoint file, its approval and its installed units.
+
+- pending-approval: an endpoint file, no approval.
+- approved: the approval's fingerprint is the current plan's, and the units on disk are the
+  approved units byte for byte.
+- changed-needs-approval: the plan's fingerprint moved (endpoint file, model revision,
+  data/, image, host), or the installed units are not the approved ones; with readable
+  diffs. Installed units are never rewritten here: only a new approval does that.
+- orphaned: an approval or installed units, and no endpoint file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from epycd.approval.install import pending_transactions
+from epycd.approval.record import Approval, approved_names, load_approval, sha256_text
+from epycd.plan.model import Plan
+from epycd.settings import Settings
+
+if TYPE_CHECKING:
+    from epycd.plan.build import EndpointResult
+
+StateName = Literal["pending-approval", "approved", "changed-needs-approval", "orphaned"]
+
+UNIT_PREFIX = "epyc-llm-"
+VOLATILE_PLAN_KEYS = frozenset({"fingerprint", "units", "unit_dirs", "warnings", "socket_reason"})
+VOLATILE_MEMORY_KEYS = frozenset({"available_gb"})
+
+
+class EndpointState(BaseModel):
+    endpoint: str
+    state: StateName
+    fingerprint: str | None = Field(default=None, description="the current plan's")
+    approved_fingerprint: str | None = None
+    approved_by: str | None = None
+    approved_at: datetime | None = None
+    reasons: list[str] = Field(default_factory=list)
+    plan_diff: str = Field(default="", description="unified diff, approved -> current plan")
+    units_diff: str = Field(default="", description="unified diff, approved -> current units")
+    interrupted: bool = Field(default=False, description="an install or remove was cut short")
+
+
+def comparable_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """The plan without what moves on its own (busy %, available memory, wording)."""
+    kept = {k: v for k, v in plan.items() if k not in VOLATILE_PLAN_KEYS}
+    if isinstance(kept.get("memory"), dict):
+        kept["memory"] = {k: v for k, v in kept["memory"].items() if k not in VOLATILE_MEMORY_KEYS}
+    return kept
+
+
+def plan_diff(approved: Mapping[str, Any], current: Mapping[str, Any]) -> str:
+    def lines(plan: Mapping[str, Any]) -> list[str]:
+        text = json.dumps(comparable_plan(plan), indent=2, sort_keys=True, default=str)
+        return text.splitlines(keepends=True)
+
+    diff = difflib.unified_diff(
+        lines(approved), lines(current), "approved plan", "current plan", n=1
+    )
+    return "".join(diff)
+
+
+def units_diff(
+    approved: Mapping[str, str | None],
+    current: Mapping[str, str | None],
+    labels: tuple[str, str] = ("approved", "current"),
+) -> str:
+    parts: list[str] = []
+    for name in sorted(set(approved) | set(current)):
+        old, new = approved.get(name), current.get(name)
+        if old == new:
+            continue
+        parts.extend(
+            difflib.unified_diff(
+                (old or "").splitlines(keepends=True),
+                (new or "").splitlines(keepends=True),
+                f"{labels[0]}/{name}" if old is not None else "/dev/null",
+                f"{labels[1]}/{name}" if new is not None else "/dev/null",
+            )
+        )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in parts)
+
+
+def unit_drift(approval: Approval, installed: Mapping[str, str | None]) -> list[str]:
+    """Approved unit files missing or modified on disk."""
+    drift = []
+    for name, record in approval.units.items():
+        text = installed.get(name)
+        if text is None:
+            drift.append(f"{name} is missing from {Path(record.path).parent}")
+        elif sha256_text(text) != record.sha256:
+            drift.append(f"{name} was modified after approval")
+    return drift
+
+
+def approved_inputs(approval: Approval) -> str:
+    """The approved plan's inputs fingerprint (its full fingerprint for older records)."""
+    return str(approval.plan.get("inputs_fingerprint") or approval.fingerprint)
+
+
+def endpoint_state(
+    name: str,
+    *,
+    has_endpoint_file: bool,
+    plan: Plan | None,
+    errors: Sequence[str] = (),
+    approval: Approval | None,
+    installed: Mapping[str, str | None],
+    interrupted: bool = False,
+) -> EndpointState:
+    """The state of one endpoint. Pure: the caller reads the files (`read_installed`)."""
+    state = EndpointState(
+        endpoint=name,
+        state="pending-approval",
+        fingerprint=plan.fingerprint if plan else None,
+        interrupted=interrupted,
+    )
+    if approval is not None:
+        state.approved_fingerprint = approval.fingerprint
+        state.approved_by = approval.approver.describe()
+        state.approved_at = approval.approved_at
+    present = {k: v for k, v in installed.items() if v is not None}
+    if not has_endpoint_file:
+        state.state = "orphaned"
+        state.reasons.append(f"no endpoint file for {name}: `epycctl remove {name}` cleans up")
+    elif approval is None:
+        state.reasons.extend(errors or ["not approved yet: `epycctl approve " + name + "`"])
+        if present:
+            state.reasons.append(f"unit files on disk without an approval: {sorted(present)}")
+    else:
+        state.state = "approved"
+        if plan is None:
+            state.state = "changed-needs-approval"
+            state.reasons.extend(f"the endpoint no longer plans: {e}" for e in errors)
+        elif approved_inputs(approval) != (plan.inputs_fingerprint or plan.fingerprint):
+            state.state = "changed-needs-approval"
+            state.reasons.append(
+                f"the plan changed since approval ({approval.fingerprint[:12]} -> "
+                f"{plan.fingerprint[:12]}): `epycctl approve {name}` to apply it"
+            )
+            state.plan_diff = plan_diff(approval.plan, plan.model_dump(mode="json"))
+            state.units_diff = units_diff(approval.approved_units(), dict(plan.units))
+        elif plan.fingerprint != approval.fingerprint:
+            state.reasons.append(
+                "a plan made now differs only in figures read at plan time (socket load, free "
+                "memory); the approved units stay as approved"
+            )
+        drift = unit_drift(approval, installed)
+        if drift:
+            state.state = "changed-needs-approval"
+            state.reasons.append(
+                "installed units differ from the approved ones: " + "; ".join(drift)
+            )
+            if not state.units_diff:
+                state.units_diff = units_diff(
+                    approval.approved_units(), installed, ("approved", "installed")
+                )
+    if interrupted:
+        state.reasons.append(
+            f"an install or remove of {name} was interrupted: `epycctl approve {name}` or "
+            "`epycctl remove` finishes it"
+        )
+    return state
+
+
+def read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def read_installed(approval: Approval) -> dict[str, str | None]:
+    """Approved unit file name -> its text on disk now (None when missing)."""
+    return {name: read_text(Path(rec.path)) for name, rec in approval.units.items()}
+
+
+def endpoint_unit_files(settings: Settings, name: str) -> list[Path]:
+    """Unit files on disk named after the endpoint (epyc-llm-NAME.*), approved or not."""
+    stem = f"{UNIT_PREFIX}{name}"
+    found: list[Path] = []
+    for folder in sorted({settings.unit_dir, settings.quadlet_dir}):
+        if folder.is_dir():
+            found += [
+                p for p in folder.iterdir() if p.is_file() and p.name.rsplit(".", 1)[0] == stem
+            ]
+    return found
+
+
+def installed_endpoint_names(settings: Settings, approved_paths: set[str]) -> set[str]:
+    """Endpoint names of epyc-llm-NAME.service/.container files no approval lists."""
+    names: set[str] = set()
+    for folder in {settings.unit_dir, settings.quadlet_dir}:
+        if folder.is_dir():
+            for path in folder.glob(f"{UNIT_PREFIX}*.*"):
+                if path.suffix in {".service", ".container"} and str(path) not in approved_paths:
+                    names.add(path.name.removeprefix(UNIT_PREFIX).rsplit(".", 1)[0])
+    return names
+
+
+def endpoint_states(
+    settings: Settings, planned: Mapping[str, Plan | Sequence[str]]
+) -> list[EndpointState]:
+    """The state of every endpoint: those with a file (`planned`: name -> its plan or its
+    errors) and those with only an approval or installed units left (orphaned)."""
+    interrupted = set(pending_transactions(settings))
+    approvals = {name: load_approval(settings, name) for name in approved_names(settings)}
+    approved_paths = {r.path for a in approvals.values() if a for r in a.units.values()}
+    names = set(planned) | set(approvals) | installed_endpoint_names(settings, approved_paths)
+    states = []
+    for name in sorted(names):
+        current = planned.get(name)
+        approval = approvals.get(name)
+        installed = (
+            read_installed(approval)
+            if approval
+            else {p.name: read_text(p) for p in endpoint_unit_files(settings, name)}
+        )
+        states.append(
+            endpoint_state(
+                name,
+                has_endpoint_file=current is not None,
+                plan=current if isinstance(current, Plan) else None,
+                errors=[] if current is None or isinstance(current, Plan) else list(current),
+                approval=approval,
+                installed=installed,
+                interrupted=name in interrupted,
+            )
+        )
+    return states
+
+
+def endpoint_states_of(
+    settings: Settings, results: Sequence[EndpointResult]
+) -> list[EndpointState]:
+    """`endpoint_states` from the planner's `plan_all` results."""
+    planned: dict[str, Plan | Sequence[str]] = {
+        r.endpoint: r.plan if r.plan is not None else [p.text for p in r.errors] for r in results
+    }
+    return endpoint_states(settings, planned)

@@ -1,0 +1,223 @@
+"""The steps of `approve` and `remove` after the person said yes: gate, record, pull,
+install, systemd. The CLI asks; these do.
+
+Image pull: done for every container path, with or without `--no-start`, because the units
+use `Pull=never` (boot never waits on a registry) and an image-build that writes units for
+the next boot needs the image in place; `no_pull` skips it for images preloaded otherwise.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from epycd import systemd
+from epycd.approval.install import install, recover, state_lock, uninstall, unit_targets
+from epycd.approval.record import (
+    Approval,
+    Approver,
+    UnitRecord,
+    load_approval,
+    sha256_file,
+    sha256_text,
+)
+from epycd.approval.shape import host_shape
+from epycd.approval.state import endpoint_unit_files
+from epycd.errors import InputError, Refusal
+from epycd.host.facts import HostFacts
+from epycd.plan.model import Plan
+from epycd.settings import Settings
+
+QUADLET_SUFFIX = ".container"
+START_MARGIN_S = 30
+ACTIVE_STATES = frozenset({"active", "activating", "reloading", "deactivating"})
+
+
+def gate(plan: Plan, *, accept_unvalidated: bool) -> None:
+    """Refuse (exit 1) a plan that must not be installed as it is."""
+    fix = f"see `epycctl plan {plan.endpoint}`"
+    if plan.errors:
+        raise Refusal("the plan has errors: " + "; ".join(plan.errors), fix=fix)
+    if not plan.memory.fits:
+        raise Refusal(
+            f"does not fit: needs {plan.memory.required_gb:g} GiB, socket {plan.socket} has "
+            f"{plan.memory.available_gb:g} GiB available",
+            fix=plan.memory.action or fix,
+        )
+    if plan.requires_confirmation and not accept_unvalidated:
+        raise Refusal(
+            "needs explicit consent: " + "; ".join(plan.confirmation_reasons),
+            fix="read the reasons, then approve with --accept-unvalidated",
+        )
+
+
+def make_approval(
+    settings: Settings,
+    plan: Plan,
+    host: HostFacts,
+    approver: Approver,
+    *,
+    accepted_unvalidated: bool,
+    now: datetime | None = None,
+) -> Approval:
+    targets = unit_targets(settings, plan.units, plan.unit_dirs)
+    return Approval(
+        endpoint=plan.endpoint,
+        unit_name=plan.unit_name,
+        fingerprint=plan.fingerprint,
+        approved_at=now or datetime.now(UTC),
+        approver=approver,
+        accepted_unvalidated=accepted_unvalidated and plan.requires_confirmation,
+        endpoint_file_sha256=sha256_file(Path(plan.config_file)),
+        host_shape=host_shape(host),
+        units={
+            name: UnitRecord(path=str(targets[name]), sha256=sha256_text(text))
+            for name, text in plan.units.items()
+        },
+        plan=plan.model_dump(mode="json"),
+    )
+
+
+def pull_image(plan: Plan) -> None:
+    """`podman pull` / `docker pull` with its progress on this terminal."""
+    if plan.runtime == "host" or not plan.image:
+        return
+    tool = shutil.which(plan.runtime)
+    if tool is None:
+        raise Refusal(f"`{plan.runtime}` not found on PATH to pull {plan.image}")
+    done = subprocess.run([tool, "pull", plan.image], check=False)
+    if done.returncode != 0:
+        raise Refusal(
+            f"`{plan.runtime} pull {plan.image}` failed (exit {done.returncode}); nothing "
+            "was installed",
+            fix="check the registry is reachable, or load the image and use --no-pull",
+        )
+
+
+def is_quadlet(file_name: str) -> bool:
+    return "/" not in file_name and file_name.endswith(QUADLET_SUFFIX)
+
+
+def units_to_enable(approval: Approval) -> list[str]:
+    """Plain unit files with an [Install] section. Quadlet-generated services cannot be
+    enabled: the [Install] section of the .container decides."""
+    return [
+        name
+        for name, text in approval.approved_units().items()
+        if "/" not in name and not is_quadlet(name) and "[Install]" in text
+    ]
+
+
+def main_service(approval: Approval) -> str:
+    return f"{approval.unit_name}.service"
+
+
+@contextmanager
+def file_errors_refused() -> Iterator[None]:
+    """A folder the user may not write is a clear refusal, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise Refusal(
+            f"cannot write: {exc.strerror}",
+            file=exc.filename,
+            fix="run it as root, or give the admin group write access to the product's folders",
+        ) from None
+
+
+def recover_interrupted(settings: Settings) -> list[str]:
+    """Finish or undo whatever a killed approve/remove left, under the state lock."""
+    with file_errors_refused(), state_lock(settings):
+        return recover(settings)
+
+
+def install_approval(settings: Settings, approval: Approval) -> tuple[list[str], list[Path]]:
+    """Under the state lock: finish interrupted work, then install. (repairs, unit paths)"""
+    with file_errors_refused(), state_lock(settings):
+        repairs = recover(settings)
+        previous = load_approval(settings, approval.endpoint)
+        return repairs, install(settings, approval, previous)
+
+
+def dropped_units(previous: Approval | None, approval: Approval) -> list[str]:
+    """Enabled-able units of the previous approval the new one no longer installs: disabled
+    before their files go, so no dangling wants/ link is left behind."""
+    if previous is None:
+        return []
+    return [name for name in units_to_enable(previous) if name not in approval.units]
+
+
+def disable_dropped(
+    previous: Approval | None, approval: Approval, log: Callable[[str], None]
+) -> None:
+    dropped = [u for u in dropped_units(previous, approval) if systemd.is_enabled(u) == "enabled"]
+    if dropped:
+        log("systemctl disable " + " ".join(dropped))
+        systemd.disable(dropped)
+
+
+def start_approved(
+    approval: Approval, previous: Approval | None, log: Callable[[str], None]
+) -> None:
+    """daemon-reload, enable, then start; restart instead when the units changed, since
+    `start` leaves a running endpoint on its old units."""
+    timeout = int(approval.plan.get("start_timeout_s", 600)) + START_MARGIN_S
+    log("systemctl daemon-reload")
+    systemd.daemon_reload()
+    enable = units_to_enable(approval)
+    if enable:
+        log("systemctl enable " + " ".join(enable))
+        systemd.enable(enable)
+    service = main_service(approval)
+    unchanged = previous is not None and previous.units == approval.units
+    verb = "start" if unchanged else "restart"
+    log(f"systemctl {verb} {service} (waits for the health gate)")
+    (systemd.start if unchanged else systemd.restart)([service], timeout=timeout)
+
+
+def removal_files(settings: Settings, name: str, approval: Approval | None) -> list[Path]:
+    paths = {Path(r.path) for r in approval.units.values()} if approval else set()
+    paths |= set(endpoint_unit_files(settings, name))
+    return sorted(p for p in paths if p.exists() or p.is_symlink())
+
+
+def stop_endpoint(
+    approval: Approval | None, name: str, files: list[Path], log: Callable[[str], None]
+) -> None:
+    service = main_service(approval) if approval else f"epyc-llm-{name}.service"
+    if systemd.is_active(service) in ACTIVE_STATES:
+        log(f"systemctl stop {service}")
+        systemd.stop([service])
+    plain = [p.name for p in files if p.suffix != QUADLET_SUFFIX and p.parent.suffix != ".d"]
+    enabled = [u for u in plain if systemd.is_enabled(u) == "enabled"]
+    if enabled:
+        log("systemctl disable " + " ".join(enabled))
+        systemd.disable(enabled)
+
+
+def remove_endpoint(
+    settings: Settings, name: str, *, touch_systemd: bool, log: Callable[[str], None]
+) -> list[Path]:
+    """Stop and disable, delete the units and the approval (one journalled transaction),
+    then daemon-reload. Returns the deleted unit files."""
+    with file_errors_refused(), state_lock(settings):
+        for line in recover(settings):
+            log(line)
+        approval = load_approval(settings, name)
+        files = removal_files(settings, name, approval)
+        if approval is None and not files:
+            raise InputError(
+                f"nothing to remove: no approval and no units for {name}",
+                fix="`epycctl status` lists the endpoints",
+            )
+        if touch_systemd:
+            stop_endpoint(approval, name, files, log)
+        uninstall(settings, name, files)
+    if touch_systemd:
+        log("systemctl daemon-reload")
+        systemd.daemon_reload()
+    return files

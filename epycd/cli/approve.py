@@ -1,0 +1,164 @@
+"""`epycctl approve NAME` and `epycctl remove NAME`: the person's gate in front of systemd."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from epycd.approval.permissions import require_admin
+from epycd.approval.record import checked_name, current_approver, load_approval
+from epycd.approval.workflow import (
+    disable_dropped,
+    gate,
+    install_approval,
+    make_approval,
+    pull_image,
+    recover_interrupted,
+    removal_files,
+    start_approved,
+)
+from epycd.approval.workflow import remove_endpoint as remove_files_and_approval
+from epycd.cli.output import reports_errors
+from epycd.cli.plan import confirmation_table
+from epycd.errors import InputError, Refusal
+from epycd.host.facts import HostFacts
+from epycd.plan.build import EndpointResult
+from epycd.plan.model import Plan
+from epycd.settings import Settings
+
+
+def current_plan(settings: Settings, name: str) -> tuple[EndpointResult, HostFacts]:
+    """Plan every endpoint file together (disjoint sockets, distinct ports), exactly as
+    `epycctl plan` does; NAME's result."""
+    from epycd.cli.plan import LOAD_SAMPLE_SECONDS, gather_host
+    from epycd.plan.build import plan_all
+    from epycd.spec import load_endpoints
+    from epycd.stack import shipped_stack
+
+    stack = shipped_stack()
+    specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
+    if name not in {spec.name for spec in specs}:
+        raise InputError(
+            "no such endpoint file",
+            file=settings.config_dir / f"{name}.toml",
+            fix="`epycctl status` lists the endpoints",
+        )
+    host = gather_host(settings.host_root, sum(spec.ok for spec in specs), LOAD_SAMPLE_SECONDS)
+    results = plan_all(settings, host, stack=stack, specs=specs)
+    return next(r for r in results if r.endpoint == name), host
+
+
+def planned_or_refused(result: EndpointResult) -> Plan:
+    """The plan, or every error of the endpoint at its exit code (2 bad input, 1 refused)."""
+    if result.plan is not None:
+        return result.plan
+    error = Refusal if result.exit_code == Refusal.exit_code else InputError
+    raise error(
+        f"{result.endpoint} cannot be approved: " + "; ".join(p.text for p in result.errors),
+        fix=f"see `epycctl plan {result.endpoint}`",
+    )
+
+
+def units_text(plan: Plan, targets: dict[str, str]) -> str:
+    return "\n".join(f"# {targets[name]}\n{text.rstrip()}\n" for name, text in plan.units.items())
+
+
+def ask(question: str, *, yes: bool) -> None:
+    """Yes from --yes or a person on a terminal; anything else is no (exit 1)."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise Refusal(
+            "no terminal to ask on and no --yes: nothing changed",
+            fix="run it on a terminal, or pass --yes from a script",
+        )
+    if not click.confirm(question, default=False):
+        raise Refusal("not approved: nothing changed")
+
+
+@click.command()
+@click.argument("name")
+@click.option("--yes", "-y", is_flag=True, help="Approve without asking (scripts).")
+@click.option(
+    "--accept-unvalidated",
+    is_flag=True,
+    help="Consent to a stock or unvalidated path the plan flags as needing it.",
+)
+@click.option(
+    "--no-start", is_flag=True, help="Write units and approval only; do not touch systemd."
+)
+@click.option("--no-pull", is_flag=True, help="Do not pull the container image (it is preloaded).")
+@reports_errors
+def approve(name: str, yes: bool, accept_unvalidated: bool, no_start: bool, no_pull: bool) -> None:
+    """Show NAME's plan, ask, record the approval, install the units and start them.
+
+    The image is pulled even with --no-start (units use Pull=never, so a unit written for
+    the next boot needs its image present); --no-pull skips that.
+    """
+    settings = Settings()
+    checked_name(name)
+    require_admin(settings, "approve")
+    for line in recover_interrupted(settings):
+        click.echo(f"repaired: {line}")
+    result, host = current_plan(settings, name)
+    click.echo(f"Plan for endpoint {name} ({result.config_file})\n")
+    click.echo(confirmation_table(result, host))
+    click.echo()
+    plan = planned_or_refused(result)
+    approval = make_approval(
+        settings, plan, host, current_approver(), accepted_unvalidated=accept_unvalidated
+    )
+    click.echo(units_text(plan, {n: r.path for n, r in approval.units.items()}))
+    click.echo(f"fingerprint {plan.fingerprint}\n")
+    gate(plan, accept_unvalidated=accept_unvalidated)
+    previous = load_approval(settings, name)
+    if previous is not None and previous.fingerprint == plan.fingerprint:
+        click.echo(f"{name} is already approved at this fingerprint; approving it again.")
+    ask(f"Approve {name} and install these units?", yes=yes)
+    if not no_pull:
+        pull_image(plan)
+    if not no_start:
+        disable_dropped(previous, approval, click.echo)
+    repairs, paths = install_approval(settings, approval)
+    for line in repairs:
+        click.echo(f"repaired: {line}")
+    click.echo(f"approved {name} by {approval.approver.describe()} ({plan.fingerprint[:12]})")
+    for path in paths:
+        click.echo(f"wrote {path}")
+    if no_start:
+        click.echo("--no-start: systemd not touched; the units start at the next boot")
+        return
+    start_approved(approval, previous, click.echo)
+    click.echo(f"{name} started: `epycctl status {name}`")
+
+
+@click.command()
+@click.argument("name")
+@click.option("--yes", "-y", is_flag=True, help="Remove without asking (scripts).")
+@click.option(
+    "--no-stop", is_flag=True, help="Delete units and approval only; do not touch systemd."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
+@reports_errors
+def remove(name: str, yes: bool, no_stop: bool, as_json: bool) -> None:
+    """Stop and disable endpoint NAME, delete its units and its approval."""
+    settings = Settings()
+    checked_name(name)
+    require_admin(settings, "remove")
+    approval = load_approval(settings, name)
+    files = removal_files(settings, name, approval)
+    if not as_json:
+        click.echo(f"remove {name}: stop, disable, delete:")
+        for path in files:
+            click.echo(f"  {path}")
+        if approval:
+            click.echo(f"  the approval by {approval.approver.describe()}")
+    ask(f"Remove {name}?", yes=yes)
+    log = (lambda _line: None) if as_json else click.echo
+    removed = remove_files_and_approval(settings, name, touch_systemd=not no_stop, log=log)
+    if as_json:
+        click.echo(json.dumps({"endpoint": name, "removed": [str(p) for p in removed]}))
+    else:
+        click.echo(f"removed {name}")

@@ -1,0 +1,139 @@
+"""Only root or the admin group may approve or remove; anyone may read the state. Run as a
+real non-root user (uid 65534 through setpriv), not by faking the uid."""
+
+from __future__ import annotations
+
+import grp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from epycd.approval.record import load_approval
+from tests.approval.conftest import REPO, Env, make_env
+from tests.approval.plans import make_plan
+
+NOBODY = 65534
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="switching to another user needs root (CI runs as root)"
+)
+
+
+def as_nobody(
+    env: Env,
+    args: list[str],
+    *,
+    groups: list[int] | None = None,
+    extra: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    group_args = [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]
+    return subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", *group_args, sys.executable, *args],
+        env=env.environ(**(extra or {})),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def open_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
+    """Folders another user can reach (pytest's own tmp folder is root-only)."""
+    base = Path(tempfile.mkdtemp(prefix="epycd-perm-"))
+    base.chmod(0o755)
+    try:
+        yield make_env(base, monkeypatch)
+    finally:
+        shutil.rmtree(base)
+
+
+@pytest.fixture
+def admin_group() -> Iterator[grp.struct_group]:
+    name = f"epyct{uuid.uuid4().hex[:8]}"
+    subprocess.run(["groupadd", name], check=True)
+    try:
+        yield grp.getgrnam(name)
+    finally:
+        subprocess.run(["groupdel", name], check=True)
+
+
+def test_non_root_is_refused_but_can_read_the_state(open_env: Env) -> None:
+    env = open_env
+    env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
+    assert env.epycctl("approve", "chat", "--yes", "--no-start").returncode == 0
+    service = env.settings.unit_dir / "epyc-llm-chat.service"
+
+    for command in (["approve", "chat", "--yes", "--no-start"], ["remove", "chat", "--yes"]):
+        done = as_nobody(env, ["-m", "tests.approval.driver", *command])
+        assert done.returncode == 1, done.stderr
+        assert f"{command[0]} needs root; you are nobody (uid {NOBODY})" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert service.exists() and load_approval(env.settings, "chat") is not None
+
+    read = as_nobody(
+        env,
+        [
+            "-c",
+            "import json,sys; from tests.approval.driver import *; "
+            "from epycd.approval.state import endpoint_states; "
+            "from epycd.plan.model import Plan; "
+            "d=json.load(open(sys.argv[1])); "
+            "plans={n: Plan.model_validate(p) for n,p in d['plans'].items()}; "
+            "print([s.state for s in endpoint_states(Settings(), plans)])",
+            str(env.plan_file),
+        ],
+    )
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.strip() == "['approved']"
+
+
+def test_admin_group_member_may_approve(open_env: Env, admin_group: grp.struct_group) -> None:
+    env = open_env
+    env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
+    for path in [env.tmp, *env.tmp.rglob("*")]:
+        os.chown(path, NOBODY, NOBODY)
+    extra = {"EPYCD_ADMIN_GROUP": admin_group.gr_name, "SUDO_USER": "mallory", "SUDO_UID": "0"}
+
+    outsider = as_nobody(
+        env, ["-m", "tests.approval.driver", "approve", "chat", "--yes", "--no-start"], extra=extra
+    )
+    assert outsider.returncode == 1
+    assert f"needs root or a member of group {admin_group.gr_name!r}" in outsider.stderr
+
+    member = as_nobody(
+        env,
+        ["-m", "tests.approval.driver", "approve", "chat", "--yes", "--no-start"],
+        groups=[admin_group.gr_gid],
+        extra=extra,
+    )
+    assert member.returncode == 0, member.stderr
+    approval = load_approval(env.settings, "chat")
+    assert approval is not None
+    assert (approval.approver.uid, approval.approver.user) == (NOBODY, "nobody")
+    assert approval.approver.sudo_user is None  # SUDO_* from a non-root process is not trusted
+    assert (env.settings.unit_dir / "epyc-llm-chat.service").stat().st_uid == NOBODY
+
+
+def test_admin_without_write_access_gets_a_clear_refusal(
+    open_env: Env, admin_group: grp.struct_group
+) -> None:
+    env = open_env
+    env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
+    done = as_nobody(
+        env,
+        ["-m", "tests.approval.driver", "approve", "chat", "--yes", "--no-start"],
+        groups=[admin_group.gr_gid],
+        extra={"EPYCD_ADMIN_GROUP": admin_group.gr_name},
+    )
+    assert done.returncode == 1
+    assert f"{env.settings.state_dir}/.lock: cannot write: Permission denied" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,81 @@
+"""approve, drift and the boot check with the real planner from a real endpoint file: the
+host path with the real vLLM CPU venv (tests/tools/vllm_venv.sh), on a fake Genoa 2-socket
+host root. Only systemd stays out (--no-start)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from epycd.approval.record import load_approval
+from epycd.approval.state import endpoint_states_of
+from epycd.plan.build import plan_all
+from tests.approval.conftest import REPO, Env
+from tests.hosts import CATALOGUE, write_host
+from tests.plan.conftest import write_model
+
+pytestmark = pytest.mark.vllm
+VLLM = Path(os.environ.get("EPYC_TEST_CACHE", "/var/cache/epyc-llm-test")) / "vllm-venv/bin/vllm"
+
+
+def real_epycctl(env: Env, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "epycd", *args],
+        env=env.environ(**extra),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_approve_drift_and_boot_check_with_the_real_planner(env: Env) -> None:
+    if not VLLM.exists():
+        pytest.fail(f"{VLLM} is missing: run tests/bootstrap.sh (tests/tools/vllm_venv.sh)")
+    model = write_model(env.tmp / "models" / "qwen3")
+    endpoint = env.settings.config_dir / "chat.toml"
+    endpoint.write_text(f'model = "{model}"\nruntime = "host"\nvllm = "{VLLM}"\n')
+
+    done = real_epycctl(env, "approve", "chat", "--yes", "--no-start")
+    assert done.returncode == 0, done.stdout + done.stderr
+    approval = load_approval(env.settings, "chat")
+    assert approval is not None
+    service = Path(approval.units["epyc-llm-chat.service"].path)
+    assert service.parent == env.settings.unit_dir
+    assert "CPUAffinity=0-95" in service.read_text()
+
+    settings = env.settings
+    host = env.host()
+    [state] = endpoint_states_of(settings, plan_all(settings, host, listeners={}))
+    assert state.state == "approved", state.reasons
+
+    endpoint.write_text(endpoint.read_text() + "max_model_len = 2048\n")
+    [state] = endpoint_states_of(settings, plan_all(settings, host, listeners={}))
+    assert state.state == "changed-needs-approval"
+    assert '-  "max_model_len": 4096' in state.plan_diff
+    assert '+  "max_model_len": 2048' in state.plan_diff
+    assert "+ExecStart=" in state.units_diff and "--max-model-len 2048" in state.units_diff
+    assert "--max-model-len 4096" in service.read_text()  # untouched until approved
+
+    check = [sys.executable, "-m", "epycd.approval.check", "chat"]
+    ok = subprocess.run(check, env=env.environ(), capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    smaller = write_host(
+        env.tmp / "smaller", replace(CATALOGUE["genoa-9654-2s-nps1"], cores_per_socket=64)
+    )
+    refused = subprocess.run(
+        check,
+        env=env.environ(EPYCD_HOST_ROOT=str(smaller)),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1
+    assert "socket 0 physical cores 96 -> 64" in refused.stderr
