@@ -9,10 +9,12 @@ primary endpoint and checks that its first choice carries text.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+import click
 import httpx
 from pydantic import BaseModel, Field
 
@@ -194,3 +196,28 @@ def run_gate(config: GateConfig, server_alive: ServerAlive = _always_alive) -> G
         reason=f"{config.served_model_name} answered on {smoke_request(config)[0]}",
         seconds=seconds,
     )
+
+
+@click.command(name="epycd-health-gate")
+@click.option("--url", required=True, help="Base URL without /v1, e.g. http://127.0.0.1:8000.")
+@click.option("--served-model-name", required=True)
+@click.option("--endpoint", type=click.Choice(["chat_completions", "completions"]), required=True)
+@click.option("--timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True)
+def main(url: str, served_model_name: str, endpoint: PrimaryEndpoint, timeout: float) -> None:
+    """Run the gate once against a server started by someone else (Quadlet on podman < 5).
+
+    Exit 0 when it passed; otherwise one line naming the phase and the reason, exit 1.
+    """
+    config = GateConfig(
+        url=url, served_model_name=served_model_name, endpoint=endpoint, load_timeout=timeout
+    )
+    result = run_gate(config)
+    if result.ok:
+        click.echo(f"ready: {result.reason}")
+        return
+    click.echo(f"health gate failed in phase {result.phase}: {result.reason}", err=True)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
