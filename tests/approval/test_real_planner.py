@@ -79,3 +79,36 @@ def test_approve_drift_and_boot_check_with_the_real_planner(env: Env) -> None:
     assert refused.returncode == 1
     assert refused.stderr.count("\n") == 1
     assert "socket 0 physical cores 96 -> 64" in refused.stderr
+
+
+def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: Env) -> None:
+    """Free memory and load change what a plan made now would render, not the approval."""
+    if not VLLM.exists():
+        pytest.fail(f"{VLLM} is missing: run tests/bootstrap.sh (tests/tools/vllm_venv.sh)")
+    model = write_model(env.tmp / "models" / "qwen3")
+    (env.settings.config_dir / "chat.toml").write_text(
+        f'model = "{model}"\nruntime = "host"\nvllm = "{VLLM}"\n'
+    )
+    done = real_epycctl(env, "approve", "chat", "--yes", "--no-start")
+    assert done.returncode == 0, done.stdout + done.stderr
+    settings, host = env.settings, env.host()
+
+    short = host.model_copy(deep=True)
+    for node in short.nodes:
+        node.memory_available_bytes //= 4
+    for sock in short.socket_topology:
+        sock.memory_available_gb /= 4
+    [replanned] = plan_all(settings, short, listeners={})
+    approval = load_approval(settings, "chat")
+    assert approval is not None and replanned.plan is not None
+    assert replanned.plan.kv_cache_gb < approval.plan["kv_cache_gb"]
+    assert replanned.plan.fingerprint != approval.fingerprint
+    [state] = endpoint_states_of(settings, [replanned])
+    assert state.state == "approved", state.reasons
+
+    fewer = env.host(
+        write_host(env.tmp / "fewer", replace(CATALOGUE["genoa-9654-2s-nps1"], cores_per_socket=64))
+    )
+    [state] = endpoint_states_of(settings, plan_all(settings, fewer, listeners={}))
+    assert state.state == "changed-needs-approval"
+    assert '-  "cpus": "0-95"' in state.plan_diff
