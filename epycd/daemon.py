@@ -1,10 +1,429 @@
-"""`epycd`, the daemon (issue 6). Not built yet: it exits with a clear message."""
+"""`epycd`: keeps the approved endpoints running as approved, and says how they stand.
+
+At start (and on SIGHUP, and when the endpoint files, approvals or stop markers change) it
+plans every endpoint file, compares with the approvals, and starts the installed units of
+endpoints that are approved, unchanged and not stopped by the admin. It never writes a
+unit: only `epycctl approve` does. Drift is reported, not applied. Failed units are not
+restarted (no retry loops). It tells systemd READY=1 once every endpoint it waits for is
+ready or has failed, with STATUS= counts, and keeps `RUN_DIR/status.json` current.
+
+One thread. It sleeps on an Event that the signal handlers set, with timeouts: the config
+folder is polled by its names, sizes and mtimes (cheap stat calls), the units' states by one
+`systemctl show` per refresh. The endpoints are their own units: SIGTERM stops only this
+daemon. Its own process stays off the endpoints' cores when the host has other cores.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import signal
 import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from epycd.errors import EpycError
+from epycd.notify import Notifier
+from epycd.settings import Settings, load_settings
+from epycd.status import EndpointStatus
+
+log = logging.getLogger("epycd")
+
+STATUS_FILE = "status.json"
+POLL_SECONDS = 3.0
+REFRESH_SECONDS = 10.0
+SETTLE_POLL_SECONDS = 2.0
+START_JOB_GRACE_SECONDS = 15.0
+SETTLE_MARGIN_SECONDS = 60.0
+SETTLE_CAP_SECONDS = 25 * 60.0
+"""The wait before READY=1 stays under epycd.service's TimeoutStartSec=30min."""
+DEFAULT_START_TIMEOUT_S = 600
+MANAGER_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+"""Kept from children (podman, systemctl, the vLLM probe): only epycd talks to systemd."""
+Snapshot = frozenset[tuple[str, int, int]]
 
 
-def main() -> None:
-    sys.stderr.write("epycd: the daemon is not built yet (issue 6)\n")
-    sys.exit(2)
+def folder_snapshot(folder: Path, suffixes: Sequence[str]) -> set[tuple[str, int, int]]:
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return set()
+    found = set()
+    for entry in entries:
+        if entry.name.endswith(tuple(suffixes)) and not entry.name.startswith("."):
+            try:
+                stat = entry.stat()
+            except OSError:
+                continue
+            found.add((entry.path, stat.st_mtime_ns, stat.st_size))
+    return found
+
+
+def inputs_snapshot(settings: Settings) -> Snapshot:
+    """Names, mtimes and sizes of what changes the answer: endpoint files, epycd.conf,
+    approvals and stop markers. A few stat calls: cheap enough to poll every few seconds."""
+    from epycd.approval.record import approvals_dir
+    from epycd.status import stop_markers_dir
+
+    return frozenset(
+        folder_snapshot(settings.config_dir, (".toml", ".conf"))
+        | folder_snapshot(approvals_dir(settings), (".json",))
+        | folder_snapshot(stop_markers_dir(settings), (".json",))
+    )
+
+
+def endpoint_cpus(plans: Iterable[dict[str, Any]], siblings: dict[int, list[int]]) -> set[int]:
+    """Every CPU an endpoint is pinned to, with the SMT siblings of its cores."""
+    from epycd.host.cpulist import parse_cpulist
+
+    cpus: set[int] = set()
+    for plan in plans:
+        for cpu in parse_cpulist(str(plan.get("cpus") or "")):
+            cpus.add(cpu)
+            cpus.update(siblings.get(cpu, []))
+    return cpus
+
+
+def spare_cpus(allowed: set[int], taken: set[int]) -> set[int]:
+    """The daemon's CPUs: those the endpoints do not use, or all when none are left."""
+    return (allowed - taken) or allowed
+
+
+def monotonic_usec() -> int:
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+
+
+@dataclass
+class Waiting:
+    """Endpoints the daemon waits for before READY=1 (or the next READY after reload)."""
+
+    started: dict[str, float] = field(default_factory=dict)
+    deadline: float = 0.0
+
+    def pending(self, statuses: Sequence[EndpointStatus], now: float) -> list[str]:
+        names = []
+        for status in statuses:
+            if status.kind == "starting" or (
+                status.state == "approved"
+                and now - self.started.get(status.name, -1e9) < START_JOB_GRACE_SECONDS
+            ):
+                names.append(status.name)
+        return names
+
+
+class Daemon:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        poll_seconds: float = POLL_SECONDS,
+        refresh_seconds: float = REFRESH_SECONDS,
+        settle_seconds: float | None = None,
+    ) -> None:
+        self.settings = settings
+        self.poll_seconds = poll_seconds
+        self.refresh_seconds = refresh_seconds
+        self.settle_seconds = settle_seconds
+        self.notifier = Notifier()
+        for name in MANAGER_ENV:
+            os.environ.pop(name, None)
+        self.wake = threading.Event()
+        self.stop_requested = False
+        self.reload_requested = False
+        self.allowed_cpus = set(os.sched_getaffinity(0))
+        self.snapshot: Snapshot = frozenset()
+        self.planned: dict[str, Any] = {}
+        self.statuses: list[EndpointStatus] = []
+        self.siblings: dict[int, list[int]] = {}
+        self.waiting = Waiting()
+        self.phase = "starting"
+        self.written: dict[str, Any] | None = None
+        self.last_status_line = ""
+
+    # --- signals ---------------------------------------------------------------------
+
+    def on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGHUP:
+            self.reload_requested = True
+        else:
+            self.stop_requested = True
+        self.wake.set()
+
+    def install_signals(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self.on_signal)
+
+    def sleep(self, seconds: float) -> None:
+        self.wake.wait(seconds)
+        self.wake.clear()
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stop_requested or self.reload_requested
+
+    # --- the work ----------------------------------------------------------------------
+
+    def plan(self) -> None:
+        """Plan every endpoint file; on failure keep the last answer and say why."""
+        from epycd.status import plan_endpoints, planned_map
+
+        self.snapshot = inputs_snapshot(self.settings)
+        try:
+            results, host = plan_endpoints(self.settings)
+        except EpycError as exc:
+            log.error("planning failed: %s", exc)
+            return
+        except Exception:
+            log.exception("planning failed")
+            return
+        self.planned = dict(planned_map(results))
+        self.siblings = {
+            cpu: list(others)
+            for sock in host.socket_topology
+            for cpu, others in sock.smt_siblings.items()
+        }
+        for result in results:
+            for problem in result.errors:
+                log.warning("%s: %s", result.endpoint, problem.text)
+
+    def refresh(self) -> None:
+        from epycd.status import collect_status
+
+        try:
+            self.statuses = collect_status(self.settings, self.planned)
+        except EpycError as exc:
+            log.error("status: %s", exc)
+
+    def approved_plans(self) -> list[dict[str, Any]]:
+        """The approved plans that can be read (a broken record is reported by status)."""
+        from epycd.approval.record import approved_names, load_approval
+
+        plans = []
+        for name in approved_names(self.settings):
+            try:
+                approval = load_approval(self.settings, name)
+            except EpycError as exc:
+                log.error("%s", exc)
+                continue
+            if approval is not None:
+                plans.append(approval.plan)
+        return plans
+
+    def pin_self(self) -> None:
+        from epycd.plan.model import Plan
+
+        plans = self.approved_plans()
+        plans += [p.model_dump(mode="json") for p in self.planned.values() if isinstance(p, Plan)]
+        cpus = spare_cpus(self.allowed_cpus, endpoint_cpus(plans, self.siblings))
+        if cpus != set(os.sched_getaffinity(0)):
+            os.sched_setaffinity(0, cpus)
+            log.info("running on CPUs %s, off the endpoints' cores", sorted(cpus))
+
+    def reconcile(self) -> None:
+        """Start the installed units of approved, unchanged, not stopped endpoints that are
+        not running. Failed units stay failed: no retry."""
+        from epycd import systemd
+
+        now = time.monotonic()
+        for status in self.statuses:
+            if status.state != "approved" or status.unit_state != "inactive":
+                continue
+            log.info(
+                "%s: approved and installed, not running: starting %s", status.name, status.unit
+            )
+            try:
+                systemd.systemctl("start", "--no-block", status.unit)
+            except systemd.SystemdError as exc:
+                log.error("%s: %s", status.name, exc)
+                continue
+            self.waiting.started[status.name] = now
+        for status in self.statuses:
+            if status.state == "changed-needs-approval":
+                log.warning(
+                    "%s: changed since approval, not applied: %s",
+                    status.name,
+                    "; ".join(status.reasons),
+                )
+
+    def start_timeout(self) -> float:
+        if self.settle_seconds is not None:
+            return self.settle_seconds
+        longest = DEFAULT_START_TIMEOUT_S
+        for plan in self.approved_plans():
+            longest = max(longest, int(plan.get("start_timeout_s") or 0))
+        return min(longest + SETTLE_MARGIN_SECONDS, SETTLE_CAP_SECONDS)
+
+    def load(self) -> None:
+        """Plan, refresh, pin, reconcile: what happens at start, on SIGHUP and on change."""
+        self.plan()
+        self.refresh()
+        self.pin_self()
+        self.reconcile()
+        self.refresh()
+        self.waiting.deadline = time.monotonic() + self.start_timeout()
+        self.publish()
+
+    def settle(self) -> None:
+        """Sleep until every endpoint being started is ready or failed (bounded)."""
+        while not self.interrupted:
+            now = time.monotonic()
+            pending = self.waiting.pending(self.statuses, now)
+            if not pending:
+                return
+            if now >= self.waiting.deadline:
+                log.warning("still starting after the wait bound: %s", ", ".join(pending))
+                return
+            self.publish(waiting=pending)
+            self.sleep(SETTLE_POLL_SECONDS)
+            self.refresh()
+
+    # --- what others see -----------------------------------------------------------------
+
+    def status_line(self, waiting: Sequence[str] = ()) -> str:
+        from epycd.status import counts_text
+
+        text = counts_text(self.statuses)
+        if waiting:
+            text += "; waiting for " + ", ".join(waiting)
+        return text
+
+    def publish(self, waiting: Sequence[str] = ()) -> None:
+        line = self.status_line(waiting)
+        self.write_status_file(line)
+        if line != self.last_status_line:
+            self.notifier.status(line)
+            self.last_status_line = line
+            log.info("%s", line)
+
+    def write_status_file(self, line: str) -> None:
+        from epycd.approval.atomic import write_atomic
+        from epycd.status import status_json
+
+        content = {
+            "daemon": {"pid": os.getpid(), "state": self.phase, "summary": line},
+            **status_json(self.statuses),
+        }
+        if content == self.written:
+            return
+        data = {"updated": datetime.now(UTC).isoformat(timespec="seconds"), **content}
+        try:
+            write_atomic(
+                self.settings.run_dir / STATUS_FILE, (json.dumps(data, indent=2) + "\n").encode()
+            )
+        except OSError as exc:
+            log.error("cannot write %s: %s", self.settings.run_dir / STATUS_FILE, exc)
+            return
+        self.written = content
+
+    def ready(self) -> None:
+        self.phase = "ready"
+        self.write_status_file(self.status_line())
+        self.last_status_line = self.status_line()
+        self.notifier.send("READY=1", f"STATUS={self.last_status_line}")
+        log.info("ready: %s", self.last_status_line)
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def do_reload(self) -> None:
+        self.reload_requested = False
+        self.phase = "reloading"
+        self.notifier.send("RELOADING=1", f"MONOTONIC_USEC={monotonic_usec()}", "STATUS=reloading")
+        log.info("reloading (SIGHUP)")
+        try:
+            self.settings = load_settings()
+        except EpycError as exc:
+            log.error("keeping the previous settings: %s", exc)
+        self.load()
+        self.settle()
+        if not self.stop_requested:
+            self.ready()
+
+    def run(self) -> int:
+        self.install_signals()
+        self.notifier.status("planning the endpoints")
+        self.recover()
+        self.load()
+        self.settle()
+        if not self.stop_requested:
+            self.ready()
+        last_refresh = time.monotonic()
+        while not self.stop_requested:
+            if self.reload_requested:
+                self.do_reload()
+                last_refresh = time.monotonic()
+                continue
+            if inputs_snapshot(self.settings) != self.snapshot:
+                log.info("endpoint files, approvals or stop markers changed: planning again")
+                self.load()
+                self.settle()
+                self.publish()
+                last_refresh = time.monotonic()
+            elif time.monotonic() - last_refresh >= self.refresh_seconds:
+                self.refresh()
+                self.publish()
+                last_refresh = time.monotonic()
+            self.sleep(self.poll_seconds)
+        self.notifier.stopping("stopping epycd; the endpoints keep running")
+        log.info("stopping; the endpoints are their own units and keep running")
+        return 0
+
+    def recover(self) -> None:
+        from epycd.approval.workflow import recover_interrupted
+
+        try:
+            for line in recover_interrupted(self.settings):
+                log.info("recovered: %s", line)
+        except EpycError as exc:
+            log.error("could not finish interrupted installs: %s", exc)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0.1),
+    default=POLL_SECONDS,
+    show_default=True,
+    help="seconds between looks at the endpoint files, approvals and stop markers",
+)
+@click.option(
+    "--refresh-interval",
+    type=click.FloatRange(min=0.1),
+    default=REFRESH_SECONDS,
+    show_default=True,
+    help="seconds between asking systemd how the endpoint units stand",
+)
+@click.option(
+    "--settle-timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="seconds to wait for starting endpoints before READY=1 "
+    "(default: the longest start timeout of the approved plans + 60)",
+)
+def main(poll_interval: float, refresh_interval: float, settle_timeout: float | None) -> None:
+    """The epyc-llm daemon (run by systemd as epycd.service)."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    try:
+        settings = load_settings()
+    except EpycError as exc:
+        click.echo(f"epycd: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    daemon = Daemon(
+        settings,
+        poll_seconds=poll_interval,
+        refresh_seconds=refresh_interval,
+        settle_seconds=settle_timeout,
+    )
+    sys.exit(daemon.run())
+
+
+if __name__ == "__main__":
+    main()

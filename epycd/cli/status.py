@@ -1,0 +1,240 @@
+"""`epycctl status [NAME]`, `stop NAME`, `start NAME`, `logs NAME`.
+
+Anyone may read status and logs; stop and start are for admins (root or the admin group).
+`stop` leaves a marker in `STATE_DIR/stopped/` so that neither the daemon nor a reboot starts
+the endpoint again (Quadlet units cannot be disabled: their boot-time approval check
+refuses while the marker is there); `start` takes it away.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import UTC, datetime
+
+import click
+
+from epycd.cli.output import print_json, reports_errors, table
+from epycd.errors import InputError, Refusal
+from epycd.settings import Settings, load_settings
+from epycd.status import EndpointStatus, Handoff
+
+JOURNAL_TAIL_LINES = 20
+START_MARGIN_S = 30
+
+
+def checked_settings(name: str | None) -> Settings:
+    from epycd.approval.record import checked_name
+
+    if name is not None:
+        checked_name(name)
+    return load_settings()
+
+
+def journal_tail(unit: str) -> list[str]:
+    """The unit's last journal lines, for a failure the supervisor did not describe."""
+    from epycd import systemd
+
+    try:
+        text = systemd.journal([unit], lines=JOURNAL_TAIL_LINES)
+    except systemd.SystemdError:
+        return []
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("-- ")]
+
+
+def current_statuses(settings: Settings) -> list[EndpointStatus]:
+    from epycd.status import collect_status, plan_endpoints, planned_map
+
+    results, _host = plan_endpoints(settings)
+    statuses = collect_status(settings, planned_map(results))
+    for status in statuses:
+        if status.kind == "failed" and not status.log_tail:
+            status.log_tail = journal_tail(status.unit)
+    return statuses
+
+
+def unknown_endpoint(settings: Settings, name: str) -> InputError:
+    return InputError(
+        f"no endpoint {name}: no endpoint file, approval or unit of that name",
+        file=settings.config_dir / f"{name}.toml",
+        fix="`epycctl status` lists the endpoints",
+    )
+
+
+def row(status: EndpointStatus) -> list[str]:
+    def shown(value: object) -> str:
+        return "-" if value is None or value == "" else str(value)
+
+    return [
+        status.name,
+        status.state,
+        shown(status.model),
+        shown(status.port),
+        shown(status.socket),
+        shown(status.cpus),
+        shown(status.kv_cache_gb),
+        shown(status.url),
+    ]
+
+
+def handoff_text(handoff: Handoff) -> str:
+    numa = ",".join(map(str, handoff.numa_nodes)) or "-"
+    rows = [
+        ("Base URL", f"{handoff.base_url}  (the trailing /v1 matters)"),
+        ("Served model", f"{handoff.served_model_name}  (the id in /v1/models)"),
+        ("Endpoint", handoff.endpoint),
+        ("Why", handoff.why),
+        ("Runtime / port", f"{handoff.runtime} / {handoff.port}"),
+        (
+            "Sizing",
+            f"{handoff.threads} OMP threads (CPUs {handoff.cpus}), KV {handoff.kv_cache_gb} GiB,"
+            f" max_model_len {handoff.max_model_len}, socket {handoff.socket}, NUMA {numa}",
+        ),
+        ("Stop", handoff.stop),
+    ]
+    return (
+        table(rows, header=("Item", "Value"))
+        + f"\n\nTry it:\n\n{handoff.curl}\n\nOpenAI Python client:\n\n{handoff.python}"
+    )
+
+
+def details(status: EndpointStatus) -> str:
+    lines = [f"\n{status.name}: {status.state} (unit {status.unit}: {status.unit_state})"]
+    if status.reason:
+        lines.append(f"  {status.reason}")
+    lines += [f"  {reason}" for reason in status.reasons if reason != status.reason]
+    if status.approved_by:
+        lines.append(f"  approved by {status.approved_by}")
+    if status.diff:
+        lines.append(f"\nchanges since approval (not applied):\n{status.diff.rstrip()}")
+    if status.log_tail:
+        lines.append("\nlast log lines:\n" + "\n".join(status.log_tail))
+    if status.handoff:
+        lines.append("\n" + handoff_text(status.handoff))
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="print the status as JSON")
+@reports_errors
+def status(name: str | None, as_json: bool) -> None:
+    """The state of every endpoint (or of NAME), and how to use a ready one."""
+    settings = checked_settings(name)
+    statuses = current_statuses(settings)
+    if name is not None:
+        statuses = [s for s in statuses if s.name == name]
+        if not statuses:
+            raise unknown_endpoint(settings, name)
+    if name is None and len(statuses) > 1:
+        for item in statuses:
+            item.handoff = None
+    if as_json:
+        print_json({"endpoints": [s.model_dump(mode="json") for s in statuses]})
+        return
+    if not statuses:
+        click.echo(f"no endpoints: put NAME.toml files in {settings.config_dir}")
+        return
+    header = ("NAME", "STATE", "MODEL", "PORT", "SOCKET", "CPUS", "KV GiB", "URL")
+    click.echo(table([row(s) for s in statuses], header=header))
+    for item in statuses:
+        if name is not None or len(statuses) == 1 or item.state != "ready":
+            click.echo(details(item))
+
+
+@click.command()
+@click.argument("name")
+@reports_errors
+def stop(name: str) -> None:
+    """Stop endpoint NAME and keep it from starting at boot until `epycctl start NAME`."""
+    from epycd.approval.atomic import write_atomic
+    from epycd.approval.permissions import require_admin
+    from epycd.approval.record import current_approver, load_approval
+    from epycd.approval.workflow import is_quadlet, removal_files, stop_endpoint
+    from epycd.status import StopMarker, stop_marker_path
+
+    settings = checked_settings(name)
+    require_admin(settings, "stop")
+    approval = load_approval(settings, name)
+    files = removal_files(settings, name, approval)
+    if approval is None and not files:
+        raise unknown_endpoint(settings, name)
+    marker = StopMarker(endpoint=name, by=current_approver().describe(), at=datetime.now(UTC))
+    write_atomic(stop_marker_path(settings, name), marker.model_dump_json(indent=2).encode())
+    stop_endpoint(approval, name, files, click.echo)
+    if any(is_quadlet(path.name) for path in files):
+        click.echo(
+            "Quadlet units cannot be disabled: at boot the unit's approval check refuses to "
+            "start it while it is marked stopped"
+        )
+    click.echo(f"{name} stopped; it stays down (also across reboots) until `epycctl start {name}`")
+
+
+@click.command()
+@click.argument("name")
+@reports_errors
+def start(name: str) -> None:
+    """Start approved endpoint NAME again (after `epycctl stop`), and at every boot."""
+    from epycd import systemd
+    from epycd.approval.atomic import unlink_durable
+    from epycd.approval.permissions import require_admin
+    from epycd.approval.record import load_approval
+    from epycd.approval.workflow import main_service, units_to_enable
+    from epycd.status import collect_status, plan_endpoints, planned_map, stop_marker_path
+
+    settings = checked_settings(name)
+    require_admin(settings, "start")
+    results, _host = plan_endpoints(settings)
+    found = [s for s in collect_status(settings, planned_map(results)) if s.name == name]
+    approval = load_approval(settings, name)
+    if not found:
+        raise unknown_endpoint(settings, name)
+    current = found[0]
+    if approval is None or current.state in {
+        "pending-approval",
+        "changed-needs-approval",
+        "orphaned",
+    }:
+        said = "; ".join(current.reasons) or current.state
+        if current.diff:
+            click.echo(f"changes since approval:\n{current.diff.rstrip()}", err=True)
+        raise Refusal(
+            f"{name} is {current.state}, not startable: {said}",
+            fix=f"`epycctl plan {name}`, then `epycctl approve {name}`",
+        )
+    unlink_durable(stop_marker_path(settings, name))
+    enable = units_to_enable(approval)
+    if enable:
+        click.echo("systemctl enable " + " ".join(enable))
+        systemd.enable(enable)
+    service = main_service(approval)
+    timeout = int(approval.plan.get("start_timeout_s", 600)) + START_MARGIN_S
+    click.echo(f"systemctl start {service} (waits for the health gate)")
+    systemd.start([service], timeout=timeout)
+    click.echo(f"{name} started: `epycctl status {name}`")
+
+
+@click.command()
+@click.argument("name")
+@click.option("-n", "--lines", type=click.IntRange(min=0), default=50, show_default=True)
+@click.option("-f", "--follow", is_flag=True, help="keep printing new lines")
+@reports_errors
+def logs(name: str, lines: int, follow: bool) -> None:
+    """The journal of endpoint NAME's unit (journalctl)."""
+    from epycd.approval.record import load_approval
+    from epycd.approval.state import endpoint_unit_files
+    from epycd.status import main_unit
+    from epycd.systemd import SystemdError
+
+    settings = checked_settings(name)
+    approval = load_approval(settings, name)
+    has_file = (settings.config_dir / f"{name}.toml").is_file()
+    if approval is None and not has_file and not endpoint_unit_files(settings, name):
+        raise unknown_endpoint(settings, name)
+    journalctl = shutil.which("journalctl")
+    if journalctl is None:
+        raise SystemdError("`journalctl` not found on PATH", fix="install systemd")
+    argv = [journalctl, "--unit", main_unit(name, approval), "--lines", str(lines)]
+    if follow:
+        argv.append("--follow")
+    os.execv(journalctl, argv)

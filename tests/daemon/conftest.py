@@ -1,0 +1,250 @@
+"""Status and daemon tests: every EPYCD_* folder in a temporary directory, a fake 2-socket
+Genoa host root, a local model folder, endpoint files planned by the real planner for the
+host path with the real vLLM CPU venv (tests/tools/vllm_venv.sh; probed once per session and
+handed to the product's own probe cache), approvals made by the approval code, and a
+`systemctl` on PATH that answers from a small JSON state file, since systemd is not PID 1
+here (the real-systemd proof is tests/e2e)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from epycd.approval.record import Approval, current_approver
+from epycd.approval.workflow import install_approval, make_approval
+from epycd.host.facts import HostVllmFacts
+from epycd.settings import Settings
+from epycd.status import PROBE_CACHE, EndpointStatus, ProbeCache, collect_status, planned_map
+from epycd.status import plan_endpoints as real_plan_endpoints
+from epycd.supervisor import SupervisorStatus, write_status
+from tests.hosts import make_host
+from tests.plan.conftest import write_model
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("EPYC_TEST_CACHE", "/var/cache/epyc-llm-test"))
+VLLM = CACHE / "vllm-venv" / "bin" / "vllm"
+FOLDERS = ("config_dir", "state_dir", "run_dir", "unit_dir", "quadlet_dir")
+
+FAKE_SYSTEMCTL = """#!{python}
+# Answers like systemctl from $FAKE_SYSTEMD_STATE (unit -> properties) and records its argv
+# in $FAKE_SYSTEMD_LOG. Used only because systemd is not PID 1 on the test machine.
+import json, os, sys
+
+state_file = os.environ["FAKE_SYSTEMD_STATE"]
+with open(os.environ["FAKE_SYSTEMD_LOG"], "a") as log:
+    log.write(" ".join(sys.argv[1:]) + "\\n")
+try:
+    with open(state_file) as f:
+        units = json.load(f)
+except FileNotFoundError:
+    units = {{}}
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+verb, names = args[0], args[1:]
+
+def unit(name):
+    return units.setdefault(name, {{"LoadState": "loaded", "ActiveState": "inactive",
+        "SubState": "dead", "Result": "success", "UnitFileState": "disabled"}})
+
+def save():
+    with open(state_file + ".tmp", "w") as f:
+        json.dump(units, f)
+    os.replace(state_file + ".tmp", state_file)
+
+if verb == "show":
+    blocks = []
+    for name in names:
+        props = units.get(name, {{"LoadState": "not-found", "ActiveState": "inactive",
+            "SubState": "dead", "Result": "success", "UnitFileState": ""}})
+        blocks.append("\\n".join(["Id=" + name] + [k + "=" + v for k, v in props.items()]))
+    print("\\n\\n".join(blocks))
+elif verb == "is-active":
+    state = units.get(names[0], {{}}).get("ActiveState", "inactive")
+    print(state)
+    sys.exit(0 if state == "active" else 3)
+elif verb == "is-enabled":
+    state = units.get(names[0], {{}}).get("UnitFileState", "disabled")
+    print(state)
+    sys.exit(0 if state == "enabled" else 1)
+elif verb in ("start", "restart"):
+    for name in names:
+        unit(name).update(ActiveState=os.environ.get("FAKE_START_STATE", "active"),
+                          SubState="start", Result="success")
+    save()
+elif verb == "stop":
+    for name in names:
+        unit(name).update(ActiveState="inactive", SubState="dead")
+    save()
+elif verb in ("enable", "disable"):
+    for name in names:
+        unit(name)["UnitFileState"] = verb + "d"
+    save()
+"""
+
+
+@dataclass
+class Workspace:
+    tmp: Path
+    settings: Settings
+    host_root: Path
+    model: Path
+    bin_dir: Path
+    systemd_state: Path
+    systemd_log: Path
+
+    @property
+    def variables(self) -> dict[str, str]:
+        data = {f"EPYCD_{key.upper()}": str(getattr(self.settings, key)) for key in FOLDERS}
+        data["EPYCD_HOST_ROOT"] = str(self.host_root)
+        return data
+
+    def environ(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("EPYCD_", "SUDO_"))}
+        env.update(self.variables)
+        env["PATH"] = f"{self.bin_dir}:{env['PATH']}"
+        env["PYTHONPATH"] = str(REPO)
+        env["FAKE_SYSTEMD_STATE"] = str(self.systemd_state)
+        env["FAKE_SYSTEMD_LOG"] = str(self.systemd_log)
+        env["HF_HOME"] = str(self.tmp / "hf")
+        env.update(extra)
+        return env
+
+    def endpoint(self, name: str, extra: str = "") -> Path:
+        """NAME.toml on a port nobody listens on now: the planner moves an endpoint off a
+        port another process took, which is drift, and other tests run on this machine."""
+        path = self.settings.config_dir / f"{name}.toml"
+        port = "" if "port" in extra else f"port = {free_port()}\n"
+        path.write_text(f'model = "{self.model}"\nruntime = "host"\nvllm = "{VLLM}"\n{port}{extra}')
+        return path
+
+    def approve(self, name: str) -> Approval:
+        """What `epycctl approve NAME --no-start` does after the yes: the approval code."""
+        results, host = real_plan_endpoints(self.settings)
+        result = next(r for r in results if r.endpoint == name)
+        assert result.plan is not None, [p.text for p in result.errors]
+        approval = make_approval(
+            self.settings, result.plan, host, current_approver(), accepted_unvalidated=False
+        )
+        install_approval(self.settings, approval)
+        return approval
+
+    def units(self) -> dict[str, dict[str, str]]:
+        if not self.systemd_state.exists():
+            return {}
+        data: dict[str, dict[str, str]] = json.loads(self.systemd_state.read_text())
+        return data
+
+    def set_unit(self, unit: str, active: str, result: str = "success") -> None:
+        data = self.units()
+        data.setdefault(unit, {"LoadState": "loaded", "UnitFileState": "enabled"})
+        data[unit].update(ActiveState=active, SubState=active, Result=result)
+        self.systemd_state.write_text(json.dumps(data))
+
+    def supervisor_says(self, name: str, state: str, **fields: Any) -> None:
+        write_status(
+            self.settings.run_dir / f"{name}.json",
+            SupervisorStatus.model_validate(
+                {"state": state, "name": name, "url": "http://127.0.0.1:1", "model": name} | fields
+            ),
+        )
+
+    def statuses(self) -> dict[str, EndpointStatus]:
+        results, _host = real_plan_endpoints(self.settings)
+        return {s.name: s for s in collect_status(self.settings, planned_map(results))}
+
+    def systemctl_calls(self) -> list[str]:
+        return self.systemd_log.read_text().splitlines() if self.systemd_log.exists() else []
+
+    def run(
+        self, *args: str, user: int | None = None, **extra: str
+    ) -> subprocess.CompletedProcess[str]:
+        """The real `epycctl` in a subprocess (as another uid through setpriv if asked)."""
+        prefix = (
+            []
+            if user is None
+            else ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+        )
+        return subprocess.run(
+            [*prefix, sys.executable, "-m", "epycd", *args],
+            env=self.environ(**extra),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.fixture(scope="session")
+def vllm_facts() -> HostVllmFacts:
+    """The real probe of the real vLLM venv, once per session (it takes ~20 s here)."""
+    if not VLLM.exists():
+        pytest.fail(f"{VLLM} is missing: run tests/bootstrap.sh (tests/tools/vllm_venv.sh)")
+    from epycd.host.vllm_probe import probe_vllm
+
+    facts = probe_vllm(str(VLLM))
+    assert facts.present and not facts.error, facts
+    return facts
+
+
+def make_workspace(base: Path, monkeypatch: pytest.MonkeyPatch, facts: HostVllmFacts) -> Workspace:
+    folders = {key: base / key for key in FOLDERS}
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+    host_root = make_host(base / "hosts", "genoa-9654-2s-nps1")
+    settings = Settings.model_validate({**folders, "host_root": host_root})
+    bin_dir = base / "bin"
+    bin_dir.mkdir()
+    systemctl = bin_dir / "systemctl"
+    systemctl.write_text(FAKE_SYSTEMCTL.format(python=sys.executable))
+    systemctl.chmod(systemctl.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    (base / "hf").mkdir()
+    ws = Workspace(
+        tmp=base,
+        settings=settings,
+        host_root=host_root,
+        model=write_model(base / "models" / "qwen3"),
+        bin_dir=bin_dir,
+        systemd_state=base / "systemd-state.json",
+        systemd_log=base / "systemctl.log",
+    )
+    key = ProbeCache.key(str(VLLM))
+    assert key is not None
+    cache = settings.run_dir / PROBE_CACHE
+    cache.write_text(json.dumps({key: facts.model_dump(mode="json")}))
+    for name, value in ws.environ().items():
+        if name.startswith(("EPYCD_", "FAKE_")) or name in {"PATH", "HF_HOME"}:
+            monkeypatch.setenv(name, value)
+    monkeypatch.delenv("EPYCD_ADMIN_GROUP", raising=False)
+    monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
+    return ws
+
+
+@pytest.fixture
+def ws(monkeypatch: pytest.MonkeyPatch, vllm_facts: HostVllmFacts) -> Iterator[Workspace]:
+    """Folders another user can reach too (pytest's tmp folder is root-only), under a short
+    path so that a notify socket fits in sun_path."""
+    base = Path(tempfile.mkdtemp(prefix="epycd-d-"))
+    base.chmod(0o755)
+    try:
+        yield make_workspace(base, monkeypatch, vllm_facts)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -1,0 +1,118 @@
+"""The hand-off of a ready endpoint, run for real: its curl command in a shell and its
+OpenAI-client example in Python, against a local HTTP server on the endpoint's port that
+answers like vLLM (the real vLLM serving is proven by tests/health and tests/e2e)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from tests.daemon.conftest import Workspace
+from tests.health.localhttp import Reply, local_server
+from tests.plan.conftest import write_model
+
+pytestmark = pytest.mark.vllm
+
+
+def vllm_replies(model: str, text: str) -> dict[str, Reply]:
+    now = int(time.time())
+    usage = {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}
+    return {
+        "/health": (200, ""),
+        "/v1/models": (
+            200,
+            {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "vllm"}]},
+        ),
+        "/v1/chat/completions": (
+            200,
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": now,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": usage,
+            },
+        ),
+        "/v1/completions": (
+            200,
+            {
+                "id": "cmpl-1",
+                "object": "text_completion",
+                "created": now,
+                "model": model,
+                "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                "usage": usage,
+            },
+        ),
+    }
+
+
+def ready_handoff(ws: Workspace, name: str) -> dict[str, Any]:
+    ws.approve(name)
+    ws.set_unit(f"epyc-llm-{name}.service", "active")
+    ws.supervisor_says(name, "ready", phase="request")
+    done = ws.run("status", name, "--json")
+    assert done.returncode == 0, done.stderr
+    [status] = json.loads(done.stdout)["endpoints"]
+    assert status["state"] == "ready"
+    handoff: dict[str, Any] = status["handoff"]
+    return handoff
+
+
+def run_both(handoff: dict[str, Any], text: str) -> list[tuple[str, str, dict[str, str], Any]]:
+    with local_server(vllm_replies(handoff["served_model_name"], text), handoff["port"]) as (
+        _url,
+        routes,
+    ):
+        curl = subprocess.run(
+            ["bash", "-c", handoff["curl"]], capture_output=True, text=True, timeout=30
+        )
+        assert curl.returncode == 0, curl.stderr
+        choice = json.loads(curl.stdout)["choices"][0]
+        assert text in json.dumps(choice)
+        python = subprocess.run(
+            [sys.executable, "-c", handoff["python"]], capture_output=True, text=True, timeout=60
+        )
+        assert python.returncode == 0, python.stderr
+        assert python.stdout.strip() == text
+    return routes.seen
+
+
+def test_chat_handoff_curl_and_openai_client_work(ws: Workspace) -> None:
+    ws.endpoint("chat")
+    handoff = ready_handoff(ws, "chat")
+    assert handoff["endpoint"] == "/v1/chat/completions"
+    seen = run_both(handoff, "Hi there")
+    assert [(method, path) for method, path, _h, _b in seen] == [
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/v1/chat/completions"),
+    ]
+    for _method, _path, _headers, body in seen:
+        assert body["model"] == handoff["served_model_name"]
+        assert body["messages"] == [{"role": "user", "content": "Hello"}]
+    client_headers = {key.lower(): value for key, value in seen[1][2].items()}
+    assert client_headers["authorization"] == "Bearer EMPTY"
+
+
+def test_completions_handoff_for_a_model_without_chat_template(ws: Workspace) -> None:
+    base = write_model(ws.tmp / "models" / "base", chat=False)
+    path = ws.endpoint("base")
+    path.write_text(path.read_text().replace(str(ws.model), str(base)))
+    handoff = ready_handoff(ws, "base")
+    assert handoff["endpoint"] == "/v1/completions"
+    assert "no chat template" in handoff["why"]
+    seen = run_both(handoff, "and then")
+    assert {path for _m, path, _h, _b in seen} == {"/v1/completions"}
+    assert all(body["prompt"] == "Hello, world" for _m, _p, _h, body in seen)

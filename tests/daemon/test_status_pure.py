@@ -1,0 +1,69 @@
+"""The pure parts of status: systemctl's `show` output, the unit/supervisor matrix, the
+STATUS= counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from epycd.status import EndpointStatus, UnitState, counts_text, parse_show, runtime_state
+from epycd.supervisor import SupervisorStatus
+
+SHOW = """Id=epyc-llm-a.service
+LoadState=loaded
+ActiveState=failed
+SubState=failed
+Result=exit-code
+UnitFileState=enabled
+
+Id=epyc-llm-b.service
+LoadState=not-found
+ActiveState=inactive
+SubState=dead
+Result=success
+UnitFileState=
+"""
+
+
+def test_parse_show_reads_every_block() -> None:
+    units = parse_show(SHOW)
+    assert units["epyc-llm-a.service"].active == "failed"
+    assert units["epyc-llm-a.service"].result == "exit-code"
+    assert units["epyc-llm-a.service"].known
+    assert not units["epyc-llm-b.service"].known
+
+
+def supervisor(state: str, phase: str | None = None) -> SupervisorStatus:
+    return SupervisorStatus.model_validate(
+        {"state": state, "name": "a", "url": "u", "model": "m", "phase": phase, "reason": "r"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("active", "said", "expected"),
+    [
+        ("active", None, "ready"),
+        ("activating", supervisor("starting", "models"), "starting"),
+        ("failed", supervisor("failed", "request"), "failed:request"),
+        ("failed", supervisor("ready", "request"), "failed:start"),
+        ("inactive", supervisor("ready", "request"), "approved"),
+        ("unknown", supervisor("ready", "request"), "ready"),
+        ("unknown", supervisor("failed", "health"), "failed:health"),
+        ("unknown", None, "approved"),
+    ],
+)
+def test_unit_and_supervisor_make_the_state(
+    active: str, said: SupervisorStatus | None, expected: str
+) -> None:
+    unit = UnitState(unit="u", load="loaded" if active != "unknown" else "unknown", active=active)
+    assert runtime_state(unit, said)[0] == expected
+
+
+def test_counts_text() -> None:
+    def status(state: str) -> EndpointStatus:
+        return EndpointStatus(name=state, state=state, unit="u")
+
+    states = ["ready", "ready", "pending-approval", "failed:health", "changed-needs-approval"]
+    assert counts_text(status(s) for s in states) == (
+        "2 ready, 1 failed, 1 needs approval, 1 changed, needs approval"
+    )
+    assert counts_text([]) == "no endpoints"

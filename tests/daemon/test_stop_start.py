@@ -1,0 +1,122 @@
+"""`epycctl stop/start/logs`: admin only, the stop marker, what reaches systemctl, and the
+boot-time approval check refusing a stopped endpoint (a Quadlet unit cannot be disabled)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from epycd.status import stop_marker_path
+from tests.daemon.conftest import REPO, Workspace
+
+pytestmark = pytest.mark.vllm
+UNIT = "epyc-llm-chat.service"
+NOBODY = 65534
+
+
+def state_of(ws: Workspace) -> str:
+    done = ws.run("status", "chat", "--json")
+    assert done.returncode == 0, done.stderr
+    state: str = json.loads(done.stdout)["endpoints"][0]["state"]
+    return state
+
+
+def boot_check(ws: Workspace) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "epycd.approval.check", "chat"],
+        env=ws.environ(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_stop_then_start(ws: Workspace) -> None:
+    ws.endpoint("chat")
+    ws.approve("chat")
+    ws.set_unit(UNIT, "active")
+    assert boot_check(ws).returncode == 0
+
+    stopped = ws.run("stop", "chat")
+    assert stopped.returncode == 0, stopped.stderr
+    assert "until `epycctl start chat`" in stopped.stdout
+    calls = ws.systemctl_calls()
+    assert f"stop {UNIT}" in calls and f"disable {UNIT}" in calls
+    assert ws.units()[UNIT]["UnitFileState"] == "disabled"
+    marker = json.loads(stop_marker_path(ws.settings, "chat").read_text())
+    assert marker["endpoint"] == "chat" and marker["by"].startswith("root")
+    assert state_of(ws) == "stopped"
+
+    refused = boot_check(ws)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "epyc-llm-chat: stopped by the admin; `epycctl start chat` starts it again"
+    )
+
+    started = ws.run("start", "chat")
+    assert started.returncode == 0, started.stderr
+    assert not stop_marker_path(ws.settings, "chat").exists()
+    calls = ws.systemctl_calls()
+    assert calls.index(f"enable {UNIT}") < calls.index(f"start {UNIT}")
+    assert ws.units()[UNIT]["ActiveState"] == "active"
+    assert boot_check(ws).returncode == 0
+    assert state_of(ws) == "ready"
+
+
+def test_start_refuses_a_changed_or_unapproved_endpoint(ws: Workspace) -> None:
+    path = ws.endpoint("chat")
+    pending = ws.run("start", "chat")
+    assert pending.returncode == 1
+    assert "pending-approval" in pending.stderr and "Traceback" not in pending.stderr
+
+    ws.approve("chat")
+    assert ws.run("stop", "chat").returncode == 0
+    path.write_text(path.read_text() + "max_model_len = 2048\n")
+    before = ws.systemctl_calls()
+    changed = ws.run("start", "chat")
+    assert changed.returncode == 1
+    assert "changed-needs-approval" in changed.stderr
+    assert '+  "max_model_len": 2048' in changed.stderr
+    assert [c for c in ws.systemctl_calls() if not c.startswith("show ")] == [
+        c for c in before if not c.startswith("show ")
+    ]
+    assert stop_marker_path(ws.settings, "chat").exists()
+
+
+def test_unknown_names_are_bad_input(ws: Workspace) -> None:
+    for verb in ("stop", "start", "logs"):
+        done = ws.run(verb, "nosuch")
+        assert done.returncode == 2, (verb, done.stderr)
+        assert "no endpoint nosuch" in done.stderr
+    assert ws.run("stop", "../x").returncode == 2
+    assert ws.systemctl_calls() == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
+def test_only_admins_stop_and_start(ws: Workspace) -> None:
+    ws.endpoint("chat")
+    ws.approve("chat")
+    ws.set_unit(UNIT, "active")
+    for verb in ("stop", "start"):
+        done = ws.run(verb, "chat", user=NOBODY)
+        assert done.returncode == 1, done.stderr
+        assert f"{verb} needs root" in done.stderr and "Traceback" not in done.stderr
+    assert not stop_marker_path(ws.settings, "chat").exists()
+    assert not any(c.startswith(("stop", "start", "disable")) for c in ws.systemctl_calls())
+
+
+def test_logs_execs_journalctl_for_the_unit(ws: Workspace) -> None:
+    ws.endpoint("chat")
+    ws.approve("chat")
+    journalctl = ws.bin_dir / "journalctl"
+    journalctl.write_text('#!/bin/sh\necho "journalctl $*"\n')
+    journalctl.chmod(0o755)
+    done = ws.run("logs", "chat", "-n", "7", "-f")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"journalctl --unit {UNIT} --lines 7 --follow"
