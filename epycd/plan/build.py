@@ -263,7 +263,7 @@ APPROVAL_CHECK_MODULE = "epycd.approval.check"
 
 
 def approval_check_argv(product_python: str, name: str) -> list[str]:
-    """ExecStartPre= of every endpoint unit: refuse to start when the approval no longer holds."""
+    """ExecCondition= of every endpoint unit: skip the start when the approval no longer holds."""
     return [product_python, "-m", APPROVAL_CHECK_MODULE, name]
 
 
@@ -351,7 +351,7 @@ def decide(
         + math.ceil(weights_gib) * stack.start_timeout.per_weights_gib_s,
         podman_notify_healthy=route.runtime == "podman" and host.runtimes.podman.notify_healthy,
         product_python=product_python,
-        exec_start_pre=[approval_check_argv(product_python, name)],
+        exec_condition=[approval_check_argv(product_python, name)],
         requires_confirmation=bool(reasons),
         confirmation_reasons=reasons,
         warnings=warnings,

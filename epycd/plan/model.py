@@ -85,8 +85,10 @@ class EndpointDecisions(BaseModel):
     start_timeout_s: int = Field(description="TimeoutStartSec, sized for the model")
     podman_notify_healthy: bool = False
     product_python: str = Field(description="interpreter that runs epycd's supervisor/checks")
-    exec_start_pre: list[list[str]] = Field(
-        default_factory=list, description="commands run before start (the approval check)"
+    exec_condition: list[list[str]] = Field(
+        default_factory=list,
+        description="ExecCondition= commands (the approval check): exit 1-254 skips the start "
+        "without failing the unit, so Restart= never loops on a refused endpoint",
     )
     status_file: str | None = Field(
         default=None, description="EPYCD_RUN_DIR/NAME.json: the supervisor's state for status"

@@ -74,8 +74,8 @@ def service_lines(decisions: EndpointDecisions) -> list[Line]:
     lines: list[Line] = [("TimeoutStartSec", str(decisions.start_timeout_s))]
     lines += restart_lines(decisions)
     lines += [
-        ("ExecStartPre", command_line(argv, f"exec_start_pre[{index}]"))
-        for index, argv in enumerate(decisions.exec_start_pre)
+        ("ExecCondition", command_line(argv, f"exec_condition[{index}]"))
+        for index, argv in enumerate(decisions.exec_condition)
     ]
     if not decisions.podman_notify_healthy:
         lines.append(("ExecStartPost", command_line(commands.health_gate(decisions), "health")))

@@ -31,8 +31,8 @@ def _service_head(decisions: EndpointDecisions) -> list[Line]:
     ]
     lines += restart_lines(decisions)
     lines += [
-        ("ExecStartPre", command_line(argv, f"exec_start_pre[{index}]"))
-        for index, argv in enumerate(decisions.exec_start_pre)
+        ("ExecCondition", command_line(argv, f"exec_condition[{index}]"))
+        for index, argv in enumerate(decisions.exec_condition)
     ]
     return lines
 

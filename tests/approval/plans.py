@@ -21,7 +21,7 @@ def host_service(name: str, cpus: str, port: int) -> str:
         f"Description=epyc-llm endpoint {name}\n"
         "[Service]\n"
         "Type=notify\n"
-        f"ExecStartPre=/usr/bin/python3 -m epycd.approval.check {name}\n"
+        f"ExecCondition=/usr/bin/python3 -m epycd.approval.check {name}\n"
         f"ExecStart=/opt/vllm/bin/vllm serve /srv/models/tiny --port {port}\n"
         f"Environment=VLLM_CPU_OMP_THREADS_BIND={cpus}\n"
         "[Install]\n"

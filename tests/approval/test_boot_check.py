@@ -1,4 +1,4 @@
-"""`python -m epycd.approval.check NAME`, the ExecStartPre of every endpoint unit, against
+"""`python -m epycd.approval.check NAME`, the ExecCondition of every endpoint unit, against
 fake host roots: the approved host passes, a changed one is refused in one journal line."""
 
 from __future__ import annotations

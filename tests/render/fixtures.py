@@ -88,7 +88,7 @@ def _base(name: str, **changes: object) -> EndpointDecisions:
         "start_timeout_s": 1200,
         "podman_notify_healthy": True,
         "product_python": PRODUCT_PYTHON,
-        "exec_start_pre": [_approval_check(name)],
+        "exec_condition": [_approval_check(name)],
         "status_file": f"/run/epyc-llm/{name}.json",
     }
     fields.update(changes)
@@ -191,7 +191,7 @@ def host_with_token(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecisions:
             "unit_name": f"epyc-llm-{name}",
             "config_file": f"/etc/epyc-llm/{name}.toml",
             "hf_token_file": f"/etc/epyc-llm/secrets/{name}.token",
-            "exec_start_pre": [_approval_check(name)],
+            "exec_condition": [_approval_check(name)],
             "status_file": f"/run/epyc-llm/{name}.json",
         }
     )
@@ -213,8 +213,8 @@ CASES = {
 
 def runnable(decisions: EndpointDecisions, python: str, vllm: Path) -> EndpointDecisions:
     """The same decisions with executables that exist on this machine."""
-    pre = [[python, *argv[1:]] for argv in decisions.exec_start_pre]
-    update: dict[str, object] = {"product_python": python, "exec_start_pre": pre}
+    pre = [[python, *argv[1:]] for argv in decisions.exec_condition]
+    update: dict[str, object] = {"product_python": python, "exec_condition": pre}
     if decisions.vllm_executable:
         update["vllm_executable"] = str(vllm)
     return decisions.model_copy(update=update)

@@ -20,7 +20,7 @@ def on_this_machine(decisions: EndpointDecisions, manager: UserManager) -> Endpo
     dumper = str(manager.dumper)
     update: dict[str, object] = {
         "product_python": dumper,
-        "exec_start_pre": [[dumper, *argv[1:]] for argv in decisions.exec_start_pre],
+        "exec_condition": [[dumper, *argv[1:]] for argv in decisions.exec_condition],
         "cpus": cpus,
         "numa_nodes": [0],
         "env": {**decisions.env, "VLLM_CPU_OMP_THREADS_BIND": cpus},
@@ -51,7 +51,7 @@ def _common(decisions: EndpointDecisions, run: Run) -> None:
     assert run.result == "success", run
     assert run.description == describe(decisions)
     argvs = [r["argv"] for r in run.records]
-    for argv in decisions.exec_start_pre:
+    for argv in decisions.exec_condition:
         assert argv in argvs
 
 
