@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from epycd.approval.install import pending_transactions
 from epycd.approval.record import Approval, approved_names, load_approval, sha256_text
+from epycd.errors import InputError
 from epycd.plan.model import Plan
 from epycd.settings import Settings
 
@@ -205,18 +206,42 @@ def installed_endpoint_names(settings: Settings, approved_paths: set[str]) -> se
     return names
 
 
+def _load_approvals(settings: Settings) -> tuple[dict[str, Approval | None], dict[str, str]]:
+    """Every approval record, and apart the ones that cannot be read (their error), so that
+    one damaged record does not hide the state of the other endpoints."""
+    approvals: dict[str, Approval | None] = {}
+    unreadable: dict[str, str] = {}
+    for name in approved_names(settings):
+        try:
+            approvals[name] = load_approval(settings, name)
+        except InputError as exc:
+            unreadable[name] = str(exc)
+    return approvals, unreadable
+
+
 def endpoint_states(
     settings: Settings, planned: Mapping[str, Plan | Sequence[str]]
 ) -> list[EndpointState]:
     """The state of every endpoint: those with a file (`planned`: name -> its plan or its
     errors) and those with only an approval or installed units left (orphaned)."""
     interrupted = set(pending_transactions(settings))
-    approvals = {name: load_approval(settings, name) for name in approved_names(settings)}
+    approvals, unreadable = _load_approvals(settings)
     approved_paths = {r.path for a in approvals.values() if a for r in a.units.values()}
     names = set(planned) | set(approvals) | installed_endpoint_names(settings, approved_paths)
     states = []
+    names |= set(unreadable)
     for name in sorted(names):
         current = planned.get(name)
+        if name in unreadable:
+            states.append(
+                EndpointState(
+                    endpoint=name,
+                    state="changed-needs-approval",
+                    fingerprint=current.fingerprint if isinstance(current, Plan) else None,
+                    reasons=[unreadable[name]],
+                )
+            )
+            continue
         approval = approvals.get(name)
         installed = (
             read_installed(approval)

@@ -144,6 +144,19 @@ def test_pending_and_orphaned(env: Env) -> None:
     assert states == {"a": "pending-approval", "b": "orphaned"}
 
 
+def test_a_damaged_approval_does_not_hide_the_others(env: Env) -> None:
+    host = env.host()
+    config = env.settings.config_dir
+    env.set_plans(make_plan("a", host, config), make_plan("b", host, config, socket=1, port=8001))
+    for name in ("a", "b"):
+        assert env.epycctl("approve", name, "--yes", "--no-start").returncode == 0
+    (env.settings.state_dir / "approvals" / "a.json").write_text("{not json")
+    states = {s.endpoint: s for s in endpoint_states(env.settings, env.plans)}
+    assert states["b"].state == "approved"
+    assert states["a"].state == "changed-needs-approval"
+    assert "a.json" in states["a"].reasons[0] and "epycctl approve" in states["a"].reasons[0]
+
+
 def test_reapproval_drops_units_the_new_plan_no_longer_has(env: Env) -> None:
     host = env.host()
     config = env.settings.config_dir
