@@ -1,0 +1,368 @@
+"""`epycctl quickstart`: from an empty config folder to a serving endpoint in one command.
+
+It picks the runtime this host has (podman with Quadlet, a reachable docker, or a host vLLM
+given with --vllm or found on PATH), plans NAME.toml for the default model of data/epyc.json
+(or --model) together with the other endpoint files, shows the plan, asks, writes the file,
+approves through the same steps as `epycctl approve`, waits for the health gate with its
+progress, and prints the hand-off.
+
+The endpoint file is planned from memory first and written only once the plan is clean and
+the person said yes: no runtime, no model in the cache, a plan that does not fit, or a "no"
+leave nothing behind. An existing NAME.toml with other content is never overwritten.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+import click
+import tomli_w
+
+from epycd.approval.record import Approval
+from epycd.cli.output import reports_errors
+from epycd.errors import InputError, Refusal
+from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
+from epycd.plan.build import EndpointResult
+from epycd.plan.model import Runtime
+from epycd.settings import Settings
+from epycd.supervisor import SupervisorStatus
+
+PROGRESS_INTERVAL_S = 1.0
+DEFAULT_NAME = "default"
+
+
+def vllm_candidate(given: str | None) -> str | None:
+    """--vllm as given (an executable, or a venv/conda folder holding bin/vllm), else the
+    `vllm` on PATH."""
+    if given is None:
+        return shutil.which("vllm")
+    path = Path(given).expanduser()
+    if path.is_dir():
+        path = path / "bin" / "vllm"
+    return str(path.absolute())
+
+
+def chosen_runtime(runtimes: RuntimeFacts, *, vllm_given: bool) -> Runtime | None:
+    """What the planner's runtime = "auto" would pick; an explicit --vllm wins."""
+    host_vllm = runtimes.vllm is not None and runtimes.vllm.present and not runtimes.vllm.error
+    if vllm_given and host_vllm:
+        return "host"
+    if runtimes.podman.quadlet:
+        return "podman"
+    if runtimes.docker.daemon_reachable:
+        return "docker"
+    return "host" if host_vllm else None
+
+
+def found_text(runtimes: RuntimeFacts) -> list[str]:
+    podman, docker, vllm = runtimes.podman, runtimes.docker, runtimes.vllm
+    lines = [
+        f"podman {podman.version}: no Quadlet (needs >= 4.4)"
+        if podman.present
+        else "podman: not installed",
+        f"docker {docker.version or ''}: the daemon does not answer".replace(" :", ":")
+        if docker.present
+        else "docker: not installed",
+    ]
+    if vllm is None:
+        lines.append("vllm: none given with --vllm and none on PATH")
+    else:
+        lines.append(f"vllm {vllm.path}: {vllm.error or 'cannot be used'}")
+    return lines
+
+
+def no_runtime_text(runtimes: RuntimeFacts) -> str:
+    """The one-time fix for a host with nothing to serve with."""
+    found = "\n".join(f"  {line}" for line in found_text(runtimes))
+    return (
+        f"No runtime to serve with on this host:\n{found}\n\n"
+        "Fix one of these once, then run `epycctl quickstart` again:\n"
+        "  - make docker reachable: systemctl enable --now docker (and check `docker version`)\n"
+        "  - install podman >= 4.4, which brings Quadlet (Debian 13, Ubuntu 24.04, RHEL 9)\n"
+        "  - point at a vLLM venv or conda env: epycctl quickstart --vllm /path/to/env/bin/vllm\n"
+        "Nothing was changed."
+    )
+
+
+def model_argument(model: str) -> str:
+    """A hub id as given; a local folder as the absolute path the endpoint file needs."""
+    path = Path(model).expanduser()
+    if model.startswith((".", "/", "~")) or path.is_dir():
+        return str(path.resolve())
+    return model
+
+
+def endpoint_document(model: str, runtime: Runtime, vllm: str | None) -> bytes:
+    data: dict[str, str] = {"model": model}
+    if runtime == "host":
+        assert vllm is not None
+        data |= {"runtime": "host", "vllm": vllm}
+    header = "# written by `epycctl quickstart`; edit, then `epycctl approve NAME`\n"
+    return (header + tomli_w.dumps(data)).encode()
+
+
+def existing_matches(target: Path, content: bytes) -> bool:
+    """True when `target` already holds exactly `content`; refuses a different file."""
+    try:
+        current = target.read_bytes()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise Refusal(f"cannot read it: {exc.strerror}", file=target) from None
+    if current == content:
+        return True
+    name = target.stem
+    raise Refusal(
+        "exists with other content; quickstart does not overwrite it",
+        file=target,
+        fix=f"serve it as it is with `epycctl plan {name}` and `epycctl approve {name}`, "
+        f"choose another name with `--name`, or move the file away and run quickstart again",
+    )
+
+
+def progress_line(elapsed: float, unit_state: str, status: SupervisorStatus | None) -> str:
+    said = "no status file yet"
+    if status is not None:
+        said = f"supervisor {status.state}" + (f", phase {status.phase}" if status.phase else "")
+    return f"  {elapsed:6.0f} s  unit {unit_state}; {said}"
+
+
+class StartProgress:
+    """While `systemctl start` waits for READY=1: the unit's state and the supervisor's
+    phase, one line each time either changes, and the state it ended in. It only watches;
+    the bound is the start's (the plan's start timeout)."""
+
+    def __init__(self, service: str, status_file: Path | None, echo: Callable[[str], None]) -> None:
+        self.service = service
+        self.status_file = status_file
+        self.echo = echo
+        self.started = time.monotonic()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.watch, daemon=True)
+        self.last: tuple[str, str | None, str | None] | None = None
+
+    def __enter__(self) -> StartProgress:
+        self.thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.done.set()
+        self.thread.join(5)
+        self.observe()
+
+    def unit_state(self) -> str:
+        from epycd import systemd
+
+        try:
+            return systemd.is_active(self.service)
+        except systemd.SystemdError:
+            return "unknown"
+
+    def status(self) -> SupervisorStatus | None:
+        from epycd.status import read_supervisor
+
+        return read_supervisor(self.status_file) if self.status_file else None
+
+    def observe(self) -> None:
+        unit, status = self.unit_state(), self.status()
+        seen = (unit, status.state if status else None, status.phase if status else None)
+        if seen != self.last:
+            self.last = seen
+            self.echo(progress_line(time.monotonic() - self.started, unit, status))
+
+    def watch(self) -> None:
+        while not self.done.wait(PROGRESS_INTERVAL_S):
+            self.observe()
+
+
+def host_vllm(settings: Settings, candidate: str | None) -> HostVllmFacts | None:
+    """The probe of the candidate vLLM, cached like `epycctl status` caches it."""
+    if candidate is None:
+        return None
+    from epycd.status import PROBE_CACHE, ProbeCache
+
+    return ProbeCache(settings.run_dir / PROBE_CACHE).probe(candidate)
+
+
+def plan_candidate(
+    settings: Settings, target: Path, content: bytes, host: HostFacts
+) -> EndpointResult:
+    """NAME planned from `content` (not yet on disk) together with the other endpoint files,
+    exactly as `epycctl plan` would plan it once written."""
+    from epycd.plan.build import plan_all
+    from epycd.spec import load_endpoints, parse_endpoint
+    from epycd.stack import shipped_stack
+    from epycd.status import PROBE_CACHE, ProbeCache
+
+    stack = shipped_stack()
+    others = [
+        spec
+        for spec in load_endpoints(settings.config_dir, precisions=stack.precisions)
+        if spec.name != target.stem
+    ]
+    candidate = parse_endpoint(target, content, precisions=stack.precisions)
+    probes = ProbeCache(settings.run_dir / PROBE_CACHE)
+    results = plan_all(settings, host, stack=stack, specs=[*others, candidate], probe=probes.probe)
+    return next(r for r in results if r.endpoint == target.stem)
+
+
+def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval | None) -> None:
+    """`systemctl (re)start` (blocks until READY=1 or the plan's start timeout) with
+    progress, then the hand-off; on failure the gate's phase, reason and log tail."""
+    from epycd import systemd
+    from epycd.approval.workflow import main_service, start_approved
+    from epycd.cli.status import handoff_text
+    from epycd.status import handoff, read_supervisor, supervisor_status_file
+
+    name = approval.endpoint
+    status_file = supervisor_status_file(settings, approval.plan, name)
+    service = main_service(approval)
+    timeout = approval.plan.get("start_timeout_s")
+    click.echo(f"waiting for {service} to pass the health gate (up to {timeout} s)")
+    try:
+        with StartProgress(service, status_file, click.echo):
+            start_approved(approval, previous, click.echo)
+    except systemd.SystemdError as exc:
+        status = read_supervisor(status_file)
+        if status is not None and status.state == "failed":
+            if status.log_tail:
+                click.echo("last log lines:\n" + "\n".join(status.log_tail), err=True)
+            raise Refusal(
+                f"{name} did not become ready: failed in phase {status.phase}: {status.reason}",
+                fix=f"see `epycctl status {name}` and `epycctl logs {name}`",
+            ) from None
+        raise Refusal(
+            f"{name} did not become ready: {exc.message}",
+            fix=f"see `epycctl status {name}` and `epycctl logs {name}`",
+        ) from None
+    click.echo(f"\n{name} is ready.\n")
+    click.echo(handoff_text(handoff(approval.plan)))
+
+
+@click.command("quickstart")
+@click.option(
+    "--model", default=None, help="hub id or local model folder (default: data/epyc.json's)"
+)
+@click.option(
+    "--vllm",
+    "vllm",
+    default=None,
+    help="serve with this host vLLM: its `vllm` executable or its venv/conda folder",
+)
+@click.option("--name", default=DEFAULT_NAME, show_default=True, help="the endpoint (file) name")
+@click.option("--yes", "-y", is_flag=True, help="Approve without asking (scripts).")
+@click.option(
+    "--accept-unvalidated",
+    is_flag=True,
+    help="Consent to a stock or unvalidated path the plan flags as needing it.",
+)
+@click.option(
+    "--no-start", is_flag=True, help="Write the file, units and approval; do not touch systemd."
+)
+@click.option("--no-pull", is_flag=True, help="Do not pull the container image (it is preloaded).")
+@reports_errors
+def quickstart(
+    model: str | None,
+    vllm: str | None,
+    name: str,
+    yes: bool,
+    accept_unvalidated: bool,
+    no_start: bool,
+    no_pull: bool,
+) -> None:
+    """Write NAME.toml for the default model, show the plan, approve it, start it, hand off."""
+    from epycd.approval.atomic import write_atomic
+    from epycd.approval.install import unit_targets
+    from epycd.approval.permissions import require_admin
+    from epycd.approval.record import checked_name, current_approver, load_approval
+    from epycd.approval.workflow import (
+        disable_dropped,
+        file_errors_refused,
+        gate,
+        install_approval,
+        make_approval,
+        pull_image,
+        recover_interrupted,
+    )
+    from epycd.cli.approve import ask, planned_or_refused, units_text
+    from epycd.cli.plan import LOAD_SAMPLE_SECONDS, confirmation_table, gather_host
+    from epycd.settings import load_settings
+    from epycd.spec import load_endpoints
+    from epycd.stack import shipped_stack
+
+    settings = load_settings()
+    checked_name(name)
+    require_admin(settings, "quickstart")
+    stack = shipped_stack()
+    host = gather_host(
+        settings.host_root,
+        sum(s.ok for s in load_endpoints(settings.config_dir, precisions=stack.precisions)) + 1,
+        LOAD_SAMPLE_SECONDS,
+    )
+    containers = host.runtimes.podman.quadlet or host.runtimes.docker.daemon_reachable
+    candidate = None if containers and vllm is None else vllm_candidate(vllm)
+    runtimes = host.runtimes.model_copy(update={"vllm": host_vllm(settings, candidate)})
+    runtime = chosen_runtime(runtimes, vllm_given=vllm is not None)
+    if vllm is not None and runtime != "host":
+        assert runtimes.vllm is not None
+        raise InputError(
+            f"{runtimes.vllm.path} cannot be used: {runtimes.vllm.error or 'not a vLLM'}",
+            key="--vllm",
+            fix="give the vllm executable (or the folder) of a venv/conda env with vLLM",
+        )
+    if runtime is None:
+        click.echo(no_runtime_text(runtimes), err=True)
+        raise Refusal("no runtime to serve with")
+    served = model_argument(model or stack.default_model)
+    target = settings.config_dir / f"{name}.toml"
+    content = endpoint_document(served, runtime, runtimes.vllm.path if runtimes.vllm else None)
+    already = existing_matches(target, content)
+    click.echo(f"runtime: {runtime}; model: {served}; endpoint file: {target}\n")
+    result = plan_candidate(settings, target, content, host)
+    click.echo(f"Plan for endpoint {name}\n")
+    click.echo(confirmation_table(result, host))
+    click.echo()
+    plan = planned_or_refused(result)
+    click.echo(units_text(plan, {k: str(v) for k, v in unit_targets(
+        settings, plan.units, plan.unit_dirs).items()}))  # fmt: skip
+    click.echo(f"fingerprint {plan.fingerprint}\n")
+    gate(plan, accept_unvalidated=accept_unvalidated)
+    action = "approve" if already else f"write {target}, approve"
+    ask(f"{action.capitalize()} {name} and {'install' if no_start else 'start'} it?", yes=yes)
+    for line in recover_interrupted(settings):
+        click.echo(f"repaired: {line}")
+    if not already:
+        with file_errors_refused():
+            write_atomic(target, content, mode=0o644)
+        click.echo(f"wrote {target}")
+    approval = make_approval(
+        settings, plan, host, current_approver(), accepted_unvalidated=accept_unvalidated
+    )
+    previous = load_approval(settings, name)
+    if not no_pull:
+        pull_image(plan)
+    if not no_start:
+        disable_dropped(previous, approval, click.echo)
+    repairs, paths = install_approval(settings, approval)
+    for line in repairs:
+        click.echo(f"repaired: {line}")
+    click.echo(f"approved {name} by {approval.approver.describe()} ({plan.fingerprint[:12]})")
+    for path in paths:
+        click.echo(f"wrote {path}")
+    if no_start:
+        click.echo(
+            "--no-start: systemd not touched; the units start at the next boot "
+            f"(`epycctl status {name}` then shows the hand-off)"
+        )
+        return
+    wait_and_hand_off(settings, approval, previous)

@@ -1,0 +1,120 @@
+"""No runtime on the host: quickstart prints the one-time fix, exits 1 and changes nothing."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from epycd.cli.quickstart import chosen_runtime, no_runtime_text
+from epycd.host.facts import DockerFacts, HostVllmFacts, PodmanFacts, RuntimeFacts
+from epycd.host.runtimes import probe_runtimes
+from tests.quickstart.conftest import Sandbox
+
+FIXES = (
+    "make docker reachable",
+    "install podman >= 4.4",
+    "epycctl quickstart --vllm /path/to/env/bin/vllm",
+    "Nothing was changed.",
+)
+
+
+def assert_refused_unchanged(sandbox: Sandbox, stderr: str, returncode: int) -> None:
+    assert returncode == 1, stderr
+    for fix in FIXES:
+        assert fix in stderr
+    assert "epycctl: no runtime to serve with" in stderr
+    assert sandbox.written() == []
+
+
+def test_this_machine_real_probes(sandbox: Sandbox) -> None:
+    """The real podman (4.3, no Quadlet) and docker (no daemon) of this machine, real host
+    root. Fails loudly if the machine ever gains a runtime: the test then proves nothing."""
+    runtimes = probe_runtimes()
+    if chosen_runtime(runtimes, vllm_given=False) is not None or shutil.which("vllm"):
+        pytest.fail(f"this machine has a runtime now ({runtimes}); the test needs one without")
+    done = sandbox.epycctl("quickstart", "--yes")
+    assert_refused_unchanged(sandbox, done.stderr, done.returncode)
+    if runtimes.podman.present:
+        assert f"podman {runtimes.podman.version}: no Quadlet (needs >= 4.4)" in done.stderr
+    if runtimes.docker.present:
+        assert "the daemon does not answer" in done.stderr
+    assert "vllm: none given with --vllm and none on PATH" in done.stderr
+    assert "Plan for endpoint" not in done.stdout
+
+
+def test_fake_host_without_podman_or_docker(sandbox: Sandbox) -> None:
+    """A fake host root, and a PATH without podman, docker or vllm at all."""
+    sandbox.use_fake_host()
+    done = sandbox.epycctl("quickstart", "--yes", system_path=False)
+    assert_refused_unchanged(sandbox, done.stderr, done.returncode)
+    assert "podman: not installed" in done.stderr
+    assert "docker: not installed" in done.stderr
+
+
+def test_a_vllm_on_path_that_does_not_work_is_named(sandbox: Sandbox) -> None:
+    sandbox.use_fake_host()
+    fake = sandbox.bin_dir / "vllm"
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    fake.chmod(0o755)
+    done = sandbox.epycctl("quickstart", "--yes", system_path=False)
+    assert_refused_unchanged(sandbox, done.stderr, done.returncode)
+    assert f"vllm {fake}:" in done.stderr
+
+
+def test_a_bad_vllm_argument_is_bad_input(sandbox: Sandbox) -> None:
+    sandbox.use_fake_host()
+    missing = sandbox.tmp / "no-such-env"
+    done = sandbox.epycctl("quickstart", "--yes", "--vllm", str(missing))
+    assert done.returncode == 2, done.stderr
+    assert "--vllm" in done.stderr and str(missing) in done.stderr
+    assert sandbox.written() == []
+
+
+@pytest.mark.parametrize(
+    ("runtimes", "given", "expected"),
+    [
+        (RuntimeFacts(), False, None),
+        (RuntimeFacts(podman=PodmanFacts(present=True, version="4.3.1")), False, None),
+        (
+            RuntimeFacts(podman=PodmanFacts(present=True, version="5.4.2", quadlet=True)),
+            False,
+            "podman",
+        ),
+        (RuntimeFacts(docker=DockerFacts(present=True, daemon_reachable=True)), False, "docker"),
+        (RuntimeFacts(docker=DockerFacts(present=True)), False, None),
+        (RuntimeFacts(vllm=HostVllmFacts(path="/v", present=True)), False, "host"),
+        (RuntimeFacts(vllm=HostVllmFacts(path="/v", present=False, error="x")), False, None),
+        (
+            RuntimeFacts(
+                podman=PodmanFacts(present=True, version="5.4.2", quadlet=True),
+                vllm=HostVllmFacts(path="/v", present=True),
+            ),
+            False,
+            "podman",
+        ),
+        (
+            RuntimeFacts(
+                podman=PodmanFacts(present=True, version="5.4.2", quadlet=True),
+                vllm=HostVllmFacts(path="/v", present=True),
+            ),
+            True,
+            "host",
+        ),
+    ],
+)
+def test_runtime_choice(runtimes: RuntimeFacts, given: bool, expected: str | None) -> None:
+    assert chosen_runtime(runtimes, vllm_given=given) == expected
+
+
+def test_fix_text_names_what_was_found() -> None:
+    text = no_runtime_text(
+        RuntimeFacts(
+            podman=PodmanFacts(present=True, version="4.3.1"),
+            docker=DockerFacts(present=True, version="28.2.2"),
+            vllm=HostVllmFacts(path="/opt/env/bin/vllm", present=False, error="no such file"),
+        )
+    )
+    assert "podman 4.3.1: no Quadlet (needs >= 4.4)" in text
+    assert "docker 28.2.2: the daemon does not answer" in text
+    assert "vllm /opt/env/bin/vllm: no such file" in text
