@@ -34,7 +34,7 @@ import click
 from epycd.errors import EpycError
 from epycd.notify import Notifier
 from epycd.settings import Settings, load_settings
-from epycd.status import EndpointStatus
+from epycd.status import STARTING_UNIT_STATES, EndpointStatus
 
 log = logging.getLogger("epycd")
 
@@ -104,7 +104,8 @@ def monotonic_usec() -> int:
 
 @dataclass
 class Waiting:
-    """Endpoints the daemon waits for before READY=1 (or the next READY after reload)."""
+    """Endpoints the daemon waits for before READY=1 (or the next READY after reload): also
+    a changed or stopped endpoint whose approved unit systemd is starting (enabled at boot)."""
 
     started: dict[str, float] = field(default_factory=dict)
     deadline: float = 0.0
@@ -112,9 +113,13 @@ class Waiting:
     def pending(self, statuses: Sequence[EndpointStatus], now: float) -> list[str]:
         names = []
         for status in statuses:
-            if status.kind == "starting" or (
-                status.state == "approved"
-                and now - self.started.get(status.name, -1e9) < START_JOB_GRACE_SECONDS
+            if (
+                status.kind == "starting"
+                or status.unit_state in STARTING_UNIT_STATES
+                or (
+                    status.state == "approved"
+                    and now - self.started.get(status.name, -1e9) < START_JOB_GRACE_SECONDS
+                )
             ):
                 names.append(status.name)
         return names

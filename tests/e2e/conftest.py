@@ -1,0 +1,260 @@
+"""The machine the end-to-end test boots: a fresh copy of the cached Debian rootfs
+(tests/tools/rootfs.sh) with real systemd as PID 1 under systemd-nspawn, the real CPU vLLM
+venv and the tiny model bind-mounted read-only at their host paths, and a clean copy of
+this repository at /src that the container installs with packaging/install.sh.
+
+Each boot runs one phase of tests/e2e/inside.py (a oneshot unit enabled in the rootfs) and
+powers off; its observations come back as JSON lines in the bound results folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.health.realvllm import BOOTSTRAP_HINT, CACHE, VENV, tiny_model, vllm_executable
+from tests.hosts import CATALOGUE, write_host
+
+REPO = Path(__file__).resolve().parents[2]
+ROOTFS = CACHE / "rootfs"
+PIP_CACHE = CACHE / "e2e-pip-cache"
+HINT = "run tests/bootstrap.sh (tests/tools/rootfs.sh debootstraps the rootfs)"
+NAME = "tiny"
+NEVER = "never"
+PORT = 18311
+NEVER_PORT = 18312
+FAKE_HOST = "/fakehost"
+PHASES = ("install", "reboot", "edited-reboot", "stopped-reboot", "fakehost-reboot")
+BOOT_TIMEOUT_S = {"install": 1200, "stopped-reboot": 900}
+DEFAULT_BOOT_TIMEOUT_S = 600
+
+DRIVER_UNIT = """\
+[Unit]
+Description=epyc-llm end-to-end driver (tests/e2e/inside.py)
+After=basic.target network.target
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/python3 /opt/e2e/inside.py
+StandardOutput=journal+console
+StandardError=journal+console
+TimeoutStartSec=infinity
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def endpoint_toml(model: Path, vllm: Path, name: str, port: int) -> str:
+    return f"""\
+# written by tests/e2e: the tiny local model served by the host vLLM venv
+model = "{model}"
+runtime = "host"
+vllm = "{vllm}"
+socket = 0
+port = {port}
+max_model_len = 512
+served_model_name = "{name}"
+extra_args = ["--enforce-eager"]
+
+[env]
+HF_HUB_OFFLINE = "1"
+VLLM_NO_USAGE_STATS = "1"
+"""
+
+
+def interpreter_home(venv: Path) -> Path | None:
+    """The prefix of the interpreter the venv was made from, when it is not the system's."""
+    for line in (venv / "pyvenv.cfg").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home":
+            home = Path(value.strip()).parent
+            return None if home in (Path("/usr"), Path("/usr/local")) else home
+    return None
+
+
+def physical_cores() -> int:
+    from epycd.host.detect import detect_host
+
+    return detect_host(Path("/"), load_sample_seconds=None, probe_runtimes=False).physical_cores
+
+
+def clean_copy(dest: Path) -> None:
+    """The repository as a clone would have it (tracked and untracked, not ignored files)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, listed):
+        source = REPO / os.fsdecode(name)
+        if source.is_file():
+            target = dest / os.fsdecode(name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+@dataclass
+class Boot:
+    phase: str
+    seconds: float
+    records: list[dict[str, Any]]
+    console: Path
+
+    def all(self, check: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["check"] == check]
+
+    def one(self, check: str) -> dict[str, Any]:
+        found = self.all(check)
+        assert found, f"{self.phase}: no {check!r} record; console: {self.console}"
+        return found[-1]
+
+    def assert_clean(self) -> None:
+        errors = self.all("error") + self.all("timeout")
+        assert not errors, f"{self.phase}: {errors}"
+        assert self.all("done"), f"{self.phase}: the driver did not finish; see {self.console}"
+
+
+@dataclass
+class Machine:
+    root: Path
+    results: Path
+    binds: list[str]
+    boots: dict[str, Boot] = field(default_factory=dict)
+    failed: str | None = None
+
+    def boot(self, phase: str) -> Boot:
+        """Boot the phases up to `phase` (each once, in order) and return `phase`'s boot."""
+        for earlier in PHASES[: PHASES.index(phase) + 1]:
+            if earlier not in self.boots:
+                if self.failed:
+                    pytest.fail(f"an earlier boot ({self.failed}) did not finish")
+                self.boots[earlier] = self._boot(earlier)
+        return self.boots[phase]
+
+    def _boot(self, phase: str) -> Boot:
+        (self.results / "phase").write_text(phase + "\n")
+        console = self.results / f"{phase}.console.log"
+        argv = [
+            "systemd-nspawn", "-D", str(self.root), "-b", "--console=pipe",
+            "--register=no", "--keep-unit", *self.binds,
+        ]  # fmt: skip
+        timeout = BOOT_TIMEOUT_S.get(phase, DEFAULT_BOOT_TIMEOUT_S)
+        started = time.monotonic()
+        with console.open("wb") as log:
+            process = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+                self.failed = phase
+                pytest.fail(f"boot {phase} did not power off within {timeout}s; see {console}")
+        seconds = round(time.monotonic() - started, 1)
+        out = self.results / f"{phase}.jsonl"
+        records = (
+            [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+        )
+        boot = Boot(phase, seconds, records, console)
+        if not boot.all("done"):
+            self.failed = phase
+        timings = self.results / "timings.jsonl"
+        with timings.open("a") as out_file:
+            out_file.write(json.dumps({"phase": phase, "seconds": seconds}) + "\n")
+        return boot
+
+
+def require_tools() -> tuple[Path, Path]:
+    if os.geteuid() != 0:
+        pytest.fail("the end-to-end test boots containers with systemd-nspawn: run it as root")
+    if shutil.which("systemd-nspawn") is None:
+        pytest.fail(f"systemd-nspawn is missing: {HINT}")
+    if not (ROOTFS / ".epyc-stamp").is_file():
+        pytest.fail(f"no Debian rootfs in {ROOTFS}: {HINT}")
+    vllm = vllm_executable()
+    if not (VENV / "pyvenv.cfg").is_file():
+        pytest.fail(f"no vLLM venv in {VENV}: {BOOTSTRAP_HINT}")
+    for port in (PORT, NEVER_PORT):
+        if not port_free(port):
+            pytest.fail(f"port {port} is in use on this machine; the container shares its network")
+    return vllm, tiny_model()
+
+
+@pytest.fixture(scope="module")
+def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    vllm, model = require_tools()
+    work = tmp_path_factory.mktemp("e2e")
+    root, src, results = work / "rootfs", work / "src", work / "results"
+    subprocess.run(["cp", "-a", "--reflink=auto", str(ROOTFS), str(root)], check=True)
+    clean_copy(src)
+    results.mkdir()
+    PIP_CACHE.mkdir(parents=True, exist_ok=True)
+
+    shutil.copy2("/etc/resolv.conf", root / "etc" / "resolv.conf")
+    (root / "opt" / "e2e").mkdir(parents=True)
+    shutil.copy2(Path(__file__).with_name("inside.py"), root / "opt" / "e2e" / "inside.py")
+    units = root / "etc" / "systemd" / "system"
+    (units / "e2e-driver.service").write_text(DRIVER_UNIT)
+    (units / "multi-user.target.wants").mkdir(parents=True, exist_ok=True)
+    (units / "multi-user.target.wants" / "e2e-driver.service").symlink_to(
+        "/etc/systemd/system/e2e-driver.service"
+    )
+    cores = physical_cores()
+    fake = replace(
+        CATALOGUE["this-machine-genoa-vm"], cores_per_socket=cores + 2, node_memory_gib=64.0
+    )
+    write_host(root / FAKE_HOST.lstrip("/"), fake)
+    config = {
+        "name": NAME,
+        "never": NEVER,
+        "port": PORT,
+        "served": NAME,
+        "client_python": str(VENV / "bin" / "python"),
+        "fake_host": FAKE_HOST,
+        "fake_cores": cores + 2,
+        "real_cores": cores,
+        "endpoint_toml": endpoint_toml(model, vllm, NAME, PORT),
+        "never_toml": endpoint_toml(model, vllm, NEVER, NEVER_PORT).replace("socket = 0\n", ""),
+        "edit": ["max_model_len = 512\n", "max_model_len = 512\nmax_num_seqs = 2\n"],
+    }
+    (results / "config.json").write_text(json.dumps(config, indent=2))
+
+    binds = [
+        f"--bind-ro={src}:/src",
+        f"--bind={results}:/results",
+        f"--bind={PIP_CACHE}:/var/cache/e2e-pip",
+        "--bind-ro=/etc/ssl/certs",
+        f"--bind-ro={VENV}",
+        f"--bind-ro={model}",
+    ]
+    home = interpreter_home(VENV)
+    if home is not None:
+        binds.append(f"--bind-ro={home}")
+    yield Machine(root, results, binds)
+    if os.environ.get("EPYC_E2E_KEEP"):
+        print(f"e2e: kept {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,431 @@
+"""The admin's side of the end-to-end test, run inside the booted container by a oneshot unit.
+
+Standard library only: it runs under the container's own /usr/bin/python3 before the
+product is installed. Each boot runs one phase, named by `/results/phase`; every
+observation is one JSON line in `/results/PHASE.jsonl` (`{"check": ..., ...}`) for the
+pytest side to assert on. At the end (or on any error, recorded as `"check": "error"`) it
+writes `{"check": "done"}` and powers the container off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path("/results")
+CONFIG = json.loads((RESULTS / "config.json").read_text())
+PHASE = (RESULTS / "phase").read_text().strip()
+OUT = RESULTS / f"{PHASE}.jsonl"
+NAME: str = CONFIG["name"]
+NEVER: str = CONFIG["never"]
+UNIT = f"epyc-llm-{NAME}.service"
+ENDPOINT_FILE = Path("/etc/epyc-llm") / f"{NAME}.toml"
+DAEMON_CONF = Path("/etc/epyc-llm/epycd.conf")
+UNIT_FILE = Path("/etc/systemd/system") / UNIT
+APPROVAL = Path("/var/lib/epyc-llm/approvals") / f"{NAME}.json"
+SUPERVISOR_STATUS = Path("/run/epyc-llm") / f"{NAME}.json"
+ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG": "C.UTF-8",
+    "HOME": "/root",
+    "PIP_CERT": "/etc/ssl/certs/ca-certificates.crt",
+    "PIP_CACHE_DIR": "/var/cache/e2e-pip",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    "SYSTEMD_PAGER": "",
+}
+T0 = time.monotonic()
+
+
+def record(check: str, **data: Any) -> None:
+    line = json.dumps({"check": check, "t": round(time.monotonic() - T0, 2), **data})
+    with OUT.open("a") as out:
+        out.write(line + "\n")
+    print(line[:2000], flush=True)
+
+
+def run(*argv: str, timeout: float = 120, check: str | None = None) -> dict[str, Any]:
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env=ENV, check=False
+        )
+        result = {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+    except subprocess.TimeoutExpired as exc:
+        result = {"rc": None, "stdout": str(exc.stdout), "stderr": f"timeout after {timeout}s"}
+    result["seconds"] = round(time.monotonic() - started, 2)
+    if check:
+        record(check, argv=list(argv), **result)
+    return result
+
+
+def show(unit: str, *props: str) -> dict[str, str]:
+    props = props or ("LoadState", "ActiveState", "SubState", "StatusText", "MainPID", "Type")
+    out = run("systemctl", "show", "-p", ",".join(props), unit)["stdout"]
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def sha256(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def health(port: int) -> int | str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError as exc:
+        return type(exc).__name__
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def wait_until(what: str, ready: Callable[[], bool], timeout: float, every: float = 1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            return True
+        time.sleep(every)
+    record("timeout", what=what, seconds=timeout)
+    return False
+
+
+class Timeline:
+    """Samples the units' states, the supervisor's status file and /health in a thread."""
+
+    def __init__(self, check: str, units: tuple[str, ...], every: float = 0.5) -> None:
+        self.check, self.units, self.every = check, units, every
+        self.samples: list[dict[str, Any]] = []
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def sample(self) -> dict[str, Any]:
+        item: dict[str, Any] = {"t": round(time.monotonic() - T0, 2)}
+        for unit in self.units:
+            item[unit] = show(unit, "LoadState", "ActiveState", "SubState", "StatusText")
+        item["health"] = health(CONFIG["port"])
+        status = read_json(SUPERVISOR_STATUS)
+        item["status_file"] = status
+        return item
+
+    def loop(self) -> None:
+        while not self.halt.is_set():
+            self.samples.append(self.sample())
+            self.halt.wait(self.every)
+
+    def __enter__(self) -> Timeline:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.halt.set()
+        self.thread.join()
+        self.samples.append(self.sample())
+        record(self.check, samples=self.samples)
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def process_facts(pid: int) -> dict[str, Any]:
+    base = Path("/proc") / str(pid)
+    try:
+        status = dict(
+            line.split(":\t", 1)
+            for line in (base / "status").read_text().splitlines()
+            if ":\t" in line
+        )
+        cmdline = (base / "cmdline").read_bytes().split(b"\0")
+        policies = sorted(
+            {line.split()[1] for line in (base / "numa_maps").read_text().splitlines() if line}
+        )
+        threads = sorted(
+            {
+                line.split(":\t", 1)[1].strip()
+                for task in (base / "task").iterdir()
+                for line in (task / "status").read_text().splitlines()
+                if line.startswith("Cpus_allowed_list:")
+            }
+        )
+    except OSError:
+        return {"pid": pid, "gone": True}
+    return {
+        "threads_cpus": threads,
+        "pid": pid,
+        "cmdline": [part.decode(errors="replace") for part in cmdline if part][:6],
+        "Cpus_allowed_list": status.get("Cpus_allowed_list", "").strip(),
+        "Mems_allowed_list": status.get("Mems_allowed_list", "").strip(),
+        "numa_policies": policies,
+    }
+
+
+def record_processes() -> list[int]:
+    main_pid = int(show(UNIT, "MainPID")["MainPID"] or 0)
+    pids = [main_pid, *descendants(main_pid)] if main_pid else []
+    record("processes", main_pid=main_pid, processes=[process_facts(pid) for pid in pids])
+    return pids
+
+
+CHAT = """
+import json, sys
+from openai import OpenAI
+client = OpenAI(base_url=sys.argv[1], api_key="none", timeout=60, max_retries=0)
+reply = client.chat.completions.create(
+    model=sys.argv[2], messages=[{"role": "user", "content": "Say hello"}],
+    temperature=0, max_tokens=8,
+)
+print(json.dumps({"choices": len(reply.choices), "content": reply.choices[0].message.content,
+                  "model": reply.model, "finish_reason": reply.choices[0].finish_reason}))
+"""
+
+
+def chat(check: str) -> None:
+    url = f"http://127.0.0.1:{CONFIG['port']}/v1"
+    done = run(CONFIG["client_python"], "-c", CHAT, url, CONFIG["served"], timeout=120)
+    reply = None
+    if done["rc"] == 0:
+        reply = json.loads(done["stdout"].strip().splitlines()[-1])
+    record(check, rc=done["rc"], reply=reply, stderr=done["stderr"][-3000:])
+
+
+def epycctl_status(check: str, *names: str) -> Any:
+    done = run("epycctl", "status", *names, "--json", timeout=180)
+    data = json.loads(done["stdout"]) if done["rc"] == 0 and done["stdout"].strip() else None
+    record(check, rc=done["rc"], status=data, stderr=done["stderr"][-3000:])
+    return data
+
+
+def endpoint_state(name: str) -> str | None:
+    done = run("epycctl", "status", name, "--json", timeout=180)
+    try:
+        data = json.loads(done["stdout"])
+    except ValueError:
+        return None
+    entries = data.get("endpoints", [data]) if isinstance(data, dict) else data
+    for entry in entries:
+        if entry.get("name") == name:
+            return str(entry.get("state"))
+    return None
+
+
+def files_state(check: str) -> None:
+    record(
+        check,
+        unit_sha=sha256(UNIT_FILE),
+        approval_sha=sha256(APPROVAL),
+        unit_enabled=run("systemctl", "is-enabled", UNIT)["stdout"].strip(),
+        never_units=sorted(str(p) for p in Path("/etc/systemd/system").glob(f"epyc-llm-{NEVER}*")),
+        never_unit=show(f"epyc-llm-{NEVER}.service", "LoadState", "ActiveState"),
+        approvals=sorted(p.name for p in APPROVAL.parent.glob("*.json")),
+    )
+
+
+def journal(check: str, unit: str) -> None:
+    out = run("journalctl", "-b", "-u", unit, "-o", "json", "--no-pager", timeout=60)["stdout"]
+    entries = []
+    for line in out.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        message = entry.get("MESSAGE")
+        if isinstance(message, list):
+            message = bytes(message).decode(errors="replace")
+        entries.append(
+            {
+                "pid": entry.get("_PID"),
+                "comm": entry.get("_COMM"),
+                "identifier": entry.get("SYSLOG_IDENTIFIER"),
+                "message": message,
+            }
+        )
+    record(check, unit=unit, entries=entries)
+
+
+def node_memory(check: str) -> None:
+    """The NUMA nodes' meminfo: vLLM checks its KV space against a node's available memory."""
+    nodes = sorted(Path("/sys/devices/system/node").glob("node[0-9]*"))
+    record(check, nodes={n.name: (n / "meminfo").read_text() for n in nodes})
+
+
+def serving_evidence() -> None:
+    """What the unit logged and the memory it met: the cause when it did not serve."""
+    journal("journal_serving", UNIT)
+    node_memory("node_memory")
+
+
+def wait_for_daemon(check: str, timeout: float = 600) -> None:
+    """Sample epycd and the endpoint from early boot until epycd has left `activating`."""
+    with Timeline(check, ("epycd.service", UNIT)) as timeline:
+        wait_until(
+            "epycd.service settles",
+            lambda: (
+                bool(timeline.samples)
+                and timeline.samples[-1]["epycd.service"]["ActiveState"] in {"active", "failed"}
+            ),
+            timeout,
+            every=0.5,
+        )
+    record("epycd", **show("epycd.service"))
+
+
+# --- the phases, one per boot -----------------------------------------------------------
+
+
+def phase_install() -> None:
+    record("pid1", comm=Path("/proc/1/comm").read_text().strip())
+    run("/src/packaging/install.sh", timeout=900, check="install")
+    record("epycd", **show("epycd.service", "Type", "ActiveState", "SubState", "StatusText",
+                           "UnitFileState", "NotifyAccess", "MainPID"))  # fmt: skip
+    record("on_path", found=[shutil.which(cmd, path=ENV["PATH"]) for cmd in ("epycctl", "epycd")])
+    run("epycctl", "detect", "--json", check="detect")
+    run("ls", "-ld", "/var/lib/epyc-llm", "/var/lib/epyc-llm/approvals", "/run/epyc-llm",
+        check="tmpfiles")  # fmt: skip
+    record("examples", files=sorted(p.name for p in Path("/etc/epyc-llm/examples").iterdir()))
+    run("/src/packaging/install.sh", timeout=900, check="install_again")
+    record("epycd_after_reinstall", **show("epycd.service"))
+
+    ENDPOINT_FILE.write_text(CONFIG["endpoint_toml"])
+    (ENDPOINT_FILE.parent / f"{NEVER}.toml").write_text(CONFIG["never_toml"])
+    run("epycctl", "plan", NAME, "--json", timeout=300, check="plan")
+    with Timeline("approve_timeline", (UNIT,), every=0.5):
+        run("epycctl", "approve", NAME, "--yes", timeout=900, check="approve")
+    record("unit", **show(UNIT))
+    serving_evidence()
+    record_processes()
+    chat("chat")
+    epycctl_status("status")
+    files_state("files")
+    journal("journal_epycd", "epycd.service")
+
+
+def phase_reboot() -> None:
+    wait_for_daemon("boot_timeline")
+    record("unit", **show(UNIT))
+    serving_evidence()
+    epycctl_status("status")
+    files_state("files")
+    record_processes()
+    chat("chat")
+    journal("journal_epycd", "epycd.service")
+
+    main_pid = show(UNIT, "MainPID")["MainPID"]
+    edit_from, edit_to = CONFIG["edit"]
+    ENDPOINT_FILE.write_text(ENDPOINT_FILE.read_text().replace(edit_from, edit_to))
+    wait_until(
+        "status says changed-needs-approval",
+        lambda: endpoint_state(NAME) == "changed-needs-approval",
+        120,
+        every=2,
+    )
+    epycctl_status("status_after_edit", NAME)
+    time.sleep(8)  # the daemon polls the folder every 3 s: let it see the edit
+    record("unit_after_edit", main_pid_before=main_pid, **show(UNIT))
+    files_state("files_after_edit")
+    journal("journal_epycd_after_edit", "epycd.service")
+
+
+def phase_edited_reboot() -> None:
+    wait_for_daemon("boot_timeline")
+    wait_until(
+        "the endpoint unit settles",
+        lambda: show(UNIT, "ActiveState")["ActiveState"] in {"active", "failed", "inactive"},
+        600,
+    )
+    record("unit", **show(UNIT))
+    serving_evidence()
+    files_state("files")
+    epycctl_status("status", NAME)
+    chat("chat")
+
+    ENDPOINT_FILE.write_text(CONFIG["endpoint_toml"])
+    wait_until("status says ready again", lambda: endpoint_state(NAME) == "ready", 120, every=2)
+    epycctl_status("status_restored", NAME)
+    pids = record_processes()
+    run("epycctl", "stop", NAME, timeout=120, check="stop")
+    record("unit_after_stop", **show(UNIT, "ActiveState", "SubState", "UnitFileState"))
+    record("pids_after_stop", alive=[pid for pid in pids if Path(f"/proc/{pid}").exists()])
+    epycctl_status("status_after_stop", NAME)
+
+
+def phase_stopped_reboot() -> None:
+    wait_for_daemon("boot_timeline")
+    record("unit", **show(UNIT, "LoadState", "ActiveState", "SubState", "UnitFileState"))
+    journal("journal_unit", UNIT)
+    files_state("files")
+    epycctl_status("status")
+
+    run("epycctl", "start", NAME, timeout=900, check="start")
+    record("unit_after_start", **show(UNIT))
+    serving_evidence()
+    epycctl_status("status_after_start", NAME)
+    DAEMON_CONF.write_text(f'host_root = "{CONFIG["fake_host"]}"\n')
+    record("daemon_conf", text=DAEMON_CONF.read_text())
+
+
+def phase_fakehost_reboot() -> None:
+    wait_for_daemon("boot_timeline")
+    wait_until(
+        "the endpoint unit settles",
+        lambda: show(UNIT, "ActiveState")["ActiveState"] in {"active", "failed", "inactive"},
+        300,
+    )
+    record("unit", **show(UNIT, "LoadState", "ActiveState", "SubState", "Result", "UnitFileState"))
+    journal("journal_unit", UNIT)
+    journal("journal_epycd", "epycd.service")
+    epycctl_status("status", NAME)
+
+
+PHASES: dict[str, Callable[[], None]] = {
+    "install": phase_install,
+    "reboot": phase_reboot,
+    "edited-reboot": phase_edited_reboot,
+    "stopped-reboot": phase_stopped_reboot,
+    "fakehost-reboot": phase_fakehost_reboot,
+}
+
+
+def main() -> None:
+    record("start", phase=PHASE)
+    try:
+        PHASES[PHASE]()
+    except Exception:
+        record("error", traceback=traceback.format_exc())
+    finally:
+        record("done")
+        subprocess.run(["systemctl", "poweroff", "--no-block"], check=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""epyc-llm as an admin meets it, on real systemd (PID 1 in systemd-nspawn) with a real vLLM
+on the CPU serving a tiny local model. Five boots of one rootfs copy, in order:
+
+install         install.sh; epycd enabled and active via READY=1; approve -> activating until
+                healthy, then active; CPUs and NUMA policy as planned; a chat completion;
+                status ready with the URL; a file never approved is never installed
+reboot          ready again with no new approval; epycd READY only after the endpoint settled;
+                editing the file is not applied: status changed-needs-approval
+edited-reboot   the old approved units still serve; restore the file; `epycctl stop`
+stopped-reboot  not started at boot; `epycctl start`; point epycd.conf at a fake host
+fakehost-reboot the changed host: the endpoint refuses at boot with one journal line
+
+Each test asserts on one boot's records; a later test boots the phases before it first.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from epycd.host.cpulist import parse_cpulist
+from tests.e2e.conftest import NAME, NEVER, PORT, REPO, Boot, Machine
+
+pytestmark = pytest.mark.e2e
+
+UNIT = f"epyc-llm-{NAME}.service"
+URL = f"http://127.0.0.1:{PORT}/v1"
+
+
+def endpoint(status: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    assert status is not None, "epycctl status --json gave no JSON"
+    entries = status.get("endpoints", [status])
+    found = [e for e in entries if e.get("name") == name]
+    assert found, f"{name} not in {entries}"
+    return found[0]
+
+
+def unit_log(boot: Boot, lines: int = 12) -> str:
+    """The endpoint unit's last journal lines and node 0's memory: why it did not serve."""
+    entries = boot.all("journal_serving")[-1]["entries"] if boot.all("journal_serving") else []
+    messages = [str(e["message"]) for e in entries]
+    errors = [m for m in messages if "Error:" in m][-lines // 2 :]
+    tail = [*errors, *messages[-lines // 2 :]]
+    memory = (boot.all("node_memory") or [{"nodes": {}}])[-1]["nodes"].get("node0", "")
+    free = [line for line in memory.splitlines() if "MemTotal" in line or "MemFree" in line]
+    return "\n".join([*tail, *free])
+
+
+def assert_serving(boot: Boot, plan: dict[str, Any]) -> None:
+    """The unit is active, its processes are pinned as planned and it answers a chat."""
+    unit = boot.one("unit")
+    assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit_log(boot)
+    processes = boot.one("processes")["processes"]
+    assert "epycd.supervisor" in " ".join(processes[0]["cmdline"]), processes[0]
+    assert any("vllm" in " ".join(p.get("cmdline", [])) for p in processes[1:]), processes
+    nodes = ",".join(map(str, plan["numa_nodes"]))
+    cpus = set(parse_cpulist(plan["cpus"]))
+    serve = next(p for p in processes if p.get("cmdline", [])[2:3] == ["serve"])
+    for proc in (processes[0], serve):
+        assert set(parse_cpulist(proc["Cpus_allowed_list"])) == cpus, proc
+    threads: set[int] = set()
+    for proc in processes:
+        if proc.get("gone"):
+            continue
+        for cpu_list in proc["threads_cpus"]:
+            assert set(parse_cpulist(cpu_list)) <= cpus, proc
+            threads |= set(parse_cpulist(cpu_list))
+        assert set(parse_cpulist(proc["Mems_allowed_list"])) == set(plan["numa_nodes"]), proc
+        assert f"bind:{nodes}" in proc["numa_policies"], proc
+        assert "default" not in proc["numa_policies"], proc
+    assert threads == cpus, "vLLM's threads do not cover the planned CPUs"
+    chat = boot.one("chat")
+    assert chat["rc"] == 0, chat["stderr"]
+    assert chat["reply"]["choices"] >= 1, chat
+    assert chat["reply"]["model"] == NAME
+
+
+def assert_daemon_ready(boot: Boot, endpoint_states: set[str]) -> None:
+    """epycd (Type=notify) went active only once the endpoint had left `activating`."""
+    epycd = boot.one("epycd")
+    assert (epycd["Type"], epycd["ActiveState"]) == ("notify", "active"), epycd
+    samples = boot.one("boot_timeline")["samples"]
+    for sample in samples:
+        if sample["epycd.service"]["ActiveState"] == "active":
+            assert sample[UNIT]["ActiveState"] in endpoint_states, sample
+    assert samples[-1]["epycd.service"]["ActiveState"] == "active", samples[-1]
+
+
+@pytest.fixture(scope="module")
+def install(machine: Machine) -> Boot:
+    return machine.boot("install")
+
+
+@pytest.fixture(scope="module")
+def plan(install: Boot) -> dict[str, Any]:
+    done = install.one("plan")
+    assert done["rc"] == 0, done["stderr"]
+    planned: dict[str, Any] = json.loads(done["stdout"])
+    assert planned["runtime"] == "host" and planned["port"] == PORT, planned
+    return planned
+
+
+def test_install_and_approve(install: Boot, plan: dict[str, Any]) -> None:
+    install.assert_clean()
+    assert install.one("pid1")["comm"] == "systemd"
+    for check in ("install", "install_again", "detect"):
+        assert install.one(check)["rc"] == 0, install.one(check)["stderr"][-3000:]
+    assert install.one("on_path")["found"] == [
+        "/usr/local/bin/epycctl",
+        "/usr/local/bin/epycd",
+    ]
+    tmpfiles = install.one("tmpfiles")
+    assert tmpfiles["rc"] == 0, tmpfiles["stderr"]
+    assert "drwx------" in tmpfiles["stdout"]
+    assert install.one("examples")["files"] == sorted(p.name for p in (REPO / "etc").glob("*.toml"))
+    epycd = install.one("epycd")
+    assert epycd["Type"] == "notify" and epycd["NotifyAccess"] == "main", epycd
+    assert (epycd["ActiveState"], epycd["UnitFileState"]) == ("active", "enabled"), epycd
+    assert epycd["StatusText"], "epycd sent no STATUS= with READY=1"
+    assert install.one("epycd_after_reinstall")["ActiveState"] == "active"
+
+    approve = install.one("approve")
+    assert approve["rc"] == 0, approve["stdout"][-2000:] + approve["stderr"][-3000:]
+    samples = install.one("approve_timeline")["samples"]
+    states = [s[UNIT]["ActiveState"] for s in samples if s[UNIT]["LoadState"] == "loaded"]
+    assert "activating" in states, states
+    assert states[-1] == "active", states
+    first_active = states.index("active")
+    assert set(states[first_active:]) == {"active"}, states
+    loaded = [s for s in samples if s[UNIT]["LoadState"] == "loaded"]
+    activating = [s for s in loaded if s[UNIT]["ActiveState"] == "activating"]
+    assert any(s["health"] != 200 for s in activating), "never saw the unit wait for /health"
+    assert all(s["health"] == 200 for s in loaded if s[UNIT]["ActiveState"] == "active")
+    assert any(s[UNIT]["StatusText"].startswith("loading ") for s in activating), activating
+    assert samples[-1][UNIT]["StatusText"], "no STATUS= after READY=1"
+    assert any((s["status_file"] or {}).get("state") == "starting" for s in activating)
+    assert (samples[-1]["status_file"] or {}).get("state") == "ready", samples[-1]
+
+    assert_serving(install, plan)
+    tiny = endpoint(install.one("status")["status"], NAME)
+    assert (tiny["state"], tiny["url"]) == ("ready", URL), tiny
+    never = endpoint(install.one("status")["status"], NEVER)
+    assert never["state"] == "pending-approval", never
+    files = install.one("files")
+    assert files["never_units"] == [] and files["never_unit"]["LoadState"] == "not-found", files
+    assert files["approvals"] == [f"{NAME}.json"] and files["unit_enabled"] == "enabled", files
+
+
+def test_reboot_serves_again_without_a_new_approval(
+    machine: Machine, install: Boot, plan: dict[str, Any]
+) -> None:
+    boot = machine.boot("reboot")
+    boot.assert_clean()
+    assert_daemon_ready(boot, {"active", "failed"})
+    assert "1 ready" in boot.one("epycd")["StatusText"], boot.one("epycd")
+    samples = boot.one("boot_timeline")["samples"]
+    assert any(
+        s["epycd.service"]["ActiveState"] == "activating"
+        and f"waiting for {NAME}" in s["epycd.service"]["StatusText"]
+        and s[UNIT]["ActiveState"] == "activating"
+        for s in samples
+    ), "epycd did not wait for the endpoint before READY=1"
+    assert_serving(boot, plan)
+    assert endpoint(boot.one("status")["status"], NAME)["state"] == "ready"
+    before, after = install.one("files"), boot.one("files")
+    assert (after["unit_sha"], after["approval_sha"]) == (
+        before["unit_sha"],
+        before["approval_sha"],
+    )
+
+
+def test_an_edit_is_not_applied(machine: Machine, install: Boot) -> None:
+    boot = machine.boot("reboot")
+    edited = endpoint(boot.one("status_after_edit")["status"], NAME)
+    assert edited["state"] == "changed-needs-approval", edited
+    assert any(r.startswith("the plan changed since approval") for r in edited["reasons"]), edited
+    assert "max_num_seqs" in (edited["diff"] or ""), edited
+    unit = boot.one("unit_after_edit")
+    assert unit["ActiveState"] == "active" and unit["MainPID"] == unit["main_pid_before"], unit
+    before, after = install.one("files"), boot.one("files_after_edit")
+    assert (after["unit_sha"], after["approval_sha"]) == (
+        before["unit_sha"],
+        before["approval_sha"],
+    )
+    daemon_log = [e["message"] for e in boot.one("journal_epycd_after_edit")["entries"]]
+    assert any(f"{NAME}: changed since approval, not applied" in m for m in daemon_log), daemon_log
+
+
+def test_after_an_edit_and_a_reboot_the_approved_units_serve(
+    machine: Machine, install: Boot, plan: dict[str, Any]
+) -> None:
+    boot = machine.boot("edited-reboot")
+    boot.assert_clean()
+    assert_daemon_ready(boot, {"active", "failed"})
+    assert boot.one("unit")["ActiveState"] == "active", unit_log(boot)
+    assert boot.one("files")["unit_sha"] == install.one("files")["unit_sha"]
+    assert endpoint(boot.one("status")["status"], NAME)["state"] == "changed-needs-approval"
+    chat = boot.one("chat")
+    assert chat["rc"] == 0 and chat["reply"]["choices"] >= 1, chat
+    assert endpoint(boot.one("status_restored")["status"], NAME)["state"] == "ready"
+
+
+def test_stop_keeps_it_down_across_a_reboot(machine: Machine) -> None:
+    edited = machine.boot("edited-reboot")
+    stop = edited.one("stop")
+    assert stop["rc"] == 0, stop["stderr"]
+    unit = edited.one("unit_after_stop")
+    assert (unit["ActiveState"], unit["UnitFileState"]) == ("inactive", "disabled"), unit
+    assert edited.one("pids_after_stop")["alive"] == []
+    assert endpoint(edited.one("status_after_stop")["status"], NAME)["state"] == "stopped"
+
+    boot = machine.boot("stopped-reboot")
+    boot.assert_clean()
+    assert boot.one("epycd")["ActiveState"] == "active"
+    assert boot.one("unit")["ActiveState"] == "inactive", boot.one("unit")
+    assert boot.one("journal_unit")["entries"] == [], "the stopped endpoint was started at boot"
+    status = boot.one("status")["status"]
+    assert endpoint(status, NAME)["state"] == "stopped"
+    assert endpoint(status, NEVER)["state"] == "pending-approval"
+    files = boot.one("files")
+    assert files["never_units"] == [] and files["never_unit"]["LoadState"] == "not-found", files
+
+    start = boot.one("start")
+    assert start["rc"] == 0, start["stdout"] + start["stderr"]
+    assert boot.one("unit_after_start")["ActiveState"] == "active", unit_log(boot)
+    assert endpoint(boot.one("status_after_start")["status"], NAME)["state"] == "ready"
+
+
+def test_a_changed_host_is_refused_at_boot_in_one_journal_line(machine: Machine) -> None:
+    boot = machine.boot("fakehost-reboot")
+    boot.assert_clean()
+    config = json.loads((machine.results / "config.json").read_text())
+    unit = boot.one("unit")
+    # the approval check is the unit's ExecCondition= (skipped: inactive) or ExecStartPre=
+    refused = {("inactive", "exec-condition"), ("failed", "exit-code")}
+    assert (unit["ActiveState"], unit["Result"]) in refused, unit
+    ours = [
+        e["message"]
+        for e in boot.one("journal_unit")["entries"]
+        if e["identifier"] != "systemd" and e["comm"] != "systemd"
+    ]
+    assert len(ours) == 1, ours
+    line = ours[0]
+    assert line.startswith(f"epyc-llm-{NAME}: host changed since approval: "), line
+    assert f"physical cores {config['real_cores']} -> {config['fake_cores']}" in line, line
+    assert boot.one("epycd")["ActiveState"] == "active"
