@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from epycd.approval.record import Approval, load_approval
+from epycd.approval.record import Approval, approved_sockets, load_approval
 from epycd.approval.state import EndpointState, endpoint_states
 from epycd.plan.model import Plan
 from epycd.settings import Settings
@@ -507,5 +507,12 @@ def plan_endpoints(
     specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
     host = gather_host(settings.host_root, sum(spec.ok for spec in specs), sample_seconds)
     probes = ProbeCache(settings.run_dir / PROBE_CACHE)
-    results = plan_all(settings, host, stack=stack, specs=specs, probe=probes.probe)
+    results = plan_all(
+        settings,
+        host,
+        stack=stack,
+        specs=specs,
+        probe=probes.probe,
+        approved_sockets=approved_sockets(settings),
+    )
     return results, host

@@ -130,3 +130,17 @@ def approved_names(settings: Settings) -> list[str]:
     if not folder.is_dir():
         return []
     return sorted(p.stem for p in folder.glob("*.json") if NAME_PATTERN.match(p.stem))
+
+
+def approved_sockets(settings: Settings) -> dict[str, int]:
+    """Endpoint -> the socket its approved plan runs on (unreadable records are skipped:
+    their state says so), for the planner to keep approved endpoints in place."""
+    sockets = {}
+    for name in approved_names(settings):
+        try:
+            approval = load_approval(settings, name)
+        except InputError:
+            continue
+        if approval is not None and isinstance(approval.plan.get("socket"), int):
+            sockets[name] = int(approval.plan["socket"])
+    return sockets

@@ -8,7 +8,12 @@ import sys
 import click
 
 from epycd.approval.permissions import require_admin
-from epycd.approval.record import checked_name, current_approver, load_approval
+from epycd.approval.record import (
+    approved_sockets,
+    checked_name,
+    current_approver,
+    load_approval,
+)
 from epycd.approval.workflow import (
     disable_dropped,
     gate,
@@ -46,7 +51,9 @@ def current_plan(settings: Settings, name: str) -> tuple[EndpointResult, HostFac
             fix="`epycctl status` lists the endpoints",
         )
     host = gather_host(settings.host_root, sum(spec.ok for spec in specs), LOAD_SAMPLE_SECONDS)
-    results = plan_all(settings, host, stack=stack, specs=specs)
+    results = plan_all(
+        settings, host, stack=stack, specs=specs, approved_sockets=approved_sockets(settings)
+    )
     return next(r for r in results if r.endpoint == name), host
 
 

@@ -200,6 +200,7 @@ def gather_host(root: Path, valid_endpoints: int, sample_seconds: float) -> Host
 @reports_errors
 def plan(name: str, as_json: bool, root: Path | None, sample_seconds: float) -> None:
     """Show what NAME's endpoint file would run, and the units, without writing anything."""
+    from epycd.approval.record import approved_sockets
     from epycd.plan.build import plan_all
     from epycd.spec import load_endpoints
     from epycd.stack import shipped_stack
@@ -215,7 +216,14 @@ def plan(name: str, as_json: bool, root: Path | None, sample_seconds: float) -> 
         )
     host_root = root or settings.host_root
     host = gather_host(host_root, sum(spec.ok for spec in specs), sample_seconds)
-    results = plan_all(settings, host, stack=stack, specs=specs, host_root=host_root)
+    results = plan_all(
+        settings,
+        host,
+        stack=stack,
+        specs=specs,
+        host_root=host_root,
+        approved_sockets=approved_sockets(settings),
+    )
     result = next(r for r in results if r.endpoint == name)
     if as_json:
         print_json(plan_json(result))

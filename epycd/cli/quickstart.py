@@ -23,7 +23,7 @@ from types import TracebackType
 import click
 import tomli_w
 
-from epycd.approval.record import Approval
+from epycd.approval.record import Approval, approved_sockets
 from epycd.cli.output import reports_errors
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
@@ -212,7 +212,14 @@ def plan_candidate(
     ]
     candidate = parse_endpoint(target, content, precisions=stack.precisions)
     probes = ProbeCache(settings.run_dir / PROBE_CACHE)
-    results = plan_all(settings, host, stack=stack, specs=[*others, candidate], probe=probes.probe)
+    results = plan_all(
+        settings,
+        host,
+        stack=stack,
+        specs=[*others, candidate],
+        probe=probes.probe,
+        approved_sockets=approved_sockets(settings),
+    )
     return next(r for r in results if r.endpoint == target.stem)
 
 

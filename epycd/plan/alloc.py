@@ -27,6 +27,9 @@ class PlacementRequest:
     file: Path
     socket: int | None = None
     """A forced socket, or None for "auto"."""
+    kept: int | None = None
+    """For "auto": the socket of the endpoint's approved plan, kept while it has room, so
+    that a new endpoint file never moves an approved endpoint."""
 
 
 class Placement(BaseModel):
@@ -115,7 +118,16 @@ def allocate(
             members[request.socket].append(request.name)
             reasons[request.name] = f"forced by socket = {request.socket}"
 
+    unplaced = []
     for request in auto:
+        kept = request.kept
+        if kept is not None and kept in sockets and len(members[kept]) < capacity[kept]:
+            members[kept].append(request.name)
+            reasons[request.name] = f"kept from its approved plan (socket {kept})"
+        else:
+            unplaced.append(request)
+
+    for request in unplaced:
         open_sockets = [i for i in order if len(members[i]) < capacity[i]]
         if not open_sockets:
             results[request.name] = _full(request, [], sockets, capacity)

@@ -461,8 +461,12 @@ def plan_all(
     environ: Mapping[str, str] | None = None,
     host_root: Path | None = None,
     product_python: str | None = None,
+    approved_sockets: Mapping[str, int] | None = None,
 ) -> list[EndpointResult]:
     """A result per endpoint file of `settings.config_dir` (or `specs`), in name order.
+
+    `approved_sockets` (endpoint -> the socket of its approved plan) keeps "auto" endpoints
+    where they were approved, so that adding an endpoint file never moves a running one.
 
     Defaults reach the outside world: the shipped stack, the endpoint files, `inspect_model`,
     `probe_vllm`, the ports listening on this machine, `os.environ` for HF_HOME.
@@ -505,6 +509,7 @@ def plan_all(
                 p.result.name,
                 p.result.path,
                 None if p.spec.socket == "auto" else p.spec.socket,
+                kept=(approved_sockets or {}).get(p.result.name),
             )
             for p in ready
         ],

@@ -112,3 +112,32 @@ def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: Env) -> None:
     [state] = endpoint_states_of(settings, plan_all(settings, fewer, listeners={}))
     assert state.state == "changed-needs-approval"
     assert '-  "cpus": "0-95"' in state.plan_diff
+
+
+def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: Env) -> None:
+    if not VLLM.exists():
+        pytest.fail(f"{VLLM} is missing: run tests/bootstrap.sh (tests/tools/vllm_venv.sh)")
+    model = write_model(env.tmp / "models" / "qwen3")
+    body = f'model = "{model}"\nruntime = "host"\nvllm = "{VLLM}"\n'
+    config = env.settings.config_dir
+    (config / "b.toml").write_text(body)
+    done = real_epycctl(env, "approve", "b", "--yes", "--no-start")
+    assert done.returncode == 0, done.stdout + done.stderr
+    approval = load_approval(env.settings, "b")
+    assert approval is not None and approval.plan["socket"] == 0
+
+    (config / "a.toml").write_text(body + "port = 8100\n")
+    settings, host = env.settings, env.host()
+    by_name = {r.endpoint: r for r in plan_all(settings, host, listeners={})}
+    assert by_name["a"].plan is not None and by_name["a"].plan.socket == 0  # name order alone
+
+    kept = plan_all(settings, host, listeners={}, approved_sockets={"b": 0})
+    by_name = {r.endpoint: r for r in kept}
+    assert by_name["b"].plan is not None and by_name["b"].plan.socket == 0
+    assert by_name["a"].plan is not None and by_name["a"].plan.socket == 1
+    states = {s.endpoint: s.state for s in endpoint_states_of(settings, kept)}
+    assert states == {"a": "pending-approval", "b": "approved"}
+
+    shown = real_epycctl(env, "plan", "a", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert '"socket": 1' in shown.stdout
