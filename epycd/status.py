@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field, ValidationError
 
 from epycd.approval.record import Approval, approved_sockets, load_approval
-from epycd.approval.state import EndpointState, endpoint_states
+from epycd.approval.state import EndpointState, Unplanned, endpoint_states, unplanned
 from epycd.plan.model import Plan
 from epycd.settings import Settings
 from epycd.supervisor import SupervisorStatus, read_status
@@ -398,7 +398,7 @@ def read_unit_states(units: Sequence[str]) -> dict[str, UnitState]:
 
 def collect_status(
     settings: Settings,
-    planned: Mapping[str, Plan | Sequence[str]],
+    planned: Mapping[str, Plan | Unplanned | Sequence[str]],
     unit_states: Mapping[str, UnitState] | None = None,
 ) -> list[EndpointStatus]:
     """Every endpoint's status: `planned` is name -> current plan or its errors (every
@@ -487,10 +487,8 @@ class ProbeCache:
             return
 
 
-def planned_map(results: Sequence[EndpointResult]) -> dict[str, Plan | Sequence[str]]:
-    return {
-        r.endpoint: r.plan if r.plan is not None else [p.text for p in r.errors] for r in results
-    }
+def planned_map(results: Sequence[EndpointResult]) -> dict[str, Plan | Unplanned | Sequence[str]]:
+    return {r.endpoint: r.plan if r.plan is not None else unplanned(r) for r in results}
 
 
 def plan_endpoints(

@@ -36,6 +36,14 @@ VOLATILE_PLAN_KEYS = frozenset({"fingerprint", "units", "unit_dirs", "warnings",
 VOLATILE_MEMORY_KEYS = frozenset({"available_gb"})
 
 
+class Unplanned(BaseModel):
+    """An endpoint file that does not plan now: its errors, and when the only reason is the
+    memory free now, the inputs fingerprint of what would have been planned."""
+
+    errors: list[str]
+    unfit_inputs_fingerprint: str | None = None
+
+
 class EndpointState(BaseModel):
     endpoint: str
     state: StateName
@@ -112,6 +120,7 @@ def endpoint_state(
     has_endpoint_file: bool,
     plan: Plan | None,
     errors: Sequence[str] = (),
+    unfit_inputs_fingerprint: str | None = None,
     approval: Approval | None,
     installed: Mapping[str, str | None],
     interrupted: bool = False,
@@ -137,7 +146,12 @@ def endpoint_state(
             state.reasons.append(f"unit files on disk without an approval: {sorted(present)}")
     else:
         state.state = "approved"
-        if plan is None:
+        if plan is None and unfit_inputs_fingerprint == approved_inputs(approval):
+            state.reasons.append(
+                "a plan made now does not fit the memory free now (a running endpoint holds "
+                "its own); nothing else changed, so the approved units stay"
+            )
+        elif plan is None:
             state.state = "changed-needs-approval"
             state.reasons.extend(f"the endpoint no longer plans: {e}" for e in errors)
         elif approved_inputs(approval) != (plan.inputs_fingerprint or plan.fingerprint):
@@ -219,8 +233,16 @@ def _load_approvals(settings: Settings) -> tuple[dict[str, Approval | None], dic
     return approvals, unreadable
 
 
+def unplanned_errors(current: Plan | Unplanned | Sequence[str] | None) -> list[str]:
+    if current is None or isinstance(current, Plan):
+        return []
+    if isinstance(current, Unplanned):
+        return list(current.errors)
+    return list(current)
+
+
 def endpoint_states(
-    settings: Settings, planned: Mapping[str, Plan | Sequence[str]]
+    settings: Settings, planned: Mapping[str, Plan | Unplanned | Sequence[str]]
 ) -> list[EndpointState]:
     """The state of every endpoint: those with a file (`planned`: name -> its plan or its
     errors) and those with only an approval or installed units left (orphaned)."""
@@ -253,7 +275,10 @@ def endpoint_states(
                 name,
                 has_endpoint_file=current is not None,
                 plan=current if isinstance(current, Plan) else None,
-                errors=[] if current is None or isinstance(current, Plan) else list(current),
+                errors=unplanned_errors(current),
+                unfit_inputs_fingerprint=(
+                    current.unfit_inputs_fingerprint if isinstance(current, Unplanned) else None
+                ),
                 approval=approval,
                 installed=installed,
                 interrupted=name in interrupted,
@@ -262,11 +287,18 @@ def endpoint_states(
     return states
 
 
+def unplanned(result: EndpointResult) -> Unplanned:
+    return Unplanned(
+        errors=[p.text for p in result.errors],
+        unfit_inputs_fingerprint=result.unfit_inputs_fingerprint,
+    )
+
+
 def endpoint_states_of(
     settings: Settings, results: Sequence[EndpointResult]
 ) -> list[EndpointState]:
     """`endpoint_states` from the planner's `plan_all` results."""
-    planned: dict[str, Plan | Sequence[str]] = {
-        r.endpoint: r.plan if r.plan is not None else [p.text for p in r.errors] for r in results
+    planned: dict[str, Plan | Unplanned | Sequence[str]] = {
+        r.endpoint: r.plan if r.plan is not None else unplanned(r) for r in results
     }
     return endpoint_states(settings, planned)

@@ -53,6 +53,11 @@ class EndpointResult(BaseModel):
     model_facts: ModelFacts | None = None
     route: Route | None = Field(default=None, description="when refused after routing")
     errors: list[Problem] = Field(default_factory=list)
+    unfit_inputs_fingerprint: str | None = Field(
+        default=None,
+        description="when refused only because memory free now is short: the inputs "
+        "fingerprint, so an approved endpoint whose inputs did not change is not drift",
+    )
 
     @property
     def exit_code(self) -> int:
@@ -429,7 +434,22 @@ def _plan_one(
             fix=decisions.memory.action,
         )
         decisions.errors.append(str(refusal))
-        return _failed(prepared.result, refusal, model_facts=prepared.facts, decisions=decisions)
+        inputs = fingerprint_inputs(
+            units={},
+            unit_dirs={},
+            spec_sha256=prepared.result.content_sha256,
+            stack_sha256=stack.content_sha256,
+            model=prepared.facts,
+            host=host,
+            decisions=decisions,
+        )
+        return _failed(
+            prepared.result,
+            refusal,
+            model_facts=prepared.facts,
+            decisions=decisions,
+            unfit_inputs_fingerprint=inputs_fingerprint(inputs),
+        )
     try:
         plan = finish(prepared, decisions, host=host, stack=stack, settings=settings)
     except EpycError as exc:

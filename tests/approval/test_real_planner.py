@@ -141,3 +141,35 @@ def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: Env) -> Non
     shown = real_epycctl(env, "plan", "a", "--json")
     assert shown.returncode == 0, shown.stderr
     assert '"socket": 1' in shown.stdout
+
+
+def test_memory_held_by_the_running_endpoint_is_not_drift(env: Env) -> None:
+    """A re-plan that does not fit only because memory is taken now keeps the approval."""
+    if not VLLM.exists():
+        pytest.fail(f"{VLLM} is missing: run tests/bootstrap.sh (tests/tools/vllm_venv.sh)")
+    model = write_model(env.tmp / "models" / "qwen3")
+    (env.settings.config_dir / "chat.toml").write_text(
+        f'model = "{model}"\nruntime = "host"\nvllm = "{VLLM}"\n'
+    )
+    done = real_epycctl(env, "approve", "chat", "--yes", "--no-start")
+    assert done.returncode == 0, done.stdout + done.stderr
+    settings, host = env.settings, env.host()
+
+    full = host.model_copy(deep=True)
+    for node in full.nodes:
+        node.memory_available_bytes = 0
+    for sock in full.socket_topology:
+        sock.memory_available_gb = 0.0
+    [unfit] = plan_all(settings, full, listeners={})
+    assert unfit.plan is None and "does not fit" in unfit.errors[0].text
+    [state] = endpoint_states_of(settings, [unfit])
+    assert state.state == "approved", state.reasons
+    assert "memory free now" in state.reasons[0]
+
+    (env.settings.config_dir / "chat.toml").write_text(
+        f'model = "{model}"\nruntime = "host"\nvllm = "{VLLM}"\nmax_model_len = 2048\n'
+    )
+    [edited] = plan_all(settings, full, listeners={})
+    assert edited.plan is None
+    [state] = endpoint_states_of(settings, [edited])
+    assert state.state == "changed-needs-approval"
