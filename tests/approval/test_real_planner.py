@@ -81,8 +81,8 @@ def test_approve_drift_and_boot_check_with_the_real_planner(env: Env) -> None:
     assert "socket 0 physical cores 96 -> 64" in refused.stderr
 
 
-def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: Env) -> None:
-    """Free memory and load change what a plan made now would render, not the approval."""
+def approved_chat(env: Env) -> Path:
+    """A host-path endpoint `chat` for a local model, approved with --no-start; its model."""
     if not VLLM.exists():
         pytest.fail(f"{VLLM} is missing: run tests/bootstrap.sh (tests/tools/vllm_venv.sh)")
     model = write_model(env.tmp / "models" / "qwen3")
@@ -91,6 +91,12 @@ def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: Env) -> None:
     )
     done = real_epycctl(env, "approve", "chat", "--yes", "--no-start")
     assert done.returncode == 0, done.stdout + done.stderr
+    return model
+
+
+def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: Env) -> None:
+    """Free memory and load change what a plan made now would render, not the approval."""
+    approved_chat(env)
     settings, host = env.settings, env.host()
 
     short = host.model_copy(deep=True)
@@ -145,14 +151,7 @@ def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: Env) -> Non
 
 def test_memory_held_by_the_running_endpoint_is_not_drift(env: Env) -> None:
     """A re-plan that does not fit only because memory is taken now keeps the approval."""
-    if not VLLM.exists():
-        pytest.fail(f"{VLLM} is missing: run tests/bootstrap.sh (tests/tools/vllm_venv.sh)")
-    model = write_model(env.tmp / "models" / "qwen3")
-    (env.settings.config_dir / "chat.toml").write_text(
-        f'model = "{model}"\nruntime = "host"\nvllm = "{VLLM}"\n'
-    )
-    done = real_epycctl(env, "approve", "chat", "--yes", "--no-start")
-    assert done.returncode == 0, done.stdout + done.stderr
+    model = approved_chat(env)
     settings, host = env.settings, env.host()
 
     full = host.model_copy(deep=True)
