@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import click
 
@@ -32,6 +34,9 @@ from epycd.host.facts import HostFacts
 from epycd.plan.build import EndpointResult
 from epycd.plan.model import Plan
 from epycd.settings import Settings
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def current_plan(settings: Settings, name: str) -> tuple[EndpointResult, HostFacts]:
@@ -85,18 +90,32 @@ def ask(question: str, *, yes: bool) -> None:
         raise Refusal("not approved: nothing changed")
 
 
+def consent_options(func: Callable[P, R]) -> Callable[P, R]:
+    """--yes, --accept-unvalidated and --no-pull: how a person consents, shared by `approve`
+    and `quickstart`."""
+    for option in reversed(
+        [
+            click.option("--yes", "-y", is_flag=True, help="Approve without asking (scripts)."),
+            click.option(
+                "--accept-unvalidated",
+                is_flag=True,
+                help="Consent to a stock or unvalidated path the plan flags as needing it.",
+            ),
+            click.option(
+                "--no-pull", is_flag=True, help="Do not pull the container image (it is preloaded)."
+            ),
+        ]
+    ):
+        func = option(func)
+    return func
+
+
 @click.command()
 @click.argument("name")
-@click.option("--yes", "-y", is_flag=True, help="Approve without asking (scripts).")
-@click.option(
-    "--accept-unvalidated",
-    is_flag=True,
-    help="Consent to a stock or unvalidated path the plan flags as needing it.",
-)
+@consent_options
 @click.option(
     "--no-start", is_flag=True, help="Write units and approval only; do not touch systemd."
 )
-@click.option("--no-pull", is_flag=True, help="Do not pull the container image (it is preloaded).")
 @reports_errors
 def approve(name: str, yes: bool, accept_unvalidated: bool, no_start: bool, no_pull: bool) -> None:
     """Show NAME's plan, ask, record the approval, install the units and start them.

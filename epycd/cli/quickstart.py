@@ -24,6 +24,7 @@ import click
 import tomli_w
 
 from epycd.approval.record import Approval, approved_sockets
+from epycd.cli.approve import consent_options
 from epycd.cli.output import reports_errors
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
@@ -267,16 +268,10 @@ def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval
     help="serve with this host vLLM: its `vllm` executable or its venv/conda folder",
 )
 @click.option("--name", default=DEFAULT_NAME, show_default=True, help="the endpoint (file) name")
-@click.option("--yes", "-y", is_flag=True, help="Approve without asking (scripts).")
-@click.option(
-    "--accept-unvalidated",
-    is_flag=True,
-    help="Consent to a stock or unvalidated path the plan flags as needing it.",
-)
+@consent_options
 @click.option(
     "--no-start", is_flag=True, help="Write the file, units and approval; do not touch systemd."
 )
-@click.option("--no-pull", is_flag=True, help="Do not pull the container image (it is preloaded).")
 @reports_errors
 def quickstart(
     model: str | None,

@@ -281,6 +281,7 @@ def decide(
     port: int,
     hf_cache: HfCacheMount,
     product_python: str,
+    status_file: str,
 ) -> EndpointDecisions:
     spec, route, facts = prepared.spec, prepared.route, prepared.facts
     name = prepared.result.name
@@ -357,6 +358,7 @@ def decide(
         podman_notify_healthy=route.runtime == "podman" and host.runtimes.podman.notify_healthy,
         product_python=product_python,
         exec_condition=[approval_check_argv(product_python, name)],
+        status_file=status_file,
         requires_confirmation=bool(reasons),
         confirmation_reasons=reasons,
         warnings=warnings,
@@ -374,8 +376,6 @@ def finish(
     """The decisions with their units rendered and fingerprinted."""
     from epycd.render import render_units, unit_dirs
 
-    status_file = settings.run_dir / f"{decisions.endpoint}.json"
-    decisions = decisions.model_copy(update={"status_file": str(status_file)})
     units = render_units(decisions)
     dirs = {
         name: str(path)
@@ -422,6 +422,7 @@ def _plan_one(
             port=port,
             hf_cache=hf_cache,
             product_python=product_python,
+            status_file=str(settings.run_dir / f"{name}.json"),
         )
     except EpycError as exc:
         return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
