@@ -4,8 +4,9 @@ and routing").
 Routing by the CPU: not an EPYC is refused; no AVX-512 BF16 gets the stock vLLM CPU path
 with consent; AVX-512 BF16 outside Genoa/Turin/Venice gets unvalidated zentorch (or stock)
 with consent; Genoa/Turin/Venice get the validated zentorch stack. Then the stack gate on
-what will really run: a probed host vLLM must show the Zen platform on a validated host
-(stock `CpuPlatform` there is blocked), and Venice off the pinned vLLM needs consent.
+what will really run: a probed host vLLM running stock `CpuPlatform` on a zentorch-capable
+host is the stock path with consent (zentorch off, and how to get it), and Venice off the
+pinned vLLM needs consent.
 """
 
 from __future__ import annotations
@@ -166,26 +167,28 @@ def _container_route(
     )
 
 
+def stock_host_vllm_consent(
+    host: HostFacts, stack: Stack, vllm: HostVllmFacts, platform: str
+) -> str:
+    """Why a host vLLM on vLLM's plain platform needs consent on a zentorch-capable EPYC,
+    what it costs and how to get zentorch instead: an admin may choose it on purpose."""
+    return (
+        f"the host vLLM {vllm.path} runs {platform}, not the Zen platform: zentorch "
+        f"acceleration is off on this {host.epyc_generation} (AMD reports the zentorch path "
+        "faster for bf16 matrix work); serving on the stock path needs your consent. To get "
+        f"zentorch: install zentorch {stack.zentorch_version} (or the build matching the env's "
+        f"torch) into that env, or use the validated image {stack.image}"
+    )
+
+
 def _host_route(host: HostFacts, stack: Stack, vllm: HostVllmFacts, file: Path) -> Route:
     cpu_backend, reasons = _cpu_route(host, stack)
     platform = vllm.platform or "unknown platform"
     zen_active = stack.zen_platform_marker in platform
     warnings: list[str] = []
-    if host.is_supported_epyc and not zen_active:
-        raise Refusal(
-            f"the host vLLM {vllm.path} runs {platform}, not the Zen platform: zentorch "
-            f"acceleration is off on this {host.epyc_generation} (blocked)",
-            file=file,
-            key="vllm",
-            fix=f"install zentorch {stack.zentorch_version} matching the env's torch, or use "
-            f"the validated image {stack.image}",
-        )
     backend: Backend = "zentorch" if zen_active and cpu_backend == "zentorch" else "stock"
     if backend == "stock" and cpu_backend == "zentorch":
-        reasons = [
-            f"the host vLLM runs {platform} (no zentorch) on {host.epyc_generation}: the stock "
-            "path needs your consent"
-        ]
+        reasons = [stock_host_vllm_consent(host, stack, vllm, platform)]
     version = vllm.version or "unknown"
     if version.split("+", 1)[0] != stack.vllm_version:
         text = f"host vLLM {version} is not the pinned vLLM {stack.vllm_version}"

@@ -102,13 +102,24 @@ def test_host_vllm_on_the_zen_platform_proceeds(ws: Workspace, host_of: HostOf) 
     assert list(plan.units) == ["epyc-llm-llm.service"]
 
 
-def test_host_vllm_on_the_stock_platform_is_blocked_on_genoa(
-    ws: Workspace, host_of: HostOf
+@pytest.mark.parametrize("name", ["genoa-9654-2s-nps1", "turin-9965", "venice-256c"])
+def test_host_vllm_on_the_stock_platform_is_stock_with_consent_on_a_zentorch_host(
+    ws: Workspace, host_of: HostOf, name: str
 ) -> None:
+    """An admin may choose a plain vLLM on purpose: consent, not a dead end; the reason says
+    that zentorch is off, what that costs and how to get it."""
     ws.endpoint("llm", 'runtime = "host"\nvllm = "/opt/plain/bin/vllm"\n')
-    result = ws.plan(host_of("genoa-9654-2s-nps1"), probe=probe_says("CpuPlatform"))["llm"]
-    assert result.exit_code == 1 and result.plan is None
-    assert result.errors[0].key == "vllm" and "blocked" in result.errors[0].message
+    result = ws.plan(host_of(name), probe=probe_says("CpuPlatform", "0.25.1"))["llm"]
+    plan = result.plan
+    assert plan is not None, [e.text for e in result.errors]
+    assert (plan.runtime, plan.backend) == ("host", "stock")
+    assert plan.requires_confirmation
+    [reason] = plan.confirmation_reasons
+    assert "runs CpuPlatform, not the Zen platform" in reason
+    assert "zentorch acceleration is off" in reason
+    assert f"install zentorch {STACK.zentorch_version}" in reason
+    assert STACK.image in reason
+    assert "zentorch" not in " ".join(plan.env).lower()
 
 
 def test_host_vllm_on_the_stock_platform_is_stock_with_consent_on_milan(
