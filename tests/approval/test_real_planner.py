@@ -4,7 +4,6 @@ host root. Only systemd stays out (--no-start)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -16,11 +15,14 @@ from epycd.approval.record import load_approval
 from epycd.approval.state import endpoint_states_of
 from epycd.plan.build import plan_all
 from tests.approval.conftest import REPO, Env
+from tests.health.realvllm import stock_vllm_executable, vllm_executable
 from tests.hosts import CATALOGUE, write_host
+from tests.machine import Serving, vllm_runs_zen_here
 from tests.plan.conftest import write_model
 
 pytestmark = pytest.mark.vllm
-VLLM = Path(os.environ.get("EPYC_TEST_CACHE", "/var/cache/epyc-llm-test")) / "vllm-venv/bin/vllm"
+CONSENT = Serving(Path("/"), "Genoa", bf16=True, zen_platform=vllm_runs_zen_here()).consent_args
+"""What approving on the fake Genoa host needs with this machine's vLLM (tests/machine.py)."""
 
 
 def real_epycctl(env: Env, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -36,13 +38,11 @@ def real_epycctl(env: Env, *args: str, **extra: str) -> subprocess.CompletedProc
 
 
 def test_approve_drift_and_boot_check_with_the_real_planner(env: Env) -> None:
-    if not VLLM.exists():
-        pytest.fail(f"{VLLM} is missing: run tests/bootstrap.sh (tests/tools/vllm_venv.sh)")
     model = write_model(env.tmp / "models" / "qwen3")
     endpoint = env.settings.config_dir / "chat.toml"
-    endpoint.write_text(f'model = "{model}"\nruntime = "host"\nvllm = "{VLLM}"\n')
+    endpoint.write_text(f'model = "{model}"\nruntime = "host"\nvllm = "{vllm_executable()}"\n')
 
-    done = real_epycctl(env, "approve", "chat", "--yes", "--no-start")
+    done = real_epycctl(env, "approve", "chat", "--yes", "--no-start", *CONSENT)
     assert done.returncode == 0, done.stdout + done.stderr
     approval = load_approval(env.settings, "chat")
     assert approval is not None
@@ -83,13 +83,11 @@ def test_approve_drift_and_boot_check_with_the_real_planner(env: Env) -> None:
 
 def approved_chat(env: Env) -> Path:
     """A host-path endpoint `chat` for a local model, approved with --no-start; its model."""
-    if not VLLM.exists():
-        pytest.fail(f"{VLLM} is missing: run tests/bootstrap.sh (tests/tools/vllm_venv.sh)")
     model = write_model(env.tmp / "models" / "qwen3")
     (env.settings.config_dir / "chat.toml").write_text(
-        f'model = "{model}"\nruntime = "host"\nvllm = "{VLLM}"\n'
+        f'model = "{model}"\nruntime = "host"\nvllm = "{vllm_executable()}"\n'
     )
-    done = real_epycctl(env, "approve", "chat", "--yes", "--no-start")
+    done = real_epycctl(env, "approve", "chat", "--yes", "--no-start", *CONSENT)
     assert done.returncode == 0, done.stdout + done.stderr
     return model
 
@@ -121,10 +119,8 @@ def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: Env) -> None:
 
 
 def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: Env) -> None:
-    if not VLLM.exists():
-        pytest.fail(f"{VLLM} is missing: run tests/bootstrap.sh (tests/tools/vllm_venv.sh)")
     model = write_model(env.tmp / "models" / "qwen3")
-    body = f'model = "{model}"\nruntime = "host"\nvllm = "{VLLM}"\n'
+    body = f'model = "{model}"\nruntime = "host"\nvllm = "{vllm_executable()}"\n'
     config = env.settings.config_dir
     (config / "b.toml").write_text(body)
     done = real_epycctl(env, "approve", "b", "--yes", "--no-start")
@@ -166,9 +162,36 @@ def test_memory_held_by_the_running_endpoint_is_not_drift(env: Env) -> None:
     assert "memory free now" in state.reasons[0]
 
     (env.settings.config_dir / "chat.toml").write_text(
-        f'model = "{model}"\nruntime = "host"\nvllm = "{VLLM}"\nmax_model_len = 2048\n'
+        f'model = "{model}"\nruntime = "host"\nvllm = "{vllm_executable()}"\nmax_model_len = 2048\n'
     )
     [edited] = plan_all(settings, full, listeners={})
     assert edited.plan is None
     [state] = endpoint_states_of(settings, [edited])
     assert state.state == "changed-needs-approval"
+
+
+def test_a_stock_host_vllm_on_a_zentorch_host_is_consent_not_a_dead_end(env: Env) -> None:
+    """The real vLLM with zentorch hidden runs CpuPlatform on any machine: on the fake
+    Genoa, approve asks for consent, says what it costs and how to get zentorch, and with
+    consent approves the stock path."""
+    model = write_model(env.tmp / "models" / "qwen3")
+    stock = stock_vllm_executable()
+    (env.settings.config_dir / "plain.toml").write_text(
+        f'model = "{model}"\nruntime = "host"\nvllm = "{stock}"\n'
+    )
+    refused = real_epycctl(env, "approve", "plain", "--yes", "--no-start")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "needs explicit consent" in refused.stderr
+    assert "runs CpuPlatform, not the Zen platform" in refused.stderr
+    assert "zentorch acceleration is off" in refused.stderr
+    assert "--accept-unvalidated" in refused.stderr
+    assert load_approval(env.settings, "plain") is None
+    assert list(env.settings.unit_dir.iterdir()) == []
+
+    done = real_epycctl(env, "approve", "plain", "--yes", "--no-start", "--accept-unvalidated")
+    assert done.returncode == 0, done.stdout + done.stderr
+    approval = load_approval(env.settings, "plain")
+    assert approval is not None and approval.accepted_unvalidated
+    assert approval.plan["backend"] == "stock"
+    service = Path(approval.units["epyc-llm-plain.service"].path).read_text()
+    assert str(stock) in service

@@ -29,12 +29,11 @@ from epycd.settings import Settings
 from epycd.status import PROBE_CACHE, EndpointStatus, ProbeCache, collect_status, planned_map
 from epycd.status import plan_endpoints as real_plan_endpoints
 from epycd.supervisor import SupervisorStatus, write_status
+from tests.health.realvllm import vllm_executable
 from tests.hosts import make_host
 from tests.plan.conftest import write_model
 
 REPO = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("EPYC_TEST_CACHE", "/var/cache/epyc-llm-test"))
-VLLM = CACHE / "vllm-venv" / "bin" / "vllm"
 FOLDERS = ("config_dir", "state_dir", "run_dir", "unit_dir", "quadlet_dir")
 
 FAKE_SYSTEMCTL = """#!{python}
@@ -125,7 +124,8 @@ class Workspace:
         port another process took, which is drift, and other tests run on this machine."""
         path = self.settings.config_dir / f"{name}.toml"
         port = "" if "port" in extra else f"port = {free_port()}\n"
-        path.write_text(f'model = "{self.model}"\nruntime = "host"\nvllm = "{VLLM}"\n{port}{extra}')
+        vllm = vllm_executable()
+        path.write_text(f'model = "{self.model}"\nruntime = "host"\nvllm = "{vllm}"\n{port}{extra}')
         return path
 
     def approve(self, name: str) -> Approval:
@@ -196,11 +196,9 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def vllm_facts() -> HostVllmFacts:
     """The real probe of the real vLLM venv, once per session (it takes ~20 s here)."""
-    if not VLLM.exists():
-        pytest.fail(f"{VLLM} is missing: run tests/bootstrap.sh (tests/tools/vllm_venv.sh)")
     from epycd.host.vllm_probe import probe_vllm
 
-    facts = probe_vllm(str(VLLM))
+    facts = probe_vllm(str(vllm_executable()))
     assert facts.present and not facts.error, facts
     return facts
 
@@ -226,7 +224,7 @@ def make_workspace(base: Path, monkeypatch: pytest.MonkeyPatch, facts: HostVllmF
         systemd_state=base / "systemd-state.json",
         systemd_log=base / "systemctl.log",
     )
-    key = ProbeCache.key(str(VLLM))
+    key = ProbeCache.key(str(vllm_executable()))
     assert key is not None
     cache = settings.run_dir / PROBE_CACHE
     cache.write_text(json.dumps({key: facts.model_dump(mode="json")}))

@@ -23,8 +23,22 @@ from typing import Any
 
 import pytest
 
-from tests.health.realvllm import BOOTSTRAP_HINT, CACHE, VENV, tiny_model, vllm_executable
+from tests.health.realvllm import (
+    BOOTSTRAP_HINT,
+    CACHE,
+    STOCK_VLLM,
+    VENV,
+    tiny_model,
+    vllm_executable,
+)
 from tests.hosts import CATALOGUE, write_host
+from tests.machine import (
+    FORCE_STOCK,
+    physical_cpus,
+    serving,
+    serving_needs_identity,
+    write_identity_root,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTFS = CACHE / "rootfs"
@@ -35,6 +49,7 @@ NEVER = "never"
 PORT = 18311
 NEVER_PORT = 18312
 FAKE_HOST = "/fakehost"
+IDENTITY_ROOT = "/epyc-identity"
 PHASES = ("install", "reboot", "edited-reboot", "stopped-reboot", "fakehost-reboot")
 BOOT_TIMEOUT_S = {"install": 1200, "stopped-reboot": 900}
 DEFAULT_BOOT_TIMEOUT_S = 600
@@ -82,12 +97,6 @@ def interpreter_home(venv: Path) -> Path | None:
             home = Path(value.strip()).parent
             return None if home in (Path("/usr"), Path("/usr/local")) else home
     return None
-
-
-def physical_cores() -> int:
-    from epycd.host.detect import detect_host
-
-    return detect_host(Path("/"), load_sample_seconds=None, probe_runtimes=False).physical_cores
 
 
 def clean_copy(dest: Path) -> None:
@@ -179,8 +188,8 @@ class Machine:
             [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
         )
         boot = Boot(phase, seconds, records, console)
-        if not boot.all("done"):
-            self.failed = phase
+        if not boot.all("done") or boot.all("error"):
+            self.failed = f"{phase}: {boot.all('error') or 'no done record'}"
         timings = self.results / "timings.jsonl"
         with timings.open("a") as out_file:
             out_file.write(json.dumps({"phase": phase, "seconds": seconds}) + "\n")
@@ -222,7 +231,11 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     (units / "multi-user.target.wants" / "e2e-driver.service").symlink_to(
         "/etc/systemd/system/e2e-driver.service"
     )
-    cores = physical_cores()
+    cores = len(physical_cpus())
+    identity = None
+    if serving_needs_identity():
+        identity = IDENTITY_ROOT
+        write_identity_root(root / IDENTITY_ROOT.lstrip("/"))
     fake = replace(
         CATALOGUE["this-machine-genoa-vm"], cores_per_socket=cores + 2, node_memory_gib=64.0
     )
@@ -234,6 +247,8 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         "served": NAME,
         "client_python": str(VENV / "bin" / "python"),
         "fake_host": FAKE_HOST,
+        "identity_root": identity,
+        "consent_args": serving(work, stock=FORCE_STOCK).consent_args,
         "fake_cores": cores + 2,
         "real_cores": cores,
         "endpoint_toml": endpoint_toml(model, vllm, NAME, PORT),
@@ -248,6 +263,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         f"--bind={PIP_CACHE}:/var/cache/e2e-pip",
         "--bind-ro=/etc/ssl/certs",
         f"--bind-ro={VENV}",
+        *([f"--bind-ro={STOCK_VLLM}"] if FORCE_STOCK else []),
         f"--bind-ro={model}",
     ]
     home = interpreter_home(VENV)

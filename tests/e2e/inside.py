@@ -303,9 +303,29 @@ def wait_for_daemon(check: str, timeout: float = 600) -> None:
 # --- the phases, one per boot -----------------------------------------------------------
 
 
+class PhaseFailed(Exception):
+    """A step the rest of the boot depends on failed: end the boot now, with the reason."""
+
+
+def must(check: str, *argv: str, timeout: float) -> dict[str, Any]:
+    done = run(*argv, timeout=timeout, check=check)
+    if done["rc"] != 0:
+        raise PhaseFailed(f"{check} failed (exit {done['rc']}): {done['stderr'][-2000:]}")
+    return done
+
+
+def use_identity_root() -> None:
+    """On a machine the product would refuse (not an AMD EPYC), plan against this machine's
+    own topology under an EPYC identity (tests/machine.py), as an admin would with host_root."""
+    if CONFIG["identity_root"]:
+        DAEMON_CONF.write_text(f'host_root = "{CONFIG["identity_root"]}"\n')
+        record("daemon_conf", text=DAEMON_CONF.read_text())
+
+
 def phase_install() -> None:
     record("pid1", comm=Path("/proc/1/comm").read_text().strip())
-    run("/src/packaging/install.sh", timeout=900, check="install")
+    must("install", "/src/packaging/install.sh", timeout=900)
+    use_identity_root()
     record("epycd", **show("epycd.service", "Type", "ActiveState", "SubState", "StatusText",
                            "UnitFileState", "NotifyAccess", "MainPID"))  # fmt: skip
     record("on_path", found=[shutil.which(cmd, path=ENV["PATH"]) for cmd in ("epycctl", "epycd")])
@@ -318,9 +338,13 @@ def phase_install() -> None:
 
     ENDPOINT_FILE.write_text(CONFIG["endpoint_toml"])
     (ENDPOINT_FILE.parent / f"{NEVER}.toml").write_text(CONFIG["never_toml"])
-    run("epycctl", "plan", NAME, "--json", timeout=300, check="plan")
+    must("plan", "epycctl", "plan", NAME, "--json", timeout=300)
     with Timeline("approve_timeline", (UNIT,), every=0.5):
-        run("epycctl", "approve", NAME, "--yes", timeout=900, check="approve")
+        approve = run("epycctl", "approve", NAME, "--yes", *CONFIG["consent_args"],
+                      timeout=900, check="approve")  # fmt: skip
+    if approve["rc"] != 0:
+        serving_evidence()
+        raise PhaseFailed(f"approve failed (exit {approve['rc']}): {approve['stderr'][-2000:]}")
     record("unit", **show(UNIT))
     serving_evidence()
     record_processes()
@@ -420,6 +444,8 @@ def main() -> None:
     record("start", phase=PHASE)
     try:
         PHASES[PHASE]()
+    except PhaseFailed as failed:
+        record("error", reason=str(failed))
     except Exception:
         record("error", traceback=traceback.format_exc())
     finally:

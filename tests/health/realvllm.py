@@ -18,19 +18,56 @@ from types import ModuleType
 
 import pytest
 
+from tests.machine import FORCE_STOCK, physical_cpus
+
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("EPYC_TEST_CACHE", "/var/cache/epyc-llm-test"))
 VENV = CACHE / "vllm-venv"
 TINY_MODEL = CACHE / "tiny-model"
+STOCK_VLLM = CACHE / "stock-vllm"
 BOOTSTRAP_HINT = "run tests/bootstrap.sh (it builds the vLLM CPU venv via tests/tools/vllm_venv.sh)"
 
+HIDDEN_ZENTORCH = 'raise ImportError("zentorch hidden by the epyc-llm tests (stock vLLM)")\n'
+WRAPPER = """#!/bin/sh
+# vLLM of {venv} with zentorch hidden: vLLM falls back to its stock CpuPlatform.
+PYTHONPATH={hide}${{PYTHONPATH:+:$PYTHONPATH}} exec {target} "$@"
+"""
 
-def vllm_executable() -> Path:
+
+def real_vllm_executable() -> Path:
     """The venv's `vllm`; the test FAILS (never skips) when the venv has not been built."""
     vllm = VENV / "bin" / "vllm"
     if not vllm.is_file() or not (VENV / ".epyc-stamp").is_file():
         pytest.fail(f"no vLLM CPU venv in {VENV}: {BOOTSTRAP_HINT}")
     return vllm
+
+
+def _write_if_changed(path: Path, text: str, mode: int = 0o644) -> None:
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(text)
+        partial.chmod(mode)
+        partial.replace(path)
+
+
+def stock_vllm_executable() -> Path:
+    """The same real vLLM with zentorch hidden from its interpreter (a package that fails to
+    import first on PYTHONPATH): what a venv without zentorch, or any non-AMD host, runs.
+    `bin/vllm` and `bin/python` wrap the venv's, so the product's probe (the python beside
+    the vllm) and the served process see the same platform."""
+    real = real_vllm_executable()
+    hide = STOCK_VLLM / "hide"
+    _write_if_changed(hide / "zentorch" / "__init__.py", HIDDEN_ZENTORCH)
+    for name, target in (("vllm", real), ("python", real.with_name("python"))):
+        text = WRAPPER.format(venv=VENV, hide=hide, target=target)
+        _write_if_changed(STOCK_VLLM / "bin" / name, text, 0o755)
+    return STOCK_VLLM / "bin" / "vllm"
+
+
+def vllm_executable() -> Path:
+    """The vLLM the tests serve with: the real venv's, or its stock wrapper when forced."""
+    return stock_vllm_executable() if FORCE_STOCK else real_vllm_executable()
 
 
 @cache
@@ -63,7 +100,8 @@ def free_port() -> int:
 
 
 def vllm_env(work: Path) -> dict[str, str]:
-    """real-tools.md's environment for serving on this 2-core CPU, caches under `work`."""
+    """real-tools.md's environment for serving on this CPU (every physical core bound),
+    caches under `work`."""
     (work / "cache").mkdir(parents=True, exist_ok=True)
     (work / "tmp").mkdir(parents=True, exist_ok=True)
     return os.environ | {
@@ -72,7 +110,7 @@ def vllm_env(work: Path) -> dict[str, str]:
         "TMPDIR": str(work / "tmp"),
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+        "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, physical_cpus())),
         "VLLM_CPU_KVCACHE_SPACE": "1",
     }
 

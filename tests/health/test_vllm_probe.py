@@ -10,23 +10,41 @@ from pathlib import Path
 import pytest
 
 from epycd.host.vllm_probe import interpreter_of, probe_vllm
-from tests.health.realvllm import vllm_executable
+from tests.health.realvllm import (
+    real_vllm_executable,
+    stock_vllm_executable,
+    vllm_executable,
+)
+from tests.machine import vllm_runs_zen_here
+
+
+def expected_platform() -> str:
+    """vLLM's own rule, applied to this machine's /proc/cpuinfo (tests/machine.py)."""
+    return "ZenCpuPlatform" if vllm_runs_zen_here() else "CpuPlatform"
 
 
 @pytest.mark.vllm
-def test_real_venv_reports_version_and_the_zen_platform() -> None:
+def test_real_venv_reports_version_and_this_machines_platform() -> None:
     vllm = vllm_executable()
     facts = probe_vllm(str(vllm))
     assert facts.present, facts.error
     assert facts.version is not None and facts.version.startswith("0.32.0")
-    assert facts.platform is not None and "Zen" in facts.platform
+    assert facts.platform == expected_platform()
     assert facts.path == str(vllm)
+
+
+@pytest.mark.vllm
+def test_zentorch_hidden_is_the_stock_platform_on_any_machine() -> None:
+    """A venv whose zentorch cannot import: vLLM's plain CpuPlatform, on AMD and Intel."""
+    facts = probe_vllm(str(stock_vllm_executable()))
+    assert facts.present, facts.error
+    assert facts.platform == "CpuPlatform"
 
 
 @pytest.mark.vllm
 def test_shebang_interpreter_is_used_when_no_python_is_beside(tmp_path: Path) -> None:
     """A vllm script copied elsewhere (e.g. a symlink farm) still names its interpreter."""
-    vllm = vllm_executable()
+    vllm = real_vllm_executable()
     copied = tmp_path / "bin" / "vllm"
     copied.parent.mkdir()
     copied.write_bytes(vllm.read_bytes())
@@ -34,7 +52,9 @@ def test_shebang_interpreter_is_used_when_no_python_is_beside(tmp_path: Path) ->
     assert interpreter_of(copied) == Path(vllm.read_text().splitlines()[0][2:])
     facts = probe_vllm(str(copied))
     assert facts.present, facts.error
-    assert facts.platform is not None and "Zen" in facts.platform
+    assert facts.platform == (
+        "ZenCpuPlatform" if vllm_runs_zen_here(stock=False) else "CpuPlatform"
+    )
 
 
 def test_absent_executable_is_reported_not_raised(tmp_path: Path) -> None:

@@ -34,7 +34,9 @@ def test_the_real_registry_equals_the_table_made_from_its_wheel() -> None:
 
 
 @pytest.fixture
-def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, str]]:
+def served(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[Path, str, VllmServer]]:
     chat_template: bool = request.param
     model = build_tiny_model(tmp_path / "model", chat_template=chat_template)
     port = free_port()
@@ -52,9 +54,14 @@ def served(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Pat
             time.sleep(1)
         else:
             pytest.fail(f"vLLM not healthy in {HEALTHY_WITHIN_S}s: {server.log_text()[-3000:]}")
-        yield model, base
+        yield model, base, server
     finally:
         server.stop()
+
+
+def answer_and_log(reply: httpx.Response, server: VllmServer) -> str:
+    """What a failed request needs to be understood: the answer and the server's own log."""
+    return f"{reply.status_code} {reply.text[:1000]}\n--- vLLM log ---\n{server.log_text()[-4000:]}"
 
 
 def ask(base: str, endpoint: str) -> httpx.Response:
@@ -67,27 +74,30 @@ def ask(base: str, endpoint: str) -> httpx.Response:
 
 
 @pytest.mark.parametrize("served", [True], indirect=True)
-def test_a_model_with_a_template_answers_on_chat(served: tuple[Path, str]) -> None:
-    model, base = served
+def test_a_model_with_a_template_answers_on_chat(
+    served: tuple[Path, str, VllmServer],
+) -> None:
+    model, base, server = served
     facts = inspect_model(str(model), vllm_executable=str(vllm_executable()))
     assert facts.support.source == "installed-vllm"
     assert (facts.support.kind, facts.chat_template.status) == ("text", "present")
     assert facts.primary_endpoint == "chat_completions"
     for endpoint in facts.supported_endpoints:
         reply = ask(base, endpoint)
-        assert reply.status_code == 200, reply.text
+        assert reply.status_code == 200, answer_and_log(reply, server)
         assert reply.json()["choices"]
 
 
 @pytest.mark.parametrize("served", [False], indirect=True)
 def test_a_model_without_a_template_answers_on_completions_only(
-    served: tuple[Path, str],
+    served: tuple[Path, str, VllmServer],
 ) -> None:
-    model, base = served
+    model, base, server = served
     facts = inspect_model(str(model), vllm_executable=str(vllm_executable()))
     assert facts.support.source == "installed-vllm"
     assert facts.chat_template.status == "absent"
     assert (facts.primary_endpoint, facts.supported_endpoints) == ("completions", ["completions"])
-    assert ask(base, "completions").status_code == 200
+    reply = ask(base, "completions")
+    assert reply.status_code == 200, answer_and_log(reply, server)
     refused = ask(base, "chat_completions")
     assert refused.status_code >= 400, "vLLM invented a chat template"

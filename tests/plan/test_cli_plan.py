@@ -8,7 +8,6 @@ podman 5 facts here; the real probe is used by the test at the end (real vLLM ve
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,9 @@ from click.testing import CliRunner, Result
 from epycd.cli import main
 from epycd.host import runtimes
 from epycd.host.facts import RuntimeFacts
+from tests.health.realvllm import tiny_model, vllm_executable
 from tests.hosts import make_host
+from tests.machine import expand, physical_cpus_of_socket, serving
 from tests.plan.conftest import PODMAN_5, Workspace
 
 DESIGN_KEYS = {
@@ -115,19 +116,20 @@ def test_unknown_name_exits_2(ws: Workspace) -> None:
 
 
 @pytest.mark.vllm
-def test_this_machine_with_the_real_vllm_venv(ws: Workspace) -> None:
-    """This host (Genoa/Zen5 VM, no Quadlet, no docker daemon) with the real vLLM venv: the
-    real probe must report the Zen platform and the plan takes the host path."""
-    cache = Path(os.environ.get("EPYC_TEST_CACHE", "/var/cache/epyc-llm-test"))
-    vllm, model = cache / "vllm-venv" / "bin" / "vllm", cache / "tiny-model"
-    if not vllm.exists() or not model.exists():
-        pytest.fail(f"{vllm} or {model} is missing: run tests/bootstrap.sh")
+def test_this_machine_with_the_real_vllm_venv(ws: Workspace, tmp_path: Path) -> None:
+    """This machine (its own topology; under an EPYC identity where it is not an EPYC) with
+    the real vLLM venv, probed for real: the host path, and the backend and consent that the
+    machine's CPU and vLLM's platform call for (tests/machine.py)."""
+    vllm, model = vllm_executable(), tiny_model()
+    expected = serving(tmp_path)
     ws.endpoint("tiny", f'model = "{model}"\nvllm = "{vllm}"\nruntime = "host"\n'
                 "max_model_len = 512\n")  # fmt: skip
-    result = run(ws, "tiny", "--json", "--root", "/")
+    result = run(ws, "tiny", "--json", "--root", str(expected.root))
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert (data["runtime"], data["backend"]) == ("host", "zentorch")
+    assert (data["runtime"], data["backend"]) == ("host", expected.backend)
+    assert data["requires_confirmation"] == expected.needs_consent, data["confirmation_reasons"]
     assert data["vllm_executable"] == str(vllm)
     assert data["socket"] == 0 and data["memory"]["fits"]
+    assert expand(data["cpus"]) == physical_cpus_of_socket(0)
     assert list(data["units"]) == ["epyc-llm-tiny.service"]

@@ -12,11 +12,10 @@ import pytest
 
 from epycd.settings import Settings
 from tests.approval.conftest import FAKE_SYSTEMCTL
+from tests.health.realvllm import vllm_executable
 from tests.hosts import make_host
 
 REPO = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("EPYC_TEST_CACHE", "/var/cache/epyc-llm-test"))
-VLLM = CACHE / "vllm-venv" / "bin" / "vllm"
 EPYCD_DIRS = ("config_dir", "state_dir", "run_dir", "unit_dir", "quadlet_dir")
 SYSTEM_BIN = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
@@ -104,6 +103,4 @@ def sandbox(tmp_path: Path) -> Sandbox:
 
 
 def real_vllm() -> Path:
-    if not VLLM.is_file():
-        pytest.fail(f"{VLLM} is missing: run tests/bootstrap.sh (tests/tools/vllm_venv.sh)")
-    return VLLM
+    return vllm_executable()

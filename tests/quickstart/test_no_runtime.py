@@ -9,6 +9,7 @@ import pytest
 from epycd.cli.quickstart import chosen_runtime, no_runtime_text
 from epycd.host.facts import DockerFacts, HostVllmFacts, PodmanFacts, RuntimeFacts
 from epycd.host.runtimes import probe_runtimes
+from tests.machine import real_cpu
 from tests.quickstart.conftest import Sandbox
 
 FIXES = (
@@ -28,17 +29,34 @@ def assert_refused_unchanged(sandbox: Sandbox, stderr: str, returncode: int) -> 
 
 
 def test_this_machine_real_probes(sandbox: Sandbox) -> None:
-    """The real podman (4.3, no Quadlet) and docker (no daemon) of this machine, real host
-    root. Fails loudly if the machine ever gains a runtime: the test then proves nothing."""
+    """The real podman, docker and PATH of this machine, whatever they are. Without a
+    runtime: the one-time fix, each probe's finding named. With one (a Quadlet podman, a
+    docker daemon, a vllm on PATH): quickstart goes on to plan the default model, which is
+    not in this empty cache with the hub off: exit 1, nothing written either way."""
     runtimes = probe_runtimes()
-    if chosen_runtime(runtimes, vllm_given=False) is not None or shutil.which("vllm"):
-        pytest.fail(f"this machine has a runtime now ({runtimes}); the test needs one without")
+    has_runtime = chosen_runtime(runtimes, vllm_given=False) is not None or bool(
+        shutil.which("vllm")
+    )
     done = sandbox.epycctl("quickstart", "--yes")
+    if has_runtime:
+        assert done.returncode == 1, done.stderr
+        said = done.stdout + done.stderr
+        reasons = ["Qwen/Qwen3-0.6B is not in the local cache"]
+        if not real_cpu().is_amd_epyc:
+            reasons.append("not an AMD EPYC CPU")
+        assert any(reason in said for reason in reasons), said
+        assert "no runtime to serve with" not in done.stderr
+        assert sandbox.written() == []
+        return
     assert_refused_unchanged(sandbox, done.stderr, done.returncode)
     if runtimes.podman.present:
         assert f"podman {runtimes.podman.version}: no Quadlet (needs >= 4.4)" in done.stderr
+    else:
+        assert "podman: not installed" in done.stderr
     if runtimes.docker.present:
         assert "the daemon does not answer" in done.stderr
+    else:
+        assert "docker: not installed" in done.stderr
     assert "vllm: none given with --vllm and none on PATH" in done.stderr
     assert "Plan for endpoint" not in done.stdout
 

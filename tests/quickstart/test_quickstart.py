@@ -19,13 +19,19 @@ from epycd.plan.build import plan_all
 from epycd.spec import parse_endpoint
 from epycd.supervisor import SupervisorStatus, write_status
 from tests.health.realvllm import tiny_model
+from tests.machine import Serving, vllm_runs_zen_here
 from tests.quickstart.conftest import Sandbox, real_vllm
 
 pytestmark = pytest.mark.vllm
 
 
 def quickstart(sandbox: Sandbox, *args: str, **extra: str) -> tuple[int, str, str]:
-    done = sandbox.epycctl("quickstart", "--vllm", str(real_vllm()), *args, extra=extra)
+    """quickstart with the real vLLM on the fake Genoa host, with the consent that host and
+    this machine's vLLM platform call for (the stock platform needs it: tests/machine.py)."""
+    consent = Serving(Path("/"), "Genoa", bf16=True, zen_platform=vllm_runs_zen_here())
+    done = sandbox.epycctl(
+        "quickstart", "--vllm", str(real_vllm()), *consent.consent_args, *args, extra=extra
+    )
     return done.returncode, done.stdout, done.stderr
 
 
