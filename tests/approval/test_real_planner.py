@@ -123,7 +123,7 @@ def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: Env) -> Non
     body = f'model = "{model}"\nruntime = "host"\nvllm = "{vllm_executable()}"\n'
     config = env.settings.config_dir
     (config / "b.toml").write_text(body)
-    done = real_epycctl(env, "approve", "b", "--yes", "--no-start")
+    done = real_epycctl(env, "approve", "b", "--yes", "--no-start", *CONSENT)
     assert done.returncode == 0, done.stdout + done.stderr
     approval = load_approval(env.settings, "b")
     assert approval is not None and approval.plan["socket"] == 0
