@@ -13,6 +13,7 @@ from epycd.errors import InputError
 from epycd.host.cpulist import parse_cpulist
 from epycd.plan.model import EndpointDecisions
 from epycd.render.syntax import check_printable, executable
+from epycd.spec import arg_refusal, env_refusal
 
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 IMAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
@@ -30,6 +31,21 @@ THROUGHPUT_SET = {
     "VLLM_USE_AOT_COMPILE": "0",
     "ZENTORCH_WEIGHT_PREPACK": "1",
 }
+ENV_THE_PLAN_SETS = frozenset({*REQUIRED_ENV, *THROUGHPUT_SET, "HF_HOME"})
+FLAGS_THE_PLAN_PASSES = frozenset(
+    {
+        "--host",
+        "--port",
+        "--dtype",
+        "--max-model-len",
+        "--max-num-seqs",
+        "--served-model-name",
+        "--chat-template",
+        "--revision",
+    }
+)
+"""The plan passes these itself; every other variable and flag is held to the endpoint
+file's rules (epycd.spec.env_refusal, arg_refusal) once more."""
 REQUIRED_RUN_FLAGS = ("--ipc=host", "--network=host", "--cap-add=SYS_NICE")
 FORBIDDEN_RUN_FLAGS = {
     "--shm-size": "podman refuses --shm-size together with --ipc=host",
@@ -125,6 +141,12 @@ def check_env(decisions: EndpointDecisions) -> None:
             raise _refuse(
                 decisions, f"env.{name}", f"{name} must not be set: {why}", f"remove {name}"
             )
+    for name, value in decisions.env.items():
+        refusal = None if name in ENV_THE_PLAN_SETS else env_refusal(name, value)
+        if refusal:
+            raise _refuse(
+                decisions, f"env.{name}", f"{name} must not be set: {refusal[0]}", refusal[1]
+            )
     present = {name: decisions.env[name] for name in THROUGHPUT_SET if name in decisions.env}
     if present and present != THROUGHPUT_SET:
         wanted = " ".join(f"{name}={value}" for name, value in THROUGHPUT_SET.items())
@@ -146,12 +168,14 @@ def check_env(decisions: EndpointDecisions) -> None:
 
 def check_args(decisions: EndpointDecisions) -> None:
     for index, arg in enumerate(decisions.vllm_args):
-        if _flag_name(arg) == "--device":
+        refusal = arg_refusal(arg)
+        if refusal and _flag_name(arg) not in FLAGS_THE_PLAN_PASSES:
+            shown = "a secret" if refusal.secret else repr(arg)
             raise _refuse(
                 decisions,
                 f"vllm_args[{index}]",
-                "--device is rejected by vllm serve >= 0.20 and not needed on the CPU",
-                "remove --device",
+                f"{shown} must not reach vLLM ({refusal.why})",
+                refusal.fix,
             )
     for index, flag in enumerate(decisions.run_flags):
         why = FORBIDDEN_RUN_FLAGS.get(_flag_name(flag))
