@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import ErrorDetails
 
 from epycd.errors import InputError
+from epycd.listen import DEFAULT_HOST, listen_address
 
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 HUB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -228,6 +229,7 @@ class EndpointSpec(BaseModel):
     max_model_len: int | None = Field(default=None, gt=0)
     max_num_seqs: int | None = Field(default=None, gt=0)
     port: int | Literal["auto"] = "auto"
+    host: str = DEFAULT_HOST
     runtime: Literal["auto", "podman", "docker", "host"] = "auto"
     socket: int | Literal["auto"] = "auto"
     image: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
@@ -237,6 +239,7 @@ class EndpointSpec(BaseModel):
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     hf_token_file: PathText | None = None
+    api_key_file: PathText | None = None
     throughput_flags: bool = False
     restart: Literal["no", "on-failure"] = "no"
 
@@ -253,6 +256,11 @@ class EndpointSpec(BaseModel):
         if isinstance(value, int) and not 1 <= value <= 65535:
             raise ValueError(f"port {value} is outside 1-65535")
         return value
+
+    @field_validator("host")
+    @classmethod
+    def _host_is_an_address(cls, value: str) -> str:
+        return listen_address(value)
 
     @field_validator("socket")
     @classmethod

@@ -11,6 +11,7 @@ import re
 
 from epycd.errors import InputError
 from epycd.host.cpulist import parse_cpulist
+from epycd.listen import listen_address
 from epycd.plan.model import EndpointDecisions
 from epycd.render.syntax import check_printable, executable
 from epycd.spec import arg_refusal, env_refusal
@@ -88,6 +89,10 @@ def check_identity(decisions: EndpointDecisions) -> None:
         )
     if not 1 <= decisions.port <= 65535:
         raise _refuse(decisions, "port", f"port {decisions.port} is out of range", "use 1-65535")
+    try:
+        listen_address(decisions.host)
+    except ValueError as error:
+        raise _refuse(decisions, "host", str(error), "use an IP address, e.g. 127.0.0.1") from None
     if decisions.start_timeout_s <= 0:
         raise _refuse(
             decisions, "start_timeout_s", "the start timeout must be positive", "plan again"
@@ -189,8 +194,8 @@ def check_runtime(decisions: EndpointDecisions) -> None:
             raise _refuse(
                 decisions, "vllm", "the host path needs the vllm executable", "set vllm = PATH"
             )
-        if decisions.hf_token_file:
-            check_plain_path(decisions, "hf_token_file", decisions.hf_token_file)
+        for key, secret in secret_files(decisions):
+            check_plain_path(decisions, key, secret)
         return
     if not decisions.image or not IMAGE_PATTERN.fullmatch(decisions.image):
         raise _refuse(
@@ -211,13 +216,18 @@ def check_runtime(decisions: EndpointDecisions) -> None:
     if decisions.hf_cache:
         paths.append(("hf_cache", decisions.hf_cache.host_path))
         paths.append(("hf_cache", decisions.hf_cache.container_path))
-    if decisions.hf_token_file:
-        paths.append(("hf_token_file", decisions.hf_token_file))
+    paths += secret_files(decisions)
     for index, mount in enumerate(decisions.extra_mounts):
         paths.append((f"extra_mounts[{index}]", mount.host_path))
         paths.append((f"extra_mounts[{index}]", mount.container_path))
     for key, path in paths:
         check_plain_path(decisions, key, path)
+
+
+def secret_files(decisions: EndpointDecisions) -> list[tuple[str, str]]:
+    """The secret files a unit loads as credentials or mounts: (key, path)."""
+    files = [("hf_token_file", decisions.hf_token_file), ("api_key_file", decisions.api_key_file)]
+    return [(key, path) for key, path in files if path]
 
 
 def _is_fully_qualified(image: str) -> bool:

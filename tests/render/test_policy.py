@@ -174,3 +174,10 @@ def test_flags_the_plan_owns_never_reach_a_unit(factory: Any, arg: str) -> None:
     args = [*factory().vllm_args, arg]
     error = _refused({"vllm_args": args}, f"vllm_args[{len(args) - 1}]", factory)
     assert "k3y" not in str(error)
+
+
+@pytest.mark.parametrize("factory", ALL)
+def test_the_flags_the_plan_passes_itself_render(factory: Any) -> None:
+    args = factory().vllm_args
+    assert "--port" in args and "--host" in args
+    assert render_units(factory())

@@ -130,20 +130,13 @@ def _round_trip(decisions_by_runtime: dict[str, EndpointDecisions], manager: Use
 
 @pytest.mark.quadlet
 def test_fixtures_round_trip(manager: UserManager) -> None:
-    for case in ("genoa-podman", "podman-before-5", "gated-podman-token", "milan-docker"):
+    containers = ("genoa-podman", "podman-before-5", "gated-podman-token", "podman-before-5-key")
+    for case in (*containers, "milan-docker", "docker-exposed-key"):
         decisions = oracle.on_this_machine(CASES[case](), manager)
-        if decisions.hf_token_file:
-            decisions = decisions.model_copy(
-                update={"hf_token_file": oracle.token_file(manager.root)}
-            )
-        _round_trip({case: decisions}, manager)
-    for case in ("host-vllm", "host-vllm-token"):
+        _round_trip({case: oracle.with_real_secrets(decisions, manager.root)}, manager)
+    for case in ("host-vllm", "host-vllm-token", "host-ipv6-key"):
         decisions = oracle.on_this_machine(CASES[case](), manager)
-        if decisions.hf_token_file:
-            decisions = decisions.model_copy(
-                update={"hf_token_file": oracle.token_file(manager.root)}
-            )
-        _round_trip({case: decisions}, manager)
+        _round_trip({case: oracle.with_real_secrets(decisions, manager.root)}, manager)
 
 
 @pytest.mark.quadlet
