@@ -399,9 +399,7 @@ def arg_refusal(arg: str) -> ArgRefusal | None:
     if owned is None:
         return None
     name, why = owned
-    secret = why.startswith("a secret")
-    fix = "remove it" if why.startswith(("use ", "a secret")) else "remove it; " + why
-    return ArgRefusal(f"{name}: {why}", fix, secret)
+    return ArgRefusal(f"{name}: {why}", "remove it", why.startswith("a secret"))
 
 
 def env_refusal(name: str, value: str) -> tuple[str, str] | None:
