@@ -7,6 +7,12 @@ loopback without a key needs consent.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -104,3 +110,54 @@ def test_a_missing_key_file_is_refused(ws: Workspace, host: HostFacts) -> None:
     ws.endpoint("chat", f'api_key_file = "{ws.tmp}/absent.key"\n')
     [problem] = ws.plan(host)["chat"].errors
     assert problem.key == "api_key_file" and "mode 0600" in problem.text
+
+
+NOBODY = 65534
+PLAN_AS_NOBODY = """
+import sys
+from pathlib import Path
+from tests.plan.conftest import Workspace, fake_host
+ws = Workspace.__new__(Workspace)
+root = Path(sys.argv[1])
+ws.tmp, ws.config_dir, ws.hf_home = root, root / "etc-epyc-llm", root / "hf"
+from epycd.settings import Settings
+ws.settings = Settings(config_dir=ws.config_dir, state_dir=root / "state", run_dir=root / "run",
+                       unit_dir=root / "u", quadlet_dir=root / "q", host_root=root)
+host = fake_host(root / sys.argv[2], "genoa-9654-2s-nps1")
+result = ws.plan(host)["chat"]
+print(result.plan.fingerprint if result.plan else [p.text for p in result.errors])
+"""
+
+
+@pytest.fixture
+def shared_folder() -> Iterator[Path]:
+    """A folder another user can read (pytest's tmp_path is root-only)."""
+    folder = Path(tempfile.mkdtemp(prefix="plan-nobody-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
+
+
+def test_a_user_who_cannot_read_the_key_file_gets_the_same_plan(shared_folder: Path) -> None:
+    """Only root reads api_key_file; the plan does not depend on the key, so `status` and
+    `plan` as another user see the same plan instead of an error (or a drift)."""
+    root = shared_folder
+    ws = Workspace(root)
+    path = key_file(ws)
+    ws.endpoint("chat", f'host = "0.0.0.0"\napi_key_file = "{path}"\n')
+    (root / "nobody").mkdir(mode=0o777)
+    (root / "nobody").chmod(0o777)
+    for folder in (root, *root.rglob("*")):
+        if folder != path:
+            folder.chmod(folder.stat().st_mode | 0o005 | (0o050 if folder.is_dir() else 0))
+    as_root = subprocess.run(
+        [sys.executable, "-c", PLAN_AS_NOBODY, str(root), "root"], capture_output=True, text=True
+    )
+    nobody = subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+         sys.executable, "-c", PLAN_AS_NOBODY, str(root), "nobody"],
+        capture_output=True, text=True, cwd=os.getcwd(),
+    )  # fmt: skip
+    assert as_root.returncode == 0 and nobody.returncode == 0, as_root.stderr + nobody.stderr
+    assert len(as_root.stdout.strip()) == 64, as_root.stdout
+    assert nobody.stdout == as_root.stdout
