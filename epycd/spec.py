@@ -390,7 +390,9 @@ def arg_refusal(arg: str) -> ArgRefusal | None:
         )
         return ArgRefusal(
             "a short flag can alias a flag the plan owns; only long flags are checked",
-            f"write the long form{f' ({long_form})' if long_form else ''}",
+            f"write the long form ({long_form})"
+            if long_form
+            else "write the long form; a value that starts with '-' joins its flag: --flag=-x",
         )
     if not arg.startswith("--") or arg == "--":
         return None
