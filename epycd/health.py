@@ -9,9 +9,11 @@ primary endpoint and checks that its first choice carries text.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import click
@@ -198,18 +200,58 @@ def run_gate(config: GateConfig, server_alive: ServerAlive = _always_alive) -> G
     )
 
 
+API_KEY_ENV = "VLLM_API_KEY"
+
+
+def read_api_key(path: Path | None, option: str = "--api-key-credential") -> str | None:
+    """The key in `path` (the endpoint's api_key_file or its systemd credential)."""
+    if path is None:
+        return None
+    key = path.read_text(encoding="utf-8").strip()
+    if not key:
+        raise click.BadParameter(f"{path} is empty", param_hint=option)
+    return key
+
+
+def credential_path(name: str | None) -> Path | None:
+    """A credential systemd loaded for this unit (LoadCredential=NAME:PATH)."""
+    if name is None:
+        return None
+    folder = os.environ.get("CREDENTIALS_DIRECTORY")
+    if not folder:
+        raise click.BadParameter(
+            "CREDENTIALS_DIRECTORY is not set: run from a unit with LoadCredential=",
+            param_hint="--api-key-credential",
+        )
+    return Path(folder) / name
+
+
 @click.command(name="epycd-health-gate")
 @click.option("--url", required=True, help="Base URL without /v1, e.g. http://127.0.0.1:8000.")
 @click.option("--served-model-name", required=True)
 @click.option("--endpoint", type=click.Choice(["chat_completions", "completions"]), required=True)
 @click.option("--timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True)
-def main(url: str, served_model_name: str, endpoint: PrimaryEndpoint, timeout: float) -> None:
+@click.option(
+    "--api-key-credential",
+    help="name of the unit's credential holding the server's API key (sent as a Bearer token)",
+)
+def main(
+    url: str,
+    served_model_name: str,
+    endpoint: PrimaryEndpoint,
+    timeout: float,
+    api_key_credential: str | None,
+) -> None:
     """Run the gate once against a server started by someone else (Quadlet on podman < 5).
 
     Exit 0 when it passed; otherwise one line naming the phase and the reason, exit 1.
     """
     config = GateConfig(
-        url=url, served_model_name=served_model_name, endpoint=endpoint, load_timeout=timeout
+        url=url,
+        served_model_name=served_model_name,
+        endpoint=endpoint,
+        load_timeout=timeout,
+        api_key=read_api_key(credential_path(api_key_credential)),
     )
     result = run_gate(config)
     if result.ok:

@@ -14,12 +14,13 @@ import tomllib
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
 from epycd.errors import InputError
+from epycd.listen import DEFAULT_HOST, listen_address
 
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 HUB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -34,16 +35,119 @@ ENV_OWNED_BY_PLAN: dict[str, str] = {
     "VLLM_CPU_KVCACHE_SPACE": "set by the plan from the socket's memory",
     "HF_TOKEN": "a secret: put it in a root-only file and name it in hf_token_file",
     "HUGGING_FACE_HUB_TOKEN": "a secret: put it in a root-only file and name it in hf_token_file",
+    "HF_TOKEN_PATH": "name the root-only token file in hf_token_file",
+    "VLLM_API_KEY": "a secret: put it in a root-only file and name it in api_key_file",
+    "HF_HOME": "the plan mounts (containers) or sets (host) the HF cache it resolved: set "
+    "HF_HOME where epycctl runs, or give model as a local path",
     "TORCHINDUCTOR_FREEZING": "one of the throughput set: use throughput_flags = true",
     "VLLM_USE_AOT_COMPILE": "one of the throughput set: use throughput_flags = true",
     "ZENTORCH_WEIGHT_PREPACK": "one of the throughput set: use throughput_flags = true",
 }
 
+ENV_TAKES_OVER: dict[str, str] = {
+    "NOTIFY_SOCKET": "systemd's readiness socket belongs to the unit and its supervisor",
+    "WATCHDOG_USEC": "systemd's watchdog belongs to the unit and its supervisor",
+    "WATCHDOG_PID": "systemd's watchdog belongs to the unit and its supervisor",
+    "LD_PRELOAD": "it loads other code into the server",
+    "LD_LIBRARY_PATH": "it changes which libraries the server loads",
+    "LD_AUDIT": "it loads other code into the server",
+    "PATH": "it changes which programs run",
+    "PYTHONPATH": "it changes which Python code the server runs",
+    "PYTHONHOME": "it changes which Python runs",
+    "PYTHONSTARTUP": "it runs other code",
+    "PYTHONUSERBASE": "it changes which Python code the server runs",
+    "PYTHONSAFEPATH": "it changes which Python code the server runs",
+    "GOMP_CPU_AFFINITY": "the plan pins the threads (VLLM_CPU_OMP_THREADS_BIND)",
+    "KMP_AFFINITY": "the plan pins the threads (VLLM_CPU_OMP_THREADS_BIND)",
+    "OMP_PROC_BIND": "the plan pins the threads (VLLM_CPU_OMP_THREADS_BIND)",
+    "OMP_PLACES": "the plan pins the threads (VLLM_CPU_OMP_THREADS_BIND)",
+    "CUDA_VISIBLE_DEVICES": "the endpoint runs on the CPU the plan chose",
+    "VLLM_TARGET_DEVICE": "the endpoint runs on the CPU the plan chose",
+    "VLLM_PLUGINS": "it loads other code into the server",
+    "VLLM_USE_MODELSCOPE": "it fetches the model from elsewhere than the plan checked",
+    "VLLM_SERVER_DEV_MODE": "it exposes development endpoints",
+    "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "/health must fail when the engine dies",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "it lets the server unpickle untrusted data",
+    "VLLM_ASSETS_CACHE": "it points the server at other files",
+    "VLLM_MEDIA_CACHE": "it points the server at other files",
+    "VLLM_USE_RUST_FRONTEND": "it replaces the server the health gate checks",
+}
+"""Never in a unit, whatever the endpoint file says: the renderer refuses them too."""
+
+ENV_TAKES_OVER_PREFIXES: dict[str, str] = {
+    "VLLM_DP_": "data parallelism: one instance runs on one socket",
+    "VLLM_RAY_": "one instance runs on one socket, without Ray",
+}
+ENV_TAKES_OVER_SUFFIXES: dict[str, str] = {
+    "_PATH": "it points the server at other files or code",
+    "_DIR": "it points the server at other files or code",
+    "_ROOT": "it points the server at other files or code",
+    "_HOME": "it points the server at other files or code",
+    "_FOLDER": "it points the server at other files or code",
+    "_IP": "the plan decides where the endpoint listens",
+    "_HOST": "the plan decides where the endpoint listens",
+    "_PORT": "the plan decides where the endpoint listens",
+}
+
+ENV_TUNABLE_PREFIXES = ("VLLM_", "TORCHINDUCTOR_", "ZENTORCH_", "ZENDNN_", "ZENDNNL_")
+ENV_TUNABLE_NAMES = frozenset(
+    {
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HF_HUB_DISABLE_TELEMETRY",
+        "HF_HUB_DISABLE_PROGRESS_BARS",
+        "HF_HUB_DOWNLOAD_TIMEOUT",
+        "HF_HUB_ETAG_TIMEOUT",
+        "TOKENIZERS_PARALLELISM",
+        "TORCH_LOGS",
+        "PYTHONUNBUFFERED",
+        "PYTHONFAULTHANDLER",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "TZ",
+        "NO_COLOR",
+    }
+)
+"""The env allow-list. A deny-list of what takes over a process cannot be complete (the
+loader, Python, OpenMP, CUDA, Ray... each read their own), so an endpoint file may set only
+the knobs that tune vLLM and its CPU libraries (VLLM_*, TORCHINDUCTOR_*, ZENTORCH_*,
+ZENDNN_*/ZENDNNL_*) and a few named ones; even among those, what the plan sets, what points
+at other files, code or addresses (names ending _PATH, _DIR, _ROOT, _HOME, _FOLDER, _IP,
+_HOST, _PORT) and what takes over the process or its readiness (ENV_TAKES_OVER) is refused."""
+
+ENV_TUNABLE_TEXT = (
+    "VLLM_*, TORCHINDUCTOR_*, ZENTORCH_*, ZENDNN_*, ZENDNNL_* (except the plan's own and names "
+    "ending _PATH, _DIR, _ROOT, _HOME, _FOLDER, _IP, _HOST, _PORT), "
+    + ", ".join(sorted(ENV_TUNABLE_NAMES))
+)
+SECRET_NAME_WORDS = frozenset(
+    {"TOKEN", "KEY", "APIKEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS"}
+)
+SECRET_VALUE = re.compile(
+    r"(?<![A-Za-z0-9])(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,})|://[^/\s:@]+:[^/\s@]+@"
+)
+"""Hugging Face tokens, OpenAI-style API keys and passwords in URLs (user:pass@host)."""
+SECRET_FIX = (
+    "a secret never goes in an endpoint file's env or extra_args: put the Hugging Face token "
+    "in a root-only file named by hf_token_file, the endpoint's API key in one named by "
+    "api_key_file"
+)
+
 ARGS_OWNED_BY_PLAN: dict[str, str] = {
     "--device": "vllm serve >= 0.20 rejects it",
+    "--device-ids": "the endpoint runs on the CPU the plan chose",
     "--shm-size": "the container runs with --ipc=host",
     "--port": "use the port key",
-    "--host": "the endpoint listens as the plan decides",
+    "--host": "use the host key",
+    "--uds": "the endpoint listens on the host and port keys",
+    "--grpc*": "the health gate and the hand-off speak HTTP on the port key",
+    "--ssl-*": "the health gate and the hand-off speak plain HTTP on the host and port keys",
+    "--api-key": "a secret: put it in a root-only file and name it in api_key_file",
+    "--hf-token": "a secret: put it in a root-only file and name it in hf_token_file",
+    "--config": "a config file could set any flag the plan owns: write the flags here",
+    "--headless": "the endpoint serves its API itself",
+    "--api-server-count": "one API server per endpoint; the plan sizes the CPUs",
     "--model": "use the model key",
     "--dtype": "use the dtype key",
     "--max-model-len": "use the max_model_len key",
@@ -51,12 +155,41 @@ ARGS_OWNED_BY_PLAN: dict[str, str] = {
     "--served-model-name": "use the served_model_name key",
     "--chat-template": "use the chat_template key",
     "--revision": "use the revision key",
+    "--download-dir": "the plan mounts (containers) or sets (host) the HF cache",
     "--kv-cache-memory-bytes": "the plan sizes the KV pool",
     "--gpu-memory-utilization": "the plan sizes the KV pool",
+    "--numa-bind*": "the plan pins the CPUs and NUMA nodes",
     "--distributed-executor-backend": "one instance runs on one socket",
     "--tensor-parallel-size": "one instance runs on one socket",
     "--pipeline-parallel-size": "one instance runs on one socket",
+    "--decode-context-parallel-size": "one instance runs on one socket",
+    "--prefill-context-parallel-size": "one instance runs on one socket",
+    "--data-parallel-*": "one instance runs on one socket",
+    "--dp-*": "one instance runs on one socket",
+    "--nnodes": "one instance runs on one socket",
+    "--node-rank": "one instance runs on one socket",
+    "--master-addr": "one instance runs on one socket",
+    "--master-port": "one instance runs on one socket",
 }
+"""Long flags (and, with `*`, flag families) an endpoint file may not pass. Abbreviations
+count: vLLM's parser accepts any unique prefix of a flag (`--dev` is `--device`)."""
+
+SHORT_FLAG_LONG_FORMS: dict[str, str] = {
+    "-tp": "--tensor-parallel-size",
+    "-pp": "--pipeline-parallel-size",
+    "-dp": "--data-parallel-size",
+    "-O": "--optimization-level",
+    "-q": "--quantization",
+    "-cc": "--compilation-config",
+    "-sc": "--speculative-config",
+    "-ac": "--attention-config",
+    "-asc": "--api-server-count",
+    "-ep": "--enable-expert-parallel",
+}
+"""Short flags are refused in extra_args: one can alias a flag the plan owns (-tp, -pp,
+-dp...) and `-O3` packs its value into the flag, so only long flags are checked; this map
+only helps the message name the long form."""
+SHORT_FLAG = re.compile(r"-[A-Za-z]")
 
 ALLOWED: dict[str, str] = {
     "model": "a Hugging Face id like 'Qwen/Qwen3-0.6B' or an absolute path to a model folder",
@@ -71,9 +204,13 @@ ALLOWED: dict[str, str] = {
     "vllm": "an absolute path to the vllm executable of a venv or conda env",
     "served_model_name": "a name without spaces or control characters",
     "chat_template": "an absolute path to a chat template file",
-    "extra_args": "a list of strings, without flags the plan owns",
-    "env": 'a table of NAME = "value" strings; NAME like [A-Za-z_][A-Za-z0-9_]*',
+    "extra_args": "a list of strings: long flags (--flag or --flag=value) the plan does not "
+    "own, and their values",
+    "env": 'a table of NAME = "value" strings; NAME like [A-Za-z_][A-Za-z0-9_]*, one of '
+    + ENV_TUNABLE_TEXT,
     "hf_token_file": "an absolute path to a root-only file holding the token",
+    "api_key_file": "an absolute path to a root-only file holding the endpoint's API key",
+    "host": '"127.0.0.1" (the default), "0.0.0.0", "::" or another IP address of this host',
     "throughput_flags": "true or false",
     "restart": '"no" or "on-failure"',
 }
@@ -92,6 +229,7 @@ class EndpointSpec(BaseModel):
     max_model_len: int | None = Field(default=None, gt=0)
     max_num_seqs: int | None = Field(default=None, gt=0)
     port: int | Literal["auto"] = "auto"
+    host: str = DEFAULT_HOST
     runtime: Literal["auto", "podman", "docker", "host"] = "auto"
     socket: int | Literal["auto"] = "auto"
     image: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
@@ -101,6 +239,7 @@ class EndpointSpec(BaseModel):
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     hf_token_file: PathText | None = None
+    api_key_file: PathText | None = None
     throughput_flags: bool = False
     restart: Literal["no", "on-failure"] = "no"
 
@@ -117,6 +256,11 @@ class EndpointSpec(BaseModel):
         if isinstance(value, int) and not 1 <= value <= 65535:
             raise ValueError(f"port {value} is outside 1-65535")
         return value
+
+    @field_validator("host")
+    @classmethod
+    def _host_is_an_address(cls, value: str) -> str:
+        return listen_address(value)
 
     @field_validator("socket")
     @classmethod
@@ -213,13 +357,71 @@ def _validation_errors(
     return errors
 
 
-def _forbidden_arg(arg: str) -> tuple[str, str] | None:
+def _owned_flag(flag: str) -> tuple[str, str] | None:
+    """The owned flag (or family) `flag` names, exactly, within a family or abbreviated."""
+    for owned, why in ARGS_OWNED_BY_PLAN.items():
+        stem = owned.removesuffix("*")
+        family = owned.endswith("*")
+        abbreviated = len(flag) > 3 and stem.startswith(flag)
+        if flag == stem or abbreviated or (family and flag.startswith(stem)):
+            return owned.replace("*", "..."), why
+    return None
+
+
+class ArgRefusal(NamedTuple):
+    why: str
+    fix: str
+    secret: bool = False
+
+
+def arg_refusal(arg: str) -> ArgRefusal | None:
+    """Why an endpoint file may not pass `arg` to vLLM, or None when it may.
+
+    One item of extra_args: a long flag `--flag` or `--flag=value` (underscores count as
+    dashes, `--flag.key` as `--flag`), a short flag `-x`, or a value."""
+    if SECRET_VALUE.search(arg):
+        return ArgRefusal(
+            "it looks like a secret (a token, an API key or a password)", SECRET_FIX, True
+        )
+    if SHORT_FLAG.match(arg):
+        flag = arg.split("=", 1)[0]
+        long_form = (
+            "--optimization-level" if flag.startswith("-O") else SHORT_FLAG_LONG_FORMS.get(flag)
+        )
+        return ArgRefusal(
+            "a short flag can alias a flag the plan owns; only long flags are checked",
+            f"write the long form ({long_form})"
+            if long_form
+            else "write the long form; a value that starts with '-' joins its flag: --flag=-x",
+        )
     if not arg.startswith("--") or arg == "--":
         return None
-    flag = arg.split("=", 1)[0].replace("_", "-")
-    for owned, why in ARGS_OWNED_BY_PLAN.items():
-        if flag == owned or owned.startswith(flag):
-            return owned, why
+    flag = arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+    owned = _owned_flag(flag)
+    if owned is None:
+        return None
+    name, why = owned
+    return ArgRefusal(f"{name}: {why}", "remove it", why.startswith("a secret"))
+
+
+def env_refusal(name: str, value: str) -> tuple[str, str] | None:
+    """(why, fix) when an endpoint file may not set `name` to `value`; None when it may."""
+    upper = name.upper()
+    if upper in ENV_OWNED_BY_PLAN:
+        return "the plan owns it", ENV_OWNED_BY_PLAN[upper]
+    takes_over = ENV_TAKES_OVER.get(upper) or next(
+        (why for prefix, why in ENV_TAKES_OVER_PREFIXES.items() if upper.startswith(prefix)),
+        None,
+    )
+    takes_over = takes_over or next(
+        (why for suffix, why in ENV_TAKES_OVER_SUFFIXES.items() if upper.endswith(suffix)), None
+    )
+    if takes_over:
+        return f"it takes over the server: {takes_over}", "remove it; allowed: " + ENV_TUNABLE_TEXT
+    if SECRET_NAME_WORDS & set(upper.split("_")) or SECRET_VALUE.search(value):
+        return "it looks like a secret (a token, an API key or a password)", SECRET_FIX
+    if name not in ENV_TUNABLE_NAMES and not name.startswith(ENV_TUNABLE_PREFIXES):
+        return "it is not one of the variables an endpoint may tune", "allowed: " + ENV_TUNABLE_TEXT
     return None
 
 
@@ -238,7 +440,7 @@ def _policy_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> l
             )
         )
     env = data.get("env")
-    for env_key in env if isinstance(env, dict) else {}:
+    for env_key, value in (env if isinstance(env, dict) else {}).items():
         if not ENV_KEY_PATTERN.fullmatch(env_key):
             errors.append(
                 InputError(
@@ -248,13 +450,13 @@ def _policy_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> l
                     fix="allowed: names like [A-Za-z_][A-Za-z0-9_]*",
                 )
             )
-        elif env_key.upper() in ENV_OWNED_BY_PLAN:
+        elif env_refused := env_refusal(env_key, value if isinstance(value, str) else ""):
             errors.append(
                 InputError(
-                    f"{env_key} may not be set here",
+                    f"{env_key} may not be set here: {env_refused[0]}",
                     file=path,
                     key=f"env.{env_key}",
-                    fix=ENV_OWNED_BY_PLAN[env_key.upper()],
+                    fix=env_refused[1],
                 )
             )
     served = data.get("served_model_name")
@@ -269,7 +471,7 @@ def _policy_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> l
         )
     args = data.get("extra_args")
     for index, arg in enumerate(args if isinstance(args, list) else []):
-        owned = _forbidden_arg(arg) if isinstance(arg, str) else None
+        refusal = arg_refusal(arg) if isinstance(arg, str) else None
         if arg in ("", ";"):
             errors.append(
                 InputError(
@@ -280,13 +482,14 @@ def _policy_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> l
                     fix="remove it, or join it to its flag: --flag=value",
                 )
             )
-        elif owned:
+        elif refusal:
+            shown = "this value" if refusal.secret else repr(arg)
             errors.append(
                 InputError(
-                    f"{arg!r} is not allowed in extra_args ({owned[0]}: {owned[1]})",
+                    f"{shown} is not allowed in extra_args ({refusal.why})",
                     file=path,
                     key=f"extra_args[{index}]",
-                    fix="remove it; " + ALLOWED["extra_args"],
+                    fix=refusal.fix,
                 )
             )
     return errors

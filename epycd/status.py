@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from epycd.approval.record import Approval, approved_sockets, load_approval
 from epycd.approval.state import EndpointState, Unplanned, endpoint_states, unplanned
+from epycd.listen import DEFAULT_HOST, local_url
 from epycd.plan.model import Plan
 from epycd.settings import Settings
 from epycd.supervisor import SupervisorStatus, read_status
@@ -86,6 +87,10 @@ class Handoff(BaseModel):
     why: str
     runtime: str
     port: int
+    host: str = Field(default=DEFAULT_HOST, description="the address the endpoint listens on")
+    api_key_file: str | None = Field(
+        default=None, description="the file holding the API key clients send; never the key"
+    )
     threads: int
     kv_cache_gb: int | None
     max_model_len: int | None
@@ -138,8 +143,8 @@ def main_unit(name: str, approval: Approval | None = None) -> str:
     return f"{approval.unit_name if approval else UNIT_PREFIX + name}.service"
 
 
-def base_url(port: int) -> str:
-    return f"http://127.0.0.1:{port}/v1"
+def base_url(port: int, host: str = DEFAULT_HOST) -> str:
+    return f"{local_url(host, port)}/v1"
 
 
 def parse_show(text: str) -> dict[str, UnitState]:
@@ -161,6 +166,12 @@ def parse_show(text: str) -> dict[str, UnitState]:
     return states
 
 
+def plan_host(plan: Mapping[str, Any]) -> str:
+    """The listen address of a plan; plans approved before `host` existed listened on all."""
+    host = plan.get("host")
+    return host if isinstance(host, str) else "0.0.0.0"
+
+
 def described_plan(plan: Mapping[str, Any] | None) -> dict[str, Any]:
     """The columns status shows, from a plan's JSON (the approved one, or the current)."""
     if not plan:
@@ -175,7 +186,7 @@ def described_plan(plan: Mapping[str, Any] | None) -> dict[str, Any]:
         "numa_nodes": plan.get("numa_nodes") or [],
         "kv_cache_gb": plan.get("kv_cache_gb"),
         "max_model_len": plan.get("max_model_len"),
-        "url": base_url(port) if isinstance(port, int) else None,
+        "url": base_url(port, plan_host(plan)) if isinstance(port, int) else None,
         "runtime": plan.get("runtime"),
         "primary_endpoint": plan.get("primary_endpoint"),
     }
@@ -265,24 +276,29 @@ def primary_path(primary: str) -> str:
     return "/v1/chat/completions" if primary == "chat_completions" else "/v1/completions"
 
 
-def ready_curl(url: str, served: str, primary: str) -> str:
+def ready_curl(url: str, served: str, primary: str, key_file: str | None = None) -> str:
     body: dict[str, Any] = {"model": served}
     if primary == "chat_completions":
         body["messages"] = [{"role": "user", "content": "Hello"}]
     else:
         body["prompt"] = "Hello, world"
     body |= {"max_tokens": HANDOFF_MAX_TOKENS, "temperature": 0.7}
+    auth = f'-H "Authorization: Bearer $(cat {shlex.quote(key_file)})" ' if key_file else ""
     return (
-        f"curl -s {url}{primary_path(primary).removeprefix('/v1')} "
+        f"curl -s {url}{primary_path(primary).removeprefix('/v1')} {auth}"
         f"-H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))}"
     )
 
 
-def openai_example(url: str, served: str, primary: str) -> str:
-    head = (
-        "from openai import OpenAI\n\n"
-        f'client = OpenAI(base_url={url!r}, api_key="EMPTY")  # any non-empty key\n'
-    )
+def openai_example(url: str, served: str, primary: str, key_file: str | None = None) -> str:
+    if key_file:
+        key = f"open({key_file!r}).read().strip()"
+        head = f"from openai import OpenAI\n\nclient = OpenAI(base_url={url!r}, api_key={key})\n"
+    else:
+        head = (
+            "from openai import OpenAI\n\n"
+            f'client = OpenAI(base_url={url!r}, api_key="EMPTY")  # any non-empty key\n'
+        )
     if primary == "chat_completions":
         call = (
             "r = client.chat.completions.create(\n"
@@ -313,7 +329,9 @@ def handoff(plan: Mapping[str, Any]) -> Handoff:
     port = int(plan["port"])
     served = str(plan.get("served_model_name") or plan["model"])
     primary = str(plan.get("primary_endpoint") or "chat_completions")
-    url = base_url(port)
+    url = base_url(port, plan_host(plan))
+    key_file = plan.get("api_key_file")
+    key_file = key_file if isinstance(key_file, str) else None
     if primary == "chat_completions":
         why = "the model has a chat template: chat messages on /v1/chat/completions"
     else:
@@ -326,6 +344,8 @@ def handoff(plan: Mapping[str, Any]) -> Handoff:
         why=why,
         runtime=str(plan.get("runtime")),
         port=port,
+        host=plan_host(plan),
+        api_key_file=key_file,
         threads=cpu_count(cpus),
         kv_cache_gb=plan.get("kv_cache_gb"),
         max_model_len=plan.get("max_model_len"),
@@ -333,8 +353,8 @@ def handoff(plan: Mapping[str, Any]) -> Handoff:
         numa_nodes=list(plan.get("numa_nodes") or []),
         cpus=cpus,
         stop=f"epycctl stop {name}",
-        curl=ready_curl(url, served, primary),
-        python=openai_example(url, served, primary),
+        curl=ready_curl(url, served, primary, key_file),
+        python=openai_example(url, served, primary, key_file),
     )
 
 

@@ -1,7 +1,8 @@
 """The endpoint supervisor: the main process of a `Type=notify` unit (host and docker paths).
 
     python -m epycd.supervisor --name NAME --url http://127.0.0.1:PORT \\
-        --served-model-name ID --endpoint chat_completions [--api-key-file F] \\
+        --served-model-name ID --endpoint chat_completions \\
+        [--api-key-file F | --api-key-credential NAME] \\
         [--status-file PATH] -- <server argv...>
 
 It starts the server (its output passes through to the journal; the last lines are kept
@@ -34,7 +35,15 @@ import click
 import httpx
 from pydantic import BaseModel, Field
 
-from epycd.health import GateConfig, GateResult, PrimaryEndpoint, run_gate
+from epycd.health import (
+    API_KEY_ENV,
+    GateConfig,
+    GateResult,
+    PrimaryEndpoint,
+    credential_path,
+    read_api_key,
+    run_gate,
+)
 from epycd.notify import Notifier, watchdog_interval
 
 LOG_TAIL_LINES = 40
@@ -140,18 +149,24 @@ class LogTail:
             return list(self._first_error)
 
 
-def server_env() -> dict[str, str]:
-    """The server must not talk to the service manager itself: the supervisor does."""
-    return {key: value for key, value in os.environ.items() if key not in MANAGER_ENV}
+def server_env(api_key: str | None = None) -> dict[str, str]:
+    """The server must not talk to the service manager itself: the supervisor does. The API
+    key reaches vLLM here, never through its argv."""
+    env = {key: value for key, value in os.environ.items() if key not in MANAGER_ENV}
+    if api_key:
+        env[API_KEY_ENV] = api_key
+    return env
 
 
-def start_server(argv: Sequence[str], tail: LogTail) -> subprocess.Popen[bytes]:
+def start_server(
+    argv: Sequence[str], tail: LogTail, api_key: str | None = None
+) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=server_env(),
+        env=server_env(api_key),
         start_new_session=True,
     )
     assert process.stdout is not None and process.stderr is not None
@@ -240,7 +255,7 @@ class Supervisor:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, self.on_signal)
         gate = self.options.gate
-        self.process = start_server(self.argv, self.tail)
+        self.process = start_server(self.argv, self.tail, gate.api_key)
         log.info("started server pid %d: %s", self.process.pid, " ".join(self.argv))
         if self.stop_signal is not None:
             os.kill(self.process.pid, self.stop_signal)
@@ -329,15 +344,6 @@ class Supervisor:
         return code
 
 
-def read_api_key(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    key = path.read_text(encoding="utf-8").strip()
-    if not key:
-        raise click.BadParameter(f"{path} is empty", param_hint="--api-key-file")
-    return key
-
-
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--name", required=True, help="the endpoint's name")
 @click.option("--url", required=True, help="base URL of the server, without /v1")
@@ -352,7 +358,11 @@ def read_api_key(path: Path | None) -> str | None:
 @click.option(
     "--api-key-file",
     type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path),
-    help="file holding the server's API key (sent as a Bearer token)",
+    help="file holding the server's API key (sent as a Bearer token, given to it as VLLM_API_KEY)",
+)
+@click.option(
+    "--api-key-credential",
+    help="name of the unit's credential (LoadCredential=) holding the API key; as --api-key-file",
 )
 @click.option(
     "--health-timeout",
@@ -394,6 +404,7 @@ def main(
     served_model_name: str,
     endpoint: PrimaryEndpoint,
     api_key_file: Path | None,
+    api_key_credential: str | None,
     health_timeout: float,
     load_timeout: float,
     request_timeout: float,
@@ -411,7 +422,8 @@ def main(
             url=url.rstrip("/"),
             served_model_name=served_model_name,
             endpoint=endpoint,
-            api_key=read_api_key(api_key_file),
+            api_key=read_api_key(api_key_file, "--api-key-file")
+            or read_api_key(credential_path(api_key_credential)),
             health_timeout=health_timeout,
             load_timeout=load_timeout,
             request_timeout=request_timeout,

@@ -37,6 +37,8 @@ JSON_KEYS = (
     "kv_cache_gb",
     "memory",
     "port",
+    "host",
+    "api_key_file",
     "max_model_len",
     "max_num_seqs",
     "served_model_name",

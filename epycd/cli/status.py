@@ -85,6 +85,13 @@ def handoff_text(handoff: Handoff) -> str:
         ("Endpoint", handoff.endpoint),
         ("Why", handoff.why),
         ("Runtime / port", f"{handoff.runtime} / {handoff.port}"),
+        ("Listens on", handoff.host),
+        (
+            "API key",
+            f"required: the Bearer token in {handoff.api_key_file}"
+            if handoff.api_key_file
+            else "none",
+        ),
         (
             "Sizing",
             f"{handoff.threads} OMP threads (CPUs {handoff.cpus}), KV {handoff.kv_cache_gb} GiB,"

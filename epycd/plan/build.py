@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 import sys
 from collections.abc import Callable, Mapping
@@ -24,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from epycd.errors import EpycError, InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts
+from epycd.listen import is_loopback
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.memory import fit_memory, kv_pool_gib
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
@@ -100,32 +102,79 @@ def default_prober(executable: str) -> HostVllmFacts:
     return probe_vllm(executable)
 
 
-def read_token(spec: EndpointSpec, file: Path) -> str | None:
-    """The HF token from a root-only file; the plan never copies it anywhere."""
-    if spec.hf_token_file is None:
-        return None
-    path = Path(spec.hf_token_file)
+def read_root_only(path: Path, file: Path, key: str, holding: str) -> str:
+    """The stripped text of a secret file that only its owner may read (hf_token_file,
+    api_key_file); the plan never copies it anywhere."""
     try:
         info = path.stat()
         text = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise InputError(
-            f"cannot read {path}: {exc.strerror}",
+            f"cannot read {path}: {reason}",
             file=file,
-            key="hf_token_file",
-            fix="create the file holding the token, owned by root, mode 0600",
+            key=key,
+            fix=f"create the file holding {holding}, owned by root, mode 0600",
         ) from None
     if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise InputError(
             f"{path} is readable by others (mode {stat.S_IMODE(info.st_mode):o})",
             file=file,
-            key="hf_token_file",
+            key=key,
             fix=f"chmod 600 {path}",
         )
+    return text
+
+
+def read_token(spec: EndpointSpec, file: Path) -> str | None:
+    """The HF token from a root-only file; the plan never copies it anywhere."""
+    if spec.hf_token_file is None:
+        return None
+    path = Path(spec.hf_token_file)
+    text = read_root_only(path, file, "hf_token_file", "the token")
     token = text.removeprefix("HF_TOKEN=").strip()
     if not token:
         raise InputError(f"{path} is empty", file=file, key="hf_token_file", fix="add the token")
     return token
+
+
+API_KEY_TEXT = re.compile(r"[\x21-\x7e]{1,4096}")
+"""Printable ASCII without spaces: the key travels in an `Authorization: Bearer` header."""
+
+
+def check_api_key(spec: EndpointSpec, file: Path) -> None:
+    """The API key file holds one key that clients can send; its text is never shown."""
+    if spec.api_key_file is None:
+        return
+    path = Path(spec.api_key_file)
+    if os.geteuid() != 0 and path.exists() and not os.access(path, os.R_OK):
+        return  # only root reads it: the plan does not depend on the key, approve checks it
+    key = read_root_only(path, file, "api_key_file", "the API key")
+    if key.startswith("VLLM_API_KEY="):
+        raise InputError(
+            f"{path} holds VLLM_API_KEY=..., not the key alone",
+            file=file,
+            key="api_key_file",
+            fix=f"write only the key into {path}",
+        )
+    if not API_KEY_TEXT.fullmatch(key):
+        raise InputError(
+            f"{path} is empty or its key has spaces, several lines or non-ASCII characters",
+            file=file,
+            key="api_key_file",
+            fix=f"write one key of printable ASCII characters, on one line, into {path}",
+        )
+
+
+def exposure_reason(spec: EndpointSpec, port: int) -> str | None:
+    """The consent an endpoint reachable from other machines without an API key needs."""
+    if is_loopback(spec.host) or spec.api_key_file is not None:
+        return None
+    return (
+        f"it listens on {spec.host} port {port}, reachable beyond this machine, with no API "
+        "key: anyone who reaches the port can use the model (set api_key_file to require a "
+        'key, or host = "127.0.0.1" to keep it local)'
+    )
 
 
 def needs_host_vllm(spec: EndpointSpec, host: HostFacts) -> bool:
@@ -173,6 +222,7 @@ def prepare(
     host_vllm = None
     if needs_host_vllm(spec, host):
         host_vllm = probe(spec.vllm) if spec.vllm else host.runtimes.vllm
+    check_api_key(spec, file)
     route = route_endpoint(spec, host, stack, file, host_vllm)
     model = spec.model or stack.default_model
     facts = inspect(
@@ -241,7 +291,8 @@ def vllm_args(
 ) -> list[str]:
     spec = prepared.spec
     args = [model_arg, "--dtype", dtype, "--max-model-len", str(context)]
-    args += ["--max-num-seqs", str(seqs), "--port", str(port), "--served-model-name", served]
+    args += ["--max-num-seqs", str(seqs), "--host", spec.host, "--port", str(port)]
+    args += ["--served-model-name", served]
     if spec.revision:
         args += ["--revision", spec.revision]
     if spec.chat_template:
@@ -319,6 +370,8 @@ def decide(
     if spec.throughput_flags and route.backend == "stock":
         warnings.append("ZENTORCH_WEIGHT_PREPACK has no effect on the stock vLLM path")
     reasons = list(route.confirmation_reasons)
+    if exposed := exposure_reason(spec, port):
+        reasons.append(exposed)
     primary = "chat_completions" if facts.primary_endpoint == "chat_completions" else "completions"
     return EndpointDecisions(
         endpoint=name,
@@ -344,6 +397,7 @@ def decide(
         kv_cache_gb=kv,
         memory=fit,
         port=port,
+        host=spec.host,
         max_model_len=fit.context,
         max_num_seqs=seqs,
         vllm_args=vllm_args(prepared, model_arg, served, fit.context, seqs, port, dtype),
@@ -351,6 +405,7 @@ def decide(
         hf_cache=hf if containerized else None,
         extra_mounts=mounts,
         hf_token_file=spec.hf_token_file,
+        api_key_file=spec.api_key_file,
         chat_template=spec.chat_template,
         restart=spec.restart,
         start_timeout_s=stack.start_timeout.base_s

@@ -69,6 +69,11 @@ class EndpointDecisions(BaseModel):
     kv_cache_gb: int
     memory: MemoryFit
     port: int
+    host: str = Field(
+        default="127.0.0.1",
+        description="the address vLLM listens on (--host); loopback unless "
+        "the endpoint file says otherwise",
+    )
     max_model_len: int
     max_num_seqs: int
     vllm_args: list[str] = Field(description="arguments after `vllm serve`, model first")
@@ -79,6 +84,11 @@ class EndpointDecisions(BaseModel):
     )
     hf_token_file: str | None = Field(
         default=None, description="root-only file whose contents become HF_TOKEN at start"
+    )
+    api_key_file: str | None = Field(
+        default=None,
+        description="root-only file holding the API key vLLM requires (VLLM_API_KEY); the key "
+        "itself is never in a plan, a unit or an argv",
     )
     chat_template: str | None = None
     restart: Literal["no", "on-failure"] = "no"

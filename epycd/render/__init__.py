@@ -8,6 +8,13 @@ The HF token never enters a unit, an environment or `podman/docker inspect`: the
 (root-only, holding only the token) reaches the process as a file and huggingface_hub reads
 it through `HF_TOKEN_PATH`. Containers bind-mount it read-only at /run/secrets/hf_token;
 the host path loads it with `LoadCredential=` and points `HF_TOKEN_PATH` at `%d/hf_token`.
+
+The API key (api_key_file) never enters a unit, an argv or `inspect` either; vLLM reads it
+from VLLM_API_KEY. On the host path the supervisor loads it with `LoadCredential=` and puts
+it in vLLM's environment; containers mount it read-only at /run/secrets/api_key and a
+one-line Python launcher in the container reads it into VLLM_API_KEY before it becomes
+`vllm serve`. The health gate (supervisor, or podman < 5's ExecStartPost) reads the same
+credential and sends the key as a Bearer token.
 """
 
 from __future__ import annotations

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 from epycd.host.cpulist import format_cpulist
+from epycd.listen import local_url
 from epycd.plan.model import EndpointDecisions
 
 TOKEN_IN_CONTAINER = "/run/secrets/hf_token"
 TOKEN_CREDENTIAL = "hf_token"
+API_KEY_IN_CONTAINER = "/run/secrets/api_key"
+API_KEY_CREDENTIAL = "api_key"
 DOCKER = "docker"
+KEY_LAUNCHER = (
+    "import os, sys; "
+    "os.environ['VLLM_API_KEY'] = open(sys.argv[1], encoding='utf-8').read().strip(); "
+    "os.execvp(sys.argv[2], sys.argv[2:])"
+)
+"""Inside a container: read the mounted key file into VLLM_API_KEY, then become `vllm`.
+The key stays out of the unit, the argv and `podman/docker inspect`."""
 
 
 def base_url(decisions: EndpointDecisions) -> str:
-    return f"http://127.0.0.1:{decisions.port}"
+    return local_url(decisions.host, decisions.port)
 
 
 def gate_timeout(decisions: EndpointDecisions) -> int:
@@ -20,8 +30,20 @@ def gate_timeout(decisions: EndpointDecisions) -> int:
 
 
 def vllm_serve_in_container(decisions: EndpointDecisions) -> list[str]:
+    """The container's command; with an API key, the launcher runs `vllm serve` (and replaces
+    an image entrypoint that is `vllm serve` itself: see `entrypoint_flags`)."""
+    if decisions.api_key_file:
+        launcher = ["-c", KEY_LAUNCHER, API_KEY_IN_CONTAINER, "vllm", "serve"]
+        python = [] if decisions.image_entrypoint_is_vllm_serve else ["python3"]
+        return [*python, *launcher, *decisions.vllm_args]
     prefix = [] if decisions.image_entrypoint_is_vllm_serve else ["vllm", "serve"]
     return [*prefix, *decisions.vllm_args]
+
+
+def entrypoint_flags(decisions: EndpointDecisions) -> list[str]:
+    if decisions.api_key_file and decisions.image_entrypoint_is_vllm_serve:
+        return ["--entrypoint=python3"]
+    return []
 
 
 def vllm_serve_on_host(decisions: EndpointDecisions) -> list[str]:
@@ -47,6 +69,8 @@ def supervisor(decisions: EndpointDecisions, server: list[str]) -> list[str]:
     ]
     if decisions.status_file:
         argv += ["--status-file", decisions.status_file]
+    if decisions.api_key_file:
+        argv += ["--api-key-credential", API_KEY_CREDENTIAL]
     return [*argv, "--", *server]
 
 
@@ -63,6 +87,7 @@ def health_gate(decisions: EndpointDecisions) -> list[str]:
         decisions.primary_endpoint,
         "--timeout",
         str(gate_timeout(decisions)),
+        *(["--api-key-credential", API_KEY_CREDENTIAL] if decisions.api_key_file else []),
     ]
 
 
@@ -81,7 +106,8 @@ def container_env(decisions: EndpointDecisions) -> list[tuple[str, str]]:
 
 def extra_run_flags(decisions: EndpointDecisions) -> list[str]:
     required = ("--ipc=host", "--network=host", "--cap-add=SYS_NICE")
-    return [flag for flag in decisions.run_flags if flag not in required]
+    extra = [flag for flag in decisions.run_flags if flag not in required]
+    return [*extra, *entrypoint_flags(decisions)]
 
 
 def container_mounts(decisions: EndpointDecisions) -> list[str]:
@@ -94,6 +120,8 @@ def container_mounts(decisions: EndpointDecisions) -> list[str]:
         mounts.append(f"{mount.host_path}:{mount.container_path}{ro}")
     if decisions.hf_token_file:
         mounts.append(f"{decisions.hf_token_file}:{TOKEN_IN_CONTAINER}:ro")
+    if decisions.api_key_file:
+        mounts.append(f"{decisions.api_key_file}:{API_KEY_IN_CONTAINER}:ro")
     return mounts
 
 

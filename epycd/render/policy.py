@@ -11,8 +11,10 @@ import re
 
 from epycd.errors import InputError
 from epycd.host.cpulist import parse_cpulist
+from epycd.listen import listen_address
 from epycd.plan.model import EndpointDecisions
 from epycd.render.syntax import check_printable, executable
+from epycd.spec import arg_refusal, env_refusal
 
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 IMAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
@@ -30,6 +32,21 @@ THROUGHPUT_SET = {
     "VLLM_USE_AOT_COMPILE": "0",
     "ZENTORCH_WEIGHT_PREPACK": "1",
 }
+ENV_THE_PLAN_SETS = frozenset({*REQUIRED_ENV, *THROUGHPUT_SET, "HF_HOME"})
+FLAGS_THE_PLAN_PASSES = frozenset(
+    {
+        "--host",
+        "--port",
+        "--dtype",
+        "--max-model-len",
+        "--max-num-seqs",
+        "--served-model-name",
+        "--chat-template",
+        "--revision",
+    }
+)
+"""The plan passes these itself; every other variable and flag is held to the endpoint
+file's rules (epycd.spec.env_refusal, arg_refusal) once more."""
 REQUIRED_RUN_FLAGS = ("--ipc=host", "--network=host", "--cap-add=SYS_NICE")
 FORBIDDEN_RUN_FLAGS = {
     "--shm-size": "podman refuses --shm-size together with --ipc=host",
@@ -72,6 +89,10 @@ def check_identity(decisions: EndpointDecisions) -> None:
         )
     if not 1 <= decisions.port <= 65535:
         raise _refuse(decisions, "port", f"port {decisions.port} is out of range", "use 1-65535")
+    try:
+        listen_address(decisions.host)
+    except ValueError as error:
+        raise _refuse(decisions, "host", str(error), "use an IP address, e.g. 127.0.0.1") from None
     if decisions.start_timeout_s <= 0:
         raise _refuse(
             decisions, "start_timeout_s", "the start timeout must be positive", "plan again"
@@ -125,6 +146,12 @@ def check_env(decisions: EndpointDecisions) -> None:
             raise _refuse(
                 decisions, f"env.{name}", f"{name} must not be set: {why}", f"remove {name}"
             )
+    for name, value in decisions.env.items():
+        refusal = None if name in ENV_THE_PLAN_SETS else env_refusal(name, value)
+        if refusal:
+            raise _refuse(
+                decisions, f"env.{name}", f"{name} must not be set: {refusal[0]}", refusal[1]
+            )
     present = {name: decisions.env[name] for name in THROUGHPUT_SET if name in decisions.env}
     if present and present != THROUGHPUT_SET:
         wanted = " ".join(f"{name}={value}" for name, value in THROUGHPUT_SET.items())
@@ -146,12 +173,14 @@ def check_env(decisions: EndpointDecisions) -> None:
 
 def check_args(decisions: EndpointDecisions) -> None:
     for index, arg in enumerate(decisions.vllm_args):
-        if _flag_name(arg) == "--device":
+        refusal = arg_refusal(arg)
+        if refusal and _flag_name(arg) not in FLAGS_THE_PLAN_PASSES:
+            shown = "a secret" if refusal.secret else repr(arg)
             raise _refuse(
                 decisions,
                 f"vllm_args[{index}]",
-                "--device is rejected by vllm serve >= 0.20 and not needed on the CPU",
-                "remove --device",
+                f"{shown} must not reach vLLM ({refusal.why})",
+                refusal.fix,
             )
     for index, flag in enumerate(decisions.run_flags):
         why = FORBIDDEN_RUN_FLAGS.get(_flag_name(flag))
@@ -165,8 +194,8 @@ def check_runtime(decisions: EndpointDecisions) -> None:
             raise _refuse(
                 decisions, "vllm", "the host path needs the vllm executable", "set vllm = PATH"
             )
-        if decisions.hf_token_file:
-            check_plain_path(decisions, "hf_token_file", decisions.hf_token_file)
+        for key, secret in secret_files(decisions):
+            check_plain_path(decisions, key, secret)
         return
     if not decisions.image or not IMAGE_PATTERN.fullmatch(decisions.image):
         raise _refuse(
@@ -187,13 +216,18 @@ def check_runtime(decisions: EndpointDecisions) -> None:
     if decisions.hf_cache:
         paths.append(("hf_cache", decisions.hf_cache.host_path))
         paths.append(("hf_cache", decisions.hf_cache.container_path))
-    if decisions.hf_token_file:
-        paths.append(("hf_token_file", decisions.hf_token_file))
+    paths += secret_files(decisions)
     for index, mount in enumerate(decisions.extra_mounts):
         paths.append((f"extra_mounts[{index}]", mount.host_path))
         paths.append((f"extra_mounts[{index}]", mount.container_path))
     for key, path in paths:
         check_plain_path(decisions, key, path)
+
+
+def secret_files(decisions: EndpointDecisions) -> list[tuple[str, str]]:
+    """The secret files a unit loads as credentials or mounts: (key, path)."""
+    files = [("hf_token_file", decisions.hf_token_file), ("api_key_file", decisions.api_key_file)]
+    return [(key, path) for key, path in files if path]
 
 
 def _is_fully_qualified(image: str) -> bool:

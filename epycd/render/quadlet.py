@@ -79,7 +79,16 @@ def service_lines(decisions: EndpointDecisions) -> list[Line]:
     ]
     if not decisions.podman_notify_healthy:
         lines.append(("ExecStartPost", command_line(commands.health_gate(decisions), "health")))
+        lines += api_key_credential(decisions)
     return lines
+
+
+def api_key_credential(decisions: EndpointDecisions) -> list[Line]:
+    """The API key reaches the health gate as a credential (vLLM reads the mounted file)."""
+    if not decisions.api_key_file:
+        return []
+    path = plain_value(decisions.api_key_file, "api_key_file")
+    return [("LoadCredential", f"{commands.API_KEY_CREDENTIAL}:{path}")]
 
 
 def restart_lines(decisions: EndpointDecisions) -> list[Line]:

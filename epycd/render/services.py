@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from epycd.plan.model import EndpointDecisions
 from epycd.render import commands
-from epycd.render.quadlet import description, restart_lines
+from epycd.render.quadlet import api_key_credential, description, restart_lines
 from epycd.render.syntax import command_line, env_assignment, plain_value
 from epycd.render.text import Line, Section, unit_text
 
@@ -46,6 +46,7 @@ def render_docker(decisions: EndpointDecisions) -> str:
             command_line(commands.supervisor(decisions, commands.docker_run(decisions)), "command"),
         ),
     ]
+    service += api_key_credential(decisions)
     return unit_text(
         decisions.endpoint,
         [
@@ -93,6 +94,7 @@ def render_host(decisions: EndpointDecisions) -> str:
     if decisions.hf_token_file:
         token = plain_value(decisions.hf_token_file, "hf_token_file")
         service.append(("LoadCredential", f"{commands.TOKEN_CREDENTIAL}:{token}"))
+    service += api_key_credential(decisions)
     return unit_text(
         decisions.endpoint,
         [

@@ -71,8 +71,11 @@ def ready_handoff(ws: Workspace, name: str) -> dict[str, Any]:
     return handoff
 
 
-def run_both(handoff: dict[str, Any], text: str) -> list[tuple[str, str, dict[str, str], Any]]:
-    with local_server(vllm_replies(handoff["served_model_name"], text), handoff["port"]) as (
+def run_both(
+    handoff: dict[str, Any], text: str, api_key: str | None = None
+) -> list[tuple[str, str, dict[str, str], Any]]:
+    replies = vllm_replies(handoff["served_model_name"], text)
+    with local_server(replies, handoff["port"], api_key) as (
         _url,
         routes,
     ):
@@ -116,3 +119,25 @@ def test_completions_handoff_for_a_model_without_chat_template(ws: Workspace) ->
     seen = run_both(handoff, "and then")
     assert {path for _m, path, _h, _b in seen} == {"/v1/completions"}
     assert all(body["prompt"] == "Hello, world" for _m, _p, _h, body in seen)
+
+
+def test_a_keyed_endpoint_hands_off_commands_that_read_the_key_file(ws: Workspace) -> None:
+    """The curl and the OpenAI example read the key from api_key_file; none prints it."""
+    key = "s3cr3t-k3y-for-the-handoff"
+    key_file = ws.tmp / "secrets" / "chat.key"
+    key_file.parent.mkdir()
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    ws.endpoint("chat", f'host = "0.0.0.0"\napi_key_file = "{key_file}"\n')
+    handoff = ready_handoff(ws, "chat")
+    assert handoff["host"] == "0.0.0.0" and handoff["api_key_file"] == str(key_file)
+    assert handoff["base_url"].startswith("http://127.0.0.1:")
+    assert f"$(cat {key_file})" in handoff["curl"]
+    seen = run_both(handoff, "Hi there", api_key=key)
+    for _method, _path, headers, _body in seen:
+        assert {k.lower(): v for k, v in headers.items()}["authorization"] == f"Bearer {key}"
+    shown = ws.run("status", "chat")
+    assert shown.returncode == 0, shown.stderr
+    assert str(key_file) in shown.stdout and "0.0.0.0" in shown.stdout
+    everything = shown.stdout + shown.stderr + ws.run("status", "chat", "--json").stdout
+    assert key not in everything

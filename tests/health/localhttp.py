@@ -50,8 +50,10 @@ def _handler(routes: Routes) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def local_server(replies: dict[str, Reply], port: int = 0) -> Iterator[tuple[str, Routes]]:
-    routes = Routes(replies)
+def local_server(
+    replies: dict[str, Reply], port: int = 0, api_key: str | None = None
+) -> Iterator[tuple[str, Routes]]:
+    routes = Routes(replies, api_key)
     server = ThreadingHTTPServer(("127.0.0.1", port), _handler(routes))
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()

@@ -2,8 +2,10 @@
 
 vLLM cannot be told to exit with a chosen status; this stdlib OpenAI-shaped server can:
 
-    python stub_server.py PORT MODEL [--exit-on-term CODE] [--api-key K]
+    python stub_server.py PORT MODEL [--exit-on-term CODE] [--api-key K | --api-key-from-env]
                           [--listen-after S] [--exit-after S CODE]
+
+`--api-key-from-env` requires the key in VLLM_API_KEY, as vLLM itself does.
 """
 
 from __future__ import annotations
@@ -29,9 +31,12 @@ def main() -> None:
     parser.add_argument("model")
     parser.add_argument("--exit-on-term", type=int, default=0)
     parser.add_argument("--api-key")
+    parser.add_argument("--api-key-from-env", action="store_true")
     parser.add_argument("--listen-after", type=float, default=0.0)
     parser.add_argument("--exit-after", type=float, nargs=2, metavar=("SECONDS", "CODE"))
     args = parser.parse_args()
+    if args.api_key_from_env:
+        args.api_key = os.environ["VLLM_API_KEY"]
 
     def on_term(signum: int, _frame: FrameType | None) -> None:
         print(f"stub: signal {signum}, exiting {args.exit_on_term}", flush=True)

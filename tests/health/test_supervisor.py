@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from epycd.supervisor import LogTail, read_status
@@ -224,3 +225,49 @@ def test_log_tail_keeps_the_last_lines_and_the_first_exception() -> None:
     assert tail.first_error()[-1] == "ValueError: bad shape"
     assert tail.first_error()[-3] == "Traceback (most recent call last):"
     assert sink.getvalue().decode().splitlines() == lines, "everything passes through"
+
+
+def test_the_api_key_credential_reaches_the_server_env_and_the_gate(
+    tmp_path: Path, run: Run
+) -> None:
+    """A unit's LoadCredential=api_key:FILE: the supervisor reads $CREDENTIALS_DIRECTORY/api_key,
+    gives it to the server as VLLM_API_KEY (never in its argv) and gates with it."""
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    (credentials / "api_key").write_text("s3cr3t-k3y\n")
+    port = free_port()
+    server = stub(port, "tiny", "--api-key-from-env")
+    env = {**os.environ, "CREDENTIALS_DIRECTORY": str(credentials)}
+    env.pop("VLLM_API_KEY", None)
+    sup, status_file, log = run(server, port, "--api-key-credential", "api_key", env=env)
+    status = wait_for_state(status_file, 30)
+    assert status is not None and status.state == "ready", log.read_text()
+    assert status.pid is not None
+    assert "s3cr3t-k3y" not in " ".join(psutil.Process(status.pid).cmdline())
+    assert "s3cr3t-k3y" not in status_file.read_text() + log.read_text()
+    sup.send_signal(signal.SIGTERM)
+    sup.wait(15)
+
+
+def test_the_gate_command_reads_the_api_key_credential(tmp_path: Path) -> None:
+    """podman < 5's ExecStartPost gate: exit 0 with the credential, 1 without it."""
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    (credentials / "api_key").write_text("s3cr3t-k3y\n")
+    port = free_port()
+    server = subprocess.Popen(stub(port, "tiny", "--api-key", "s3cr3t-k3y"), cwd=REPO)
+    try:
+        gate = [sys.executable, "-m", "epycd.health", "--url", f"http://127.0.0.1:{port}"]
+        gate += ["--served-model-name", "tiny", "--endpoint", "chat_completions"]
+        gate += ["--timeout", "30"]
+        env = {**os.environ, "CREDENTIALS_DIRECTORY": str(credentials)}
+        keyed = subprocess.run(
+            [*gate, "--api-key-credential", "api_key"], env=env, cwd=REPO, capture_output=True
+        )
+        assert keyed.returncode == 0, keyed.stderr
+        bare = subprocess.run(gate, env=env, cwd=REPO, capture_output=True, text=True)
+        assert bare.returncode == 1 and "401" in bare.stderr
+        assert "s3cr3t-k3y" not in bare.stderr + keyed.stdout.decode()
+    finally:
+        server.terminate()
+        server.wait(15)

@@ -1,6 +1,7 @@
 """The supervisor end to end with a real vLLM on this CPU, read through a test-made
 NOTIFY_SOCKET as systemd would: READY=1 and STATUS= once the gate passed, WATCHDOG=1 while
-/health answers, SIGTERM forwarded and the server's exit status passed on; and a model with
+/health answers, SIGTERM forwarded and the server's exit status passed on, the API key
+handed over as a systemd credential and given to vLLM as VLLM_API_KEY; and a model with
 broken weights failing with the phase, the reason and vLLM's own last lines.
 """
 
@@ -12,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from epycd.supervisor import read_status
@@ -27,20 +29,26 @@ LOAD_BOUND_S = 240
 def test_ready_watchdog_and_sigterm(tmp_path: Path, reap: list[subprocess.Popen[bytes]]) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    key_file = tmp_path / "api-key"
-    key_file.write_text("tiny-secret\n")
+    credentials = tmp_path / "credentials"
+    credentials.mkdir()
+    (credentials / "api_key").write_text("tiny-secret\n")
     status_file = tmp_path / "run" / "status.json"
     log = tmp_path / "supervisor.log"
-    server = serve_argv(tiny_model(), port, "tiny", "--api-key", "tiny-secret")
+    server = serve_argv(tiny_model(), port, "tiny")
     argv = supervisor_argv(
         url=url,
         model="tiny",
         status_file=status_file,
         server=server,
-        extra=("--api-key-file", str(key_file), "--endpoint", "completions"),
+        extra=("--api-key-credential", "api_key", "--endpoint", "completions"),
     )
     with NotifySocket(tmp_path / "notify") as sock:
-        env = vllm_env(tmp_path) | {"NOTIFY_SOCKET": str(sock.path), "WATCHDOG_USEC": "2000000"}
+        env = vllm_env(tmp_path) | {
+            "NOTIFY_SOCKET": str(sock.path),
+            "WATCHDOG_USEC": "2000000",
+            "CREDENTIALS_DIRECTORY": str(credentials),
+        }
+        env.pop("VLLM_API_KEY", None)
         supervisor = start_supervisor(argv, env, log)
         reap.append(supervisor)
         ready = sock.wait_for("READY=1", LOAD_BOUND_S)
@@ -62,6 +70,9 @@ def test_ready_watchdog_and_sigterm(tmp_path: Path, reap: list[subprocess.Popen[
             timeout=30,
         )
         assert answer.status_code == 200, "it really serves once READY=1 was sent"
+        anonymous = httpx.get(f"{url}/v1/models", timeout=30)
+        assert anonymous.status_code == 401, "vLLM took the key from VLLM_API_KEY"
+        assert "tiny-secret" not in " ".join(psutil.Process(status.pid).cmdline())
         assert sock.wait_for("WATCHDOG=1", 3) is not None, "pings at half of WATCHDOG_USEC"
 
         supervisor.send_signal(signal.SIGTERM)

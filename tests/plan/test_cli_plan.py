@@ -133,3 +133,21 @@ def test_this_machine_with_the_real_vllm_venv(ws: Workspace, tmp_path: Path) -> 
     assert data["socket"] == 0 and data["memory"]["fits"]
     assert expand(data["cpus"]) == physical_cpus_of_socket(0)
     assert list(data["units"]) == ["epyc-llm-tiny.service"]
+
+
+@pytest.mark.usefixtures("podman_5")
+def test_json_has_the_listen_address_and_the_consent_it_needs(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    root = make_host(tmp_path / "hosts", "genoa-9654-2s-nps1")
+    ws.endpoint("local")
+    ws.endpoint("open", 'host = "0.0.0.0"\n')
+    local = json.loads(run(ws, "local", "--json", "--root", str(root)).output)
+    assert local["host"] == "127.0.0.1" and local["api_key_file"] is None
+    assert not local["requires_confirmation"]
+    result = run(ws, "open", "--root", str(root))
+    assert result.exit_code == 0, result.output
+    assert "0.0.0.0" in result.output and "no API key" in result.output
+    assert "--accept-unvalidated" in result.output
+    exposed = json.loads(run(ws, "open", "--json", "--root", str(root)).output)
+    assert exposed["host"] == "0.0.0.0" and exposed["requires_confirmation"]

@@ -137,6 +137,8 @@ def milan_docker() -> EndpointDecisions:
             "allenai/OLMo-2-0425-1B",
             "--dtype",
             "bfloat16",
+            "--host",
+            "127.0.0.1",
             "--port",
             "8002",
             "--served-model-name",
@@ -175,6 +177,8 @@ def gated_with_token() -> EndpointDecisions:
         port=8004,
         vllm_args=[
             "meta-llama/Llama-3.2-1B-Instruct",
+            "--host",
+            "127.0.0.1",
             "--port",
             "8004",
             "--served-model-name",
@@ -197,8 +201,51 @@ def host_with_token(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecisions:
     )
 
 
-def _args_with_port(port: int) -> list[str]:
-    return ["Qwen/Qwen3-0.6B", "--dtype", "bfloat16", "--port", str(port)]
+def _args_with_port(port: int, host: str = "127.0.0.1") -> list[str]:
+    return ["Qwen/Qwen3-0.6B", "--dtype", "bfloat16", "--host", host, "--port", str(port)]
+
+
+def _renamed(decisions: EndpointDecisions, name: str, **changes: object) -> EndpointDecisions:
+    return decisions.model_copy(
+        update={
+            "endpoint": name,
+            "unit_name": f"epyc-llm-{name}",
+            "config_file": f"/etc/epyc-llm/{name}.toml",
+            "exec_condition": [_approval_check(name)],
+            "status_file": f"/run/epyc-llm/{name}.json",
+            **changes,
+        }
+    )
+
+
+def podman_before_5_with_key() -> EndpointDecisions:
+    """An API key on podman < 5: the container reads the mounted key file into VLLM_API_KEY;
+    the ExecStartPost gate reads the credential."""
+    return _renamed(podman_before_5(), "qwen-key", api_key_file="/etc/epyc-llm/secrets/qwen.key")
+
+
+def docker_exposed_with_key() -> EndpointDecisions:
+    """Every interface, with an API key, on the stock image whose entrypoint is replaced."""
+    decisions = milan_docker()
+    args = [arg if arg != "127.0.0.1" else "0.0.0.0" for arg in decisions.vllm_args]
+    return _renamed(
+        decisions,
+        "olmo-key",
+        host="0.0.0.0",
+        vllm_args=args,
+        api_key_file="/etc/epyc-llm/secrets/olmo.key",
+    )
+
+
+def host_ipv6_with_key(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecisions:
+    """Every IPv6 interface, with an API key the supervisor hands to vLLM."""
+    return _renamed(
+        host_vllm(vllm),
+        "host-key",
+        host="::",
+        vllm_args=_args_with_port(8003, "::"),
+        api_key_file="/etc/epyc-llm/secrets/host.key",
+    )
 
 
 CASES = {
@@ -208,6 +255,9 @@ CASES = {
     "host-vllm": host_vllm,
     "gated-podman-token": gated_with_token,
     "host-vllm-token": host_with_token,
+    "podman-before-5-key": podman_before_5_with_key,
+    "docker-exposed-key": docker_exposed_with_key,
+    "host-ipv6-key": host_ipv6_with_key,
 }
 
 

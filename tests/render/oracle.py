@@ -74,6 +74,16 @@ def check_service(decisions: EndpointDecisions, run: Run) -> None:
         if decisions.hf_token_file:
             expected = os.path.join(env["CREDENTIALS_DIRECTORY"], commands.TOKEN_CREDENTIAL)
             assert env["HF_TOKEN_PATH"] == expected
+    if decisions.api_key_file:
+        _has_key_credential(record)
+
+
+def _has_key_credential(record: dict[str, object]) -> None:
+    """The process was handed the API key as a credential, and nothing else carries it."""
+    env = record["env"]
+    assert isinstance(env, dict) and "CREDENTIALS_DIRECTORY" in env
+    assert "VLLM_API_KEY" not in env
+    assert "--api-key-credential" in record["argv"]  # type: ignore[operator]
 
 
 def _values_after(argv: list[str], flag: str) -> list[str]:
@@ -94,12 +104,18 @@ def check_container(decisions: EndpointDecisions, run: Run) -> None:
     assert _values_after(argv, "-v") == commands.container_mounts(decisions)
     for flag in ("--ipc=host", f"--cpuset-cpus={decisions.cpus}", "--cpuset-mems=0"):
         assert flag in argv
+    if decisions.api_key_file:
+        assert "VLLM_API_KEY" not in " ".join(argv[: -len(tail)])
+        entrypoint = "--entrypoint=python3" in argv
+        assert entrypoint == decisions.image_entrypoint_is_vllm_serve
     if decisions.podman_notify_healthy:
         assert "--sdnotify=healthy" in argv
         assert _values_after(argv, "--health-cmd") == [commands.health_probe(decisions)]
     else:
         gate = _main(run, ["-m", "epycd.health"])
         assert gate["argv"] == commands.health_gate(decisions)
+        if decisions.api_key_file:
+            _has_key_credential(gate)
 
 
 def token_file(folder: Path) -> str:
@@ -107,3 +123,20 @@ def token_file(folder: Path) -> str:
     path.write_text("hf_secret_for_tests\n")
     path.chmod(0o600)
     return str(path)
+
+
+def key_file(folder: Path) -> str:
+    path = folder / "api.key"
+    path.write_text("key-for-tests\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+def with_real_secrets(decisions: EndpointDecisions, folder: Path) -> EndpointDecisions:
+    """The fixture's secret files replaced by root-only files that exist here."""
+    update: dict[str, object] = {}
+    if decisions.hf_token_file:
+        update["hf_token_file"] = token_file(folder)
+    if decisions.api_key_file:
+        update["api_key_file"] = key_file(folder)
+    return decisions.model_copy(update=update)

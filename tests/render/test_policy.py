@@ -148,3 +148,36 @@ def test_docker_accepts_a_docker_hub_short_name() -> None:
 
 def test_host_token_file_must_be_a_plain_path() -> None:
     _refused({"hf_token_file": "/etc/epyc llm/t:x"}, "hf_token_file", host_vllm)
+
+
+@pytest.mark.parametrize("factory", ALL)
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("NOTIFY_SOCKET", "/run/x"), ("LD_PRELOAD", "/lib/evil.so"), ("PATH", "/tmp"),
+     ("PYTHONPATH", "/tmp"), ("GOMP_CPU_AFFINITY", "0-3"), ("VLLM_API_KEY", "k"),
+     ("VLLM_LOGGING_PREFIX", "hf_" + "a" * 34), ("MALLOC_CONF", "x")],
+)  # fmt: skip
+def test_environment_that_takes_over_never_reaches_a_unit(
+    factory: Any, name: str, value: str
+) -> None:
+    env = {**factory().env, name: value}
+    error = _refused({"env": env}, f"env.{name}", factory)
+    assert value not in str(error) or len(value) < 3
+
+
+@pytest.mark.parametrize("factory", ALL)
+@pytest.mark.parametrize(
+    "arg", ["-tp", "-O3", "--config=/x.yaml", "--uds=/run/s", "--headless",
+            "--data-parallel-size=2", "--api-key=k3y", "--hf-token"],
+)  # fmt: skip
+def test_flags_the_plan_owns_never_reach_a_unit(factory: Any, arg: str) -> None:
+    args = [*factory().vllm_args, arg]
+    error = _refused({"vllm_args": args}, f"vllm_args[{len(args) - 1}]", factory)
+    assert "k3y" not in str(error)
+
+
+@pytest.mark.parametrize("factory", ALL)
+def test_the_flags_the_plan_passes_itself_render(factory: Any) -> None:
+    args = factory().vllm_args
+    assert "--port" in args and "--host" in args
+    assert render_units(factory())

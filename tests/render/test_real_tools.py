@@ -25,7 +25,7 @@ def test_services_pass_systemd_analyze_verify(
     tmp_path: Path, product_python: str, real_vllm: Path
 ) -> None:
     units = _rendered(product_python, real_vllm, ".service")
-    assert len(units) == 3
+    assert len(units) == 5
     verify(write_units(tmp_path, units))
 
 
@@ -50,7 +50,7 @@ def test_containers_pass_quadlet_and_the_generated_services_verify(
             "/usr/bin/podman is missing (generated services run it): run tests/bootstrap.sh"
         )
     containers = _rendered(product_python, real_vllm, ".container")
-    assert len(containers) == 3
+    assert len(containers) == 4
     write_units(tmp_path / "quadlet", containers)
     generated = quadlet_dryrun(tmp_path / "quadlet")
     assert set(generated) == {name.replace(".container", ".service") for name in containers}

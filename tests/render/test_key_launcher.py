@@ -1,0 +1,32 @@
+"""The container's key launcher, run for real: it reads the mounted key file into
+VLLM_API_KEY and becomes the command after it, with the key in no argv."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from epycd.render import commands
+from tests.render.fixtures import docker_exposed_with_key, podman_before_5_with_key
+
+
+def test_the_launcher_hands_the_key_to_the_command_it_becomes(tmp_path: Path) -> None:
+    key_file = tmp_path / "api_key"
+    key_file.write_text("s3cr3t-k3y\n")
+    show = "import os, sys; print(os.environ['VLLM_API_KEY'], os.getpid(), sys.argv[1:])"
+    argv = [sys.executable, "-c", commands.KEY_LAUNCHER, str(key_file), sys.executable]
+    done = subprocess.run(
+        [*argv, "-c", show, "serve"], capture_output=True, text=True, check=True, timeout=30
+    )
+    key, _pid, rest = done.stdout.split(" ", 2)
+    assert key == "s3cr3t-k3y" and rest.strip() == "['serve']"
+
+
+def test_the_container_command_runs_vllm_serve_through_the_launcher() -> None:
+    for decisions in (podman_before_5_with_key(), docker_exposed_with_key()):
+        command = commands.vllm_serve_in_container(decisions)
+        at = command.index(commands.API_KEY_IN_CONTAINER)
+        assert command[at + 1 : at + 3] == ["vllm", "serve"]
+        assert command[at + 3 :] == decisions.vllm_args
+        assert all(name != "VLLM_API_KEY" for name, _ in commands.container_env(decisions))
