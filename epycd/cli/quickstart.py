@@ -25,7 +25,6 @@ import tomli_w
 
 from epycd.approval.record import Approval, approved_sockets
 from epycd.cli.approve import consent_options
-from epycd.cli.output import reports_errors
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.plan.build import EndpointResult
@@ -272,7 +271,6 @@ def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval
 @click.option(
     "--no-start", is_flag=True, help="Write the file, units and approval; do not touch systemd."
 )
-@reports_errors
 def quickstart(
     model: str | None,
     vllm: str | None,
