@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 import sys
 from collections.abc import Callable, Mapping
@@ -100,6 +101,11 @@ def default_prober(executable: str) -> HostVllmFacts:
     return probe_vllm(executable)
 
 
+BARE_TOKEN = re.compile(r"[A-Za-z0-9_.-]+")
+"""What a token file may hold (around surrounding whitespace): the token, nothing else. The
+file reaches huggingface_hub through HF_TOKEN_PATH, which takes its whole text as the token."""
+
+
 def read_token(spec: EndpointSpec, file: Path) -> str | None:
     """The HF token from a root-only file; the plan never copies it anywhere."""
     if spec.hf_token_file is None:
@@ -122,10 +128,17 @@ def read_token(spec: EndpointSpec, file: Path) -> str | None:
             key="hf_token_file",
             fix=f"chmod 600 {path}",
         )
-    token = text.removeprefix("HF_TOKEN=").strip()
-    if not token:
+    if not text:
         raise InputError(f"{path} is empty", file=file, key="hf_token_file", fix="add the token")
-    return token
+    if not BARE_TOKEN.fullmatch(text):
+        raise InputError(
+            f"{path} holds more than a bare token (a `HF_TOKEN=` assignment, quotes, spaces or "
+            "several lines); vLLM reads the whole file as the token",
+            file=file,
+            key="hf_token_file",
+            fix=f"write only the token itself (hf_...) into {path}, on one line",
+        )
+    return text
 
 
 def needs_host_vllm(spec: EndpointSpec, host: HostFacts) -> bool:
