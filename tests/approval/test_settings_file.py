@@ -81,9 +81,14 @@ def test_every_command_reports_a_bad_epycd_conf(env: Env, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["unknown key", "non-UTF-8"])
-def test_the_boot_check_reports_a_bad_epycd_conf(env: Env, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("module", "argv"), [("epycd.approval.check", ["chat"]), ("epycd.daemon", [])]
+)
+def test_the_boot_check_and_the_daemon_report_a_bad_epycd_conf(
+    env: Env, kind: str, module: str, argv: list[str]
+) -> None:
     conf, said = bad_conf(env, kind)
-    done = run(env, ["chat"], module="epycd.approval.check")
+    done = run(env, argv, module=module)
     assert_reported(done, conf, said)
 
 
