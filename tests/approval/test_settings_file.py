@@ -12,8 +12,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
+from epycd.errors import EpycError
+from epycd.settings import Settings, load_settings
 from tests.approval.conftest import REPO, Env, make_env
 
 COMMANDS = [
@@ -133,3 +137,40 @@ def test_an_unreadable_epycd_conf_is_named_not_a_traceback(
     assert done.returncode == 1, done.stderr
     assert f"{conf}: cannot read: Permission denied" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+SETTING_KEYS = [*Settings.model_fields, "bogus", "Admin_Group", "state-dir"]
+TOML_VALUES = st.one_of(
+    st.integers().map(str),
+    st.floats().map(repr),
+    st.text(max_size=20).map(json.dumps),
+    st.sampled_from(["true", "[]", "[1, 'a']", "{}", "{ a = 1 }", "'/abs/path'", "'rel'", ""]),
+)
+CONF_TEXTS = st.lists(
+    st.tuples(st.sampled_from(SETTING_KEYS), TOML_VALUES).map(lambda kv: f"{kv[0]} = {kv[1]}"),
+    max_size=4,
+).map(lambda lines: "\n".join(lines).encode())
+
+
+@hypothesis.settings(
+    max_examples=2000,
+    deadline=None,
+    suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture],
+)
+@hypothesis.given(content=st.one_of(CONF_TEXTS, st.binary(max_size=64)))
+def test_any_epycd_conf_gives_settings_or_one_error_naming_it(
+    content: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever epycd.conf holds, loading it gives settings or an error naming the file,
+    exit 1 or 2: never another exception (which the CLI would print as a traceback)."""
+    for name in list(os.environ):
+        if name.upper().startswith("EPYCD_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("EPYCD_CONFIG_DIR", str(tmp_path))
+    conf = tmp_path / "epycd.conf"
+    conf.write_bytes(content)
+    try:
+        load_settings()
+    except EpycError as exc:
+        assert exc.exit_code in (1, 2)
+        assert str(exc).startswith(f"{conf}: ")
