@@ -9,6 +9,7 @@ import click
 from epycd.cli.options import SAMPLE_SECONDS
 from epycd.cli.output import json_option, print_json, table
 from epycd.host.facts import HostFacts
+from epycd.text import escaped_lines
 
 REAL_ROOT = Path("/")
 
@@ -140,4 +141,4 @@ def detect(as_json: bool, root: Path | None, vllm: str | None, load_sample: floa
     if as_json:
         print_json(facts.model_dump(mode="json"))
     else:
-        click.echo(render_table(facts))
+        click.echo(escaped_lines(render_table(facts)))

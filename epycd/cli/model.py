@@ -14,6 +14,7 @@ from epycd.errors import InputError
 from epycd.model.check import inspect_model
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.memory import DEFAULT_MAX_NUM_SEQS, fit_memory
+from epycd.text import escaped
 
 
 def check_model_json(facts: ModelFacts) -> dict[str, Any]:
@@ -90,8 +91,8 @@ def _print_check(facts: ModelFacts) -> None:
     ]
     click.echo(table(rows))
     for warning in facts.warnings:
-        click.echo(f"warning: {warning}")
-    click.echo(facts.message)
+        click.echo(escaped(f"warning: {warning}"))
+    click.echo(escaped(facts.message))
 
 
 def _vllm_row(facts: ModelFacts) -> str:
@@ -207,5 +208,5 @@ def _print_fit(facts: ModelFacts, fit: MemoryFit, note: str) -> None:
         rows.append(("suggested max_model_len", str(fit.suggested_max_model_len)))
     click.echo(table(rows))
     for warning in facts.warnings:
-        click.echo(f"warning: {warning}")
-    click.echo(fit.action)
+        click.echo(escaped(f"warning: {warning}"))
+    click.echo(escaped(fit.action))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,19 @@ def test_no_control_character_reaches_the_terminal_raw(ws: Workspace) -> None:
     assert hostile.returncode == 2
     assert not any(char in hostile.stderr for char in RAW_CONTROLS), hostile.stderr
     assert "\\x1b]0;title\\x07" in hostile.stderr
+
+
+def test_a_hostile_cpu_name_is_escaped_in_detect(ws: Workspace) -> None:
+    root = make_host(ws.tmp / "hostile", "genoa-9654-2s-nps1")
+    cpuinfo = root / "proc" / "cpuinfo"
+    cpuinfo.write_text(
+        re.sub(
+            r"(?m)^model name\t: .*$",
+            "model name\t: AMD EPYC \x1b]0;t\x07\x08",
+            cpuinfo.read_text(),
+        )
+    )
+    done = epycctl(ws, "detect", "--root", str(root))
+    assert done.returncode == 0, done.stderr
+    assert "AMD EPYC \\x1b]0;t\\x07\\x08" in done.stdout
+    assert not any(char in done.stdout for char in RAW_CONTROLS)
