@@ -31,6 +31,7 @@ from typing import Any
 
 import click
 
+from epycd.cli.options import FiniteFloatRange
 from epycd.errors import EpycError
 from epycd.notify import Notifier
 from epycd.settings import Settings, load_settings
@@ -394,21 +395,21 @@ class Daemon:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--poll-interval",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloatRange(min=0.1, max=3600),
     default=POLL_SECONDS,
     show_default=True,
     help="seconds between looks at the endpoint files, approvals and stop markers",
 )
 @click.option(
     "--refresh-interval",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloatRange(min=0.1, max=86400),
     default=REFRESH_SECONDS,
     show_default=True,
     help="seconds between asking systemd how the endpoint units stand",
 )
 @click.option(
     "--settle-timeout",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0, max=86400),
     default=None,
     help="seconds to wait for starting endpoints before READY=1 "
     "(default: the longest start timeout of the approved plans + 60)",

@@ -6,6 +6,7 @@ the CLI prints it without a traceback.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 
@@ -52,3 +53,23 @@ class Refusal(EpycError):
     """The answer is "no": does not fit, not supported, blocked. Exit 1."""
 
     exit_code = 1
+
+
+FILE_ERROR_FIXES: dict[int, str] = {
+    errno.EACCES: "run it as root, or give this user access to the file and its folder",
+    errno.EPERM: "run it as root, or give this user access to the file and its folder",
+    errno.EROFS: "the file system is mounted read-only: remount it read-write",
+    errno.ENOSPC: "the file system is full: free space on it, then run the command again",
+    errno.EDQUOT: "the disk quota is used up: free space or raise the quota, then run it again",
+}
+
+
+def file_error(exc: OSError, doing: str = "") -> Refusal:
+    """An `OSError` (permission denied, disk full, read-only) as a refusal naming the file and
+    the fix: exit 1, since the input was right but the machine would not let it happen."""
+    said = exc.strerror or str(exc)
+    return Refusal(
+        f"{doing}: {said}" if doing else said,
+        file=exc.filename,
+        fix=FILE_ERROR_FIXES.get(exc.errno or 0, "check the file and its folder"),
+    )

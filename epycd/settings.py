@@ -7,9 +7,10 @@ real system folders. The daemon's own settings may also come from `CONFIG_DIR/ep
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import Annotated
 
+from pydantic import AfterValidator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -17,18 +18,27 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-DEFAULT_CONFIG_DIR = Path("/etc/epyc-llm")
+from epycd.paths import DEFAULT_CONFIG_DIR, daemon_conf_path
+
+
+def _absolute(path: Path) -> Path:
+    if not path.is_absolute():
+        raise ValueError(f"{str(path)!r} is not an absolute path")
+    return path
+
+
+AbsolutePath = Annotated[Path, AfterValidator(_absolute)]
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="EPYCD_", extra="forbid")
 
-    config_dir: Path = DEFAULT_CONFIG_DIR
-    state_dir: Path = Path("/var/lib/epyc-llm")
-    run_dir: Path = Path("/run/epyc-llm")
-    unit_dir: Path = Path("/etc/systemd/system")
-    quadlet_dir: Path = Path("/etc/containers/systemd")
-    host_root: Path = Path("/")
+    config_dir: AbsolutePath = DEFAULT_CONFIG_DIR
+    state_dir: AbsolutePath = Path("/var/lib/epyc-llm")
+    run_dir: AbsolutePath = Path("/run/epyc-llm")
+    unit_dir: AbsolutePath = Path("/etc/systemd/system")
+    quadlet_dir: AbsolutePath = Path("/etc/containers/systemd")
+    host_root: AbsolutePath = Path("/")
     admin_group: str | None = None
     """Members of this group may approve, stop, start and remove besides root."""
 
@@ -41,8 +51,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        config_dir = Path(os.environ.get("EPYCD_CONFIG_DIR", DEFAULT_CONFIG_DIR))
-        daemon_conf = TomlConfigSettingsSource(settings_cls, toml_file=config_dir / "epycd.conf")
+        daemon_conf = TomlConfigSettingsSource(settings_cls, toml_file=daemon_conf_path())
         return (init_settings, env_settings, daemon_conf)
 
     @property
@@ -56,12 +65,16 @@ def load_settings() -> Settings:
 
     from pydantic import ValidationError
 
-    from epycd.errors import InputError
+    from epycd.errors import InputError, file_error
 
-    conf = Path(os.environ.get("EPYCD_CONFIG_DIR", DEFAULT_CONFIG_DIR)) / "epycd.conf"
+    conf = daemon_conf_path()
     fix = "correct the file or the EPYCD_* variables"
     try:
         return Settings()
+    except UnicodeDecodeError:
+        raise InputError("is not UTF-8 text", file=conf, fix="save it as UTF-8") from None
+    except OSError as exc:
+        raise file_error(exc, "cannot read") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"not valid TOML: {exc}", file=conf, fix=fix) from None
     except ValidationError as exc:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
-import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
@@ -21,12 +20,12 @@ from pydantic_core import ErrorDetails
 
 from epycd.errors import InputError
 from epycd.listen import DEFAULT_HOST, listen_address
+from epycd.text import first_unsafe
 
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 HUB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+MAX_ENDPOINT_FILE_BYTES = 64 * 1024
 ENV_KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-UNSAFE_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
-"""Control characters, surrogates, line and paragraph separators: never in a unit."""
 
 ENV_OWNED_BY_PLAN: dict[str, str] = {
     "OMP_NUM_THREADS": "never set: vLLM derives it from the bind list",
@@ -302,11 +301,11 @@ def _walk_strings(value: Any, key: str) -> list[tuple[str, str]]:
 def _unsafe_text_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
     errors = []
     for key, text in _walk_strings(data, ""):
-        bad = next((ch for ch in text if unicodedata.category(ch) in UNSAFE_CATEGORIES), None)
+        bad = first_unsafe(text)
         if bad is not None:
             errors.append(
                 InputError(
-                    f"contains the control character {bad!r} (newlines and control "
+                    f"contains the control character {bad[1]!r} (newlines and control "
                     "characters could add lines to a unit file)",
                     file=path,
                     key=key,
@@ -537,9 +536,16 @@ def endpoint_files(config_dir: Path) -> list[Path]:
     return sorted(p for p in config_dir.iterdir() if p.suffix == ".toml" and p.is_file())
 
 
+def read_limited(path: Path, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of `path`: enough to tell a file is too large without
+    reading a huge one into memory."""
+    with path.open("rb") as file:
+        return file.read(limit + 1)
+
+
 def load_endpoint(path: Path, *, precisions: list[str]) -> SpecResult:
     try:
-        raw = path.read_bytes()
+        raw = read_limited(path, MAX_ENDPOINT_FILE_BYTES)
     except OSError as exc:
         return SpecResult(
             path.stem,
@@ -547,6 +553,14 @@ def load_endpoint(path: Path, *, precisions: list[str]) -> SpecResult:
             None,
             [InputError(f"unreadable: {exc.strerror}", file=path, fix="check the file")],
         )
+    if len(raw) > MAX_ENDPOINT_FILE_BYTES:
+        too_large = InputError(
+            f"is larger than {MAX_ENDPOINT_FILE_BYTES // 1024} KiB, more than an endpoint file "
+            "ever needs; not read",
+            file=path,
+            fix="keep only the endpoint's settings in it (a few lines, see etc/ examples)",
+        )
+        return SpecResult(path.stem, path, None, [too_large], hashlib.sha256(raw).hexdigest())
     return parse_endpoint(path, raw, precisions=precisions)
 
 

@@ -3,7 +3,9 @@ the folder. A reader sees the old file or the new one, never a partial one."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from pathlib import Path
 
 STAGED_SUFFIX = ".epycd-staged"
@@ -22,6 +24,23 @@ def staged_path(target: Path, tag: str) -> Path:
     return target.with_name(f".{target.name}.{tag}{STAGED_SUFFIX}")
 
 
+_STAGED_NAME = re.compile(rf"\.(?P<target>.+)\.[^.]+{re.escape(STAGED_SUFFIX)}")
+
+
+def target_of(path: Path) -> Path:
+    """The file a staged file stands for (`.x.service.new.epycd-staged` -> `x.service`);
+    any other path as it is. Errors name the file the person knows, not a hidden one."""
+    match = _STAGED_NAME.fullmatch(path.name)
+    return path.with_name(match["target"]) if match else path
+
+
+def named_for_target(exc: OSError) -> OSError:
+    """`exc` naming the staged file's target instead of the staged file."""
+    if isinstance(exc.filename, str) and exc.filename.endswith(STAGED_SUFFIX):
+        return type(exc)(exc.errno, exc.strerror, str(target_of(Path(exc.filename))))
+    return exc
+
+
 def write_durable(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write `data` to `path` (which must not be in use by anyone) and fsync it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
@@ -31,6 +50,10 @@ def write_durable(path: Path, data: bytes, mode: int = 0o644) -> None:
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     finally:
         os.close(fd)
 
@@ -41,10 +64,17 @@ def replace_durable(staged: Path, target: Path) -> None:
 
 
 def write_atomic(target: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace `target` with `data` or leave it as it was: on a failure (a full disk, no
+    permission) the staged file is deleted and the error names `target`."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staged = staged_path(target, f"{os.getpid()}")
-    write_durable(staged, data, mode)
-    replace_durable(staged, target)
+    try:
+        write_durable(staged, data, mode)
+        replace_durable(staged, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            staged.unlink(missing_ok=True)
+        raise named_for_target(exc) from None
 
 
 def unlink_durable(target: Path) -> None:

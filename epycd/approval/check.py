@@ -25,10 +25,11 @@ import click
 from epycd.approval.install import journal_path
 from epycd.approval.record import Approval, load_approval, sha256_file
 from epycd.approval.shape import host_shape, shape_changes
-from epycd.errors import EpycError
+from epycd.errors import EpycError, file_error
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts
 from epycd.settings import Settings, load_settings
+from epycd.text import escaped
 
 UNIT_PREFIX = "epyc-llm-"
 
@@ -93,8 +94,14 @@ def run_check(settings: Settings, name: str) -> tuple[int, str]:
 @click.argument("name")
 def main(name: str) -> None:
     """Refuse to start endpoint NAME when the host or its units drifted from its approval."""
-    code, line = run_check(load_settings(), name)
-    click.echo(line, err=code != 0)
+    try:
+        code, line = run_check(load_settings(), name)
+    except EpycError as exc:
+        code, line = exc.exit_code, f"{UNIT_PREFIX}{name}: approval check failed: {exc}"
+    except OSError as exc:
+        error = file_error(exc)
+        code, line = error.exit_code, f"{UNIT_PREFIX}{name}: approval check failed: {error}"
+    click.echo(escaped(line), err=code != 0)
     sys.exit(code)
 
 

@@ -1,31 +1,74 @@
-"""Who may change what runs: root, or members of `Settings.admin_group`. Reading status and
-plans is open to everyone."""
+"""Who may change what runs: root, or members of the admin group. Reading status and plans is
+open to everyone.
+
+The admin group widens who may approve, so for anyone but root it comes only from
+configuration root controls: `admin_group` in epycd.conf, when that file and its folder
+belong to root and nobody else may write them. EPYCD_ADMIN_GROUP, or an EPYCD_CONFIG_DIR
+pointing at a folder the caller owns, never widens it.
+"""
 
 from __future__ import annotations
 
 import grp
 import os
+import stat
+import tomllib
+from pathlib import Path
 
 from epycd.approval.record import user_name
 from epycd.errors import Refusal
 from epycd.settings import Settings
 
+NOT_FOR_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
-def is_admin(settings: Settings) -> bool:
-    uid = os.geteuid()
-    if uid == 0:
-        return True
-    if not settings.admin_group:
-        return False
+
+def root_controlled(info: os.stat_result) -> bool:
+    return info.st_uid == 0 and not info.st_mode & NOT_FOR_OTHERS
+
+
+def trusted_admin_group(conf: Path) -> str | None:
+    """`admin_group` of `conf`, only when root alone can have written it (file and folder
+    owned by root, writable by nobody else, not a symlink); else None."""
     try:
-        group = grp.getgrnam(settings.admin_group)
+        if not root_controlled(conf.parent.stat()):
+            return None
+        fd = os.open(conf, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or not root_controlled(os.fstat(fd)):
+            return None
+        try:
+            group = tomllib.loads(file.read().decode("utf-8")).get("admin_group")
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return None
+    return group if isinstance(group, str) and group else None
+
+
+def admin_group(settings: Settings) -> str | None:
+    """The group whose members may act besides root, for this caller."""
+    if os.geteuid() == 0:
+        return settings.admin_group
+    return trusted_admin_group(settings.daemon_conf)
+
+
+def is_member(group_name: str) -> bool:
+    try:
+        group = grp.getgrnam(group_name)
     except KeyError:
         return False
     return (
         group.gr_gid == os.getegid()
         or group.gr_gid in os.getgroups()
-        or user_name(uid) in group.gr_mem
+        or user_name(os.geteuid()) in group.gr_mem
     )
+
+
+def is_admin(settings: Settings) -> bool:
+    if os.geteuid() == 0:
+        return True
+    group = admin_group(settings)
+    return group is not None and is_member(group)
 
 
 def require_admin(settings: Settings, action: str) -> None:
@@ -34,10 +77,20 @@ def require_admin(settings: Settings, action: str) -> None:
         return
     uid = os.geteuid()
     who = f"{user_name(uid)} (uid {uid})"
-    if settings.admin_group:
-        needs = f"root or a member of group {settings.admin_group!r}"
+    group = admin_group(settings)
+    if group:
+        needs = f"root or a member of group {group!r}"
         fix = f"run it with sudo, or have an admin add {user_name(uid)} to that group"
     else:
         needs = "root"
-        fix = "run it with sudo, or name an admin group (admin_group in epycd.conf)"
-    raise Refusal(f"{action} needs {needs}; you are {who}", fix=fix)
+        fix = (
+            "run it with sudo, or have root name an admin group (admin_group in "
+            f"{settings.daemon_conf}, owned by root, writable by root only)"
+        )
+    ignored = ""
+    if settings.admin_group and settings.admin_group != group:
+        ignored = (
+            f"; admin_group {settings.admin_group!r} from EPYCD_ADMIN_GROUP or a file root "
+            "does not control is ignored"
+        )
+    raise Refusal(f"{action} needs {needs}; you are {who}{ignored}", fix=fix)

@@ -8,6 +8,7 @@ the next boot needs the image in place; `no_pull` skips it for images preloaded 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from epycd import systemd
+from epycd.approval.atomic import named_for_target
 from epycd.approval.install import install, recover, state_lock, uninstall, unit_targets
 from epycd.approval.record import (
     Approval,
@@ -27,7 +29,7 @@ from epycd.approval.record import (
 )
 from epycd.approval.shape import host_shape
 from epycd.approval.state import endpoint_unit_files
-from epycd.errors import InputError, Refusal
+from epycd.errors import EpycError, InputError, Refusal, file_error
 from epycd.host.facts import HostFacts
 from epycd.plan.model import Plan
 from epycd.settings import Settings
@@ -118,15 +120,12 @@ def main_service(approval: Approval) -> str:
 
 @contextmanager
 def file_errors_refused() -> Iterator[None]:
-    """A folder the user may not write is a clear refusal, not a traceback."""
+    """A folder the user may not write, or a full disk, is a clear refusal naming the file,
+    not a traceback."""
     try:
         yield
     except OSError as exc:
-        raise Refusal(
-            f"cannot write: {exc.strerror}",
-            file=exc.filename,
-            fix="run it as root, or give the admin group write access to the product's folders",
-        ) from None
+        raise file_error(named_for_target(exc), "cannot write") from None
 
 
 def recover_interrupted(settings: Settings) -> list[str]:
@@ -140,7 +139,19 @@ def install_approval(settings: Settings, approval: Approval) -> tuple[list[str],
     with file_errors_refused(), state_lock(settings):
         repairs = recover(settings)
         previous = load_approval(settings, approval.endpoint)
-        return repairs, install(settings, approval, previous)
+        try:
+            return repairs, install(settings, approval, previous)
+        except OSError:
+            finish_or_undo(settings)
+            raise
+
+
+def finish_or_undo(settings: Settings) -> None:
+    """After a failed write (a full disk, a read-only folder): delete what was staged, or
+    finish what was committed, so nothing half-done stays; a recovery that fails too leaves
+    it to the next run, and the first error is the one reported."""
+    with contextlib.suppress(OSError, EpycError):
+        recover(settings)
 
 
 def dropped_units(previous: Approval | None, approval: Approval) -> list[str]:
@@ -216,7 +227,11 @@ def remove_endpoint(
             )
         if touch_systemd:
             stop_endpoint(approval, name, files, log)
-        uninstall(settings, name, files)
+        try:
+            uninstall(settings, name, files)
+        except OSError:
+            finish_or_undo(settings)
+            raise
     if touch_systemd:
         log("systemctl daemon-reload")
         systemd.daemon_reload()

@@ -2,14 +2,27 @@
 
 Subcommands live in their own modules and are imported only when run, so that
 `epycctl detect` does not pay for httpx, huggingface_hub or the planner.
+
+Errors are turned into messages here, once for every command: an `EpycError` (or an
+`OSError` such as permission denied or a full disk) becomes one line on stderr and its exit
+code, never a traceback. Before any command runs, epycd.conf and the EPYCD_* variables are
+validated, so a bad settings file is reported the same way by every command.
 """
 
 from __future__ import annotations
 
+import copy
+import errno
+import functools
 import importlib
 import importlib.util
+from typing import Any
 
 import click
+
+from epycd.cli.output import report_error
+from epycd.errors import EpycError, file_error
+from epycd.paths import settings_given
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "detect": ("epycd.cli.detect", "detect"),
@@ -24,6 +37,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("epycd.cli.status", "logs"),
     "quickstart": ("epycd.cli.quickstart", "quickstart"),
 }
+
+
+def settings_checked(command: click.Command) -> click.Command:
+    """`command` validating epycd.conf and the EPYCD_* variables before it runs (after its
+    own options are parsed, so `--help` still works and `--json` reports the error). With
+    neither there is nothing to validate, and pydantic is not loaded for it."""
+    callback = command.callback
+    if callback is None:
+        return command
+
+    @functools.wraps(callback)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if settings_given():
+            from epycd.settings import load_settings
+
+            load_settings()
+        return callback(*args, **kwargs)
+
+    wrapped = copy.copy(command)
+    wrapped.callback = checked
+    return wrapped
 
 
 class LazyGroup(click.Group):
@@ -41,7 +75,17 @@ class LazyGroup(click.Group):
                 return None
             raise
         command: click.Command = getattr(module, attr)
-        return command
+        return settings_checked(command)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except EpycError as exc:
+            report_error(ctx, exc)
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise  # click's own handling: the reader went away
+            report_error(ctx, file_error(exc))
 
     @staticmethod
     def _importable(name: str) -> bool:

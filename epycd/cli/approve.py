@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
@@ -27,13 +26,13 @@ from epycd.approval.workflow import (
     start_approved,
 )
 from epycd.approval.workflow import remove_endpoint as remove_files_and_approval
-from epycd.cli.output import reports_errors
+from epycd.cli.output import ActionReport, json_option
 from epycd.cli.plan import confirmation_table
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts
 from epycd.plan.build import EndpointResult
 from epycd.plan.model import Plan
-from epycd.settings import Settings
+from epycd.settings import Settings, load_settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -77,8 +76,9 @@ def units_text(plan: Plan, targets: dict[str, str]) -> str:
     return "\n".join(f"# {targets[name]}\n{text.rstrip()}\n" for name, text in plan.units.items())
 
 
-def ask(question: str, *, yes: bool) -> None:
-    """Yes from --yes or a person on a terminal; anything else is no (exit 1)."""
+def ask(question: str, *, yes: bool, err: bool = False) -> None:
+    """Yes from --yes or a person on a terminal; anything else is no (exit 1). `err` asks
+    on stderr, keeping stdout for --json."""
     if yes:
         return
     if not sys.stdin.isatty():
@@ -86,7 +86,7 @@ def ask(question: str, *, yes: bool) -> None:
             "no terminal to ask on and no --yes: nothing changed",
             fix="run it on a terminal, or pass --yes from a script",
         )
-    if not click.confirm(question, default=False):
+    if not click.confirm(question, default=False, err=err):
         raise Refusal("not approved: nothing changed")
 
 
@@ -116,48 +116,59 @@ def consent_options(func: Callable[P, R]) -> Callable[P, R]:
 @click.option(
     "--no-start", is_flag=True, help="Write units and approval only; do not touch systemd."
 )
-@reports_errors
-def approve(name: str, yes: bool, accept_unvalidated: bool, no_start: bool, no_pull: bool) -> None:
+@json_option("Print the outcome as JSON (not the plan and units).", errors_too=True)
+def approve(
+    name: str, yes: bool, accept_unvalidated: bool, no_start: bool, no_pull: bool, as_json: bool
+) -> None:
     """Show NAME's plan, ask, record the approval, install the units and start them.
 
     The image is pulled even with --no-start (units use Pull=never, so a unit written for
     the next boot needs its image present); --no-pull skips that.
     """
-    settings = Settings()
+    settings = load_settings()
     checked_name(name)
+    report = ActionReport(name, "approve", as_json=as_json)
     require_admin(settings, "approve")
     for line in recover_interrupted(settings):
-        click.echo(f"repaired: {line}")
+        report.say(f"repaired: {line}")
     result, host = current_plan(settings, name)
-    click.echo(f"Plan for endpoint {name} ({result.config_file})\n")
-    click.echo(confirmation_table(result, host))
-    click.echo()
+    report.show(f"Plan for endpoint {name} ({result.config_file})\n")
+    report.show(confirmation_table(result, host) + "\n")
     plan = planned_or_refused(result)
     approval = make_approval(
         settings, plan, host, current_approver(), accepted_unvalidated=accept_unvalidated
     )
-    click.echo(units_text(plan, {n: r.path for n, r in approval.units.items()}))
-    click.echo(f"fingerprint {plan.fingerprint}\n")
+    report.show(units_text(plan, {n: r.path for n, r in approval.units.items()}))
+    report.show(f"fingerprint {plan.fingerprint}\n")
     gate(plan, accept_unvalidated=accept_unvalidated)
     previous = load_approval(settings, name)
     if previous is not None and previous.fingerprint == plan.fingerprint:
-        click.echo(f"{name} is already approved at this fingerprint; approving it again.")
-    ask(f"Approve {name} and install these units?", yes=yes)
+        report.say(f"{name} is already approved at this fingerprint; approving it again.")
+    ask(f"Approve {name} and install these units?", yes=yes, err=as_json)
     if not no_pull:
         pull_image(plan)
     if not no_start:
-        disable_dropped(previous, approval, click.echo)
+        disable_dropped(previous, approval, report.say)
     repairs, paths = install_approval(settings, approval)
     for line in repairs:
-        click.echo(f"repaired: {line}")
-    click.echo(f"approved {name} by {approval.approver.describe()} ({plan.fingerprint[:12]})")
+        report.say(f"repaired: {line}")
+    report.say(f"approved {name} by {approval.approver.describe()} ({plan.fingerprint[:12]})")
     for path in paths:
-        click.echo(f"wrote {path}")
+        report.say(f"wrote {path}")
+    outcome = {
+        "fingerprint": plan.fingerprint,
+        "approver": approval.approver.describe(),
+        "units": [str(path) for path in paths],
+    }
     if no_start:
-        click.echo("--no-start: systemd not touched; the units start at the next boot")
+        report.done(
+            "approved",
+            "--no-start: systemd not touched; the units start at the next boot",
+            **outcome,
+        )
         return
-    start_approved(approval, previous, click.echo)
-    click.echo(f"{name} started: `epycctl status {name}`")
+    start_approved(approval, previous, report.say)
+    report.done("started", f"{name} started: `epycctl status {name}`", **outcome)
 
 
 @click.command()
@@ -166,25 +177,20 @@ def approve(name: str, yes: bool, accept_unvalidated: bool, no_start: bool, no_p
 @click.option(
     "--no-stop", is_flag=True, help="Delete units and approval only; do not touch systemd."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
-@reports_errors
+@json_option("Print what was removed as JSON.", errors_too=True)
 def remove(name: str, yes: bool, no_stop: bool, as_json: bool) -> None:
     """Stop and disable endpoint NAME, delete its units and its approval."""
-    settings = Settings()
+    settings = load_settings()
     checked_name(name)
+    report = ActionReport(name, "remove", as_json=as_json)
     require_admin(settings, "remove")
     approval = load_approval(settings, name)
     files = removal_files(settings, name, approval)
-    if not as_json:
-        click.echo(f"remove {name}: stop, disable, delete:")
-        for path in files:
-            click.echo(f"  {path}")
-        if approval:
-            click.echo(f"  the approval by {approval.approver.describe()}")
-    ask(f"Remove {name}?", yes=yes)
-    log = (lambda _line: None) if as_json else click.echo
-    removed = remove_files_and_approval(settings, name, touch_systemd=not no_stop, log=log)
-    if as_json:
-        click.echo(json.dumps({"endpoint": name, "removed": [str(p) for p in removed]}))
-    else:
-        click.echo(f"removed {name}")
+    report.show(f"remove {name}: stop, disable, delete:")
+    for path in files:
+        report.show(f"  {path}")
+    if approval:
+        report.show(f"  the approval by {approval.approver.describe()}")
+    ask(f"Remove {name}?", yes=yes, err=as_json)
+    removed = remove_files_and_approval(settings, name, touch_systemd=not no_stop, log=report.say)
+    report.done("removed", f"removed {name}", removed=[str(p) for p in removed])

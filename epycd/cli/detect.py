@@ -6,8 +6,10 @@ from pathlib import Path
 
 import click
 
-from epycd.cli.output import print_json, reports_errors, table
+from epycd.cli.options import SAMPLE_SECONDS
+from epycd.cli.output import json_option, print_json, table
 from epycd.host.facts import HostFacts
+from epycd.text import escaped_lines
 
 REAL_ROOT = Path("/")
 
@@ -104,7 +106,7 @@ def _configured_root() -> Path:
 
 
 @click.command(name="detect")
-@click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON.")
+@json_option("Print the facts as JSON.")
 @click.option(
     "--root",
     type=click.Path(file_okay=False, path_type=Path),
@@ -114,12 +116,11 @@ def _configured_root() -> Path:
 @click.option("--vllm", "vllm", default=None, help="A host `vllm` executable to probe.")
 @click.option(
     "--load-sample",
-    type=click.FloatRange(min=0),
+    type=SAMPLE_SECONDS,
     default=None,
     metavar="SECONDS",
     help="Measure per-socket busy % over this many seconds.",
 )
-@reports_errors
 def detect(as_json: bool, root: Path | None, vllm: str | None, load_sample: float | None) -> None:
     """Show the host: CPU, EPYC generation, sockets, NUMA nodes, memory, runtimes.
 
@@ -140,4 +141,4 @@ def detect(as_json: bool, root: Path | None, vllm: str | None, load_sample: floa
     if as_json:
         print_json(facts.model_dump(mode="json"))
     else:
-        click.echo(render_table(facts))
+        click.echo(escaped_lines(render_table(facts)))

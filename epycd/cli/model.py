@@ -8,11 +8,13 @@ from typing import Any
 
 import click
 
-from epycd.cli.output import EXIT_NO, print_json, reports_errors, table
+from epycd.cli.options import CONTEXT_TOKENS, SEQUENCES, SOCKET_GIB
+from epycd.cli.output import EXIT_NO, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.model.check import inspect_model
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.memory import DEFAULT_MAX_NUM_SEQS, fit_memory
+from epycd.text import escaped
 
 
 def check_model_json(facts: ModelFacts) -> dict[str, Any]:
@@ -52,8 +54,7 @@ def servable(facts: ModelFacts) -> bool:
 @click.option("--revision", default=None, help="branch, tag or commit (default main)")
 @click.option("--vllm-version", default=None, help="vLLM version to check against (default pinned)")
 @click.option("--vllm", "vllm_executable", default=None, help="ask this host vLLM's own registry")
-@click.option("--json", "as_json", is_flag=True, help="stable JSON for scripts")
-@reports_errors
+@json_option("stable JSON for scripts")
 def check_model(
     model: str,
     revision: str | None,
@@ -90,8 +91,8 @@ def _print_check(facts: ModelFacts) -> None:
     ]
     click.echo(table(rows))
     for warning in facts.warnings:
-        click.echo(f"warning: {warning}")
-    click.echo(facts.message)
+        click.echo(escaped(f"warning: {warning}"))
+    click.echo(escaped(facts.message))
 
 
 def _vllm_row(facts: ModelFacts) -> str:
@@ -117,26 +118,25 @@ def estimate_json(facts: ModelFacts, fit: MemoryFit, socket_note: str) -> dict[s
 @click.argument("model")
 @click.option(
     "--max-model-len",
-    type=click.IntRange(min=1),
+    type=CONTEXT_TOKENS,
     default=None,
     help="context length (default: the model's max positions)",
 )
 @click.option(
     "--max-num-seqs",
-    type=click.IntRange(min=1),
+    type=SEQUENCES,
     default=DEFAULT_MAX_NUM_SEQS,
     show_default=True,
     help="concurrent sequences the KV must hold",
 )
 @click.option(
     "--socket-gb",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SOCKET_GIB,
     default=None,
     help="socket memory in GiB (default: socket 0 of this host, as detected)",
 )
 @click.option("--revision", default=None, help="branch, tag or commit (default main)")
-@click.option("--json", "as_json", is_flag=True, help="stable JSON for scripts")
-@reports_errors
+@json_option("stable JSON for scripts")
 def estimate(
     model: str,
     max_model_len: int | None,
@@ -177,9 +177,9 @@ def _socket_memory(socket_gb: float | None) -> tuple[float, float, float | None,
     if socket_gb is not None:
         return socket_gb, socket_gb, None, f"given: {socket_gb:g} GiB"
     from epycd.host.detect import detect_host
-    from epycd.settings import Settings
+    from epycd.settings import load_settings
 
-    host = detect_host(Path(Settings().host_root), probe_runtimes=False)
+    host = detect_host(Path(load_settings().host_root), probe_runtimes=False)
     sock = host.socket(0)
     first = (
         host.node(sock.numa_nodes[0]).memory_available_bytes / 1024**3 if sock.numa_nodes else None
@@ -208,5 +208,5 @@ def _print_fit(facts: ModelFacts, fit: MemoryFit, note: str) -> None:
         rows.append(("suggested max_model_len", str(fit.suggested_max_model_len)))
     click.echo(table(rows))
     for warning in facts.warnings:
-        click.echo(f"warning: {warning}")
-    click.echo(fit.action)
+        click.echo(escaped(f"warning: {warning}"))
+    click.echo(escaped(fit.action))

@@ -5,15 +5,14 @@ Exit codes (design.md): 0 success, 1 the answer is "no", 2 bad input.
 
 from __future__ import annotations
 
-import functools
 import json
-import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 import click
 
 from epycd.errors import EpycError
+from epycd.text import escaped, escaped_lines
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -22,19 +21,78 @@ EXIT_OK = 0
 EXIT_NO = 1
 EXIT_BAD_INPUT = 2
 
+JSON_COMMAND = "epycctl.json_command"
+"""ctx.meta key: the context of a command run with --json."""
+ACTION_REPORT = "epycctl.action_report"
 
-def reports_errors(func: Callable[P, R]) -> Callable[P, R]:
-    """Turn an `EpycError` into one line on stderr and its exit code."""
 
-    @functools.wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return func(*args, **kwargs)
-        except EpycError as exc:
-            click.echo(f"epycctl: {exc}", err=True)
-            sys.exit(exc.exit_code)
+def report_error(ctx: click.Context, exc: EpycError) -> NoReturn:
+    """One line on stderr (control characters escaped) and the error's exit code; with
+    `--json`, also the error as JSON on stdout for the script that asked."""
+    command: click.Context | None = ctx.meta.get(JSON_COMMAND)
+    if command is not None:
+        report: ActionReport | None = ctx.meta.get(ACTION_REPORT)
+        print_json(
+            {"endpoint": command.params.get("name"), "action": command.info_name}
+            | {"result": "error", "error": str(exc), "exit_code": exc.exit_code}
+            | ({"steps": report.steps} if report else {})
+        )
+    click.echo(f"epycctl: {escaped(str(exc))}", err=True)
+    ctx.exit(exc.exit_code)
 
-    return wrapper
+
+def _errors_as_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[JSON_COMMAND] = ctx
+    return value
+
+
+def json_option(
+    help_text: str, *, errors_too: bool = False
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """`--json`: the command's answer as JSON on stdout; with `errors_too` (the commands that
+    change something) its error as well, as an object with `result: error` and `error`."""
+    callback = _errors_as_json if errors_too else None
+    return click.option("--json", "as_json", is_flag=True, callback=callback, help=help_text)
+
+
+class ActionReport:
+    """What `approve`, `stop`, `start` or `remove` did: lines for a person, or, with
+    `--json`, one object with stable keys (`endpoint`, `action`, `result`, `steps`, and
+    `error` when it failed) for a script."""
+
+    def __init__(self, endpoint: str, action: str, *, as_json: bool) -> None:
+        self.endpoint = endpoint
+        self.action = action
+        self.as_json = as_json
+        self.steps: list[str] = []
+        click.get_current_context().meta[ACTION_REPORT] = self
+
+    def say(self, line: str = "", *, err: bool = False) -> None:
+        """A step: printed for a person (on stderr with `err`), listed under `steps` in the
+        JSON."""
+        if self.as_json:
+            if line:
+                self.steps.append(line)
+        else:
+            click.echo(escaped_lines(line), err=err)
+
+    def show(self, text: str) -> None:
+        """Text only a person reads (a plan, a list of files); not part of the JSON."""
+        if not self.as_json:
+            click.echo(escaped_lines(text))
+
+    def done(self, result: str, line: str, **fields: Any) -> None:
+        """The last word: `line` for a person, or the JSON object with `result` and
+        `fields`."""
+        if self.as_json:
+            print_json(
+                {"endpoint": self.endpoint, "action": self.action, "result": result}
+                | fields
+                | {"steps": self.steps}
+            )
+        else:
+            self.say(line)
 
 
 def print_json(data: Any) -> None:
@@ -43,9 +101,9 @@ def print_json(data: Any) -> None:
 
 def table(rows: Iterable[Sequence[Any]], header: Sequence[str] | None = None) -> str:
     """A plain left-aligned text table; the first column is usually a label."""
-    body = [[str(cell) for cell in row] for row in rows]
+    body = [[escaped(str(cell)) for cell in row] for row in rows]
     if header:
-        body.insert(0, [str(h) for h in header])
+        body.insert(0, [escaped(str(h)) for h in header])
     if not body:
         return ""
     widths = [max(len(row[i]) for row in body if i < len(row)) for i in range(len(body[0]))]

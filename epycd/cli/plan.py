@@ -10,12 +10,13 @@ from typing import Any
 
 import click
 
-from epycd.cli.output import EXIT_OK, print_json, reports_errors, table
+from epycd.cli.options import SAMPLE_SECONDS
+from epycd.cli.output import EXIT_OK, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.host.facts import HostFacts
 from epycd.plan.build import EndpointResult
 from epycd.plan.model import EndpointDecisions
-from epycd.settings import Settings
+from epycd.settings import load_settings
 
 LOAD_SAMPLE_SECONDS = 0.5
 JSON_KEYS = (
@@ -185,7 +186,7 @@ def gather_host(root: Path, valid_endpoints: int, sample_seconds: float) -> Host
 
 @click.command("plan")
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
+@json_option("print the plan as JSON")
 @click.option(
     "--root",
     type=click.Path(path_type=Path, file_okay=False),
@@ -194,12 +195,11 @@ def gather_host(root: Path, valid_endpoints: int, sample_seconds: float) -> Host
 )
 @click.option(
     "--sample-seconds",
-    type=click.FloatRange(min=0),
+    type=SAMPLE_SECONDS,
     default=LOAD_SAMPLE_SECONDS,
     show_default=True,
     help="interval of the two /proc/stat samples that measure each socket's load",
 )
-@reports_errors
 def plan(name: str, as_json: bool, root: Path | None, sample_seconds: float) -> None:
     """Show what NAME's endpoint file would run, and the units, without writing anything."""
     from epycd.approval.record import approved_sockets
@@ -207,7 +207,7 @@ def plan(name: str, as_json: bool, root: Path | None, sample_seconds: float) -> 
     from epycd.spec import load_endpoints
     from epycd.stack import shipped_stack
 
-    settings = Settings()
+    settings = load_settings()
     stack = shipped_stack()
     specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
     if name not in {spec.name for spec in specs}:

@@ -25,13 +25,13 @@ import tomli_w
 
 from epycd.approval.record import Approval, approved_sockets
 from epycd.cli.approve import consent_options
-from epycd.cli.output import reports_errors
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.plan.build import EndpointResult
 from epycd.plan.model import Runtime
 from epycd.settings import Settings
 from epycd.supervisor import SupervisorStatus
+from epycd.text import escaped, escaped_lines
 
 PROGRESS_INTERVAL_S = 1.0
 DEFAULT_NAME = "default"
@@ -244,7 +244,9 @@ def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval
         status = read_supervisor(status_file)
         if status is not None and status.state == "failed":
             if status.log_tail:
-                click.echo("last log lines:\n" + "\n".join(status.log_tail), err=True)
+                click.echo(
+                    "last log lines:\n" + escaped_lines("\n".join(status.log_tail)), err=True
+                )
             raise Refusal(
                 f"{name} did not become ready: failed in phase {status.phase}: {status.reason}",
                 fix=f"see `epycctl status {name}` and `epycctl logs {name}`",
@@ -272,7 +274,6 @@ def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval
 @click.option(
     "--no-start", is_flag=True, help="Write the file, units and approval; do not touch systemd."
 )
-@reports_errors
 def quickstart(
     model: str | None,
     vllm: str | None,
@@ -329,7 +330,7 @@ def quickstart(
     target = settings.config_dir / f"{name}.toml"
     content = endpoint_document(served, runtime, runtimes.vllm.path if runtimes.vllm else None)
     already = existing_matches(target, content)
-    click.echo(f"runtime: {runtime}; model: {served}; endpoint file: {target}\n")
+    click.echo(escaped(f"runtime: {runtime}; model: {served}; endpoint file: {target}") + "\n")
     result = plan_candidate(settings, target, content, host)
     click.echo(f"Plan for endpoint {name}\n")
     click.echo(confirmation_table(result, host))

@@ -14,10 +14,12 @@ from datetime import UTC, datetime
 
 import click
 
-from epycd.cli.output import print_json, reports_errors, table
+from epycd.cli.options import LOG_LINES
+from epycd.cli.output import ActionReport, json_option, print_json, table
 from epycd.errors import InputError, Refusal
 from epycd.settings import Settings, load_settings
 from epycd.status import EndpointStatus, Handoff
+from epycd.text import escaped, escaped_lines
 
 JOURNAL_TAIL_LINES = 20
 START_MARGIN_S = 30
@@ -123,8 +125,7 @@ def details(status: EndpointStatus) -> str:
 
 @click.command()
 @click.argument("name", required=False)
-@click.option("--json", "as_json", is_flag=True, help="print the status as JSON")
-@reports_errors
+@json_option("print the status as JSON")
 def status(name: str | None, as_json: bool) -> None:
     """The state of every endpoint (or of NAME), and how to use a ready one."""
     settings = checked_settings(name)
@@ -140,19 +141,19 @@ def status(name: str | None, as_json: bool) -> None:
         print_json({"endpoints": [s.model_dump(mode="json") for s in statuses]})
         return
     if not statuses:
-        click.echo(f"no endpoints: put NAME.toml files in {settings.config_dir}")
+        click.echo(escaped(f"no endpoints: put NAME.toml files in {settings.config_dir}"))
         return
     header = ("NAME", "STATE", "MODEL", "PORT", "SOCKET", "CPUS", "KV GiB", "URL")
     click.echo(table([row(s) for s in statuses], header=header))
     for item in statuses:
         if name is not None or len(statuses) == 1 or item.state != "ready":
-            click.echo(details(item))
+            click.echo(escaped_lines(details(item)))
 
 
 @click.command()
 @click.argument("name")
-@reports_errors
-def stop(name: str) -> None:
+@json_option("Print the outcome as JSON.", errors_too=True)
+def stop(name: str, as_json: bool) -> None:
     """Stop endpoint NAME and keep it from starting at boot until `epycctl start NAME`."""
     from epycd.approval.atomic import write_atomic
     from epycd.approval.permissions import require_admin
@@ -161,6 +162,7 @@ def stop(name: str) -> None:
     from epycd.status import StopMarker, stop_marker_path
 
     settings = checked_settings(name)
+    report = ActionReport(name, "stop", as_json=as_json)
     require_admin(settings, "stop")
     approval = load_approval(settings, name)
     files = removal_files(settings, name, approval)
@@ -168,19 +170,22 @@ def stop(name: str) -> None:
         raise unknown_endpoint(settings, name)
     marker = StopMarker(endpoint=name, by=current_approver().describe(), at=datetime.now(UTC))
     write_atomic(stop_marker_path(settings, name), marker.model_dump_json(indent=2).encode())
-    stop_endpoint(approval, name, files, click.echo)
+    stop_endpoint(approval, name, files, report.say)
     if any(is_quadlet(path.name) for path in files):
-        click.echo(
+        report.say(
             "Quadlet units cannot be disabled: at boot the unit's approval check refuses to "
             "start it while it is marked stopped"
         )
-    click.echo(f"{name} stopped; it stays down (also across reboots) until `epycctl start {name}`")
+    report.done(
+        "stopped",
+        f"{name} stopped; it stays down (also across reboots) until `epycctl start {name}`",
+    )
 
 
 @click.command()
 @click.argument("name")
-@reports_errors
-def start(name: str) -> None:
+@json_option("Print the outcome as JSON.", errors_too=True)
+def start(name: str, as_json: bool) -> None:
     """Start approved endpoint NAME again (after `epycctl stop`), and at every boot."""
     from epycd import systemd
     from epycd.approval.atomic import unlink_durable
@@ -190,6 +195,7 @@ def start(name: str) -> None:
     from epycd.status import collect_status, plan_endpoints, planned_map, stop_marker_path
 
     settings = checked_settings(name)
+    report = ActionReport(name, "start", as_json=as_json)
     require_admin(settings, "start")
     results, _host = plan_endpoints(settings)
     found = [s for s in collect_status(settings, planned_map(results)) if s.name == name]
@@ -204,7 +210,7 @@ def start(name: str) -> None:
     }:
         said = "; ".join(current.reasons) or current.state
         if current.diff:
-            click.echo(f"changes since approval:\n{current.diff.rstrip()}", err=True)
+            report.say(f"changes since approval:\n{current.diff.rstrip()}", err=True)
         raise Refusal(
             f"{name} is {current.state}, not startable: {said}",
             fix=f"`epycctl plan {name}`, then `epycctl approve {name}`",
@@ -212,20 +218,19 @@ def start(name: str) -> None:
     unlink_durable(stop_marker_path(settings, name))
     enable = units_to_enable(approval)
     if enable:
-        click.echo("systemctl enable " + " ".join(enable))
+        report.say("systemctl enable " + " ".join(enable))
         systemd.enable(enable)
     service = main_service(approval)
     timeout = int(approval.plan.get("start_timeout_s", 600)) + START_MARGIN_S
-    click.echo(f"systemctl start {service} (waits for the health gate)")
+    report.say(f"systemctl start {service} (waits for the health gate)")
     systemd.start([service], timeout=timeout)
-    click.echo(f"{name} started: `epycctl status {name}`")
+    report.done("started", f"{name} started: `epycctl status {name}`")
 
 
 @click.command()
 @click.argument("name")
-@click.option("-n", "--lines", type=click.IntRange(min=0), default=50, show_default=True)
+@click.option("-n", "--lines", type=LOG_LINES, default=50, show_default=True)
 @click.option("-f", "--follow", is_flag=True, help="keep printing new lines")
-@reports_errors
 def logs(name: str, lines: int, follow: bool) -> None:
     """The journal of endpoint NAME's unit (journalctl)."""
     from epycd.approval.record import load_approval

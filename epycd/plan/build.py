@@ -102,6 +102,11 @@ def default_prober(executable: str) -> HostVllmFacts:
     return probe_vllm(executable)
 
 
+BARE_TOKEN = re.compile(r"[A-Za-z0-9_.-]+")
+"""What a token file may hold (around surrounding whitespace): the token, nothing else. The
+file reaches huggingface_hub through HF_TOKEN_PATH, which takes its whole text as the token."""
+
+
 def read_root_only(path: Path, file: Path, key: str, holding: str) -> str:
     """The stripped text of a secret file that only its owner may read (hf_token_file,
     api_key_file); the plan never copies it anywhere."""
@@ -132,10 +137,17 @@ def read_token(spec: EndpointSpec, file: Path) -> str | None:
         return None
     path = Path(spec.hf_token_file)
     text = read_root_only(path, file, "hf_token_file", "the token")
-    token = text.removeprefix("HF_TOKEN=").strip()
-    if not token:
+    if not text:
         raise InputError(f"{path} is empty", file=file, key="hf_token_file", fix="add the token")
-    return token
+    if not BARE_TOKEN.fullmatch(text):
+        raise InputError(
+            f"{path} holds more than a bare token (a `HF_TOKEN=` assignment, quotes, spaces or "
+            "several lines); vLLM reads the whole file as the token",
+            file=file,
+            key="hf_token_file",
+            fix=f"write only the token itself (hf_...) into {path}, on one line",
+        )
+    return text
 
 
 API_KEY_TEXT = re.compile(r"[\x21-\x7e]{1,4096}")

@@ -22,28 +22,28 @@ separator), and an empty word ends the list (everything after it is lost). Raw k
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Sequence
 
 from epycd.errors import InputError
+from epycd.text import first_unsafe
 
 SAFE_FIX = "use printable characters only: no newlines, tabs or other control characters"
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NEEDS_QUOTES = frozenset(" \t\"'\\;")
-_FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
 
 
 def check_printable(value: str, what: str) -> str:
     """The value itself, when no character in it could end a line or break the file."""
-    for index, char in enumerate(value):
-        if unicodedata.category(char) in _FORBIDDEN_CATEGORIES:
-            raise InputError(
-                f"{what} contains the control character U+{ord(char):04X} at position {index}: "
-                f"{value!r}",
-                key=what,
-                fix=SAFE_FIX,
-            )
+    bad = first_unsafe(value)
+    if bad is not None:
+        index, char = bad
+        raise InputError(
+            f"{what} contains the control character U+{ord(char):04X} at position {index}: "
+            f"{value!r}",
+            key=what,
+            fix=SAFE_FIX,
+        )
     return value
 
 

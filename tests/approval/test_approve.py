@@ -269,7 +269,10 @@ def test_remove_stops_disables_deletes(env: Env) -> None:
         "remove", "chat", "--yes", "--json", FAKE_ACTIVE="active", FAKE_ENABLED="enabled"
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"endpoint": "chat", "removed": [str(service)]}
+    answer = json.loads(done.stdout)
+    assert (answer["endpoint"], answer["action"], answer["result"]) == ("chat", "remove", "removed")
+    assert answer["removed"] == [str(service)]
+    assert answer["steps"][-1] == "systemctl daemon-reload"
     assert not service.exists()
     assert load_approval(env.settings, "chat") is None
     assert env.systemctl_calls() == [

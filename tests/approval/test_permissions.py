@@ -96,12 +96,25 @@ def test_non_root_is_refused_but_can_read_the_state(open_env: Env) -> None:
     assert read.stdout.strip() == "['approved']"
 
 
+def name_admin_group(env: Env, group: str) -> Path:
+    """epycd.conf naming `group`, as root writes it: owned by root, mode 0644, in a folder
+    owned by root that nobody else may write."""
+    conf = env.settings.config_dir / "epycd.conf"
+    conf.write_text(f'admin_group = "{group}"\n')
+    for path in (conf, env.settings.config_dir):
+        os.chown(path, 0, 0)
+    conf.chmod(0o644)
+    env.settings.config_dir.chmod(0o755)
+    return conf
+
+
 def test_admin_group_member_may_approve(open_env: Env, admin_group: grp.struct_group) -> None:
     env = open_env
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     for path in [env.tmp, *env.tmp.rglob("*")]:
         os.chown(path, NOBODY, NOBODY)
-    extra = {"EPYCD_ADMIN_GROUP": admin_group.gr_name, "SUDO_USER": "mallory", "SUDO_UID": "0"}
+    name_admin_group(env, admin_group.gr_name)
+    extra = {"SUDO_USER": "mallory", "SUDO_UID": "0"}
 
     outsider = as_nobody(
         env, ["-m", "tests.approval.driver", "approve", "chat", "--yes", "--no-start"], extra=extra
@@ -128,12 +141,54 @@ def test_admin_without_write_access_gets_a_clear_refusal(
 ) -> None:
     env = open_env
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
+    name_admin_group(env, admin_group.gr_name)
     done = as_nobody(
         env,
         ["-m", "tests.approval.driver", "approve", "chat", "--yes", "--no-start"],
         groups=[admin_group.gr_gid],
-        extra={"EPYCD_ADMIN_GROUP": admin_group.gr_name},
     )
     assert done.returncode == 1
     assert f"{env.settings.state_dir}/.lock: cannot write: Permission denied" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+APPROVE = ["-m", "tests.approval.driver", "approve", "chat", "--yes", "--no-start"]
+
+
+def test_the_callers_environment_never_widens_who_may_approve(
+    open_env: Env, admin_group: grp.struct_group
+) -> None:
+    """A member of some group cannot make it the admin group: not through EPYCD_ADMIN_GROUP,
+    not through an epycd.conf they wrote (EPYCD_CONFIG_DIR at their own folder), not
+    through a root-owned one others may write."""
+    env = open_env
+    env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
+    for path in [env.tmp, *env.tmp.rglob("*")]:
+        os.chown(path, NOBODY, NOBODY)
+    member = [admin_group.gr_gid]
+
+    by_env = as_nobody(
+        env, APPROVE, extra={"EPYCD_ADMIN_GROUP": admin_group.gr_name}, groups=member
+    )
+    assert by_env.returncode == 1, by_env.stdout + by_env.stderr
+    assert "approve needs root; you are nobody" in by_env.stderr
+    assert "EPYCD_ADMIN_GROUP" in by_env.stderr and "is ignored" in by_env.stderr
+
+    conf = env.settings.config_dir / "epycd.conf"
+    conf.write_text(f'admin_group = "{admin_group.gr_name}"\n')
+    os.chown(conf, NOBODY, NOBODY)
+    by_own_file = as_nobody(env, APPROVE, groups=member)
+    assert by_own_file.returncode == 1
+    assert "approve needs root; you are nobody" in by_own_file.stderr
+
+    name_admin_group(env, admin_group.gr_name)
+    conf.chmod(0o666)
+    by_writable_file = as_nobody(env, APPROVE, groups=member)
+    assert by_writable_file.returncode == 1
+    assert "approve needs root; you are nobody" in by_writable_file.stderr
+
+    assert not (env.settings.unit_dir / "epyc-llm-chat.service").exists()
+    assert load_approval(env.settings, "chat") is None
+    conf.chmod(0o644)
+    trusted = as_nobody(env, APPROVE, groups=member)
+    assert trusted.returncode == 0, trusted.stderr

@@ -120,3 +120,45 @@ def test_logs_execs_journalctl_for_the_unit(ws: Workspace) -> None:
     done = ws.run("logs", "chat", "-n", "7", "-f")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"journalctl --unit {UNIT} --lines 7 --follow"
+
+
+def test_stop_and_start_answer_in_json(ws: Workspace) -> None:
+    ws.endpoint("chat")
+    ws.approve("chat")
+    ws.set_unit(UNIT, "active")
+    stopped = ws.run("stop", "chat", "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    answer = json.loads(stopped.stdout)
+    assert (answer["endpoint"], answer["action"], answer["result"]) == ("chat", "stop", "stopped")
+    assert f"systemctl stop {UNIT}" in answer["steps"]
+
+    started = ws.run("start", "chat", "--json")
+    assert started.returncode == 0, started.stderr
+    answer = json.loads(started.stdout)
+    assert (answer["endpoint"], answer["action"], answer["result"]) == ("chat", "start", "started")
+    assert f"systemctl start {UNIT} (waits for the health gate)" in answer["steps"]
+
+    refused = ws.run("start", "nosuch", "--json")
+    assert refused.returncode == 2
+    answer = json.loads(refused.stdout)
+    assert answer["result"] == "error" and "no endpoint nosuch" in answer["error"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
+def test_start_with_a_read_only_state_folder_names_the_marker(ws: Workspace) -> None:
+    from tests.approval.test_resources import read_only
+
+    ws.endpoint("chat")
+    ws.approve("chat")
+    assert ws.run("stop", "chat").returncode == 0
+    marker = stop_marker_path(ws.settings, "chat")
+    before = ws.systemctl_calls()
+    with read_only(marker.parent):
+        done = ws.run("start", "chat")
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert str(marker) in line and "remount it read-write" in line
+    assert marker.exists()
+    assert [c for c in ws.systemctl_calls() if not c.startswith("show ")] == [
+        c for c in before if not c.startswith("show ")
+    ]

@@ -161,3 +161,23 @@ def test_unknown_gating_of_a_gated_family_warns(ws: Workspace, host_of: HostOf) 
         "llama"
     ].plan
     assert plan is not None and any("Llama" in w for w in plan.warnings)
+
+
+def test_a_token_file_holding_an_assignment_is_refused(
+    ws: Workspace, host_of: HostOf, tmp_path: Path
+) -> None:
+    """vLLM reads the whole file as the token (HF_TOKEN_PATH): `HF_TOKEN=...` would be sent
+    as the token. Refused with the fix, and the secret is not echoed."""
+    token = tmp_path / "hf-token"
+    ws.endpoint("llama", f'model = "meta-llama/Llama-3.2-1B"\nhf_token_file = "{token}"\n')
+    host = host_of("genoa-9654-2s-nps1")
+    for text in ("HF_TOKEN=hf_secret_value\n", 'export HF_TOKEN="hf_secret_value"\n'):
+        token.write_text(text)
+        token.chmod(0o600)
+        result = ws.plan(host, inspect=hub_from(ws.model, gated=True))["llama"]
+        assert result.exit_code == 2 and result.plan is None
+        [error] = result.errors
+        assert error.key == "hf_token_file" and "only the token" in (error.fix or "")
+        assert "hf_secret_value" not in str(error)
+    token.write_text("  hf_secret_value\n")
+    assert ws.plan(host, inspect=hub_from(ws.model, gated=True))["llama"].plan is not None

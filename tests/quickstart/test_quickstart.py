@@ -188,3 +188,12 @@ def test_model_argument(tmp_path: Path) -> None:
     assert model_argument(str(tmp_path)) == str(tmp_path)
     (tmp_path / "m").mkdir()
     assert model_argument(str(tmp_path / "x" / ".." / "m")) == str(tmp_path / "m")
+
+
+def test_a_hostile_model_argument_is_not_echoed_raw(sandbox: Sandbox) -> None:
+    sandbox.use_fake_host()
+    code, out, err = quickstart(sandbox, "--model", "Qw\ren/\x1b]0;title\x07", "--yes")
+    assert code in (1, 2), out + err
+    assert "\\x1b]0;title\\x07" in out + err
+    assert not any(char in out + err for char in "\r\x1b\x07"), out + err
+    assert sandbox.written() == []

@@ -1,0 +1,38 @@
+"""Numeric option types that refuse what click's ranges let through: `nan` and `inf` pass
+a `FloatRange` with only a lower bound (every comparison with nan is false), and a range
+without an upper bound takes absurd values (a load sample of a year, a context of 10^18
+tokens). Each bound here says what is sane."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A float in [min, max], never nan or inf."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+MAX_SAMPLE_SECONDS = 60.0
+"""Sampling /proc/stat longer than a minute tells nothing a minute does not."""
+MAX_SOCKET_GIB = 65536.0
+"""64 TiB: ten times the most memory one EPYC socket takes."""
+MAX_CONTEXT_TOKENS = 1 << 24
+MAX_SEQUENCES = 1 << 16
+MAX_LOG_LINES = 1_000_000
+
+SAMPLE_SECONDS = FiniteFloatRange(min=0, max=MAX_SAMPLE_SECONDS)
+SOCKET_GIB = FiniteFloatRange(min=0, min_open=True, max=MAX_SOCKET_GIB)
+CONTEXT_TOKENS = click.IntRange(min=1, max=MAX_CONTEXT_TOKENS)
+SEQUENCES = click.IntRange(min=1, max=MAX_SEQUENCES)
+LOG_LINES = click.IntRange(min=0, max=MAX_LOG_LINES)

@@ -1,0 +1,23 @@
+"""Where epycd.conf is, without importing pydantic: `epycctl detect --root DIR` stays light
+when there is nothing to validate."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+DEFAULT_CONFIG_DIR = Path("/etc/epyc-llm")
+ENV_PREFIX = "EPYCD_"
+
+
+def daemon_conf_path(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    return Path(env.get(f"{ENV_PREFIX}CONFIG_DIR", DEFAULT_CONFIG_DIR)) / "epycd.conf"
+
+
+def settings_given(environ: Mapping[str, str] | None = None) -> bool:
+    """True when there is anything to validate: epycd.conf or an EPYCD_* variable."""
+    env = os.environ if environ is None else environ
+    named = any(key.upper().startswith(ENV_PREFIX) for key in env)
+    return named or daemon_conf_path(env).exists()
