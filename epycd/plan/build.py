@@ -12,6 +12,7 @@ reads the weights from disk and the first request compiles, a minute or two on a
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import stat
@@ -24,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from epycd.errors import EpycError, InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts
+from epycd.host.probe_cache import ProbeCache
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.memory import fit_memory, kv_pool_gib
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
@@ -92,12 +94,6 @@ def default_inspector(model: str, **kwargs: object) -> ModelFacts:
     from epycd.model.check import inspect_model
 
     return inspect_model(model, **kwargs)  # type: ignore[arg-type]
-
-
-def default_prober(executable: str) -> HostVllmFacts:
-    from epycd.host.vllm_probe import probe_vllm
-
-    return probe_vllm(executable)
 
 
 def read_token(spec: EndpointSpec, file: Path) -> str | None:
@@ -489,18 +485,21 @@ def plan_all(
     `approved_sockets` (endpoint -> the socket of its approved plan) keeps "auto" endpoints
     where they were approved, so that adding an endpoint file never moves a running one.
 
-    Defaults reach the outside world: the shipped stack, the endpoint files, `inspect_model`,
-    `probe_vllm`, the ports listening on this machine, `os.environ` for HF_HOME.
+    Defaults reach the outside world: the shipped stack, the endpoint files, `inspect_model`
+    and `probe_vllm` (both through the probe cache of `settings.run_dir`), the ports
+    listening on this machine, `os.environ` for HF_HOME.
     """
     stack = stack or shipped_stack()
     if specs is None:
         specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
-    inspect = inspect or default_inspector
+    probes = ProbeCache.in_run_dir(settings.run_dir)
+    inspect = inspect or functools.partial(default_inspector, probe_cache=probes)
+    probe = probe or probes.probe
     probe_cache: dict[str, HostVllmFacts] = {}
 
     def cached_probe(executable: str) -> HostVllmFacts:
         if executable not in probe_cache:
-            probe_cache[executable] = (probe or default_prober)(executable)
+            probe_cache[executable] = probe(executable)
         return probe_cache[executable]
 
     facts_cache: dict[tuple[object, ...], ModelFacts] = {}
