@@ -76,6 +76,7 @@ ALLOWED: dict[str, str] = {
     "hf_token_file": "an absolute path to a root-only file holding the token",
     "throughput_flags": "true or false",
     "restart": '"no" or "on-failure"',
+    "profile": '"balanced" (default), "latency" or "throughput" (docs/tuning.md)',
 }
 
 PathText = Annotated[str, Field(min_length=2, pattern=r"^/")]
@@ -103,6 +104,7 @@ class EndpointSpec(BaseModel):
     hf_token_file: PathText | None = None
     throughput_flags: bool = False
     restart: Literal["no", "on-failure"] = "no"
+    profile: Literal["balanced", "latency", "throughput"] = "balanced"
 
     @field_validator("model")
     @classmethod

@@ -75,6 +75,12 @@ env_names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True).filter(
 )
 
 
+def _kv_flag(args: list[str]) -> list[str]:
+    """The template's `--kv-cache-memory-bytes N` (the host fixture's vLLM 0.32 takes bytes)."""
+    flag = "--kv-cache-memory-bytes"
+    return [flag, args[args.index(flag) + 1]] if flag in args else []
+
+
 def _variants(
     base: EndpointDecisions, name: str, manager: UserManager, token: str | None
 ) -> dict[str, EndpointDecisions]:
@@ -88,7 +94,7 @@ def _variants(
                 "unit_name": f"epyc-llm-{endpoint}",
                 "model": base.model,
                 "served_model_name": base.served_model_name,
-                "vllm_args": base.vllm_args,
+                "vllm_args": [*base.vllm_args, *_kv_flag(template.vllm_args)],
                 "env": {**template.env, **base.env},
                 "podman_notify_healthy": base.podman_notify_healthy,
                 "hf_token_file": token,
