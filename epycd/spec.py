@@ -30,8 +30,10 @@ UNSAFE_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
 ENV_OWNED_BY_PLAN: dict[str, str] = {
     "OMP_NUM_THREADS": "never set: vLLM derives it from the bind list",
     "VLLM_CPU_NUM_OF_RESERVED_CPU": "never set: vLLM's own default applies",
-    "VLLM_CPU_OMP_THREADS_BIND": "set by the plan from the chosen socket's physical cores",
-    "VLLM_CPU_KVCACHE_SPACE": "set by the plan from the socket's memory",
+    "VLLM_CPU_OMP_THREADS_BIND": "set by the plan: the instance's physical cores but the "
+    "front end's (docs/tuning.md rule 1)",
+    "VLLM_CPU_KVCACHE_SPACE": "set by the plan from max_num_seqs, max_model_len and the "
+    "nodes' memory (docs/tuning.md rule 3)",
     "HF_TOKEN": "a secret: put it in a root-only file and name it in hf_token_file",
     "HUGGING_FACE_HUB_TOKEN": "a secret: put it in a root-only file and name it in hf_token_file",
     "TORCHINDUCTOR_FREEZING": "one of the throughput set: use throughput_flags = true",
