@@ -30,8 +30,10 @@ ENV_KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_OWNED_BY_PLAN: dict[str, str] = {
     "OMP_NUM_THREADS": "never set: vLLM derives it from the bind list",
     "VLLM_CPU_NUM_OF_RESERVED_CPU": "never set: vLLM's own default applies",
-    "VLLM_CPU_OMP_THREADS_BIND": "set by the plan from the chosen socket's physical cores",
-    "VLLM_CPU_KVCACHE_SPACE": "set by the plan from the socket's memory",
+    "VLLM_CPU_OMP_THREADS_BIND": "set by the plan: the instance's physical cores but the "
+    "front end's (docs/tuning.md rule 1)",
+    "VLLM_CPU_KVCACHE_SPACE": "set by the plan from max_num_seqs, max_model_len and the "
+    "nodes' memory (docs/tuning.md rule 3)",
     "HF_TOKEN": "a secret: put it in a root-only file and name it in hf_token_file",
     "HUGGING_FACE_HUB_TOKEN": "a secret: put it in a root-only file and name it in hf_token_file",
     "HF_TOKEN_PATH": "name the root-only token file in hf_token_file",
@@ -212,6 +214,7 @@ ALLOWED: dict[str, str] = {
     "host": '"127.0.0.1" (the default), "0.0.0.0", "::" or another IP address of this host',
     "throughput_flags": "true or false",
     "restart": '"no" or "on-failure"',
+    "profile": '"balanced" (default), "latency" or "throughput" (docs/tuning.md)',
 }
 
 PathText = Annotated[str, Field(min_length=2, pattern=r"^/")]
@@ -241,6 +244,7 @@ class EndpointSpec(BaseModel):
     api_key_file: PathText | None = None
     throughput_flags: bool = False
     restart: Literal["no", "on-failure"] = "no"
+    profile: Literal["balanced", "latency", "throughput"] = "balanced"
 
     @field_validator("model")
     @classmethod

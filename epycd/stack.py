@@ -44,7 +44,6 @@ class EnvRules(Strict):
 
 class StackDefaults(Strict):
     max_model_len: int = Field(gt=0)
-    max_num_seqs: int = Field(gt=0)
     first_port: int = Field(gt=0, lt=65536)
     busy_threshold_pct: float = Field(gt=0, le=100)
 

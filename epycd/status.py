@@ -26,18 +26,18 @@ from pydantic import BaseModel, Field, ValidationError
 
 from epycd.approval.record import Approval, approved_sockets, load_approval
 from epycd.approval.state import EndpointState, Unplanned, endpoint_states, unplanned
+from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
 from epycd.listen import DEFAULT_HOST, local_url
 from epycd.plan.model import Plan
 from epycd.settings import Settings
 from epycd.supervisor import SupervisorStatus, read_status
 
 if TYPE_CHECKING:
-    from epycd.host.facts import HostFacts, HostVllmFacts
+    from epycd.host.facts import HostFacts
     from epycd.plan.build import EndpointResult
 
 STOPPED = "stopped"
 """The state name; the marker files live where `stop_marker_path` says."""
-PROBE_CACHE = "vllm-probes.json"
 LOAD_SAMPLE_SECONDS = 0.5
 UNIT_PREFIX = "epyc-llm-"
 SHOW_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "Result", "UnitFileState")
@@ -452,59 +452,6 @@ def read_supervisor(path: Path) -> SupervisorStatus | None:
         return read_status(path)
     except OSError:
         return None
-
-
-class ProbeCache:
-    """Host vLLM probes kept in `RUN_DIR/vllm-probes.json`, keyed by the executable's path,
-    mtime and size: a probe imports vLLM in its own interpreter (tens of seconds on a small
-    host), and the answer changes only when that environment is reinstalled. The run folder
-    is cleared at boot; a folder this user cannot write only means no caching."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    @staticmethod
-    def key(executable: str) -> str | None:
-        from epycd.host.vllm_probe import ProbeError, resolve_executable
-
-        try:
-            found = resolve_executable(executable).resolve()
-            stat = found.stat()
-        except (ProbeError, OSError):
-            return None
-        return f"{found}:{stat.st_mtime_ns}:{stat.st_size}"
-
-    def load(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def probe(self, executable: str) -> HostVllmFacts:
-        from epycd.host.facts import HostVllmFacts
-        from epycd.plan.build import default_prober
-
-        key = self.key(executable)
-        cached = self.load().get(key) if key else None
-        if cached is not None:
-            try:
-                return HostVllmFacts.model_validate(cached)
-            except ValidationError:
-                pass
-        facts = default_prober(executable)
-        if key and facts.present and not facts.error:
-            self.store(key, facts)
-        return facts
-
-    def store(self, key: str, facts: HostVllmFacts) -> None:
-        from epycd.approval.atomic import write_atomic
-
-        data = self.load() | {key: facts.model_dump(mode="json")}
-        try:
-            write_atomic(self.path, json.dumps(data, indent=1).encode())
-        except OSError:
-            return
 
 
 def planned_map(results: Sequence[EndpointResult]) -> dict[str, Plan | Unplanned | Sequence[str]]:

@@ -23,6 +23,7 @@ Conventions (modelled on Linux on AMD and Intel servers):
   fractions of it (`AVAILABLE_PARTS`), so node available = MemTotal * sum(fractions).
 - /proc/meminfo MemTotal: `host_memtotal_gib` when set (VMs whose nodes show less than
   MemTotal, like the test machine), else the sum of all nodes.
+- usr/bin/g++ is an executable stub unless `cxx=False` (a minimal Debian without one).
 - Distances: 10 local, 12 between nodes of one socket, 32 across sockets; a memory-only
   node is 20 from the nodes of its `near_socket` and 40 from the others.
 
@@ -98,6 +99,8 @@ class HostShape:
     node_dir: bool = True
     host_memtotal_gib: float | None = None
     node_memory_overrides: Mapping[int, float] = field(default_factory=dict)
+    cxx: bool = True
+    """usr/bin/g++ present (an executable stub): a host vLLM's start compiles with it."""
 
     @property
     def logical_count(self) -> int:
@@ -295,6 +298,9 @@ def write_host(root: Path, shape: HostShape) -> Path:
     )
     _write(root / "proc/meminfo", _meminfo(host_kib))
     write_proc_stat(root, {cpu: (100, 50, 1000, 10) for cpu in online})
+    if shape.cxx:
+        _write(root / "usr/bin/g++", "#!/bin/sh\nexit 1\n")
+        (root / "usr/bin/g++").chmod(0o755)
     return root
 
 
@@ -344,6 +350,13 @@ CATALOGUE: dict[str, HostShape] = {
         cpu_name="AMD EPYC 9965 192-Core Processor",
         family=26, model=0x11, flags=ZEN5_FLAGS,
         sockets=2, cores_per_socket=192, threads_per_core=2, node_memory_gib=768.0,
+        l3_cores=16,
+    ),
+    # Turin dense 2x192 with SMT off in the BIOS: one thread per core, 384 CPUs.
+    "turin-9965-2s-nosmt": HostShape(
+        cpu_name="AMD EPYC 9965 192-Core Processor",
+        family=26, model=0x11, flags=ZEN5_FLAGS,
+        sockets=2, cores_per_socket=192, threads_per_core=1, node_memory_gib=768.0,
         l3_cores=16,
     ),
     # Hypothetical part number: the 9xx6 name rule and CPUID family 0x1a model 0x90 both

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "start": ("epycd.cli.status", "start"),
     "logs": ("epycd.cli.status", "logs"),
     "quickstart": ("epycd.cli.quickstart", "quickstart"),
+    "bench": ("epycd.cli.bench", "bench"),
 }
 
 

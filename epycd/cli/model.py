@@ -13,7 +13,8 @@ from epycd.cli.output import EXIT_NO, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.model.check import inspect_model
 from epycd.model.facts import MemoryFit, ModelFacts
-from epycd.model.memory import DEFAULT_MAX_NUM_SEQS, fit_memory
+from epycd.model.memory import fit_memory
+from epycd.plan.tuning import batch_target
 from epycd.text import escaped
 
 
@@ -125,9 +126,9 @@ def estimate_json(facts: ModelFacts, fit: MemoryFit, socket_note: str) -> dict[s
 @click.option(
     "--max-num-seqs",
     type=SEQUENCES,
-    default=DEFAULT_MAX_NUM_SEQS,
-    show_default=True,
-    help="concurrent sequences the KV must hold",
+    default=None,
+    help="concurrent sequences the KV must hold (default: what a balanced plan gives, "
+    "vLLM's 128 where memory allows)",
 )
 @click.option(
     "--socket-gb",
@@ -140,7 +141,7 @@ def estimate_json(facts: ModelFacts, fit: MemoryFit, socket_note: str) -> dict[s
 def estimate(
     model: str,
     max_model_len: int | None,
-    max_num_seqs: int,
+    max_num_seqs: int | None,
     socket_gb: float | None,
     revision: str | None,
     as_json: bool,
@@ -163,6 +164,7 @@ def estimate(
         socket_total_gib=total,
         socket_available_gib=available,
         first_node_available_gib=first_node,
+        target_seqs=batch_target("balanced", 1).max_num_seqs,
     )
     if as_json:
         print_json(estimate_json(facts, fit, note))

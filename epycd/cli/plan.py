@@ -33,6 +33,7 @@ JSON_KEYS = (
     "socket",
     "socket_reason",
     "cpus",
+    "omp_cpus",
     "numa_nodes",
     "env",
     "kv_cache_gb",
@@ -42,13 +43,24 @@ JSON_KEYS = (
     "api_key_file",
     "max_model_len",
     "max_num_seqs",
+    "max_num_batched_tokens",
+    "profile",
+    "enforce_eager",
     "served_model_name",
     "vllm_args",
     "requires_confirmation",
     "confirmation_reasons",
     "warnings",
 )
-MEMORY_KEYS = ("weights_gb", "kv_gb", "kv_pool_gb", "headroom_gb", "required_gb", "available_gb")
+MEMORY_KEYS = (
+    "weights_gb",
+    "kv_gb",
+    "kv_pool_gb",
+    "kv_pool_cap_gb",
+    "headroom_gb",
+    "required_gb",
+    "available_gb",
+)
 
 
 def plan_json(result: EndpointResult) -> dict[str, Any]:
@@ -129,13 +141,17 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
             ),
             (
                 "CPU config",
-                f"socket {decided.socket} ({decided.socket_reason}), bind {decided.cpus}, "
+                f"socket {decided.socket} ({decided.socket_reason}), pinned {decided.cpus}, "
+                f"OpenMP bind {decided.omp_cpus} (the rest is the front end's), "
                 f"KV {decided.kv_cache_gb} GB (in socket), memory bound to NUMA nodes "
                 f"{','.join(map(str, decided.numa_nodes))}",
             ),
             (
                 "Context",
-                f"max_model_len {decided.max_model_len}, max_num_seqs {decided.max_num_seqs}",
+                f"max_model_len {decided.max_model_len}, max_num_seqs {decided.max_num_seqs}, "
+                f"max_num_batched_tokens {decided.max_num_batched_tokens} "
+                f"(profile {decided.profile}"
+                f"{', eager: no C++ compiler' if decided.enforce_eager else ''})",
             ),
             ("Hardware", _hardware_text(host)),
             ("Port", str(decided.port)),

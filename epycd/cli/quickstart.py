@@ -190,7 +190,7 @@ def host_vllm(settings: Settings, candidate: str | None) -> HostVllmFacts | None
     """The probe of the candidate vLLM, cached like `epycctl status` caches it."""
     if candidate is None:
         return None
-    from epycd.status import PROBE_CACHE, ProbeCache
+    from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
 
     return ProbeCache(settings.run_dir / PROBE_CACHE).probe(candidate)
 
@@ -200,10 +200,10 @@ def plan_candidate(
 ) -> EndpointResult:
     """NAME planned from `content` (not yet on disk) together with the other endpoint files,
     exactly as `epycctl plan` would plan it once written."""
+    from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
     from epycd.plan.build import plan_all
     from epycd.spec import load_endpoints, parse_endpoint
     from epycd.stack import shipped_stack
-    from epycd.status import PROBE_CACHE, ProbeCache
 
     stack = shipped_stack()
     others = [

@@ -13,7 +13,9 @@ import shutil
 from datetime import UTC, datetime
 
 import click
+from pydantic import ValidationError
 
+from epycd.cli.bench import BenchResult, bench_path, bench_table
 from epycd.cli.options import LOG_LINES
 from epycd.cli.output import ActionReport, json_option, print_json, table
 from epycd.errors import InputError, Refusal
@@ -138,7 +140,11 @@ def status(name: str | None, as_json: bool) -> None:
         for item in statuses:
             item.handoff = None
     if as_json:
-        print_json({"endpoints": [s.model_dump(mode="json") for s in statuses]})
+        data: dict[str, object] = {"endpoints": [s.model_dump(mode="json") for s in statuses]}
+        if name is not None:
+            last = last_bench(settings, name)
+            data["last_bench"] = last.model_dump(mode="json") if last else None
+        print_json(data)
         return
     if not statuses:
         click.echo(escaped(f"no endpoints: put NAME.toml files in {settings.config_dir}"))
@@ -148,6 +154,19 @@ def status(name: str | None, as_json: bool) -> None:
     for item in statuses:
         if name is not None or len(statuses) == 1 or item.state != "ready":
             click.echo(escaped_lines(details(item)))
+    last = last_bench(settings, name) if name is not None else None
+    if last is not None:
+        click.echo(f"\nlast bench ({last.measured_at:%Y-%m-%d %H:%M} UTC, "
+                   f"random {last.input_len}/{last.output_len} tokens):")  # fmt: skip
+        click.echo(bench_table(last))
+
+
+def last_bench(settings: Settings, name: str) -> BenchResult | None:
+    """The result `epycctl bench NAME` kept, if any."""
+    try:
+        return BenchResult.model_validate_json(bench_path(settings, name).read_text())
+    except (OSError, ValidationError):
+        return None
 
 
 @click.command()

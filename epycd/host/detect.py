@@ -8,6 +8,7 @@ right and, where it changes an answer, adds a warning.
 from __future__ import annotations
 
 import functools
+import shutil
 from pathlib import Path
 
 from epycd.host.cpuinfo import parse_cores, parse_identity
@@ -104,5 +105,22 @@ def detect_host(
         flags=identity.flags,
         socket_busy_pct=busy,
         runtimes=runtimes,
+        cxx_compiler=find_cxx(root),
         warnings=warnings,
     )
+
+
+SYSTEMD_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+"""The PATH systemd gives a service: where torch's inductor looks for g++ when vLLM starts."""
+CXX_NAMES = ("g++", "c++")
+
+
+def find_cxx(root: Path) -> str | None:
+    """The C++ compiler a service of the host at `root` would find (docs/tuning.md rule 4),
+    as a path inside that host; None when there is none."""
+    for folder in SYSTEMD_DEFAULT_PATH.split(":"):
+        for name in CXX_NAMES:
+            found = shutil.which(name, path=str(root / folder.lstrip("/")))
+            if found:
+                return str(Path("/") / Path(found).relative_to(root))
+    return None

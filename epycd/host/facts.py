@@ -116,6 +116,10 @@ class HostFacts(BaseModel):
         default_factory=dict, description="per socket, from two proc/stat samples"
     )
     runtimes: RuntimeFacts = RuntimeFacts()
+    cxx_compiler: str | None = Field(
+        default=None,
+        description="g++/c++ on systemd's default PATH (a host vLLM's start compiles with it)",
+    )
     warnings: list[str] = Field(default_factory=list)
 
     def socket(self, index: int) -> SocketTopology:

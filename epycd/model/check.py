@@ -9,7 +9,7 @@ import json
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from epycd.errors import InputError
 from epycd.model import config as cfg
@@ -19,6 +19,9 @@ from epycd.model.registry_tables import Section, data_dir
 from epycd.model.support import is_scoring, support_from_installed, support_from_table
 from epycd.model.template import endpoints, template_from_override, template_status
 from epycd.model.weights import local_weights_bytes
+
+if TYPE_CHECKING:
+    from epycd.host.probe_cache import ProbeCache
 
 FALLBACK_VLLM_VERSION = "0.25.1"
 WeightsSource = Literal["safetensors-header", "safetensors-index", "hub-metadata", "derived"]
@@ -42,13 +45,14 @@ def inspect_model(
     token: str | None = None,
     chat_template_override: str | None = None,
     vllm_executable: str | None = None,
+    probe_cache: ProbeCache | None = None,
 ) -> ModelFacts:
     source = locate_model(model, revision=revision, token=token)
     config = read_config(source.folder)
     architectures = [str(a) for a in config.get("architectures") or []]
     notes = list(source.warnings)
 
-    support, sections = _support(architectures, vllm_version, vllm_executable, notes)
+    support, sections = _support(architectures, vllm_version, vllm_executable, notes, probe_cache)
     template = (
         template_from_override(chat_template_override)
         if chat_template_override
@@ -102,10 +106,11 @@ def _support(
     vllm_version: str | None,
     vllm_executable: str | None,
     notes: list[str],
+    probe_cache: ProbeCache | None = None,
 ) -> tuple[Support, Mapping[str, Section]]:
     if vllm_executable:
         try:
-            return support_from_installed(architectures, Path(vllm_executable))
+            return support_from_installed(architectures, Path(vllm_executable), probe_cache)
         except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
             notes.append(f"the vLLM at {vllm_executable} could not be asked ({exc}): used tables")
     return support_from_table(architectures, vllm_version or pinned_vllm_version())

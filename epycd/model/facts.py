@@ -66,7 +66,12 @@ class MemoryFit(BaseModel):
     context: int = Field(description="min(max_model_len, max positions)")
     max_num_seqs: int
     kv_gb: float = Field(description="KV the requested context x sequences needs")
-    kv_pool_gb: int = Field(description="the KV pool vLLM is given (VLLM_CPU_KVCACHE_SPACE)")
+    kv_pool_gb: int = Field(
+        description="the KV pool vLLM is given: what the sequences need, within the cap"
+    )
+    kv_pool_cap_gb: int = Field(
+        default=0, description="the most the pool may take on these NUMA nodes (tuner's share)"
+    )
     headroom_gb: float
     required_gb: float
     available_gb: float

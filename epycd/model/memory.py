@@ -3,8 +3,12 @@
 
 Weights, the KV pool vLLM is given and the OS headroom must add up inside the chosen socket's
 memory (the recipe checked total host RAM and forgot the pool it pre-allocates). The KV pool
-is the tuner's (`kv_pool_gib`), cut down to what is free beside the weights and headroom, and
-to what the socket's first NUMA node has free (vLLM checks the pool against that node).
+cap is the tuner's (`kv_pool_gib`), cut down to what is free beside the weights and headroom,
+and to what the socket's first NUMA node has free (vLLM checks the pool against that node).
+Inside that cap the pool is what the sequences need (issue 12, docs/tuning.md rule 3):
+max_num_seqs x context x KV bytes per token plus `KV_MARGIN`, in whole GiB, at least one
+full-context sequence. Without an explicit max_num_seqs, the profile's target is cut to the
+full-context sequences the cap holds (rule 2).
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from epycd.errors import InputError
 from epycd.model.facts import MemoryFit
 
 GIB = 1024**3
-DEFAULT_MAX_NUM_SEQS = 1
-"""The recipe's `--num-prompts <1 or desired concurrency>`: one sequence unless asked."""
+KV_MARGIN = 0.10
+"""Over the sequences' own KV: vLLM rounds every sequence up to whole KV blocks and keeps
+blocks for prefix caching; 10 % covers a 4096-token sequence's last partial 128-token block
+three times over."""
 DEFAULT_MAX_MODEL_LEN: int | None = None
 """None: the model's full context, which is what `vllm serve` uses without --max-model-len."""
 LENGTH_STEP = 256
@@ -59,32 +65,34 @@ def fit_memory(
     kv_bytes_per_token: int,
     max_position_embeddings: int | None,
     max_model_len: int | None,
-    max_num_seqs: int,
+    max_num_seqs: int | None,
     socket_total_gib: float,
     socket_available_gib: float,
     first_node_available_gib: float | None = None,
+    target_seqs: int = 1,
 ) -> MemoryFit:
     """The fit of weights + KV pool + headroom in one socket, and what to change if it fails.
 
-    `first_node_available_gib` is the free memory of the socket's first NUMA node; the weights'
-    share on it is taken in proportion to that node's part of the socket's free memory.
+    `max_num_seqs` None: `target_seqs` (the profile's), or fewer when the pool cap holds fewer
+    full-context sequences, never below 1. `first_node_available_gib` is the free memory of
+    the socket's first NUMA node; the weights' share on it is taken in proportion to that
+    node's part of the socket's free memory.
     """
-    if max_num_seqs < 1:
+    if max_num_seqs is not None and max_num_seqs < 1:
         raise InputError("must be at least 1", key="max_num_seqs", fix="use 1 or more")
     if max_model_len is not None and max_model_len < 1:
         raise InputError("must be at least 1", key="max_model_len", fix="use a positive length")
     context = context_length(max_model_len, max_position_embeddings)
     weights = weights_bytes / GIB
-    kv_needed = kv_bytes_per_token * context * max_num_seqs / GIB
     headroom = headroom_gib(socket_total_gib)
-    pool = min(
-        kv_pool_gib(socket_total_gib),
-        math.floor(socket_available_gib - weights - headroom),
-    )
-    if first_node_available_gib is not None and socket_available_gib > 0:
-        share = weights * min(1.0, first_node_available_gib / socket_available_gib)
-        pool = min(pool, math.floor(first_node_available_gib - share))
-    fits = pool >= MIN_POOL_GIB and kv_needed <= pool
+    cap = pool_cap_gib(weights, headroom, socket_total_gib, socket_available_gib,
+                       first_node_available_gib)  # fmt: skip
+    sequence_gib = kv_bytes_per_token * context * (1 + KV_MARGIN) / GIB
+    if max_num_seqs is None:
+        max_num_seqs = max(1, min(target_seqs, math.floor(max(cap, 0) / sequence_gib)))
+    kv_needed = kv_bytes_per_token * context * max_num_seqs / GIB
+    fits = cap >= MIN_POOL_GIB and kv_needed <= cap
+    pool = min(cap, max(MIN_POOL_GIB, math.ceil(sequence_gib * max_num_seqs))) if fits else cap
     suggested, action = _advice(
         fits=fits,
         pool=pool,
@@ -102,6 +110,7 @@ def fit_memory(
         max_num_seqs=max_num_seqs,
         kv_gb=round(kv_needed, 2),
         kv_pool_gb=max(pool, 0),
+        kv_pool_cap_gb=max(cap, 0),
         headroom_gb=round(headroom, 2),
         required_gb=round(weights + max(pool, MIN_POOL_GIB) + headroom, 2),
         available_gb=round(socket_available_gib, 2),
@@ -109,6 +118,22 @@ def fit_memory(
         suggested_max_model_len=suggested,
         action=action,
     )
+
+
+def pool_cap_gib(
+    weights: float,
+    headroom: float,
+    socket_total_gib: float,
+    socket_available_gib: float,
+    first_node_available_gib: float | None,
+) -> int:
+    """The most the KV pool may take: the tuner's share, what is free beside the weights and
+    headroom, and what the first node has free beside its share of the weights."""
+    cap = min(kv_pool_gib(socket_total_gib), math.floor(socket_available_gib - weights - headroom))
+    if first_node_available_gib is not None and socket_available_gib > 0:
+        share = weights * min(1.0, first_node_available_gib / socket_available_gib)
+        cap = min(cap, math.floor(first_node_available_gib - share))
+    return cap
 
 
 def _advice(

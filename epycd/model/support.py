@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from epycd.model.facts import ModelKind, Support
 from epycd.model.registry_tables import (
@@ -27,6 +27,9 @@ from epycd.model.registry_tables import (
     choose_table_version,
     load_table,
 )
+
+if TYPE_CHECKING:
+    from epycd.host.probe_cache import ProbeCache
 
 GENERATION_SECTIONS = {
     "_TEXT_GENERATION_MODELS": "text",
@@ -164,22 +167,34 @@ def _support(
 
 
 def installed_registry(
-    vllm_executable: Path, *, timeout: float = INSTALLED_REGISTRY_TIMEOUT_S
+    vllm_executable: Path,
+    *,
+    timeout: float = INSTALLED_REGISTRY_TIMEOUT_S,
+    cache: ProbeCache | None = None,
 ) -> tuple[str, frozenset[str], dict[str, Section]]:
     """(version, supported architectures, sections) from the vLLM next to this executable.
 
-    Importing vLLM takes seconds to a minute: one answer per executable and modification time.
+    Importing vLLM takes seconds to a minute: one answer per executable and modification time,
+    kept across commands in `cache` (the probe cache of the run folder) when one is given.
     """
     python = vllm_executable.parent / "python"
     if not python.exists():
         raise FileNotFoundError(f"no python next to {vllm_executable}")
-    return _ask_registry(str(python), python.stat().st_mtime, timeout)
+    if cache is None:
+        answer = _ask_registry(str(python), python.stat().st_mtime, timeout)
+    else:
+        answer = cache.remember(
+            str(vllm_executable), "registry", lambda: _dump_registry(str(python), timeout)
+        )
+    return str(answer["version"]), frozenset(answer["supported"]), answer["sections"]
 
 
 @cache
-def _ask_registry(
-    python: str, mtime: float, timeout: float
-) -> tuple[str, frozenset[str], dict[str, Section]]:
+def _ask_registry(python: str, mtime: float, timeout: float) -> dict[str, Any]:
+    return _dump_registry(python, timeout)
+
+
+def _dump_registry(python: str, timeout: float) -> dict[str, Any]:
     done = subprocess.run(
         [python, "-c", _REGISTRY_DUMP],
         capture_output=True,
@@ -192,14 +207,16 @@ def _ask_registry(
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"{python} could not read vLLM's registry: {tail}")
     answer = json.loads(done.stdout.strip().splitlines()[-1])
-    return str(answer["version"]), frozenset(answer["supported"]), answer["sections"]
+    if not isinstance(answer, dict):
+        raise ValueError(f"{python} printed no registry")
+    return answer
 
 
 def support_from_installed(
-    architectures: list[str], vllm_executable: Path
+    architectures: list[str], vllm_executable: Path, cache: ProbeCache | None = None
 ) -> tuple[Support, Mapping[str, Section]]:
     """The installed vLLM is the authority: `get_supported_archs()` says yes or no."""
-    version, supported_archs, sections = installed_registry(vllm_executable)
+    version, supported_archs, sections = installed_registry(vllm_executable, cache=cache)
     kind, arch, notes = classify(architectures, sections)
     if kind != "undetermined" and not any(a in supported_archs for a in architectures):
         kind = "unsupported"

@@ -12,6 +12,7 @@ reads the weights from disk and the first request compiles, a minute or two on a
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -24,10 +25,13 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from epycd.errors import EpycError, InputError, Refusal
+from epycd.host.cpulist import format_cpulist
 from epycd.host.facts import HostFacts, HostVllmFacts
+from epycd.host.probe_cache import ProbeCache
 from epycd.listen import is_loopback
 from epycd.model.facts import MemoryFit, ModelFacts
-from epycd.model.memory import fit_memory, kv_pool_gib
+from epycd.model.memory import fit_memory
+from epycd.plan import tuning
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
 from epycd.plan.hfcache import resolve_hf_cache
@@ -94,12 +98,6 @@ def default_inspector(model: str, **kwargs: object) -> ModelFacts:
     from epycd.model.check import inspect_model
 
     return inspect_model(model, **kwargs)  # type: ignore[arg-type]
-
-
-def default_prober(executable: str) -> HostVllmFacts:
-    from epycd.host.vllm_probe import probe_vllm
-
-    return probe_vllm(executable)
 
 
 BARE_TOKEN = re.compile(r"[A-Za-z0-9_.-]+")
@@ -248,8 +246,9 @@ def prepare(
     return Prepared(result, spec, route, facts, check_model(spec, facts, stack, file))
 
 
-def _first_node(host: HostFacts, placement: Placement) -> int:
-    first_cpu = min(placement.cpus)
+def _first_node(host: HostFacts, placement: Placement, bind: list[int]) -> int:
+    """The node of the first bound CPU: vLLM allocates the KV pool there."""
+    first_cpu = min(bind or placement.cpus)
     for node in placement.numa_nodes:
         if first_cpu in host.node(node).cpus:
             return node
@@ -257,14 +256,20 @@ def _first_node(host: HostFacts, placement: Placement) -> int:
 
 
 def size_memory(
-    prepared: Prepared, host: HostFacts, stack: Stack, placement: Placement
+    prepared: Prepared,
+    host: HostFacts,
+    stack: Stack,
+    placement: Placement,
+    bind: list[int],
+    target: tuning.BatchTarget,
 ) -> tuple[MemoryFit, list[str]]:
     facts, spec = prepared.facts, prepared.spec
     warnings = []
     nodes = [host.node(n) for n in placement.numa_nodes]
     total = sum(n.memory_total_bytes for n in nodes) / GIB
     available = sum(n.memory_available_bytes for n in nodes) / GIB
-    first_available = host.node(_first_node(host, placement)).memory_available_bytes / GIB
+    first = _first_node(host, placement, bind)
+    first_available = host.node(first).memory_available_bytes / GIB
     wanted_len = spec.max_model_len or stack.defaults.max_model_len
     positions = facts.max_position_embeddings
     if spec.max_model_len and positions and spec.max_model_len > positions:
@@ -276,35 +281,49 @@ def size_memory(
         kv_bytes_per_token=facts.kv_bytes_per_token,
         max_position_embeddings=positions,
         max_model_len=wanted_len,
-        max_num_seqs=spec.max_num_seqs or stack.defaults.max_num_seqs,
+        max_num_seqs=spec.max_num_seqs,
         socket_total_gib=total,
         socket_available_gib=available,
         first_node_available_gib=first_available,
+        target_seqs=target.max_num_seqs,
     )
-    rule = kv_pool_gib(total)
-    if fit.fits and fit.kv_pool_gb < rule:
-        first = _first_node(host, placement)
+    if fit.fits and spec.max_num_seqs is None and fit.max_num_seqs < target.max_num_seqs:
         by_node = len(nodes) > 1 and first_available < available - (fit.weights_gb or 0) - 1
         where = (
-            f"vLLM allocates it on NUMA node {first}, the node of the first bound CPU, which "
-            f"has {first_available:.1f} GiB free"
+            f"vLLM allocates the KV pool on NUMA node {first}, the node of the first bound "
+            f"CPU, which has {first_available:.1f} GiB free"
             if by_node
-            else f"memory is short: {available:.1f} of {total:.1f} GiB available on NUMA "
-            f"node(s) {','.join(map(str, placement.numa_nodes))}"
+            else f"the KV pool may take {fit.kv_pool_cap_gb} GiB of the "
+            f"{available:.1f} GiB available on NUMA node(s) "
+            f"{','.join(map(str, placement.numa_nodes))}"
         )
         warnings.append(
-            f"the KV pool is {fit.kv_pool_gb} GiB, not the {rule} GiB the size suggests: {where}"
+            f"max_num_seqs is {fit.max_num_seqs}, not the {prepared.spec.profile} profile's "
+            f"{target.max_num_seqs}: {where}, {fit.context}-token sequences; a shorter "
+            "max_model_len admits more"
         )
     return fit, warnings
 
 
 def vllm_args(
-    prepared: Prepared, model_arg: str, served: str, context: int, seqs: int, port: int, dtype: str
+    prepared: Prepared,
+    model_arg: str,
+    served: str,
+    fit: MemoryFit,
+    port: int,
+    dtype: str,
+    sizing: Sizing,
 ) -> list[str]:
     spec = prepared.spec
-    args = [model_arg, "--dtype", dtype, "--max-model-len", str(context)]
-    args += ["--max-num-seqs", str(seqs), "--host", spec.host, "--port", str(port)]
-    args += ["--served-model-name", served]
+    args = [model_arg, "--dtype", dtype, "--max-model-len", str(fit.context)]
+    args += ["--max-num-seqs", str(fit.max_num_seqs)]
+    if user_flag(spec.extra_args, BATCHED_TOKENS_FLAG) is None:
+        args += [BATCHED_TOKENS_FLAG, str(sizing.batched_tokens)]
+    if sizing.kv_bytes_flag:
+        args += ["--kv-cache-memory-bytes", str(fit.kv_pool_gb * GIB)]
+    if sizing.enforce_eager:
+        args.append("--enforce-eager")
+    args += ["--host", spec.host, "--port", str(port), "--served-model-name", served]
     if spec.revision:
         args += ["--revision", spec.revision]
     if spec.chat_template:
@@ -313,18 +332,64 @@ def vllm_args(
 
 
 def build_env(
-    prepared: Prepared, stack: Stack, placement: Placement, kv_gib: int, hf: HfCacheMount | None
+    prepared: Prepared, stack: Stack, sizing: Sizing, kv_gib: int, hf: HfCacheMount | None
 ) -> dict[str, str]:
-    env = {
-        "VLLM_CPU_OMP_THREADS_BIND": placement.cpulist,
-        "VLLM_CPU_KVCACHE_SPACE": str(kv_gib),
-    }
+    env = {"VLLM_CPU_OMP_THREADS_BIND": format_cpulist(sizing.bind)}
+    if not sizing.kv_bytes_flag:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_gib)
     if prepared.spec.throughput_flags:
         env.update(stack.throughput_flags)
     if prepared.route.runtime == "host" and hf is not None:
         env["HF_HOME"] = hf.host_path
     env.update(prepared.spec.env)
     return env
+
+
+BATCHED_TOKENS_FLAG = "--max-num-batched-tokens"
+
+
+def user_flag(extra_args: list[str], flag: str) -> str | None:
+    """The value the endpoint file's extra_args give `flag` (`--flag V` or `--flag=V`)."""
+    for index, arg in enumerate(extra_args):
+        if arg == flag and index + 1 < len(extra_args):
+            return extra_args[index + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def batched_tokens(spec: EndpointSpec, target: tuning.BatchTarget, seqs: int) -> int:
+    """Rule 2's size, or the endpoint file's own `--max-num-batched-tokens` in extra_args."""
+    given = user_flag(spec.extra_args, BATCHED_TOKENS_FLAG)
+    return int(given) if given and given.isdecimal() else tuning.batched_tokens(target, seqs)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The tuning decisions of docs/tuning.md for one endpoint, before rendering."""
+
+    bind: list[int]
+    target: tuning.BatchTarget
+    batched_tokens: int
+    kv_bytes_flag: bool
+    enforce_eager: bool
+
+
+def tune(
+    prepared: Prepared, host: HostFacts, placement: Placement
+) -> tuple[list[int], tuning.BatchTarget, bool, list[str]]:
+    """Rules 1, 2 and 4: the bind list, the profile's batch target, eager or not."""
+    spec, route = prepared.spec, prepared.route
+    bind = tuning.omp_bind(placement.cpus)
+    target = tuning.batch_target(spec.profile, len(bind))
+    eager, warnings = tuning.compile_choice(
+        spec.profile,
+        host_vllm=route.runtime == "host",
+        cxx=host.cxx_compiler,
+        file=str(prepared.result.path),
+        extra_args=list(spec.extra_args),
+    )
+    return bind, target, eager, warnings
 
 
 APPROVAL_CHECK_MODULE = "epycd.approval.check"
@@ -351,8 +416,16 @@ def decide(
     model = spec.model or stack.default_model
     local = model.startswith("/")
     warnings = [*route.warnings, *prepared.warnings, *placement.warnings]
-    fit, memory_warnings = size_memory(prepared, host, stack, placement)
-    warnings += memory_warnings
+    bind, target, eager, compile_warnings = tune(prepared, host, placement)
+    fit, memory_warnings = size_memory(prepared, host, stack, placement, bind, target)
+    warnings += memory_warnings + compile_warnings
+    sizing = Sizing(
+        bind=bind,
+        target=target,
+        batched_tokens=batched_tokens(spec, target, fit.max_num_seqs),
+        kv_bytes_flag=tuning.kv_bytes_flag(route.vllm_version),
+        enforce_eager=eager,
+    )
     containerized = route.runtime != "host"
     mounts: list[BindMount] = []
     model_arg = model
@@ -375,7 +448,6 @@ def decide(
             "the container; use a local disk or export it without root_squash"
         )
     served = spec.served_model_name or (name if local else model)
-    seqs = spec.max_num_seqs or stack.defaults.max_num_seqs
     dtype = spec.dtype or stack.default_dtype
     kv = fit.kv_pool_gb
     weights_gib = (facts.weights_bytes or 0) / GIB
@@ -404,15 +476,21 @@ def decide(
         socket=placement.socket,
         socket_reason=placement.reason,
         cpus=placement.cpulist,
+        omp_cpus=format_cpulist(bind),
         numa_nodes=placement.numa_nodes,
-        env=build_env(prepared, stack, placement, kv, hf if not containerized else None),
+        env=build_env(prepared, stack, sizing, kv, hf if not containerized else None),
         kv_cache_gb=kv,
         memory=fit,
         port=port,
         host=spec.host,
         max_model_len=fit.context,
-        max_num_seqs=seqs,
-        vllm_args=vllm_args(prepared, model_arg, served, fit.context, seqs, port, dtype),
+        max_num_seqs=fit.max_num_seqs,
+        max_num_batched_tokens=sizing.batched_tokens,
+        profile=spec.profile,
+        enforce_eager=eager,
+        limit_nofile=tuning.LIMIT_NOFILE,
+        limit_memlock=tuning.LIMIT_MEMLOCK,
+        vllm_args=vllm_args(prepared, model_arg, served, fit, port, dtype, sizing),
         run_flags=list(stack.run_flags) if containerized else [],
         hf_cache=hf if containerized else None,
         extra_mounts=mounts,
@@ -556,18 +634,21 @@ def plan_all(
     `approved_sockets` (endpoint -> the socket of its approved plan) keeps "auto" endpoints
     where they were approved, so that adding an endpoint file never moves a running one.
 
-    Defaults reach the outside world: the shipped stack, the endpoint files, `inspect_model`,
-    `probe_vllm`, the ports listening on this machine, `os.environ` for HF_HOME.
+    Defaults reach the outside world: the shipped stack, the endpoint files, `inspect_model`
+    and `probe_vllm` (both through the probe cache of `settings.run_dir`), the ports
+    listening on this machine, `os.environ` for HF_HOME.
     """
     stack = stack or shipped_stack()
     if specs is None:
         specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
-    inspect = inspect or default_inspector
+    probes = ProbeCache.in_run_dir(settings.run_dir)
+    inspect = inspect or functools.partial(default_inspector, probe_cache=probes)
+    probe = probe or probes.probe
     probe_cache: dict[str, HostVllmFacts] = {}
 
     def cached_probe(executable: str) -> HostVllmFacts:
         if executable not in probe_cache:
-            probe_cache[executable] = (probe or default_prober)(executable)
+            probe_cache[executable] = probe(executable)
         return probe_cache[executable]
 
     facts_cache: dict[tuple[object, ...], ModelFacts] = {}

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from epycd.model.facts import MemoryFit
+from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
 
 Backend = Literal["zentorch", "stock"]
 Runtime = Literal["podman", "docker", "host"]
@@ -63,7 +64,11 @@ class EndpointDecisions(BaseModel):
     dtype: str
     socket: int
     socket_reason: str
-    cpus: str = Field(description="bind list: the socket's physical cores, CPU list string")
+    cpus: str = Field(description="pinned set (cpuset): the instance's physical cores")
+    omp_cpus: str = Field(
+        description="VLLM_CPU_OMP_THREADS_BIND: the pinned set without the front end's first "
+        "core(s) (docs/tuning.md rule 1)"
+    )
     numa_nodes: list[int]
     env: dict[str, str] = Field(description="environment for vLLM; never a secret")
     kv_cache_gb: int
@@ -76,6 +81,17 @@ class EndpointDecisions(BaseModel):
     )
     max_model_len: int
     max_num_seqs: int
+    max_num_batched_tokens: int
+    profile: Literal["balanced", "latency", "throughput"] = "balanced"
+    enforce_eager: bool = Field(
+        default=False, description="no C++ compiler for a host vLLM (docs/tuning.md rule 4)"
+    )
+    limit_nofile: int = Field(
+        default=LIMIT_NOFILE, description="LimitNOFILE= / --ulimit nofile (rule 5)"
+    )
+    limit_memlock: str = Field(
+        default=LIMIT_MEMLOCK, description="LimitMEMLOCK= / --ulimit memlock (rule 5)"
+    )
     vllm_args: list[str] = Field(description="arguments after `vllm serve`, model first")
     run_flags: list[str] = Field(default_factory=list, description="container run flags")
     hf_cache: HfCacheMount | None = None

@@ -104,6 +104,16 @@ def container_env(decisions: EndpointDecisions) -> list[tuple[str, str]]:
     return sorted(env.items())
 
 
+def ulimit_flags(decisions: EndpointDecisions) -> list[str]:
+    """The unit's limits inside the container: the engine, not systemd, sets a container's
+    rlimits (docs/tuning.md rule 5)."""
+    memlock = "-1" if decisions.limit_memlock == "infinity" else decisions.limit_memlock
+    return [
+        f"--ulimit=nofile={decisions.limit_nofile}:{decisions.limit_nofile}",
+        f"--ulimit=memlock={memlock}:{memlock}",
+    ]
+
+
 def extra_run_flags(decisions: EndpointDecisions) -> list[str]:
     required = ("--ipc=host", "--network=host", "--cap-add=SYS_NICE")
     extra = [flag for flag in decisions.run_flags if flag not in required]
@@ -138,6 +148,7 @@ def docker_run(decisions: EndpointDecisions) -> list[str]:
         "--cap-add=SYS_NICE",
         f"--cpuset-cpus={decisions.cpus}",
         f"--cpuset-mems={numa_list(decisions)}",
+        *ulimit_flags(decisions),
         *extra_run_flags(decisions),
     ]
     for mount in container_mounts(decisions):

@@ -20,7 +20,8 @@ NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 IMAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
 PLAIN_PATH_FORBIDDEN = re.compile(r"[\s:$\\\"',]")
 
-REQUIRED_ENV = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE")
+REQUIRED_ENV = ("VLLM_CPU_OMP_THREADS_BIND",)
+KV_BYTES_FLAG = "--kv-cache-memory-bytes"
 FORBIDDEN_ENV = {
     "OMP_NUM_THREADS": "vLLM derives it from VLLM_CPU_OMP_THREADS_BIND",
     "VLLM_CPU_NUM_OF_RESERVED_CPU": "vLLM's own default must apply",
@@ -32,7 +33,7 @@ THROUGHPUT_SET = {
     "VLLM_USE_AOT_COMPILE": "0",
     "ZENTORCH_WEIGHT_PREPACK": "1",
 }
-ENV_THE_PLAN_SETS = frozenset({*REQUIRED_ENV, *THROUGHPUT_SET, "HF_HOME"})
+ENV_THE_PLAN_SETS = frozenset({*REQUIRED_ENV, *THROUGHPUT_SET, "HF_HOME", "VLLM_CPU_KVCACHE_SPACE"})
 FLAGS_THE_PLAN_PASSES = frozenset(
     {
         "--host",
@@ -40,6 +41,7 @@ FLAGS_THE_PLAN_PASSES = frozenset(
         "--dtype",
         "--max-model-len",
         "--max-num-seqs",
+        KV_BYTES_FLAG,
         "--served-model-name",
         "--chat-template",
         "--revision",
@@ -115,20 +117,50 @@ def check_pinning(decisions: EndpointDecisions) -> None:
             f"{decisions.numa_nodes} is not a list of NUMA nodes",
             "plan the endpoint again",
         )
+    check_bind(decisions, cpus)
+    check_kv_pool(decisions)
+
+
+def check_bind(decisions: EndpointDecisions, cpus: list[int]) -> None:
+    """The OpenMP bind is the plan's `omp_cpus`, inside the pinned set, and leaves a core to
+    the front end unless the instance has one core (docs/tuning.md rule 1)."""
     bind = decisions.env.get("VLLM_CPU_OMP_THREADS_BIND", "")
     try:
         bind_cpus = parse_cpulist(bind)
+        planned = parse_cpulist(decisions.omp_cpus)
     except ValueError:
-        bind_cpus = []
-    if bind_cpus != cpus:
+        bind_cpus, planned = [], [-1]
+    key = "env.VLLM_CPU_OMP_THREADS_BIND"
+    if not bind_cpus or bind_cpus != planned or not set(bind_cpus) <= set(cpus):
         raise _refuse(
             decisions,
-            "env.VLLM_CPU_OMP_THREADS_BIND",
-            f"the OpenMP bind list {bind!r} is not the pinned CPUs {decisions.cpus!r}",
+            key,
+            f"the OpenMP bind list {bind!r} is not the plan's {decisions.omp_cpus!r} inside "
+            f"the pinned CPUs {decisions.cpus!r}",
             "plan the endpoint again",
         )
-    kv = decisions.env.get("VLLM_CPU_KVCACHE_SPACE", "")
-    if not kv.isdecimal() or int(kv) < 1:
+    if len(cpus) > 1 and len(bind_cpus) >= len(cpus):
+        raise _refuse(
+            decisions,
+            key,
+            f"the OpenMP bind list {bind!r} takes every pinned CPU: none is left to vLLM's "
+            "API server and scheduler",
+            "plan the endpoint again",
+        )
+
+
+def check_kv_pool(decisions: EndpointDecisions) -> None:
+    """The pool is given once: whole GiB in the legacy variable, or bytes in the flag."""
+    kv = decisions.env.get("VLLM_CPU_KVCACHE_SPACE")
+    flags = [a for a in decisions.vllm_args if _flag_name(a) == KV_BYTES_FLAG]
+    if (kv is None) == (not flags):
+        raise _refuse(
+            decisions,
+            "env.VLLM_CPU_KVCACHE_SPACE",
+            f"the KV pool must be given once: VLLM_CPU_KVCACHE_SPACE or {KV_BYTES_FLAG}",
+            "plan the endpoint again",
+        )
+    if kv is not None and (not kv.isdecimal() or int(kv) < 1):
         raise _refuse(
             decisions,
             "env.VLLM_CPU_KVCACHE_SPACE",

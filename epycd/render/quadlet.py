@@ -40,6 +40,7 @@ def container_lines(decisions: EndpointDecisions) -> list[Line]:
         "--ipc=host",
         f"--cpuset-cpus={decisions.cpus}",
         f"--cpuset-mems={commands.numa_list(decisions)}",
+        *commands.ulimit_flags(decisions),
         *commands.extra_run_flags(decisions),
     ]
     lines: list[Line] = [
@@ -72,6 +73,7 @@ def container_lines(decisions: EndpointDecisions) -> list[Line]:
 
 def service_lines(decisions: EndpointDecisions) -> list[Line]:
     lines: list[Line] = [("TimeoutStartSec", str(decisions.start_timeout_s))]
+    lines += limit_lines(decisions)
     lines += restart_lines(decisions)
     lines += [
         ("ExecCondition", command_line(argv, f"exec_condition[{index}]"))
@@ -89,6 +91,14 @@ def api_key_credential(decisions: EndpointDecisions) -> list[Line]:
         return []
     path = plain_value(decisions.api_key_file, "api_key_file")
     return [("LoadCredential", f"{commands.API_KEY_CREDENTIAL}:{path}")]
+
+
+def limit_lines(decisions: EndpointDecisions) -> list[Line]:
+    """Open files and locked memory as vLLM wants them (docs/tuning.md rule 5)."""
+    return [
+        ("LimitNOFILE", str(decisions.limit_nofile)),
+        ("LimitMEMLOCK", plain_value(decisions.limit_memlock, "limit_memlock")),
+    ]
 
 
 def restart_lines(decisions: EndpointDecisions) -> list[Line]:

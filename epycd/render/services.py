@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from epycd.plan.model import EndpointDecisions
 from epycd.render import commands
-from epycd.render.quadlet import api_key_credential, description, restart_lines
+from epycd.render.quadlet import api_key_credential, description, limit_lines, restart_lines
 from epycd.render.syntax import command_line, env_assignment, plain_value
 from epycd.render.text import Line, Section, unit_text
 
@@ -29,6 +29,7 @@ def _service_head(decisions: EndpointDecisions) -> list[Line]:
         ("NotifyAccess", "main"),
         ("TimeoutStartSec", str(decisions.start_timeout_s)),
     ]
+    lines += limit_lines(decisions)
     lines += restart_lines(decisions)
     lines += [
         ("ExecCondition", command_line(argv, f"exec_condition[{index}]"))

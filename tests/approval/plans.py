@@ -8,9 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit
 from epycd.plan.model import Plan
+from epycd.plan.tuning import omp_bind
 
 PLAN_FILE_ENV = "EPYCD_TEST_PLAN_FILE"
 
@@ -56,6 +58,7 @@ def make_plan(
     extra_units: dict[str, str] | None = None,
 ) -> Plan:
     sock = host.socket(socket)
+    bind = format_cpulist(omp_bind(parse_cpulist(sock.physical_cpus)))
     image = "docker.io/amdih/zendnn_zentorch:test" if runtime != "host" else None
     unit_name = f"epyc-llm-{name}"
     units = (
@@ -81,8 +84,14 @@ def make_plan(
         "socket": socket,
         "socket_reason": f"busy {host.socket_busy_pct.get(socket, 0.0):.1f} %",
         "cpus": sock.physical_cpus,
+        "omp_cpus": bind,
         "numa_nodes": sock.numa_nodes,
-        "env": {"VLLM_CPU_OMP_THREADS_BIND": sock.physical_cpus, "VLLM_CPU_KVCACHE_SPACE": "4"},
+        "env": {
+            "VLLM_CPU_OMP_THREADS_BIND": format_cpulist(
+                omp_bind(parse_cpulist(sock.physical_cpus))
+            ),
+            "VLLM_CPU_KVCACHE_SPACE": "4",
+        },
         "kv_cache_gb": 4,
         "memory": MemoryFit(
             weights_gb=1.0,
@@ -101,6 +110,7 @@ def make_plan(
         "port": port,
         "max_model_len": 512,
         "max_num_seqs": 4,
+        "max_num_batched_tokens": 2048,
         "vllm_args": ["/srv/models/tiny", "--port", str(port)],
         "start_timeout_s": 60,
         "product_python": "/usr/bin/python3",

@@ -25,8 +25,9 @@ import pytest
 from epycd.approval.record import Approval, current_approver
 from epycd.approval.workflow import install_approval, make_approval
 from epycd.host.facts import HostVllmFacts
+from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
 from epycd.settings import Settings
-from epycd.status import PROBE_CACHE, EndpointStatus, ProbeCache, collect_status, planned_map
+from epycd.status import EndpointStatus, collect_status, planned_map
 from epycd.status import plan_endpoints as real_plan_endpoints
 from epycd.supervisor import SupervisorStatus, write_status
 from tests.health.realvllm import vllm_executable

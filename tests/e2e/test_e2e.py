@@ -70,7 +70,9 @@ def assert_serving(boot: Boot, plan: dict[str, Any]) -> None:
         assert set(parse_cpulist(proc["Mems_allowed_list"])) == set(plan["numa_nodes"]), proc
         assert f"bind:{nodes}" in proc["numa_policies"], proc
         assert "default" not in proc["numa_policies"], proc
-    assert threads == cpus, "vLLM's threads do not cover the planned CPUs"
+    omp = set(parse_cpulist(plan["omp_cpus"]))
+    assert plan["env"]["VLLM_CPU_OMP_THREADS_BIND"] == plan["omp_cpus"]
+    assert omp <= threads <= cpus, "vLLM's threads do not cover the OpenMP bind in the cpuset"
     chat = boot.one("chat")
     assert chat["rc"] == 0, chat["stderr"]
     assert chat["reply"]["choices"] >= 1, chat

@@ -71,6 +71,7 @@ IDENTITY = {
     "bergamo-9754": ("Bergamo", "Zen 4c", False, True, True, True),
     "epyc-4584px": ("EPYC 4004", "Zen 4", False, True, True, True),
     "turin-9965": ("Turin", "Zen 5c", True, True, True, True),
+    "turin-9965-2s-nosmt": ("Turin", "Zen 5c", True, True, True, True),
     "venice-256c": ("Venice", "Zen 6", True, True, True, True),
     "xeon": ("unknown", None, False, True, True, False),
     "vm-offline-cpu": ("Genoa", "Zen 4", True, True, True, True),

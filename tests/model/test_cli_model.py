@@ -100,10 +100,14 @@ def test_estimate_70b_on_64_gib() -> None:
     assert "weights alone do not fit" in data["action"]
 
 
-def test_estimate_default_is_one_sequence_at_full_context() -> None:
+def test_estimate_default_is_what_a_balanced_plan_fits_at_full_context() -> None:
+    """Not one sequence (issue 12): vLLM's 128, cut to the full-context sequences whose KV
+    (+10 %) the 32 GiB socket's 16 GiB pool cap holds."""
     code, data = run_json("estimate", "Qwen/Qwen3-0.6B", "--socket-gb", "32")
     assert code == 0
-    assert data["max_num_seqs"] == 1 and data["context"] == 40960
+    per_sequence_gib = 40960 * 114688 * 1.1 / 1024**3
+    assert data["context"] == 40960
+    assert data["max_num_seqs"] == int(16 // per_sequence_gib) == 3
     result = run("estimate", "Qwen/Qwen3-0.6B", "--socket-gb", "32")
     assert "KV per token" in result.stdout and "114688 bytes" in result.stdout
 

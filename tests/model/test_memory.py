@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from epycd.errors import InputError
-from epycd.model.memory import GIB, fit_memory, headroom_gib, kv_pool_gib
+from epycd.model.memory import GIB, KV_MARGIN, fit_memory, headroom_gib, kv_pool_gib
 from tests.model.models import LLAMA_8B_TOTAL_SIZE, LLAMA_70B_TOTAL_SIZE
 
 LLAMA_KV = 131072  # bytes per token: 2 x 32 layers x 8 KV heads x 128 x 2 bytes
@@ -95,9 +95,9 @@ def test_the_first_numa_node_limits_the_pool() -> None:
         socket_available_gib=380,
     )
     whole = fit_memory(**common)  # type: ignore[arg-type]
-    assert whole.kv_pool_gb == kv_pool_gib(384) == 153
+    assert whole.kv_pool_cap_gb == kv_pool_gib(384) == 153
     node = fit_memory(**common, first_node_available_gib=95)  # type: ignore[arg-type]
-    assert node.kv_pool_gb == math.floor(95 - 8 * 95 / 380) == 93
+    assert node.kv_pool_cap_gb == math.floor(95 - 8 * 95 / 380) == 93
     starved = fit_memory(**common, first_node_available_gib=0.5)  # type: ignore[arg-type]
     assert not starved.fits and starved.suggested_max_model_len is None
     assert "NUMA node" in starved.action
@@ -183,3 +183,90 @@ def test_fit_invariants(
         assert suggested % 256 == 0 and suggested < fit.context
         assert fit_memory(max_model_len=suggested, **args).fits  # type: ignore[arg-type]
         assert not fit_memory(max_model_len=suggested + 256, **args).fits  # type: ignore[arg-type]
+
+
+def test_the_pool_is_what_the_sequences_need_plus_the_margin() -> None:
+    """Rule 3: 4 x 8192 tokens x 128 KiB = 4 GiB of KV, +10 % -> a 5 GiB pool, not the
+    153 GiB the socket could give (issue 12: the pool filled the node)."""
+    fit = fit_memory(
+        weights_bytes=8 * GIB,
+        kv_bytes_per_token=LLAMA_KV,
+        max_position_embeddings=LLAMA_POSITIONS,
+        max_model_len=8192,
+        max_num_seqs=4,
+        socket_total_gib=384,
+        socket_available_gib=380,
+    )
+    assert fit.fits and fit.kv_gb == 4.0
+    assert fit.kv_pool_gb == math.ceil(4.0 * (1 + KV_MARGIN)) == 5
+    assert fit.kv_pool_cap_gb == 153
+
+
+def test_without_max_num_seqs_the_target_is_cut_to_what_fits() -> None:
+    """Rule 2: the profile's 128 sequences of 8192 tokens (128 GiB of KV) do not fit a 64 GiB
+    socket's cap (25 GiB): as many full sequences as the cap holds, no fewer than 1."""
+    common = dict(
+        weights_bytes=LLAMA_8B_TOTAL_SIZE,
+        kv_bytes_per_token=LLAMA_KV,
+        max_position_embeddings=LLAMA_POSITIONS,
+        max_num_seqs=None,
+        socket_total_gib=64,
+        socket_available_gib=64,
+        target_seqs=128,
+    )
+    fit = fit_memory(max_model_len=8192, **common)  # type: ignore[arg-type]
+    assert fit.fits and fit.kv_pool_cap_gb == 25
+    assert fit.max_num_seqs == math.floor(25 / (1.0 * (1 + KV_MARGIN))) == 22
+    assert fit.kv_gb <= fit.kv_pool_gb <= fit.kv_pool_cap_gb
+    short = fit_memory(max_model_len=1024, **common)  # type: ignore[arg-type]
+    assert short.max_num_seqs == 128, "where memory allows, vLLM's default is kept"
+    longest = fit_memory(max_model_len=131072, **common)  # type: ignore[arg-type]
+    assert longest.max_num_seqs == 1 and longest.fits
+    too_long = fit_memory(**{**common, "socket_total_gib": 32, "socket_available_gib": 32},
+                          max_model_len=131072)  # type: ignore[arg-type]  # fmt: skip
+    assert too_long.max_num_seqs == 1 and not too_long.fits
+
+
+@given(
+    weights_gib=st.floats(0.1, 300),
+    kv_per_token=st.integers(1_000, 1_000_000),
+    positions=st.integers(512, 1_048_576),
+    wanted=st.integers(1, 2_000_000),
+    target=st.integers(1, 512),
+    total=st.floats(2, 2048),
+    free=st.floats(0.1, 1.0),
+    first_share=st.floats(0.1, 1.0),
+)
+def test_sized_pool_invariants(
+    weights_gib: float,
+    kv_per_token: int,
+    positions: int,
+    wanted: int,
+    target: int,
+    total: float,
+    free: float,
+    first_share: float,
+) -> None:
+    """Rules 2 and 3: the pool never exceeds the nodes' available memory (nor the first
+    node's), and the chosen max_num_seqs full-context sequences fit the pool."""
+    available = total * free
+    fit = fit_memory(
+        weights_bytes=int(weights_gib * GIB),
+        kv_bytes_per_token=kv_per_token,
+        max_position_embeddings=positions,
+        max_model_len=wanted,
+        max_num_seqs=None,
+        socket_total_gib=total,
+        socket_available_gib=available,
+        first_node_available_gib=available * first_share,
+        target_seqs=target,
+    )
+    assert 1 <= fit.max_num_seqs <= target
+    assert fit.kv_pool_gb <= fit.kv_pool_cap_gb or not fit.fits
+    assert fit.kv_pool_gb <= max(0, available - weights_gib)
+    assert fit.kv_pool_gb <= max(0, available * first_share)
+    if fit.fits:
+        assert fit.kv_bytes_per_token * fit.context * fit.max_num_seqs <= fit.kv_pool_gb * GIB
+        assert fit.required_gb <= fit.available_gb + 0.01
+    elif fit.max_num_seqs > 1:
+        raise AssertionError("memory cut max_num_seqs yet the fit fails")

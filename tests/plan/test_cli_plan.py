@@ -42,6 +42,7 @@ def run(ws: Workspace, *args: str) -> Result:
         "EPYCD_UNIT_DIR": str(ws.settings.unit_dir),
         "EPYCD_QUADLET_DIR": str(ws.settings.quadlet_dir),
         "EPYCD_STATE_DIR": str(ws.settings.state_dir),
+        "EPYCD_RUN_DIR": str(ws.settings.run_dir),
         "HF_HOME": str(ws.hf_home),
     }
     return CliRunner().invoke(main, ["plan", *args], env=env, catch_exceptions=False)
@@ -62,7 +63,8 @@ def test_json_has_the_design_keys_and_only_the_named_endpoint(
     assert data["backend"] == "zentorch" and data["runtime"] == "podman"
     assert data["errors"] == [] and list(data["units"]) == ["epyc-llm-a.container"]
     assert len(data["fingerprint"]) == 64
-    assert data["env"]["VLLM_CPU_OMP_THREADS_BIND"] == data["cpus"]
+    assert data["env"]["VLLM_CPU_OMP_THREADS_BIND"] == data["omp_cpus"]
+    assert expand(data["omp_cpus"]) == expand(data["cpus"])[2:]
     again = json.loads(run(ws, "a", "--json", "--root", str(root)).output)
     assert again["fingerprint"] == data["fingerprint"]
     other = json.loads(run(ws, "b", "--json", "--root", str(root)).output)
@@ -132,6 +134,11 @@ def test_this_machine_with_the_real_vllm_venv(ws: Workspace, tmp_path: Path) -> 
     assert data["vllm_executable"] == str(vllm)
     assert data["socket"] == 0 and data["memory"]["fits"]
     assert expand(data["cpus"]) == physical_cpus_of_socket(0)
+    pinned = sorted(physical_cpus_of_socket(0))
+    front = 0 if len(pinned) == 1 else 2 if len(pinned) >= 64 else 1  # docs/tuning.md rule 1
+    assert expand(data["omp_cpus"]) == pinned[front:]
+    assert data["env"]["VLLM_CPU_OMP_THREADS_BIND"] == data["omp_cpus"]
+    assert "--kv-cache-memory-bytes" in data["vllm_args"], "vLLM 0.32 takes the pool in bytes"
     assert list(data["units"]) == ["epyc-llm-tiny.service"]
 
 

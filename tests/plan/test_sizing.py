@@ -39,11 +39,12 @@ def test_short_first_node_still_plans_and_says_so(ws: Workspace, host_of: HostOf
     host = host_of("this-machine-genoa-vm")
     node = host.nodes[0].model_copy(update={"memory_available_bytes": 5 * GIB})
     short = host.model_copy(update={"nodes": [node]})
-    ws.endpoint("llm", "max_model_len = 1024\n")
+    ws.endpoint("llm", "max_model_len = 4096\n")
     plan = ws.plan(short)["llm"].plan
     assert plan is not None and plan.memory.fits
-    assert plan.kv_cache_gb < kv_pool_gib(node.memory_total_bytes / GIB)
-    assert any("memory is short" in w for w in plan.warnings)
+    assert plan.memory.kv_pool_cap_gb < kv_pool_gib(node.memory_total_bytes / GIB)
+    assert plan.max_num_seqs < 128
+    assert any("max_num_seqs is" in w and "profile's 128" in w for w in plan.warnings)
 
 
 def test_a_model_too_big_for_the_socket_is_refused_with_the_sizing(
@@ -107,7 +108,7 @@ def test_env_and_args_the_plan_writes(ws: Workspace, host_of: HostOf) -> None:
     plan = ws.plan(host_of("genoa-9654-2s-nps1"))["llm"].plan
     assert plan is not None
     assert plan.env == {
-        "VLLM_CPU_OMP_THREADS_BIND": plan.cpus,
+        "VLLM_CPU_OMP_THREADS_BIND": plan.omp_cpus,
         "VLLM_CPU_KVCACHE_SPACE": str(plan.kv_cache_gb),
         "TORCHINDUCTOR_FREEZING": "1",
         "VLLM_USE_AOT_COMPILE": "0",
@@ -116,7 +117,8 @@ def test_env_and_args_the_plan_writes(ws: Workspace, host_of: HostOf) -> None:
     }
     assert plan.vllm_args == [
         str(ws.model), "--dtype", "float32", "--max-model-len", "4096", "--max-num-seqs", "2",
-        "--host", "127.0.0.1", "--port", "8123", "--served-model-name", "q", "--enforce-eager",
+        "--max-num-batched-tokens", "2048", "--host", "127.0.0.1", "--port", "8123",
+        "--served-model-name", "q", "--enforce-eager",
     ]  # fmt: skip
     assert plan.restart == "on-failure" and plan.port == 8123
     assert not any(a.startswith("--device") for a in plan.vllm_args)

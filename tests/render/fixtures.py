@@ -18,6 +18,8 @@ GENOA_IMAGE = (
 STOCK_IMAGE = "docker.io/vllm/vllm-openai-cpu:v0.29.0-x86_64"
 # socket 1 of a dual Genoa 9654 (96 cores per socket), NPS4: nodes 4-7
 SOCKET1_CPUS = "96-191"
+SOCKET1_OMP = "98-191"
+"""Cores 96 and 97 are the front end's (docs/tuning.md rule 1: 2 on 64 cores and more)."""
 
 
 def _memory(kv_pool_gb: int) -> MemoryFit:
@@ -58,9 +60,10 @@ def _base(name: str, **changes: object) -> EndpointDecisions:
         "socket": 1,
         "socket_reason": "socket 0 is busy (62 %), socket 1 is idle (3 %)",
         "cpus": SOCKET1_CPUS,
+        "omp_cpus": SOCKET1_OMP,
         "numa_nodes": [4, 5, 6, 7],
         "env": {
-            "VLLM_CPU_OMP_THREADS_BIND": SOCKET1_CPUS,
+            "VLLM_CPU_OMP_THREADS_BIND": SOCKET1_OMP,
             "VLLM_CPU_KVCACHE_SPACE": "140",
         },
         "kv_cache_gb": 140,
@@ -68,6 +71,7 @@ def _base(name: str, **changes: object) -> EndpointDecisions:
         "port": 8000,
         "max_model_len": 8192,
         "max_num_seqs": 8,
+        "max_num_batched_tokens": 2048,
         "vllm_args": [
             "Qwen/Qwen3-0.6B",
             "--dtype",
@@ -128,8 +132,9 @@ def milan_docker() -> EndpointDecisions:
         socket=0,
         socket_reason="single socket",
         cpus="0-63",
+        omp_cpus="2-63",
         numa_nodes=[0],
-        env={"VLLM_CPU_OMP_THREADS_BIND": "0-63", "VLLM_CPU_KVCACHE_SPACE": "40"},
+        env={"VLLM_CPU_OMP_THREADS_BIND": "2-63", "VLLM_CPU_KVCACHE_SPACE": "40"},
         kv_cache_gb=40,
         memory=_memory(40),
         port=8002,
@@ -156,12 +161,14 @@ def host_vllm(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecisions:
         image=None,
         vllm_executable=vllm,
         cpus="0-47",
+        omp_cpus="1-47",
         socket=0,
         socket_reason="socket 0 is idle",
         numa_nodes=[0, 1],
-        env={"VLLM_CPU_OMP_THREADS_BIND": "0-47", "VLLM_CPU_KVCACHE_SPACE": "64"},
+        env={"VLLM_CPU_OMP_THREADS_BIND": "1-47"},
         port=8003,
-        vllm_args=_args_with_port(8003),
+        vllm_version="0.32.0",
+        vllm_args=[*_args_with_port(8003), "--kv-cache-memory-bytes", str(64 * 1024**3)],
         podman_notify_healthy=False,
         hf_cache=HfCacheMount(host_path="/var/cache/hf home"),
     )
@@ -243,7 +250,7 @@ def host_ipv6_with_key(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecision
         host_vllm(vllm),
         "host-key",
         host="::",
-        vllm_args=_args_with_port(8003, "::"),
+        vllm_args=[*_args_with_port(8003, "::"), "--kv-cache-memory-bytes", str(64 * 1024**3)],
         api_key_file="/etc/epyc-llm/secrets/host.key",
     )
 

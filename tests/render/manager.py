@@ -33,13 +33,15 @@ PR_SET_PDEATHSIG = 1
 LOG_LEVEL = os.environ.get("EPYC_MANAGER_LOG", "warning")
 
 DUMPER = """#!{python}
-import json, os, sys, time, uuid
+import json, os, resource, sys, time, uuid
 import sdnotify
 record = {{
     "argv": sys.argv,
     "env": dict(os.environ),
     "cpus": sorted(os.sched_getaffinity(0)),
     "cwd": os.getcwd(),
+    "nofile": resource.getrlimit(resource.RLIMIT_NOFILE),
+    "memlock": resource.getrlimit(resource.RLIMIT_MEMLOCK),
     "cgroup": open("/proc/self/cgroup", encoding="utf-8").read(),
 }}
 token_path = os.environ.get("HF_TOKEN_PATH")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.plan.model import EndpointDecisions
+from epycd.plan.tuning import omp_bind
 from epycd.render import commands
 from epycd.render.quadlet import describe
 from tests.render.manager import Run, UserManager
@@ -17,13 +19,15 @@ PODMAN = "/usr/bin/podman"
 def on_this_machine(decisions: EndpointDecisions, manager: UserManager) -> EndpointDecisions:
     """Executables replaced by the argv dumper; pinned to CPUs and node 0 of this machine."""
     cpus = format_cpulist(os.sched_getaffinity(0))
+    bind = format_cpulist(omp_bind(list(os.sched_getaffinity(0))))
     dumper = str(manager.dumper)
     update: dict[str, object] = {
         "product_python": dumper,
         "exec_condition": [[dumper, *argv[1:]] for argv in decisions.exec_condition],
         "cpus": cpus,
         "numa_nodes": [0],
-        "env": {**decisions.env, "VLLM_CPU_OMP_THREADS_BIND": cpus},
+        "omp_cpus": bind,
+        "env": {**decisions.env, "VLLM_CPU_OMP_THREADS_BIND": bind},
     }
     if decisions.vllm_executable:
         update["vllm_executable"] = dumper
@@ -53,6 +57,21 @@ def _common(decisions: EndpointDecisions, run: Run) -> None:
     argvs = [r["argv"] for r in run.records]
     for argv in decisions.exec_condition:
         assert argv in argvs
+    memlock = -1 if decisions.limit_memlock == "infinity" else int(decisions.limit_memlock)
+    nofile = _as_allowed(decisions.limit_nofile, resource.RLIMIT_NOFILE)
+    memlock = _as_allowed(memlock, resource.RLIMIT_MEMLOCK)
+    for record in run.records:
+        assert record["nofile"] == [nofile, nofile], (record["argv"], record["nofile"])
+        assert record["memlock"] == [memlock, memlock], (record["argv"], record["memlock"])
+
+
+def _as_allowed(limit: int, which: int) -> int:
+    """systemd lowers a Limit*= to the manager's own hard limit when it may not raise it (a
+    container running the tests): the manager inherits this process's hard limit."""
+    hard = resource.getrlimit(which)[1]
+    if hard == resource.RLIM_INFINITY:
+        return limit
+    return hard if limit == resource.RLIM_INFINITY or limit > hard else limit
 
 
 def check_service(decisions: EndpointDecisions, run: Run) -> None:
@@ -102,7 +121,14 @@ def check_container(decisions: EndpointDecisions, run: Run) -> None:
     expected_env = sorted(f"{k}={v}" for k, v in commands.container_env(decisions))
     assert sorted(_values_after(argv, "--env")) == expected_env
     assert _values_after(argv, "-v") == commands.container_mounts(decisions)
-    for flag in ("--ipc=host", f"--cpuset-cpus={decisions.cpus}", "--cpuset-mems=0"):
+    memlock = "-1" if decisions.limit_memlock == "infinity" else decisions.limit_memlock
+    for flag in (
+        "--ipc=host",
+        f"--cpuset-cpus={decisions.cpus}",
+        "--cpuset-mems=0",
+        f"--ulimit=nofile={decisions.limit_nofile}:{decisions.limit_nofile}",
+        f"--ulimit=memlock={memlock}:{memlock}",
+    ):
         assert flag in argv
     if decisions.api_key_file:
         assert "VLLM_API_KEY" not in " ".join(argv[: -len(tail)])

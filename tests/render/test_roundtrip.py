@@ -78,6 +78,12 @@ env_names = st.from_regex(r"VLLM_[A-Za-z0-9_]{1,8}", fullmatch=True).filter(
 passable = value.filter(lambda arg: arg in ("", ";") or arg_refusal(arg) is None)
 
 
+def _kv_flag(args: list[str]) -> list[str]:
+    """The template's `--kv-cache-memory-bytes N` (the host fixture's vLLM 0.32 takes bytes)."""
+    flag = "--kv-cache-memory-bytes"
+    return [flag, args[args.index(flag) + 1]] if flag in args else []
+
+
 def _variants(
     base: EndpointDecisions, name: str, manager: UserManager, token: str | None
 ) -> dict[str, EndpointDecisions]:
@@ -91,7 +97,7 @@ def _variants(
                 "unit_name": f"epyc-llm-{endpoint}",
                 "model": base.model,
                 "served_model_name": base.served_model_name,
-                "vllm_args": base.vllm_args,
+                "vllm_args": [*base.vllm_args, *_kv_flag(template.vllm_args)],
                 "env": {**template.env, **base.env},
                 "podman_notify_healthy": base.podman_notify_healthy,
                 "hf_token_file": token,

@@ -1,0 +1,326 @@
+"""`epycctl bench NAME`: measure the ready endpoint with vLLM's own `vllm bench serve`.
+
+The endpoint's own vLLM runs the benchmark: the host venv's `vllm`, or `vllm` inside the
+endpoint's image (host network, the HF cache and model folders mounted as the unit mounts
+them). Random dataset, fixed seed, `--ignore-eos`, one run per concurrency; the results
+(output tok/s, TTFT, TPOT) are kept in `STATE_DIR/bench/NAME.json`.
+
+`--offline` runs `vllm bench throughput` instead, the recipe's offline batch mode, with the
+endpoint's own sizing (its engine arguments, environment, CPUs and NUMA nodes) while the
+endpoint is stopped: both would not fit the same cores and memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+from pydantic import BaseModel, Field
+
+from epycd.cli.output import print_json, table
+from epycd.errors import InputError, Refusal
+from epycd.settings import Settings, load_settings
+
+RESULT_IN_CONTAINER = "/epycd-bench"
+PROGRESS_INTERVAL_S = 1.0
+BENCH_TIMEOUT_S = 3600
+METRICS = ("completed", "duration", "output_throughput", "mean_ttft_ms", "mean_tpot_ms")
+ENGINE_FLAGS = (
+    "--dtype",
+    "--max-model-len",
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--kv-cache-memory-bytes",
+    "--revision",
+)
+"""The endpoint's sizing, taken from its `vllm serve` arguments for `vllm bench throughput`."""
+
+
+class BenchRun(BaseModel):
+    concurrency: int
+    num_prompts: int
+    output_throughput: float | None = Field(default=None, description="output tokens/s")
+    mean_ttft_ms: float | None = None
+    mean_tpot_ms: float | None = None
+    completed: int | None = None
+    duration: float | None = None
+    error: str | None = None
+
+
+class BenchResult(BaseModel):
+    endpoint: str
+    measured_at: datetime
+    input_len: int
+    output_len: int
+    runs: list[BenchRun]
+    mode: str = Field(default="serve", description='"serve" or "offline" (bench throughput)')
+
+
+def bench_path(settings: Settings, name: str) -> Path:
+    return settings.state_dir / "bench" / f"{name}.json"
+
+
+def serve_bench_args(
+    plan: dict[str, Any], concurrency: int, prompts: int, lengths: tuple[int, int], out: str
+) -> list[str]:
+    """`vllm bench serve` arguments against the endpoint, the result written to `out`."""
+    folder, _, file_name = out.rpartition("/")
+    return [
+        "bench", "serve", "--backend", "vllm",
+        "--host", "127.0.0.1", "--port", str(plan["port"]),
+        "--model", str(plan["served_model_name"]), "--tokenizer", str(plan["model"]),
+        "--dataset-name", "random",
+        "--random-input-len", str(lengths[0]), "--random-output-len", str(lengths[1]),
+        "--ignore-eos", "--num-prompts", str(prompts), "--max-concurrency", str(concurrency),
+        "--seed", "0", "--disable-tqdm",
+        "--save-result", "--result-dir", folder, "--result-filename", file_name,
+    ]  # fmt: skip
+
+
+def bench_argv(plan: dict[str, Any], args: list[str], results: Path) -> list[str]:
+    """The endpoint's own vLLM: the host venv, or the image on the host network."""
+    if plan["runtime"] == "host":
+        return [str(plan["vllm_executable"]), *args]
+    mounts = [f"{results}:{RESULT_IN_CONTAINER}"]
+    if plan.get("hf_cache"):
+        mounts.append(f"{plan['hf_cache']['host_path']}:{plan['hf_cache']['container_path']}")
+    mounts += [f"{m['host_path']}:{m['container_path']}:ro" for m in plan.get("extra_mounts", [])]
+    argv = [plan["runtime"], "run", "--rm", "--network=host", "--entrypoint", "vllm"]
+    for mount in mounts:
+        argv += ["-v", mount]
+    return [*argv, str(plan["image"]), *args]
+
+
+def answers(plan: dict[str, Any]) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(health_url(plan), timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def health_url(plan: dict[str, Any]) -> str:
+    return f"http://127.0.0.1:{plan['port']}/health"
+
+
+def require_ready(plan: dict[str, Any], name: str) -> None:
+    if not answers(plan):
+        raise Refusal(
+            f"{name} is not ready: {health_url(plan)} does not answer 200",
+            fix=f"epycctl start {name}; `epycctl status {name}` says when it is ready",
+        )
+
+
+def engine_args(plan: dict[str, Any]) -> list[str]:
+    """The endpoint's model and sizing flags (and --enforce-eager) from its serve arguments."""
+    serve: list[str] = list(plan["vllm_args"])
+    args = ["--model", serve[0]]
+    for index, word in enumerate(serve[:-1]):
+        if word in ENGINE_FLAGS:
+            args += [word, serve[index + 1]]
+    return args + (["--enforce-eager"] if "--enforce-eager" in serve else [])
+
+
+def throughput_argv(
+    plan: dict[str, Any], prompts: int, lengths: tuple[int, int], results: Path
+) -> list[str]:
+    """`vllm bench throughput` with the endpoint's sizing, pinned as its unit pins it; the
+    result goes to `results`/offline.json."""
+    inside = results if plan["runtime"] == "host" else Path(RESULT_IN_CONTAINER)
+    out = f"{inside}/offline.json"
+    args = [
+        "bench", "throughput", *engine_args(plan), "--dataset-name", "random",
+        "--input-len", str(lengths[0]), "--output-len", str(lengths[1]),
+        "--num-prompts", str(prompts), "--seed", "0", "--output-json", out,
+    ]  # fmt: skip
+    nodes = ",".join(map(str, plan["numa_nodes"]))
+    if plan["runtime"] == "host":
+        return [*numactl(plan["cpus"], nodes), str(plan["vllm_executable"]), *args]
+    argv = bench_argv(plan, args, results)
+    run = argv.index("run") + 1
+    flags = [f"--cpuset-cpus={plan['cpus']}", f"--cpuset-mems={nodes}", "--ipc=host"]
+    flags += [f"--env={key}={value}" for key, value in sorted(plan["env"].items())]
+    return [*argv[:run], *flags, *argv[run:]]
+
+
+def numactl(cpus: str, nodes: str) -> list[str]:
+    """The unit's CPUAffinity= and NUMAPolicy=bind for a process started here; numactl is a
+    prerequisite of the offline benchmark on the host path."""
+    found = shutil.which("numactl")
+    if found is None:
+        raise Refusal(
+            "numactl is not installed: the offline benchmark pins vLLM as the unit does",
+            fix="apt-get install numactl",
+        )
+    return [found, f"--physcpubind={cpus}", f"--membind={nodes}"]
+
+
+def run_offline(
+    plan: dict[str, Any], name: str, prompts: int, lengths: tuple[int, int], results: Path
+) -> BenchRun:
+    if answers(plan):
+        raise Refusal(
+            f"{name} is running: the offline benchmark needs its cores and memory",
+            fix=f"epycctl stop {name}, run the benchmark, then epycctl start {name}",
+        )
+    argv = throughput_argv(plan, prompts, lengths, results)
+    env = os.environ | plan["env"] if plan["runtime"] == "host" else None
+    seqs = int(plan["max_num_seqs"])
+    started = time.monotonic()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    out = results / "offline.json"
+    if done.returncode != 0 or not out.is_file():
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return BenchRun(concurrency=seqs, num_prompts=prompts,
+                        error=f"exit {done.returncode}: " + " / ".join(tail))  # fmt: skip
+    data = json.loads(out.read_text(encoding="utf-8"))
+    elapsed = float(data["elapsed_time"]) or time.monotonic() - started
+    return BenchRun(
+        concurrency=seqs,
+        num_prompts=int(data["num_requests"]),
+        output_throughput=int(data["num_requests"]) * lengths[1] / elapsed,
+        completed=int(data["num_requests"]),
+        duration=elapsed,
+    )
+
+
+def run_one(argv: list[str], label: str, result_file: Path) -> dict[str, Any]:
+    """Run one benchmark with a progress line on stderr; its saved metrics, or the error."""
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        while process.poll() is None:
+            elapsed = time.monotonic() - started
+            if elapsed > BENCH_TIMEOUT_S:
+                process.kill()
+            click.echo(f"\r{label}: running {elapsed:.0f} s", nl=False, err=True)
+            time.sleep(PROGRESS_INTERVAL_S)
+        click.echo(f"\r{label}: done in {time.monotonic() - started:.0f} s", err=True)
+        log.seek(0)
+        tail = log.read().decode(errors="replace").strip().splitlines()[-3:]
+    if process.returncode != 0 or not result_file.is_file():
+        return {"error": f"exit {process.returncode}: " + " / ".join(tail)}
+    data = json.loads(result_file.read_text(encoding="utf-8"))
+    return {key: data.get(key) for key in METRICS}
+
+
+@click.command("bench")
+@click.argument("name")
+@click.option(
+    "--concurrency",
+    "concurrencies",
+    type=click.IntRange(min=1),
+    multiple=True,
+    help="concurrent requests; repeat for several runs (default 1, 8, 32)",
+)
+@click.option("--input-len", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--output-len", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option(
+    "--prompts-per-concurrency",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="prompts per run = this x concurrency (at least 8)",
+)
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="`vllm bench throughput` with the endpoint's sizing, the endpoint stopped",
+)
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+def bench(
+    name: str,
+    concurrencies: tuple[int, ...],
+    input_len: int,
+    output_len: int,
+    prompts_per_concurrency: int,
+    offline: bool,
+    as_json: bool,
+) -> None:
+    """Measure NAME's ready endpoint with `vllm bench serve` (tok/s, TTFT, TPOT)."""
+    from epycd.approval.record import load_approval
+
+    settings = load_settings()
+    approval = load_approval(settings, name)
+    if approval is None:
+        raise InputError(
+            f"{name} is not approved", fix=f"epycctl plan {name}; epycctl approve {name}"
+        )
+    plan = approval.plan
+    lengths = (input_len, output_len)
+    if offline:
+        prompts = max(8, prompts_per_concurrency * int(plan["max_num_seqs"]))
+        with tempfile.TemporaryDirectory(prefix="epycd-bench-") as folder:
+            click.echo(f"offline: vllm bench throughput, {prompts} prompts ...", err=True)
+            runs = [run_offline(plan, name, prompts, lengths, Path(folder))]
+        finish(settings, BenchResult(endpoint=name, measured_at=datetime.now(UTC),
+                                     input_len=input_len, output_len=output_len,
+                                     runs=runs, mode="offline"), as_json)  # fmt: skip
+        return
+    require_ready(plan, name)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="epycd-bench-") as folder:
+        results = Path(folder)
+        for concurrency in concurrencies or (1, 8, 32):
+            prompts = max(8, prompts_per_concurrency * concurrency)
+            file_name = f"c{concurrency}.json"
+            inside = results if plan["runtime"] == "host" else Path(RESULT_IN_CONTAINER)
+            args = serve_bench_args(
+                plan, concurrency, prompts, (input_len, output_len), f"{inside}/{file_name}"
+            )
+            measured = run_one(
+                bench_argv(plan, args, results), f"concurrency {concurrency}", results / file_name
+            )
+            runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, **measured))
+    result = BenchResult(
+        endpoint=name,
+        measured_at=datetime.now(UTC),
+        input_len=input_len,
+        output_len=output_len,
+        runs=runs,
+    )
+    finish(settings, result, as_json)
+
+
+def finish(settings: Settings, result: BenchResult, as_json: bool) -> None:
+    """Keep the result for `status NAME`, show it; exit 1 when a run failed."""
+    from epycd.approval.atomic import write_atomic
+
+    write_atomic(bench_path(settings, result.endpoint), result.model_dump_json(indent=1).encode())
+    show(result, as_json)
+    if any(run.error for run in result.runs):
+        raise SystemExit(1)
+
+
+def show(result: BenchResult, as_json: bool) -> None:
+    if as_json:
+        print_json(result.model_dump(mode="json"))
+        return
+    click.echo(bench_table(result))
+    sys.stdout.flush()
+
+
+def bench_table(result: BenchResult) -> str:
+    """Output tok/s, TTFT and TPOT per concurrency (`bench`, and `status NAME`'s last one)."""
+    rows = [
+        (
+            run.concurrency,
+            f"{run.output_throughput:.1f}" if run.output_throughput is not None else "-",
+            f"{run.mean_ttft_ms:.0f}" if run.mean_ttft_ms is not None else "-",
+            f"{run.mean_tpot_ms:.1f}" if run.mean_tpot_ms is not None else "-",
+            run.error or "",
+        )
+        for run in result.runs
+    ]
+    header = ("Concurrency", "Output tok/s", "TTFT ms", "TPOT ms", "Error")
+    return table(rows, header=header)

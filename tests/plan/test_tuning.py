@@ -1,0 +1,249 @@
+"""The tuning rules of docs/tuning.md on fake hosts: the bind leaves the front end its cores
+(rule 1), max_num_seqs and the batch follow the profile and fit the memory (rule 2), the KV
+pool is what the sequences need within the nodes' available memory and is passed the way the
+vLLM version prefers (rule 3), a host vLLM without a C++ compiler runs eager or is refused
+(rule 4), every unit kind carries the limits (rule 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from epycd.host.cpulist import parse_cpulist
+from epycd.host.detect import detect_host
+from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
+from epycd.plan.model import Plan
+from epycd.spec import parse_endpoint
+from tests.hosts import CATALOGUE, write_host
+from tests.plan.conftest import PODMAN_5, Workspace
+
+GIB = 1024**3
+HostOf = Callable[..., HostFacts]
+RULE_HOSTS = [
+    "this-machine-genoa-vm",
+    "genoa-9654-2s-nps1",
+    "genoa-9654-2s-nps4",
+    "turin-9965-2s-nosmt",
+    "bergamo-9754",
+]
+
+
+def probe_says(version: str) -> Callable[[str], HostVllmFacts]:
+    def probe(executable: str) -> HostVllmFacts:
+        return HostVllmFacts(
+            path=executable, present=True, version=version, platform="ZenCpuPlatform"
+        )
+
+    return probe
+
+
+def plans(ws: Workspace, host: HostFacts, **kwargs: object) -> dict[str, Plan]:
+    found = {}
+    for name, result in ws.plan(host, **kwargs).items():
+        assert result.plan is not None, result.errors
+        found[name] = result.plan
+    return found
+
+
+def expected_front_end(cores: int) -> int:
+    """docs/tuning.md rule 1, written apart from the product's code."""
+    return 0 if cores == 1 else 2 if cores >= 64 else 1
+
+
+def check_bind(plan: Plan, host: HostFacts) -> None:
+    pinned = parse_cpulist(plan.cpus)
+    bind = parse_cpulist(plan.env["VLLM_CPU_OMP_THREADS_BIND"])
+    physical = set(parse_cpulist(host.socket(plan.socket).physical_cpus))
+    assert bind == parse_cpulist(plan.omp_cpus)
+    assert set(bind) <= set(pinned) <= physical
+    front = expected_front_end(len(pinned))
+    assert bind == sorted(pinned)[front:], (plan.cpus, plan.omp_cpus)
+    assert len(bind) >= 1
+
+
+@pytest.mark.parametrize("name", RULE_HOSTS)
+def test_the_bind_leaves_the_front_end_cores_within_the_pinned_set(
+    ws: Workspace, host_of: HostOf, name: str
+) -> None:
+    host = host_of(name)
+    for index in range(host.sockets):
+        ws.endpoint(f"e{index}")
+    for plan in plans(ws, host).values():
+        check_bind(plan, host)
+        [unit] = plan.units.values()
+        assert f"--cpuset-cpus={plan.cpus} " in unit, "the cpuset stays the instance's CPUs"
+        assert f"VLLM_CPU_OMP_THREADS_BIND={plan.omp_cpus}\n" in unit
+
+
+def test_nps4_instances_of_24_cores_each_leave_one(ws: Workspace, host_of: HostOf) -> None:
+    host = host_of("genoa-9654-2s-nps4")
+    for index in range(8):
+        ws.endpoint(f"e{index}")
+    found = plans(ws, host)
+    assert len(found) == 8
+    for plan in found.values():
+        check_bind(plan, host)
+        assert len(parse_cpulist(plan.cpus)) == 24
+        assert len(parse_cpulist(plan.omp_cpus)) == 23
+
+
+def test_a_one_core_instance_binds_its_core(ws: Workspace, tmp_path: Path) -> None:
+    shape = CATALOGUE["this-machine-genoa-vm"]
+    from dataclasses import replace
+
+    root = write_host(tmp_path / "one", replace(shape, cores_per_socket=1))
+    host = detect_host(root, probe_runtimes=False).model_copy(
+        update={"runtimes": RuntimeFacts(podman=PODMAN_5)}
+    )
+    ws.endpoint("llm")
+    plan = plans(ws, host)["llm"]
+    assert plan.omp_cpus == plan.cpus == "0"
+
+
+def test_the_two_core_vm_holds_one_core_back_and_batches_like_vllm(
+    ws: Workspace, host_of: HostOf
+) -> None:
+    """The machine of benchmarks/serving-results.md: core 0 for the front end, core 1 for
+    OpenMP; 4096-token Qwen3-0.6B sequences (448 MiB of KV each) fit the cap 11 times."""
+    host = host_of("this-machine-genoa-vm")
+    ws.endpoint("llm")
+    plan = plans(ws, host)["llm"]
+    assert (plan.cpus, plan.omp_cpus) == ("0-1", "1")
+    assert plan.max_num_seqs > 1
+    assert plan.max_num_batched_tokens == 2048
+    per_sequence = plan.memory.kv_bytes_per_token * plan.max_model_len
+    assert plan.max_num_seqs * per_sequence <= plan.kv_cache_gb * GIB
+    assert (plan.max_num_seqs + 1) * per_sequence * 1.1 > plan.memory.kv_pool_cap_gb * GIB
+
+
+@pytest.mark.parametrize("name", RULE_HOSTS)
+@pytest.mark.parametrize("profile", ["balanced", "latency", "throughput"])
+def test_the_pool_and_the_sequences_fit_the_nodes(
+    ws: Workspace, host_of: HostOf, name: str, profile: str
+) -> None:
+    host = host_of(name)
+    ws.endpoint("llm", f'profile = "{profile}"\n')
+    plan = plans(ws, host)["llm"]
+    assert plan.profile == profile
+    available = sum(host.node(n).memory_available_bytes for n in plan.numa_nodes)
+    weights = plan.memory.weights_gb * GIB
+    assert plan.kv_cache_gb * GIB <= available - weights
+    first_bound = min(parse_cpulist(plan.omp_cpus))
+    first_node = next(n for n in plan.numa_nodes if first_bound in host.node(n).cpus)
+    assert plan.kv_cache_gb * GIB <= host.node(first_node).memory_available_bytes
+    need = plan.memory.kv_bytes_per_token * plan.max_model_len * plan.max_num_seqs
+    assert need <= plan.kv_cache_gb * GIB
+    assert plan.max_num_batched_tokens >= plan.max_num_seqs
+    args = plan.vllm_args
+    assert args[args.index("--max-num-seqs") + 1] == str(plan.max_num_seqs)
+    assert args[args.index("--max-num-batched-tokens") + 1] == str(plan.max_num_batched_tokens)
+
+
+@pytest.mark.parametrize("name", RULE_HOSTS[1:])
+def test_balanced_and_throughput_never_go_below_vllms_defaults_where_memory_allows(
+    ws: Workspace, host_of: HostOf, name: str
+) -> None:
+    host = host_of(name)
+    ws.endpoint("llm", "max_model_len = 2048\n")
+    balanced = plans(ws, host)["llm"]
+    assert (balanced.max_num_seqs, balanced.max_num_batched_tokens) == (128, 2048)
+    ws.endpoint("llm", 'max_model_len = 2048\nprofile = "throughput"\n')
+    throughput = plans(ws, host)["llm"]
+    assert (throughput.max_num_seqs, throughput.max_num_batched_tokens) == (256, 4096)
+
+
+def test_latency_batches_fewer_sequences_in_shorter_steps(ws: Workspace, host_of: HostOf) -> None:
+    ws.endpoint("fast", 'profile = "latency"\nmax_model_len = 2048\n')
+    ws.endpoint("wide", "max_model_len = 2048\n")
+    found = plans(ws, host_of("genoa-9654-2s-nps1"))
+    assert found["fast"].max_num_seqs < found["wide"].max_num_seqs
+    assert found["fast"].max_num_batched_tokens <= found["wide"].max_num_batched_tokens
+    assert found["fast"].kv_cache_gb < found["wide"].kv_cache_gb
+
+
+def test_an_explicit_max_num_seqs_is_kept(ws: Workspace, host_of: HostOf) -> None:
+    ws.endpoint("llm", "max_num_seqs = 3\n")
+    plan = plans(ws, host_of("genoa-9654-2s-nps1"))["llm"]
+    assert plan.max_num_seqs == 3 and plan.max_num_batched_tokens == 2048
+
+
+def test_a_bad_profile_names_the_file_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "llm.toml"
+    result = parse_endpoint(path, b'profile = "fastest"\n', precisions=["bfloat16"])
+    assert not result.ok
+    [error] = result.errors
+    assert (error.file, error.key) == (str(path), "profile")
+    assert "balanced" in (error.fix or "")
+
+
+def host_endpoint(ws: Workspace, extra: str = "") -> None:
+    ws.endpoint("llm", f'runtime = "host"\nvllm = "/opt/zen/bin/vllm"\n{extra}')
+
+
+def test_vllm_032_takes_the_pool_in_bytes(ws: Workspace, host_of: HostOf) -> None:
+    host_endpoint(ws)
+    plan = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
+    args = plan.vllm_args
+    assert args[args.index("--kv-cache-memory-bytes") + 1] == str(plan.kv_cache_gb * GIB)
+    assert "VLLM_CPU_KVCACHE_SPACE" not in plan.env
+
+
+def test_older_vllm_and_the_pinned_image_take_the_gib_variable(
+    ws: Workspace, host_of: HostOf
+) -> None:
+    host_endpoint(ws)
+    ws.endpoint("box")
+    found = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.25.1"))
+    for plan in found.values():
+        assert plan.env["VLLM_CPU_KVCACHE_SPACE"] == str(plan.kv_cache_gb)
+        assert "--kv-cache-memory-bytes" not in plan.vllm_args
+
+
+def without_cxx(host: HostFacts) -> HostFacts:
+    return host.model_copy(update={"cxx_compiler": None})
+
+
+def test_the_fake_hosts_have_a_compiler_where_a_host_vllm_compiles(host_of: HostOf) -> None:
+    assert host_of("genoa-9654-2s-nps1").cxx_compiler == "/usr/bin/g++"
+
+
+def test_a_host_vllm_with_a_compiler_compiles(ws: Workspace, host_of: HostOf) -> None:
+    host_endpoint(ws)
+    plan = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
+    assert not plan.enforce_eager and "--enforce-eager" not in plan.vllm_args
+
+
+def test_no_compiler_balanced_runs_eager_and_says_the_cost(ws: Workspace, host_of: HostOf) -> None:
+    host_endpoint(ws)
+    host = without_cxx(host_of("genoa-9654-2s-nps1"))
+    plan = plans(ws, host, probe=probe_says("0.32.0"))["llm"]
+    assert plan.enforce_eager and "--enforce-eager" in plan.vllm_args
+    assert any("fewer tokens/s" in w and "apt-get install g++" in w for w in plan.warnings)
+
+
+def test_no_compiler_throughput_is_refused_with_the_fix(ws: Workspace, host_of: HostOf) -> None:
+    host_endpoint(ws, 'profile = "throughput"\n')
+    host = without_cxx(host_of("genoa-9654-2s-nps1"))
+    result = ws.plan(host, probe=probe_says("0.32.0"))["llm"]
+    assert result.plan is None and result.exit_code == 1
+    assert "C++ compiler" in result.errors[0].message
+    assert "apt-get install g++" in (result.errors[0].fix or "")
+
+
+def test_containers_carry_their_own_compiler(ws: Workspace, host_of: HostOf) -> None:
+    ws.endpoint("llm", 'profile = "throughput"\n')
+    plan = plans(ws, without_cxx(host_of("genoa-9654-2s-nps1")))["llm"]
+    assert not plan.enforce_eager and "--enforce-eager" not in plan.vllm_args
+
+
+def test_every_unit_kind_carries_the_limits(ws: Workspace, host_of: HostOf) -> None:
+    host_endpoint(ws)
+    ws.endpoint("box")
+    found = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))
+    service = found["llm"].units["epyc-llm-llm.service"]
+    container = found["box"].units["epyc-llm-box.container"]
+    for text in (service, container):
+        assert "\nLimitNOFILE=65536\n" in text and "\nLimitMEMLOCK=infinity\n" in text
+    assert "--ulimit=nofile=65536:65536 --ulimit=memlock=-1:-1" in container
