@@ -386,7 +386,7 @@ class Daemon:
 
         try:
             for line in recover_interrupted(self.settings):
-                log.info("recovered: %s", line)
+                log.info("recovery: %s", line)
         except EpycError as exc:
             log.error("could not finish interrupted installs: %s", exc)
 

@@ -18,6 +18,10 @@ The install is a small transaction journalled in `STATE_DIR/transactions/NAME.js
 4. done: the journal is deleted.
 
 `recover()` is that roll forward / roll back; every writer runs it first under the lock.
+A journal only ever names files in the product's own folders (the unit folder, the Quadlet
+folder and one `*.d` drop-in level below them, the approvals folder), each staged file next
+to its target: a journal that names anything else is refused and left alone, nothing of it
+carried out (`check_transaction`), and it affects only its own endpoint.
 `remove` uses the same journal with deletions only. The environment variable
 `EPYCD_TEST_CRASH_AT=<step>` makes the process SIGKILL itself at that step (test hook).
 """
@@ -33,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from epycd.approval.atomic import (
     STAGED_SUFFIX,
@@ -45,10 +49,12 @@ from epycd.approval.atomic import (
     write_durable,
 )
 from epycd.approval.record import (
+    NAME_PATTERN,
     Approval,
     approval_path,
     approvals_dir,
     checked_name,
+    outside_unit_folders,
     sha256_file,
     sha256_text,
 )
@@ -134,8 +140,49 @@ def state_lock(settings: Settings) -> Iterator[None]:
         os.close(fd)
 
 
+def check_transaction(settings: Settings, transaction: Transaction, journal: Path) -> None:
+    """Refuse (`InputError`, naming the journal and the entry) a transaction that would touch
+    anything but the endpoint's approval and unit files in the product's own folders."""
+    fix = (
+        "nothing of it was carried out; check who wrote it, delete it "
+        f"(rm {journal}) and run `epycctl approve {transaction.endpoint}` or `epycctl remove`"
+    )
+    if journal.stem != transaction.endpoint:
+        raise InputError(
+            f"the journal is for endpoint {transaction.endpoint!r}, not {journal.stem!r}",
+            file=journal,
+            key="endpoint",
+            fix=fix,
+        )
+    record = str(approval_path(settings, transaction.endpoint))
+    if not transaction.files or transaction.files[-1].target != record:
+        raise InputError(f"its last entry is not {record}", file=journal, key="files", fix=fix)
+    for index, change in enumerate(transaction.files):
+        problem = _change_problem(settings, change, is_record=index == len(transaction.files) - 1)
+        if problem:
+            raise InputError(problem, file=journal, key=f"files[{index}]", fix=fix)
+
+
+def _change_problem(settings: Settings, change: FileChange, *, is_record: bool) -> str | None:
+    target = Path(change.target)
+    if not is_record and outside_unit_folders(settings, target):
+        return (
+            f"{change.target} is outside the product's unit and Quadlet folders "
+            f"({settings.unit_dir}, {settings.quadlet_dir})"
+        )
+    if change.staged is None:
+        return None
+    staged = Path(change.staged)
+    if staged.parent != target.parent or not (
+        staged.name.startswith(".") and staged.name.endswith(STAGED_SUFFIX)
+    ):
+        return f"its staged file {change.staged} is not a staged file next to {change.target}"
+    return None
+
+
 def _write_journal(settings: Settings, transaction: Transaction) -> None:
     path = journal_path(settings, transaction.endpoint)
+    check_transaction(settings, transaction, path)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
     write_atomic(path, transaction.model_dump_json(indent=2).encode(), mode=0o644)
 
@@ -171,35 +218,47 @@ def _apply_one(change: FileChange) -> None:
 
 
 def pending_transactions(settings: Settings) -> list[str]:
+    """Endpoints with a journal (files whose name cannot be an endpoint's are not ours)."""
     folder = settings.state_dir / TRANSACTIONS
-    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob("*.json") if NAME_PATTERN.fullmatch(p.stem))
 
 
 def _stray_staged(settings: Settings) -> Iterator[Path]:
     for folder in {settings.unit_dir, settings.quadlet_dir, approvals_dir(settings)}:
         if folder.is_dir():
             yield from folder.glob(f".*{STAGED_SUFFIX}")
-            yield from folder.glob(f"*.d/.*{STAGED_SUFFIX}")
+            for dropins in folder.glob("*.d"):
+                if dropins.is_dir() and not dropins.is_symlink():
+                    yield from dropins.glob(f".*{STAGED_SUFFIX}")
 
 
 def recover(settings: Settings) -> list[str]:
     """Finish every journalled transaction, then delete staged files no journal names.
 
-    Call with the state lock held. Returns one line per repair, for the person to read."""
+    Call with the state lock held. Returns one line per repair ("repaired: ...") and per
+    journal refused ("refused: ..."), for the person to read. A refused journal stays where
+    it is (its endpoint shows as interrupted and does not start) and stops nothing else."""
     done: list[str] = []
     for name in pending_transactions(settings):
         path = journal_path(settings, name)
         try:
-            transaction = Transaction.model_validate_json(path.read_text(encoding="utf-8"))
-        except (OSError, ValidationError):
+            transaction = Transaction.model_validate_json(path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError):
             unlink_durable(path)
-            done.append(f"{name}: dropped an unreadable transaction journal {path}")
+            done.append(f"repaired: {name}: dropped an unreadable transaction journal {path}")
+            continue
+        try:
+            check_transaction(settings, transaction, path)
+        except InputError as exc:
+            done.append(f"refused: {exc}")
             continue
         _apply(settings, transaction)
-        done.append(f"{name}: finished an interrupted {transaction.action}")
+        done.append(f"repaired: {name}: finished an interrupted {transaction.action}")
     for stray in _stray_staged(settings):
         unlink_durable(stray)
-        done.append(f"deleted a half-written file of an interrupted install: {stray}")
+        done.append(f"repaired: deleted a half-written file of an interrupted install: {stray}")
     return done
 
 

@@ -7,6 +7,9 @@
   data/, image, host), or the installed units are not the approved ones; with readable
   diffs. Installed units are never rewritten here: only a new approval does that.
 - orphaned: an approval or installed units, and no endpoint file.
+- damaged: the approval record cannot be read (cut short, not UTF-8, not an approval's
+  shape); `epycctl approve NAME` replaces it, `epycctl remove NAME` deletes it. Only that
+  endpoint is affected: the others are read as usual.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from epycd.settings import Settings
 if TYPE_CHECKING:
     from epycd.plan.build import EndpointResult
 
-StateName = Literal["pending-approval", "approved", "changed-needs-approval", "orphaned"]
+StateName = Literal["pending-approval", "approved", "changed-needs-approval", "orphaned", "damaged"]
 
 UNIT_PREFIX = "epyc-llm-"
 VOLATILE_PLAN_KEYS = frozenset({"fingerprint", "units", "unit_dirs", "warnings", "socket_reason"})
@@ -258,9 +261,10 @@ def endpoint_states(
             states.append(
                 EndpointState(
                     endpoint=name,
-                    state="changed-needs-approval",
+                    state="damaged",
                     fingerprint=current.fingerprint if isinstance(current, Plan) else None,
                     reasons=[unreadable[name]],
+                    interrupted=name in interrupted,
                 )
             )
             continue

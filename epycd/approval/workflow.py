@@ -21,7 +21,8 @@ from epycd.approval.record import (
     Approval,
     Approver,
     UnitRecord,
-    load_approval,
+    approval_path,
+    readable_approval,
     sha256_file,
     sha256_text,
 )
@@ -139,7 +140,7 @@ def install_approval(settings: Settings, approval: Approval) -> tuple[list[str],
     """Under the state lock: finish interrupted work, then install. (repairs, unit paths)"""
     with file_errors_refused(), state_lock(settings):
         repairs = recover(settings)
-        previous = load_approval(settings, approval.endpoint)
+        previous = readable_approval(settings, approval.endpoint)
         return repairs, install(settings, approval, previous)
 
 
@@ -207,9 +208,9 @@ def remove_endpoint(
     with file_errors_refused(), state_lock(settings):
         for line in recover(settings):
             log(line)
-        approval = load_approval(settings, name)
+        approval = readable_approval(settings, name)
         files = removal_files(settings, name, approval)
-        if approval is None and not files:
+        if approval is None and not files and not approval_path(settings, name).exists():
             raise InputError(
                 f"nothing to remove: no approval and no units for {name}",
                 fix="`epycctl status` lists the endpoints",

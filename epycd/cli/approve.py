@@ -14,7 +14,7 @@ from epycd.approval.record import (
     approved_sockets,
     checked_name,
     current_approver,
-    load_approval,
+    readable_approval,
 )
 from epycd.approval.workflow import (
     disable_dropped,
@@ -127,7 +127,7 @@ def approve(name: str, yes: bool, accept_unvalidated: bool, no_start: bool, no_p
     checked_name(name)
     require_admin(settings, "approve")
     for line in recover_interrupted(settings):
-        click.echo(f"repaired: {line}")
+        click.echo(line)
     result, host = current_plan(settings, name)
     click.echo(f"Plan for endpoint {name} ({result.config_file})\n")
     click.echo(confirmation_table(result, host))
@@ -139,7 +139,7 @@ def approve(name: str, yes: bool, accept_unvalidated: bool, no_start: bool, no_p
     click.echo(units_text(plan, {n: r.path for n, r in approval.units.items()}))
     click.echo(f"fingerprint {plan.fingerprint}\n")
     gate(plan, accept_unvalidated=accept_unvalidated)
-    previous = load_approval(settings, name)
+    previous = readable_approval(settings, name)
     if previous is not None and previous.fingerprint == plan.fingerprint:
         click.echo(f"{name} is already approved at this fingerprint; approving it again.")
     ask(f"Approve {name} and install these units?", yes=yes)
@@ -149,7 +149,7 @@ def approve(name: str, yes: bool, accept_unvalidated: bool, no_start: bool, no_p
         disable_dropped(previous, approval, click.echo)
     repairs, paths = install_approval(settings, approval)
     for line in repairs:
-        click.echo(f"repaired: {line}")
+        click.echo(line)
     click.echo(f"approved {name} by {approval.approver.describe()} ({plan.fingerprint[:12]})")
     for path in paths:
         click.echo(f"wrote {path}")
@@ -173,7 +173,7 @@ def remove(name: str, yes: bool, no_stop: bool, as_json: bool) -> None:
     settings = Settings()
     checked_name(name)
     require_admin(settings, "remove")
-    approval = load_approval(settings, name)
+    approval = readable_approval(settings, name)
     files = removal_files(settings, name, approval)
     if not as_json:
         click.echo(f"remove {name}: stop, disable, delete:")

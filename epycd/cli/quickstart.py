@@ -286,7 +286,7 @@ def quickstart(
     from epycd.approval.atomic import write_atomic
     from epycd.approval.install import unit_targets
     from epycd.approval.permissions import require_admin
-    from epycd.approval.record import checked_name, current_approver, load_approval
+    from epycd.approval.record import checked_name, current_approver, readable_approval
     from epycd.approval.workflow import (
         disable_dropped,
         file_errors_refused,
@@ -342,7 +342,7 @@ def quickstart(
     action = "approve" if already else f"write {target}, approve"
     ask(f"{action.capitalize()} {name} and {'install' if no_start else 'start'} it?", yes=yes)
     for line in recover_interrupted(settings):
-        click.echo(f"repaired: {line}")
+        click.echo(line)
     if not already:
         with file_errors_refused():
             write_atomic(target, content, mode=0o644)
@@ -350,14 +350,14 @@ def quickstart(
     approval = make_approval(
         settings, plan, host, current_approver(), accepted_unvalidated=accept_unvalidated
     )
-    previous = load_approval(settings, name)
+    previous = readable_approval(settings, name)
     if not no_pull:
         pull_image(plan)
     if not no_start:
         disable_dropped(previous, approval, click.echo)
     repairs, paths = install_approval(settings, approval)
     for line in repairs:
-        click.echo(f"repaired: {line}")
+        click.echo(line)
     click.echo(f"approved {name} by {approval.approver.describe()} ({plan.fingerprint[:12]})")
     for path in paths:
         click.echo(f"wrote {path}")
