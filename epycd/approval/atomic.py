@@ -1,5 +1,8 @@
 """Durable file writes: a temporary file in the target's own folder, fsync, rename, fsync
-the folder. A reader sees the old file or the new one, never a partial one."""
+the folder. A reader sees the old file or the new one, never a partial one.
+
+Modes are set explicitly, whatever the umask of the admin's shell: a folder created with
+umask 077 would hide every approval from the users `epycctl status` is for."""
 
 from __future__ import annotations
 
@@ -22,6 +25,21 @@ def staged_path(target: Path, tag: str) -> Path:
     return target.with_name(f".{target.name}.{tag}{STAGED_SUFFIX}")
 
 
+def make_dirs(folder: Path, mode: int = 0o755) -> None:
+    """`mkdir -p folder` with `mode` on every folder it creates (not on existing ones)."""
+    missing = []
+    current = folder
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=mode)
+        except FileExistsError:
+            continue
+        os.chmod(path, mode)
+
+
 def write_durable(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write `data` to `path` (which must not be in use by anyone) and fsync it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
@@ -41,7 +59,7 @@ def replace_durable(staged: Path, target: Path) -> None:
 
 
 def write_atomic(target: Path, data: bytes, mode: int = 0o644) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(target.parent)
     staged = staged_path(target, f"{os.getpid()}")
     write_durable(staged, data, mode)
     replace_durable(staged, target)

@@ -42,6 +42,7 @@ from pydantic import BaseModel
 from epycd.approval.atomic import (
     STAGED_SUFFIX,
     fsync_dir,
+    make_dirs,
     replace_durable,
     staged_path,
     unlink_durable,
@@ -74,6 +75,16 @@ STEPS = (
 QUADLET_SUFFIXES = frozenset({".container", ".volume", ".network", ".kube", ".image", ".pod"})
 UNIT_PART = re.compile(r"^[A-Za-z0-9@_:-][A-Za-z0-9@_.:-]*$")
 TRANSACTIONS = "transactions"
+UNIT_MODE = 0o644
+"""Units stay world-readable: systemd publishes every unit's settings (ExecStart=,
+Environment=) to every local user over D-Bus (`systemctl show`), and warns about unit files
+that are not world-readable. So nothing secret ever goes into a unit (the token and key
+files are passed by path), and hiding the file would protect nothing."""
+RECORD_MODE = 0o644
+"""Approval records hold the approved plan, whose units are public anyway (above), and who
+approved it: what `epycctl status` shows every user, as the design wants."""
+JOURNAL_MODE = 0o600
+"""Journals are read by root's recovery only; status needs only their names."""
 
 
 class FileChange(BaseModel):
@@ -131,7 +142,7 @@ def unit_targets(
 
 @contextmanager
 def state_lock(settings: Settings) -> Iterator[None]:
-    settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+    make_dirs(settings.state_dir)
     fd = os.open(settings.state_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -183,8 +194,8 @@ def _change_problem(settings: Settings, change: FileChange, *, is_record: bool) 
 def _write_journal(settings: Settings, transaction: Transaction) -> None:
     path = journal_path(settings, transaction.endpoint)
     check_transaction(settings, transaction, path)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    write_atomic(path, transaction.model_dump_json(indent=2).encode(), mode=0o644)
+    make_dirs(path.parent)
+    write_atomic(path, transaction.model_dump_json(indent=2).encode(), mode=JOURNAL_MODE)
 
 
 def _apply(settings: Settings, transaction: Transaction) -> None:
@@ -271,9 +282,9 @@ def install(settings: Settings, approval: Approval, previous: Approval | None) -
     changes: list[FileChange] = []
     for index, (name, text) in enumerate(units.items()):
         target = targets[name]
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        make_dirs(target.parent)
         staged = staged_path(target, "new")
-        write_durable(staged, text.encode(), 0o644)
+        write_durable(staged, text.encode(), UNIT_MODE)
         fsync_dir(staged.parent)
         changes.append(FileChange(target=str(target), staged=str(staged), sha256=sha256_text(text)))
         crash_point("unit-staged" if index == 0 else "")
@@ -285,10 +296,10 @@ def install(settings: Settings, approval: Approval, previous: Approval | None) -
             if record.path not in kept
         ]
     record_path = approval_path(settings, approval.endpoint)
-    record_path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    make_dirs(record_path.parent)
     staged_record = staged_path(record_path, "new")
     record_text = approval.model_dump_json(indent=2)
-    write_durable(staged_record, record_text.encode(), 0o644)
+    write_durable(staged_record, record_text.encode(), RECORD_MODE)
     fsync_dir(record_path.parent)
     crash_point("approval-staged")
     changes.append(

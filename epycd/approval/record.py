@@ -1,7 +1,8 @@
 """The approval record: who approved which fingerprint, when, and exactly what was installed.
 
 One JSON file per endpoint, `STATE_DIR/approvals/NAME.json`, readable by everyone (status
-and plans are public; a plan never holds a secret) and written only by an admin.
+and plans are public; a plan never holds a secret, and its units are public anyway: see
+`install.RECORD_MODE`) and written only by an admin.
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ class Unplanned(BaseModel):
 
     errors: list[str]
     unfit_inputs_fingerprint: str | None = None
+    unreadable_here: str | None = None
 
 
 class EndpointState(BaseModel):
@@ -124,6 +125,7 @@ def endpoint_state(
     plan: Plan | None,
     errors: Sequence[str] = (),
     unfit_inputs_fingerprint: str | None = None,
+    unreadable_here: str | None = None,
     approval: Approval | None,
     installed: Mapping[str, str | None],
     interrupted: bool = False,
@@ -149,7 +151,13 @@ def endpoint_state(
             state.reasons.append(f"unit files on disk without an approval: {sorted(present)}")
     else:
         state.state = "approved"
-        if plan is None and unfit_inputs_fingerprint == approved_inputs(approval):
+        if plan is None and unreadable_here is not None:
+            state.reasons.append(
+                f"this user cannot read {unreadable_here} (root-only), so no plan is made "
+                "here to compare with: the approved plan is shown; run status as root to "
+                "compare"
+            )
+        elif plan is None and unfit_inputs_fingerprint == approved_inputs(approval):
             state.reasons.append(
                 "a plan made now does not fit the memory free now (a running endpoint holds "
                 "its own); nothing else changed, so the approved units stay"
@@ -283,6 +291,9 @@ def endpoint_states(
                 unfit_inputs_fingerprint=(
                     current.unfit_inputs_fingerprint if isinstance(current, Unplanned) else None
                 ),
+                unreadable_here=(
+                    current.unreadable_here if isinstance(current, Unplanned) else None
+                ),
                 approval=approval,
                 installed=installed,
                 interrupted=name in interrupted,
@@ -295,6 +306,7 @@ def unplanned(result: EndpointResult) -> Unplanned:
     return Unplanned(
         errors=[p.text for p in result.errors],
         unfit_inputs_fingerprint=result.unfit_inputs_fingerprint,
+        unreadable_here=result.unreadable_here,
     )
 
 

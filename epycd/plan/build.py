@@ -58,6 +58,11 @@ class EndpointResult(BaseModel):
         description="when refused only because memory free now is short: the inputs "
         "fingerprint, so an approved endpoint whose inputs did not change is not drift",
     )
+    unreadable_here: str | None = Field(
+        default=None,
+        description="a root-only file (the token file) this non-root caller cannot read: "
+        "the plan cannot be made here, which says nothing about drift",
+    )
 
     @property
     def exit_code(self) -> int:
@@ -100,6 +105,29 @@ def default_prober(executable: str) -> HostVllmFacts:
     return probe_vllm(executable)
 
 
+def _unreadable_token(path: Path, exc: OSError, file: Path) -> InputError:
+    return InputError(
+        f"cannot read {path}: {exc.strerror}",
+        file=file,
+        key="hf_token_file",
+        fix="create the file holding the token, owned by root, mode 0600",
+    )
+
+
+class UnreadableHere(InputError):
+    """A root-only file that this non-root process may not read (`epycctl status` as a
+    user): the plan cannot be made by this user, the endpoint has not changed for it."""
+
+    def __init__(self, path: Path, *, file: Path, key: str) -> None:
+        super().__init__(
+            f"cannot read {path} as uid {os.geteuid()} (it is root-only, as it should be)",
+            file=file,
+            key=key,
+            fix="run it as root to plan this endpoint",
+        )
+        self.path = str(path)
+
+
 def read_token(spec: EndpointSpec, file: Path) -> str | None:
     """The HF token from a root-only file; the plan never copies it anywhere."""
     if spec.hf_token_file is None:
@@ -108,13 +136,12 @@ def read_token(spec: EndpointSpec, file: Path) -> str | None:
     try:
         info = path.stat()
         text = path.read_text(encoding="utf-8").strip()
+    except PermissionError as exc:
+        if os.geteuid() != 0:
+            raise UnreadableHere(path, file=file, key="hf_token_file") from None
+        raise _unreadable_token(path, exc, file) from None
     except OSError as exc:
-        raise InputError(
-            f"cannot read {path}: {exc.strerror}",
-            file=file,
-            key="hf_token_file",
-            fix="create the file holding the token, owned by root, mode 0600",
-        ) from None
+        raise _unreadable_token(path, exc, file) from None
     if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise InputError(
             f"{path} is readable by others (mode {stat.S_IMODE(info.st_mode):o})",
@@ -522,7 +549,8 @@ def plan_all(
         except EpycError as exc:
             if exc.file is None:
                 exc.file = str(spec_result.path)
-            results[spec_result.name] = _failed(spec_result, exc)
+            here = exc.path if isinstance(exc, UnreadableHere) else None
+            results[spec_result.name] = _failed(spec_result, exc, unreadable_here=here)
 
     placements = allocate(
         [
