@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from epycd.approval.record import Approval, approved_sockets, readable_approval
+from epycd.approval.record import Approval, approved_ports, approved_sockets, readable_approval
 from epycd.approval.state import EndpointState, Unplanned, endpoint_states, unplanned
 from epycd.plan.model import Plan
 from epycd.settings import Settings
@@ -515,5 +515,6 @@ def plan_endpoints(
         specs=specs,
         probe=probes.probe,
         approved_sockets=approved_sockets(settings),
+        approved_ports=approved_ports(settings),
     )
     return results, host

@@ -189,3 +189,14 @@ def approved_sockets(settings: Settings) -> dict[str, int]:
         if approval is not None and isinstance(approval.plan.get("socket"), int):
             sockets[name] = int(approval.plan["socket"])
     return sockets
+
+
+def approved_ports(settings: Settings) -> dict[str, int]:
+    """Endpoint -> the port its approved plan listens on: it stays that endpoint's while the
+    approval stands, running or not, so that no other plan is given it."""
+    ports = {}
+    for name in approved_names(settings):
+        approval = readable_approval(settings, name)
+        if approval is not None and isinstance(approval.plan.get("port"), int):
+            ports[name] = int(approval.plan["port"])
+    return ports

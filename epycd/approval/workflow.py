@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from epycd import systemd
 from epycd.approval.install import install, recover, state_lock, uninstall, unit_targets
@@ -22,6 +23,7 @@ from epycd.approval.record import (
     Approver,
     UnitRecord,
     approval_path,
+    approved_names,
     readable_approval,
     sha256_file,
     sha256_text,
@@ -29,6 +31,7 @@ from epycd.approval.record import (
 from epycd.approval.shape import host_shape
 from epycd.approval.state import endpoint_unit_files
 from epycd.errors import InputError, Refusal
+from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.model import Plan
 from epycd.settings import Settings
@@ -137,11 +140,43 @@ def recover_interrupted(settings: Settings) -> list[str]:
 
 
 def install_approval(settings: Settings, approval: Approval) -> tuple[list[str], list[Path]]:
-    """Under the state lock: finish interrupted work, then install. (repairs, unit paths)"""
+    """Under the state lock: finish interrupted work, refuse a plan that overlaps another
+    approval (as read under the lock: a racing `approve` is seen), then install.
+    (repairs, unit paths)"""
     with file_errors_refused(), state_lock(settings):
         repairs = recover(settings)
+        refuse_overlap(settings, approval)
         previous = readable_approval(settings, approval.endpoint)
         return repairs, install(settings, approval, previous)
+
+
+def overlap(plan: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
+    """What two plans would both use: the port, CPUs."""
+    clashes = []
+    if plan.get("port") is not None and plan.get("port") == other.get("port"):
+        clashes.append(f"port {plan['port']}")
+    shared = set(parse_cpulist(str(plan.get("cpus") or ""))) & set(
+        parse_cpulist(str(other.get("cpus") or ""))
+    )
+    if shared:
+        clashes.append(f"CPUs {format_cpulist(sorted(shared))}")
+    return clashes
+
+
+def refuse_overlap(settings: Settings, approval: Approval) -> None:
+    """Refuse (exit 1) when another approved endpoint, running or not, holds the plan's port
+    or any of its CPUs: two approvals never share them."""
+    name = approval.endpoint
+    for other_name in approved_names(settings):
+        other = readable_approval(settings, other_name) if other_name != name else None
+        clashes = overlap(approval.plan, other.plan) if other is not None else []
+        if clashes:
+            raise Refusal(
+                f"{name}'s plan uses {' and '.join(clashes)} of approved endpoint "
+                f"{other_name}; nothing was written",
+                fix=f"run `epycctl approve {name}` again (a plan made now keeps off "
+                f"{other_name}'s), or approve or remove {other_name} first",
+            )
 
 
 def dropped_units(previous: Approval | None, approval: Approval) -> list[str]:

@@ -11,6 +11,7 @@ import click
 
 from epycd.approval.permissions import require_admin
 from epycd.approval.record import (
+    approved_ports,
     approved_sockets,
     checked_name,
     current_approver,
@@ -57,7 +58,12 @@ def current_plan(settings: Settings, name: str) -> tuple[EndpointResult, HostFac
         )
     host = gather_host(settings.host_root, sum(spec.ok for spec in specs), LOAD_SAMPLE_SECONDS)
     results = plan_all(
-        settings, host, stack=stack, specs=specs, approved_sockets=approved_sockets(settings)
+        settings,
+        host,
+        stack=stack,
+        specs=specs,
+        approved_sockets=approved_sockets(settings),
+        approved_ports=approved_ports(settings),
     )
     return next(r for r in results if r.endpoint == name), host
 

@@ -23,7 +23,7 @@ from types import TracebackType
 import click
 import tomli_w
 
-from epycd.approval.record import Approval, approved_sockets
+from epycd.approval.record import Approval, approved_ports, approved_sockets
 from epycd.cli.approve import consent_options
 from epycd.cli.output import reports_errors
 from epycd.errors import InputError, Refusal
@@ -220,6 +220,7 @@ def plan_candidate(
         specs=[*others, candidate],
         probe=probes.probe,
         approved_sockets=approved_sockets(settings),
+        approved_ports=approved_ports(settings),
     )
     return next(r for r in results if r.endpoint == target.stem)
 
