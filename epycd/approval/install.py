@@ -54,8 +54,10 @@ from epycd.approval.record import (
     Approval,
     approval_path,
     approvals_dir,
+    approved_names,
     checked_name,
     outside_unit_folders,
+    readable_approval,
     sha256_file,
     sha256_text,
 )
@@ -168,10 +170,23 @@ def check_transaction(settings: Settings, transaction: Transaction, journal: Pat
     record = str(approval_path(settings, transaction.endpoint))
     if not transaction.files or transaction.files[-1].target != record:
         raise InputError(f"its last entry is not {record}", file=journal, key="files", fix=fix)
+    others = _units_of_others(settings, transaction.endpoint)
     for index, change in enumerate(transaction.files):
         problem = _change_problem(settings, change, is_record=index == len(transaction.files) - 1)
+        if problem is None and change.target in others:
+            problem = f"{change.target} is a unit of approved endpoint {others[change.target]}"
         if problem:
             raise InputError(problem, file=journal, key=f"files[{index}]", fix=fix)
+
+
+def _units_of_others(settings: Settings, name: str) -> dict[str, str]:
+    """Unit path -> the other approved endpoint whose record lists it."""
+    owners: dict[str, str] = {}
+    for other in approved_names(settings):
+        approval = readable_approval(settings, other) if other != name else None
+        for record in approval.units.values() if approval else []:
+            owners[record.path] = other
+    return owners
 
 
 def _change_problem(settings: Settings, change: FileChange, *, is_record: bool) -> str | None:

@@ -74,6 +74,10 @@ def another_endpoints_record(env: Env, out: Path) -> list[dict[str, Any]]:
     return [{"target": str(env.settings.unit_dir / "epyc-llm-alpha.service")}, record(env, "alpha")]
 
 
+def another_endpoints_unit(env: Env, out: Path) -> list[dict[str, Any]]:
+    return [{"target": str(env.settings.unit_dir / "epyc-llm-alpha.service")}, record(env)]
+
+
 JOURNALS: dict[str, Journal] = {
     "deletes-outside": deletes_outside,
     "dot-dot": dot_dot,
@@ -81,6 +85,7 @@ JOURNALS: dict[str, Journal] = {
     "stages-from-outside": stages_from_outside,
     "symlinked-dropin": through_a_symlinked_dropin,
     "another-endpoints-record": another_endpoints_record,
+    "another-endpoints-unit": another_endpoints_unit,
 }
 
 
