@@ -252,6 +252,8 @@ class Daemon:
                 continue
             self.waiting.started[status.name] = now
         for status in self.statuses:
+            if status.state == "damaged":
+                log.error("%s: %s", status.name, status.reason)
             if status.state == "changed-needs-approval":
                 log.warning(
                     "%s: changed since approval, not applied: %s",

@@ -255,12 +255,15 @@ def test_damaged_files_of_one_endpoint_never_disturb_the_others(
     )
     @given(case=case, command=st.sampled_from(COMMANDS))
     def run(case: tuple[str, bytes], command: tuple[str, ...]) -> None:
+        ran.append(case[0])
         target, content = case
         world.restore()
         world.damage(target, content)
         check_everything(world, command)
 
+    ran: list[str] = []
     try:
         run()
+        assert len(ran) >= CASES and set(ran) == set(TARGETS), len(ran)
     finally:
         shutil.rmtree(world.outside, ignore_errors=True)
