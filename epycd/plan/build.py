@@ -128,6 +128,13 @@ class UnreadableHere(InputError):
         self.path = str(path)
 
 
+def unreadable_here(path: Path) -> str | None:
+    """`path` when this non-root process may not read it (a root-only endpoint file)."""
+    if os.geteuid() == 0 or os.access(path, os.R_OK) or not path.exists():
+        return None
+    return str(path)
+
+
 def read_token(spec: EndpointSpec, file: Path) -> str | None:
     """The HF token from a root-only file; the plan never copies it anywhere."""
     if spec.hf_token_file is None:
@@ -632,7 +639,9 @@ def plan_all(
     ready: list[Prepared] = []
     for spec_result in specs:
         if not spec_result.ok:
-            results[spec_result.name] = _failed(spec_result, *spec_result.errors)
+            results[spec_result.name] = _failed(
+                spec_result, *spec_result.errors, unreadable_here=unreadable_here(spec_result.path)
+            )
             continue
         try:
             ready.append(prepare(spec_result, host, stack, cached_inspect, cached_probe))

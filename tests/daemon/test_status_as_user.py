@@ -38,3 +38,15 @@ def test_a_root_only_token_file_is_not_a_change_for_a_user(ws: Workspace) -> Non
     assert user_row["diff"] is None
     assert any(str(token) in reason and "root-only" in reason for reason in user_row["reasons"])
     assert "hf_not_a_real_token" not in as_user.stdout + as_user.stderr
+
+
+def test_a_root_only_endpoint_file_is_not_a_change_for_a_user(ws: Workspace) -> None:
+    path = ws.endpoint("chat")
+    ws.approve("chat")
+    ws.set_unit(UNIT, "inactive")
+    path.chmod(0o600)
+    done = ws.run("status", "--json", user=NOBODY)
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads(done.stdout)["endpoints"]
+    assert row["state"] == "approved", row["reasons"]
+    assert any(str(path) in reason and "root-only" in reason for reason in row["reasons"])
