@@ -253,6 +253,8 @@ class Daemon:
                 continue
             self.waiting.started[status.name] = now
         for status in self.statuses:
+            if status.state == "damaged":
+                log.error("%s: %s", status.name, status.reason)
             if status.state == "changed-needs-approval":
                 log.warning(
                     "%s: changed since approval, not applied: %s",
@@ -387,7 +389,7 @@ class Daemon:
 
         try:
             for line in recover_interrupted(self.settings):
-                log.info("recovered: %s", line)
+                log.info("recovery: %s", line)
         except EpycError as exc:
             log.error("could not finish interrupted installs: %s", exc)
 

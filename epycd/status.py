@@ -6,7 +6,7 @@ The approval layer says whether an endpoint is pending, approved, changed or orp
 admin's stop marker (`STATE_DIR/stopped/NAME.json`) into one of:
 
     pending-approval, approved (installed, not started), starting, ready, failed:PHASE,
-    stopped (by the admin), changed-needs-approval, orphaned
+    stopped (by the admin), changed-needs-approval, orphaned, damaged (its approval record)
 
 `endpoint_status` and `handoff` are pure; the `read_*`/`collect_status` functions at the end
 are the edges that read those files and ask systemctl (one call for every unit).
@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
-from epycd.approval.record import Approval, approved_sockets, load_approval
+from epycd.approval.record import Approval, approved_ports, approved_sockets, readable_approval
 from epycd.approval.state import EndpointState, Unplanned, endpoint_states, unplanned
 from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
 from epycd.listen import DEFAULT_HOST, local_url
@@ -52,6 +52,7 @@ COUNT_WORDS = (
     ("pending-approval", "needs approval"),
     ("changed-needs-approval", "changed, needs approval"),
     ("orphaned", "orphaned"),
+    ("damaged", "damaged"),
 )
 
 
@@ -108,7 +109,7 @@ class EndpointStatus(BaseModel):
     name: str
     state: str = Field(
         description="pending-approval, approved, starting, ready, failed:PHASE, "
-        "stopped, changed-needs-approval or orphaned"
+        "stopped, changed-needs-approval, orphaned or damaged"
     )
     phase: str | None = None
     reason: str = ""
@@ -253,7 +254,7 @@ def endpoint_status(
     )
     if state.state == "changed-needs-approval":
         status.diff = (state.plan_diff + state.units_diff) or None
-    if state.state in {"changed-needs-approval", "orphaned"} and unit.active == "active":
+    if state.state in {"changed-needs-approval", "orphaned", "damaged"} and unit.active == "active":
         status.reasons.append(f"{unit.unit} is running the approved units")
     if state.state != "approved":
         status.reason = status.reasons[0] if status.reasons else ""
@@ -389,8 +390,10 @@ def read_stop_marker(settings: Settings, name: str) -> StopMarker | None:
         return StopMarker.model_validate_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, ValidationError):
-        return StopMarker(endpoint=name, by="unknown (unreadable marker)", at=datetime.now(UTC))
+    except (OSError, ValueError):
+        return StopMarker(
+            endpoint=name, by=f"unknown (unreadable marker {path})", at=datetime.now(UTC)
+        )
 
 
 def supervisor_status_file(settings: Settings, plan: Mapping[str, Any] | None, name: str) -> Path:
@@ -424,7 +427,7 @@ def collect_status(
     """Every endpoint's status: `planned` is name -> current plan or its errors (every
     endpoint file); approvals and installed units add the orphaned ones."""
     states = endpoint_states(settings, planned)
-    approvals = {state.endpoint: load_approval(settings, state.endpoint) for state in states}
+    approvals = {state.endpoint: readable_approval(settings, state.endpoint) for state in states}
     units = {name: main_unit(name, approval) for name, approval in approvals.items()}
     if unit_states is None:
         unit_states = read_unit_states(sorted(units.values()))
@@ -479,5 +482,6 @@ def plan_endpoints(
         specs=specs,
         probe=probes.probe,
         approved_sockets=approved_sockets(settings),
+        approved_ports=approved_ports(settings),
     )
     return results, host

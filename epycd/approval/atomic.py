@@ -1,5 +1,8 @@
 """Durable file writes: a temporary file in the target's own folder, fsync, rename, fsync
-the folder. A reader sees the old file or the new one, never a partial one."""
+the folder. A reader sees the old file or the new one, never a partial one.
+
+Modes are set explicitly, whatever the umask of the admin's shell: a folder created with
+umask 077 would hide every approval from the users `epycctl status` is for."""
 
 from __future__ import annotations
 
@@ -41,6 +44,21 @@ def named_for_target(exc: OSError) -> OSError:
     return exc
 
 
+def make_dirs(folder: Path, mode: int = 0o755) -> None:
+    """`mkdir -p folder` with `mode` on every folder it creates (not on existing ones)."""
+    missing = []
+    current = folder
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=mode)
+        except FileExistsError:
+            continue
+        os.chmod(path, mode)
+
+
 def write_durable(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write `data` to `path` (which must not be in use by anyone) and fsync it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
@@ -66,7 +84,7 @@ def replace_durable(staged: Path, target: Path) -> None:
 def write_atomic(target: Path, data: bytes, mode: int = 0o644) -> None:
     """Replace `target` with `data` or leave it as it was: on a failure (a full disk, no
     permission) the staged file is deleted and the error names `target`."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(target.parent)
     staged = staged_path(target, f"{os.getpid()}")
     try:
         write_durable(staged, data, mode)

@@ -18,6 +18,10 @@ The install is a small transaction journalled in `STATE_DIR/transactions/NAME.js
 4. done: the journal is deleted.
 
 `recover()` is that roll forward / roll back; every writer runs it first under the lock.
+A journal only ever names files in the product's own folders (the unit folder, the Quadlet
+folder and one `*.d` drop-in level below them, the approvals folder), each staged file next
+to its target: a journal that names anything else is refused and left alone, nothing of it
+carried out (`check_transaction`), and it affects only its own endpoint.
 `remove` uses the same journal with deletions only. The environment variable
 `EPYCD_TEST_CRASH_AT=<step>` makes the process SIGKILL itself at that step (test hook).
 """
@@ -33,11 +37,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from epycd.approval.atomic import (
     STAGED_SUFFIX,
     fsync_dir,
+    make_dirs,
     replace_durable,
     staged_path,
     unlink_durable,
@@ -45,10 +50,14 @@ from epycd.approval.atomic import (
     write_durable,
 )
 from epycd.approval.record import (
+    NAME_PATTERN,
     Approval,
     approval_path,
     approvals_dir,
+    approved_names,
     checked_name,
+    outside_unit_folders,
+    readable_approval,
     sha256_file,
     sha256_text,
 )
@@ -68,6 +77,16 @@ STEPS = (
 QUADLET_SUFFIXES = frozenset({".container", ".volume", ".network", ".kube", ".image", ".pod"})
 UNIT_PART = re.compile(r"^[A-Za-z0-9@_:-][A-Za-z0-9@_.:-]*$")
 TRANSACTIONS = "transactions"
+UNIT_MODE = 0o644
+"""Units stay world-readable: systemd publishes every unit's settings (ExecStart=,
+Environment=) to every local user over D-Bus (`systemctl show`), and warns about unit files
+that are not world-readable. So nothing secret ever goes into a unit (the token and key
+files are passed by path), and hiding the file would protect nothing."""
+RECORD_MODE = 0o644
+"""Approval records hold the approved plan, whose units are public anyway (above), and who
+approved it: what `epycctl status` shows every user, as the design wants."""
+JOURNAL_MODE = 0o600
+"""Journals are read by root's recovery only; status needs only their names."""
 
 
 class FileChange(BaseModel):
@@ -125,7 +144,7 @@ def unit_targets(
 
 @contextmanager
 def state_lock(settings: Settings) -> Iterator[None]:
-    settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+    make_dirs(settings.state_dir)
     fd = os.open(settings.state_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -134,10 +153,64 @@ def state_lock(settings: Settings) -> Iterator[None]:
         os.close(fd)
 
 
+def check_transaction(settings: Settings, transaction: Transaction, journal: Path) -> None:
+    """Refuse (`InputError`, naming the journal and the entry) a transaction that would touch
+    anything but the endpoint's approval and unit files in the product's own folders."""
+    fix = (
+        "nothing of it was carried out; check who wrote it, delete it "
+        f"(rm {journal}) and run `epycctl approve {transaction.endpoint}` or `epycctl remove`"
+    )
+    if journal.stem != transaction.endpoint:
+        raise InputError(
+            f"the journal is for endpoint {transaction.endpoint!r}, not {journal.stem!r}",
+            file=journal,
+            key="endpoint",
+            fix=fix,
+        )
+    record = str(approval_path(settings, transaction.endpoint))
+    if not transaction.files or transaction.files[-1].target != record:
+        raise InputError(f"its last entry is not {record}", file=journal, key="files", fix=fix)
+    others = _units_of_others(settings, transaction.endpoint)
+    for index, change in enumerate(transaction.files):
+        problem = _change_problem(settings, change, is_record=index == len(transaction.files) - 1)
+        if problem is None and change.target in others:
+            problem = f"{change.target} is a unit of approved endpoint {others[change.target]}"
+        if problem:
+            raise InputError(problem, file=journal, key=f"files[{index}]", fix=fix)
+
+
+def _units_of_others(settings: Settings, name: str) -> dict[str, str]:
+    """Unit path -> the other approved endpoint whose record lists it."""
+    owners: dict[str, str] = {}
+    for other in approved_names(settings):
+        approval = readable_approval(settings, other) if other != name else None
+        for record in approval.units.values() if approval else []:
+            owners[record.path] = other
+    return owners
+
+
+def _change_problem(settings: Settings, change: FileChange, *, is_record: bool) -> str | None:
+    target = Path(change.target)
+    if not is_record and outside_unit_folders(settings, target):
+        return (
+            f"{change.target} is outside the product's unit and Quadlet folders "
+            f"({settings.unit_dir}, {settings.quadlet_dir})"
+        )
+    if change.staged is None:
+        return None
+    staged = Path(change.staged)
+    if staged.parent != target.parent or not (
+        staged.name.startswith(".") and staged.name.endswith(STAGED_SUFFIX)
+    ):
+        return f"its staged file {change.staged} is not a staged file next to {change.target}"
+    return None
+
+
 def _write_journal(settings: Settings, transaction: Transaction) -> None:
     path = journal_path(settings, transaction.endpoint)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    write_atomic(path, transaction.model_dump_json(indent=2).encode(), mode=0o644)
+    check_transaction(settings, transaction, path)
+    make_dirs(path.parent)
+    write_atomic(path, transaction.model_dump_json(indent=2).encode(), mode=JOURNAL_MODE)
 
 
 def _apply(settings: Settings, transaction: Transaction) -> None:
@@ -171,35 +244,47 @@ def _apply_one(change: FileChange) -> None:
 
 
 def pending_transactions(settings: Settings) -> list[str]:
+    """Endpoints with a journal (files whose name cannot be an endpoint's are not ours)."""
     folder = settings.state_dir / TRANSACTIONS
-    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob("*.json") if NAME_PATTERN.fullmatch(p.stem))
 
 
 def _stray_staged(settings: Settings) -> Iterator[Path]:
     for folder in {settings.unit_dir, settings.quadlet_dir, approvals_dir(settings)}:
         if folder.is_dir():
             yield from folder.glob(f".*{STAGED_SUFFIX}")
-            yield from folder.glob(f"*.d/.*{STAGED_SUFFIX}")
+            for dropins in folder.glob("*.d"):
+                if dropins.is_dir() and not dropins.is_symlink():
+                    yield from dropins.glob(f".*{STAGED_SUFFIX}")
 
 
 def recover(settings: Settings) -> list[str]:
     """Finish every journalled transaction, then delete staged files no journal names.
 
-    Call with the state lock held. Returns one line per repair, for the person to read."""
+    Call with the state lock held. Returns one line per repair ("repaired: ...") and per
+    journal refused ("refused: ..."), for the person to read. A refused journal stays where
+    it is (its endpoint shows as interrupted and does not start) and stops nothing else."""
     done: list[str] = []
     for name in pending_transactions(settings):
         path = journal_path(settings, name)
         try:
-            transaction = Transaction.model_validate_json(path.read_text(encoding="utf-8"))
-        except (OSError, ValidationError):
+            transaction = Transaction.model_validate_json(path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError):
             unlink_durable(path)
-            done.append(f"{name}: dropped an unreadable transaction journal {path}")
+            done.append(f"repaired: {name}: dropped an unreadable transaction journal {path}")
+            continue
+        try:
+            check_transaction(settings, transaction, path)
+        except InputError as exc:
+            done.append(f"refused: {exc}")
             continue
         _apply(settings, transaction)
-        done.append(f"{name}: finished an interrupted {transaction.action}")
+        done.append(f"repaired: {name}: finished an interrupted {transaction.action}")
     for stray in _stray_staged(settings):
         unlink_durable(stray)
-        done.append(f"deleted a half-written file of an interrupted install: {stray}")
+        done.append(f"repaired: deleted a half-written file of an interrupted install: {stray}")
     return done
 
 
@@ -212,9 +297,9 @@ def install(settings: Settings, approval: Approval, previous: Approval | None) -
     changes: list[FileChange] = []
     for index, (name, text) in enumerate(units.items()):
         target = targets[name]
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        make_dirs(target.parent)
         staged = staged_path(target, "new")
-        write_durable(staged, text.encode(), 0o644)
+        write_durable(staged, text.encode(), UNIT_MODE)
         fsync_dir(staged.parent)
         changes.append(FileChange(target=str(target), staged=str(staged), sha256=sha256_text(text)))
         crash_point("unit-staged" if index == 0 else "")
@@ -226,10 +311,10 @@ def install(settings: Settings, approval: Approval, previous: Approval | None) -
             if record.path not in kept
         ]
     record_path = approval_path(settings, approval.endpoint)
-    record_path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    make_dirs(record_path.parent)
     staged_record = staged_path(record_path, "new")
     record_text = approval.model_dump_json(indent=2)
-    write_durable(staged_record, record_text.encode(), 0o644)
+    write_durable(staged_record, record_text.encode(), RECORD_MODE)
     fsync_dir(record_path.parent)
     crash_point("approval-staged")
     changes.append(

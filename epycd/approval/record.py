@@ -1,7 +1,8 @@
 """The approval record: who approved which fingerprint, when, and exactly what was installed.
 
 One JSON file per endpoint, `STATE_DIR/approvals/NAME.json`, readable by everyone (status
-and plans are public; a plan never holds a secret) and written only by an admin.
+and plans are public; a plan never holds a secret, and its units are public anyway: see
+`install.RECORD_MODE`) and written only by an admin.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def current_approver(environ: dict[str, str] | None = None) -> Approver:
 
 
 def checked_name(name: str) -> str:
-    if not NAME_PATTERN.match(name):
+    if not NAME_PATTERN.fullmatch(name):
         raise InputError(
             f"{name!r} is not an endpoint name",
             fix="use the stem of an endpoint file: letters, digits, '_', '-', '.', '@'",
@@ -107,29 +108,76 @@ def approval_path(settings: Settings, name: str) -> Path:
     return approvals_dir(settings) / f"{checked_name(name)}.json"
 
 
+def _record_problem(settings: Settings, name: str, approval: Approval) -> str | None:
+    """What makes a well-formed record unusable: another endpoint's, or units outside the
+    product's folders (removing the endpoint would delete them)."""
+    if approval.endpoint != name:
+        return f"it is the record of endpoint {approval.endpoint!r}"
+    for record in approval.units.values():
+        if outside_unit_folders(settings, Path(record.path)):
+            return f"unit file {record.path} is outside the product's unit and Quadlet folders"
+    return None
+
+
+def damaged_fix(name: str) -> str:
+    return f"`epycctl approve {name}` replaces it, or `epycctl remove {name}` deletes it"
+
+
 def load_approval(settings: Settings, name: str) -> Approval | None:
+    """NAME's approval, None when it has none; an `InputError` naming the file and the fix
+    when the record is damaged (cut short, not UTF-8, not an approval's shape)."""
     path = approval_path(settings, name)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise InputError(f"unreadable: {exc.strerror}", file=path) from None
+        raise InputError(f"unreadable: {exc.strerror}", file=path, fix=damaged_fix(name)) from None
+    problem: str | None
     try:
-        return Approval.model_validate_json(text)
+        approval = Approval.model_validate_json(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        problem = "not UTF-8 text"
     except ValidationError as exc:
-        raise InputError(
-            f"not an approval record: {exc.errors()[0]['msg']}",
-            file=path,
-            fix="run `epycctl approve NAME` again to replace it",
-        ) from None
+        problem = exc.errors()[0]["msg"]
+    else:
+        problem = _record_problem(settings, name, approval)
+        if problem is None:
+            return approval
+    raise InputError(
+        f"damaged approval record: {problem}", file=path, fix=damaged_fix(name)
+    ) from None
+
+
+def outside_unit_folders(settings: Settings, path: Path) -> bool:
+    """Whether `path` is anywhere but directly in the unit or Quadlet folder, or in one
+    `*.d` drop-in folder (not a symlink) right below them: the only places units go."""
+    if not path.is_absolute() or os.path.normpath(path) != str(path):
+        return True
+    folders = {Path(os.path.normpath(f)) for f in (settings.unit_dir, settings.quadlet_dir)}
+    parent = path.parent
+    if parent in folders:
+        return False
+    return not (parent.parent in folders and parent.name.endswith(".d") and not parent.is_symlink())
+
+
+def readable_approval(settings: Settings, name: str) -> Approval | None:
+    """NAME's approval, or None when it has none, its record is damaged or NAME cannot be an
+    endpoint name (an odd endpoint file name): for the commands that replace or delete it,
+    and for reading the other endpoints around a damaged one."""
+    if not NAME_PATTERN.fullmatch(name):
+        return None
+    try:
+        return load_approval(settings, name)
+    except InputError:
+        return None
 
 
 def approved_names(settings: Settings) -> list[str]:
     folder = approvals_dir(settings)
     if not folder.is_dir():
         return []
-    return sorted(p.stem for p in folder.glob("*.json") if NAME_PATTERN.match(p.stem))
+    return sorted(p.stem for p in folder.glob("*.json") if NAME_PATTERN.fullmatch(p.stem))
 
 
 def approved_sockets(settings: Settings) -> dict[str, int]:
@@ -137,10 +185,18 @@ def approved_sockets(settings: Settings) -> dict[str, int]:
     their state says so), for the planner to keep approved endpoints in place."""
     sockets = {}
     for name in approved_names(settings):
-        try:
-            approval = load_approval(settings, name)
-        except InputError:
-            continue
+        approval = readable_approval(settings, name)
         if approval is not None and isinstance(approval.plan.get("socket"), int):
             sockets[name] = int(approval.plan["socket"])
     return sockets
+
+
+def approved_ports(settings: Settings) -> dict[str, int]:
+    """Endpoint -> the port its approved plan listens on: it stays that endpoint's while the
+    approval stands, running or not, so that no other plan is given it."""
+    ports = {}
+    for name in approved_names(settings):
+        approval = readable_approval(settings, name)
+        if approval is not None and isinstance(approval.plan.get("port"), int):
+            ports[name] = int(approval.plan["port"])
+    return ports

@@ -7,6 +7,9 @@
   data/, image, host), or the installed units are not the approved ones; with readable
   diffs. Installed units are never rewritten here: only a new approval does that.
 - orphaned: an approval or installed units, and no endpoint file.
+- damaged: the approval record cannot be read (cut short, not UTF-8, not an approval's
+  shape); `epycctl approve NAME` replaces it, `epycctl remove NAME` deletes it. Only that
+  endpoint is affected: the others are read as usual.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from epycd.settings import Settings
 if TYPE_CHECKING:
     from epycd.plan.build import EndpointResult
 
-StateName = Literal["pending-approval", "approved", "changed-needs-approval", "orphaned"]
+StateName = Literal["pending-approval", "approved", "changed-needs-approval", "orphaned", "damaged"]
 
 UNIT_PREFIX = "epyc-llm-"
 VOLATILE_PLAN_KEYS = frozenset({"fingerprint", "units", "unit_dirs", "warnings", "socket_reason"})
@@ -42,6 +45,7 @@ class Unplanned(BaseModel):
 
     errors: list[str]
     unfit_inputs_fingerprint: str | None = None
+    unreadable_here: str | None = None
 
 
 class EndpointState(BaseModel):
@@ -121,6 +125,7 @@ def endpoint_state(
     plan: Plan | None,
     errors: Sequence[str] = (),
     unfit_inputs_fingerprint: str | None = None,
+    unreadable_here: str | None = None,
     approval: Approval | None,
     installed: Mapping[str, str | None],
     interrupted: bool = False,
@@ -146,7 +151,13 @@ def endpoint_state(
             state.reasons.append(f"unit files on disk without an approval: {sorted(present)}")
     else:
         state.state = "approved"
-        if plan is None and unfit_inputs_fingerprint == approved_inputs(approval):
+        if plan is None and unreadable_here is not None:
+            state.reasons.append(
+                f"this user cannot read {unreadable_here} (root-only), so no plan is made "
+                "here to compare with: the approved plan is shown; run status as root to "
+                "compare"
+            )
+        elif plan is None and unfit_inputs_fingerprint == approved_inputs(approval):
             state.reasons.append(
                 "a plan made now does not fit the memory free now (a running endpoint holds "
                 "its own); nothing else changed, so the approved units stay"
@@ -258,9 +269,10 @@ def endpoint_states(
             states.append(
                 EndpointState(
                     endpoint=name,
-                    state="changed-needs-approval",
+                    state="damaged",
                     fingerprint=current.fingerprint if isinstance(current, Plan) else None,
                     reasons=[unreadable[name]],
+                    interrupted=name in interrupted,
                 )
             )
             continue
@@ -279,6 +291,9 @@ def endpoint_states(
                 unfit_inputs_fingerprint=(
                     current.unfit_inputs_fingerprint if isinstance(current, Unplanned) else None
                 ),
+                unreadable_here=(
+                    current.unreadable_here if isinstance(current, Unplanned) else None
+                ),
                 approval=approval,
                 installed=installed,
                 interrupted=name in interrupted,
@@ -291,6 +306,7 @@ def unplanned(result: EndpointResult) -> Unplanned:
     return Unplanned(
         errors=[p.text for p in result.errors],
         unfit_inputs_fingerprint=result.unfit_inputs_fingerprint,
+        unreadable_here=result.unreadable_here,
     )
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from epycd import systemd
 from epycd.approval.atomic import named_for_target
@@ -23,13 +24,16 @@ from epycd.approval.record import (
     Approval,
     Approver,
     UnitRecord,
-    load_approval,
+    approval_path,
+    approved_names,
+    readable_approval,
     sha256_file,
     sha256_text,
 )
 from epycd.approval.shape import host_shape
 from epycd.approval.state import endpoint_unit_files
 from epycd.errors import EpycError, InputError, Refusal, file_error
+from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.model import Plan
 from epycd.settings import Settings
@@ -135,10 +139,13 @@ def recover_interrupted(settings: Settings) -> list[str]:
 
 
 def install_approval(settings: Settings, approval: Approval) -> tuple[list[str], list[Path]]:
-    """Under the state lock: finish interrupted work, then install. (repairs, unit paths)"""
+    """Under the state lock: finish interrupted work, refuse a plan that overlaps another
+    approval (as read under the lock: a racing `approve` is seen), then install.
+    (repairs, unit paths)"""
     with file_errors_refused(), state_lock(settings):
         repairs = recover(settings)
-        previous = load_approval(settings, approval.endpoint)
+        refuse_overlap(settings, approval)
+        previous = readable_approval(settings, approval.endpoint)
         try:
             return repairs, install(settings, approval, previous)
         except OSError:
@@ -152,6 +159,35 @@ def finish_or_undo(settings: Settings) -> None:
     it to the next run, and the first error is the one reported."""
     with contextlib.suppress(OSError, EpycError):
         recover(settings)
+
+
+def overlap(plan: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
+    """What two plans would both use: the port, CPUs."""
+    clashes = []
+    if plan.get("port") is not None and plan.get("port") == other.get("port"):
+        clashes.append(f"port {plan['port']}")
+    shared = set(parse_cpulist(str(plan.get("cpus") or ""))) & set(
+        parse_cpulist(str(other.get("cpus") or ""))
+    )
+    if shared:
+        clashes.append(f"CPUs {format_cpulist(sorted(shared))}")
+    return clashes
+
+
+def refuse_overlap(settings: Settings, approval: Approval) -> None:
+    """Refuse (exit 1) when another approved endpoint, running or not, holds the plan's port
+    or any of its CPUs: two approvals never share them."""
+    name = approval.endpoint
+    for other_name in approved_names(settings):
+        other = readable_approval(settings, other_name) if other_name != name else None
+        clashes = overlap(approval.plan, other.plan) if other is not None else []
+        if clashes:
+            raise Refusal(
+                f"{name}'s plan uses {' and '.join(clashes)} of approved endpoint "
+                f"{other_name}; nothing was written",
+                fix=f"run `epycctl approve {name}` again (a plan made now keeps off "
+                f"{other_name}'s), or approve or remove {other_name} first",
+            )
 
 
 def dropped_units(previous: Approval | None, approval: Approval) -> list[str]:
@@ -218,9 +254,9 @@ def remove_endpoint(
     with file_errors_refused(), state_lock(settings):
         for line in recover(settings):
             log(line)
-        approval = load_approval(settings, name)
+        approval = readable_approval(settings, name)
         files = removal_files(settings, name, approval)
-        if approval is None and not files:
+        if approval is None and not files and not approval_path(settings, name).exists():
             raise InputError(
                 f"nothing to remove: no approval and no units for {name}",
                 fix="`epycctl status` lists the endpoints",

@@ -10,10 +10,11 @@ import click
 
 from epycd.approval.permissions import require_admin
 from epycd.approval.record import (
+    approved_ports,
     approved_sockets,
     checked_name,
     current_approver,
-    load_approval,
+    readable_approval,
 )
 from epycd.approval.workflow import (
     disable_dropped,
@@ -56,7 +57,12 @@ def current_plan(settings: Settings, name: str) -> tuple[EndpointResult, HostFac
         )
     host = gather_host(settings.host_root, sum(spec.ok for spec in specs), LOAD_SAMPLE_SECONDS)
     results = plan_all(
-        settings, host, stack=stack, specs=specs, approved_sockets=approved_sockets(settings)
+        settings,
+        host,
+        stack=stack,
+        specs=specs,
+        approved_sockets=approved_sockets(settings),
+        approved_ports=approved_ports(settings),
     )
     return next(r for r in results if r.endpoint == name), host
 
@@ -130,7 +136,7 @@ def approve(
     report = ActionReport(name, "approve", as_json=as_json)
     require_admin(settings, "approve")
     for line in recover_interrupted(settings):
-        report.say(f"repaired: {line}")
+        report.say(line)
     result, host = current_plan(settings, name)
     report.show(f"Plan for endpoint {name} ({result.config_file})\n")
     report.show(confirmation_table(result, host) + "\n")
@@ -141,7 +147,7 @@ def approve(
     report.show(units_text(plan, {n: r.path for n, r in approval.units.items()}))
     report.show(f"fingerprint {plan.fingerprint}\n")
     gate(plan, accept_unvalidated=accept_unvalidated)
-    previous = load_approval(settings, name)
+    previous = readable_approval(settings, name)
     if previous is not None and previous.fingerprint == plan.fingerprint:
         report.say(f"{name} is already approved at this fingerprint; approving it again.")
     ask(f"Approve {name} and install these units?", yes=yes, err=as_json)
@@ -151,7 +157,7 @@ def approve(
         disable_dropped(previous, approval, report.say)
     repairs, paths = install_approval(settings, approval)
     for line in repairs:
-        report.say(f"repaired: {line}")
+        report.say(line)
     report.say(f"approved {name} by {approval.approver.describe()} ({plan.fingerprint[:12]})")
     for path in paths:
         report.say(f"wrote {path}")
@@ -184,7 +190,7 @@ def remove(name: str, yes: bool, no_stop: bool, as_json: bool) -> None:
     checked_name(name)
     report = ActionReport(name, "remove", as_json=as_json)
     require_admin(settings, "remove")
-    approval = load_approval(settings, name)
+    approval = readable_approval(settings, name)
     files = removal_files(settings, name, approval)
     report.show(f"remove {name}: stop, disable, delete:")
     for path in files:

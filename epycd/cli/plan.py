@@ -218,7 +218,7 @@ def gather_host(root: Path, valid_endpoints: int, sample_seconds: float) -> Host
 )
 def plan(name: str, as_json: bool, root: Path | None, sample_seconds: float) -> None:
     """Show what NAME's endpoint file would run, and the units, without writing anything."""
-    from epycd.approval.record import approved_sockets
+    from epycd.approval.record import approved_ports, approved_sockets
     from epycd.plan.build import plan_all
     from epycd.spec import load_endpoints
     from epycd.stack import shipped_stack
@@ -241,6 +241,7 @@ def plan(name: str, as_json: bool, root: Path | None, sample_seconds: float) -> 
         specs=specs,
         host_root=host_root,
         approved_sockets=approved_sockets(settings),
+        approved_ports=approved_ports(settings),
     )
     result = next(r for r in results if r.endpoint == name)
     if as_json:

@@ -23,7 +23,7 @@ from types import TracebackType
 import click
 import tomli_w
 
-from epycd.approval.record import Approval, approved_sockets
+from epycd.approval.record import Approval, approved_ports, approved_sockets
 from epycd.cli.approve import consent_options
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
@@ -220,6 +220,7 @@ def plan_candidate(
         specs=[*others, candidate],
         probe=probes.probe,
         approved_sockets=approved_sockets(settings),
+        approved_ports=approved_ports(settings),
     )
     return next(r for r in results if r.endpoint == target.stem)
 
@@ -287,7 +288,7 @@ def quickstart(
     from epycd.approval.atomic import write_atomic
     from epycd.approval.install import unit_targets
     from epycd.approval.permissions import require_admin
-    from epycd.approval.record import checked_name, current_approver, load_approval
+    from epycd.approval.record import checked_name, current_approver, readable_approval
     from epycd.approval.workflow import (
         disable_dropped,
         file_errors_refused,
@@ -343,7 +344,7 @@ def quickstart(
     action = "approve" if already else f"write {target}, approve"
     ask(f"{action.capitalize()} {name} and {'install' if no_start else 'start'} it?", yes=yes)
     for line in recover_interrupted(settings):
-        click.echo(f"repaired: {line}")
+        click.echo(line)
     if not already:
         with file_errors_refused():
             write_atomic(target, content, mode=0o644)
@@ -351,14 +352,14 @@ def quickstart(
     approval = make_approval(
         settings, plan, host, current_approver(), accepted_unvalidated=accept_unvalidated
     )
-    previous = load_approval(settings, name)
+    previous = readable_approval(settings, name)
     if not no_pull:
         pull_image(plan)
     if not no_start:
         disable_dropped(previous, approval, click.echo)
     repairs, paths = install_approval(settings, approval)
     for line in repairs:
-        click.echo(f"repaired: {line}")
+        click.echo(line)
     click.echo(f"approved {name} by {approval.approver.describe()} ({plan.fingerprint[:12]})")
     for path in paths:
         click.echo(f"wrote {path}")

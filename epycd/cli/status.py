@@ -176,14 +176,14 @@ def stop(name: str, as_json: bool) -> None:
     """Stop endpoint NAME and keep it from starting at boot until `epycctl start NAME`."""
     from epycd.approval.atomic import write_atomic
     from epycd.approval.permissions import require_admin
-    from epycd.approval.record import current_approver, load_approval
+    from epycd.approval.record import current_approver, readable_approval
     from epycd.approval.workflow import is_quadlet, removal_files, stop_endpoint
     from epycd.status import StopMarker, stop_marker_path
 
     settings = checked_settings(name)
     report = ActionReport(name, "stop", as_json=as_json)
     require_admin(settings, "stop")
-    approval = load_approval(settings, name)
+    approval = readable_approval(settings, name)
     files = removal_files(settings, name, approval)
     if approval is None and not files:
         raise unknown_endpoint(settings, name)
@@ -209,7 +209,7 @@ def start(name: str, as_json: bool) -> None:
     from epycd import systemd
     from epycd.approval.atomic import unlink_durable
     from epycd.approval.permissions import require_admin
-    from epycd.approval.record import load_approval
+    from epycd.approval.record import readable_approval
     from epycd.approval.workflow import main_service, units_to_enable
     from epycd.status import collect_status, plan_endpoints, planned_map, stop_marker_path
 
@@ -218,7 +218,7 @@ def start(name: str, as_json: bool) -> None:
     require_admin(settings, "start")
     results, _host = plan_endpoints(settings)
     found = [s for s in collect_status(settings, planned_map(results)) if s.name == name]
-    approval = load_approval(settings, name)
+    approval = readable_approval(settings, name)
     if not found:
         raise unknown_endpoint(settings, name)
     current = found[0]
@@ -226,6 +226,7 @@ def start(name: str, as_json: bool) -> None:
         "pending-approval",
         "changed-needs-approval",
         "orphaned",
+        "damaged",
     }:
         said = "; ".join(current.reasons) or current.state
         if current.diff:
@@ -252,13 +253,13 @@ def start(name: str, as_json: bool) -> None:
 @click.option("-f", "--follow", is_flag=True, help="keep printing new lines")
 def logs(name: str, lines: int, follow: bool) -> None:
     """The journal of endpoint NAME's unit (journalctl)."""
-    from epycd.approval.record import load_approval
+    from epycd.approval.record import readable_approval
     from epycd.approval.state import endpoint_unit_files
     from epycd.status import main_unit
     from epycd.systemd import SystemdError
 
     settings = checked_settings(name)
-    approval = load_approval(settings, name)
+    approval = readable_approval(settings, name)
     has_file = (settings.config_dir / f"{name}.toml").is_file()
     if approval is None and not has_file and not endpoint_unit_files(settings, name):
         raise unknown_endpoint(settings, name)

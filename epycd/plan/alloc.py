@@ -1,7 +1,9 @@
 """Where each endpoint runs: a whole socket, or a group of its NUMA nodes (anchor-facts.md,
 "Socket choice").
 
-All endpoints are placed together, in name order, forced sockets first. Each endpoint gets
+All endpoints are placed together, in name order: approved endpoints first on the socket of
+their approved plan (also those whose endpoint file is gone or does not plan now: their
+units are still installed, `reserved`), then forced sockets, then the rest. Each endpoint gets
 a socket of its own while there are sockets left; with more endpoints than sockets, sockets
 that span several NUMA nodes (NPS2/NPS4) are split into disjoint groups of whole nodes, the
 cores and memory of those nodes only. Auto placement prefers idle sockets (busy below the
@@ -10,7 +12,7 @@ threshold) in index order, then the least busy with a warning.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,19 +91,44 @@ def _node_cpus(host: HostFacts, sock: SocketTopology, nodes: list[int]) -> list[
     return sorted(physical & members)
 
 
+def _keep_approved(
+    requests: Sequence[PlacementRequest],
+    reserved: Mapping[str, int],
+    members: dict[int, list[str]],
+    capacity: dict[int, int],
+    reasons: dict[str, str],
+) -> None:
+    """Approved endpoints first, on their approved socket while it has room: those not
+    requested (`reserved`: no result) and those whose file still lets them stay there."""
+    requested = {r.name for r in requests}
+    stays = {r.name: r.kept for r in requests if r.kept is not None and r.socket in (None, r.kept)}
+    held = {name: index for name, index in reserved.items() if name not in requested}
+    for name, index in sorted((held | stays).items()):
+        if index is not None and index in members and len(members[index]) < capacity[index]:
+            members[index].append(name)
+            reasons[name] = f"kept from its approved plan (socket {index})"
+
+
 def allocate(
-    requests: Sequence[PlacementRequest], host: HostFacts, threshold: float
+    requests: Sequence[PlacementRequest],
+    host: HostFacts,
+    threshold: float,
+    reserved: Mapping[str, int] | None = None,
 ) -> dict[str, Placement | EpycError]:
-    """A placement, or the error saying why there is none, for every request."""
+    """A placement, or the error saying why there is none, for every request. `reserved`:
+    endpoints not requested whose approved plan holds a socket (no result for them)."""
     sockets = {sock.socket: sock for sock in host.socket_topology}
     capacity = {i: len(cpu_nodes(sock, host)) for i, sock in sockets.items()}
     order, why = socket_preference(host, threshold)
     members: dict[int, list[str]] = {i: [] for i in sockets}
     reasons: dict[str, str] = {}
     results: dict[str, Placement | EpycError] = {}
-
-    forced = [r for r in requests if r.socket is not None]
-    auto = sorted((r for r in requests if r.socket is None), key=lambda r: r.name)
+    _keep_approved(requests, reserved or {}, members, capacity, reasons)
+    placed = {name for names in members.values() for name in names}
+    forced = [r for r in requests if r.socket is not None and r.name not in placed]
+    auto = sorted(
+        (r for r in requests if r.socket is None and r.name not in placed), key=lambda r: r.name
+    )
     for request in sorted(forced, key=lambda r: r.name):
         assert request.socket is not None
         if request.socket not in sockets:
@@ -118,16 +145,7 @@ def allocate(
             members[request.socket].append(request.name)
             reasons[request.name] = f"forced by socket = {request.socket}"
 
-    unplaced = []
     for request in auto:
-        kept = request.kept
-        if kept is not None and kept in sockets and len(members[kept]) < capacity[kept]:
-            members[kept].append(request.name)
-            reasons[request.name] = f"kept from its approved plan (socket {kept})"
-        else:
-            unplaced.append(request)
-
-    for request in unplaced:
         open_sockets = [i for i in order if len(members[i]) < capacity[i]]
         if not open_sockets:
             results[request.name] = _full(request, [], sockets, capacity)
@@ -141,7 +159,8 @@ def allocate(
         sock = sockets[index]
         groups = _split(cpu_nodes(sock, host), len(names)) if names else []
         for name, nodes in zip(sorted(names), groups, strict=True):
-            results[name] = _placement(host, sock, nodes, reasons[name], len(names) > 1)
+            if name in {r.name for r in requests}:
+                results[name] = _placement(host, sock, nodes, reasons[name], len(names) > 1)
     return results
 
 

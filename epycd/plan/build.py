@@ -64,6 +64,11 @@ class EndpointResult(BaseModel):
         description="when refused only because memory free now is short: the inputs "
         "fingerprint, so an approved endpoint whose inputs did not change is not drift",
     )
+    unreadable_here: str | None = Field(
+        default=None,
+        description="a root-only file (the token file) this non-root caller cannot read: "
+        "the plan cannot be made here, which says nothing about drift",
+    )
 
     @property
     def exit_code(self) -> int:
@@ -111,6 +116,15 @@ def read_root_only(path: Path, file: Path, key: str, holding: str) -> str:
     try:
         info = path.stat()
         text = path.read_text(encoding="utf-8").strip()
+    except PermissionError:
+        if os.geteuid() != 0:
+            raise UnreadableHere(path, file=file, key=key) from None
+        raise InputError(
+            f"cannot read {path}: permission denied",
+            file=file,
+            key=key,
+            fix=f"create the file holding {holding}, owned by root, mode 0600",
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise InputError(
@@ -127,6 +141,27 @@ def read_root_only(path: Path, file: Path, key: str, holding: str) -> str:
             fix=f"chmod 600 {path}",
         )
     return text
+
+
+class UnreadableHere(InputError):
+    """A root-only file that this non-root process may not read (`epycctl status` as a
+    user): the plan cannot be made by this user, the endpoint has not changed for it."""
+
+    def __init__(self, path: Path, *, file: Path, key: str) -> None:
+        super().__init__(
+            f"cannot read {path} as uid {os.geteuid()} (it is root-only, as it should be)",
+            file=file,
+            key=key,
+            fix="run it as root to plan this endpoint",
+        )
+        self.path = str(path)
+
+
+def unreadable_here(path: Path) -> str | None:
+    """`path` when this non-root process may not read it (a root-only endpoint file)."""
+    if os.geteuid() == 0 or os.access(path, os.R_OK) or not path.exists():
+        return None
+    return str(path)
 
 
 def read_token(spec: EndpointSpec, file: Path) -> str | None:
@@ -615,6 +650,94 @@ def _failed(result: SpecResult, *errors: EpycError, **extra: object) -> Endpoint
     )
 
 
+@dataclass
+class Sharing:
+    """What the endpoints share out: the host's sockets and ports, and the approvals that
+    already hold some of them."""
+
+    host: HostFacts
+    stack: Stack
+    settings: Settings
+    listeners: Mapping[int, Listener]
+    approved_sockets: dict[str, int]
+    approved_ports: dict[str, int]
+    hf_cache: HfCacheMount
+    product_python: str
+
+
+def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[EndpointResult, bool]]:
+    """Place and plan `ready` together: name -> (result, whether a refused endpoint holds a
+    socket or a port in it). Approved endpoints not in `ready` keep their socket."""
+    placements = allocate(
+        [
+            PlacementRequest(
+                p.result.name,
+                p.result.path,
+                None if p.spec.socket == "auto" else p.spec.socket,
+                kept=share.approved_sockets.get(p.result.name),
+            )
+            for p in ready
+        ],
+        share.host,
+        share.stack.defaults.busy_threshold_pct,
+        reserved=share.approved_sockets,
+    )
+    ports = assign_ports(
+        [
+            PortRequest(
+                p.result.name, p.result.path, None if p.spec.port == "auto" else p.spec.port
+            )
+            for p in ready
+        ],
+        share.listeners,
+        share.stack.defaults.first_port,
+        approved=share.approved_ports,
+    )
+    out: dict[str, tuple[EndpointResult, bool]] = {}
+    for prepared in ready:
+        name = prepared.result.name
+        placement, port = placements[name], ports[name]
+        failures = [x for x in (placement, port) if isinstance(x, EpycError)]
+        if failures:
+            failed = _failed(
+                prepared.result, *failures, model_facts=prepared.facts, route=prepared.route
+            )
+            out[name] = (failed, len(failures) < 2)
+            continue
+        assert isinstance(placement, Placement) and isinstance(port, int)
+        result = _plan_one(
+            prepared,
+            host=share.host,
+            stack=share.stack,
+            settings=share.settings,
+            placement=placement,
+            port=port,
+            hf_cache=share.hf_cache,
+            product_python=share.product_python,
+        )
+        out[name] = (result, result.plan is None)
+    return out
+
+
+def place_all(ready: list[Prepared], share: Sharing) -> dict[str, EndpointResult]:
+    """Place and plan, then again without the refused endpoints that held a socket or a
+    port, so that a refused endpoint takes nothing from the others; a round is kept only
+    when every endpoint planned before still plans."""
+    fixed: dict[str, EndpointResult] = {}
+    current = place_round(ready, share)
+    while True:
+        takers = {name for name, (_, holds) in current.items() if holds}
+        if not takers:
+            break
+        retry = place_round([p for p in ready if p.result.name not in fixed.keys() | takers], share)
+        planned = [name for name, (r, _) in current.items() if r.plan is not None]
+        if any(retry[name][0].plan is None for name in planned):
+            break
+        fixed |= {name: current[name][0] for name in takers}
+        current = retry
+    return fixed | {name: result for name, (result, _) in current.items()}
+
+
 def plan_all(
     settings: Settings,
     host: HostFacts,
@@ -628,11 +751,13 @@ def plan_all(
     host_root: Path | None = None,
     product_python: str | None = None,
     approved_sockets: Mapping[str, int] | None = None,
+    approved_ports: Mapping[str, int] | None = None,
 ) -> list[EndpointResult]:
     """A result per endpoint file of `settings.config_dir` (or `specs`), in name order.
 
-    `approved_sockets` (endpoint -> the socket of its approved plan) keeps "auto" endpoints
-    where they were approved, so that adding an endpoint file never moves a running one.
+    `approved_sockets` and `approved_ports` (endpoint -> the socket, the port of its approved
+    plan) keep "auto" endpoints where they were approved and keep others off them, running or
+    not, so that adding an endpoint file never moves an approved one nor lands on it.
 
     Defaults reach the outside world: the shipped stack, the endpoint files, `inspect_model`
     and `probe_vllm` (both through the probe cache of `settings.run_dir`), the ports
@@ -663,57 +788,28 @@ def plan_all(
     ready: list[Prepared] = []
     for spec_result in specs:
         if not spec_result.ok:
-            results[spec_result.name] = _failed(spec_result, *spec_result.errors)
+            results[spec_result.name] = _failed(
+                spec_result, *spec_result.errors, unreadable_here=unreadable_here(spec_result.path)
+            )
             continue
         try:
             ready.append(prepare(spec_result, host, stack, cached_inspect, cached_probe))
         except EpycError as exc:
             if exc.file is None:
                 exc.file = str(spec_result.path)
-            results[spec_result.name] = _failed(spec_result, exc)
+            here = exc.path if isinstance(exc, UnreadableHere) else None
+            results[spec_result.name] = _failed(spec_result, exc, unreadable_here=here)
 
-    placements = allocate(
-        [
-            PlacementRequest(
-                p.result.name,
-                p.result.path,
-                None if p.spec.socket == "auto" else p.spec.socket,
-                kept=(approved_sockets or {}).get(p.result.name),
-            )
-            for p in ready
-        ],
-        host,
-        stack.defaults.busy_threshold_pct,
-    )
-    ports = assign_ports(
-        [
-            PortRequest(
-                p.result.name, p.result.path, None if p.spec.port == "auto" else p.spec.port
-            )
-            for p in ready
-        ],
-        listening_ports() if listeners is None else listeners,
-        stack.defaults.first_port,
-    )
     hf_cache = resolve_hf_cache(host_root or settings.host_root, environ or os.environ)
-    for prepared in ready:
-        name = prepared.result.name
-        placement, port = placements[name], ports[name]
-        failures = [x for x in (placement, port) if isinstance(x, EpycError)]
-        if failures:
-            results[name] = _failed(
-                prepared.result, *failures, model_facts=prepared.facts, route=prepared.route
-            )
-            continue
-        assert isinstance(placement, Placement) and isinstance(port, int)
-        results[name] = _plan_one(
-            prepared,
-            host=host,
-            stack=stack,
-            settings=settings,
-            placement=placement,
-            port=port,
-            hf_cache=hf_cache,
-            product_python=product_python or sys.executable,
-        )
+    share = Sharing(
+        host=host,
+        stack=stack,
+        settings=settings,
+        listeners=listening_ports() if listeners is None else listeners,
+        approved_sockets=dict(approved_sockets or {}),
+        approved_ports=dict(approved_ports or {}),
+        hf_cache=hf_cache,
+        product_python=product_python or sys.executable,
+    )
+    results.update(place_all(ready, share))
     return [results[name] for name in sorted(results)]

@@ -6,6 +6,10 @@ by the endpoint's own running unit (its process sits in the cgroup of `epyc-llm-
 counts as free for that endpoint, and an "auto" endpoint whose unit already listens keeps the
 lowest such port from the first port up, so re-planning a running endpoint keeps its port.
 (Docker containers run outside the unit's cgroup: their ports look foreign.)
+
+The port of an approved plan (`approved`) belongs to that endpoint while the approval
+stands, running or not (after `--no-start` or `epycctl stop`): an "auto" endpoint keeps it,
+no other endpoint gets it, and an explicit request for it is refused naming the holder.
 """
 
 from __future__ import annotations
@@ -79,13 +83,32 @@ def _taken_on_host(port: int, name: str, listeners: Mapping[int, Listener]) -> L
 
 
 def assign_ports(
-    requests: Sequence[PortRequest], listeners: Mapping[int, Listener], first_port: int
+    requests: Sequence[PortRequest],
+    listeners: Mapping[int, Listener],
+    first_port: int,
+    approved: Mapping[str, int] | None = None,
 ) -> dict[str, int | EpycError]:
-    """Explicit ports first (in name order), then "auto" ports from `first_port` up."""
+    """Explicit ports first (in name order), then "auto" ports: the approved one, the one
+    the endpoint's unit listens on, else the first free from `first_port` up."""
     results: dict[str, int | EpycError] = {}
+    holders = {port: name for name, port in sorted((approved or {}).items())}
+
+    def held_by_other(port: int, name: str) -> str | None:
+        holder = holders.get(port)
+        return holder if holder is not None and holder != name else None
+
     claimed: dict[int, str] = {}
     for request in sorted(requests, key=lambda r: r.name):
         if request.port is None:
+            continue
+        holder = held_by_other(request.port, request.name)
+        if holder is not None:
+            results[request.name] = Refusal(
+                f"port {request.port} is the port of approved endpoint {holder}",
+                file=request.file,
+                key="port",
+                fix=f'choose another port or "auto", or `epycctl remove {holder}` first',
+            )
             continue
         if request.port in claimed:
             results[request.name] = InputError(
@@ -109,6 +132,17 @@ def assign_ports(
     explicit = {r.port for r in requests if r.port is not None}
     auto = sorted((r for r in requests if r.port is None), key=lambda r: r.name)
     for request in auto:
+        kept = (approved or {}).get(request.name)
+        if (
+            kept is not None
+            and kept not in claimed
+            and _taken_on_host(kept, request.name, listeners) is None
+        ):
+            claimed[kept] = request.name
+            results[request.name] = kept
+    for request in auto:
+        if request.name in results:
+            continue
         held = sorted(
             port
             for port, listener in listeners.items()
@@ -116,6 +150,7 @@ def assign_ports(
             and port >= first_port
             and port not in claimed
             and port not in explicit
+            and held_by_other(port, request.name) is None
         )
         if held:
             claimed[held[0]] = request.name
@@ -127,6 +162,7 @@ def assign_ports(
         while candidate <= LAST_PORT and (
             candidate in claimed
             or candidate in explicit
+            or held_by_other(candidate, request.name) is not None
             or _taken_on_host(candidate, request.name, listeners) is not None
         ):
             candidate += 1

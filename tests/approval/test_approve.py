@@ -153,7 +153,7 @@ def test_a_damaged_approval_does_not_hide_the_others(env: Env) -> None:
     (env.settings.state_dir / "approvals" / "a.json").write_text("{not json")
     states = {s.endpoint: s for s in endpoint_states(env.settings, env.plans)}
     assert states["b"].state == "approved"
-    assert states["a"].state == "changed-needs-approval"
+    assert states["a"].state == "damaged"
     assert "a.json" in states["a"].reasons[0] and "epycctl approve" in states["a"].reasons[0]
 
 
