@@ -98,10 +98,10 @@ def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: Env) -> None:
     settings, host = env.settings, env.host()
 
     short = host.model_copy(deep=True)
-    for node in short.nodes:
-        node.memory_available_bytes //= 4
+    for node in short.nodes:  # an eighth free: the pool's cap falls below what 128 seqs need
+        node.memory_available_bytes //= 8
     for sock in short.socket_topology:
-        sock.memory_available_gb /= 4
+        sock.memory_available_gb /= 8
     [replanned] = plan_all(settings, short, listeners={})
     approval = load_approval(settings, "chat")
     assert approval is not None and replanned.plan is not None
