@@ -347,7 +347,7 @@ def handoff(plan: Mapping[str, Any]) -> Handoff:
         port=port,
         host=plan_host(plan),
         api_key_file=key_file,
-        threads=cpu_count(cpus),
+        threads=cpu_count(str(plan.get("omp_cpus") or cpus)),
         kv_cache_gb=plan.get("kv_cache_gb"),
         max_model_len=plan.get("max_model_len"),
         socket=plan.get("socket"),

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from epycd.status import EndpointStatus, UnitState, counts_text, parse_show, runtime_state
+from epycd.status import (
+    EndpointStatus,
+    UnitState,
+    counts_text,
+    handoff,
+    parse_show,
+    runtime_state,
+)
 from epycd.supervisor import SupervisorStatus
 
 SHOW = """Id=epyc-llm-a.service
@@ -67,3 +74,19 @@ def test_counts_text() -> None:
         "2 ready, 1 failed, 1 needs approval, 1 changed, needs approval"
     )
     assert counts_text([]) == "no endpoints"
+
+
+def test_the_handoff_counts_the_bound_threads_not_the_pinned_cpus() -> None:
+    """The front end's cores are pinned but not bound (docs/tuning.md rule 1)."""
+    plan = {
+        "endpoint": "chat",
+        "served_model_name": "chat",
+        "primary_endpoint": "chat_completions",
+        "runtime": "host",
+        "port": 8000,
+        "cpus": "0-7",
+        "omp_cpus": "1-7",
+    }
+    done = handoff(plan)
+    assert (done.threads, done.cpus) == (7, "0-7")
+    assert handoff({**plan, "omp_cpus": None}).threads == 8
