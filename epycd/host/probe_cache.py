@@ -52,6 +52,29 @@ class ProbeCache:
         except (ProbeError, OSError):
             return None
 
+    @staticmethod
+    def executable_key(executable: str) -> str | None:
+        """The executable's part of `key` alone: what a user who may not reach the
+        interpreter (a venv under /root, `epycctl status` as a user) can still check."""
+        try:
+            return _identity(resolve_executable(executable))
+        except (ProbeError, OSError):
+            return None
+
+    def lookup(self, executable: str, what: str = "") -> tuple[str | None, Any]:
+        """(the key to store under, the cached answer or None). Without a full key, an entry
+        root stored for the same unchanged executable answers; nothing is stored then."""
+        prefix = f"{what}|" if what else ""
+        entries = self.load()
+        key = self.key(executable)
+        if key is not None:
+            return key, entries.get(prefix + key)
+        part = self.executable_key(executable)
+        if part is None:
+            return None, None
+        found = [value for name, value in entries.items() if name.startswith(f"{prefix}{part}|")]
+        return None, found[-1] if found else None
+
     def load(self) -> dict[str, Any]:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
@@ -60,8 +83,7 @@ class ProbeCache:
         return data if isinstance(data, dict) else {}
 
     def probe(self, executable: str) -> HostVllmFacts:
-        key = self.key(executable)
-        cached = self.load().get(key) if key else None
+        key, cached = self.lookup(executable)
         if cached is not None:
             try:
                 return HostVllmFacts.model_validate(cached)
@@ -77,8 +99,7 @@ class ProbeCache:
     ) -> dict[str, Any]:
         """Another answer of the same environment (vLLM's model registry), kept alike;
         `compute` raising keeps nothing."""
-        key = self.key(executable)
-        cached = self.load().get(f"{what}|{key}") if key else None
+        key, cached = self.lookup(executable, what)
         if isinstance(cached, dict):
             return cached
         answer = compute()

@@ -107,4 +107,7 @@ def probe_vllm(executable: str, timeout: float = 60) -> HostVllmFacts:
         version, platform = run_probe(interpreter_of(vllm), timeout)
     except (ProbeError, ValueError, KeyError) as error:
         return HostVllmFacts(path=executable, present=False, error=str(error))
+    except OSError as error:  # e.g. a venv whose interpreter this user may not reach
+        reason = f"{error.filename}: {error.strerror}" if error.filename else str(error)
+        return HostVllmFacts(path=executable, present=False, error=reason)
     return HostVllmFacts(path=str(vllm), present=True, version=version, platform=platform)

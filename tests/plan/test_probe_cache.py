@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
 from tests.hosts import make_host
@@ -115,3 +120,56 @@ def test_a_failed_probe_is_not_kept(tmp_path: Path) -> None:
     cache = ProbeCache(tmp_path / "run" / PROBE_CACHE)
     assert not cache.probe(str(vllm)).present
     assert cache.load() == {}
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A folder another user can reach (pytest's own is root-only)."""
+    base = Path(tempfile.mkdtemp(prefix="epycd-probe-"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_user_who_cannot_reach_the_interpreter_reads_roots_entry(open_tmp: Path) -> None:
+    """A venv whose interpreter lies under a root-only folder (the test venv's is under
+    /root): a user cannot identify the interpreter, so the unchanged executable alone finds
+    the entry root stored; without one the probe says why instead of raising; nothing is
+    stored under a half key."""
+    venv = open_tmp / "venv"
+    vllm = fake_venv(venv)
+    cache = ProbeCache(open_tmp / "run" / PROBE_CACHE)
+    stored = cache.probe(str(vllm))
+    assert stored.present and probes(venv) == ["probe"]
+
+    hidden = open_tmp / "rootonly"
+    hidden.mkdir(mode=0o700)
+    real_python = venv / "bin" / "python"
+    (hidden / "python").write_bytes(real_python.read_bytes())
+    (hidden / "python").chmod(0o755)
+    real_python.unlink()
+    real_python.symlink_to(hidden / "python")
+    os.utime(hidden / "python", (1, 1))  # a new interpreter identity for root
+    script = (
+        "import sys; from pathlib import Path; from epycd.host.probe_cache import ProbeCache;"
+        "c = ProbeCache(Path(sys.argv[1])); f = c.probe(sys.argv[2]);"
+        "print(f.present, f.platform, c.key(sys.argv[2]))"
+    )
+    as_user = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         sys.executable, "-c", script, str(cache.path), str(vllm)],
+        capture_output=True, text=True, env={"PYTHONPATH": str(REPO)}, check=False,
+    )  # fmt: skip
+    assert as_user.returncode == 0, as_user.stderr
+    assert as_user.stdout.split() == ["True", "ZenCpuPlatform", "None"]
+    assert probes(venv) == ["probe"], "the user's status imported vLLM again"
+
+    cache.path.unlink()
+    as_user = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         sys.executable, "-c", script, str(cache.path), str(vllm)],
+        capture_output=True, text=True, env={"PYTHONPATH": str(REPO)}, check=False,
+    )  # fmt: skip
+    assert as_user.returncode == 0, as_user.stderr
+    assert as_user.stdout.split()[:2] == ["False", "None"]
+    assert not cache.path.exists()
