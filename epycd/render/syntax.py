@@ -56,8 +56,10 @@ def escape_variables(value: str) -> str:
 
 
 def quote_word(value: str) -> str:
-    """One word for a line systemd unquotes and C-unescapes; `%`/`$` are not touched here."""
-    if value and not any(char in _NEEDS_QUOTES for char in value):
+    """One word for a line systemd unquotes and C-unescapes; `%`/`$` are not touched here.
+    Any Unicode whitespace is quoted too: Quadlet trims it (U+00A0, U+2003...) from the end
+    of a line, where systemd would have kept it."""
+    if value and not any(char in _NEEDS_QUOTES or char.isspace() for char in value):
         return value
     escaped = value.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'

@@ -189,6 +189,17 @@ def test_random_decisions_verify_and_round_trip(
     _round_trip(variants, manager)
 
 
+@pytest.mark.quadlet
+@pytest.mark.parametrize("arg", ["\xa0", "a\u2003", "\u3000b\xa0"])
+def test_unicode_whitespace_at_the_end_of_a_line_survives(manager: UserManager, arg: str) -> None:
+    """Quadlet trims Unicode whitespace from the end of `Exec=`; systemd would keep it. Found
+    by the random round trip above (a lone U+00A0), pinned here."""
+    base = CASES["genoa-podman"]().model_copy(
+        update={"vllm_args": ["--x", arg], "env": {}, "podman_notify_healthy": True}
+    )
+    _round_trip(_variants(base, "space", manager, None), manager)
+
+
 control = st.sampled_from(["\n", "\r", "\t", "\x00", "\x1b", "\x7f", "\x85", "\u2028"])
 
 
