@@ -122,6 +122,22 @@ def test_a_failed_probe_is_not_kept(tmp_path: Path) -> None:
     assert cache.load() == {}
 
 
+PROBE_AS_NOBODY = (
+    "import sys; from pathlib import Path; from epycd.host.probe_cache import ProbeCache;"
+    "c = ProbeCache(Path(sys.argv[1])); f = c.probe(sys.argv[2]);"
+    "print(f.present, f.platform, c.key(sys.argv[2]))"
+)
+
+
+def probe_as_nobody(cache: Path, vllm: Path) -> subprocess.CompletedProcess[str]:
+    """The cached probe as uid 65534: prints present, platform and the full key."""
+    return subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         sys.executable, "-c", PROBE_AS_NOBODY, str(cache), str(vllm)],
+        capture_output=True, text=True, env={"PYTHONPATH": str(REPO)}, check=False,
+    )  # fmt: skip
+
+
 @pytest.fixture
 def open_tmp() -> Iterator[Path]:
     """A folder another user can reach (pytest's own is root-only)."""
@@ -150,26 +166,13 @@ def test_a_user_who_cannot_reach_the_interpreter_reads_roots_entry(open_tmp: Pat
     real_python.unlink()
     real_python.symlink_to(hidden / "python")
     os.utime(hidden / "python", (1, 1))  # a new interpreter identity for root
-    script = (
-        "import sys; from pathlib import Path; from epycd.host.probe_cache import ProbeCache;"
-        "c = ProbeCache(Path(sys.argv[1])); f = c.probe(sys.argv[2]);"
-        "print(f.present, f.platform, c.key(sys.argv[2]))"
-    )
-    as_user = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-         sys.executable, "-c", script, str(cache.path), str(vllm)],
-        capture_output=True, text=True, env={"PYTHONPATH": str(REPO)}, check=False,
-    )  # fmt: skip
+    as_user = probe_as_nobody(cache.path, vllm)
     assert as_user.returncode == 0, as_user.stderr
     assert as_user.stdout.split() == ["True", "ZenCpuPlatform", "None"]
     assert probes(venv) == ["probe"], "the user's status imported vLLM again"
 
     cache.path.unlink()
-    as_user = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-         sys.executable, "-c", script, str(cache.path), str(vllm)],
-        capture_output=True, text=True, env={"PYTHONPATH": str(REPO)}, check=False,
-    )  # fmt: skip
+    as_user = probe_as_nobody(cache.path, vllm)
     assert as_user.returncode == 0, as_user.stderr
     assert as_user.stdout.split()[:2] == ["False", "None"]
     assert not cache.path.exists()
