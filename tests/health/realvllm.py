@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -76,6 +77,7 @@ def tiny_model_builder() -> ModuleType:
     spec = importlib.util.spec_from_file_location("epyc_tiny_model", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
 

@@ -3,6 +3,8 @@
 hidden 128, 2 layers, 4 heads, 2 KV heads (head_dim 32, a head size vLLM's CPU attention
 supports), vocab 2048, seeded random bf16 weights in safetensors, a byte-level BPE tokenizer
 trained on a fixed set of this interpreter's stdlib sources, and a ChatML chat template.
+`--size small` builds the same recipe at ~100M parameters (hidden 768, 16 layers, 12 heads,
+4 KV heads, head_dim 64) for benchmarks/serving.py, where matrix work has to show.
 
 Needs numpy, safetensors and tokenizers (the test .venv and the vLLM venv both have them).
 bf16 is not a numpy dtype: the weights are rounded to bf16 bit patterns in uint16 arrays and
@@ -10,6 +12,7 @@ handed to safetensors' own serializer with dtype "bfloat16".
 
     python tests/tools/tiny_model.py --cache DIR     # build once into DIR (a no-op when built)
     python tests/tools/tiny_model.py --out DIR [--no-chat-template] [--broken-weights]
+    python tests/tools/tiny_model.py --cache DIR --size small
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import shutil
 import sys
 import sysconfig
 import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +34,41 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 RECIPE = "tiny-qwen2-v1"
 STAMP = ".tiny-model-stamp"
-HIDDEN = 128
-LAYERS = 2
-HEADS = 4
-KV_HEADS = 2
-HEAD_DIM = HIDDEN // HEADS
-INTERMEDIATE = 256
 VOCAB = 2048
 MAX_POSITIONS = 2048
 SEED = 20261130
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The transformer's sizes; the vocabulary is the trained tokenizer's, the same for all."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def parameters(self) -> int:
+        return sum(_count(shape) for shape in tensor_shapes(self).values())
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    total = 1
+    for size in shape:
+        total *= size
+    return total
+
+
+SHAPES = {
+    "tiny": Shape(hidden=128, layers=2, heads=4, kv_heads=2, intermediate=256),
+    "small": Shape(hidden=768, layers=16, heads=12, kv_heads=4, intermediate=2048),
+}
+TINY = SHAPES["tiny"]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML_TEMPLATE = (
@@ -79,27 +109,28 @@ def train_tokenizer() -> Tokenizer:
     return tokenizer
 
 
-def tensor_shapes() -> dict[str, tuple[int, ...]]:
+def tensor_shapes(size: Shape = TINY) -> dict[str, tuple[int, ...]]:
+    hidden, intermediate = size.hidden, size.intermediate
     shapes: dict[str, tuple[int, ...]] = {
-        "model.embed_tokens.weight": (VOCAB, HIDDEN),
-        "model.norm.weight": (HIDDEN,),
+        "model.embed_tokens.weight": (VOCAB, hidden),
+        "model.norm.weight": (hidden,),
     }
-    q_out, kv_out = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
-    for layer in range(LAYERS):
+    q_out, kv_out = size.heads * size.head_dim, size.kv_heads * size.head_dim
+    for layer in range(size.layers):
         p = f"model.layers.{layer}"
         shapes |= {
-            f"{p}.input_layernorm.weight": (HIDDEN,),
-            f"{p}.post_attention_layernorm.weight": (HIDDEN,),
-            f"{p}.self_attn.q_proj.weight": (q_out, HIDDEN),
+            f"{p}.input_layernorm.weight": (hidden,),
+            f"{p}.post_attention_layernorm.weight": (hidden,),
+            f"{p}.self_attn.q_proj.weight": (q_out, hidden),
             f"{p}.self_attn.q_proj.bias": (q_out,),
-            f"{p}.self_attn.k_proj.weight": (kv_out, HIDDEN),
+            f"{p}.self_attn.k_proj.weight": (kv_out, hidden),
             f"{p}.self_attn.k_proj.bias": (kv_out,),
-            f"{p}.self_attn.v_proj.weight": (kv_out, HIDDEN),
+            f"{p}.self_attn.v_proj.weight": (kv_out, hidden),
             f"{p}.self_attn.v_proj.bias": (kv_out,),
-            f"{p}.self_attn.o_proj.weight": (HIDDEN, q_out),
-            f"{p}.mlp.gate_proj.weight": (INTERMEDIATE, HIDDEN),
-            f"{p}.mlp.up_proj.weight": (INTERMEDIATE, HIDDEN),
-            f"{p}.mlp.down_proj.weight": (HIDDEN, INTERMEDIATE),
+            f"{p}.self_attn.o_proj.weight": (hidden, q_out),
+            f"{p}.mlp.gate_proj.weight": (intermediate, hidden),
+            f"{p}.mlp.up_proj.weight": (intermediate, hidden),
+            f"{p}.mlp.down_proj.weight": (hidden, intermediate),
         }
     return shapes
 
@@ -111,10 +142,10 @@ def to_bf16_bits(values: np.ndarray) -> np.ndarray:
     return ((bits + rounding) >> 16).astype(np.uint16)
 
 
-def random_weights() -> dict[str, np.ndarray]:
+def random_weights(size: Shape = TINY) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(SEED)
     weights = {}
-    for name, shape in tensor_shapes().items():
+    for name, shape in tensor_shapes(size).items():
         if name.endswith("norm.weight"):
             values = np.ones(shape, dtype=np.float32)
         else:
@@ -137,19 +168,19 @@ def write_safetensors(path: Path, weights: dict[str, np.ndarray], *, broken: boo
     path.chmod(0o644)
 
 
-def config() -> dict[str, Any]:
+def config(size: Shape = TINY) -> dict[str, Any]:
     return {
         "architectures": ["Qwen2ForCausalLM"],
         "model_type": "qwen2",
-        "hidden_size": HIDDEN,
-        "intermediate_size": INTERMEDIATE,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
-        "head_dim": HEAD_DIM,
+        "hidden_size": size.hidden,
+        "intermediate_size": size.intermediate,
+        "num_hidden_layers": size.layers,
+        "num_attention_heads": size.heads,
+        "num_key_value_heads": size.kv_heads,
+        "head_dim": size.head_dim,
         "vocab_size": VOCAB,
         "max_position_embeddings": MAX_POSITIONS,
-        "max_window_layers": LAYERS,
+        "max_window_layers": size.layers,
         "hidden_act": "silu",
         "rms_norm_eps": 1e-6,
         "rope_theta": 10000.0,
@@ -195,11 +226,13 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def build(out: Path, *, chat_template: bool = True, broken_weights: bool = False) -> Path:
-    """Write the tiny model into `out` (created; existing files are overwritten)."""
+def build(
+    out: Path, *, chat_template: bool = True, broken_weights: bool = False, size: Shape = TINY
+) -> Path:
+    """Write the model into `out` (created; existing files are overwritten)."""
     out.mkdir(parents=True, exist_ok=True)
-    write_safetensors(out / "model.safetensors", random_weights(), broken=broken_weights)
-    write_json(out / "config.json", config())
+    write_safetensors(out / "model.safetensors", random_weights(size), broken=broken_weights)
+    write_json(out / "config.json", config(size))
     write_json(out / "generation_config.json", {"eos_token_id": 2, "do_sample": False})
     train_tokenizer().save(str(out / "tokenizer.json"))
     write_json(out / "tokenizer_config.json", tokenizer_config(chat_template=chat_template))
@@ -210,20 +243,20 @@ def build(out: Path, *, chat_template: bool = True, broken_weights: bool = False
     return out
 
 
-def recipe_stamp() -> str:
-    source = Path(__file__).read_bytes()
+def recipe_stamp(size: Shape = TINY) -> str:
+    source = Path(__file__).read_bytes() + json.dumps(asdict(size)).encode()
     return f"{RECIPE} {hashlib.sha256(source).hexdigest()[:16]} py{sys.version_info[:2]}"
 
 
-def cached(cache: Path) -> Path:
+def cached(cache: Path, size: Shape = TINY) -> Path:
     """The default variant, built once into `cache` (rebuilt when this recipe changes)."""
     stamp = cache / STAMP
-    if stamp.is_file() and stamp.read_text(encoding="utf-8") == recipe_stamp():
+    if stamp.is_file() and stamp.read_text(encoding="utf-8") == recipe_stamp(size):
         return cache
     cache.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".tiny-model-", dir=cache.parent))
-    build(staging)
-    (staging / STAMP).write_text(recipe_stamp(), encoding="utf-8")
+    build(staging, size=size)
+    (staging / STAMP).write_text(recipe_stamp(size), encoding="utf-8")
     shutil.rmtree(cache, ignore_errors=True)
     staging.rename(cache)
     return cache
@@ -236,14 +269,19 @@ def main() -> None:
     target.add_argument("--out", type=Path, help="build into this folder")
     parser.add_argument("--no-chat-template", action="store_true")
     parser.add_argument("--broken-weights", action="store_true")
+    parser.add_argument("--size", choices=sorted(SHAPES), default="tiny")
     args = parser.parse_args()
+    size = SHAPES[args.size]
     if args.cache:
-        print(f"tiny model: {cached(args.cache)}")
+        print(f"{args.size} model: {cached(args.cache, size)}")
     else:
         built = build(
-            args.out, chat_template=not args.no_chat_template, broken_weights=args.broken_weights
+            args.out,
+            chat_template=not args.no_chat_template,
+            broken_weights=args.broken_weights,
+            size=size,
         )
-        print(f"tiny model: {built}")
+        print(f"{args.size} model: {built}")
 
 
 if __name__ == "__main__":
