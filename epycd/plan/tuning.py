@@ -51,9 +51,10 @@ def front_end_cores(instance_cores: int) -> int:
 
 
 def omp_bind(cpus: list[int]) -> list[int]:
-    """Rule 1: the OpenMP bind list: the instance's physical CPUs without its first ones."""
+    """Rule 1: the OpenMP bind list: the instance's physical CPUs without its last ones, the
+    cores vLLM's own `auto` bind reserves (and the ones that served faster here)."""
     ordered = sorted(cpus)
-    return ordered[front_end_cores(len(ordered)) :]
+    return ordered[: len(ordered) - front_end_cores(len(ordered))]
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ GENOA_IMAGE = (
 STOCK_IMAGE = "docker.io/vllm/vllm-openai-cpu:v0.29.0-x86_64"
 # socket 1 of a dual Genoa 9654 (96 cores per socket), NPS4: nodes 4-7
 SOCKET1_CPUS = "96-191"
-SOCKET1_OMP = "98-191"
+SOCKET1_OMP = "96-189"
 """Cores 96 and 97 are the front end's (docs/tuning.md rule 1: 2 on 64 cores and more)."""
 
 
@@ -132,9 +132,9 @@ def milan_docker() -> EndpointDecisions:
         socket=0,
         socket_reason="single socket",
         cpus="0-63",
-        omp_cpus="2-63",
+        omp_cpus="0-61",
         numa_nodes=[0],
-        env={"VLLM_CPU_OMP_THREADS_BIND": "2-63", "VLLM_CPU_KVCACHE_SPACE": "40"},
+        env={"VLLM_CPU_OMP_THREADS_BIND": "0-61", "VLLM_CPU_KVCACHE_SPACE": "40"},
         kv_cache_gb=40,
         memory=_memory(40),
         port=8002,
@@ -161,11 +161,11 @@ def host_vllm(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecisions:
         image=None,
         vllm_executable=vllm,
         cpus="0-47",
-        omp_cpus="1-47",
+        omp_cpus="0-46",
         socket=0,
         socket_reason="socket 0 is idle",
         numa_nodes=[0, 1],
-        env={"VLLM_CPU_OMP_THREADS_BIND": "1-47"},
+        env={"VLLM_CPU_OMP_THREADS_BIND": "0-46"},
         port=8003,
         vllm_version="0.32.0",
         vllm_args=[*_args_with_port(8003), "--kv-cache-memory-bytes", str(64 * 1024**3)],
