@@ -1,26 +1,29 @@
-"""Benchmark: the planned endpoint against a plain `vllm serve`, on this host, in one run.
+"""Benchmark: the planned endpoint against vLLM's own defaults, side by side, in one run.
 
-Run:  .venv/bin/python benchmarks/serving.py [--out benchmarks/serving-results.md]
-(needs tests/bootstrap.sh: the vLLM CPU venv and the tiny model under $EPYC_TEST_CACHE;
-loopback only, no network, a few minutes on 2 cores.)
+Run:  .venv/bin/python benchmarks/serving.py [--models tiny small] [--concurrency 1 8 32]
+      .venv/bin/python benchmarks/serving.py --render RESULT.json   # reprint a saved run
+(needs tests/bootstrap.sh: the vLLM CPU venv; loopback only, no network; about 40 minutes
+on 2 cores. Not a CI pass/fail: the figures go to benchmarks/serving-results.md.)
 
-What it measures, all with the tiny model (a Qwen-sized model cannot be fetched offline):
+For each model (the tiny test model, and a ~100M-parameter model of the same recipe so that
+matrix work shows; both built offline by tests/tools/tiny_model.py), one after the other:
 
-(b) approve -> ready: the real `epycctl approve NAME --yes --no-start` on a host-vLLM endpoint
-    file (the real planner: host detection, model inspection, the vLLM probe), then what the
-    approved unit would run: its ExecCondition (the approval check) and its ExecStart (the
-    supervisor and `vllm serve`), under the unit's CPUAffinity/NUMAPolicy via numactl, with a
-    NOTIFY_SOCKET standing in for systemd. The product's own cost is the time to READY=1
-    minus vLLM's own start-up (the gate's `health` phase: spawn to the first /health 200).
-(a) served throughput with `vllm bench serve` (random dataset, fixed seed, bounded prompts):
-    the planned endpoint (the env, args and pin the planner produced) against a plain
-    `vllm serve MODEL` with default settings; when plain refuses to start (vLLM's per-node
-    memory rule), that is the recorded result and the closest plain configuration that
-    starts is measured instead; then a sweep of VLLM_CPU_OMP_THREADS_BIND.
-(c) readiness latency is benchmarks/readiness.py (results in readiness-results.md).
+- **planned**: the real `epycctl approve NAME --yes --no-start` (planner, host detection,
+  model inspection, vLLM probe), then what the approved unit runs: its ExecCondition and its
+  ExecStart (the supervisor and `vllm serve`) under the unit's CPUAffinity/NUMA bind (here
+  numactl), with a NOTIFY_SOCKET standing in for systemd; measured once READY=1 arrived;
+- **plain default**: `vllm serve MODEL`, nothing else; a refusal to start is a result;
+- **plain + plan KV**: `vllm serve MODEL` with the plan's KV size, passed as the plan passes it;
+- **plan, vLLM auto bind**: the plan's sizing and arguments, `VLLM_CPU_OMP_THREADS_BIND=auto`
+  and no pin: vLLM chooses the cores (it reserves one per instance for its front end).
 
-The machine is shared: the 1-minute load average is recorded next to each figure, and a
-configuration measured at a load above --rerun-load is measured once more at the end.
+Each configuration: start-up (spawn to the first /health 200), then `vllm bench serve`
+(random dataset, seed 0, --ignore-eos, max(32, 8 x concurrency) prompts after as many
+warm-ups as the concurrency) at each concurrency, and the peak RSS of the server's
+processes (summed, sampled every 0.5 s over start-up and benchmark; the planned endpoint's
+supervisor process is left out, it is not vLLM's). Wherever the planned endpoint's output
+tok/s falls below the best other configuration's, both are measured once more at the end
+and the rerun pair decides (the machine is shared: the 1-minute load average is recorded).
 """
 
 from __future__ import annotations
@@ -35,13 +38,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -50,33 +55,15 @@ from epycd.approval.record import load_approval  # noqa: E402
 from epycd.plan.model import Plan  # noqa: E402
 from epycd.render.commands import supervisor, vllm_serve_on_host  # noqa: E402
 from epycd.settings import Settings  # noqa: E402
-from epycd.supervisor import read_status  # noqa: E402
 from tests.health.notifysock import NotifySocket  # noqa: E402
-from tests.health.realvllm import VENV, free_port, tiny_model  # noqa: E402
+from tests.health.realvllm import CACHE, VENV, free_port, tiny_model_builder  # noqa: E402
 
-NAME = "bench"
 EPYCD_DIRS = ("config", "state", "run", "unit", "quadlet")
 EXCEPTION_LINE = re.compile(r"(^|\s)(ValueError|RuntimeError|MemoryError|OSError): ")
 START_TIMEOUT_S = 900.0
-BENCH_TIMEOUT_S = 900.0
-PLAN_KEYS = (
-    "cpus",
-    "numa_nodes",
-    "env",
-    "vllm_args",
-    "kv_cache_gb",
-    "max_model_len",
-    "max_num_seqs",
-    "start_timeout_s",
-)
-METRICS = (
-    "completed",
-    "request_throughput",
-    "output_throughput",
-    "total_token_throughput",
-    "mean_ttft_ms",
-    "mean_tpot_ms",
-)
+BENCH_TIMEOUT_S = 1800.0
+METRICS = ("completed", "output_throughput", "mean_ttft_ms", "mean_tpot_ms")
+PLANNED = "planned"
 
 
 def load1() -> float:
@@ -85,98 +72,121 @@ def load1() -> float:
 
 @dataclass
 class Config:
-    """One way of serving the same model."""
+    """One way of serving the model; `plan` set means it runs under the supervisor."""
 
     label: str
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
     pin: list[str] = field(default_factory=list)
     served: str = ""
+    plan: Plan | None = None
 
 
 @dataclass
 class Measured:
+    model: str
     label: str
     started: bool
     startup_s: float | None = None
+    ready_s: float | None = None
+    peak_rss_gib: float | None = None
     load_at_start: float | None = None
     runs: dict[int, dict[str, Any]] = field(default_factory=dict)
     refusal: str = ""
     rerun: bool = False
 
 
+class PeakRss:
+    """The peak of the summed RSS of a process tree, sampled in a thread."""
+
+    def __init__(self, root: int, skip_root: bool) -> None:
+        self.root, self.skip_root = root, skip_root
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> int:
+        try:
+            root = psutil.Process(self.root)
+            tree = root.children(recursive=True) + ([] if self.skip_root else [root])
+        except psutil.Error:
+            return 0
+        total = 0
+        for process in tree:
+            with contextlib.suppress(psutil.Error):
+                total += process.memory_info().rss
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self.peak = max(self.peak, self._sample())
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return round(self.peak / 2**30, 2)
+
+
 class Bench:
-    def __init__(self, work: Path, prompts: int, input_len: int, output_len: int) -> None:
+    def __init__(self, work: Path, input_len: int, output_len: int) -> None:
         self.work = work
-        self.prompts = prompts
         self.input_len = input_len
         self.output_len = output_len
-        self.model = tiny_model()
         self.vllm = VENV / "bin" / "vllm"
-        for name in ("cache", "tmp", "results"):
+        for name in ("cache", "tmp", "results", "logs"):
             (work / name).mkdir(exist_ok=True)
 
-    def server_env(self, extra: dict[str, str]) -> dict[str, str]:
-        """The caller's environment without any vLLM tuning, caches in the work folder."""
+    def server_env(self, extra: dict[str, str], cache: Path | None = None) -> dict[str, str]:
+        """The caller's environment without any vLLM tuning; caches in `cache`, empty for
+        each server so that every configuration pays the same cold compile at start-up."""
+        cache = cache or self.work / "cache"
         base = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "EPYCD_"))}
         return base | {
-            "VLLM_CACHE_ROOT": str(self.work / "cache"),
-            "TORCHINDUCTOR_CACHE_DIR": str(self.work / "cache" / "inductor"),
+            "VLLM_CACHE_ROOT": str(cache),
+            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
             "TMPDIR": str(self.work / "tmp"),
             "HF_HUB_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1",
             **extra,
         }
 
-    def serve(self, config: Config, port: int) -> tuple[subprocess.Popen[bytes], Path]:
-        log = self.work / f"{config.label.replace(' ', '_').replace('/', '_')}.log"
-        argv = [*config.pin, str(self.vllm), "serve", *config.args, "--port", str(port)]
+    def log_path(self, model: str, config: Config) -> Path:
+        slug = re.sub(r"[^A-Za-z0-9.=-]+", "_", f"{model}-{config.label}")
+        return Path(tempfile.mkstemp(prefix=f"{slug}-", suffix=".log", dir=self.work / "logs")[1])
+
+    def spawn(self, config: Config, port: int, log: Path, notify: Path) -> subprocess.Popen[bytes]:
+        if config.plan is not None:
+            argv = [*config.pin, *supervisor(config.plan, vllm_serve_on_host(config.plan))]
+            extra = dict(config.env) | {"NOTIFY_SOCKET": str(notify)}
+        else:
+            argv = [*config.pin, str(self.vllm), "serve", *config.args, "--port", str(port)]
+            extra = dict(config.env)
+        cache = Path(tempfile.mkdtemp(prefix="cache-", dir=self.work / "cache"))
         with log.open("wb") as out:
-            process = subprocess.Popen(
+            return subprocess.Popen(
                 argv,
-                env=self.server_env(config.env),
+                env=self.server_env(extra, cache),
+                cwd=REPO,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        return process, log
 
-    def bench(self, port: int, served: str, concurrency: int, tag: str) -> dict[str, Any]:
-        name = f"{tag}-c{concurrency}.json"
+    def bench(self, port: int, config: Config, model: Path, concurrency: int) -> dict[str, Any]:
+        name = f"{model.name}-{config.label}-c{concurrency}.json".replace(" ", "_")
+        prompts = max(32, 8 * concurrency)
         argv = [
-            str(self.vllm),
-            "bench",
-            "serve",
-            "--backend",
-            "vllm",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--model",
-            served,
-            "--tokenizer",
-            str(self.model),
-            "--dataset-name",
-            "random",
-            "--random-input-len",
-            str(self.input_len),
-            "--random-output-len",
-            str(self.output_len),
-            "--ignore-eos",
-            "--num-prompts",
-            str(self.prompts),
-            "--max-concurrency",
-            str(concurrency),
-            "--seed",
-            "0",
-            "--disable-tqdm",
+            *(str(self.vllm), "bench", "serve", "--backend", "vllm"),
+            *("--host", "127.0.0.1", "--port", str(port)),
+            *("--model", config.served, "--tokenizer", str(model)),
+            *("--dataset-name", "random", "--random-input-len", str(self.input_len)),
+            *("--random-output-len", str(self.output_len), "--ignore-eos"),
+            *("--num-prompts", str(prompts), "--max-concurrency", str(concurrency)),
+            *("--seed", "0", "--num-warmups", str(concurrency), "--disable-tqdm"),
             "--save-result",
-            "--result-dir",
-            str(self.work / "results"),
-            "--result-filename",
-            name,
+            *("--result-dir", str(self.work / "results"), "--result-filename", name),
         ]
         load = load1()
         done = subprocess.run(
@@ -191,27 +201,34 @@ class Bench:
             tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
             return {"error": " / ".join(tail), "load": load}
         data = json.loads((self.work / "results" / name).read_text())
-        return {key: data.get(key) for key in METRICS} | {"load": load, "load_after": load1()}
+        return {key: data.get(key) for key in METRICS} | {"prompts": prompts, "load": load}
 
-    def measure(self, config: Config, concurrencies: list[int]) -> Measured:
-        port = free_port()
-        load = load1()
-        started = time.monotonic()
-        process, log = self.serve(config, port)
-        try:
-            if not wait_healthy(port, process):
-                return Measured(config.label, False, load_at_start=load, refusal=refusal_line(log))
-            result = Measured(
-                config.label, True, round(time.monotonic() - started, 1), load_at_start=load
-            )
-            for concurrency in concurrencies:
-                result.runs[concurrency] = self.bench(
-                    port, config.served, concurrency, config.label
-                )
-                print(f"  {config.label} c={concurrency}: {result.runs[concurrency]}", flush=True)
-            return result
-        finally:
-            stop_group(process)
+    def measure(self, model: Path, tag: str, config: Config, concurrencies: list[int]) -> Measured:
+        port = config.plan.port if config.plan is not None else free_port()
+        log = self.log_path(tag, config)
+        result = Measured(tag, config.label, False, load_at_start=load1())
+        with NotifySocket(self.work / f"notify-{os.getpid()}") as sock:
+            t0 = time.monotonic()
+            process = self.spawn(config, port, log, sock.path)
+            rss = PeakRss(process.pid, skip_root=config.plan is not None)
+            try:
+                if not wait_healthy(port, process):
+                    result.refusal = refusal_line(log)
+                    return result
+                result.started, result.startup_s = True, round(time.monotonic() - t0, 1)
+                if config.plan is not None:
+                    if sock.wait_for("READY=1", config.plan.start_timeout_s) is None:
+                        result.started, result.refusal = False, f"no READY=1: see {log}"
+                        return result
+                    result.ready_s = round(time.monotonic() - t0, 1)
+                for concurrency in concurrencies:
+                    run = self.bench(port, config, model, concurrency)
+                    result.runs[concurrency] = run
+                    print(f"  {tag} {config.label} c={concurrency}: {run}", flush=True)
+                return result
+            finally:
+                stop_group(process)
+                result.peak_rss_gib = rss.stop()
 
 
 def wait_healthy(port: int, process: subprocess.Popen[bytes]) -> bool:
@@ -224,12 +241,12 @@ def wait_healthy(port: int, process: subprocess.Popen[bytes]) -> bool:
             with contextlib.suppress(httpx.HTTPError):
                 if client.get(f"http://127.0.0.1:{port}/health").status_code == 200:
                     return True
-            time.sleep(0.5)
+            time.sleep(0.25)
     return False
 
 
 def refusal_line(log: Path) -> str:
-    """The server's own reason: its last error line."""
+    """The server's own reason: its first exception line."""
     lines = log.read_text(errors="replace").splitlines()
     root = [line.split("] ", 1)[-1] for line in lines if EXCEPTION_LINE.search(line)]
     return (root or lines or ["no output"])[0].strip()[:400]
@@ -246,15 +263,7 @@ def stop_group(process: subprocess.Popen[Any], timeout: float = 30) -> None:
             continue
 
 
-def unit_pin(plan: Plan) -> list[str]:
-    """What CPUAffinity= + NUMAPolicy=bind + NUMAMask= do to the unit's processes."""
-    nodes = ",".join(map(str, plan.numa_nodes))
-    if shutil.which("numactl"):
-        return ["numactl", f"--physcpubind={plan.cpus}", f"--membind={nodes}"]
-    return ["taskset", "-c", plan.cpus]
-
-
-# --- (b) approve -> ready -------------------------------------------------------------
+# --- the configurations -----------------------------------------------------------------
 
 
 def epycd_env(work: Path) -> dict[str, str]:
@@ -266,96 +275,92 @@ def epycd_env(work: Path) -> dict[str, str]:
     return env
 
 
-def approve_to_ready(bench: Bench) -> tuple[dict[str, Any], Plan, subprocess.Popen[bytes]]:
-    """The timings of approve -> READY=1; the supervisor is left serving for (a)."""
-    env = epycd_env(bench.work)
+def approve(bench: Bench, name: str, model: Path) -> tuple[Plan, float]:
+    """The real `epycctl approve NAME --yes --no-start`, then the unit's ExecCondition."""
+    env = epycd_env(bench.work / name)
     config_dir = Path(env["EPYCD_CONFIG_DIR"])
-    (config_dir / f"{NAME}.toml").write_text(
-        f'model = "{bench.model}"\nruntime = "host"\nvllm = "{bench.vllm}"\n'
+    (config_dir / f"{name}.toml").write_text(
+        f'model = "{model}"\nruntime = "host"\nvllm = "{bench.vllm}"\nport = {free_port()}\n'
     )
-    load = load1()
     t0 = time.monotonic()
-    approve = subprocess.run(
-        [sys.executable, "-m", "epycd", "approve", NAME, "--yes", "--no-start"],
+    done = subprocess.run(
+        [sys.executable, "-m", "epycd", "approve", name, "--yes", "--no-start"],
         env=env,
         capture_output=True,
         text=True,
         check=False,
     )
-    t_approved = time.monotonic()
-    if approve.returncode != 0:
-        raise SystemExit(f"approve failed:\n{approve.stdout}\n{approve.stderr}")
-    settings = Settings(
-        config_dir=config_dir,
-        state_dir=Path(env["EPYCD_STATE_DIR"]),
-        run_dir=Path(env["EPYCD_RUN_DIR"]),
-        unit_dir=Path(env["EPYCD_UNIT_DIR"]),
-        quadlet_dir=Path(env["EPYCD_QUADLET_DIR"]),
+    seconds = round(time.monotonic() - t0, 2)
+    if done.returncode != 0:
+        raise SystemExit(f"approve failed:\n{done.stdout}\n{done.stderr}")
+    settings = Settings.model_validate(
+        {f"{d}_dir": env[f"EPYCD_{d.upper()}_DIR"] for d in EPYCD_DIRS}
     )
-    approval = load_approval(settings, NAME)
+    approval = load_approval(settings, name)
     assert approval is not None
     plan = Plan.model_validate(approval.plan)
     for argv in plan.exec_condition:
         subprocess.run(argv, env=env, check=True, capture_output=True)
-    t_checked = time.monotonic()
-    assert plan.status_file is not None
-    with NotifySocket(bench.work / "notify") as sock:
-        server_env = bench.server_env(plan.env) | {"NOTIFY_SOCKET": str(sock.path)}
-        log = (bench.work / "supervisor.log").open("wb")
-        process = subprocess.Popen(
-            [*unit_pin(plan), *supervisor(plan, vllm_serve_on_host(plan))],
-            env=server_env,
-            cwd=REPO,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        t_spawned = time.monotonic()
-        if sock.wait_for("READY=1", plan.start_timeout_s) is None:
-            stop_group(process)
-            raise SystemExit(f"no READY=1: see {bench.work / 'supervisor.log'}")
-        t_ready = next(t for t, m in sock.messages if "READY=1" in m.split("\n"))
-    status = read_status(Path(plan.status_file))
-    assert status is not None
-    gate = status.seconds
-    total = t_ready - t0
-    timings = {
-        "load": load,
-        "approve_cli_s": round(t_approved - t0, 2),
-        "approval_check_s": round(t_checked - t_approved, 2),
-        "spawn_s": round(t_spawned - t_checked, 3),
-        "gate_s": gate,
-        "approve_to_ready_s": round(total, 2),
-        "vllm_startup_s": gate["health"],
-        "product_overhead_s": round(total - gate["health"], 2),
-        "after_health_s": round(t_ready - t_spawned - gate["health"], 3),
-    }
-    return timings, plan, process
+    return plan, seconds
+
+
+def unit_pin(plan: Plan) -> list[str]:
+    """What CPUAffinity= + NUMAPolicy=bind + NUMAMask= do to the unit's processes."""
+    nodes = ",".join(map(str, plan.numa_nodes))
+    if shutil.which("numactl"):
+        return ["numactl", f"--physcpubind={plan.cpus}", f"--membind={nodes}"]
+    return ["taskset", "-c", plan.cpus]
+
+
+def without_port(args: list[str]) -> list[str]:
+    args = list(args)
+    at = args.index("--port")
+    del args[at : at + 2]
+    return args
+
+
+def plan_kv(plan: Plan) -> tuple[list[str], dict[str, str]]:
+    """The plan's KV size, passed the way the plan passes it to this vLLM."""
+    if "--kv-cache-memory-bytes" in plan.vllm_args:
+        at = plan.vllm_args.index("--kv-cache-memory-bytes")
+        return plan.vllm_args[at : at + 2], {}
+    return [], {"VLLM_CPU_KVCACHE_SPACE": plan.env["VLLM_CPU_KVCACHE_SPACE"]}
+
+
+def configs(model: Path, plan: Plan) -> list[Config]:
+    served = str(model)
+    kv_args, kv_env = plan_kv(plan)
+    auto_env = dict(plan.env) | {"VLLM_CPU_OMP_THREADS_BIND": "auto"}
+    return [
+        Config(PLANNED, [], env=dict(plan.env), pin=unit_pin(plan), plan=plan),
+        Config("plain default", [served], served=served),
+        Config("plain + plan KV", [served, *kv_args], env=kv_env, served=served),
+        Config(
+            "plan, vLLM auto bind",
+            without_port(plan.vllm_args),
+            env=auto_env,
+            served=plan.served_model_name,
+        ),
+    ]
 
 
 # --- the run ----------------------------------------------------------------------------
 
 
 def machine() -> dict[str, str]:
-    lscpu = dict(
-        (k.strip(), v.strip())
-        for k, v in (
-            line.split(":", 1)
-            for line in subprocess.run(
-                ["lscpu"], capture_output=True, text=True
-            ).stdout.splitlines()
-            if ":" in line
-        )
-    )
+    lscpu = {}
+    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+        if ":" in line:
+            key, value = line.split(":", 1)
+            lscpu[key.strip()] = value.strip()
     node = {}
     for line in Path("/sys/devices/system/node/node0/meminfo").read_text().splitlines():
         parts = line.split()
         node[parts[2].rstrip(":")] = int(parts[3]) / 2**20
-    meminfo = dict(
-        (line.split(":")[0], int(line.split()[1]) / 2**20)
+    meminfo = {
+        line.split(":")[0]: int(line.split()[1]) / 2**20
         for line in Path("/proc/meminfo").read_text().splitlines()
-    )
+    }
     version = subprocess.run(
         [
             str(VENV / "bin" / "python"),
@@ -377,47 +382,90 @@ def machine() -> dict[str, str]:
     }
 
 
-def plain_configs(model: Path, plan: Plan) -> list[Config]:
-    """Plain `vllm serve` with defaults, then the closest plain configurations."""
-    served = str(model)
-    return [
-        Config("plain default", [served], served=served),
-        Config(
-            f"plain --max-model-len {plan.max_model_len}",
-            [served, "--max-model-len", str(plan.max_model_len)],
-            served=served,
-        ),
-        Config(
-            f"plain + VLLM_CPU_KVCACHE_SPACE={plan.kv_cache_gb}",
-            [served],
-            env={"VLLM_CPU_KVCACHE_SPACE": str(plan.kv_cache_gb)},
-            served=served,
-        ),
+def model_path(size: str) -> Path:
+    """Built once under the test cache, apart from the tests' own tiny model."""
+    builder = tiny_model_builder()
+    return Path(builder.cached(CACHE / f"bench-{size}-model", builder.SHAPES[size]))
+
+
+def best_other(measured: list[Measured], model: str, concurrency: int) -> Measured | None:
+    """The fastest configuration other than the planned one, at this concurrency."""
+    rivals = [
+        m
+        for m in measured
+        if m.model == model
+        and m.label != PLANNED
+        and m.started
+        and not m.rerun
+        and "output_throughput" in m.runs.get(concurrency, {})
     ]
+    return max(rivals, key=lambda m: m.runs[concurrency]["output_throughput"], default=None)
 
 
-def planned_config(plan: Plan, bind: str | None = None) -> Config:
-    env = dict(plan.env)
-    label = f"planned (bind {plan.cpus})"
-    if bind is not None:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = bind
-        label = f"planned, bind {bind}"
-    args = [a for a in plan.vllm_args]
-    port_at = args.index("--port")
-    del args[port_at : port_at + 2]
-    return Config(label, args, env=env, pin=unit_pin(plan), served=plan.served_model_name)
+def output_tps(measured: list[Measured], model: str, label: str, c: int, rerun: bool) -> float:
+    for m in measured:
+        if (m.model, m.label, m.rerun) == (model, label, rerun) and m.started:
+            return float(m.runs.get(c, {}).get("output_throughput") or 0.0)
+    return 0.0
+
+
+def losses(measured: list[Measured], model: str, concurrencies: list[int]) -> dict[str, list[int]]:
+    """Per rival label, the concurrencies where planned served fewer tokens/s than it."""
+    lost: dict[str, list[int]] = {}
+    for c in concurrencies:
+        rival = best_other(measured, model, c)
+        if rival and output_tps(measured, model, PLANNED, c, False) < output_tps(
+            measured, model, rival.label, c, False
+        ):
+            lost.setdefault(rival.label, []).append(c)
+    return lost
+
+
+def run_model(
+    bench: Bench, size: str, concurrencies: list[int]
+) -> tuple[dict[str, Any], list[Measured]]:
+    model = model_path(size)
+    plan, approve_s = approve(bench, f"bench-{size}", model)
+    print(f"{size}: approved in {approve_s} s: {plan.vllm_args} {plan.env}", flush=True)
+    measured = []
+    by_label = {config.label: config for config in configs(model, plan)}
+    for config in by_label.values():
+        result = bench.measure(model, size, config, concurrencies)
+        print(f"{size} {config.label}: started={result.started} {result.refusal}", flush=True)
+        measured.append(result)
+    for label, lost in losses(measured, size, concurrencies).items():
+        for again in (PLANNED, label):
+            print(f"{size}: rerun {again} at {lost}", flush=True)
+            result = bench.measure(model, size, by_label[again], lost)
+            result.rerun = True
+            measured.append(result)
+    dumped = plan.model_dump(mode="json")
+    keys = ("cpus", "omp_cpus", "numa_nodes", "env", "vllm_args", "kv_cache_gb", "max_num_seqs")
+    summary = {key: dumped[key] for key in keys} | {"approve_s": approve_s}
+    return summary | {"model": str(model), "parameters": parameters(model)}, measured
+
+
+def parameters(model: Path) -> int:
+    config = json.loads((model / "config.json").read_text())
+    builder = tiny_model_builder()
+    shape = builder.Shape(
+        config["hidden_size"],
+        config["num_hidden_layers"],
+        config["num_attention_heads"],
+        config["num_key_value_heads"],
+        config["intermediate_size"],
+    )
+    return int(shape.parameters())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, default=Path("/tmp/epyc-serving-results.json"))
-    parser.add_argument("--prompts", type=int, default=32)
-    parser.add_argument("--input-len", type=int, default=64)
-    parser.add_argument("--output-len", type=int, default=32)
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--binds", nargs="+", default=["0", "1"])
-    parser.add_argument("--rerun-load", type=float, default=2.0)
-    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--models", nargs="+", default=["tiny", "small"], choices=["tiny", "small"])
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--keep", action="store_true", help="keep the work folder and logs")
     parser.add_argument("--render", type=Path, help="only print the tables of a saved run")
     args = parser.parse_args()
     if args.render:
@@ -427,150 +475,101 @@ def main() -> None:
     report: dict[str, Any] = {
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
-        "settings": vars(args) | {"out": str(args.out)},
+        "settings": vars(args) | {"out": str(args.out), "render": None},
+        "plans": {},
+        "served": [],
     }
     print(json.dumps(report["machine"], indent=1), flush=True)
-    bench = Bench(work, args.prompts, args.input_len, args.output_len)
+    bench = Bench(work, args.input_len, args.output_len)
     try:
-        timings, plan, supervised = approve_to_ready(bench)
-        report["approve_to_ready"] = timings
-        dumped = plan.model_dump(mode="json")
-        report["plan"] = {key: dumped[key] for key in PLAN_KEYS}
-        print(f"(b) {timings}", flush=True)
-        planned = Measured(
-            f"planned (bind {plan.cpus})",
-            True,
-            timings["vllm_startup_s"],
-            load_at_start=timings["load"],
-        )
-        try:
-            for concurrency in args.concurrency:
-                planned.runs[concurrency] = bench.bench(
-                    plan.port, plan.served_model_name, concurrency, "planned"
-                )
-                print(f"  planned c={concurrency}: {planned.runs[concurrency]}", flush=True)
-        finally:
-            stop_group(supervised)
-        measured = [planned]
-        for config in plain_configs(bench.model, plan):
-            result = bench.measure(config, args.concurrency)
-            print(f"{config.label}: started={result.started} {result.refusal}", flush=True)
-            measured.append(result)
-            if result.started:
-                break
-        configs = {c.label: c for c in plain_configs(bench.model, plan)}
-        for bind in args.binds:
-            config = planned_config(plan, bind)
-            configs[config.label] = config
-            measured.append(bench.measure(config, args.concurrency))
-        configs[planned.label] = planned_config(plan)
-        busy = [m for m in measured if m.started and busy_run(m, args.rerun_load)]
-        for old in busy:
-            print(f"rerun (load was high): {old.label}", flush=True)
-            again = bench.measure(configs[old.label], args.concurrency)
-            again.rerun = True
-            measured.append(again)
-        report["served"] = [vars(m) for m in measured]
-        if timings["load"] > args.rerun_load:
-            print("rerun (load was high): approve -> ready", flush=True)
-            timings_again, _, supervised = approve_to_ready(bench)
-            stop_group(supervised)
-            report["approve_to_ready_rerun"] = timings_again
-            print(f"(b) rerun {timings_again}", flush=True)
+        for size in args.models:
+            plan, measured = run_model(bench, size, args.concurrency)
+            report["plans"][size] = plan
+            report["served"] += [asdict(m) for m in measured]
+            args.out.write_text(json.dumps(report, indent=1) + "\n")
         report["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
     finally:
-        if not args.keep:
+        if args.keep:
+            print(f"kept {work}")
+        else:
             shutil.rmtree(work, ignore_errors=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.out}")
     print(render_markdown(json.loads(args.out.read_text())))
 
 
-def ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}" if a and b else "-"
+# --- the tables -------------------------------------------------------------------------
 
 
 def fmt(value: Any, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def served_rows(served: list[dict[str, Any]]) -> list[str]:
+def served_rows(served: list[dict[str, Any]], model: str) -> list[str]:
     rows = [
-        "| configuration | started | start-up to /health (s) | concurrency | requests/s | "
-        "output tok/s | mean TTFT (ms) | mean TPOT (ms) | load (1 min) at bench |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| configuration | start-up to /health (s) | peak RSS (GiB) | concurrency | "
+        "output tok/s | mean TTFT (ms) | mean TPOT (ms) | load (1 min) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for item in served:
+    for item in (i for i in served if i["model"] == model):
         label = item["label"] + (" (rerun)" if item["rerun"] else "")
         if not item["started"]:
-            refused = f"**no**: {item['refusal']}"
-            load = fmt(item["load_at_start"], 2)
-            rows.append(f"| {label} | {refused} | - | - | - | - | - | - | {load} |")
+            rows.append(
+                f"| {label} | **did not start**: {item['refusal']} | "
+                f"{fmt(item['peak_rss_gib'], 2)} | | | | | {fmt(item['load_at_start'], 2)} |"
+            )
             continue
         for concurrency, run in sorted(item["runs"].items(), key=lambda kv: int(kv[0])):
+            head = f"| {label} | {fmt(item['startup_s'])} | {fmt(item['peak_rss_gib'], 2)} |"
             if "error" in run:
-                rows.append(
-                    f"| {label} | yes | {fmt(item['startup_s'])} | {concurrency} | "
-                    f"error: {run['error']} | | | | {fmt(run['load'], 2)} |"
-                )
+                rows.append(f"{head} {concurrency} | error: {run['error']} | | | {run['load']} |")
                 continue
             rows.append(
-                f"| {label} | yes | {fmt(item['startup_s'])} | {concurrency} | "
-                f"{fmt(run['request_throughput'], 2)} | {fmt(run['output_throughput'])} | "
+                f"{head} {concurrency} | {fmt(run['output_throughput'])} | "
                 f"{fmt(run['mean_ttft_ms'])} | {fmt(run['mean_tpot_ms'], 2)} | "
                 f"{fmt(run['load'], 2)} |"
             )
     return rows
 
 
-def throughput(served: list[dict[str, Any]], label: str, rerun: bool) -> dict[str, float]:
+def tps(served: list[dict[str, Any]], model: str, label: str, c: int, rerun: bool) -> float | None:
     for item in served:
-        if item["label"] == label and item["rerun"] == rerun and item["started"]:
-            return {str(c): run.get("output_throughput") for c, run in item["runs"].items()}
-    return {}
+        if (item["model"], item["label"], item["rerun"]) == (model, label, rerun):
+            run = item["runs"].get(str(c)) or item["runs"].get(c) or {}
+            return run.get("output_throughput")
+    return None
 
 
-def ratio_rows(report: dict[str, Any]) -> list[str]:
+def verdict_rows(report: dict[str, Any], model: str) -> list[str]:
+    """Planned over the best other configuration that started, per concurrency."""
     served = report["served"]
-    concurrencies = report["settings"]["concurrency"]
-    planned = served[0]["label"]
-    started = [i["label"] for i in served if i["started"] and not i["rerun"]]
-    plain = next((label for label in started if label.startswith("plain")), None)
-    sweep = [label for label in started if label != planned and not label.startswith("plain")]
-    header = " | ".join(f"concurrency {c}" for c in concurrencies)
     rows = [
-        f"| ratio of output tok/s | measured | {header} |",
-        "|---|---|" + "---|" * len(concurrencies),
+        "| concurrency | best other | planned / best other (first run) | rerun pair |",
+        "|---|---|---|---|",
     ]
-    pairs = [(planned, plain)] if plain else []
-    pairs += [(label, planned) for label in sweep]
-    for top, bottom in pairs:
-        for rerun in (False, True):
-            a, b = throughput(served, top, rerun), throughput(served, bottom, rerun)
-            if a and b:
-                cells = " | ".join(ratio(a.get(str(c)), b.get(str(c))) for c in concurrencies)
-                rows.append(f"| {top} / {bottom} | {'rerun' if rerun else 'first'} | {cells} |")
+    others = [i for i in served if i["model"] == model and i["label"] != PLANNED]
+    for c in report["settings"]["concurrency"]:
+        firsts = [
+            (tps(served, model, i["label"], c, False) or 0.0, i["label"])
+            for i in others
+            if not i["rerun"] and i["started"]
+        ]
+        if not firsts:
+            rows.append(f"| {c} | none started | - | - |")
+            continue
+        best, label = max(firsts)
+        planned = tps(served, model, PLANNED, c, False)
+        first = f"{planned / best:.2f}" if planned and best else "-"
+        again_planned = tps(served, model, PLANNED, c, True)
+        again_other = tps(served, model, label, c, True)
+        rerun = f"{again_planned / again_other:.2f}" if again_planned and again_other else "-"
+        rows.append(f"| {c} | {label} | {first} | {rerun} |")
     return rows
 
 
-def rerun_rows(again: dict[str, Any] | None) -> list[str]:
-    if not again:
-        return []
-    return [
-        f"Measured again at the end (the load was high): approve -> READY=1 "
-        f"{again['approve_to_ready_s']} s, vLLM's own start-up {again['vllm_startup_s']} s, "
-        f"**the product's own {again['product_overhead_s']} s** (approve CLI "
-        f"{again['approve_cli_s']} s, approval check {again['approval_check_s']} s, READY=1 "
-        f"{again['after_health_s']} s after /health 200), at a load of {again['load']}.",
-        "",
-    ]
-
-
 def render_markdown(report: dict[str, Any]) -> str:
-    b = report["approve_to_ready"]
-    gate = b["gate_s"]
-    check_s = b.get("approval_check_s", b.get("exec_start_pre_s"))
     machine_info = report["machine"]
+    settings = report["settings"]
     lines = [
         "## Figures (written by benchmarks/serving.py)",
         "",
@@ -578,47 +577,26 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         f"- CPU: {machine_info['cpu']}",
         f"- Memory: {machine_info['memory']}",
-        f"- vLLM / torch: {machine_info['vllm_torch']} (tests/tools/vllm_venv.sh); kernel "
-        f"{machine_info['kernel']}",
-        f"- Settings: {report['settings']['prompts']} prompts per measurement, random dataset, "
-        f"input {report['settings']['input_len']} / output {report['settings']['output_len']}"
-        " tokens, seed 0, --ignore-eos, loopback",
-        f"- The plan for this host: CPUs {report['plan']['cpus']}, NUMA nodes "
-        f"{report['plan']['numa_nodes']}, env {report['plan']['env']}, args "
-        f"`{' '.join(report['plan']['vllm_args'])}`",
-        "",
-        "### (b) approve -> ready, and vLLM's own start-up",
-        "",
-        "| step | seconds |",
-        "|---|---|",
-        f"| `epycctl approve bench --yes --no-start` (plan, probe the vLLM, write) | "
-        f"{b['approve_cli_s']} |",
-        f"| ExecCondition (the approval check) | {check_s} |",
-        f"| spawn the supervisor (numactl pin) | {b['spawn_s']} |",
-        f"| vLLM's own start-up: spawn -> first /health 200 (gate phase `health`) | "
-        f"{gate['health']} |",
-        f"| gate: /v1/models, then the smoke request (cumulative) | {gate['models']}, "
-        f"{gate['request']} |",
-        f"| READY=1 after /health 200 | {b['after_health_s']} |",
-        f"| **approve -> READY=1** | **{b['approve_to_ready_s']}** |",
-        f"| **minus vLLM's own start-up** | **{b['product_overhead_s']}** |",
-        "",
-        f"Load average (1 min) when it started: {b['load']}.",
-        "",
-        *rerun_rows(report.get("approve_to_ready_rerun")),
-        "### (a) served throughput (`vllm bench serve`)",
-        "",
-        *served_rows(report["served"]),
-        "",
-        *ratio_rows(report),
+        f"- vLLM / torch: {machine_info['vllm_torch']}; kernel {machine_info['kernel']}",
+        f"- `vllm bench serve`: random dataset, input {settings['input_len']} / output "
+        f"{settings['output_len']} tokens, seed 0, --ignore-eos, max(32, 8 x concurrency) "
+        "prompts after as many warm-up requests as the concurrency, loopback",
         "",
     ]
+    for model, plan in report["plans"].items():
+        lines += [
+            f"### {model} model ({plan['parameters'] / 1e6:.1f}M parameters)",
+            "",
+            f"The plan: CPUs {plan['cpus']}, OpenMP bind {plan['omp_cpus']}, NUMA nodes "
+            f"{plan['numa_nodes']}, env `{plan['env']}`, `vllm serve "
+            f"{' '.join(plan['vllm_args'])}` (approve took {plan['approve_s']} s).",
+            "",
+            *served_rows(report["served"], model),
+            "",
+            *verdict_rows(report, model),
+            "",
+        ]
     return "\n".join(lines)
-
-
-def busy_run(measured: Measured, limit: float) -> bool:
-    loads = [run.get("load") or 0.0 for run in measured.runs.values()]
-    return any(load > limit for load in loads)
 
 
 if __name__ == "__main__":
