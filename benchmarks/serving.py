@@ -18,12 +18,13 @@ matrix work shows; both built offline by tests/tools/tiny_model.py), one after t
   and no pin: vLLM chooses the cores (it reserves one per instance for its front end).
 
 Each configuration: start-up (spawn to the first /health 200), then `vllm bench serve`
-(random dataset, seed 0, --ignore-eos, max(32, 8 x concurrency) prompts after as many
-warm-ups as the concurrency) at each concurrency, and the peak RSS of the server's
-processes (summed, sampled every 0.5 s over start-up and benchmark; the planned endpoint's
-supervisor process is left out, it is not vLLM's). Wherever the planned endpoint's output
-tok/s falls below the best other configuration's, both are measured once more at the end
-and the rerun pair decides (the machine is shared: the 1-minute load average is recorded).
+(random dataset, seed 0, --ignore-eos, max(32, 8 x concurrency) prompts, 8x that for the
+tiny model, after as many warm-ups as the concurrency) at each concurrency, and the peak
+RSS of the server's processes (summed, sampled every 0.5 s over start-up and benchmark;
+the planned endpoint's supervisor process is left out, it is not vLLM's). Wherever the
+planned endpoint's output tok/s falls below the best other configuration's, both are
+measured once more at the end and the rerun pair decides (the machine is shared: the
+1-minute load average is recorded).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ START_TIMEOUT_S = 900.0
 BENCH_TIMEOUT_S = 1800.0
 METRICS = ("completed", "output_throughput", "mean_ttft_ms", "mean_tpot_ms")
 PLANNED = "planned"
+DIAGNOSTIC = "plan, pinned, no supervisor"
+"""The planned server without the product's supervisor: what the supervisor itself costs."""
 
 
 def load1() -> float:
@@ -151,6 +154,12 @@ class Bench:
             **extra,
         }
 
+    @staticmethod
+    def prompt_scale(model: Path) -> int:
+        """The tiny model answers 128 tokens in milliseconds: 8x the prompts, so that a
+        measurement lasts tens of seconds rather than 2-3 s of scheduler noise."""
+        return 8 if "tiny" in model.name else 1
+
     def log_path(self, model: str, config: Config) -> Path:
         slug = re.sub(r"[^A-Za-z0-9.=-]+", "_", f"{model}-{config.label}")
         return Path(tempfile.mkstemp(prefix=f"{slug}-", suffix=".log", dir=self.work / "logs")[1])
@@ -176,7 +185,7 @@ class Bench:
 
     def bench(self, port: int, config: Config, model: Path, concurrency: int) -> dict[str, Any]:
         name = f"{model.name}-{config.label}-c{concurrency}.json".replace(" ", "_")
-        prompts = max(32, 8 * concurrency)
+        prompts = max(32, 8 * concurrency) * self.prompt_scale(model)
         argv = [
             *(str(self.vllm), "bench", "serve", "--backend", "vllm"),
             *("--host", "127.0.0.1", "--port", str(port)),
@@ -341,6 +350,13 @@ def configs(model: Path, plan: Plan) -> list[Config]:
             env=auto_env,
             served=plan.served_model_name,
         ),
+        Config(
+            DIAGNOSTIC,
+            without_port(plan.vllm_args),
+            env=dict(plan.env),
+            pin=unit_pin(plan),
+            served=plan.served_model_name,
+        ),
     ]
 
 
@@ -394,7 +410,7 @@ def best_other(measured: list[Measured], model: str, concurrency: int) -> Measur
         m
         for m in measured
         if m.model == model
-        and m.label != PLANNED
+        and m.label not in (PLANNED, DIAGNOSTIC)
         and m.started
         and not m.rerun
         and "output_throughput" in m.runs.get(concurrency, {})
@@ -422,14 +438,15 @@ def losses(measured: list[Measured], model: str, concurrencies: list[int]) -> di
 
 
 def run_model(
-    bench: Bench, size: str, concurrencies: list[int]
+    bench: Bench, size: str, concurrencies: list[int], labels: list[str]
 ) -> tuple[dict[str, Any], list[Measured]]:
     model = model_path(size)
     plan, approve_s = approve(bench, f"bench-{size}", model)
     print(f"{size}: approved in {approve_s} s: {plan.vllm_args} {plan.env}", flush=True)
     measured = []
     by_label = {config.label: config for config in configs(model, plan)}
-    for config in by_label.values():
+    for label in labels:
+        config = by_label[label]
         result = bench.measure(model, size, config, concurrencies)
         print(f"{size} {config.label}: started={result.started} {result.refusal}", flush=True)
         measured.append(result)
@@ -465,6 +482,12 @@ def main() -> None:
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=[PLANNED, "plain default", "plain + plan KV", "plan, vLLM auto bind"],
+        help=f"which configurations (also: {DIAGNOSTIC!r})",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder and logs")
     parser.add_argument("--render", type=Path, help="only print the tables of a saved run")
     args = parser.parse_args()
@@ -483,7 +506,7 @@ def main() -> None:
     bench = Bench(work, args.input_len, args.output_len)
     try:
         for size in args.models:
-            plan, measured = run_model(bench, size, args.concurrency)
+            plan, measured = run_model(bench, size, args.concurrency, args.configs)
             report["plans"][size] = plan
             report["served"] += [asdict(m) for m in measured]
             args.out.write_text(json.dumps(report, indent=1) + "\n")
@@ -547,7 +570,7 @@ def verdict_rows(report: dict[str, Any], model: str) -> list[str]:
         "| concurrency | best other | planned / best other (first run) | rerun pair |",
         "|---|---|---|---|",
     ]
-    others = [i for i in served if i["model"] == model and i["label"] != PLANNED]
+    others = [i for i in served if i["model"] == model and i["label"] not in (PLANNED, DIAGNOSTIC)]
     for c in report["settings"]["concurrency"]:
         firsts = [
             (tps(served, model, i["label"], c, False) or 0.0, i["label"])
@@ -580,7 +603,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- vLLM / torch: {machine_info['vllm_torch']}; kernel {machine_info['kernel']}",
         f"- `vllm bench serve`: random dataset, input {settings['input_len']} / output "
         f"{settings['output_len']} tokens, seed 0, --ignore-eos, max(32, 8 x concurrency) "
-        "prompts after as many warm-up requests as the concurrency, loopback",
+        "prompts (8x that for the tiny model) after as many warm-up requests as the "
+        "concurrency, loopback",
         "",
     ]
     for model, plan in report["plans"].items():
