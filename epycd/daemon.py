@@ -34,6 +34,7 @@ import click
 from epycd.cli.options import FiniteFloatRange
 from epycd.errors import EpycError
 from epycd.notify import Notifier
+from epycd.plan.model import Plan
 from epycd.settings import Settings, load_settings
 from epycd.status import STARTING_UNIT_STATES, EndpointStatus
 
@@ -47,7 +48,8 @@ START_JOB_GRACE_SECONDS = 15.0
 SETTLE_MARGIN_SECONDS = 60.0
 SETTLE_CAP_SECONDS = 25 * 60.0
 """The wait before READY=1 stays under epycd.service's TimeoutStartSec=30min."""
-DEFAULT_START_TIMEOUT_S = 600
+SETTLE_FLOOR_SECONDS = 600
+"""The least the daemon waits for endpoints to settle, however short their start timeouts."""
 MANAGER_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 """Kept from children (podman, systemctl, the vLLM probe): only epycd talks to systemd."""
 Snapshot = frozenset[tuple[str, int, int]]
@@ -82,13 +84,13 @@ def inputs_snapshot(settings: Settings) -> Snapshot:
     )
 
 
-def endpoint_cpus(plans: Iterable[dict[str, Any]], siblings: dict[int, list[int]]) -> set[int]:
+def endpoint_cpus(plans: Iterable[Plan], siblings: dict[int, list[int]]) -> set[int]:
     """Every CPU an endpoint is pinned to, with the SMT siblings of its cores."""
     from epycd.host.cpulist import parse_cpulist
 
     cpus: set[int] = set()
     for plan in plans:
-        for cpu in parse_cpulist(str(plan.get("cpus") or "")):
+        for cpu in parse_cpulist(plan.cpus):
             cpus.add(cpu)
             cpus.update(siblings.get(cpu, []))
     return cpus
@@ -209,7 +211,7 @@ class Daemon:
         except EpycError as exc:
             log.error("status: %s", exc)
 
-    def approved_plans(self) -> list[dict[str, Any]]:
+    def approved_plans(self) -> list[Plan]:
         """The approved plans that can be read (a broken record is reported by status)."""
         from epycd.approval.record import approved_names, load_approval
 
@@ -225,10 +227,8 @@ class Daemon:
         return plans
 
     def pin_self(self) -> None:
-        from epycd.plan.model import Plan
-
         plans = self.approved_plans()
-        plans += [p.model_dump(mode="json") for p in self.planned.values() if isinstance(p, Plan)]
+        plans += [p for p in self.planned.values() if isinstance(p, Plan)]
         cpus = spare_cpus(self.allowed_cpus, endpoint_cpus(plans, self.siblings))
         if cpus != set(os.sched_getaffinity(0)):
             os.sched_setaffinity(0, cpus)
@@ -265,9 +265,9 @@ class Daemon:
     def start_timeout(self) -> float:
         if self.settle_seconds is not None:
             return self.settle_seconds
-        longest = DEFAULT_START_TIMEOUT_S
+        longest = SETTLE_FLOOR_SECONDS
         for plan in self.approved_plans():
-            longest = max(longest, int(plan.get("start_timeout_s") or 0))
+            longest = max(longest, plan.start_timeout_s)
         return min(longest + SETTLE_MARGIN_SECONDS, SETTLE_CAP_SECONDS)
 
     def load(self) -> None:

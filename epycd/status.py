@@ -167,29 +167,22 @@ def parse_show(text: str) -> dict[str, UnitState]:
     return states
 
 
-def plan_host(plan: Mapping[str, Any]) -> str:
-    """The listen address of a plan; plans approved before `host` existed listened on all."""
-    host = plan.get("host")
-    return host if isinstance(host, str) else "0.0.0.0"
-
-
-def described_plan(plan: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The columns status shows, from a plan's JSON (the approved one, or the current)."""
-    if not plan:
+def described_plan(plan: Plan | None) -> dict[str, Any]:
+    """The columns status shows, from a plan (the approved one, or the current)."""
+    if plan is None:
         return {}
-    port = plan.get("port")
     return {
-        "model": plan.get("model"),
-        "served_model_name": plan.get("served_model_name"),
-        "port": port,
-        "socket": plan.get("socket"),
-        "cpus": plan.get("cpus"),
-        "numa_nodes": plan.get("numa_nodes") or [],
-        "kv_cache_gb": plan.get("kv_cache_gb"),
-        "max_model_len": plan.get("max_model_len"),
-        "url": base_url(port, plan_host(plan)) if isinstance(port, int) else None,
-        "runtime": plan.get("runtime"),
-        "primary_endpoint": plan.get("primary_endpoint"),
+        "model": plan.model,
+        "served_model_name": plan.served_model_name,
+        "port": plan.port,
+        "socket": plan.socket,
+        "cpus": plan.cpus,
+        "numa_nodes": plan.numa_nodes,
+        "kv_cache_gb": plan.kv_cache_gb,
+        "max_model_len": plan.max_model_len,
+        "url": base_url(plan.port, plan.host),
+        "runtime": plan.runtime,
+        "primary_endpoint": plan.primary_endpoint,
     }
 
 
@@ -227,7 +220,7 @@ def endpoint_status(
     state: EndpointState,
     *,
     approval: Approval | None,
-    current_plan: Mapping[str, Any] | None,
+    current_plan: Plan | None,
     unit: UnitState,
     supervisor: SupervisorStatus | None,
     stopped: StopMarker | None,
@@ -324,36 +317,31 @@ def cpu_count(cpus: str) -> int:
     return len(parse_cpulist(cpus)) if cpus else 0
 
 
-def handoff(plan: Mapping[str, Any]) -> Handoff:
+def handoff(plan: Plan) -> Handoff:
     """The hand-off of a ready endpoint, from its approved plan. Pure."""
-    name = str(plan["endpoint"])
-    port = int(plan["port"])
-    served = str(plan.get("served_model_name") or plan["model"])
-    primary = str(plan.get("primary_endpoint") or "chat_completions")
-    url = base_url(port, plan_host(plan))
-    key_file = plan.get("api_key_file")
-    key_file = key_file if isinstance(key_file, str) else None
+    url = base_url(plan.port, plan.host)
+    key_file = plan.api_key_file
+    served, primary = plan.served_model_name or plan.model, plan.primary_endpoint
     if primary == "chat_completions":
         why = "the model has a chat template: chat messages on /v1/chat/completions"
     else:
         why = "the model has no chat template: raw prompts on /v1/completions"
-    cpus = str(plan.get("cpus") or "")
     return Handoff(
         base_url=url,
         served_model_name=served,
         endpoint=primary_path(primary),
         why=why,
-        runtime=str(plan.get("runtime")),
-        port=port,
-        host=plan_host(plan),
+        runtime=plan.runtime,
+        port=plan.port,
+        host=plan.host,
         api_key_file=key_file,
-        threads=cpu_count(str(plan.get("omp_cpus") or cpus)),
-        kv_cache_gb=plan.get("kv_cache_gb"),
-        max_model_len=plan.get("max_model_len"),
-        socket=plan.get("socket"),
-        numa_nodes=list(plan.get("numa_nodes") or []),
-        cpus=cpus,
-        stop=f"epycctl stop {name}",
+        threads=cpu_count(plan.omp_cpus),
+        kv_cache_gb=plan.kv_cache_gb,
+        max_model_len=plan.max_model_len,
+        socket=plan.socket,
+        numa_nodes=list(plan.numa_nodes),
+        cpus=plan.cpus,
+        stop=f"epycctl stop {plan.endpoint}",
         curl=ready_curl(url, served, primary, key_file),
         python=openai_example(url, served, primary, key_file),
     )
@@ -396,8 +384,8 @@ def read_stop_marker(settings: Settings, name: str) -> StopMarker | None:
         )
 
 
-def supervisor_status_file(settings: Settings, plan: Mapping[str, Any] | None, name: str) -> Path:
-    given = plan.get("status_file") if plan else None
+def supervisor_status_file(settings: Settings, plan: Plan | None, name: str) -> Path:
+    given = plan.status_file if plan else None
     return Path(given) if given else settings.run_dir / f"{name}.json"
 
 
@@ -435,7 +423,7 @@ def collect_status(
     for state in states:
         name, approval = state.endpoint, approvals[state.endpoint]
         current = planned.get(name)
-        current_plan = current.model_dump(mode="json") if isinstance(current, Plan) else None
+        current_plan = current if isinstance(current, Plan) else None
         shown = approval.plan if approval else current_plan
         statuses.append(
             endpoint_status(

@@ -62,12 +62,11 @@ def check_problems(settings: Settings, name: str, host: HostFacts) -> list[str]:
     units = unit_changes(approval)
     if units:
         problems.append("installed units differ from the approval: " + ", ".join(units))
-    memory = approval.plan.get("memory") or {}
     host_changes = shape_changes(
         approval.host_shape,
         host_shape(host),
-        socket=int(approval.plan.get("socket", 0)),
-        required_gb=float(memory.get("required_gb", 0.0)),
+        socket=approval.plan.socket,
+        required_gb=approval.plan.memory.required_gb,
     )
     if host_changes:
         problems.append("host changed since approval: " + ", ".join(host_changes))

@@ -13,12 +13,14 @@ import pwd
 import re
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, field_validator
 
 from epycd.approval.shape import HostShape
 from epycd.errors import InputError
+from epycd.plan.model import Plan
+from epycd.plan.tuning import VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
 from epycd.settings import Settings
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
@@ -53,11 +55,33 @@ class Approval(BaseModel):
     endpoint_file_sha256: str | None = None
     host_shape: HostShape
     units: dict[str, UnitRecord]
-    plan: dict[str, Any]
+    plan: Plan
+
+    @field_validator("plan", mode="before")
+    @classmethod
+    def _upgrade_plan(cls, value: object) -> object:
+        return upgraded_plan(value)
 
     def approved_units(self) -> dict[str, str]:
-        units: dict[str, str] = self.plan.get("units", {})
-        return units
+        return dict(self.plan.units)
+
+
+LEGACY_HOST = "0.0.0.0"
+"""Where plans approved before the plan had `host` listen: on every address."""
+
+
+def upgraded_plan(value: object) -> object:
+    """A plan as an older record stored it, with the keys added since set to what its
+    approved units do: no `host` (listened on all), no `omp_cpus` (OpenMP bound to every
+    pinned CPU), no `max_num_batched_tokens` (vLLM's own default)."""
+    if not isinstance(value, dict):
+        return value
+    plan = dict(value)
+    plan.setdefault("host", LEGACY_HOST)
+    if "cpus" in plan:
+        plan.setdefault("omp_cpus", plan["cpus"])
+    plan.setdefault("max_num_batched_tokens", VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    return plan
 
 
 def sha256_text(text: str) -> str:
@@ -186,8 +210,8 @@ def approved_sockets(settings: Settings) -> dict[str, int]:
     sockets = {}
     for name in approved_names(settings):
         approval = readable_approval(settings, name)
-        if approval is not None and isinstance(approval.plan.get("socket"), int):
-            sockets[name] = int(approval.plan["socket"])
+        if approval is not None:
+            sockets[name] = approval.plan.socket
     return sockets
 
 
@@ -197,6 +221,6 @@ def approved_ports(settings: Settings) -> dict[str, int]:
     ports = {}
     for name in approved_names(settings):
         approval = readable_approval(settings, name)
-        if approval is not None and isinstance(approval.plan.get("port"), int):
-            ports[name] = int(approval.plan["port"])
+        if approval is not None:
+            ports[name] = approval.plan.port
     return ports

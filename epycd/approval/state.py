@@ -61,16 +61,15 @@ class EndpointState(BaseModel):
     interrupted: bool = Field(default=False, description="an install or remove was cut short")
 
 
-def comparable_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
-    """The plan without what moves on its own (busy %, available memory, wording)."""
-    kept = {k: v for k, v in plan.items() if k not in VOLATILE_PLAN_KEYS}
-    if isinstance(kept.get("memory"), dict):
-        kept["memory"] = {k: v for k, v in kept["memory"].items() if k not in VOLATILE_MEMORY_KEYS}
+def comparable_plan(plan: Plan) -> dict[str, Any]:
+    """The plan's JSON without what moves on its own (busy %, available memory, wording)."""
+    kept = plan.model_dump(mode="json", exclude=set(VOLATILE_PLAN_KEYS))
+    kept["memory"] = {k: v for k, v in kept["memory"].items() if k not in VOLATILE_MEMORY_KEYS}
     return kept
 
 
-def plan_diff(approved: Mapping[str, Any], current: Mapping[str, Any]) -> str:
-    def lines(plan: Mapping[str, Any]) -> list[str]:
+def plan_diff(approved: Plan, current: Plan) -> str:
+    def lines(plan: Plan) -> list[str]:
         text = json.dumps(comparable_plan(plan), indent=2, sort_keys=True, default=str)
         return text.splitlines(keepends=True)
 
@@ -115,7 +114,7 @@ def unit_drift(approval: Approval, installed: Mapping[str, str | None]) -> list[
 
 def approved_inputs(approval: Approval) -> str:
     """The approved plan's inputs fingerprint (its full fingerprint for older records)."""
-    return str(approval.plan.get("inputs_fingerprint") or approval.fingerprint)
+    return approval.plan.inputs_fingerprint or approval.fingerprint
 
 
 def endpoint_state(
@@ -171,7 +170,7 @@ def endpoint_state(
                 f"the plan changed since approval ({approval.fingerprint[:12]} -> "
                 f"{plan.fingerprint[:12]}): `epycctl approve {name}` to apply it"
             )
-            state.plan_diff = plan_diff(approval.plan, plan.model_dump(mode="json"))
+            state.plan_diff = plan_diff(approval.plan, plan)
             state.units_diff = units_diff(approval.approved_units(), dict(plan.units))
         elif plan.fingerprint != approval.fingerprint:
             state.reasons.append(

@@ -11,11 +11,10 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from epycd import systemd
 from epycd.approval.atomic import named_for_target
@@ -84,7 +83,7 @@ def make_approval(
             name: UnitRecord(path=str(targets[name]), sha256=sha256_text(text))
             for name, text in plan.units.items()
         },
-        plan=plan.model_dump(mode="json"),
+        plan=plan,
     )
 
 
@@ -161,14 +160,12 @@ def finish_or_undo(settings: Settings) -> None:
         recover(settings)
 
 
-def overlap(plan: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
+def overlap(plan: Plan, other: Plan) -> list[str]:
     """What two plans would both use: the port, CPUs."""
     clashes = []
-    if plan.get("port") is not None and plan.get("port") == other.get("port"):
-        clashes.append(f"port {plan['port']}")
-    shared = set(parse_cpulist(str(plan.get("cpus") or ""))) & set(
-        parse_cpulist(str(other.get("cpus") or ""))
-    )
+    if plan.port == other.port:
+        clashes.append(f"port {plan.port}")
+    shared = set(parse_cpulist(plan.cpus)) & set(parse_cpulist(other.cpus))
     if shared:
         clashes.append(f"CPUs {format_cpulist(sorted(shared))}")
     return clashes
@@ -207,12 +204,18 @@ def disable_dropped(
         systemd.disable(dropped)
 
 
+def start_wait_s(approval: Approval) -> int:
+    """How long `systemctl start` may block: the unit's own TimeoutStartSec (the plan's
+    start timeout) and a margin for systemd's reply."""
+    return approval.plan.start_timeout_s + START_MARGIN_S
+
+
 def start_approved(
     approval: Approval, previous: Approval | None, log: Callable[[str], None]
 ) -> None:
     """daemon-reload, enable, then start; restart instead when the units changed, since
     `start` leaves a running endpoint on its old units."""
-    timeout = int(approval.plan.get("start_timeout_s", 600)) + START_MARGIN_S
+    timeout = start_wait_s(approval)
     log("systemctl daemon-reload")
     systemd.daemon_reload()
     enable = units_to_enable(approval)

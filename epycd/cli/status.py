@@ -24,7 +24,6 @@ from epycd.status import EndpointStatus, Handoff
 from epycd.text import escaped, escaped_lines
 
 JOURNAL_TAIL_LINES = 20
-START_MARGIN_S = 30
 
 
 def checked_settings(name: str | None) -> Settings:
@@ -210,7 +209,7 @@ def start(name: str, as_json: bool) -> None:
     from epycd.approval.atomic import unlink_durable
     from epycd.approval.permissions import require_admin
     from epycd.approval.record import readable_approval
-    from epycd.approval.workflow import main_service, units_to_enable
+    from epycd.approval.workflow import main_service, start_wait_s, units_to_enable
     from epycd.status import collect_status, plan_endpoints, planned_map, stop_marker_path
 
     settings = checked_settings(name)
@@ -241,7 +240,7 @@ def start(name: str, as_json: bool) -> None:
         report.say("systemctl enable " + " ".join(enable))
         systemd.enable(enable)
     service = main_service(approval)
-    timeout = int(approval.plan.get("start_timeout_s", 600)) + START_MARGIN_S
+    timeout = start_wait_s(approval)
     report.say(f"systemctl start {service} (waits for the health gate)")
     systemd.start([service], timeout=timeout)
     report.done("started", f"{name} started: `epycctl status {name}`")

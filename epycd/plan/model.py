@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from epycd.model.facts import MemoryFit
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
@@ -45,7 +45,10 @@ class Problem(BaseModel):
 
 
 class EndpointDecisions(BaseModel):
-    """Everything decided for one endpoint; no rendered text."""
+    """Everything decided for one endpoint; no rendered text. Frozen: once decided, a field
+    is not reassigned (the planner appends its late errors to `errors`)."""
+
+    model_config = ConfigDict(frozen=True)
 
     endpoint: str = Field(description="the endpoint file's stem")
     unit_name: str = Field(description="epyc-llm-NAME")
