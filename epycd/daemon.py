@@ -182,11 +182,13 @@ class Daemon:
 
     def plan(self) -> None:
         """Plan every endpoint file; on failure keep the last answer and say why."""
-        from epycd.status import plan_endpoints, planned_map
+        from epycd.approval.record import approved_plans
+        from epycd.plan.current import plan_endpoints
+        from epycd.status import planned_map
 
         self.snapshot = inputs_snapshot(self.settings)
         try:
-            results, host = plan_endpoints(self.settings)
+            results, host = plan_endpoints(self.settings, approved_plans(self.settings))
         except EpycError as exc:
             log.error("planning failed: %s", exc)
             return

@@ -24,21 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from epycd.approval.record import Approval, approved_ports, approved_sockets, readable_approval
+from epycd.approval.record import Approval, readable_approval
 from epycd.approval.state import EndpointState, Unplanned, endpoint_states, unplanned
-from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
 from epycd.listen import DEFAULT_HOST, local_url
 from epycd.plan.model import Plan
 from epycd.settings import Settings
 from epycd.supervisor import SupervisorStatus, read_status
 
 if TYPE_CHECKING:
-    from epycd.host.facts import HostFacts
     from epycd.plan.build import EndpointResult
 
 STOPPED = "stopped"
 """The state name; the marker files live where `stop_marker_path` says."""
-LOAD_SAMPLE_SECONDS = 0.5
 UNIT_PREFIX = "epyc-llm-"
 SHOW_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "Result", "UnitFileState")
 STARTING_UNIT_STATES = frozenset({"activating", "reloading"})
@@ -447,29 +444,3 @@ def read_supervisor(path: Path) -> SupervisorStatus | None:
 
 def planned_map(results: Sequence[EndpointResult]) -> dict[str, Plan | Unplanned | Sequence[str]]:
     return {r.endpoint: r.plan if r.plan is not None else unplanned(r) for r in results}
-
-
-def plan_endpoints(
-    settings: Settings, *, sample_seconds: float = LOAD_SAMPLE_SECONDS
-) -> tuple[list[EndpointResult], HostFacts]:
-    """Every endpoint file planned together, exactly as `epycctl plan`/`approve` do (same
-    host detection and load sampling), with host vLLM probes cached."""
-    from epycd.cli.plan import gather_host
-    from epycd.plan.build import plan_all
-    from epycd.spec import load_endpoints
-    from epycd.stack import shipped_stack
-
-    stack = shipped_stack()
-    specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
-    host = gather_host(settings.host_root, sum(spec.ok for spec in specs), sample_seconds)
-    probes = ProbeCache(settings.run_dir / PROBE_CACHE)
-    results = plan_all(
-        settings,
-        host,
-        stack=stack,
-        specs=specs,
-        probe=probes.probe,
-        approved_sockets=approved_sockets(settings),
-        approved_ports=approved_ports(settings),
-    )
-    return results, host

@@ -204,23 +204,12 @@ def approved_names(settings: Settings) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.json") if NAME_PATTERN.fullmatch(p.stem))
 
 
-def approved_sockets(settings: Settings) -> dict[str, int]:
-    """Endpoint -> the socket its approved plan runs on (unreadable records are skipped:
-    their state says so), for the planner to keep approved endpoints in place."""
-    sockets = {}
+def approved_plans(settings: Settings) -> dict[str, Plan]:
+    """Endpoint -> its approved plan, for the planner to keep approved endpoints on their
+    socket and port, running or not (unreadable records are skipped: their state says so)."""
+    plans = {}
     for name in approved_names(settings):
         approval = readable_approval(settings, name)
         if approval is not None:
-            sockets[name] = approval.plan.socket
-    return sockets
-
-
-def approved_ports(settings: Settings) -> dict[str, int]:
-    """Endpoint -> the port its approved plan listens on: it stays that endpoint's while the
-    approval stands, running or not, so that no other plan is given it."""
-    ports = {}
-    for name in approved_names(settings):
-        approval = readable_approval(settings, name)
-        if approval is not None:
-            ports[name] = approval.plan.port
-    return ports
+            plans[name] = approval.plan
+    return plans

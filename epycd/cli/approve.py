@@ -10,8 +10,7 @@ import click
 
 from epycd.approval.permissions import require_admin
 from epycd.approval.record import (
-    approved_ports,
-    approved_sockets,
+    approved_plans,
     checked_name,
     current_approver,
     readable_approval,
@@ -42,29 +41,17 @@ R = TypeVar("R")
 def current_plan(settings: Settings, name: str) -> tuple[EndpointResult, HostFacts]:
     """Plan every endpoint file together (disjoint sockets, distinct ports), exactly as
     `epycctl plan` does; NAME's result."""
-    from epycd.cli.plan import LOAD_SAMPLE_SECONDS, gather_host
-    from epycd.plan.build import plan_all
-    from epycd.spec import load_endpoints
-    from epycd.stack import shipped_stack
+    from epycd.plan.current import endpoint_specs, plan_endpoints
 
-    stack = shipped_stack()
-    specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
+    specs = endpoint_specs(settings)
     if name not in {spec.name for spec in specs}:
         raise InputError(
             "no such endpoint file",
             file=settings.config_dir / f"{name}.toml",
             fix="`epycctl status` lists the endpoints",
         )
-    host = gather_host(settings.host_root, sum(spec.ok for spec in specs), LOAD_SAMPLE_SECONDS)
-    results = plan_all(
-        settings,
-        host,
-        stack=stack,
-        specs=specs,
-        approved_sockets=approved_sockets(settings),
-        approved_ports=approved_ports(settings),
-    )
-    return next(r for r in results if r.endpoint == name), host
+    planned = plan_endpoints(settings, approved_plans(settings), specs=specs)
+    return next(r for r in planned.results if r.endpoint == name), planned.host
 
 
 def planned_or_refused(result: EndpointResult) -> Plan:

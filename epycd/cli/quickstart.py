@@ -23,7 +23,7 @@ from types import TracebackType
 import click
 import tomli_w
 
-from epycd.approval.record import Approval, approved_ports, approved_sockets
+from epycd.approval.record import Approval, approved_plans
 from epycd.cli.approve import consent_options
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
@@ -200,29 +200,16 @@ def plan_candidate(
 ) -> EndpointResult:
     """NAME planned from `content` (not yet on disk) together with the other endpoint files,
     exactly as `epycctl plan` would plan it once written."""
-    from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
-    from epycd.plan.build import plan_all
-    from epycd.spec import load_endpoints, parse_endpoint
+    from epycd.plan.current import endpoint_specs, plan_endpoints
+    from epycd.spec import parse_endpoint
     from epycd.stack import shipped_stack
 
-    stack = shipped_stack()
-    others = [
-        spec
-        for spec in load_endpoints(settings.config_dir, precisions=stack.precisions)
-        if spec.name != target.stem
-    ]
-    candidate = parse_endpoint(target, content, precisions=stack.precisions)
-    probes = ProbeCache(settings.run_dir / PROBE_CACHE)
-    results = plan_all(
-        settings,
-        host,
-        stack=stack,
-        specs=[*others, candidate],
-        probe=probes.probe,
-        approved_sockets=approved_sockets(settings),
-        approved_ports=approved_ports(settings),
+    others = [spec for spec in endpoint_specs(settings) if spec.name != target.stem]
+    candidate = parse_endpoint(target, content, precisions=shipped_stack().precisions)
+    planned = plan_endpoints(
+        settings, approved_plans(settings), specs=[*others, candidate], host=host
     )
-    return next(r for r in results if r.endpoint == target.stem)
+    return next(r for r in planned.results if r.endpoint == target.stem)
 
 
 def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval | None) -> None:
@@ -299,9 +286,9 @@ def quickstart(
         recover_interrupted,
     )
     from epycd.cli.approve import ask, planned_or_refused, units_text
-    from epycd.cli.plan import LOAD_SAMPLE_SECONDS, confirmation_table, gather_host
+    from epycd.cli.plan import confirmation_table
+    from epycd.plan.current import LOAD_SAMPLE_SECONDS, endpoint_specs, gather_host
     from epycd.settings import load_settings
-    from epycd.spec import load_endpoints
     from epycd.stack import shipped_stack
 
     settings = load_settings()
@@ -310,7 +297,7 @@ def quickstart(
     stack = shipped_stack()
     host = gather_host(
         settings.host_root,
-        sum(s.ok for s in load_endpoints(settings.config_dir, precisions=stack.precisions)) + 1,
+        sum(s.ok for s in endpoint_specs(settings)) + 1,
         LOAD_SAMPLE_SECONDS,
     )
     containers = host.runtimes.podman.quadlet or host.runtimes.docker.daemon_reachable

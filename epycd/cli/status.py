@@ -46,9 +46,11 @@ def journal_tail(unit: str) -> list[str]:
 
 
 def current_statuses(settings: Settings) -> list[EndpointStatus]:
-    from epycd.status import collect_status, plan_endpoints, planned_map
+    from epycd.approval.record import approved_plans
+    from epycd.plan.current import plan_endpoints
+    from epycd.status import collect_status, planned_map
 
-    results, _host = plan_endpoints(settings)
+    results, _host = plan_endpoints(settings, approved_plans(settings))
     statuses = collect_status(settings, planned_map(results))
     for status in statuses:
         if status.kind == "failed" and not status.log_tail:
@@ -208,14 +210,15 @@ def start(name: str, as_json: bool) -> None:
     from epycd import systemd
     from epycd.approval.atomic import unlink_durable
     from epycd.approval.permissions import require_admin
-    from epycd.approval.record import readable_approval
+    from epycd.approval.record import approved_plans, readable_approval
     from epycd.approval.workflow import main_service, start_wait_s, units_to_enable
-    from epycd.status import collect_status, plan_endpoints, planned_map, stop_marker_path
+    from epycd.plan.current import plan_endpoints
+    from epycd.status import collect_status, planned_map, stop_marker_path
 
     settings = checked_settings(name)
     report = ActionReport(name, "start", as_json=as_json)
     require_admin(settings, "start")
-    results, _host = plan_endpoints(settings)
+    results, _host = plan_endpoints(settings, approved_plans(settings))
     found = [s for s in collect_status(settings, planned_map(results)) if s.name == name]
     approval = readable_approval(settings, name)
     if not found:
