@@ -36,7 +36,8 @@ from epycd.errors import EpycError
 from epycd.notify import Notifier
 from epycd.plan.model import Plan
 from epycd.settings import Settings, load_settings
-from epycd.status import STARTING_UNIT_STATES, EndpointStatus
+from epycd.status.machine import EndpointStatus
+from epycd.status.units import STARTING_UNIT_STATES
 
 log = logging.getLogger("epycd")
 
@@ -75,7 +76,7 @@ def inputs_snapshot(settings: Settings) -> Snapshot:
     """Names, mtimes and sizes of what changes the answer: endpoint files, epycd.conf,
     approvals and stop markers. A few stat calls: cheap enough to poll every few seconds."""
     from epycd.approval.record import approvals_dir
-    from epycd.status import stop_markers_dir
+    from epycd.status.stop import stop_markers_dir
 
     return frozenset(
         folder_snapshot(settings.config_dir, (".toml", ".conf"))
@@ -184,7 +185,7 @@ class Daemon:
         """Plan every endpoint file; on failure keep the last answer and say why."""
         from epycd.approval.record import approved_plans
         from epycd.plan.current import plan_endpoints
-        from epycd.status import planned_map
+        from epycd.status.collect import planned_map
 
         self.snapshot = inputs_snapshot(self.settings)
         try:
@@ -206,7 +207,7 @@ class Daemon:
                 log.warning("%s: %s", result.endpoint, problem.text)
 
     def refresh(self) -> None:
-        from epycd.status import collect_status
+        from epycd.status.collect import collect_status
 
         try:
             self.statuses = collect_status(self.settings, self.planned)
@@ -299,7 +300,7 @@ class Daemon:
     # --- what others see -----------------------------------------------------------------
 
     def status_line(self, waiting: Sequence[str] = ()) -> str:
-        from epycd.status import counts_text
+        from epycd.status.machine import counts_text
 
         text = counts_text(self.statuses)
         if waiting:
@@ -316,7 +317,7 @@ class Daemon:
 
     def write_status_file(self, line: str) -> None:
         from epycd.approval.atomic import write_atomic
-        from epycd.status import status_json
+        from epycd.status.machine import status_json
 
         content = {
             "daemon": {"pid": os.getpid(), "state": self.phase, "summary": line},

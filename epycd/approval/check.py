@@ -35,7 +35,7 @@ UNIT_PREFIX = "epyc-llm-"
 
 
 def stop_marker(settings: Settings, name: str) -> Path:
-    """Written by `epycctl stop NAME` (`epycd.status.stop_marker_path`): a Quadlet unit
+    """Written by `epycctl stop NAME` (`epycd.status.stop.stop_marker_path`): a Quadlet unit
     cannot be disabled, so this check keeps a stopped endpoint down at boot."""
     return settings.state_dir / "stopped" / f"{name}.json"
 

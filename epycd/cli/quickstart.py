@@ -170,7 +170,7 @@ class StartProgress:
             return "unknown"
 
     def status(self) -> SupervisorStatus | None:
-        from epycd.status import read_supervisor
+        from epycd.status.collect import read_supervisor
 
         return read_supervisor(self.status_file) if self.status_file else None
 
@@ -218,7 +218,8 @@ def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval
     from epycd import systemd
     from epycd.approval.workflow import main_service, start_approved
     from epycd.cli.status import handoff_text
-    from epycd.status import handoff, read_supervisor, supervisor_status_file
+    from epycd.status.collect import read_supervisor, supervisor_status_file
+    from epycd.status.handoff import handoff
 
     name = approval.endpoint
     status_file = supervisor_status_file(settings, approval.plan, name)

@@ -20,7 +20,8 @@ from epycd.cli.options import LOG_LINES
 from epycd.cli.output import ActionReport, json_option, print_json, table
 from epycd.errors import InputError, Refusal
 from epycd.settings import Settings, load_settings
-from epycd.status import EndpointStatus, Handoff
+from epycd.status.handoff import Handoff
+from epycd.status.machine import EndpointStatus
 from epycd.text import escaped, escaped_lines
 
 JOURNAL_TAIL_LINES = 20
@@ -48,7 +49,7 @@ def journal_tail(unit: str) -> list[str]:
 def current_statuses(settings: Settings) -> list[EndpointStatus]:
     from epycd.approval.record import approved_plans
     from epycd.plan.current import plan_endpoints
-    from epycd.status import collect_status, planned_map
+    from epycd.status.collect import collect_status, planned_map
 
     results, _host = plan_endpoints(settings, approved_plans(settings))
     statuses = collect_status(settings, planned_map(results))
@@ -179,7 +180,7 @@ def stop(name: str, as_json: bool) -> None:
     from epycd.approval.permissions import require_admin
     from epycd.approval.record import current_approver, readable_approval
     from epycd.approval.workflow import is_quadlet, removal_files, stop_endpoint
-    from epycd.status import StopMarker, stop_marker_path
+    from epycd.status.stop import StopMarker, stop_marker_path
 
     settings = checked_settings(name)
     report = ActionReport(name, "stop", as_json=as_json)
@@ -213,7 +214,8 @@ def start(name: str, as_json: bool) -> None:
     from epycd.approval.record import approved_plans, readable_approval
     from epycd.approval.workflow import main_service, start_wait_s, units_to_enable
     from epycd.plan.current import plan_endpoints
-    from epycd.status import collect_status, planned_map, stop_marker_path
+    from epycd.status.collect import collect_status, planned_map
+    from epycd.status.stop import stop_marker_path
 
     settings = checked_settings(name)
     report = ActionReport(name, "start", as_json=as_json)
@@ -257,7 +259,7 @@ def logs(name: str, lines: int, follow: bool) -> None:
     """The journal of endpoint NAME's unit (journalctl)."""
     from epycd.approval.record import readable_approval
     from epycd.approval.state import endpoint_unit_files
-    from epycd.status import main_unit
+    from epycd.status.units import main_unit
     from epycd.systemd import SystemdError
 
     settings = checked_settings(name)

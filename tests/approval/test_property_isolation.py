@@ -33,7 +33,10 @@ from epycd.daemon import STATUS_FILE, Daemon
 from epycd.plan.model import Plan
 from epycd.spec import load_endpoints
 from epycd.stack import shipped_stack
-from epycd.status import EndpointStatus, UnitState, collect_status, stop_marker_path
+from epycd.status.collect import collect_status
+from epycd.status.machine import EndpointStatus
+from epycd.status.stop import stop_marker_path
+from epycd.status.units import UnitState
 from tests.approval.conftest import Env
 from tests.approval.driver import planned
 from tests.approval.plans import PLAN_FILE_ENV, make_plan

@@ -28,7 +28,8 @@ from epycd.host.facts import HostVllmFacts
 from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
 from epycd.plan.current import Planned, plan_endpoints
 from epycd.settings import Settings
-from epycd.status import EndpointStatus, collect_status, planned_map
+from epycd.status.collect import collect_status, planned_map
+from epycd.status.machine import EndpointStatus
 from epycd.supervisor import SupervisorStatus, write_status
 from tests.health.realvllm import vllm_executable
 from tests.hosts import make_host

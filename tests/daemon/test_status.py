@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from epycd.status import stop_marker_path
+from epycd.status.stop import stop_marker_path
 from tests.daemon.conftest import Workspace
 
 pytestmark = pytest.mark.vllm

@@ -7,14 +7,9 @@ import pytest
 
 from epycd.approval.record import upgraded_plan
 from epycd.plan.model import Plan
-from epycd.status import (
-    EndpointStatus,
-    UnitState,
-    counts_text,
-    handoff,
-    parse_show,
-    runtime_state,
-)
+from epycd.status.handoff import handoff
+from epycd.status.machine import EndpointStatus, counts_text, runtime_state
+from epycd.status.units import UnitState, parse_show
 from epycd.supervisor import SupervisorStatus
 from tests.render.fixtures import as_plan, milan_docker
 
