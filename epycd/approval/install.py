@@ -50,7 +50,6 @@ from epycd.approval.atomic import (
     write_durable,
 )
 from epycd.approval.record import (
-    NAME_PATTERN,
     Approval,
     approval_path,
     approvals_dir,
@@ -62,6 +61,7 @@ from epycd.approval.record import (
     sha256_text,
 )
 from epycd.errors import InputError, Refusal
+from epycd.names import is_endpoint_name
 from epycd.settings import Settings
 
 CRASH_ENV = "EPYCD_TEST_CRASH_AT"
@@ -248,7 +248,7 @@ def pending_transactions(settings: Settings) -> list[str]:
     folder = settings.state_dir / TRANSACTIONS
     if not folder.is_dir():
         return []
-    return sorted(p.stem for p in folder.glob("*.json") if NAME_PATTERN.fullmatch(p.stem))
+    return sorted(p.stem for p in folder.glob("*.json") if is_endpoint_name(p.stem))
 
 
 def _stray_staged(settings: Settings) -> Iterator[Path]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -19,11 +18,11 @@ from pydantic import BaseModel, ValidationError, field_validator
 
 from epycd.approval.shape import HostShape
 from epycd.errors import InputError
+from epycd.names import ENDPOINT_NAME_FIX, is_endpoint_name
 from epycd.plan.model import Plan
 from epycd.plan.tuning import VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
 from epycd.settings import Settings
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
 APPROVALS = "approvals"
 
 
@@ -116,10 +115,10 @@ def current_approver(environ: dict[str, str] | None = None) -> Approver:
 
 
 def checked_name(name: str) -> str:
-    if not NAME_PATTERN.fullmatch(name):
+    if not is_endpoint_name(name):
         raise InputError(
             f"{name!r} is not an endpoint name",
-            fix="use the stem of an endpoint file: letters, digits, '_', '-', '.', '@'",
+            fix=f"use the stem of an endpoint file: {ENDPOINT_NAME_FIX}",
         )
     return name
 
@@ -189,7 +188,7 @@ def readable_approval(settings: Settings, name: str) -> Approval | None:
     """NAME's approval, or None when it has none, its record is damaged or NAME cannot be an
     endpoint name (an odd endpoint file name): for the commands that replace or delete it,
     and for reading the other endpoints around a damaged one."""
-    if not NAME_PATTERN.fullmatch(name):
+    if not is_endpoint_name(name):
         return None
     try:
         return load_approval(settings, name)
@@ -201,7 +200,7 @@ def approved_names(settings: Settings) -> list[str]:
     folder = approvals_dir(settings)
     if not folder.is_dir():
         return []
-    return sorted(p.stem for p in folder.glob("*.json") if NAME_PATTERN.fullmatch(p.stem))
+    return sorted(p.stem for p in folder.glob("*.json") if is_endpoint_name(p.stem))
 
 
 def approved_plans(settings: Settings) -> dict[str, Plan]:

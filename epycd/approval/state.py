@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 from epycd.approval.install import pending_transactions
 from epycd.approval.record import Approval, approved_names, load_approval, sha256_text
 from epycd.errors import InputError
+from epycd.names import UNIT_PREFIX, is_endpoint_name, unit_name
 from epycd.plan.model import Plan
 from epycd.settings import Settings
 
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 StateName = Literal["pending-approval", "approved", "changed-needs-approval", "orphaned", "damaged"]
 
-UNIT_PREFIX = "epyc-llm-"
 VOLATILE_PLAN_KEYS = frozenset({"fingerprint", "units", "unit_dirs", "warnings", "socket_reason"})
 VOLATILE_MEMORY_KEYS = frozenset({"available_gb"})
 
@@ -209,7 +209,7 @@ def read_installed(approval: Approval) -> dict[str, str | None]:
 
 def endpoint_unit_files(settings: Settings, name: str) -> list[Path]:
     """Unit files on disk named after the endpoint (epyc-llm-NAME.*), approved or not."""
-    stem = f"{UNIT_PREFIX}{name}"
+    stem = unit_name(name)
     found: list[Path] = []
     for folder in sorted({settings.unit_dir, settings.quadlet_dir}):
         if folder.is_dir():
@@ -220,14 +220,15 @@ def endpoint_unit_files(settings: Settings, name: str) -> list[Path]:
 
 
 def installed_endpoint_names(settings: Settings, approved_paths: set[str]) -> set[str]:
-    """Endpoint names of epyc-llm-NAME.service/.container files no approval lists."""
+    """Endpoint names of epyc-llm-NAME.service/.container files no approval lists (files
+    whose NAME cannot be an endpoint's are not the product's)."""
     names: set[str] = set()
     for folder in {settings.unit_dir, settings.quadlet_dir}:
         if folder.is_dir():
             for path in folder.glob(f"{UNIT_PREFIX}*.*"):
                 if path.suffix in {".service", ".container"} and str(path) not in approved_paths:
                     names.add(path.name.removeprefix(UNIT_PREFIX).rsplit(".", 1)[0])
-    return names
+    return {name for name in names if is_endpoint_name(name)}
 
 
 def _load_approvals(settings: Settings) -> tuple[dict[str, Approval | None], dict[str, str]]:

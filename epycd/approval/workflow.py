@@ -34,6 +34,7 @@ from epycd.approval.state import endpoint_unit_files
 from epycd.errors import EpycError, InputError, Refusal, file_error
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
+from epycd.names import unit_name
 from epycd.plan.model import Plan
 from epycd.settings import Settings
 
@@ -238,7 +239,7 @@ def removal_files(settings: Settings, name: str, approval: Approval | None) -> l
 def stop_endpoint(
     approval: Approval | None, name: str, files: list[Path], log: Callable[[str], None]
 ) -> None:
-    service = main_service(approval) if approval else f"epyc-llm-{name}.service"
+    service = main_service(approval) if approval else f"{unit_name(name)}.service"
     if systemd.is_active(service) in ACTIVE_STATES:
         log(f"systemctl stop {service}")
         systemd.stop([service])

@@ -31,6 +31,7 @@ from epycd.host.probe_cache import ProbeCache
 from epycd.listen import is_loopback
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.memory import fit_memory
+from epycd.names import unit_name
 from epycd.plan import tuning
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
@@ -494,7 +495,7 @@ def decide(
     primary = "chat_completions" if facts.primary_endpoint == "chat_completions" else "completions"
     return EndpointDecisions(
         endpoint=name,
-        unit_name=f"epyc-llm-{name}",
+        unit_name=unit_name(name),
         config_file=str(prepared.result.path),
         model=model,
         model_revision=facts.revision,

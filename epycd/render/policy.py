@@ -12,11 +12,11 @@ import re
 from epycd.errors import InputError
 from epycd.host.cpulist import parse_cpulist
 from epycd.listen import listen_address
+from epycd.names import ENDPOINT_NAME_RULE, is_endpoint_name, unit_name
 from epycd.plan.model import EndpointDecisions
 from epycd.render.syntax import check_printable, executable
 from epycd.spec import arg_refusal, env_refusal
 
-NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 IMAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
 PLAIN_PATH_FORBIDDEN = re.compile(r"[\s:$\\\"',]")
 
@@ -75,18 +75,18 @@ def check_identity(decisions: EndpointDecisions) -> None:
     executable(decisions.product_python, "product_python")
     if decisions.vllm_executable is not None:
         executable(decisions.vllm_executable, "vllm")
-    if not NAME_PATTERN.fullmatch(decisions.endpoint):
+    if not is_endpoint_name(decisions.endpoint):
         raise _refuse(
             decisions,
             "endpoint",
             f"{decisions.endpoint!r} is not a valid endpoint name",
-            "name the file [a-z0-9][a-z0-9-]{0,62}.toml",
+            f"name the file {ENDPOINT_NAME_RULE}.toml",
         )
-    if decisions.unit_name != f"epyc-llm-{decisions.endpoint}":
+    if decisions.unit_name != unit_name(decisions.endpoint):
         raise _refuse(
             decisions,
             "unit_name",
-            f"unit name {decisions.unit_name!r} is not epyc-llm-{decisions.endpoint}",
+            f"unit name {decisions.unit_name!r} is not {unit_name(decisions.endpoint)}",
             "plan the endpoint again",
         )
     if not 1 <= decisions.port <= 65535:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 
 from epycd.approval.record import Approval
+from epycd.names import unit_name
 
-UNIT_PREFIX = "epyc-llm-"
 SHOW_PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState", "Result", "UnitFileState")
 STARTING_UNIT_STATES = frozenset({"activating", "reloading"})
 
@@ -30,7 +30,7 @@ class UnitState(BaseModel):
 
 def main_unit(name: str, approval: Approval | None = None) -> str:
     """The unit systemd runs for the endpoint (Quadlet generates NAME.service too)."""
-    return f"{approval.unit_name if approval else UNIT_PREFIX + name}.service"
+    return f"{approval.unit_name if approval else unit_name(name)}.service"
 
 
 def parse_show(text: str) -> dict[str, UnitState]:
