@@ -9,6 +9,7 @@ import click
 from epycd.cli.options import SAMPLE_SECONDS
 from epycd.cli.output import json_option, print_json, table
 from epycd.host.facts import HostFacts
+from epycd.sizes import gib
 from epycd.text import escaped_lines
 
 REAL_ROOT = Path("/")
@@ -63,8 +64,8 @@ def render_table(facts: HostFacts) -> str:
             (
                 node.node,
                 len(node.cpus),
-                round(node.memory_total_bytes / 1024**3, 2),
-                round(node.memory_available_bytes / 1024**3, 2),
+                gib(node.memory_total_bytes),
+                gib(node.memory_available_bytes),
                 " ".join(map(str, node.distances)) or "-",
             )
             for node in facts.nodes

@@ -17,10 +17,11 @@ from epycd.host.facts import HostFacts, RuntimeFacts, SocketTopology
 from epycd.host.files import parsed, read_optional, read_required
 from epycd.host.generation import classify, is_amd_epyc, is_supported
 from epycd.host.load import sample_socket_busy
-from epycd.host.memory import gib, memory_of, parse_meminfo
+from epycd.host.memory import memory_of, parse_meminfo
 from epycd.host.numa import read_nodes
 from epycd.host.sockets import build_sockets
 from epycd.host.topology import CPU_DIR, cores_of, read_places
+from epycd.sizes import gib
 
 CPUINFO = "proc/cpuinfo"
 MEMINFO = "proc/meminfo"

@@ -40,10 +40,10 @@ from epycd.plan.model import BindMount, EndpointDecisions, HfCacheMount, Plan, P
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
 from epycd.plan.route import Route, route_endpoint
 from epycd.settings import Settings
+from epycd.sizes import GIB
 from epycd.spec import EndpointSpec, SpecResult, load_endpoints
 from epycd.stack import Stack, shipped_stack
 
-GIB = 1024**3
 ModelInspector = Callable[..., ModelFacts]
 VllmProber = Callable[[str], HostVllmFacts]
 
