@@ -29,6 +29,7 @@ from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.plan.build import EndpointResult
 from epycd.plan.model import Runtime
+from epycd.plan.route import container_runtime
 from epycd.settings import Settings
 from epycd.supervisor import SupervisorStatus
 from epycd.text import escaped, escaped_lines
@@ -53,11 +54,7 @@ def chosen_runtime(runtimes: RuntimeFacts, *, vllm_given: bool) -> Runtime | Non
     host_vllm = runtimes.vllm is not None and runtimes.vllm.present and not runtimes.vllm.error
     if vllm_given and host_vllm:
         return "host"
-    if runtimes.podman.quadlet:
-        return "podman"
-    if runtimes.docker.daemon_reachable:
-        return "docker"
-    return "host" if host_vllm else None
+    return container_runtime(runtimes) or ("host" if host_vllm else None)
 
 
 def found_text(runtimes: RuntimeFacts) -> list[str]:
@@ -301,7 +298,7 @@ def quickstart(
         sum(s.ok for s in endpoint_specs(settings)) + 1,
         LOAD_SAMPLE_SECONDS,
     )
-    containers = host.runtimes.podman.quadlet or host.runtimes.docker.daemon_reachable
+    containers = container_runtime(host.runtimes) is not None
     candidate = None if containers and vllm is None else vllm_candidate(vllm)
     runtimes = host.runtimes.model_copy(update={"vllm": host_vllm(settings, candidate)})
     runtime = chosen_runtime(runtimes, vllm_given=vllm is not None)

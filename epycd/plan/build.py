@@ -38,7 +38,7 @@ from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_finge
 from epycd.plan.hfcache import resolve_hf_cache
 from epycd.plan.model import BindMount, EndpointDecisions, HfCacheMount, Plan, Problem
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
-from epycd.plan.route import Route, route_endpoint
+from epycd.plan.route import Route, container_runtime, route_endpoint
 from epycd.settings import Settings
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec, SpecResult, load_endpoints
@@ -226,8 +226,7 @@ def exposure_reason(spec: EndpointSpec, port: int) -> str | None:
 def needs_host_vllm(spec: EndpointSpec, host: HostFacts) -> bool:
     if spec.runtime == "host":
         return True
-    containers = host.runtimes.podman.quadlet or host.runtimes.docker.daemon_reachable
-    return spec.runtime == "auto" and not containers
+    return spec.runtime == "auto" and container_runtime(host.runtimes) is None
 
 
 def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path) -> list[str]:
