@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -151,6 +152,43 @@ def install_approval(settings: Settings, approval: Approval) -> tuple[list[str],
         except OSError:
             finish_or_undo(settings)
             raise
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What the install transaction did: the approval it replaced, the unit files written."""
+
+    previous: Approval | None
+    paths: list[Path]
+
+
+def install_approved(
+    settings: Settings,
+    approval: Approval,
+    *,
+    pull: bool,
+    touch_systemd: bool,
+    log: Callable[[str], None],
+) -> Installed:
+    """The install transaction of `approve` and `quickstart`, after the person's yes: pull
+    the image, disable the units the new approval drops (when systemd is touched), then
+    write the units and the record under the state lock. Interrupted work is recovered once
+    before planning (`recover_interrupted`), and again under the lock by `install_approval`."""
+    previous = readable_approval(settings, approval.endpoint)
+    if pull:
+        pull_image(approval.plan)
+    if touch_systemd:
+        disable_dropped(previous, approval, log)
+    repairs, paths = install_approval(settings, approval)
+    for line in repairs:
+        log(line)
+    log(
+        f"approved {approval.endpoint} by {approval.approver.describe()} "
+        f"({approval.fingerprint[:12]})"
+    )
+    for path in paths:
+        log(f"wrote {path}")
+    return Installed(previous, paths)
 
 
 def finish_or_undo(settings: Settings) -> None:

@@ -16,11 +16,9 @@ from epycd.approval.record import (
     readable_approval,
 )
 from epycd.approval.workflow import (
-    disable_dropped,
     gate,
-    install_approval,
+    install_approved,
     make_approval,
-    pull_image,
     recover_interrupted,
     removal_files,
     start_approved,
@@ -138,20 +136,13 @@ def approve(
     if previous is not None and previous.fingerprint == plan.fingerprint:
         report.say(f"{name} is already approved at this fingerprint; approving it again.")
     ask(f"Approve {name} and install these units?", yes=yes, err=as_json)
-    if not no_pull:
-        pull_image(plan)
-    if not no_start:
-        disable_dropped(previous, approval, report.say)
-    repairs, paths = install_approval(settings, approval)
-    for line in repairs:
-        report.say(line)
-    report.say(f"approved {name} by {approval.approver.describe()} ({plan.fingerprint[:12]})")
-    for path in paths:
-        report.say(f"wrote {path}")
+    installed = install_approved(
+        settings, approval, pull=not no_pull, touch_systemd=not no_start, log=report.say
+    )
     outcome = {
         "fingerprint": plan.fingerprint,
         "approver": approval.approver.describe(),
-        "units": [str(path) for path in paths],
+        "units": [str(path) for path in installed.paths],
     }
     if no_start:
         report.done(
@@ -160,7 +151,7 @@ def approve(
             **outcome,
         )
         return
-    start_approved(approval, previous, report.say)
+    start_approved(approval, installed.previous, report.say)
     report.done("started", f"{name} started: `epycctl status {name}`", **outcome)
 
 

@@ -273,14 +273,12 @@ def quickstart(
     from epycd.approval.atomic import write_atomic
     from epycd.approval.install import unit_targets
     from epycd.approval.permissions import require_admin
-    from epycd.approval.record import checked_name, current_approver, readable_approval
+    from epycd.approval.record import checked_name, current_approver
     from epycd.approval.workflow import (
-        disable_dropped,
         file_errors_refused,
         gate,
-        install_approval,
+        install_approved,
         make_approval,
-        pull_image,
         recover_interrupted,
     )
     from epycd.cli.approve import ask, planned_or_refused, units_text
@@ -292,6 +290,8 @@ def quickstart(
     settings = load_settings()
     checked_name(name)
     require_admin(settings, "quickstart")
+    for line in recover_interrupted(settings):
+        click.echo(line)
     stack = shipped_stack()
     host = gather_host(
         settings.host_root,
@@ -328,8 +328,6 @@ def quickstart(
     gate(plan, accept_unvalidated=accept_unvalidated)
     action = "approve" if already else f"write {target}, approve"
     ask(f"{action.capitalize()} {name} and {'install' if no_start else 'start'} it?", yes=yes)
-    for line in recover_interrupted(settings):
-        click.echo(line)
     if not already:
         with file_errors_refused():
             write_atomic(target, content, mode=0o644)
@@ -337,21 +335,13 @@ def quickstart(
     approval = make_approval(
         settings, plan, host, current_approver(), accepted_unvalidated=accept_unvalidated
     )
-    previous = readable_approval(settings, name)
-    if not no_pull:
-        pull_image(plan)
-    if not no_start:
-        disable_dropped(previous, approval, click.echo)
-    repairs, paths = install_approval(settings, approval)
-    for line in repairs:
-        click.echo(line)
-    click.echo(f"approved {name} by {approval.approver.describe()} ({plan.fingerprint[:12]})")
-    for path in paths:
-        click.echo(f"wrote {path}")
+    installed = install_approved(
+        settings, approval, pull=not no_pull, touch_systemd=not no_start, log=click.echo
+    )
     if no_start:
         click.echo(
             "--no-start: systemd not touched; the units start at the next boot "
             f"(`epycctl status {name}` then shows the hand-off)"
         )
         return
-    wait_and_hand_off(settings, approval, previous)
+    wait_and_hand_off(settings, approval, installed.previous)
