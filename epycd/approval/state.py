@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, Field
 
@@ -27,7 +27,7 @@ from epycd.approval.install import pending_transactions
 from epycd.approval.record import Approval, approved_names, load_approval, sha256_text
 from epycd.errors import InputError
 from epycd.names import UNIT_PREFIX, is_endpoint_name, unit_name
-from epycd.plan.model import Plan
+from epycd.plan.model import Plan, Problem
 from epycd.settings import Settings
 
 if TYPE_CHECKING:
@@ -43,9 +43,13 @@ class Unplanned(BaseModel):
     """An endpoint file that does not plan now: its errors, and when the only reason is the
     memory free now, the inputs fingerprint of what would have been planned."""
 
-    errors: list[str]
+    errors: list[Problem]
     unfit_inputs_fingerprint: str | None = None
     unreadable_here: str | None = None
+
+
+CurrentPlan: TypeAlias = Plan | Unplanned
+"""What an endpoint file plans to now: its plan, or why it has none."""
 
 
 class EndpointState(BaseModel):
@@ -244,17 +248,13 @@ def _load_approvals(settings: Settings) -> tuple[dict[str, Approval | None], dic
     return approvals, unreadable
 
 
-def unplanned_errors(current: Plan | Unplanned | Sequence[str] | None) -> list[str]:
-    if current is None or isinstance(current, Plan):
-        return []
+def unplanned_errors(current: CurrentPlan | None) -> list[str]:
     if isinstance(current, Unplanned):
-        return list(current.errors)
-    return list(current)
+        return [problem.text for problem in current.errors]
+    return []
 
 
-def endpoint_states(
-    settings: Settings, planned: Mapping[str, Plan | Unplanned | Sequence[str]]
-) -> list[EndpointState]:
+def endpoint_states(settings: Settings, planned: Mapping[str, CurrentPlan]) -> list[EndpointState]:
     """The state of every endpoint: those with a file (`planned`: name -> its plan or its
     errors) and those with only an approval or installed units left (orphaned)."""
     interrupted = set(pending_transactions(settings))
@@ -304,7 +304,7 @@ def endpoint_states(
 
 def unplanned(result: EndpointResult) -> Unplanned:
     return Unplanned(
-        errors=[p.text for p in result.errors],
+        errors=list(result.errors),
         unfit_inputs_fingerprint=result.unfit_inputs_fingerprint,
         unreadable_here=result.unreadable_here,
     )
@@ -314,7 +314,7 @@ def endpoint_states_of(
     settings: Settings, results: Sequence[EndpointResult]
 ) -> list[EndpointState]:
     """`endpoint_states` from the planner's `plan_all` results."""
-    planned: dict[str, Plan | Unplanned | Sequence[str]] = {
+    planned: dict[str, CurrentPlan] = {
         r.endpoint: r.plan if r.plan is not None else unplanned(r) for r in results
     }
     return endpoint_states(settings, planned)

@@ -48,7 +48,7 @@ def gate(plan: Plan, *, accept_unvalidated: bool) -> None:
     """Refuse (exit 1) a plan that must not be installed as it is."""
     fix = f"see `epycctl plan {plan.endpoint}`"
     if plan.errors:
-        raise Refusal("the plan has errors: " + "; ".join(plan.errors), fix=fix)
+        raise Refusal("the plan has errors: " + "; ".join(p.text for p in plan.errors), fix=fix)
     if not plan.memory.fits:
         raise Refusal(
             f"does not fit: needs {plan.memory.required_gb:g} GiB, socket {plan.socket} has "

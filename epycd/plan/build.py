@@ -78,17 +78,6 @@ class EndpointResult(BaseModel):
         return max(problem.exit_code for problem in self.errors)
 
 
-def problem(exc: EpycError) -> Problem:
-    return Problem(
-        message=exc.message,
-        file=exc.file,
-        key=exc.key,
-        fix=exc.fix,
-        exit_code=exc.exit_code,
-        text=str(exc),
-    )
-
-
 @dataclass
 class Prepared:
     """An endpoint whose file, route and model passed: ready for placement and sizing."""
@@ -614,7 +603,7 @@ def _plan_one(
             key="max_model_len",
             fix=decisions.memory.action,
         )
-        decisions.errors.append(str(refusal))
+        decisions.errors.append(Problem.of(refusal))
         inputs = fingerprint_inputs(
             units={},
             unit_dirs={},
@@ -634,7 +623,7 @@ def _plan_one(
     try:
         plan = finish(prepared, decisions, host=host, stack=stack, settings=settings)
     except EpycError as exc:
-        decisions.errors.append(str(exc))
+        decisions.errors.append(Problem.of(exc))
         return _failed(prepared.result, exc, model_facts=prepared.facts, decisions=decisions)
     return EndpointResult(
         endpoint=name, config_file=str(file), plan=plan, model_facts=prepared.facts
@@ -645,7 +634,7 @@ def _failed(result: SpecResult, *errors: EpycError, **extra: object) -> Endpoint
     return EndpointResult(
         endpoint=result.name,
         config_file=str(result.path),
-        errors=[problem(exc) for exc in errors],
+        errors=[Problem.of(exc) for exc in errors],
         **extra,
     )
 

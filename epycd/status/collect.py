@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from epycd.approval.record import readable_approval
-from epycd.approval.state import Unplanned, endpoint_states, unplanned
+from epycd.approval.state import CurrentPlan, endpoint_states, unplanned
 from epycd.plan.model import Plan
 from epycd.settings import Settings
 from epycd.status.machine import EndpointStatus, endpoint_status
@@ -28,7 +28,7 @@ def supervisor_status_file(settings: Settings, plan: Plan | None, name: str) -> 
 
 def collect_status(
     settings: Settings,
-    planned: Mapping[str, Plan | Unplanned | Sequence[str]],
+    planned: Mapping[str, CurrentPlan],
     unit_states: Mapping[str, UnitState] | None = None,
 ) -> list[EndpointStatus]:
     """Every endpoint's status: `planned` is name -> current plan or its errors (every
@@ -64,5 +64,5 @@ def read_supervisor(path: Path) -> SupervisorStatus | None:
         return None
 
 
-def planned_map(results: Sequence[EndpointResult]) -> dict[str, Plan | Unplanned | Sequence[str]]:
+def planned_map(results: Sequence[EndpointResult]) -> dict[str, CurrentPlan]:
     return {r.endpoint: r.plan if r.plan is not None else unplanned(r) for r in results}

@@ -90,3 +90,9 @@ def test_the_approved_plan_is_frozen() -> None:
     plan = as_plan(CASES["genoa-podman"]())
     with pytest.raises(ValueError, match="frozen"):
         plan.port = 1  # type: ignore[misc]
+
+
+def test_errors_a_plan_held_as_strings_load_as_problems() -> None:
+    legacy = as_plan(CASES["host-vllm"]()).model_dump(mode="json") | {"errors": ["socket 3 gone"]}
+    [error] = Plan.model_validate(legacy).errors
+    assert (error.text, error.message, error.exit_code) == ("socket 3 gone", "socket 3 gone", 1)
