@@ -121,6 +121,61 @@ def approved_inputs(approval: Approval) -> str:
     return approval.plan.inputs_fingerprint or approval.fingerprint
 
 
+def _without_current_plan(
+    state: EndpointState,
+    approval: Approval,
+    errors: Sequence[str],
+    unfit_inputs_fingerprint: str | None,
+    unreadable_here: str | None,
+) -> None:
+    """An approved endpoint whose file does not plan now: drift, unless only this user or
+    only the memory free now stands in the way."""
+    if unreadable_here is not None:
+        state.reasons.append(
+            f"this user cannot read {unreadable_here} (root-only), so no plan is made "
+            "here to compare with: the approved plan is shown; run status as root to "
+            "compare"
+        )
+    elif unfit_inputs_fingerprint == approved_inputs(approval):
+        state.reasons.append(
+            "a plan made now does not fit the memory free now (a running endpoint holds "
+            "its own); nothing else changed, so the approved units stay"
+        )
+    else:
+        state.state = "changed-needs-approval"
+        state.reasons.extend(f"the endpoint no longer plans: {e}" for e in errors)
+
+
+def _against_current_plan(state: EndpointState, approval: Approval, plan: Plan) -> None:
+    """Drift when the shaping inputs moved; figures read at plan time alone are not."""
+    if approved_inputs(approval) != (plan.inputs_fingerprint or plan.fingerprint):
+        state.state = "changed-needs-approval"
+        state.reasons.append(
+            f"the plan changed since approval ({approval.fingerprint[:12]} -> "
+            f"{plan.fingerprint[:12]}): `epycctl approve {state.endpoint}` to apply it"
+        )
+        state.plan_diff = plan_diff(approval.plan, plan)
+        state.units_diff = units_diff(approval.approved_units(), dict(plan.units))
+    elif plan.fingerprint != approval.fingerprint:
+        state.reasons.append(
+            "a plan made now differs only in figures read at plan time (socket load, free "
+            "memory); the approved units stay as approved"
+        )
+
+
+def _against_installed_units(
+    state: EndpointState, approval: Approval, installed: Mapping[str, str | None]
+) -> None:
+    drift = unit_drift(approval, installed)
+    if drift:
+        state.state = "changed-needs-approval"
+        state.reasons.append("installed units differ from the approved ones: " + "; ".join(drift))
+        if not state.units_diff:
+            state.units_diff = units_diff(
+                approval.approved_units(), installed, ("approved", "installed")
+            )
+
+
 def endpoint_state(
     name: str,
     *,
@@ -154,43 +209,13 @@ def endpoint_state(
             state.reasons.append(f"unit files on disk without an approval: {sorted(present)}")
     else:
         state.state = "approved"
-        if plan is None and unreadable_here is not None:
-            state.reasons.append(
-                f"this user cannot read {unreadable_here} (root-only), so no plan is made "
-                "here to compare with: the approved plan is shown; run status as root to "
-                "compare"
+        if plan is None:
+            _without_current_plan(
+                state, approval, errors, unfit_inputs_fingerprint, unreadable_here
             )
-        elif plan is None and unfit_inputs_fingerprint == approved_inputs(approval):
-            state.reasons.append(
-                "a plan made now does not fit the memory free now (a running endpoint holds "
-                "its own); nothing else changed, so the approved units stay"
-            )
-        elif plan is None:
-            state.state = "changed-needs-approval"
-            state.reasons.extend(f"the endpoint no longer plans: {e}" for e in errors)
-        elif approved_inputs(approval) != (plan.inputs_fingerprint or plan.fingerprint):
-            state.state = "changed-needs-approval"
-            state.reasons.append(
-                f"the plan changed since approval ({approval.fingerprint[:12]} -> "
-                f"{plan.fingerprint[:12]}): `epycctl approve {name}` to apply it"
-            )
-            state.plan_diff = plan_diff(approval.plan, plan)
-            state.units_diff = units_diff(approval.approved_units(), dict(plan.units))
-        elif plan.fingerprint != approval.fingerprint:
-            state.reasons.append(
-                "a plan made now differs only in figures read at plan time (socket load, free "
-                "memory); the approved units stay as approved"
-            )
-        drift = unit_drift(approval, installed)
-        if drift:
-            state.state = "changed-needs-approval"
-            state.reasons.append(
-                "installed units differ from the approved ones: " + "; ".join(drift)
-            )
-            if not state.units_diff:
-                state.units_diff = units_diff(
-                    approval.approved_units(), installed, ("approved", "installed")
-                )
+        else:
+            _against_current_plan(state, approval, plan)
+        _against_installed_units(state, approval, installed)
     if interrupted:
         state.reasons.append(
             f"an install or remove of {name} was interrupted: `epycctl approve {name}` or "

@@ -28,7 +28,7 @@ from epycd.cli.approve import consent_options
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.plan.build import EndpointResult
-from epycd.plan.model import Runtime
+from epycd.plan.model import Plan, Runtime
 from epycd.plan.route import container_runtime
 from epycd.settings import Settings
 from epycd.supervisor import SupervisorStatus
@@ -209,6 +209,55 @@ def plan_candidate(
     return next(r for r in planned.results if r.endpoint == target.stem)
 
 
+def pick_runtime(
+    settings: Settings, host: HostFacts, vllm: str | None
+) -> tuple[Runtime, RuntimeFacts]:
+    """The runtime to serve with, as `runtime = "auto"` picks it (an explicit --vllm wins),
+    and the runtimes with the candidate vLLM probed; bad input for a --vllm that is no vLLM,
+    a refusal with the one-time fix when there is nothing to serve with."""
+    containers = container_runtime(host.runtimes) is not None
+    candidate = None if containers and vllm is None else vllm_candidate(vllm)
+    runtimes = host.runtimes.model_copy(update={"vllm": host_vllm(settings, candidate)})
+    runtime = chosen_runtime(runtimes, vllm_given=vllm is not None)
+    if vllm is not None and runtime != "host":
+        assert runtimes.vllm is not None
+        raise InputError(
+            f"{runtimes.vllm.path} cannot be used: {runtimes.vllm.error or 'not a vLLM'}",
+            key="--vllm",
+            fix="give the vllm executable (or the folder) of a venv/conda env with vLLM",
+        )
+    if runtime is None:
+        click.echo(no_runtime_text(runtimes), err=True)
+        raise Refusal("no runtime to serve with")
+    return runtime, runtimes
+
+
+def shown_plan(settings: Settings, name: str, result: EndpointResult, host: HostFacts) -> Plan:
+    """The plan's table, its units and fingerprint, as `approve` shows them; the plan, or
+    its errors at their exit code."""
+    from epycd.approval.install import unit_targets
+    from epycd.cli.approve import planned_or_refused, units_text
+    from epycd.cli.plan import confirmation_table
+
+    click.echo(f"Plan for endpoint {name}\n")
+    click.echo(confirmation_table(result, host))
+    click.echo()
+    plan = planned_or_refused(result)
+    targets = unit_targets(settings, plan.units, plan.unit_dirs)
+    click.echo(units_text(plan, {k: str(v) for k, v in targets.items()}))
+    click.echo(f"fingerprint {plan.fingerprint}\n")
+    return plan
+
+
+def write_endpoint_file(target: Path, content: bytes) -> None:
+    from epycd.approval.atomic import write_atomic
+    from epycd.approval.workflow import file_errors_refused
+
+    with file_errors_refused():
+        write_atomic(target, content, mode=0o644)
+    click.echo(f"wrote {target}")
+
+
 def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval | None) -> None:
     """`systemctl (re)start` (blocks until READY=1 or the plan's start timeout) with
     progress, then the hand-off; on failure the gate's phase, reason and log tail."""
@@ -270,19 +319,10 @@ def quickstart(
     no_pull: bool,
 ) -> None:
     """Write NAME.toml for the default model, show the plan, approve it, start it, hand off."""
-    from epycd.approval.atomic import write_atomic
-    from epycd.approval.install import unit_targets
     from epycd.approval.permissions import require_admin
     from epycd.approval.record import checked_name, current_approver
-    from epycd.approval.workflow import (
-        file_errors_refused,
-        gate,
-        install_approved,
-        make_approval,
-        recover_interrupted,
-    )
-    from epycd.cli.approve import ask, planned_or_refused, units_text
-    from epycd.cli.plan import confirmation_table
+    from epycd.approval.workflow import gate, install_approved, make_approval, recover_interrupted
+    from epycd.cli.approve import ask
     from epycd.plan.current import LOAD_SAMPLE_SECONDS, endpoint_specs, gather_host
     from epycd.settings import load_settings
     from epycd.stack import shipped_stack
@@ -298,40 +338,18 @@ def quickstart(
         sum(s.ok for s in endpoint_specs(settings)) + 1,
         LOAD_SAMPLE_SECONDS,
     )
-    containers = container_runtime(host.runtimes) is not None
-    candidate = None if containers and vllm is None else vllm_candidate(vllm)
-    runtimes = host.runtimes.model_copy(update={"vllm": host_vllm(settings, candidate)})
-    runtime = chosen_runtime(runtimes, vllm_given=vllm is not None)
-    if vllm is not None and runtime != "host":
-        assert runtimes.vllm is not None
-        raise InputError(
-            f"{runtimes.vllm.path} cannot be used: {runtimes.vllm.error or 'not a vLLM'}",
-            key="--vllm",
-            fix="give the vllm executable (or the folder) of a venv/conda env with vLLM",
-        )
-    if runtime is None:
-        click.echo(no_runtime_text(runtimes), err=True)
-        raise Refusal("no runtime to serve with")
+    runtime, runtimes = pick_runtime(settings, host, vllm)
     served = model_argument(model or stack.default_model)
     target = settings.config_dir / f"{name}.toml"
     content = endpoint_document(served, runtime, runtimes.vllm.path if runtimes.vllm else None)
     already = existing_matches(target, content)
     click.echo(escaped(f"runtime: {runtime}; model: {served}; endpoint file: {target}") + "\n")
-    result = plan_candidate(settings, target, content, host)
-    click.echo(f"Plan for endpoint {name}\n")
-    click.echo(confirmation_table(result, host))
-    click.echo()
-    plan = planned_or_refused(result)
-    click.echo(units_text(plan, {k: str(v) for k, v in unit_targets(
-        settings, plan.units, plan.unit_dirs).items()}))  # fmt: skip
-    click.echo(f"fingerprint {plan.fingerprint}\n")
+    plan = shown_plan(settings, name, plan_candidate(settings, target, content, host), host)
     gate(plan, accept_unvalidated=accept_unvalidated)
     action = "approve" if already else f"write {target}, approve"
     ask(f"{action.capitalize()} {name} and {'install' if no_start else 'start'} it?", yes=yes)
     if not already:
-        with file_errors_refused():
-            write_atomic(target, content, mode=0o644)
-        click.echo(f"wrote {target}")
+        write_endpoint_file(target, content)
     approval = make_approval(
         settings, plan, host, current_approver(), accepted_unvalidated=accept_unvalidated
     )
