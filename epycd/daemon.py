@@ -316,7 +316,7 @@ class Daemon:
             log.info("%s", line)
 
     def write_status_file(self, line: str) -> None:
-        from epycd.approval.atomic import write_atomic
+        from epycd.atomic import write_atomic
         from epycd.status.machine import status_json
 
         content = {

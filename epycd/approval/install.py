@@ -39,16 +39,6 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from epycd.approval.atomic import (
-    STAGED_SUFFIX,
-    fsync_dir,
-    make_dirs,
-    replace_durable,
-    staged_path,
-    unlink_durable,
-    write_atomic,
-    write_durable,
-)
 from epycd.approval.record import (
     Approval,
     approval_path,
@@ -59,6 +49,16 @@ from epycd.approval.record import (
     readable_approval,
     sha256_file,
     sha256_text,
+)
+from epycd.atomic import (
+    STAGED_SUFFIX,
+    fsync_dir,
+    make_dirs,
+    replace_durable,
+    staged_path,
+    unlink_durable,
+    write_atomic,
+    write_durable,
 )
 from epycd.errors import InputError, Refusal
 from epycd.names import is_endpoint_name

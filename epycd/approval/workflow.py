@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from epycd import systemd
-from epycd.approval.atomic import named_for_target
 from epycd.approval.install import install, recover, state_lock, uninstall, unit_targets
 from epycd.approval.record import (
     Approval,
@@ -32,6 +31,7 @@ from epycd.approval.record import (
 )
 from epycd.approval.shape import host_shape
 from epycd.approval.state import endpoint_unit_files
+from epycd.atomic import named_for_target
 from epycd.errors import EpycError, InputError, Refusal, file_error
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts

@@ -295,7 +295,7 @@ def bench(
 
 def finish(settings: Settings, result: BenchResult, as_json: bool) -> None:
     """Keep the result for `status NAME`, show it; exit 1 when a run failed."""
-    from epycd.approval.atomic import write_atomic
+    from epycd.atomic import write_atomic
 
     write_atomic(bench_path(settings, result.endpoint), result.model_dump_json(indent=1).encode())
     show(result, as_json)

@@ -250,8 +250,8 @@ def shown_plan(settings: Settings, name: str, result: EndpointResult, host: Host
 
 
 def write_endpoint_file(target: Path, content: bytes) -> None:
-    from epycd.approval.atomic import write_atomic
     from epycd.approval.workflow import file_errors_refused
+    from epycd.atomic import write_atomic
 
     with file_errors_refused():
         write_atomic(target, content, mode=0o644)

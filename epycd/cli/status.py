@@ -176,10 +176,10 @@ def last_bench(settings: Settings, name: str) -> BenchResult | None:
 @json_option("Print the outcome as JSON.", errors_too=True)
 def stop(name: str, as_json: bool) -> None:
     """Stop endpoint NAME and keep it from starting at boot until `epycctl start NAME`."""
-    from epycd.approval.atomic import write_atomic
     from epycd.approval.permissions import require_admin
     from epycd.approval.record import current_approver, readable_approval
     from epycd.approval.workflow import is_quadlet, removal_files, stop_endpoint
+    from epycd.atomic import write_atomic
     from epycd.status.stop import StopMarker, stop_marker_path
 
     settings = checked_settings(name)
@@ -209,10 +209,10 @@ def stop(name: str, as_json: bool) -> None:
 def start(name: str, as_json: bool) -> None:
     """Start approved endpoint NAME again (after `epycctl stop`), and at every boot."""
     from epycd import systemd
-    from epycd.approval.atomic import unlink_durable
     from epycd.approval.permissions import require_admin
     from epycd.approval.record import approved_plans, readable_approval
     from epycd.approval.workflow import main_service, start_wait_s, units_to_enable
+    from epycd.atomic import unlink_durable
     from epycd.plan.current import plan_endpoints
     from epycd.status.collect import collect_status, planned_map
     from epycd.status.stop import stop_marker_path

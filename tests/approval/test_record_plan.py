@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from epycd.approval.atomic import write_atomic
 from epycd.approval.record import (
     LEGACY_HOST,
     Approval,
@@ -17,6 +16,7 @@ from epycd.approval.record import (
     load_approval,
 )
 from epycd.approval.workflow import make_approval
+from epycd.atomic import write_atomic
 from epycd.errors import InputError
 from epycd.plan.model import Plan
 from epycd.plan.tuning import VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
