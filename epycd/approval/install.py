@@ -260,6 +260,12 @@ def _stray_staged(settings: Settings) -> Iterator[Path]:
                     yield from dropins.glob(f".*{STAGED_SUFFIX}")
 
 
+def interrupted_work(settings: Settings) -> bool:
+    """Whether `recover` has anything to do: a journal, or a staged file left behind.
+    Read without the lock, so that a command with nothing to recover writes nothing."""
+    return bool(pending_transactions(settings)) or next(_stray_staged(settings), None) is not None
+
+
 def recover(settings: Settings) -> list[str]:
     """Finish every journalled transaction, then delete staged files no journal names.
 

@@ -18,7 +18,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from epycd import systemd
-from epycd.approval.install import install, recover, state_lock, uninstall, unit_targets
+from epycd.approval.install import (
+    install,
+    interrupted_work,
+    recover,
+    state_lock,
+    uninstall,
+    unit_targets,
+)
 from epycd.approval.record import (
     Approval,
     Approver,
@@ -134,7 +141,10 @@ def file_errors_refused() -> Iterator[None]:
 
 
 def recover_interrupted(settings: Settings) -> list[str]:
-    """Finish or undo whatever a killed approve/remove left, under the state lock."""
+    """Finish or undo whatever a killed approve/remove left, under the state lock; nothing
+    at all (not even the lock file) when nothing was left."""
+    if not interrupted_work(settings):
+        return []
     with file_errors_refused(), state_lock(settings):
         return recover(settings)
 
