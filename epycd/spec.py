@@ -20,9 +20,9 @@ from pydantic_core import ErrorDetails
 
 from epycd.errors import InputError
 from epycd.listen import DEFAULT_HOST, listen_address
+from epycd.names import is_endpoint_name
 from epycd.text import first_unsafe
 
-NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 HUB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_ENDPOINT_FILE_BYTES = 64 * 1024
 ENV_KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -506,7 +506,7 @@ def parse_endpoint(path: Path, raw: bytes, *, precisions: list[str]) -> SpecResu
     def failed(*errors: InputError) -> SpecResult:
         return SpecResult(name, path, None, list(errors), digest)
 
-    if not NAME_PATTERN.fullmatch(name):
+    if not is_endpoint_name(name):
         return failed(
             InputError(
                 f"{name!r} is not a valid endpoint name",

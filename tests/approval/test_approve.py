@@ -35,7 +35,7 @@ def test_approve_no_start_writes_units_and_approval(env: Env) -> None:
     assert approval.fingerprint == plan.fingerprint
     assert approval.approver.uid == os.geteuid()
     assert approval.units["epyc-llm-chat.service"].sha256 == sha256_text(service.read_text())
-    assert approval.plan["cpus"] == plan.cpus
+    assert approval.plan.cpus == plan.cpus
     assert approval.host_shape.socket(0) is not None
     assert approval.host_shape.socket(0).physical_cores == 96  # type: ignore[union-attr]
     assert env.systemctl_calls() == []

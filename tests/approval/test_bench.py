@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from epycd.plan.model import HfCacheMount
 from tests.approval.conftest import Env
 from tests.approval.plans import make_plan
+from tests.render.fixtures import as_plan, genoa_podman
 
 FAKE_VLLM = """#!{python}
 import json, os, sys
@@ -161,21 +163,20 @@ def test_offline_refuses_while_the_endpoint_runs(env: Env, endpoint_port: int) -
 def test_a_container_endpoint_is_measured_by_the_vllm_in_its_image(tmp_path: Path) -> None:
     from epycd.cli.bench import bench_argv, serve_bench_args, throughput_argv
 
-    plan = {
-        "runtime": "podman", "image": "docker.io/amdih/zendnn_zentorch:test", "port": 8001,
-        "served_model_name": "qwen", "model": "Qwen/Qwen3-0.6B", "cpus": "98-191",
-        "numa_nodes": [4, 5], "env": {"VLLM_CPU_OMP_THREADS_BIND": "99-191"},
-        "vllm_args": ["Qwen/Qwen3-0.6B", "--max-num-seqs", "8"], "max_num_seqs": 8,
-        "hf_cache": {"host_path": "/srv/hf", "container_path": "/root/.cache/huggingface"},
-        "extra_mounts": [],
-    }  # fmt: skip
+    plan = as_plan(
+        genoa_podman(), image="docker.io/amdih/zendnn_zentorch:test", port=8001,
+        served_model_name="qwen", model="Qwen/Qwen3-0.6B", cpus="98-191",
+        numa_nodes=[4, 5], env={"VLLM_CPU_OMP_THREADS_BIND": "99-191"},
+        vllm_args=["Qwen/Qwen3-0.6B", "--max-num-seqs", "8"], max_num_seqs=8,
+        hf_cache=HfCacheMount(host_path="/srv/hf"), extra_mounts=[],
+    )  # fmt: skip
     args = serve_bench_args(plan, 4, 16, (128, 128), "/epycd-bench/c4.json")
     argv = bench_argv(plan, args, tmp_path)
     assert argv[:6] == ["podman", "run", "--rm", "--network=host", "--entrypoint", "vllm"]
     assert f"{tmp_path}:/epycd-bench" in argv and "/srv/hf:/root/.cache/huggingface" in argv
-    assert argv[argv.index(plan["image"]) + 1 :][:2] == ["bench", "serve"]
+    assert argv[argv.index(str(plan.image)) + 1 :][:2] == ["bench", "serve"]
     offline = throughput_argv(plan, 16, (128, 128), tmp_path)
     assert "--cpuset-cpus=98-191" in offline and "--cpuset-mems=4,5" in offline
     assert "--env=VLLM_CPU_OMP_THREADS_BIND=99-191" in offline
-    assert offline.index("--cpuset-cpus=98-191") < offline.index(plan["image"])
+    assert offline.index("--cpuset-cpus=98-191") < offline.index(str(plan.image))
     assert offline[offline.index("--output-json") + 1] == "/epycd-bench/offline.json"

@@ -28,12 +28,16 @@ import epycd.cli.approve as approve_cli
 from epycd.approval.check import check_problems, stop_marker
 from epycd.approval.install import journal_path
 from epycd.approval.record import approval_path
+from epycd.approval.state import CurrentPlan, Unplanned
 from epycd.cli import main
 from epycd.daemon import STATUS_FILE, Daemon
-from epycd.plan.model import Plan
+from epycd.plan.model import Problem
 from epycd.spec import load_endpoints
 from epycd.stack import shipped_stack
-from epycd.status import EndpointStatus, UnitState, collect_status, stop_marker_path
+from epycd.status.collect import collect_status
+from epycd.status.machine import EndpointStatus
+from epycd.status.stop import stop_marker_path
+from epycd.status.units import UnitState
 from tests.approval.conftest import Env
 from tests.approval.driver import planned
 from tests.approval.plans import PLAN_FILE_ENV, make_plan
@@ -166,10 +170,11 @@ class World:
     def statuses(self) -> dict[str, EndpointStatus]:
         settings = self.env.settings
         specs = {s.name: s for s in load_endpoints(settings.config_dir, precisions=PRECISIONS)}
-        current: dict[str, Plan | list[str]] = {}
+        current: dict[str, CurrentPlan] = {}
         for name, spec in specs.items():
             plan = self.env.plans.get(name)
-            current[name] = plan if spec.ok and plan else [str(e) for e in spec.errors]
+            errors = [Problem.of(error) for error in spec.errors]
+            current[name] = plan if spec.ok and plan else Unplanned(errors=errors)
         units = {f"epyc-llm-{n}.service": UnitState(unit=f"epyc-llm-{n}.service") for n in specs}
         return {s.name: s for s in collect_status(settings, current, unit_states=units)}
 

@@ -105,7 +105,7 @@ def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: Env) -> None:
     [replanned] = plan_all(settings, short, listeners={})
     approval = load_approval(settings, "chat")
     assert approval is not None and replanned.plan is not None
-    assert replanned.plan.kv_cache_gb < approval.plan["kv_cache_gb"]
+    assert replanned.plan.kv_cache_gb < approval.plan.kv_cache_gb
     assert replanned.plan.fingerprint != approval.fingerprint
     [state] = endpoint_states_of(settings, [replanned])
     assert state.state == "approved", state.reasons
@@ -126,7 +126,7 @@ def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: Env) -> Non
     done = real_epycctl(env, "approve", "b", "--yes", "--no-start", *CONSENT)
     assert done.returncode == 0, done.stdout + done.stderr
     approval = load_approval(env.settings, "b")
-    assert approval is not None and approval.plan["socket"] == 0
+    assert approval is not None and approval.plan.socket == 0
 
     (config / "a.toml").write_text(body + "port = 8100\n")
     settings, host = env.settings, env.host()
@@ -192,6 +192,6 @@ def test_a_stock_host_vllm_on_a_zentorch_host_is_consent_not_a_dead_end(env: Env
     assert done.returncode == 0, done.stdout + done.stderr
     approval = load_approval(env.settings, "plain")
     assert approval is not None and approval.accepted_unvalidated
-    assert approval.plan["backend"] == "stock"
+    assert approval.plan.backend == "stock"
     service = Path(approval.units["epyc-llm-plain.service"].path).read_text()
     assert str(stock) in service

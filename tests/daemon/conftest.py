@@ -22,13 +22,14 @@ from typing import Any
 
 import pytest
 
-from epycd.approval.record import Approval, current_approver
+from epycd.approval.record import Approval, approved_plans, current_approver
 from epycd.approval.workflow import install_approval, make_approval
 from epycd.host.facts import HostVllmFacts
 from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
+from epycd.plan.current import Planned, plan_endpoints
 from epycd.settings import Settings
-from epycd.status import EndpointStatus, collect_status, planned_map
-from epycd.status import plan_endpoints as real_plan_endpoints
+from epycd.status.collect import collect_status, planned_map
+from epycd.status.machine import EndpointStatus
 from epycd.supervisor import SupervisorStatus, write_status
 from tests.health.realvllm import vllm_executable
 from tests.hosts import make_host
@@ -91,6 +92,11 @@ elif verb in ("enable", "disable"):
         unit(name)["UnitFileState"] = verb + "d"
     save()
 """
+
+
+def real_plan_endpoints(settings: Settings) -> Planned:
+    """What every command plans: the real planner, the approvals holding their places."""
+    return plan_endpoints(settings, approved_plans(settings))
 
 
 @dataclass

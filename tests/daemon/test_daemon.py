@@ -19,6 +19,7 @@ import pytest
 from epycd.daemon import endpoint_cpus, spare_cpus
 from tests.daemon.conftest import REPO, Workspace
 from tests.health.notifysock import NotifySocket
+from tests.render.fixtures import as_plan, milan_docker
 
 pytestmark = pytest.mark.vllm
 CHAT = "epyc-llm-chat.service"
@@ -149,7 +150,7 @@ def test_ready_is_bounded_when_an_endpoint_never_settles(ws: Workspace) -> None:
 
 
 def test_daemon_cpus_are_the_complement_of_the_endpoints() -> None:
-    plans = [{"cpus": "0-3"}, {"cpus": "8"}]
+    plans = [as_plan(milan_docker(), cpus="0-3"), as_plan(milan_docker(), cpus="8")]
     taken = endpoint_cpus(plans, {0: [16], 8: [24]})
     assert taken == {0, 1, 2, 3, 8, 16, 24}
     assert spare_cpus(set(range(32)), taken) == set(range(32)) - taken

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from epycd.status import stop_marker_path
+from epycd.status.stop import stop_marker_path
 from tests.daemon.conftest import REPO, Workspace
 
 pytestmark = pytest.mark.vllm

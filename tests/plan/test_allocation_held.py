@@ -96,6 +96,10 @@ def test_a_model_that_does_not_fit_takes_no_socket_or_port(
     results = ws.plan(host_of("milan-7763-2s"))
     assert results["a"].plan is None and "does not fit" in results["a"].errors[0].message
     assert placed(results["b"])[:2] == (0, FIRST_PORT)
+    decisions = results["a"].decisions
+    assert decisions is not None
+    assert decisions.errors == results["a"].errors  # one shape: the result's and the decisions'
+    assert (decisions.errors[0].key, decisions.errors[0].exit_code) == ("max_model_len", 1)
 
 
 def test_freeing_a_refused_endpoints_socket_never_costs_another_its_plan(

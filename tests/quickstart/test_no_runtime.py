@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
+from pathlib import Path
 
 import pytest
 
 from epycd.cli.quickstart import chosen_runtime, no_runtime_text
+from epycd.errors import Refusal
+from epycd.host.detect import detect_host
 from epycd.host.facts import DockerFacts, HostVllmFacts, PodmanFacts, RuntimeFacts
 from epycd.host.runtimes import probe_runtimes
+from epycd.plan.route import choose_runtime
+from epycd.spec import EndpointSpec
+from tests.hosts import make_host
 from tests.machine import real_cpu
 from tests.quickstart.conftest import Sandbox
 
@@ -136,3 +143,26 @@ def test_fix_text_names_what_was_found() -> None:
     assert "podman 4.3.1: no Quadlet (needs >= 4.4)" in text
     assert "docker 28.2.2: the daemon does not answer" in text
     assert "vllm /opt/env/bin/vllm: no such file" in text
+
+
+def test_quickstart_picks_what_the_planners_auto_picks(tmp_path: Path) -> None:
+    """One runtime precedence: quickstart's choice is the planner's `runtime = "auto"`, for
+    every mix of podman (Quadlet or not), docker (none, daemon down, up) and host vLLM."""
+    detected = detect_host(make_host(tmp_path, "vm-zen5"), probe_runtimes=False)
+    for quadlet, docker, vllm_works in itertools.product(
+        (False, True), (None, False, True), (None, False, True)
+    ):
+        runtimes = RuntimeFacts(
+            podman=PodmanFacts(present=True, version="5.4.2", quadlet=quadlet),
+            docker=DockerFacts(present=docker is not None, daemon_reachable=bool(docker)),
+            vllm=None
+            if vllm_works is None
+            else HostVllmFacts(path="/v", present=vllm_works, error=None if vllm_works else "x"),
+        )
+        host = detected.model_copy(update={"runtimes": runtimes})
+        picked = chosen_runtime(runtimes, vllm_given=False)
+        try:
+            planned, _ = choose_runtime(EndpointSpec(), host, tmp_path / "a.toml", runtimes.vllm)
+        except Refusal:
+            planned = None
+        assert planned == picked, (quadlet, docker, vllm_works)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from epycd.model.facts import MemoryFit
-from epycd.plan.model import EndpointDecisions, HfCacheMount
+from epycd.plan.model import EndpointDecisions, HfCacheMount, Plan
 
 PRODUCT_PYTHON = "/opt/epyc-llm/venv/bin/python"
 GENOA_IMAGE = (
@@ -275,3 +275,10 @@ def runnable(decisions: EndpointDecisions, python: str, vllm: Path) -> EndpointD
     if decisions.vllm_executable:
         update["vllm_executable"] = str(vllm)
     return decisions.model_copy(update=update)
+
+
+def as_plan(decisions: EndpointDecisions, **changes: object) -> Plan:
+    """The decisions as a plan (no units rendered) with `changes` applied, for the code that
+    reads an approved plan."""
+    fields = {**decisions.model_dump(), "units": {}, "fingerprint": "0" * 64, **changes}
+    return Plan.model_validate(fields)
