@@ -6,7 +6,7 @@ import pytest
 
 from epycd.approval.install import checked_unit_file
 from epycd.errors import InputError
-from tests.approval.conftest import Env
+from tests.approval.conftest import ApprovalSandbox
 
 
 @pytest.mark.parametrize(
@@ -25,7 +25,7 @@ def test_unit_file_names(name: str) -> None:
 
 
 @pytest.mark.parametrize("command", ["approve", "remove"])
-def test_endpoint_name_cannot_be_a_path(env: Env, command: str) -> None:
+def test_endpoint_name_cannot_be_a_path(env: ApprovalSandbox, command: str) -> None:
     done = env.epycctl(command, "../../etc/x", "--yes")
     assert done.returncode == 2
     assert "'../../etc/x' is not an endpoint name" in done.stderr

@@ -9,7 +9,7 @@ import pytest
 
 from epycd.spec import EndpointSpec, endpoint_files, load_endpoints, parse_endpoint
 from epycd.stack import shipped_stack
-from tests.plan.conftest import Workspace
+from tests.plan.conftest import PlanWorkspace
 
 PRECISIONS = shipped_stack().precisions
 
@@ -185,7 +185,7 @@ def test_syntax_error_names_the_file(tmp_path: Path) -> None:
     assert found[0][1].startswith(f"{path}: is not valid TOML")
 
 
-def test_folder_loads_each_file_on_its_own(ws: Workspace) -> None:
+def test_folder_loads_each_file_on_its_own(ws: PlanWorkspace) -> None:
     ws.endpoint("good", "")
     (ws.config_dir / "bad.toml").write_text("nonsense = true\n")
     (ws.config_dir / "epycd.conf").write_text("admin_group = 'wheel'\n")

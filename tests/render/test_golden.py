@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from epycd.render import render_units, unit_dirs
 from tests.render.fixtures import CASES
+from tests.sandbox import REPO, run_python
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 
@@ -25,9 +27,27 @@ def test_golden(case: str) -> None:
     assert text == golden.read_text(encoding="utf-8")
 
 
-def test_rendering_is_pure() -> None:
-    for factory in CASES.values():
-        assert render_units(factory()) == render_units(factory())
+RENDER_ALL = (
+    "import json; from epycd.render import render_units; from tests.render.fixtures import CASES;"
+    "print(json.dumps({case: render_units(make()) for case, make in CASES.items()}))"
+)
+
+
+def test_rendering_depends_only_on_the_decisions(tmp_path: Path) -> None:
+    """The units of a case are the same in another process with another hash seed, another
+    working folder and none of this environment (no set order, clock, locale or variable
+    leaks in), and rendering leaves the decisions as they were."""
+    here = {}
+    for case, make in CASES.items():
+        decisions = make()
+        before = decisions.model_dump_json()
+        here[case] = render_units(decisions)
+        assert decisions.model_dump_json() == before, case
+    elsewhere = {"PYTHONPATH": str(REPO), "PYTHONHASHSEED": "4242", "TZ": "Pacific/Kiritimati",
+                 "LANG": "tr_TR.UTF-8", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}  # fmt: skip
+    done = run_python(["-c", RENDER_ALL], env=elsewhere)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == here
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -42,6 +62,7 @@ def test_unit_names_and_folders(case: str) -> None:
 
 
 def test_token_never_in_a_unit() -> None:
+    assert any(factory().hf_token_file for factory in CASES.values()), "no case has a token"
     for factory in CASES.values():
         decisions = factory()
         text = next(iter(render_units(decisions).values()))
