@@ -1,4 +1,4 @@
-"""`epycctl plan NAME`: the confirmation table, the JSON keys of design.md, exit codes.
+"""`epycctl plan NAME`: the confirmation table, the plan keys of docs/architecture.md, exit codes.
 
 The fake hosts stand for machines with podman 5 (Quadlet): this machine has podman 4.3
 without Quadlet and no docker daemon, so the runtime probe of `detect_host` is replaced by
