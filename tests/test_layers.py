@@ -10,12 +10,15 @@ functions): a module imports only from its own layer or the layers below it.
     1 foundation        epycd (the package: __version__), errors, text, paths, listen,
                         notify, systemd
 
-docs/architecture.md explains each module and what crosses each boundary.
+docs/architecture.md explains each module and what crosses each boundary; its layer table
+must be this one and it must name every module (the last test), so the map moves with the
+code.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -131,3 +134,16 @@ def test_an_upward_import_is_found(tmp_path: Path, where: str, source: str) -> N
     [(module, imported)] = upward_imports(tmp_path)
     assert module == module_name(path, tmp_path)
     assert imported.split(".")[1] in {"cli", "status", "approval"}
+
+
+def test_the_architecture_document_shows_this_table() -> None:
+    """docs/architecture.md's layer table is LAYERS, and it names every area and every
+    module of epycd/, so that the map stays the code's."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| (\d) \| ([^|]+) \| ([^|]+) \|$", doc, re.MULTILINE)
+    table = {int(rank): (name.strip(), frozenset(re.findall(r"`([\w_]+)`", areas)))
+             for rank, name, areas in rows}  # fmt: skip
+    assert table == {rank + 1: layer for rank, layer in enumerate(LAYERS)}
+    for path in sorted((REPO / "epycd").rglob("*.py")):
+        if path.name not in ("__init__.py", "__main__.py"):
+            assert f"{path.stem}.py" in doc, f"docs/architecture.md does not name {path}"
