@@ -1,4 +1,4 @@
-"""`epycctl check-model` and `epycctl estimate` (design.md, "Command contract")."""
+"""`epycctl check-model` and `epycctl estimate` (docs/architecture.md, "Command contract")."""
 
 from __future__ import annotations
 

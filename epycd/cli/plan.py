@@ -64,7 +64,8 @@ MEMORY_KEYS = (
 
 
 def plan_json(result: EndpointResult) -> dict[str, Any]:
-    """design.md's `plan` keys; keys not decided (refused early) are null."""
+    """The `plan` keys (docs/architecture.md, "Plan keys"); keys not decided (refused early)
+    are null."""
     decided: EndpointDecisions | None = result.plan or result.decisions
     data: dict[str, Any] = dict.fromkeys(JSON_KEYS)
     data["endpoint"] = result.endpoint

@@ -2,7 +2,7 @@
 
 `EndpointDecisions` is the planner's output and the renderer's only input, so rendering
 stays a pure function of decisions. `Plan` adds the rendered units and the fingerprint;
-`plan --json` prints it (design.md lists the keys).
+`plan --json` prints it (docs/architecture.md, "Plan keys").
 """
 
 from __future__ import annotations

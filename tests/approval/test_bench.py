@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from epycd.plan.model import HfCacheMount
-from tests.approval.conftest import Env
+from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
 from tests.render.fixtures import as_plan, genoa_podman
 
@@ -63,7 +63,7 @@ def endpoint_port() -> Iterator[int]:
     server.shutdown()
 
 
-def approve_host_endpoint(env: Env, port: int, **update: object) -> Path:
+def approve_host_endpoint(env: ApprovalSandbox, port: int, **update: object) -> Path:
     vllm = env.tmp / "venv" / "bin" / "vllm"
     vllm.parent.mkdir(parents=True)
     calls = env.tmp / "bench-calls.jsonl"
@@ -79,7 +79,7 @@ def approve_host_endpoint(env: Env, port: int, **update: object) -> Path:
 
 
 def test_bench_runs_the_endpoints_vllm_per_concurrency_and_keeps_the_result(
-    env: Env, endpoint_port: int
+    env: ApprovalSandbox, endpoint_port: int
 ) -> None:
     calls = approve_host_endpoint(env, endpoint_port)
     done = env.epycctl(
@@ -107,7 +107,7 @@ def test_bench_runs_the_endpoints_vllm_per_concurrency_and_keeps_the_result(
     assert "last bench" in shown.stdout and "800.0" in shown.stdout
 
 
-def test_bench_of_an_endpoint_that_is_not_ready_is_a_no(env: Env) -> None:
+def test_bench_of_an_endpoint_that_is_not_ready_is_a_no(env: ApprovalSandbox) -> None:
     approve_host_endpoint(env, closed_port())
     done = env.epycctl("bench", "chat", "--concurrency", "1")
     assert done.returncode == 1
@@ -115,7 +115,7 @@ def test_bench_of_an_endpoint_that_is_not_ready_is_a_no(env: Env) -> None:
     assert not (env.settings.state_dir / "bench" / "chat.json").exists()
 
 
-def test_bench_of_an_unapproved_endpoint_is_bad_input(env: Env) -> None:
+def test_bench_of_an_unapproved_endpoint_is_bad_input(env: ApprovalSandbox) -> None:
     done = env.epycctl("bench", "nope")
     assert done.returncode == 2
     assert "nope is not approved" in done.stderr and "Traceback" not in done.stderr
@@ -128,7 +128,9 @@ def closed_port() -> int:
 
 
 @pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl pins the offline run")
-def test_offline_runs_bench_throughput_with_the_endpoints_sizing_and_pin(env: Env) -> None:
+def test_offline_runs_bench_throughput_with_the_endpoints_sizing_and_pin(
+    env: ApprovalSandbox,
+) -> None:
     cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
     args = ["/srv/models/tiny", "--dtype", "bfloat16", "--max-model-len", "512",
             "--max-num-seqs", "4", "--max-num-batched-tokens", "2048",
@@ -154,7 +156,7 @@ def test_offline_runs_bench_throughput_with_the_endpoints_sizing_and_pin(env: En
     assert "--port" not in argv
 
 
-def test_offline_refuses_while_the_endpoint_runs(env: Env, endpoint_port: int) -> None:
+def test_offline_refuses_while_the_endpoint_runs(env: ApprovalSandbox, endpoint_port: int) -> None:
     approve_host_endpoint(env, endpoint_port)
     done = env.epycctl("bench", "chat", "--offline")
     assert done.returncode == 1 and "epycctl stop chat" in done.stderr

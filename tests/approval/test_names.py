@@ -14,7 +14,7 @@ from epycd.approval.state import endpoint_states
 from epycd.errors import InputError
 from epycd.spec import parse_endpoint
 from epycd.stack import shipped_stack
-from tests.approval.conftest import Env
+from tests.approval.conftest import ApprovalSandbox
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,7 @@ def test_unit_file_names(name: str) -> None:
 
 
 @pytest.mark.parametrize("command", ["approve", "remove"])
-def test_endpoint_name_cannot_be_a_path(env: Env, command: str) -> None:
+def test_endpoint_name_cannot_be_a_path(env: ApprovalSandbox, command: str) -> None:
     done = env.epycctl(command, "../../etc/x", "--yes")
     assert done.returncode == 2
     assert "'../../etc/x' is not an endpoint name" in done.stderr
@@ -44,7 +44,7 @@ NOT_ENDPOINT_NAMES = ["Chat", "a.b", "a_b", "a@b", "a" * 64]
 
 @pytest.mark.parametrize("name", NOT_ENDPOINT_NAMES)
 def test_a_name_no_endpoint_file_can_have_is_refused_by_the_commands_too(
-    env: Env, name: str
+    env: ApprovalSandbox, name: str
 ) -> None:
     spec = parse_endpoint(
         env.settings.config_dir / f"{name}.toml",
@@ -73,7 +73,7 @@ def test_the_endpoint_file_and_the_approval_layer_accept_the_same_names(name: st
         assert named_ok
 
 
-def test_unit_files_no_endpoint_could_own_are_not_orphans(env: Env) -> None:
+def test_unit_files_no_endpoint_could_own_are_not_orphans(env: ApprovalSandbox) -> None:
     unit_dir = env.settings.unit_dir
     for stem in ("epyc-llm-chat", "epyc-llm-Chat", "epyc-llm-a_b"):
         (unit_dir / f"{stem}.service").write_text("[Service]\nExecStart=/bin/true\n")

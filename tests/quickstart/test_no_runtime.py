@@ -17,7 +17,7 @@ from epycd.plan.route import choose_runtime
 from epycd.spec import EndpointSpec
 from tests.hosts import make_host
 from tests.machine import real_cpu
-from tests.quickstart.conftest import Sandbox
+from tests.sandbox import CliSandbox
 
 FIXES = (
     "make docker reachable",
@@ -27,7 +27,7 @@ FIXES = (
 )
 
 
-def assert_refused_unchanged(sandbox: Sandbox, stderr: str, returncode: int) -> None:
+def assert_refused_unchanged(sandbox: CliSandbox, stderr: str, returncode: int) -> None:
     assert returncode == 1, stderr
     for fix in FIXES:
         assert fix in stderr
@@ -35,7 +35,7 @@ def assert_refused_unchanged(sandbox: Sandbox, stderr: str, returncode: int) -> 
     assert sandbox.written() == []
 
 
-def test_this_machine_real_probes(sandbox: Sandbox) -> None:
+def test_this_machine_real_probes(sandbox: CliSandbox) -> None:
     """The real podman, docker and PATH of this machine, whatever they are. Without a
     runtime: the one-time fix, each probe's finding named. With one (a Quadlet podman, a
     docker daemon, a vllm on PATH): quickstart goes on to plan the default model, which is
@@ -68,7 +68,7 @@ def test_this_machine_real_probes(sandbox: Sandbox) -> None:
     assert "Plan for endpoint" not in done.stdout
 
 
-def test_fake_host_without_podman_or_docker(sandbox: Sandbox) -> None:
+def test_fake_host_without_podman_or_docker(sandbox: CliSandbox) -> None:
     """A fake host root, and a PATH without podman, docker or vllm at all."""
     sandbox.use_fake_host()
     done = sandbox.epycctl("quickstart", "--yes", system_path=False)
@@ -77,7 +77,7 @@ def test_fake_host_without_podman_or_docker(sandbox: Sandbox) -> None:
     assert "docker: not installed" in done.stderr
 
 
-def test_a_vllm_on_path_that_does_not_work_is_named(sandbox: Sandbox) -> None:
+def test_a_vllm_on_path_that_does_not_work_is_named(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
     fake = sandbox.bin_dir / "vllm"
     fake.write_text("#!/bin/sh\nexit 3\n")
@@ -87,7 +87,7 @@ def test_a_vllm_on_path_that_does_not_work_is_named(sandbox: Sandbox) -> None:
     assert f"vllm {fake}:" in done.stderr
 
 
-def test_a_bad_vllm_argument_is_bad_input(sandbox: Sandbox) -> None:
+def test_a_bad_vllm_argument_is_bad_input(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
     missing = sandbox.tmp / "no-such-env"
     done = sandbox.epycctl("quickstart", "--yes", "--vllm", str(missing))
