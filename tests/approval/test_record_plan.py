@@ -21,19 +21,19 @@ from epycd.errors import InputError
 from epycd.plan.model import Plan
 from epycd.plan.tuning import VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
 from epycd.render import render_units
-from tests.approval.conftest import Env
+from tests.approval.conftest import ApprovalSandbox
 from tests.render.fixtures import CASES, as_plan
 
 APPROVER = Approver(uid=0, user="root", sudo_uid=1000, sudo_user="alice")
 
 
-def rendered_plan(case: str, env: Env) -> Plan:
+def rendered_plan(case: str, env: ApprovalSandbox) -> Plan:
     decisions = CASES[case]()
     config_file = str(env.settings.config_dir / f"{decisions.endpoint}.toml")
     return as_plan(decisions, units=render_units(decisions), config_file=config_file)
 
 
-def write_record(env: Env, plan: Plan) -> Approval:
+def write_record(env: ApprovalSandbox, plan: Plan) -> Approval:
     approval = make_approval(
         env.settings,
         plan,
@@ -49,7 +49,7 @@ def write_record(env: Env, plan: Plan) -> Approval:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_plan_comes_back_from_its_record_unchanged(env: Env, case: str) -> None:
+def test_a_plan_comes_back_from_its_record_unchanged(env: ApprovalSandbox, case: str) -> None:
     plan = rendered_plan(case, env)
     write_record(env, plan)
     loaded = load_approval(env.settings, plan.endpoint)
@@ -59,7 +59,7 @@ def test_a_plan_comes_back_from_its_record_unchanged(env: Env, case: str) -> Non
     assert loaded.approved_units() == plan.units
 
 
-def test_a_record_from_before_host_omp_cpus_and_batched_tokens_loads(env: Env) -> None:
+def test_a_record_from_before_host_omp_cpus_and_batched_tokens_loads(env: ApprovalSandbox) -> None:
     plan = rendered_plan("host-vllm", env)
     path = approval_path(env.settings, write_record(env, plan).endpoint)
     record = json.loads(path.read_text())
@@ -76,7 +76,7 @@ def test_a_record_from_before_host_omp_cpus_and_batched_tokens_loads(env: Env) -
     )
 
 
-def test_a_record_whose_plan_lacks_a_needed_field_is_damaged(env: Env) -> None:
+def test_a_record_whose_plan_lacks_a_needed_field_is_damaged(env: ApprovalSandbox) -> None:
     plan = rendered_plan("genoa-podman", env)
     path = approval_path(env.settings, write_record(env, plan).endpoint)
     record = json.loads(path.read_text())

@@ -4,12 +4,10 @@ it plans, so that the plan sees the finished approval (its socket and port stay 
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 
 from epycd.approval.install import CRASH_ENV, journal_path
 from epycd.approval.record import load_approval
-from tests.quickstart.conftest import REPO, Sandbox
+from tests.sandbox import CliSandbox, run_python
 
 INTERRUPTED_APPROVE = """
 from epycd.approval.record import current_approver
@@ -26,16 +24,10 @@ install_approval(settings, approval)
 """
 
 
-def test_an_interrupted_install_is_finished_before_quickstart_plans(sandbox: Sandbox) -> None:
+def test_an_interrupted_install_is_finished_before_quickstart_plans(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
-    killed = subprocess.run(
-        [sys.executable, "-c", INTERRUPTED_APPROVE],
-        env=sandbox.environ(extra={CRASH_ENV: "journaled"}),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    killed = run_python(
+        ["-c", INTERRUPTED_APPROVE], env=sandbox.environ(**{CRASH_ENV: "journaled"}), timeout=120
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert journal_path(sandbox.settings, "chat").exists()
