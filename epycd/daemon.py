@@ -34,8 +34,10 @@ import click
 from epycd.cli.options import FiniteFloatRange
 from epycd.errors import EpycError
 from epycd.notify import Notifier
+from epycd.plan.model import Plan
 from epycd.settings import Settings, load_settings
-from epycd.status import STARTING_UNIT_STATES, EndpointStatus
+from epycd.status.machine import EndpointStatus
+from epycd.status.units import STARTING_UNIT_STATES
 
 log = logging.getLogger("epycd")
 
@@ -47,7 +49,8 @@ START_JOB_GRACE_SECONDS = 15.0
 SETTLE_MARGIN_SECONDS = 60.0
 SETTLE_CAP_SECONDS = 25 * 60.0
 """The wait before READY=1 stays under epycd.service's TimeoutStartSec=30min."""
-DEFAULT_START_TIMEOUT_S = 600
+SETTLE_FLOOR_SECONDS = 600
+"""The least the daemon waits for endpoints to settle, however short their start timeouts."""
 MANAGER_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 """Kept from children (podman, systemctl, the vLLM probe): only epycd talks to systemd."""
 Snapshot = frozenset[tuple[str, int, int]]
@@ -73,7 +76,7 @@ def inputs_snapshot(settings: Settings) -> Snapshot:
     """Names, mtimes and sizes of what changes the answer: endpoint files, epycd.conf,
     approvals and stop markers. A few stat calls: cheap enough to poll every few seconds."""
     from epycd.approval.record import approvals_dir
-    from epycd.status import stop_markers_dir
+    from epycd.status.stop import stop_markers_dir
 
     return frozenset(
         folder_snapshot(settings.config_dir, (".toml", ".conf"))
@@ -82,13 +85,13 @@ def inputs_snapshot(settings: Settings) -> Snapshot:
     )
 
 
-def endpoint_cpus(plans: Iterable[dict[str, Any]], siblings: dict[int, list[int]]) -> set[int]:
+def endpoint_cpus(plans: Iterable[Plan], siblings: dict[int, list[int]]) -> set[int]:
     """Every CPU an endpoint is pinned to, with the SMT siblings of its cores."""
     from epycd.host.cpulist import parse_cpulist
 
     cpus: set[int] = set()
     for plan in plans:
-        for cpu in parse_cpulist(str(plan.get("cpus") or "")):
+        for cpu in parse_cpulist(plan.cpus):
             cpus.add(cpu)
             cpus.update(siblings.get(cpu, []))
     return cpus
@@ -180,11 +183,13 @@ class Daemon:
 
     def plan(self) -> None:
         """Plan every endpoint file; on failure keep the last answer and say why."""
-        from epycd.status import plan_endpoints, planned_map
+        from epycd.approval.record import approved_plans
+        from epycd.plan.current import plan_endpoints
+        from epycd.status.collect import planned_map
 
         self.snapshot = inputs_snapshot(self.settings)
         try:
-            results, host = plan_endpoints(self.settings)
+            results, host = plan_endpoints(self.settings, approved_plans(self.settings))
         except EpycError as exc:
             log.error("planning failed: %s", exc)
             return
@@ -202,14 +207,14 @@ class Daemon:
                 log.warning("%s: %s", result.endpoint, problem.text)
 
     def refresh(self) -> None:
-        from epycd.status import collect_status
+        from epycd.status.collect import collect_status
 
         try:
             self.statuses = collect_status(self.settings, self.planned)
         except EpycError as exc:
             log.error("status: %s", exc)
 
-    def approved_plans(self) -> list[dict[str, Any]]:
+    def approved_plans(self) -> list[Plan]:
         """The approved plans that can be read (a broken record is reported by status)."""
         from epycd.approval.record import approved_names, load_approval
 
@@ -225,10 +230,8 @@ class Daemon:
         return plans
 
     def pin_self(self) -> None:
-        from epycd.plan.model import Plan
-
         plans = self.approved_plans()
-        plans += [p.model_dump(mode="json") for p in self.planned.values() if isinstance(p, Plan)]
+        plans += [p for p in self.planned.values() if isinstance(p, Plan)]
         cpus = spare_cpus(self.allowed_cpus, endpoint_cpus(plans, self.siblings))
         if cpus != set(os.sched_getaffinity(0)):
             os.sched_setaffinity(0, cpus)
@@ -265,9 +268,9 @@ class Daemon:
     def start_timeout(self) -> float:
         if self.settle_seconds is not None:
             return self.settle_seconds
-        longest = DEFAULT_START_TIMEOUT_S
+        longest = SETTLE_FLOOR_SECONDS
         for plan in self.approved_plans():
-            longest = max(longest, int(plan.get("start_timeout_s") or 0))
+            longest = max(longest, plan.start_timeout_s)
         return min(longest + SETTLE_MARGIN_SECONDS, SETTLE_CAP_SECONDS)
 
     def load(self) -> None:
@@ -297,7 +300,7 @@ class Daemon:
     # --- what others see -----------------------------------------------------------------
 
     def status_line(self, waiting: Sequence[str] = ()) -> str:
-        from epycd.status import counts_text
+        from epycd.status.machine import counts_text
 
         text = counts_text(self.statuses)
         if waiting:
@@ -313,8 +316,8 @@ class Daemon:
             log.info("%s", line)
 
     def write_status_file(self, line: str) -> None:
-        from epycd.approval.atomic import write_atomic
-        from epycd.status import status_json
+        from epycd.atomic import write_atomic
+        from epycd.status.machine import status_json
 
         content = {
             "daemon": {"pid": os.getpid(), "state": self.phase, "summary": line},

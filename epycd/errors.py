@@ -1,4 +1,4 @@
-"""Errors the commands turn into messages and exit codes (design.md, "Command contract").
+"""Errors the commands turn into messages and exit codes (docs/architecture.md, "Command contract").
 
 An error names what was wrong (the file and the key where there is one) and how to fix it;
 the CLI prints it without a traceback.

@@ -1,4 +1,4 @@
-"""Where the product keeps and finds things (design.md, "Settings").
+"""Where the product keeps and finds things (docs/architecture.md, "Settings").
 
 Every path can be moved with an `EPYCD_` variable, so tests and packaging never touch the
 real system folders. The daemon's own settings may also come from `CONFIG_DIR/epycd.conf`

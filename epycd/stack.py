@@ -1,4 +1,4 @@
-"""The validated EPYC stack: `data/epyc.json` as a checked model (design.md, "stack").
+"""The validated EPYC stack: `data/epyc.json` as a checked model (docs/architecture.md, "Stack").
 
 The pinned image and `vllm_version` form one validated stack and change together; loading
 refuses a file where they disagree. In a wheel the data lives at `epycd/data/`; in the

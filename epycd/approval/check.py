@@ -28,14 +28,13 @@ from epycd.approval.shape import host_shape, shape_changes
 from epycd.errors import EpycError, file_error
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts
+from epycd.names import unit_name
 from epycd.settings import Settings, load_settings
 from epycd.text import escaped
 
-UNIT_PREFIX = "epyc-llm-"
-
 
 def stop_marker(settings: Settings, name: str) -> Path:
-    """Written by `epycctl stop NAME` (`epycd.status.stop_marker_path`): a Quadlet unit
+    """Written by `epycctl stop NAME` (`epycd.status.stop.stop_marker_path`): a Quadlet unit
     cannot be disabled, so this check keeps a stopped endpoint down at boot."""
     return settings.state_dir / "stopped" / f"{name}.json"
 
@@ -62,12 +61,11 @@ def check_problems(settings: Settings, name: str, host: HostFacts) -> list[str]:
     units = unit_changes(approval)
     if units:
         problems.append("installed units differ from the approval: " + ", ".join(units))
-    memory = approval.plan.get("memory") or {}
     host_changes = shape_changes(
         approval.host_shape,
         host_shape(host),
-        socket=int(approval.plan.get("socket", 0)),
-        required_gb=float(memory.get("required_gb", 0.0)),
+        socket=approval.plan.socket,
+        required_gb=approval.plan.memory.required_gb,
     )
     if host_changes:
         problems.append("host changed since approval: " + ", ".join(host_changes))
@@ -76,7 +74,7 @@ def check_problems(settings: Settings, name: str, host: HostFacts) -> list[str]:
 
 def run_check(settings: Settings, name: str) -> tuple[int, str]:
     """(exit code, the one line to print)."""
-    unit = f"{UNIT_PREFIX}{name}"
+    unit = unit_name(name)
     fix = f"run `epycctl plan {name}` and `epycctl approve {name}`"
     if stop_marker(settings, name).exists():
         return 1, f"{unit}: stopped by the admin; `epycctl start {name}` starts it again"
@@ -97,10 +95,10 @@ def main(name: str) -> None:
     try:
         code, line = run_check(load_settings(), name)
     except EpycError as exc:
-        code, line = exc.exit_code, f"{UNIT_PREFIX}{name}: approval check failed: {exc}"
+        code, line = exc.exit_code, f"{unit_name(name)}: approval check failed: {exc}"
     except OSError as exc:
         error = file_error(exc)
-        code, line = error.exit_code, f"{UNIT_PREFIX}{name}: approval check failed: {error}"
+        code, line = error.exit_code, f"{unit_name(name)}: approval check failed: {error}"
     click.echo(escaped(line), err=code != 0)
     sys.exit(code)
 

@@ -39,18 +39,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from epycd.approval.atomic import (
-    STAGED_SUFFIX,
-    fsync_dir,
-    make_dirs,
-    replace_durable,
-    staged_path,
-    unlink_durable,
-    write_atomic,
-    write_durable,
-)
 from epycd.approval.record import (
-    NAME_PATTERN,
     Approval,
     approval_path,
     approvals_dir,
@@ -61,7 +50,18 @@ from epycd.approval.record import (
     sha256_file,
     sha256_text,
 )
+from epycd.atomic import (
+    STAGED_SUFFIX,
+    fsync_dir,
+    make_dirs,
+    replace_durable,
+    staged_path,
+    unlink_durable,
+    write_atomic,
+    write_durable,
+)
 from epycd.errors import InputError, Refusal
+from epycd.names import is_endpoint_name
 from epycd.settings import Settings
 
 CRASH_ENV = "EPYCD_TEST_CRASH_AT"
@@ -248,7 +248,7 @@ def pending_transactions(settings: Settings) -> list[str]:
     folder = settings.state_dir / TRANSACTIONS
     if not folder.is_dir():
         return []
-    return sorted(p.stem for p in folder.glob("*.json") if NAME_PATTERN.fullmatch(p.stem))
+    return sorted(p.stem for p in folder.glob("*.json") if is_endpoint_name(p.stem))
 
 
 def _stray_staged(settings: Settings) -> Iterator[Path]:
@@ -258,6 +258,12 @@ def _stray_staged(settings: Settings) -> Iterator[Path]:
             for dropins in folder.glob("*.d"):
                 if dropins.is_dir() and not dropins.is_symlink():
                     yield from dropins.glob(f".*{STAGED_SUFFIX}")
+
+
+def interrupted_work(settings: Settings) -> bool:
+    """Whether `recover` has anything to do: a journal, or a staged file left behind.
+    Read without the lock, so that a command with nothing to recover writes nothing."""
+    return bool(pending_transactions(settings)) or next(_stray_staged(settings), None) is not None
 
 
 def recover(settings: Settings) -> list[str]:

@@ -10,18 +10,19 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
-import re
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, field_validator
 
 from epycd.approval.shape import HostShape
 from epycd.errors import InputError
+from epycd.names import ENDPOINT_NAME_FIX, is_endpoint_name
+from epycd.plan.model import Plan
+from epycd.plan.tuning import VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
 from epycd.settings import Settings
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
 APPROVALS = "approvals"
 
 
@@ -53,11 +54,33 @@ class Approval(BaseModel):
     endpoint_file_sha256: str | None = None
     host_shape: HostShape
     units: dict[str, UnitRecord]
-    plan: dict[str, Any]
+    plan: Plan
+
+    @field_validator("plan", mode="before")
+    @classmethod
+    def _upgrade_plan(cls, value: object) -> object:
+        return upgraded_plan(value)
 
     def approved_units(self) -> dict[str, str]:
-        units: dict[str, str] = self.plan.get("units", {})
-        return units
+        return dict(self.plan.units)
+
+
+LEGACY_HOST = "0.0.0.0"
+"""Where plans approved before the plan had `host` listen: on every address."""
+
+
+def upgraded_plan(value: object) -> object:
+    """A plan as an older record stored it, with the keys added since set to what its
+    approved units do: no `host` (listened on all), no `omp_cpus` (OpenMP bound to every
+    pinned CPU), no `max_num_batched_tokens` (vLLM's own default)."""
+    if not isinstance(value, dict):
+        return value
+    plan = dict(value)
+    plan.setdefault("host", LEGACY_HOST)
+    if "cpus" in plan:
+        plan.setdefault("omp_cpus", plan["cpus"])
+    plan.setdefault("max_num_batched_tokens", VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    return plan
 
 
 def sha256_text(text: str) -> str:
@@ -92,10 +115,10 @@ def current_approver(environ: dict[str, str] | None = None) -> Approver:
 
 
 def checked_name(name: str) -> str:
-    if not NAME_PATTERN.fullmatch(name):
+    if not is_endpoint_name(name):
         raise InputError(
             f"{name!r} is not an endpoint name",
-            fix="use the stem of an endpoint file: letters, digits, '_', '-', '.', '@'",
+            fix=f"use the stem of an endpoint file: {ENDPOINT_NAME_FIX}",
         )
     return name
 
@@ -165,7 +188,7 @@ def readable_approval(settings: Settings, name: str) -> Approval | None:
     """NAME's approval, or None when it has none, its record is damaged or NAME cannot be an
     endpoint name (an odd endpoint file name): for the commands that replace or delete it,
     and for reading the other endpoints around a damaged one."""
-    if not NAME_PATTERN.fullmatch(name):
+    if not is_endpoint_name(name):
         return None
     try:
         return load_approval(settings, name)
@@ -177,26 +200,15 @@ def approved_names(settings: Settings) -> list[str]:
     folder = approvals_dir(settings)
     if not folder.is_dir():
         return []
-    return sorted(p.stem for p in folder.glob("*.json") if NAME_PATTERN.fullmatch(p.stem))
+    return sorted(p.stem for p in folder.glob("*.json") if is_endpoint_name(p.stem))
 
 
-def approved_sockets(settings: Settings) -> dict[str, int]:
-    """Endpoint -> the socket its approved plan runs on (unreadable records are skipped:
-    their state says so), for the planner to keep approved endpoints in place."""
-    sockets = {}
+def approved_plans(settings: Settings) -> dict[str, Plan]:
+    """Endpoint -> its approved plan, for the planner to keep approved endpoints on their
+    socket and port, running or not (unreadable records are skipped: their state says so)."""
+    plans = {}
     for name in approved_names(settings):
         approval = readable_approval(settings, name)
-        if approval is not None and isinstance(approval.plan.get("socket"), int):
-            sockets[name] = int(approval.plan["socket"])
-    return sockets
-
-
-def approved_ports(settings: Settings) -> dict[str, int]:
-    """Endpoint -> the port its approved plan listens on: it stays that endpoint's while the
-    approval stands, running or not, so that no other plan is given it."""
-    ports = {}
-    for name in approved_names(settings):
-        approval = readable_approval(settings, name)
-        if approval is not None and isinstance(approval.plan.get("port"), int):
-            ports[name] = int(approval.plan["port"])
-    return ports
+        if approval is not None:
+            plans[name] = approval.plan
+    return plans

@@ -19,14 +19,15 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, Field
 
 from epycd.approval.install import pending_transactions
 from epycd.approval.record import Approval, approved_names, load_approval, sha256_text
 from epycd.errors import InputError
-from epycd.plan.model import Plan
+from epycd.names import UNIT_PREFIX, is_endpoint_name, unit_name
+from epycd.plan.model import Plan, Problem
 from epycd.settings import Settings
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 StateName = Literal["pending-approval", "approved", "changed-needs-approval", "orphaned", "damaged"]
 
-UNIT_PREFIX = "epyc-llm-"
 VOLATILE_PLAN_KEYS = frozenset({"fingerprint", "units", "unit_dirs", "warnings", "socket_reason"})
 VOLATILE_MEMORY_KEYS = frozenset({"available_gb"})
 
@@ -43,9 +43,13 @@ class Unplanned(BaseModel):
     """An endpoint file that does not plan now: its errors, and when the only reason is the
     memory free now, the inputs fingerprint of what would have been planned."""
 
-    errors: list[str]
+    errors: list[Problem]
     unfit_inputs_fingerprint: str | None = None
     unreadable_here: str | None = None
+
+
+CurrentPlan: TypeAlias = Plan | Unplanned
+"""What an endpoint file plans to now: its plan, or why it has none."""
 
 
 class EndpointState(BaseModel):
@@ -61,16 +65,15 @@ class EndpointState(BaseModel):
     interrupted: bool = Field(default=False, description="an install or remove was cut short")
 
 
-def comparable_plan(plan: Mapping[str, Any]) -> dict[str, Any]:
-    """The plan without what moves on its own (busy %, available memory, wording)."""
-    kept = {k: v for k, v in plan.items() if k not in VOLATILE_PLAN_KEYS}
-    if isinstance(kept.get("memory"), dict):
-        kept["memory"] = {k: v for k, v in kept["memory"].items() if k not in VOLATILE_MEMORY_KEYS}
+def comparable_plan(plan: Plan) -> dict[str, Any]:
+    """The plan's JSON without what moves on its own (busy %, available memory, wording)."""
+    kept = plan.model_dump(mode="json", exclude=set(VOLATILE_PLAN_KEYS))
+    kept["memory"] = {k: v for k, v in kept["memory"].items() if k not in VOLATILE_MEMORY_KEYS}
     return kept
 
 
-def plan_diff(approved: Mapping[str, Any], current: Mapping[str, Any]) -> str:
-    def lines(plan: Mapping[str, Any]) -> list[str]:
+def plan_diff(approved: Plan, current: Plan) -> str:
+    def lines(plan: Plan) -> list[str]:
         text = json.dumps(comparable_plan(plan), indent=2, sort_keys=True, default=str)
         return text.splitlines(keepends=True)
 
@@ -115,7 +118,62 @@ def unit_drift(approval: Approval, installed: Mapping[str, str | None]) -> list[
 
 def approved_inputs(approval: Approval) -> str:
     """The approved plan's inputs fingerprint (its full fingerprint for older records)."""
-    return str(approval.plan.get("inputs_fingerprint") or approval.fingerprint)
+    return approval.plan.inputs_fingerprint or approval.fingerprint
+
+
+def _without_current_plan(
+    state: EndpointState,
+    approval: Approval,
+    errors: Sequence[str],
+    unfit_inputs_fingerprint: str | None,
+    unreadable_here: str | None,
+) -> None:
+    """An approved endpoint whose file does not plan now: drift, unless only this user or
+    only the memory free now stands in the way."""
+    if unreadable_here is not None:
+        state.reasons.append(
+            f"this user cannot read {unreadable_here} (root-only), so no plan is made "
+            "here to compare with: the approved plan is shown; run status as root to "
+            "compare"
+        )
+    elif unfit_inputs_fingerprint == approved_inputs(approval):
+        state.reasons.append(
+            "a plan made now does not fit the memory free now (a running endpoint holds "
+            "its own); nothing else changed, so the approved units stay"
+        )
+    else:
+        state.state = "changed-needs-approval"
+        state.reasons.extend(f"the endpoint no longer plans: {e}" for e in errors)
+
+
+def _against_current_plan(state: EndpointState, approval: Approval, plan: Plan) -> None:
+    """Drift when the shaping inputs moved; figures read at plan time alone are not."""
+    if approved_inputs(approval) != (plan.inputs_fingerprint or plan.fingerprint):
+        state.state = "changed-needs-approval"
+        state.reasons.append(
+            f"the plan changed since approval ({approval.fingerprint[:12]} -> "
+            f"{plan.fingerprint[:12]}): `epycctl approve {state.endpoint}` to apply it"
+        )
+        state.plan_diff = plan_diff(approval.plan, plan)
+        state.units_diff = units_diff(approval.approved_units(), dict(plan.units))
+    elif plan.fingerprint != approval.fingerprint:
+        state.reasons.append(
+            "a plan made now differs only in figures read at plan time (socket load, free "
+            "memory); the approved units stay as approved"
+        )
+
+
+def _against_installed_units(
+    state: EndpointState, approval: Approval, installed: Mapping[str, str | None]
+) -> None:
+    drift = unit_drift(approval, installed)
+    if drift:
+        state.state = "changed-needs-approval"
+        state.reasons.append("installed units differ from the approved ones: " + "; ".join(drift))
+        if not state.units_diff:
+            state.units_diff = units_diff(
+                approval.approved_units(), installed, ("approved", "installed")
+            )
 
 
 def endpoint_state(
@@ -151,43 +209,13 @@ def endpoint_state(
             state.reasons.append(f"unit files on disk without an approval: {sorted(present)}")
     else:
         state.state = "approved"
-        if plan is None and unreadable_here is not None:
-            state.reasons.append(
-                f"this user cannot read {unreadable_here} (root-only), so no plan is made "
-                "here to compare with: the approved plan is shown; run status as root to "
-                "compare"
+        if plan is None:
+            _without_current_plan(
+                state, approval, errors, unfit_inputs_fingerprint, unreadable_here
             )
-        elif plan is None and unfit_inputs_fingerprint == approved_inputs(approval):
-            state.reasons.append(
-                "a plan made now does not fit the memory free now (a running endpoint holds "
-                "its own); nothing else changed, so the approved units stay"
-            )
-        elif plan is None:
-            state.state = "changed-needs-approval"
-            state.reasons.extend(f"the endpoint no longer plans: {e}" for e in errors)
-        elif approved_inputs(approval) != (plan.inputs_fingerprint or plan.fingerprint):
-            state.state = "changed-needs-approval"
-            state.reasons.append(
-                f"the plan changed since approval ({approval.fingerprint[:12]} -> "
-                f"{plan.fingerprint[:12]}): `epycctl approve {name}` to apply it"
-            )
-            state.plan_diff = plan_diff(approval.plan, plan.model_dump(mode="json"))
-            state.units_diff = units_diff(approval.approved_units(), dict(plan.units))
-        elif plan.fingerprint != approval.fingerprint:
-            state.reasons.append(
-                "a plan made now differs only in figures read at plan time (socket load, free "
-                "memory); the approved units stay as approved"
-            )
-        drift = unit_drift(approval, installed)
-        if drift:
-            state.state = "changed-needs-approval"
-            state.reasons.append(
-                "installed units differ from the approved ones: " + "; ".join(drift)
-            )
-            if not state.units_diff:
-                state.units_diff = units_diff(
-                    approval.approved_units(), installed, ("approved", "installed")
-                )
+        else:
+            _against_current_plan(state, approval, plan)
+        _against_installed_units(state, approval, installed)
     if interrupted:
         state.reasons.append(
             f"an install or remove of {name} was interrupted: `epycctl approve {name}` or "
@@ -210,7 +238,7 @@ def read_installed(approval: Approval) -> dict[str, str | None]:
 
 def endpoint_unit_files(settings: Settings, name: str) -> list[Path]:
     """Unit files on disk named after the endpoint (epyc-llm-NAME.*), approved or not."""
-    stem = f"{UNIT_PREFIX}{name}"
+    stem = unit_name(name)
     found: list[Path] = []
     for folder in sorted({settings.unit_dir, settings.quadlet_dir}):
         if folder.is_dir():
@@ -221,14 +249,15 @@ def endpoint_unit_files(settings: Settings, name: str) -> list[Path]:
 
 
 def installed_endpoint_names(settings: Settings, approved_paths: set[str]) -> set[str]:
-    """Endpoint names of epyc-llm-NAME.service/.container files no approval lists."""
+    """Endpoint names of epyc-llm-NAME.service/.container files no approval lists (files
+    whose NAME cannot be an endpoint's are not the product's)."""
     names: set[str] = set()
     for folder in {settings.unit_dir, settings.quadlet_dir}:
         if folder.is_dir():
             for path in folder.glob(f"{UNIT_PREFIX}*.*"):
                 if path.suffix in {".service", ".container"} and str(path) not in approved_paths:
                     names.add(path.name.removeprefix(UNIT_PREFIX).rsplit(".", 1)[0])
-    return names
+    return {name for name in names if is_endpoint_name(name)}
 
 
 def _load_approvals(settings: Settings) -> tuple[dict[str, Approval | None], dict[str, str]]:
@@ -244,17 +273,13 @@ def _load_approvals(settings: Settings) -> tuple[dict[str, Approval | None], dic
     return approvals, unreadable
 
 
-def unplanned_errors(current: Plan | Unplanned | Sequence[str] | None) -> list[str]:
-    if current is None or isinstance(current, Plan):
-        return []
+def unplanned_errors(current: CurrentPlan | None) -> list[str]:
     if isinstance(current, Unplanned):
-        return list(current.errors)
-    return list(current)
+        return [problem.text for problem in current.errors]
+    return []
 
 
-def endpoint_states(
-    settings: Settings, planned: Mapping[str, Plan | Unplanned | Sequence[str]]
-) -> list[EndpointState]:
+def endpoint_states(settings: Settings, planned: Mapping[str, CurrentPlan]) -> list[EndpointState]:
     """The state of every endpoint: those with a file (`planned`: name -> its plan or its
     errors) and those with only an approval or installed units left (orphaned)."""
     interrupted = set(pending_transactions(settings))
@@ -304,7 +329,7 @@ def endpoint_states(
 
 def unplanned(result: EndpointResult) -> Unplanned:
     return Unplanned(
-        errors=[p.text for p in result.errors],
+        errors=list(result.errors),
         unfit_inputs_fingerprint=result.unfit_inputs_fingerprint,
         unreadable_here=result.unreadable_here,
     )
@@ -314,7 +339,7 @@ def endpoint_states_of(
     settings: Settings, results: Sequence[EndpointResult]
 ) -> list[EndpointState]:
     """`endpoint_states` from the planner's `plan_all` results."""
-    planned: dict[str, Plan | Unplanned | Sequence[str]] = {
+    planned: dict[str, CurrentPlan] = {
         r.endpoint: r.plan if r.plan is not None else unplanned(r) for r in results
     }
     return endpoint_states(settings, planned)

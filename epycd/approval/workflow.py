@@ -11,15 +11,21 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from epycd import systemd
-from epycd.approval.atomic import named_for_target
-from epycd.approval.install import install, recover, state_lock, uninstall, unit_targets
+from epycd.approval.install import (
+    install,
+    interrupted_work,
+    recover,
+    state_lock,
+    uninstall,
+    unit_targets,
+)
 from epycd.approval.record import (
     Approval,
     Approver,
@@ -32,9 +38,11 @@ from epycd.approval.record import (
 )
 from epycd.approval.shape import host_shape
 from epycd.approval.state import endpoint_unit_files
+from epycd.atomic import named_for_target
 from epycd.errors import EpycError, InputError, Refusal, file_error
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
+from epycd.names import unit_name
 from epycd.plan.model import Plan
 from epycd.settings import Settings
 
@@ -47,7 +55,7 @@ def gate(plan: Plan, *, accept_unvalidated: bool) -> None:
     """Refuse (exit 1) a plan that must not be installed as it is."""
     fix = f"see `epycctl plan {plan.endpoint}`"
     if plan.errors:
-        raise Refusal("the plan has errors: " + "; ".join(plan.errors), fix=fix)
+        raise Refusal("the plan has errors: " + "; ".join(p.text for p in plan.errors), fix=fix)
     if not plan.memory.fits:
         raise Refusal(
             f"does not fit: needs {plan.memory.required_gb:g} GiB, socket {plan.socket} has "
@@ -84,7 +92,7 @@ def make_approval(
             name: UnitRecord(path=str(targets[name]), sha256=sha256_text(text))
             for name, text in plan.units.items()
         },
-        plan=plan.model_dump(mode="json"),
+        plan=plan,
     )
 
 
@@ -133,7 +141,10 @@ def file_errors_refused() -> Iterator[None]:
 
 
 def recover_interrupted(settings: Settings) -> list[str]:
-    """Finish or undo whatever a killed approve/remove left, under the state lock."""
+    """Finish or undo whatever a killed approve/remove left, under the state lock; nothing
+    at all (not even the lock file) when nothing was left."""
+    if not interrupted_work(settings):
+        return []
     with file_errors_refused(), state_lock(settings):
         return recover(settings)
 
@@ -153,6 +164,43 @@ def install_approval(settings: Settings, approval: Approval) -> tuple[list[str],
             raise
 
 
+@dataclass(frozen=True)
+class Installed:
+    """What the install transaction did: the approval it replaced, the unit files written."""
+
+    previous: Approval | None
+    paths: list[Path]
+
+
+def install_approved(
+    settings: Settings,
+    approval: Approval,
+    *,
+    pull: bool,
+    touch_systemd: bool,
+    log: Callable[[str], None],
+) -> Installed:
+    """The install transaction of `approve` and `quickstart`, after the person's yes: pull
+    the image, disable the units the new approval drops (when systemd is touched), then
+    write the units and the record under the state lock. Interrupted work is recovered once
+    before planning (`recover_interrupted`), and again under the lock by `install_approval`."""
+    previous = readable_approval(settings, approval.endpoint)
+    if pull:
+        pull_image(approval.plan)
+    if touch_systemd:
+        disable_dropped(previous, approval, log)
+    repairs, paths = install_approval(settings, approval)
+    for line in repairs:
+        log(line)
+    log(
+        f"approved {approval.endpoint} by {approval.approver.describe()} "
+        f"({approval.fingerprint[:12]})"
+    )
+    for path in paths:
+        log(f"wrote {path}")
+    return Installed(previous, paths)
+
+
 def finish_or_undo(settings: Settings) -> None:
     """After a failed write (a full disk, a read-only folder): delete what was staged, or
     finish what was committed, so nothing half-done stays; a recovery that fails too leaves
@@ -161,14 +209,12 @@ def finish_or_undo(settings: Settings) -> None:
         recover(settings)
 
 
-def overlap(plan: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
+def overlap(plan: Plan, other: Plan) -> list[str]:
     """What two plans would both use: the port, CPUs."""
     clashes = []
-    if plan.get("port") is not None and plan.get("port") == other.get("port"):
-        clashes.append(f"port {plan['port']}")
-    shared = set(parse_cpulist(str(plan.get("cpus") or ""))) & set(
-        parse_cpulist(str(other.get("cpus") or ""))
-    )
+    if plan.port == other.port:
+        clashes.append(f"port {plan.port}")
+    shared = set(parse_cpulist(plan.cpus)) & set(parse_cpulist(other.cpus))
     if shared:
         clashes.append(f"CPUs {format_cpulist(sorted(shared))}")
     return clashes
@@ -207,12 +253,18 @@ def disable_dropped(
         systemd.disable(dropped)
 
 
+def start_wait_s(approval: Approval) -> int:
+    """How long `systemctl start` may block: the unit's own TimeoutStartSec (the plan's
+    start timeout) and a margin for systemd's reply."""
+    return approval.plan.start_timeout_s + START_MARGIN_S
+
+
 def start_approved(
     approval: Approval, previous: Approval | None, log: Callable[[str], None]
 ) -> None:
     """daemon-reload, enable, then start; restart instead when the units changed, since
     `start` leaves a running endpoint on its old units."""
-    timeout = int(approval.plan.get("start_timeout_s", 600)) + START_MARGIN_S
+    timeout = start_wait_s(approval)
     log("systemctl daemon-reload")
     systemd.daemon_reload()
     enable = units_to_enable(approval)
@@ -235,7 +287,7 @@ def removal_files(settings: Settings, name: str, approval: Approval | None) -> l
 def stop_endpoint(
     approval: Approval | None, name: str, files: list[Path], log: Callable[[str], None]
 ) -> None:
-    service = main_service(approval) if approval else f"epyc-llm-{name}.service"
+    service = main_service(approval) if approval else f"{unit_name(name)}.service"
     if systemd.is_active(service) in ACTIVE_STATES:
         log(f"systemctl stop {service}")
         systemd.stop([service])

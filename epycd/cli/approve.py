@@ -10,18 +10,15 @@ import click
 
 from epycd.approval.permissions import require_admin
 from epycd.approval.record import (
-    approved_ports,
-    approved_sockets,
+    approved_plans,
     checked_name,
     current_approver,
     readable_approval,
 )
 from epycd.approval.workflow import (
-    disable_dropped,
     gate,
-    install_approval,
+    install_approved,
     make_approval,
-    pull_image,
     recover_interrupted,
     removal_files,
     start_approved,
@@ -42,29 +39,17 @@ R = TypeVar("R")
 def current_plan(settings: Settings, name: str) -> tuple[EndpointResult, HostFacts]:
     """Plan every endpoint file together (disjoint sockets, distinct ports), exactly as
     `epycctl plan` does; NAME's result."""
-    from epycd.cli.plan import LOAD_SAMPLE_SECONDS, gather_host
-    from epycd.plan.build import plan_all
-    from epycd.spec import load_endpoints
-    from epycd.stack import shipped_stack
+    from epycd.plan.current import endpoint_specs, plan_endpoints
 
-    stack = shipped_stack()
-    specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
+    specs = endpoint_specs(settings)
     if name not in {spec.name for spec in specs}:
         raise InputError(
             "no such endpoint file",
             file=settings.config_dir / f"{name}.toml",
             fix="`epycctl status` lists the endpoints",
         )
-    host = gather_host(settings.host_root, sum(spec.ok for spec in specs), LOAD_SAMPLE_SECONDS)
-    results = plan_all(
-        settings,
-        host,
-        stack=stack,
-        specs=specs,
-        approved_sockets=approved_sockets(settings),
-        approved_ports=approved_ports(settings),
-    )
-    return next(r for r in results if r.endpoint == name), host
+    planned = plan_endpoints(settings, approved_plans(settings), specs=specs)
+    return next(r for r in planned.results if r.endpoint == name), planned.host
 
 
 def planned_or_refused(result: EndpointResult) -> Plan:
@@ -151,20 +136,13 @@ def approve(
     if previous is not None and previous.fingerprint == plan.fingerprint:
         report.say(f"{name} is already approved at this fingerprint; approving it again.")
     ask(f"Approve {name} and install these units?", yes=yes, err=as_json)
-    if not no_pull:
-        pull_image(plan)
-    if not no_start:
-        disable_dropped(previous, approval, report.say)
-    repairs, paths = install_approval(settings, approval)
-    for line in repairs:
-        report.say(line)
-    report.say(f"approved {name} by {approval.approver.describe()} ({plan.fingerprint[:12]})")
-    for path in paths:
-        report.say(f"wrote {path}")
+    installed = install_approved(
+        settings, approval, pull=not no_pull, touch_systemd=not no_start, log=report.say
+    )
     outcome = {
         "fingerprint": plan.fingerprint,
         "approver": approval.approver.describe(),
-        "units": [str(path) for path in paths],
+        "units": [str(path) for path in installed.paths],
     }
     if no_start:
         report.done(
@@ -173,7 +151,7 @@ def approve(
             **outcome,
         )
         return
-    start_approved(approval, previous, report.say)
+    start_approved(approval, installed.previous, report.say)
     report.done("started", f"{name} started: `epycctl status {name}`", **outcome)
 
 

@@ -21,7 +21,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from pydantic import BaseModel, Field
@@ -29,6 +29,9 @@ from pydantic import BaseModel, Field
 from epycd.cli.output import print_json, table
 from epycd.errors import InputError, Refusal
 from epycd.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from epycd.plan.model import Plan
 
 RESULT_IN_CONTAINER = "/epycd-bench"
 PROGRESS_INTERVAL_S = 1.0
@@ -70,14 +73,14 @@ def bench_path(settings: Settings, name: str) -> Path:
 
 
 def serve_bench_args(
-    plan: dict[str, Any], concurrency: int, prompts: int, lengths: tuple[int, int], out: str
+    plan: Plan, concurrency: int, prompts: int, lengths: tuple[int, int], out: str
 ) -> list[str]:
     """`vllm bench serve` arguments against the endpoint, the result written to `out`."""
     folder, _, file_name = out.rpartition("/")
     return [
         "bench", "serve", "--backend", "vllm",
-        "--host", "127.0.0.1", "--port", str(plan["port"]),
-        "--model", str(plan["served_model_name"]), "--tokenizer", str(plan["model"]),
+        "--host", "127.0.0.1", "--port", str(plan.port),
+        "--model", plan.served_model_name, "--tokenizer", plan.model,
         "--dataset-name", "random",
         "--random-input-len", str(lengths[0]), "--random-output-len", str(lengths[1]),
         "--ignore-eos", "--num-prompts", str(prompts), "--max-concurrency", str(concurrency),
@@ -86,21 +89,21 @@ def serve_bench_args(
     ]  # fmt: skip
 
 
-def bench_argv(plan: dict[str, Any], args: list[str], results: Path) -> list[str]:
+def bench_argv(plan: Plan, args: list[str], results: Path) -> list[str]:
     """The endpoint's own vLLM: the host venv, or the image on the host network."""
-    if plan["runtime"] == "host":
-        return [str(plan["vllm_executable"]), *args]
+    if plan.runtime == "host":
+        return [str(plan.vllm_executable), *args]
     mounts = [f"{results}:{RESULT_IN_CONTAINER}"]
-    if plan.get("hf_cache"):
-        mounts.append(f"{plan['hf_cache']['host_path']}:{plan['hf_cache']['container_path']}")
-    mounts += [f"{m['host_path']}:{m['container_path']}:ro" for m in plan.get("extra_mounts", [])]
-    argv = [plan["runtime"], "run", "--rm", "--network=host", "--entrypoint", "vllm"]
+    if plan.hf_cache:
+        mounts.append(f"{plan.hf_cache.host_path}:{plan.hf_cache.container_path}")
+    mounts += [f"{m.host_path}:{m.container_path}:ro" for m in plan.extra_mounts]
+    argv = [plan.runtime, "run", "--rm", "--network=host", "--entrypoint", "vllm"]
     for mount in mounts:
         argv += ["-v", mount]
-    return [*argv, str(plan["image"]), *args]
+    return [*argv, str(plan.image), *args]
 
 
-def answers(plan: dict[str, Any]) -> bool:
+def answers(plan: Plan) -> bool:
     import httpx
 
     try:
@@ -109,11 +112,11 @@ def answers(plan: dict[str, Any]) -> bool:
         return False
 
 
-def health_url(plan: dict[str, Any]) -> str:
-    return f"http://127.0.0.1:{plan['port']}/health"
+def health_url(plan: Plan) -> str:
+    return f"http://127.0.0.1:{plan.port}/health"
 
 
-def require_ready(plan: dict[str, Any], name: str) -> None:
+def require_ready(plan: Plan, name: str) -> None:
     if not answers(plan):
         raise Refusal(
             f"{name} is not ready: {health_url(plan)} does not answer 200",
@@ -121,9 +124,9 @@ def require_ready(plan: dict[str, Any], name: str) -> None:
         )
 
 
-def engine_args(plan: dict[str, Any]) -> list[str]:
+def engine_args(plan: Plan) -> list[str]:
     """The endpoint's model and sizing flags (and --enforce-eager) from its serve arguments."""
-    serve: list[str] = list(plan["vllm_args"])
+    serve = plan.vllm_args
     args = ["--model", serve[0]]
     for index, word in enumerate(serve[:-1]):
         if word in ENGINE_FLAGS:
@@ -131,25 +134,23 @@ def engine_args(plan: dict[str, Any]) -> list[str]:
     return args + (["--enforce-eager"] if "--enforce-eager" in serve else [])
 
 
-def throughput_argv(
-    plan: dict[str, Any], prompts: int, lengths: tuple[int, int], results: Path
-) -> list[str]:
+def throughput_argv(plan: Plan, prompts: int, lengths: tuple[int, int], results: Path) -> list[str]:
     """`vllm bench throughput` with the endpoint's sizing, pinned as its unit pins it; the
     result goes to `results`/offline.json."""
-    inside = results if plan["runtime"] == "host" else Path(RESULT_IN_CONTAINER)
+    inside = results if plan.runtime == "host" else Path(RESULT_IN_CONTAINER)
     out = f"{inside}/offline.json"
     args = [
         "bench", "throughput", *engine_args(plan), "--dataset-name", "random",
         "--input-len", str(lengths[0]), "--output-len", str(lengths[1]),
         "--num-prompts", str(prompts), "--seed", "0", "--output-json", out,
     ]  # fmt: skip
-    nodes = ",".join(map(str, plan["numa_nodes"]))
-    if plan["runtime"] == "host":
-        return [*numactl(plan["cpus"], nodes), str(plan["vllm_executable"]), *args]
+    nodes = ",".join(map(str, plan.numa_nodes))
+    if plan.runtime == "host":
+        return [*numactl(plan.cpus, nodes), str(plan.vllm_executable), *args]
     argv = bench_argv(plan, args, results)
     run = argv.index("run") + 1
-    flags = [f"--cpuset-cpus={plan['cpus']}", f"--cpuset-mems={nodes}", "--ipc=host"]
-    flags += [f"--env={key}={value}" for key, value in sorted(plan["env"].items())]
+    flags = [f"--cpuset-cpus={plan.cpus}", f"--cpuset-mems={nodes}", "--ipc=host"]
+    flags += [f"--env={key}={value}" for key, value in sorted(plan.env.items())]
     return [*argv[:run], *flags, *argv[run:]]
 
 
@@ -166,7 +167,7 @@ def numactl(cpus: str, nodes: str) -> list[str]:
 
 
 def run_offline(
-    plan: dict[str, Any], name: str, prompts: int, lengths: tuple[int, int], results: Path
+    plan: Plan, name: str, prompts: int, lengths: tuple[int, int], results: Path
 ) -> BenchRun:
     if answers(plan):
         raise Refusal(
@@ -174,8 +175,8 @@ def run_offline(
             fix=f"epycctl stop {name}, run the benchmark, then epycctl start {name}",
         )
     argv = throughput_argv(plan, prompts, lengths, results)
-    env = os.environ | plan["env"] if plan["runtime"] == "host" else None
-    seqs = int(plan["max_num_seqs"])
+    env = os.environ | plan.env if plan.runtime == "host" else None
+    seqs = plan.max_num_seqs
     started = time.monotonic()
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     out = results / "offline.json"
@@ -259,7 +260,7 @@ def bench(
     plan = approval.plan
     lengths = (input_len, output_len)
     if offline:
-        prompts = max(8, prompts_per_concurrency * int(plan["max_num_seqs"]))
+        prompts = max(8, prompts_per_concurrency * plan.max_num_seqs)
         with tempfile.TemporaryDirectory(prefix="epycd-bench-") as folder:
             click.echo(f"offline: vllm bench throughput, {prompts} prompts ...", err=True)
             runs = [run_offline(plan, name, prompts, lengths, Path(folder))]
@@ -274,7 +275,7 @@ def bench(
         for concurrency in concurrencies or (1, 8, 32):
             prompts = max(8, prompts_per_concurrency * concurrency)
             file_name = f"c{concurrency}.json"
-            inside = results if plan["runtime"] == "host" else Path(RESULT_IN_CONTAINER)
+            inside = results if plan.runtime == "host" else Path(RESULT_IN_CONTAINER)
             args = serve_bench_args(
                 plan, concurrency, prompts, (input_len, output_len), f"{inside}/{file_name}"
             )
@@ -294,7 +295,7 @@ def bench(
 
 def finish(settings: Settings, result: BenchResult, as_json: bool) -> None:
     """Keep the result for `status NAME`, show it; exit 1 when a run failed."""
-    from epycd.approval.atomic import write_atomic
+    from epycd.atomic import write_atomic
 
     write_atomic(bench_path(settings, result.endpoint), result.model_dump_json(indent=1).encode())
     show(result, as_json)

@@ -9,6 +9,7 @@ import click
 from epycd.cli.options import SAMPLE_SECONDS
 from epycd.cli.output import json_option, print_json, table
 from epycd.host.facts import HostFacts
+from epycd.sizes import gib
 from epycd.text import escaped_lines
 
 REAL_ROOT = Path("/")
@@ -19,10 +20,26 @@ def _yes_no(value: bool | None) -> str:
 
 
 def render_table(facts: HostFacts) -> str:
+    """`epycctl detect`: the CPU, its sockets and NUMA nodes, the runtimes, the warnings."""
+    parts = [
+        _summary_table(facts),
+        "",
+        _sockets_table(facts),
+        "",
+        _nodes_table(facts),
+        "",
+        _runtimes_table(facts),
+    ]
+    if facts.warnings:
+        parts += ["", *(f"warning: {warning}" for warning in facts.warnings)]
+    return "\n".join(parts)
+
+
+def _summary_table(facts: HostFacts) -> str:
     cpuid = f"family {facts.cpu_family} model {facts.cpu_model_number}"
     if facts.cpu_stepping is not None:
         cpuid += f" stepping {facts.cpu_stepping}"
-    summary = table(
+    return table(
         [
             ("CPU", facts.cpu_model or "(no model name)"),
             ("vendor", facts.vendor),
@@ -42,7 +59,10 @@ def render_table(facts: HostFacts) -> str:
             ("memory (MemTotal)", f"{facts.memory_gb} GiB"),
         ]
     )
-    sockets = table(
+
+
+def _sockets_table(facts: HostFacts) -> str:
+    return table(
         [
             (
                 sock.socket,
@@ -58,20 +78,25 @@ def render_table(facts: HostFacts) -> str:
         ],
         header=("socket", "physical CPUs", "logical CPUs", "nodes", "NPS", "GiB", "avail", "busy%"),
     )
-    nodes = table(
+
+
+def _nodes_table(facts: HostFacts) -> str:
+    return table(
         [
             (
                 node.node,
                 len(node.cpus),
-                round(node.memory_total_bytes / 1024**3, 2),
-                round(node.memory_available_bytes / 1024**3, 2),
+                gib(node.memory_total_bytes),
+                gib(node.memory_available_bytes),
                 " ".join(map(str, node.distances)) or "-",
             )
             for node in facts.nodes
         ],
         header=("node", "CPUs", "GiB", "avail", "distances"),
     )
-    parts = [summary, "", sockets, "", nodes]
+
+
+def _runtimes_table(facts: HostFacts) -> str:
     runtimes = facts.runtimes
     rows = [("podman", _runtime(runtimes.podman.present, runtimes.podman.version))]
     if runtimes.podman.present:
@@ -89,10 +114,7 @@ def render_table(facts: HostFacts) -> str:
     if runtimes.vllm is not None:
         vllm = runtimes.vllm
         rows.append(("vllm", f"{vllm.path}: {vllm.version or vllm.error or 'not found'}"))
-    parts += ["", table(rows)]
-    if facts.warnings:
-        parts += ["", *(f"warning: {warning}" for warning in facts.warnings)]
-    return "\n".join(parts)
+    return table(rows)
 
 
 def _runtime(present: bool, version: str | None) -> str:

@@ -1,4 +1,4 @@
-"""`epycctl check-model` and `epycctl estimate` (design.md, "Command contract")."""
+"""`epycctl check-model` and `epycctl estimate` (docs/architecture.md, "Command contract")."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from epycd.model.check import inspect_model
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.memory import fit_memory
 from epycd.plan.tuning import batch_target
+from epycd.sizes import GIB
 from epycd.text import escaped
 
 
@@ -183,9 +184,7 @@ def _socket_memory(socket_gb: float | None) -> tuple[float, float, float | None,
 
     host = detect_host(Path(load_settings().host_root), probe_runtimes=False)
     sock = host.socket(0)
-    first = (
-        host.node(sock.numa_nodes[0]).memory_available_bytes / 1024**3 if sock.numa_nodes else None
-    )
+    first = host.node(sock.numa_nodes[0]).memory_available_bytes / GIB if sock.numa_nodes else None
     note = (
         f"socket 0 of this host: {sock.memory_gb:.1f} GiB, {sock.memory_available_gb:.1f} GiB "
         f"available (NUMA nodes {', '.join(map(str, sock.numa_nodes))})"

@@ -1,6 +1,6 @@
 """How every command reports: JSON for scripts, tables for people, errors without tracebacks.
 
-Exit codes (design.md): 0 success, 1 the answer is "no", 2 bad input.
+Exit codes (docs/architecture.md, "Command contract"): 0 success, 1 the answer is "no", 2 bad input.
 """
 
 from __future__ import annotations

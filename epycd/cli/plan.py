@@ -15,10 +15,10 @@ from epycd.cli.output import EXIT_OK, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.host.facts import HostFacts
 from epycd.plan.build import EndpointResult
+from epycd.plan.current import LOAD_SAMPLE_SECONDS
 from epycd.plan.model import EndpointDecisions
 from epycd.settings import load_settings
 
-LOAD_SAMPLE_SECONDS = 0.5
 JSON_KEYS = (
     "endpoint",
     "model",
@@ -64,7 +64,8 @@ MEMORY_KEYS = (
 
 
 def plan_json(result: EndpointResult) -> dict[str, Any]:
-    """design.md's `plan` keys; keys not decided (refused early) are null."""
+    """The `plan` keys (docs/architecture.md, "Plan keys"); keys not decided (refused early)
+    are null."""
     decided: EndpointDecisions | None = result.plan or result.decisions
     data: dict[str, Any] = dict.fromkeys(JSON_KEYS)
     data["endpoint"] = result.endpoint
@@ -187,19 +188,6 @@ def show(result: EndpointResult, host: HostFacts) -> None:
         click.echo(f"approve with: epycctl approve {result.endpoint}")
 
 
-def gather_host(root: Path, valid_endpoints: int, sample_seconds: float) -> HostFacts:
-    """Host facts; per-socket load is sampled only when it can change the choice (fewer
-    endpoints than sockets), since every socket is used otherwise."""
-    from epycd.host.detect import detect_host, socket_cpus
-    from epycd.host.load import sample_socket_busy
-
-    host = detect_host(root)
-    if host.sockets > 1 and valid_endpoints < host.sockets and sample_seconds > 0:
-        busy = sample_socket_busy(root, socket_cpus(host.socket_topology), sample_seconds)
-        host = host.model_copy(update={"socket_busy_pct": busy})
-    return host
-
-
 @click.command("plan")
 @click.argument("name")
 @json_option("print the plan as JSON")
@@ -218,30 +206,23 @@ def gather_host(root: Path, valid_endpoints: int, sample_seconds: float) -> Host
 )
 def plan(name: str, as_json: bool, root: Path | None, sample_seconds: float) -> None:
     """Show what NAME's endpoint file would run, and the units, without writing anything."""
-    from epycd.approval.record import approved_ports, approved_sockets
-    from epycd.plan.build import plan_all
-    from epycd.spec import load_endpoints
-    from epycd.stack import shipped_stack
+    from epycd.approval.record import approved_plans
+    from epycd.plan.current import endpoint_specs, plan_endpoints
 
     settings = load_settings()
-    stack = shipped_stack()
-    specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
+    specs = endpoint_specs(settings)
     if name not in {spec.name for spec in specs}:
         raise InputError(
             f"no endpoint file {name}.toml",
             file=settings.config_dir,
             fix=f"create {settings.config_dir / (name + '.toml')} (examples in etc/)",
         )
-    host_root = root or settings.host_root
-    host = gather_host(host_root, sum(spec.ok for spec in specs), sample_seconds)
-    results = plan_all(
+    results, host = plan_endpoints(
         settings,
-        host,
-        stack=stack,
+        approved_plans(settings),
         specs=specs,
-        host_root=host_root,
-        approved_sockets=approved_sockets(settings),
-        approved_ports=approved_ports(settings),
+        host_root=root,
+        sample_seconds=sample_seconds,
     )
     result = next(r for r in results if r.endpoint == name)
     if as_json:

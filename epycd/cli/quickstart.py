@@ -23,12 +23,13 @@ from types import TracebackType
 import click
 import tomli_w
 
-from epycd.approval.record import Approval, approved_ports, approved_sockets
+from epycd.approval.record import Approval, approved_plans
 from epycd.cli.approve import consent_options
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.plan.build import EndpointResult
-from epycd.plan.model import Runtime
+from epycd.plan.model import Plan, Runtime
+from epycd.plan.route import container_runtime
 from epycd.settings import Settings
 from epycd.supervisor import SupervisorStatus
 from epycd.text import escaped, escaped_lines
@@ -53,11 +54,7 @@ def chosen_runtime(runtimes: RuntimeFacts, *, vllm_given: bool) -> Runtime | Non
     host_vllm = runtimes.vllm is not None and runtimes.vllm.present and not runtimes.vllm.error
     if vllm_given and host_vllm:
         return "host"
-    if runtimes.podman.quadlet:
-        return "podman"
-    if runtimes.docker.daemon_reachable:
-        return "docker"
-    return "host" if host_vllm else None
+    return container_runtime(runtimes) or ("host" if host_vllm else None)
 
 
 def found_text(runtimes: RuntimeFacts) -> list[str]:
@@ -170,7 +167,7 @@ class StartProgress:
             return "unknown"
 
     def status(self) -> SupervisorStatus | None:
-        from epycd.status import read_supervisor
+        from epycd.status.collect import read_supervisor
 
         return read_supervisor(self.status_file) if self.status_file else None
 
@@ -200,29 +197,65 @@ def plan_candidate(
 ) -> EndpointResult:
     """NAME planned from `content` (not yet on disk) together with the other endpoint files,
     exactly as `epycctl plan` would plan it once written."""
-    from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
-    from epycd.plan.build import plan_all
-    from epycd.spec import load_endpoints, parse_endpoint
+    from epycd.plan.current import endpoint_specs, plan_endpoints
+    from epycd.spec import parse_endpoint
     from epycd.stack import shipped_stack
 
-    stack = shipped_stack()
-    others = [
-        spec
-        for spec in load_endpoints(settings.config_dir, precisions=stack.precisions)
-        if spec.name != target.stem
-    ]
-    candidate = parse_endpoint(target, content, precisions=stack.precisions)
-    probes = ProbeCache(settings.run_dir / PROBE_CACHE)
-    results = plan_all(
-        settings,
-        host,
-        stack=stack,
-        specs=[*others, candidate],
-        probe=probes.probe,
-        approved_sockets=approved_sockets(settings),
-        approved_ports=approved_ports(settings),
+    others = [spec for spec in endpoint_specs(settings) if spec.name != target.stem]
+    candidate = parse_endpoint(target, content, precisions=shipped_stack().precisions)
+    planned = plan_endpoints(
+        settings, approved_plans(settings), specs=[*others, candidate], host=host
     )
-    return next(r for r in results if r.endpoint == target.stem)
+    return next(r for r in planned.results if r.endpoint == target.stem)
+
+
+def pick_runtime(
+    settings: Settings, host: HostFacts, vllm: str | None
+) -> tuple[Runtime, RuntimeFacts]:
+    """The runtime to serve with, as `runtime = "auto"` picks it (an explicit --vllm wins),
+    and the runtimes with the candidate vLLM probed; bad input for a --vllm that is no vLLM,
+    a refusal with the one-time fix when there is nothing to serve with."""
+    containers = container_runtime(host.runtimes) is not None
+    candidate = None if containers and vllm is None else vllm_candidate(vllm)
+    runtimes = host.runtimes.model_copy(update={"vllm": host_vllm(settings, candidate)})
+    runtime = chosen_runtime(runtimes, vllm_given=vllm is not None)
+    if vllm is not None and runtime != "host":
+        assert runtimes.vllm is not None
+        raise InputError(
+            f"{runtimes.vllm.path} cannot be used: {runtimes.vllm.error or 'not a vLLM'}",
+            key="--vllm",
+            fix="give the vllm executable (or the folder) of a venv/conda env with vLLM",
+        )
+    if runtime is None:
+        click.echo(no_runtime_text(runtimes), err=True)
+        raise Refusal("no runtime to serve with")
+    return runtime, runtimes
+
+
+def shown_plan(settings: Settings, name: str, result: EndpointResult, host: HostFacts) -> Plan:
+    """The plan's table, its units and fingerprint, as `approve` shows them; the plan, or
+    its errors at their exit code."""
+    from epycd.approval.install import unit_targets
+    from epycd.cli.approve import planned_or_refused, units_text
+    from epycd.cli.plan import confirmation_table
+
+    click.echo(f"Plan for endpoint {name}\n")
+    click.echo(confirmation_table(result, host))
+    click.echo()
+    plan = planned_or_refused(result)
+    targets = unit_targets(settings, plan.units, plan.unit_dirs)
+    click.echo(units_text(plan, {k: str(v) for k, v in targets.items()}))
+    click.echo(f"fingerprint {plan.fingerprint}\n")
+    return plan
+
+
+def write_endpoint_file(target: Path, content: bytes) -> None:
+    from epycd.approval.workflow import file_errors_refused
+    from epycd.atomic import write_atomic
+
+    with file_errors_refused():
+        write_atomic(target, content, mode=0o644)
+    click.echo(f"wrote {target}")
 
 
 def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval | None) -> None:
@@ -231,12 +264,13 @@ def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval
     from epycd import systemd
     from epycd.approval.workflow import main_service, start_approved
     from epycd.cli.status import handoff_text
-    from epycd.status import handoff, read_supervisor, supervisor_status_file
+    from epycd.status.collect import read_supervisor, supervisor_status_file
+    from epycd.status.handoff import handoff
 
     name = approval.endpoint
     status_file = supervisor_status_file(settings, approval.plan, name)
     service = main_service(approval)
-    timeout = approval.plan.get("start_timeout_s")
+    timeout = approval.plan.start_timeout_s
     click.echo(f"waiting for {service} to pass the health gate (up to {timeout} s)")
     try:
         with StartProgress(service, status_file, click.echo):
@@ -285,88 +319,47 @@ def quickstart(
     no_pull: bool,
 ) -> None:
     """Write NAME.toml for the default model, show the plan, approve it, start it, hand off."""
-    from epycd.approval.atomic import write_atomic
-    from epycd.approval.install import unit_targets
     from epycd.approval.permissions import require_admin
-    from epycd.approval.record import checked_name, current_approver, readable_approval
-    from epycd.approval.workflow import (
-        disable_dropped,
-        file_errors_refused,
-        gate,
-        install_approval,
-        make_approval,
-        pull_image,
-        recover_interrupted,
-    )
-    from epycd.cli.approve import ask, planned_or_refused, units_text
-    from epycd.cli.plan import LOAD_SAMPLE_SECONDS, confirmation_table, gather_host
+    from epycd.approval.record import checked_name, current_approver
+    from epycd.approval.workflow import gate, install_approved, make_approval, recover_interrupted
+    from epycd.cli.approve import ask
+    from epycd.plan.current import LOAD_SAMPLE_SECONDS, endpoint_specs, gather_host
     from epycd.settings import load_settings
-    from epycd.spec import load_endpoints
     from epycd.stack import shipped_stack
 
     settings = load_settings()
     checked_name(name)
     require_admin(settings, "quickstart")
+    for line in recover_interrupted(settings):
+        click.echo(line)
     stack = shipped_stack()
     host = gather_host(
         settings.host_root,
-        sum(s.ok for s in load_endpoints(settings.config_dir, precisions=stack.precisions)) + 1,
+        sum(s.ok for s in endpoint_specs(settings)) + 1,
         LOAD_SAMPLE_SECONDS,
     )
-    containers = host.runtimes.podman.quadlet or host.runtimes.docker.daemon_reachable
-    candidate = None if containers and vllm is None else vllm_candidate(vllm)
-    runtimes = host.runtimes.model_copy(update={"vllm": host_vllm(settings, candidate)})
-    runtime = chosen_runtime(runtimes, vllm_given=vllm is not None)
-    if vllm is not None and runtime != "host":
-        assert runtimes.vllm is not None
-        raise InputError(
-            f"{runtimes.vllm.path} cannot be used: {runtimes.vllm.error or 'not a vLLM'}",
-            key="--vllm",
-            fix="give the vllm executable (or the folder) of a venv/conda env with vLLM",
-        )
-    if runtime is None:
-        click.echo(no_runtime_text(runtimes), err=True)
-        raise Refusal("no runtime to serve with")
+    runtime, runtimes = pick_runtime(settings, host, vllm)
     served = model_argument(model or stack.default_model)
     target = settings.config_dir / f"{name}.toml"
     content = endpoint_document(served, runtime, runtimes.vllm.path if runtimes.vllm else None)
     already = existing_matches(target, content)
     click.echo(escaped(f"runtime: {runtime}; model: {served}; endpoint file: {target}") + "\n")
-    result = plan_candidate(settings, target, content, host)
-    click.echo(f"Plan for endpoint {name}\n")
-    click.echo(confirmation_table(result, host))
-    click.echo()
-    plan = planned_or_refused(result)
-    click.echo(units_text(plan, {k: str(v) for k, v in unit_targets(
-        settings, plan.units, plan.unit_dirs).items()}))  # fmt: skip
-    click.echo(f"fingerprint {plan.fingerprint}\n")
+    plan = shown_plan(settings, name, plan_candidate(settings, target, content, host), host)
     gate(plan, accept_unvalidated=accept_unvalidated)
     action = "approve" if already else f"write {target}, approve"
     ask(f"{action.capitalize()} {name} and {'install' if no_start else 'start'} it?", yes=yes)
-    for line in recover_interrupted(settings):
-        click.echo(line)
     if not already:
-        with file_errors_refused():
-            write_atomic(target, content, mode=0o644)
-        click.echo(f"wrote {target}")
+        write_endpoint_file(target, content)
     approval = make_approval(
         settings, plan, host, current_approver(), accepted_unvalidated=accept_unvalidated
     )
-    previous = readable_approval(settings, name)
-    if not no_pull:
-        pull_image(plan)
-    if not no_start:
-        disable_dropped(previous, approval, click.echo)
-    repairs, paths = install_approval(settings, approval)
-    for line in repairs:
-        click.echo(line)
-    click.echo(f"approved {name} by {approval.approver.describe()} ({plan.fingerprint[:12]})")
-    for path in paths:
-        click.echo(f"wrote {path}")
+    installed = install_approved(
+        settings, approval, pull=not no_pull, touch_systemd=not no_start, log=click.echo
+    )
     if no_start:
         click.echo(
             "--no-start: systemd not touched; the units start at the next boot "
             f"(`epycctl status {name}` then shows the hand-off)"
         )
         return
-    wait_and_hand_off(settings, approval, previous)
+    wait_and_hand_off(settings, approval, installed.previous)

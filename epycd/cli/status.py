@@ -20,11 +20,11 @@ from epycd.cli.options import LOG_LINES
 from epycd.cli.output import ActionReport, json_option, print_json, table
 from epycd.errors import InputError, Refusal
 from epycd.settings import Settings, load_settings
-from epycd.status import EndpointStatus, Handoff
+from epycd.status.handoff import Handoff
+from epycd.status.machine import EndpointStatus
 from epycd.text import escaped, escaped_lines
 
 JOURNAL_TAIL_LINES = 20
-START_MARGIN_S = 30
 
 
 def checked_settings(name: str | None) -> Settings:
@@ -47,9 +47,11 @@ def journal_tail(unit: str) -> list[str]:
 
 
 def current_statuses(settings: Settings) -> list[EndpointStatus]:
-    from epycd.status import collect_status, plan_endpoints, planned_map
+    from epycd.approval.record import approved_plans
+    from epycd.plan.current import plan_endpoints
+    from epycd.status.collect import collect_status, planned_map
 
-    results, _host = plan_endpoints(settings)
+    results, _host = plan_endpoints(settings, approved_plans(settings))
     statuses = collect_status(settings, planned_map(results))
     for status in statuses:
         if status.kind == "failed" and not status.log_tail:
@@ -174,11 +176,11 @@ def last_bench(settings: Settings, name: str) -> BenchResult | None:
 @json_option("Print the outcome as JSON.", errors_too=True)
 def stop(name: str, as_json: bool) -> None:
     """Stop endpoint NAME and keep it from starting at boot until `epycctl start NAME`."""
-    from epycd.approval.atomic import write_atomic
     from epycd.approval.permissions import require_admin
     from epycd.approval.record import current_approver, readable_approval
     from epycd.approval.workflow import is_quadlet, removal_files, stop_endpoint
-    from epycd.status import StopMarker, stop_marker_path
+    from epycd.atomic import write_atomic
+    from epycd.status.stop import StopMarker, stop_marker_path
 
     settings = checked_settings(name)
     report = ActionReport(name, "stop", as_json=as_json)
@@ -207,16 +209,18 @@ def stop(name: str, as_json: bool) -> None:
 def start(name: str, as_json: bool) -> None:
     """Start approved endpoint NAME again (after `epycctl stop`), and at every boot."""
     from epycd import systemd
-    from epycd.approval.atomic import unlink_durable
     from epycd.approval.permissions import require_admin
-    from epycd.approval.record import readable_approval
-    from epycd.approval.workflow import main_service, units_to_enable
-    from epycd.status import collect_status, plan_endpoints, planned_map, stop_marker_path
+    from epycd.approval.record import approved_plans, readable_approval
+    from epycd.approval.workflow import main_service, start_wait_s, units_to_enable
+    from epycd.atomic import unlink_durable
+    from epycd.plan.current import plan_endpoints
+    from epycd.status.collect import collect_status, planned_map
+    from epycd.status.stop import stop_marker_path
 
     settings = checked_settings(name)
     report = ActionReport(name, "start", as_json=as_json)
     require_admin(settings, "start")
-    results, _host = plan_endpoints(settings)
+    results, _host = plan_endpoints(settings, approved_plans(settings))
     found = [s for s in collect_status(settings, planned_map(results)) if s.name == name]
     approval = readable_approval(settings, name)
     if not found:
@@ -241,7 +245,7 @@ def start(name: str, as_json: bool) -> None:
         report.say("systemctl enable " + " ".join(enable))
         systemd.enable(enable)
     service = main_service(approval)
-    timeout = int(approval.plan.get("start_timeout_s", 600)) + START_MARGIN_S
+    timeout = start_wait_s(approval)
     report.say(f"systemctl start {service} (waits for the health gate)")
     systemd.start([service], timeout=timeout)
     report.done("started", f"{name} started: `epycctl status {name}`")
@@ -255,7 +259,7 @@ def logs(name: str, lines: int, follow: bool) -> None:
     """The journal of endpoint NAME's unit (journalctl)."""
     from epycd.approval.record import readable_approval
     from epycd.approval.state import endpoint_unit_files
-    from epycd.status import main_unit
+    from epycd.status.units import main_unit
     from epycd.systemd import SystemdError
 
     settings = checked_settings(name)

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import functools
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from epycd.host.cpuinfo import parse_cores, parse_identity
 from epycd.host.cpulist import format_cpulist, parse_cpulist
-from epycd.host.facts import HostFacts, RuntimeFacts, SocketTopology
+from epycd.host.facts import HostFacts, NumaNode, RuntimeFacts, SocketTopology
 from epycd.host.files import parsed, read_optional, read_required
 from epycd.host.generation import classify, is_amd_epyc, is_supported
 from epycd.host.load import sample_socket_busy
-from epycd.host.memory import gib, memory_of, parse_meminfo
+from epycd.host.memory import Memory, memory_of, parse_meminfo
 from epycd.host.numa import read_nodes
 from epycd.host.sockets import build_sockets
-from epycd.host.topology import CPU_DIR, cores_of, read_places
+from epycd.host.topology import CPU_DIR, Core, CpuPlace, cores_of, read_places
+from epycd.sizes import gib
 
 CPUINFO = "proc/cpuinfo"
 MEMINFO = "proc/meminfo"
@@ -31,6 +33,43 @@ OFFLINE = f"{CPU_DIR}/offline"
 def socket_cpus(sockets: list[SocketTopology]) -> dict[int, list[int]]:
     """Socket -> its online logical CPUs, the shape `sample_socket_busy` takes."""
     return {sock.socket: parse_cpulist(sock.logical_cpus) for sock in sockets}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the online CPUs sit: their places, cores, NUMA nodes and sockets."""
+
+    places: list[CpuPlace]
+    cores: list[Core]
+    nodes: list[NumaNode]
+    sockets: list[SocketTopology]
+    offline: list[int]
+
+
+def read_layout(root: Path, cpuinfo_text: str, memory: Memory, warnings: list[str]) -> Layout:
+    online = parsed(root, ONLINE, read_required(root, ONLINE), parse_cpulist)
+    offline_text = read_optional(root, OFFLINE)
+    offline = parsed(root, OFFLINE, offline_text, parse_cpulist) if offline_text else []
+    places, incomplete = read_places(
+        root, online, functools.cache(lambda: parse_cores(cpuinfo_text))
+    )
+    if incomplete:
+        warnings.append(
+            f"no sysfs topology for CPUs {format_cpulist(incomplete)}: "
+            "placed by /proc/cpuinfo or as single cores"
+        )
+    cores = cores_of(places)
+    nodes = read_nodes(root, online, memory, warnings)
+    return Layout(places, cores, nodes, build_sockets(places, cores, nodes, warnings), offline)
+
+
+def probed_runtimes(vllm: str | None, *, probe_runtimes: bool) -> RuntimeFacts:
+    """podman and docker of this machine (when asked), and a given vllm executable."""
+    if not (probe_runtimes or vllm):
+        return RuntimeFacts()
+    from epycd.host import runtimes as probes
+
+    return probes.probe_runtimes(vllm) if probe_runtimes else probes.only_vllm(vllm)
 
 
 def detect_host(
@@ -50,22 +89,8 @@ def detect_host(
     cpuinfo_text = read_required(root, CPUINFO)
     identity = parsed(root, CPUINFO, cpuinfo_text, parse_identity)
     host_memory = memory_of(parsed(root, MEMINFO, read_required(root, MEMINFO), parse_meminfo))
-    online = parsed(root, ONLINE, read_required(root, ONLINE), parse_cpulist)
-    offline_text = read_optional(root, OFFLINE)
-    offline = parsed(root, OFFLINE, offline_text, parse_cpulist) if offline_text else []
-
-    places, incomplete = read_places(
-        root, online, functools.cache(lambda: parse_cores(cpuinfo_text))
-    )
-    if incomplete:
-        warnings.append(
-            f"no sysfs topology for CPUs {format_cpulist(incomplete)}: "
-            "placed by /proc/cpuinfo or as single cores"
-        )
-    cores = cores_of(places)
-    nodes = read_nodes(root, online, host_memory, warnings)
-    sockets = build_sockets(places, cores, nodes, warnings)
-
+    layout = read_layout(root, cpuinfo_text, host_memory, warnings)
+    places, cores, nodes, sockets = layout.places, layout.cores, layout.nodes, layout.sockets
     generation, generation_warnings = classify(
         identity.vendor, identity.model_name, identity.family, identity.model
     )
@@ -75,11 +100,6 @@ def detect_host(
         if load_sample_seconds is not None
         else {}
     )
-    runtimes = RuntimeFacts()
-    if probe_runtimes or vllm:
-        from epycd.host import runtimes as probes
-
-        runtimes = probes.probe_runtimes(vllm) if probe_runtimes else probes.only_vllm(vllm)
     flags = set(identity.flags)
     return HostFacts(
         cpu_model=identity.model_name,
@@ -101,10 +121,10 @@ def detect_host(
         memory_gb=gib(host_memory.total_bytes),
         socket_topology=sockets,
         nodes=nodes,
-        offline_cpus=format_cpulist(offline),
+        offline_cpus=format_cpulist(layout.offline),
         flags=identity.flags,
         socket_busy_pct=busy,
-        runtimes=runtimes,
+        runtimes=probed_runtimes(vllm, probe_runtimes=probe_runtimes),
         cxx_compiler=find_cxx(root),
         warnings=warnings,
     )

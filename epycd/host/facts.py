@@ -1,7 +1,7 @@
-"""The host facts every later stage plans from (design.md, "host facts" and `detect`).
+"""The host facts every later stage plans from (docs/architecture.md, "Host facts").
 
 These models are the contract between host detection and the planner; `detect --json`
-prints `HostFacts.model_dump(mode="json")`, whose top-level keys are fixed by design.md.
+prints `HostFacts.model_dump(mode="json")`, whose top-level keys are fixed (same section).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class NumaNode(BaseModel):
 
 
 class SocketTopology(BaseModel):
-    """One CPU package. The first five fields are design.md's `socket_topology` contract."""
+    """One CPU package. The first five fields are the `socket_topology` contract."""
 
     socket: int
     physical_cpus: str = Field(description="CPU list string: the first thread of each core")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-GIB = 1024**3
-
 AVAILABLE_KEYS = ("MemFree", "Active(file)", "Inactive(file)", "SReclaimable")
 
 
@@ -45,7 +43,3 @@ def parse_meminfo(text: str) -> dict[str, int]:
 def memory_of(values: dict[str, int]) -> Memory:
     """Total and available as vLLM's CPU worker counts them (anchor-facts.md)."""
     return Memory(values["MemTotal"], sum(values.get(key, 0) for key in AVAILABLE_KEYS))
-
-
-def gib(size_bytes: int) -> float:
-    return round(size_bytes / GIB, 2)

@@ -111,7 +111,7 @@ class ProbeCache:
         self._write(key, facts.model_dump(mode="json"))
 
     def _write(self, key: str, value: dict[str, Any]) -> None:
-        from epycd.approval.atomic import write_atomic
+        from epycd.atomic import write_atomic
 
         data = self.load() | {key: value}
         try:

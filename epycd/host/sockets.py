@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 from epycd.host.cpulist import format_cpulist
 from epycd.host.facts import NumaNode, SocketTopology
-from epycd.host.memory import gib
 from epycd.host.topology import Core, CpuPlace, l3_groups
+from epycd.sizes import gib
 
 
 def _nearest_cpu_node(node: NumaNode, nodes: Sequence[NumaNode]) -> NumaNode | None:

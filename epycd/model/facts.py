@@ -1,4 +1,4 @@
-"""Model facts: what the planner needs to know about a model (design.md, "model facts").
+"""Model facts: what the planner needs to know about a model (docs/architecture.md, "Model facts").
 
 The contract between the model stage and the planner; `check-model --json` and
 `estimate --json` are built from these.

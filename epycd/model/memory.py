@@ -17,8 +17,8 @@ import math
 
 from epycd.errors import InputError
 from epycd.model.facts import MemoryFit
+from epycd.sizes import GIB
 
-GIB = 1024**3
 KV_MARGIN = 0.10
 """Over the sequences' own KV: vLLM rounds every sequence up to whole KV blocks and keeps
 blocks for prefix caching; 10 % covers a 4096-token sequence's last partial 128-token block

@@ -31,18 +31,19 @@ from epycd.host.probe_cache import ProbeCache
 from epycd.listen import is_loopback
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.memory import fit_memory
+from epycd.names import unit_name
 from epycd.plan import tuning
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
 from epycd.plan.hfcache import resolve_hf_cache
 from epycd.plan.model import BindMount, EndpointDecisions, HfCacheMount, Plan, Problem
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
-from epycd.plan.route import Route, route_endpoint
+from epycd.plan.route import Route, container_runtime, route_endpoint
 from epycd.settings import Settings
+from epycd.sizes import GIB
 from epycd.spec import EndpointSpec, SpecResult, load_endpoints
 from epycd.stack import Stack, shipped_stack
 
-GIB = 1024**3
 ModelInspector = Callable[..., ModelFacts]
 VllmProber = Callable[[str], HostVllmFacts]
 
@@ -75,17 +76,6 @@ class EndpointResult(BaseModel):
         if not self.errors:
             return 0
         return max(problem.exit_code for problem in self.errors)
-
-
-def problem(exc: EpycError) -> Problem:
-    return Problem(
-        message=exc.message,
-        file=exc.file,
-        key=exc.key,
-        fix=exc.fix,
-        exit_code=exc.exit_code,
-        text=str(exc),
-    )
 
 
 @dataclass
@@ -225,8 +215,7 @@ def exposure_reason(spec: EndpointSpec, port: int) -> str | None:
 def needs_host_vllm(spec: EndpointSpec, host: HostFacts) -> bool:
     if spec.runtime == "host":
         return True
-    containers = host.runtimes.podman.quadlet or host.runtimes.docker.daemon_reachable
-    return spec.runtime == "auto" and not containers
+    return spec.runtime == "auto" and container_runtime(host.runtimes) is None
 
 
 def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path) -> list[str]:
@@ -435,6 +424,62 @@ def approval_check_argv(product_python: str, name: str) -> list[str]:
     return [product_python, "-m", APPROVAL_CHECK_MODULE, name]
 
 
+def _sized(
+    prepared: Prepared, host: HostFacts, stack: Stack, placement: Placement
+) -> tuple[Sizing, MemoryFit, list[str]]:
+    """The tuning rules and the memory fit on the placed socket, and their warnings."""
+    bind, target, eager, compile_warnings = tune(prepared, host, placement)
+    fit, memory_warnings = size_memory(prepared, host, stack, placement, bind, target)
+    sizing = Sizing(
+        bind=bind,
+        target=target,
+        batched_tokens=batched_tokens(prepared.spec, target, fit.max_num_seqs),
+        kv_bytes_flag=tuning.kv_bytes_flag(prepared.route.vllm_version),
+        enforce_eager=eager,
+    )
+    return sizing, fit, memory_warnings + compile_warnings
+
+
+def _bind_mounts(
+    spec: EndpointSpec, model: str, containerized: bool
+) -> tuple[list[BindMount], str]:
+    """A container's view of a local model folder and a chat template file, and the model
+    argument vLLM gets there (the folder's real path)."""
+    mounts: list[BindMount] = []
+    model_arg = model
+    if model.startswith("/") and containerized:
+        real = os.path.realpath(model)
+        mounts.append(BindMount(host_path=real, container_path=real))
+        model_arg = real
+    if spec.chat_template and containerized:
+        template = os.path.realpath(spec.chat_template)
+        mounts.append(BindMount(host_path=template, container_path=spec.chat_template))
+    return mounts, model_arg
+
+
+def _hf_cache_warnings(hf: HfCacheMount | None, containerized: bool) -> list[str]:
+    warnings = []
+    if hf is not None and containerized and not os.path.isdir(hf.host_path):
+        warnings.append(
+            f"the HF cache {hf.host_path} does not exist yet: create it (mkdir -p) before the "
+            "container starts, or set HF_HOME to the cache that holds the model"
+        )
+    if hf is not None and hf.on_nfs:
+        warnings.append(
+            f"the HF cache {hf.host_path} is on a network filesystem: root-squash can deny "
+            "the container; use a local disk or export it without root_squash"
+        )
+    return warnings
+
+
+def start_timeout_s(stack: Stack, facts: ModelFacts) -> int:
+    """TimeoutStartSec: the stack's base and its seconds per GiB of weights."""
+    weights_gib = (facts.weights_bytes or 0) / GIB
+    return (
+        stack.start_timeout.base_s + math.ceil(weights_gib) * stack.start_timeout.per_weights_gib_s
+    )
+
+
 def decide(
     prepared: Prepared,
     *,
@@ -446,46 +491,20 @@ def decide(
     product_python: str,
     status_file: str,
 ) -> EndpointDecisions:
+    """Every decision for one placed endpoint: sizing, mounts, served name, timeouts."""
     spec, route, facts = prepared.spec, prepared.route, prepared.facts
     name = prepared.result.name
     model = spec.model or stack.default_model
     local = model.startswith("/")
-    warnings = [*route.warnings, *prepared.warnings, *placement.warnings]
-    bind, target, eager, compile_warnings = tune(prepared, host, placement)
-    fit, memory_warnings = size_memory(prepared, host, stack, placement, bind, target)
-    warnings += memory_warnings + compile_warnings
-    sizing = Sizing(
-        bind=bind,
-        target=target,
-        batched_tokens=batched_tokens(spec, target, fit.max_num_seqs),
-        kv_bytes_flag=tuning.kv_bytes_flag(route.vllm_version),
-        enforce_eager=eager,
-    )
+    sizing, fit, warnings = _sized(prepared, host, stack, placement)
+    warnings = [*route.warnings, *prepared.warnings, *placement.warnings, *warnings]
     containerized = route.runtime != "host"
-    mounts: list[BindMount] = []
-    model_arg = model
-    if local and containerized:
-        real = os.path.realpath(model)
-        mounts.append(BindMount(host_path=real, container_path=real))
-        model_arg = real
-    if spec.chat_template and containerized:
-        template = os.path.realpath(spec.chat_template)
-        mounts.append(BindMount(host_path=template, container_path=spec.chat_template))
+    mounts, model_arg = _bind_mounts(spec, model, containerized)
     hf = hf_cache if not local else None
-    if hf is not None and containerized and not os.path.isdir(hf.host_path):
-        warnings.append(
-            f"the HF cache {hf.host_path} does not exist yet: create it (mkdir -p) before the "
-            "container starts, or set HF_HOME to the cache that holds the model"
-        )
-    if hf is not None and hf.on_nfs:
-        warnings.append(
-            f"the HF cache {hf.host_path} is on a network filesystem: root-squash can deny "
-            "the container; use a local disk or export it without root_squash"
-        )
+    warnings += _hf_cache_warnings(hf, containerized)
     served = spec.served_model_name or (name if local else model)
     dtype = spec.dtype or stack.default_dtype
     kv = fit.kv_pool_gb
-    weights_gib = (facts.weights_bytes or 0) / GIB
     if spec.throughput_flags and route.backend == "stock":
         warnings.append("ZENTORCH_WEIGHT_PREPACK has no effect on the stock vLLM path")
     reasons = list(route.confirmation_reasons)
@@ -494,7 +513,7 @@ def decide(
     primary = "chat_completions" if facts.primary_endpoint == "chat_completions" else "completions"
     return EndpointDecisions(
         endpoint=name,
-        unit_name=f"epyc-llm-{name}",
+        unit_name=unit_name(name),
         config_file=str(prepared.result.path),
         model=model,
         model_revision=facts.revision,
@@ -511,7 +530,7 @@ def decide(
         socket=placement.socket,
         socket_reason=placement.reason,
         cpus=placement.cpulist,
-        omp_cpus=format_cpulist(bind),
+        omp_cpus=format_cpulist(sizing.bind),
         numa_nodes=placement.numa_nodes,
         env=build_env(prepared, stack, sizing, kv, hf if not containerized else None),
         kv_cache_gb=kv,
@@ -522,7 +541,7 @@ def decide(
         max_num_seqs=fit.max_num_seqs,
         max_num_batched_tokens=sizing.batched_tokens,
         profile=spec.profile,
-        enforce_eager=eager,
+        enforce_eager=sizing.enforce_eager,
         limit_nofile=tuning.LIMIT_NOFILE,
         limit_memlock=tuning.LIMIT_MEMLOCK,
         vllm_args=vllm_args(prepared, model_arg, served, fit, port, dtype, sizing),
@@ -533,8 +552,7 @@ def decide(
         api_key_file=spec.api_key_file,
         chat_template=spec.chat_template,
         restart=spec.restart,
-        start_timeout_s=stack.start_timeout.base_s
-        + math.ceil(weights_gib) * stack.start_timeout.per_weights_gib_s,
+        start_timeout_s=start_timeout_s(stack, facts),
         podman_notify_healthy=route.runtime == "podman" and host.runtimes.podman.notify_healthy,
         product_python=product_python,
         exec_condition=[approval_check_argv(product_python, name)],
@@ -614,7 +632,7 @@ def _plan_one(
             key="max_model_len",
             fix=decisions.memory.action,
         )
-        decisions.errors.append(str(refusal))
+        decisions.errors.append(Problem.of(refusal))
         inputs = fingerprint_inputs(
             units={},
             unit_dirs={},
@@ -634,7 +652,7 @@ def _plan_one(
     try:
         plan = finish(prepared, decisions, host=host, stack=stack, settings=settings)
     except EpycError as exc:
-        decisions.errors.append(str(exc))
+        decisions.errors.append(Problem.of(exc))
         return _failed(prepared.result, exc, model_facts=prepared.facts, decisions=decisions)
     return EndpointResult(
         endpoint=name, config_file=str(file), plan=plan, model_facts=prepared.facts
@@ -645,7 +663,7 @@ def _failed(result: SpecResult, *errors: EpycError, **extra: object) -> Endpoint
     return EndpointResult(
         endpoint=result.name,
         config_file=str(result.path),
-        errors=[problem(exc) for exc in errors],
+        errors=[Problem.of(exc) for exc in errors],
         **extra,
     )
 
@@ -738,6 +756,58 @@ def place_all(ready: list[Prepared], share: Sharing) -> dict[str, EndpointResult
     return fixed | {name: result for name, (result, _) in current.items()}
 
 
+def _memoized_sources(
+    settings: Settings, inspect: ModelInspector | None, probe: VllmProber | None
+) -> tuple[ModelInspector, VllmProber]:
+    """The model inspector and vLLM prober (by default through the probe cache of
+    `settings.run_dir`), each asked once per model or executable in one planning run."""
+    probes = ProbeCache.in_run_dir(settings.run_dir)
+    inspect_model = inspect or functools.partial(default_inspector, probe_cache=probes)
+    probe_vllm = probe or probes.probe
+    probed: dict[str, HostVllmFacts] = {}
+    inspected: dict[tuple[object, ...], ModelFacts] = {}
+
+    def cached_probe(executable: str) -> HostVllmFacts:
+        if executable not in probed:
+            probed[executable] = probe_vllm(executable)
+        return probed[executable]
+
+    def cached_inspect(model: str, **kwargs: object) -> ModelFacts:
+        key = (model, *sorted(kwargs.items()))
+        if key not in inspected:
+            inspected[key] = inspect_model(model, **kwargs)
+        return inspected[key]
+
+    return cached_inspect, cached_probe
+
+
+def _prepare_all(
+    specs: list[SpecResult],
+    host: HostFacts,
+    stack: Stack,
+    inspect: ModelInspector,
+    probe: VllmProber,
+) -> tuple[dict[str, EndpointResult], list[Prepared]]:
+    """Each endpoint file routed and its model inspected: the failed ones as results, the
+    others ready to be placed."""
+    results: dict[str, EndpointResult] = {}
+    ready: list[Prepared] = []
+    for spec_result in specs:
+        if not spec_result.ok:
+            results[spec_result.name] = _failed(
+                spec_result, *spec_result.errors, unreadable_here=unreadable_here(spec_result.path)
+            )
+            continue
+        try:
+            ready.append(prepare(spec_result, host, stack, inspect, probe))
+        except EpycError as exc:
+            if exc.file is None:
+                exc.file = str(spec_result.path)
+            here = exc.path if isinstance(exc, UnreadableHere) else None
+            results[spec_result.name] = _failed(spec_result, exc, unreadable_here=here)
+    return results, ready
+
+
 def plan_all(
     settings: Settings,
     host: HostFacts,
@@ -766,40 +836,8 @@ def plan_all(
     stack = stack or shipped_stack()
     if specs is None:
         specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
-    probes = ProbeCache.in_run_dir(settings.run_dir)
-    inspect = inspect or functools.partial(default_inspector, probe_cache=probes)
-    probe = probe or probes.probe
-    probe_cache: dict[str, HostVllmFacts] = {}
-
-    def cached_probe(executable: str) -> HostVllmFacts:
-        if executable not in probe_cache:
-            probe_cache[executable] = probe(executable)
-        return probe_cache[executable]
-
-    facts_cache: dict[tuple[object, ...], ModelFacts] = {}
-
-    def cached_inspect(model: str, **kwargs: object) -> ModelFacts:
-        key = (model, *sorted(kwargs.items()))
-        if key not in facts_cache:
-            facts_cache[key] = inspect(model, **kwargs)
-        return facts_cache[key]
-
-    results: dict[str, EndpointResult] = {}
-    ready: list[Prepared] = []
-    for spec_result in specs:
-        if not spec_result.ok:
-            results[spec_result.name] = _failed(
-                spec_result, *spec_result.errors, unreadable_here=unreadable_here(spec_result.path)
-            )
-            continue
-        try:
-            ready.append(prepare(spec_result, host, stack, cached_inspect, cached_probe))
-        except EpycError as exc:
-            if exc.file is None:
-                exc.file = str(spec_result.path)
-            here = exc.path if isinstance(exc, UnreadableHere) else None
-            results[spec_result.name] = _failed(spec_result, exc, unreadable_here=here)
-
+    inspect, probe = _memoized_sources(settings, inspect, probe)
+    results, ready = _prepare_all(specs, host, stack, inspect, probe)
     hf_cache = resolve_hf_cache(host_root or settings.host_root, environ or os.environ)
     share = Sharing(
         host=host,

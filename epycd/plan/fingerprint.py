@@ -28,8 +28,7 @@ from typing import Any
 from epycd.host.facts import HostFacts
 from epycd.model.facts import ModelFacts
 from epycd.plan.model import EndpointDecisions
-
-GIB = 1024**3
+from epycd.sizes import GIB
 
 
 def canonical_json(data: Any) -> str:

@@ -2,15 +2,16 @@
 
 `EndpointDecisions` is the planner's output and the renderer's only input, so rendering
 stays a pure function of decisions. `Plan` adds the rendered units and the fingerprint;
-`plan --json` prints it (design.md lists the keys).
+`plan --json` prints it (docs/architecture.md, "Plan keys").
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from epycd.errors import EpycError, Refusal
 from epycd.model.facts import MemoryFit
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
 
@@ -34,7 +35,11 @@ class BindMount(BaseModel):
 
 
 class Problem(BaseModel):
-    """One error of one endpoint, as `plan --json` reports it."""
+    """An `EpycError` as data: the one shape in which an endpoint's errors are kept (its
+    result, its decisions, the approval state's view of an unplanned endpoint) and shown
+    (`text`, one line as the CLI prints the error)."""
+
+    model_config = ConfigDict(frozen=True)
 
     message: str
     file: str | None = None
@@ -43,9 +48,30 @@ class Problem(BaseModel):
     exit_code: int = Field(description="2 bad input, 1 refused")
     text: str = Field(description="the whole error as one line")
 
+    @classmethod
+    def of(cls, error: EpycError) -> Problem:
+        return cls(
+            message=error.message,
+            file=error.file,
+            key=error.key,
+            fix=error.fix,
+            exit_code=error.exit_code,
+            text=str(error),
+        )
+
+    @classmethod
+    def legacy(cls, value: object) -> object:
+        """A plain string, as records and callers before `Problem` held an error: a refusal."""
+        if isinstance(value, str):
+            return cls(message=value, exit_code=Refusal.exit_code, text=value)
+        return value
+
 
 class EndpointDecisions(BaseModel):
-    """Everything decided for one endpoint; no rendered text."""
+    """Everything decided for one endpoint; no rendered text. Frozen: once decided, a field
+    is not reassigned (the planner appends its late errors to `errors`)."""
+
+    model_config = ConfigDict(frozen=True)
 
     endpoint: str = Field(description="the endpoint file's stem")
     unit_name: str = Field(description="epyc-llm-NAME")
@@ -122,7 +148,12 @@ class EndpointDecisions(BaseModel):
     requires_confirmation: bool = False
     confirmation_reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
-    errors: list[str] = Field(default_factory=list)
+    errors: list[Problem] = Field(default_factory=list)
+
+    @field_validator("errors", mode="before")
+    @classmethod
+    def _legacy_errors(cls, value: object) -> object:
+        return [Problem.legacy(item) for item in value] if isinstance(value, list) else value
 
 
 class Plan(EndpointDecisions):

@@ -14,14 +14,13 @@ no other endpoint gets it, and an explicit request for it is refused naming the 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from epycd.errors import EpycError, InputError, Refusal
+from epycd.names import UNIT_IN_CGROUP
 
-UNIT_IN_CGROUP = re.compile(r"epyc-llm-([a-z0-9][a-z0-9-]{0,62})\.service")
 LAST_PORT = 65535
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from epycd.errors import InputError, Refusal
-from epycd.host.facts import HostFacts, HostVllmFacts
+from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.plan.model import Backend, Runtime
 from epycd.spec import EndpointSpec
 from epycd.stack import Stack, qualified_image
@@ -46,14 +46,25 @@ def refuse_non_epyc(host: HostFacts) -> None:
         )
 
 
+def container_runtime(runtimes: RuntimeFacts) -> Runtime | None:
+    """The runtime precedence of `runtime = "auto"`, for the planner and quickstart alike:
+    podman with Quadlet, else a docker whose daemon answers, else None (a host vLLM)."""
+    if runtimes.podman.quadlet:
+        return "podman"
+    if runtimes.docker.daemon_reachable:
+        return "docker"
+    return None
+
+
 def choose_runtime(
     spec: EndpointSpec, host: HostFacts, file: Path, host_vllm: HostVllmFacts | None
 ) -> tuple[Runtime, list[str]]:
     """auto: podman with Quadlet, else a reachable docker, else a host vLLM."""
     podman, docker = host.runtimes.podman, host.runtimes.docker
     wanted = spec.runtime
+    auto = container_runtime(host.runtimes) if wanted == "auto" else None
     notes: list[str] = []
-    if wanted == "podman" or (wanted == "auto" and podman.quadlet):
+    if wanted == "podman" or auto == "podman":
         if not podman.present:
             raise Refusal("podman is not installed", file=file, key="runtime", fix=RUNTIME_FIX)
         if not podman.quadlet:
@@ -66,7 +77,7 @@ def choose_runtime(
         return "podman", notes
     if podman.present and not podman.quadlet:
         notes.append(f"podman {podman.version} has no Quadlet (needs >= 4.4): not used")
-    if wanted == "docker" or (wanted == "auto" and docker.daemon_reachable):
+    if wanted == "docker" or auto == "docker":
         if not docker.present:
             raise Refusal("docker is not installed", file=file, key="runtime", fix=RUNTIME_FIX)
         if not docker.daemon_reachable:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from epycd.host.cpulist import format_cpulist
 from epycd.listen import local_url
 from epycd.plan.model import EndpointDecisions
+from epycd.render.policy import REQUIRED_RUN_FLAGS
 
 TOKEN_IN_CONTAINER = "/run/secrets/hf_token"
 TOKEN_CREDENTIAL = "hf_token"
@@ -115,8 +116,7 @@ def ulimit_flags(decisions: EndpointDecisions) -> list[str]:
 
 
 def extra_run_flags(decisions: EndpointDecisions) -> list[str]:
-    required = ("--ipc=host", "--network=host", "--cap-add=SYS_NICE")
-    extra = [flag for flag in decisions.run_flags if flag not in required]
+    extra = [flag for flag in decisions.run_flags if flag not in REQUIRED_RUN_FLAGS]
     return [*extra, *entrypoint_flags(decisions)]
 
 
@@ -143,9 +143,7 @@ def docker_run(decisions: EndpointDecisions) -> list[str]:
         "--rm",
         "--name",
         decisions.unit_name,
-        "--ipc=host",
-        "--network=host",
-        "--cap-add=SYS_NICE",
+        *REQUIRED_RUN_FLAGS,
         f"--cpuset-cpus={decisions.cpus}",
         f"--cpuset-mems={numa_list(decisions)}",
         *ulimit_flags(decisions),

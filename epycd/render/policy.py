@@ -12,11 +12,12 @@ import re
 from epycd.errors import InputError
 from epycd.host.cpulist import parse_cpulist
 from epycd.listen import listen_address
+from epycd.names import ENDPOINT_NAME_RULE, is_endpoint_name, unit_name
 from epycd.plan.model import EndpointDecisions
 from epycd.render.syntax import check_printable, executable
 from epycd.spec import arg_refusal, env_refusal
+from epycd.stack import shipped_stack
 
-NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 IMAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
 PLAIN_PATH_FORBIDDEN = re.compile(r"[\s:$\\\"',]")
 
@@ -28,11 +29,8 @@ FORBIDDEN_ENV = {
     "HF_TOKEN": "a secret never goes in a unit: use hf_token_file",
     "HUGGING_FACE_HUB_TOKEN": "a secret never goes in a unit: use hf_token_file",
 }
-THROUGHPUT_SET = {
-    "TORCHINDUCTOR_FREEZING": "1",
-    "VLLM_USE_AOT_COMPILE": "0",
-    "ZENTORCH_WEIGHT_PREPACK": "1",
-}
+THROUGHPUT_SET = shipped_stack().throughput_flags
+"""The throughput variables and their values: the stack's (data/epyc.json)."""
 ENV_THE_PLAN_SETS = frozenset({*REQUIRED_ENV, *THROUGHPUT_SET, "HF_HOME", "VLLM_CPU_KVCACHE_SPACE"})
 FLAGS_THE_PLAN_PASSES = frozenset(
     {
@@ -49,7 +47,8 @@ FLAGS_THE_PLAN_PASSES = frozenset(
 )
 """The plan passes these itself; every other variable and flag is held to the endpoint
 file's rules (epycd.spec.env_refusal, arg_refusal) once more."""
-REQUIRED_RUN_FLAGS = ("--ipc=host", "--network=host", "--cap-add=SYS_NICE")
+REQUIRED_RUN_FLAGS = tuple(shipped_stack().run_flags)
+"""The container run flags every plan passes: the stack's (data/epyc.json)."""
 FORBIDDEN_RUN_FLAGS = {
     "--shm-size": "podman refuses --shm-size together with --ipc=host",
     "--device": "the CPU path needs no device",
@@ -75,18 +74,18 @@ def check_identity(decisions: EndpointDecisions) -> None:
     executable(decisions.product_python, "product_python")
     if decisions.vllm_executable is not None:
         executable(decisions.vllm_executable, "vllm")
-    if not NAME_PATTERN.fullmatch(decisions.endpoint):
+    if not is_endpoint_name(decisions.endpoint):
         raise _refuse(
             decisions,
             "endpoint",
             f"{decisions.endpoint!r} is not a valid endpoint name",
-            "name the file [a-z0-9][a-z0-9-]{0,62}.toml",
+            f"name the file {ENDPOINT_NAME_RULE}.toml",
         )
-    if decisions.unit_name != f"epyc-llm-{decisions.endpoint}":
+    if decisions.unit_name != unit_name(decisions.endpoint):
         raise _refuse(
             decisions,
             "unit_name",
-            f"unit name {decisions.unit_name!r} is not epyc-llm-{decisions.endpoint}",
+            f"unit name {decisions.unit_name!r} is not {unit_name(decisions.endpoint)}",
             "plan the endpoint again",
         )
     if not 1 <= decisions.port <= 65535:

@@ -11,14 +11,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.approval.conftest import REPO, Env
+from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
+from tests.sandbox import REPO
 
 NAMES = ("alpha", "beta")
 DAEMON_WAIT_S = 90.0
 
 
-def approve_two(env: Env) -> None:
+def approve_two(env: ApprovalSandbox) -> None:
     """`alpha` (socket 0, port 8000) and `beta` (socket 1, port 8001), approved --no-start."""
     host, config = env.host(), env.settings.config_dir
     env.install_fake_systemctl()
@@ -31,16 +32,11 @@ def approve_two(env: Env) -> None:
         assert done.returncode == 0, done.stderr
 
 
-def run_product(env: Env, *args: str, module: str = "epycd") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        env=env.environ(),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def run_product(
+    env: ApprovalSandbox, *args: str, module: str = "epycd"
+) -> subprocess.CompletedProcess[str]:
+    """The product itself (its own planner), not the planned_epycctl of `env.epycctl`."""
+    return env.epycctl(*args, module=module)
 
 
 def assert_clean(done: subprocess.CompletedProcess[str], *codes: int) -> None:
@@ -50,20 +46,20 @@ def assert_clean(done: subprocess.CompletedProcess[str], *codes: int) -> None:
     assert done.returncode in codes, (done.returncode, output)
 
 
-def status_rows(env: Env) -> dict[str, dict[str, Any]]:
+def status_rows(env: ApprovalSandbox) -> dict[str, dict[str, Any]]:
     """`epycctl status --json` by endpoint; it must succeed."""
     done = run_product(env, "status", "--json")
     assert_clean(done, 0)
     return {row["name"]: row for row in json.loads(done.stdout)["endpoints"]}
 
 
-def boot_check(env: Env, name: str) -> subprocess.CompletedProcess[str]:
+def boot_check(env: ApprovalSandbox, name: str) -> subprocess.CompletedProcess[str]:
     done = run_product(env, name, module="epycd.approval.check")
     assert_clean(done, 0, 1, 2)
     return done
 
 
-def daemon_status(env: Env) -> dict[str, dict[str, Any]]:
+def daemon_status(env: ApprovalSandbox) -> dict[str, dict[str, Any]]:
     """Start the real daemon, wait for its status.json, stop it with SIGTERM: it must write
     the file, exit 0 and print no traceback. The endpoints by name."""
     status_file = env.settings.run_dir / "status.json"

@@ -1,5 +1,5 @@
 """Hand-made plans for the approval tests, shaped like the planner's, from a real detection
-of a fake host root; and a driver that runs the real `epycctl` with such a plan."""
+of a fake host root (planned_epycctl.py hands them to the real `epycctl`)."""
 
 from __future__ import annotations
 

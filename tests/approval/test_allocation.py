@@ -1,6 +1,6 @@
 """Two approvals never share a port or a CPU: `approve` checks the other approvals under the
 state lock, right before it installs, so that also two racing `approve` commands cannot
-both win. Plans here are given (driver.py) so that they can clash on purpose."""
+both win. Plans here are given (planned_epycctl.py) so that they can clash on purpose."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import subprocess
 import sys
 
 from epycd.approval.record import load_approval
-from tests.approval.conftest import REPO, Env
+from tests.approval.conftest import ApprovalSandbox
+from tests.approval.planned_epycctl import MODULE as PLANNED_EPYCCTL
 from tests.approval.plans import make_plan, write_plan_file
+from tests.sandbox import REPO
 
 
-def test_a_plan_on_an_approved_endpoints_port_or_cpus_is_refused(env: Env) -> None:
+def test_a_plan_on_an_approved_endpoints_port_or_cpus_is_refused(env: ApprovalSandbox) -> None:
     host, config = env.host(), env.settings.config_dir
     env.set_plans(make_plan("a", host, config, socket=0, port=8000))
     assert env.epycctl("approve", "a", "--yes", "--no-start").returncode == 0
@@ -32,7 +34,7 @@ def test_a_plan_on_an_approved_endpoints_port_or_cpus_is_refused(env: Env) -> No
     assert env.epycctl("approve", "b", "--yes", "--no-start").returncode == 0
 
 
-def test_two_racing_approvals_of_the_same_port_cannot_both_win(env: Env) -> None:
+def test_two_racing_approvals_of_the_same_port_cannot_both_win(env: ApprovalSandbox) -> None:
     host, config = env.host(), env.settings.config_dir
     env.set_plans(
         make_plan("a", host, config, socket=0, port=8000),
@@ -41,7 +43,7 @@ def test_two_racing_approvals_of_the_same_port_cannot_both_win(env: Env) -> None
     write_plan_file(env.plan_file, env.plans, host)
     racers = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.approval.driver", "approve", name, "--yes", "--no-start"],
+            [sys.executable, "-m", PLANNED_EPYCCTL, "approve", name, "--yes", "--no-start"],
             env=env.environ(),
             cwd=REPO,
             stdout=subprocess.PIPE,

@@ -10,16 +10,16 @@ from pathlib import Path
 
 from epycd.approval.record import load_approval, sha256_text
 from epycd.approval.state import endpoint_states
-from tests.approval.conftest import Env
+from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
 
 
-def unit_path(env: Env, file_name: str) -> Path:
+def unit_path(env: ApprovalSandbox, file_name: str) -> Path:
     folder = env.settings.quadlet_dir if file_name.endswith(".container") else env.settings.unit_dir
     return folder / file_name
 
 
-def test_approve_no_start_writes_units_and_approval(env: Env) -> None:
+def test_approve_no_start_writes_units_and_approval(env: ApprovalSandbox) -> None:
     plan = make_plan("chat", env.host(), env.settings.config_dir)
     env.set_plans(plan)
 
@@ -35,7 +35,7 @@ def test_approve_no_start_writes_units_and_approval(env: Env) -> None:
     assert approval.fingerprint == plan.fingerprint
     assert approval.approver.uid == os.geteuid()
     assert approval.units["epyc-llm-chat.service"].sha256 == sha256_text(service.read_text())
-    assert approval.plan["cpus"] == plan.cpus
+    assert approval.plan.cpus == plan.cpus
     assert approval.host_shape.socket(0) is not None
     assert approval.host_shape.socket(0).physical_cores == 96  # type: ignore[union-attr]
     assert env.systemctl_calls() == []
@@ -46,7 +46,7 @@ def test_approve_no_start_writes_units_and_approval(env: Env) -> None:
     assert state.state == "approved"
 
 
-def test_approver_is_the_sudo_user(env: Env) -> None:
+def test_approver_is_the_sudo_user(env: ApprovalSandbox) -> None:
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     done = env.epycctl("approve", "chat", "--yes", "--no-start", SUDO_USER="alice", SUDO_UID="1234")
     assert done.returncode == 0, done.stderr
@@ -56,7 +56,7 @@ def test_approver_is_the_sudo_user(env: Env) -> None:
     assert "alice (uid 1234) via sudo" in done.stdout
 
 
-def test_no_terminal_and_no_yes_is_no(env: Env) -> None:
+def test_no_terminal_and_no_yes_is_no(env: ApprovalSandbox) -> None:
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     done = env.epycctl("approve", "chat", "--no-start")
     assert done.returncode == 1
@@ -66,7 +66,7 @@ def test_no_terminal_and_no_yes_is_no(env: Env) -> None:
     assert list(env.settings.unit_dir.iterdir()) == []
 
 
-def test_refusals_change_nothing(env: Env) -> None:
+def test_refusals_change_nothing(env: ApprovalSandbox) -> None:
     host = env.host()
     config = env.settings.config_dir
     env.set_plans(
@@ -95,7 +95,7 @@ def test_refusals_change_nothing(env: Env) -> None:
     assert approval is not None and approval.accepted_unvalidated
 
 
-def test_drift_then_reapproval(env: Env) -> None:
+def test_drift_then_reapproval(env: ApprovalSandbox) -> None:
     host = env.host()
     config = env.settings.config_dir
     env.set_plans(make_plan("chat", host, config, port=8000))
@@ -119,7 +119,7 @@ def test_drift_then_reapproval(env: Env) -> None:
     assert state.state == "approved"
 
 
-def test_edited_unit_is_drift(env: Env) -> None:
+def test_edited_unit_is_drift(env: ApprovalSandbox) -> None:
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     assert env.epycctl("approve", "chat", "--yes", "--no-start").returncode == 0
     service = unit_path(env, "epyc-llm-chat.service")
@@ -130,7 +130,7 @@ def test_edited_unit_is_drift(env: Env) -> None:
     assert "+ExecStart=/opt/vllm/bin/vllm serve /srv/models/tiny --port 9999" in state.units_diff
 
 
-def test_pending_and_orphaned(env: Env) -> None:
+def test_pending_and_orphaned(env: ApprovalSandbox) -> None:
     host = env.host()
     config = env.settings.config_dir
     env.set_plans(make_plan("a", host, config), make_plan("b", host, config, socket=1, port=8001))
@@ -144,7 +144,7 @@ def test_pending_and_orphaned(env: Env) -> None:
     assert states == {"a": "pending-approval", "b": "orphaned"}
 
 
-def test_a_damaged_approval_does_not_hide_the_others(env: Env) -> None:
+def test_a_damaged_approval_does_not_hide_the_others(env: ApprovalSandbox) -> None:
     host = env.host()
     config = env.settings.config_dir
     env.set_plans(make_plan("a", host, config), make_plan("b", host, config, socket=1, port=8001))
@@ -157,7 +157,7 @@ def test_a_damaged_approval_does_not_hide_the_others(env: Env) -> None:
     assert "a.json" in states["a"].reasons[0] and "epycctl approve" in states["a"].reasons[0]
 
 
-def test_reapproval_drops_units_the_new_plan_no_longer_has(env: Env) -> None:
+def test_reapproval_drops_units_the_new_plan_no_longer_has(env: ApprovalSandbox) -> None:
     host = env.host()
     config = env.settings.config_dir
     extra = {
@@ -178,7 +178,7 @@ def test_reapproval_drops_units_the_new_plan_no_longer_has(env: Env) -> None:
     assert approval is not None and list(approval.units) == ["epyc-llm-chat.service"]
 
 
-def test_approve_starts_through_systemctl_host_path(env: Env) -> None:
+def test_approve_starts_through_systemctl_host_path(env: ApprovalSandbox) -> None:
     env.install_fake_systemctl()
     host, config = env.host(), env.settings.config_dir
     timer = {
@@ -212,7 +212,7 @@ def test_approve_starts_through_systemctl_host_path(env: Env) -> None:
     assert not (env.settings.unit_dir / "epyc-llm-chat-warm.timer").exists()
 
 
-def test_approve_quadlet_pulls_and_starts_the_generated_service(env: Env) -> None:
+def test_approve_quadlet_pulls_and_starts_the_generated_service(env: ApprovalSandbox) -> None:
     env.install_fake_systemctl()
     pulls = env.tmp / "pulls.log"
     podman = env.bin_dir / "podman"
@@ -229,7 +229,7 @@ def test_approve_quadlet_pulls_and_starts_the_generated_service(env: Env) -> Non
     assert env.systemctl_calls() == ["daemon-reload", "restart epyc-llm-chat.service"]
 
 
-def test_failed_pull_installs_nothing(env: Env) -> None:
+def test_failed_pull_installs_nothing(env: ApprovalSandbox) -> None:
     podman = env.bin_dir / "podman"
     podman.write_text(
         "#!/bin/sh\necho 'Error: initializing source: connection refused' >&2\nexit 125\n"
@@ -244,7 +244,7 @@ def test_failed_pull_installs_nothing(env: Env) -> None:
     assert env.epycctl("approve", "chat", "--yes", "--no-start", "--no-pull").returncode == 0
 
 
-def test_systemctl_failure_is_one_clear_line(env: Env) -> None:
+def test_systemctl_failure_is_one_clear_line(env: ApprovalSandbox) -> None:
     env.install_fake_systemctl()
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     done = env.epycctl("approve", "chat", "--yes", FAKE_SYSTEMCTL_FAIL="restart")
@@ -256,7 +256,7 @@ def test_systemctl_failure_is_one_clear_line(env: Env) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_remove_stops_disables_deletes(env: Env) -> None:
+def test_remove_stops_disables_deletes(env: ApprovalSandbox) -> None:
     env.install_fake_systemctl()
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     assert env.epycctl("approve", "chat", "--yes", "--no-start").returncode == 0
@@ -288,7 +288,7 @@ def test_remove_stops_disables_deletes(env: Env) -> None:
     assert again.returncode == 2 and "nothing to remove" in again.stderr
 
 
-def test_remove_orphan_without_systemd(env: Env) -> None:
+def test_remove_orphan_without_systemd(env: ApprovalSandbox) -> None:
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir, runtime="podman"))
     assert env.epycctl("approve", "chat", "--yes", "--no-start", "--no-pull").returncode == 0
     (env.settings.config_dir / "chat.toml").unlink()

@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.approval.conftest import Env
+from epycd.plan.model import HfCacheMount
+from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
+from tests.render.fixtures import as_plan, genoa_podman
 
 FAKE_VLLM = """#!{python}
 import json, os, sys
@@ -61,7 +63,7 @@ def endpoint_port() -> Iterator[int]:
     server.shutdown()
 
 
-def approve_host_endpoint(env: Env, port: int, **update: object) -> Path:
+def approve_host_endpoint(env: ApprovalSandbox, port: int, **update: object) -> Path:
     vllm = env.tmp / "venv" / "bin" / "vllm"
     vllm.parent.mkdir(parents=True)
     calls = env.tmp / "bench-calls.jsonl"
@@ -77,7 +79,7 @@ def approve_host_endpoint(env: Env, port: int, **update: object) -> Path:
 
 
 def test_bench_runs_the_endpoints_vllm_per_concurrency_and_keeps_the_result(
-    env: Env, endpoint_port: int
+    env: ApprovalSandbox, endpoint_port: int
 ) -> None:
     calls = approve_host_endpoint(env, endpoint_port)
     done = env.epycctl(
@@ -105,7 +107,7 @@ def test_bench_runs_the_endpoints_vllm_per_concurrency_and_keeps_the_result(
     assert "last bench" in shown.stdout and "800.0" in shown.stdout
 
 
-def test_bench_of_an_endpoint_that_is_not_ready_is_a_no(env: Env) -> None:
+def test_bench_of_an_endpoint_that_is_not_ready_is_a_no(env: ApprovalSandbox) -> None:
     approve_host_endpoint(env, closed_port())
     done = env.epycctl("bench", "chat", "--concurrency", "1")
     assert done.returncode == 1
@@ -113,7 +115,7 @@ def test_bench_of_an_endpoint_that_is_not_ready_is_a_no(env: Env) -> None:
     assert not (env.settings.state_dir / "bench" / "chat.json").exists()
 
 
-def test_bench_of_an_unapproved_endpoint_is_bad_input(env: Env) -> None:
+def test_bench_of_an_unapproved_endpoint_is_bad_input(env: ApprovalSandbox) -> None:
     done = env.epycctl("bench", "nope")
     assert done.returncode == 2
     assert "nope is not approved" in done.stderr and "Traceback" not in done.stderr
@@ -126,7 +128,9 @@ def closed_port() -> int:
 
 
 @pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl pins the offline run")
-def test_offline_runs_bench_throughput_with_the_endpoints_sizing_and_pin(env: Env) -> None:
+def test_offline_runs_bench_throughput_with_the_endpoints_sizing_and_pin(
+    env: ApprovalSandbox,
+) -> None:
     cpus = ",".join(map(str, sorted(os.sched_getaffinity(0))))
     args = ["/srv/models/tiny", "--dtype", "bfloat16", "--max-model-len", "512",
             "--max-num-seqs", "4", "--max-num-batched-tokens", "2048",
@@ -152,7 +156,7 @@ def test_offline_runs_bench_throughput_with_the_endpoints_sizing_and_pin(env: En
     assert "--port" not in argv
 
 
-def test_offline_refuses_while_the_endpoint_runs(env: Env, endpoint_port: int) -> None:
+def test_offline_refuses_while_the_endpoint_runs(env: ApprovalSandbox, endpoint_port: int) -> None:
     approve_host_endpoint(env, endpoint_port)
     done = env.epycctl("bench", "chat", "--offline")
     assert done.returncode == 1 and "epycctl stop chat" in done.stderr
@@ -161,21 +165,20 @@ def test_offline_refuses_while_the_endpoint_runs(env: Env, endpoint_port: int) -
 def test_a_container_endpoint_is_measured_by_the_vllm_in_its_image(tmp_path: Path) -> None:
     from epycd.cli.bench import bench_argv, serve_bench_args, throughput_argv
 
-    plan = {
-        "runtime": "podman", "image": "docker.io/amdih/zendnn_zentorch:test", "port": 8001,
-        "served_model_name": "qwen", "model": "Qwen/Qwen3-0.6B", "cpus": "98-191",
-        "numa_nodes": [4, 5], "env": {"VLLM_CPU_OMP_THREADS_BIND": "99-191"},
-        "vllm_args": ["Qwen/Qwen3-0.6B", "--max-num-seqs", "8"], "max_num_seqs": 8,
-        "hf_cache": {"host_path": "/srv/hf", "container_path": "/root/.cache/huggingface"},
-        "extra_mounts": [],
-    }  # fmt: skip
+    plan = as_plan(
+        genoa_podman(), image="docker.io/amdih/zendnn_zentorch:test", port=8001,
+        served_model_name="qwen", model="Qwen/Qwen3-0.6B", cpus="98-191",
+        numa_nodes=[4, 5], env={"VLLM_CPU_OMP_THREADS_BIND": "99-191"},
+        vllm_args=["Qwen/Qwen3-0.6B", "--max-num-seqs", "8"], max_num_seqs=8,
+        hf_cache=HfCacheMount(host_path="/srv/hf"), extra_mounts=[],
+    )  # fmt: skip
     args = serve_bench_args(plan, 4, 16, (128, 128), "/epycd-bench/c4.json")
     argv = bench_argv(plan, args, tmp_path)
     assert argv[:6] == ["podman", "run", "--rm", "--network=host", "--entrypoint", "vllm"]
     assert f"{tmp_path}:/epycd-bench" in argv and "/srv/hf:/root/.cache/huggingface" in argv
-    assert argv[argv.index(plan["image"]) + 1 :][:2] == ["bench", "serve"]
+    assert argv[argv.index(str(plan.image)) + 1 :][:2] == ["bench", "serve"]
     offline = throughput_argv(plan, 16, (128, 128), tmp_path)
     assert "--cpuset-cpus=98-191" in offline and "--cpuset-mems=4,5" in offline
     assert "--env=VLLM_CPU_OMP_THREADS_BIND=99-191" in offline
-    assert offline.index("--cpuset-cpus=98-191") < offline.index(plan["image"])
+    assert offline.index("--cpuset-cpus=98-191") < offline.index(str(plan.image))
     assert offline[offline.index("--output-json") + 1] == "/epycd-bench/offline.json"

@@ -4,30 +4,23 @@ fake host roots: the approved host passes, a changed one is refused in one journ
 from __future__ import annotations
 
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
-from tests.approval.conftest import REPO, Env
+from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
 from tests.hosts import CATALOGUE, write_host, write_proc_stat
 
 APPROVED = CATALOGUE["genoa-9654-2s-nps1"]
 
 
-def boot_check(env: Env, name: str, host_root: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "epycd.approval.check", name],
-        env=env.environ(EPYCD_HOST_ROOT=str(host_root)),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def boot_check(
+    env: ApprovalSandbox, name: str, host_root: Path
+) -> subprocess.CompletedProcess[str]:
+    return env.epycctl(name, module="epycd.approval.check", EPYCD_HOST_ROOT=str(host_root))
 
 
-def approve_chat(env: Env, socket: int = 0) -> None:
+def approve_chat(env: ApprovalSandbox, socket: int = 0) -> None:
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir, socket=socket))
     done = env.epycctl("approve", "chat", "--yes", "--no-start")
     assert done.returncode == 0, done.stderr
@@ -42,7 +35,7 @@ def refused_line(done: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def test_accepts_the_approved_host(env: Env) -> None:
+def test_accepts_the_approved_host(env: ApprovalSandbox) -> None:
     approve_chat(env)
     done = boot_check(env, "chat", env.host_root)
     assert done.returncode == 0, done.stderr
@@ -50,14 +43,14 @@ def test_accepts_the_approved_host(env: Env) -> None:
     assert done.stderr == ""
 
 
-def test_refuses_fewer_cores(env: Env) -> None:
+def test_refuses_fewer_cores(env: ApprovalSandbox) -> None:
     approve_chat(env)
     smaller = write_host(env.tmp / "smaller", replace(APPROVED, cores_per_socket=64))
     line = refused_line(boot_check(env, "chat", smaller))
     assert "host changed since approval: socket 0 physical cores 96 -> 64" in line
 
 
-def test_refuses_another_cpu(env: Env) -> None:
+def test_refuses_another_cpu(env: ApprovalSandbox) -> None:
     approve_chat(env)
     turin = write_host(env.tmp / "turin", CATALOGUE["turin-9965"])
     line = refused_line(boot_check(env, "chat", turin))
@@ -65,21 +58,21 @@ def test_refuses_another_cpu(env: Env) -> None:
     assert "socket 0 physical cores 96 -> 192" in line
 
 
-def test_refuses_a_lost_socket(env: Env) -> None:
+def test_refuses_a_lost_socket(env: ApprovalSandbox) -> None:
     approve_chat(env, socket=1)
     one_socket = write_host(env.tmp / "one", replace(APPROVED, sockets=1))
     line = refused_line(boot_check(env, "chat", one_socket))
     assert "socket 1 is gone (1 socket(s) now)" in line
 
 
-def test_refuses_memory_below_the_plan(env: Env) -> None:
+def test_refuses_memory_below_the_plan(env: ApprovalSandbox) -> None:
     approve_chat(env)
     small = write_host(env.tmp / "small", replace(APPROVED, node_memory_gib=16.0))
     line = refused_line(boot_check(env, "chat", small))
     assert "socket 0 memory 384 GiB -> 16 GiB, below the 21 GiB the plan needs" in line
 
 
-def test_ignores_volatile_figures(env: Env) -> None:
+def test_ignores_volatile_figures(env: ApprovalSandbox) -> None:
     """More memory (lazy memory init grows MemTotal), other free memory, a busy socket 0."""
     approve_chat(env)
     grown = write_host(env.tmp / "grown", replace(APPROVED, node_memory_gib=512.0))
@@ -88,7 +81,7 @@ def test_ignores_volatile_figures(env: Env) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_refuses_edited_units_and_missing_approval(env: Env) -> None:
+def test_refuses_edited_units_and_missing_approval(env: ApprovalSandbox) -> None:
     approve_chat(env)
     service = env.settings.unit_dir / "epyc-llm-chat.service"
     service.write_text(service.read_text() + "CPUAffinity=0-191\n")
@@ -99,7 +92,7 @@ def test_refuses_edited_units_and_missing_approval(env: Env) -> None:
     assert "epyc-llm-other: no approval record" in done.stderr
 
 
-def test_unreadable_host_is_bad_input(env: Env) -> None:
+def test_unreadable_host_is_bad_input(env: ApprovalSandbox) -> None:
     approve_chat(env)
     done = boot_check(env, "chat", env.tmp / "nowhere")
     assert done.returncode == 2
@@ -107,7 +100,7 @@ def test_unreadable_host_is_bad_input(env: Env) -> None:
     assert "proc/cpuinfo: missing" in done.stderr
 
 
-def test_refuses_a_new_nps_setting(env: Env) -> None:
+def test_refuses_a_new_nps_setting(env: ApprovalSandbox) -> None:
     approve_chat(env)
     nps4 = write_host(env.tmp / "nps4", CATALOGUE["genoa-9654-2s-nps4"])
     line = refused_line(boot_check(env, "chat", nps4))

@@ -12,7 +12,7 @@ from epycd.approval.install import STEPS
 from epycd.approval.record import load_approval
 from epycd.approval.state import endpoint_states
 from epycd.plan.model import Plan
-from tests.approval.conftest import Env
+from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
 
 TIMER = "epyc-llm-chat-warm.timer"
@@ -23,7 +23,7 @@ def timer_text(minutes: int) -> str:
     return f"[Timer]\nOnBootSec={minutes}min\n[Install]\nWantedBy=timers.target\n"
 
 
-def on_disk(env: Env, plan: Plan) -> dict[str, str | None]:
+def on_disk(env: ApprovalSandbox, plan: Plan) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name in plan.units:
         path = env.settings.unit_dir / name
@@ -32,7 +32,7 @@ def on_disk(env: Env, plan: Plan) -> dict[str, str | None]:
 
 
 @pytest.mark.parametrize("step", STEPS)
-def test_kill_during_install(env: Env, step: str) -> None:
+def test_kill_during_install(env: ApprovalSandbox, step: str) -> None:
     host = env.host()
     config = env.settings.config_dir
     old = make_plan("chat", host, config, port=8000, extra_units={TIMER: timer_text(1)})
@@ -80,7 +80,7 @@ def test_kill_during_install(env: Env, step: str) -> None:
     assert not (env.settings.state_dir / "transactions" / "chat.json").exists()
 
 
-def test_kill_during_remove(env: Env) -> None:
+def test_kill_during_remove(env: ApprovalSandbox) -> None:
     host = env.host()
     config = env.settings.config_dir
     plan = make_plan("chat", host, config, extra_units={TIMER: timer_text(1)})

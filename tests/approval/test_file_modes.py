@@ -9,14 +9,13 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.approval.conftest import REPO, Env, make_env
+from tests.approval.conftest import ApprovalSandbox, make_env
 from tests.approval.plans import make_plan
 from tests.approval.test_permissions import as_nobody
 
@@ -30,7 +29,7 @@ def mode(path: Path) -> int:
 
 
 @pytest.fixture
-def open_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
+def open_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[ApprovalSandbox]:
     """Folders another user can reach, the EPYCD_* ones not yet created (as on a new host)."""
     base = Path(tempfile.mkdtemp(prefix="epycd-mode-"))
     base.chmod(0o755)
@@ -43,25 +42,14 @@ def open_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
         shutil.rmtree(base)
 
 
-def approve_with_umask(env: Env, umask: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    """`epycctl approve chat --yes --no-start` from a shell with this umask."""
-    return subprocess.run(
-        [
-            "sh",
-            "-c",
-            f'umask {umask}; exec "$0" -m tests.approval.driver approve chat --yes --no-start',
-            sys.executable,
-        ],
-        env=env.environ(**extra),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def approve_with_umask(
+    env: ApprovalSandbox, umask: str, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    """`epycctl approve chat --yes --no-start` under this umask (an octal string)."""
+    return env.epycctl("approve", "chat", "--yes", "--no-start", umask=int(umask, 8), **extra)
 
 
-def test_a_strict_umask_does_not_hide_the_approvals_from_users(open_env: Env) -> None:
+def test_a_strict_umask_does_not_hide_the_approvals_from_users(open_env: ApprovalSandbox) -> None:
     env = open_env
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     done = approve_with_umask(env, "077")
@@ -84,7 +72,7 @@ def test_a_strict_umask_does_not_hide_the_approvals_from_users(open_env: Env) ->
     assert read.stdout.strip() == env.plans["chat"].fingerprint
 
 
-def test_a_journal_is_readable_by_root_only(open_env: Env) -> None:
+def test_a_journal_is_readable_by_root_only(open_env: ApprovalSandbox) -> None:
     env = open_env
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     killed = approve_with_umask(env, "022", EPYCD_TEST_CRASH_AT="journaled")

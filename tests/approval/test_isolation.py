@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from epycd.approval.record import approval_path, load_approval
-from tests.approval.conftest import Env
+from tests.approval.conftest import ApprovalSandbox
 from tests.approval.isolation import (
     approve_two,
     assert_clean,
@@ -33,7 +33,9 @@ DAMAGES = tuple(damaged_copies(b"{}"))
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
-def test_a_damaged_approval_record_affects_only_its_endpoint(env: Env, damage: str) -> None:
+def test_a_damaged_approval_record_affects_only_its_endpoint(
+    env: ApprovalSandbox, damage: str
+) -> None:
     approve_two(env)
     before = status_rows(env)
     record = approval_path(env.settings, "beta")
@@ -65,7 +67,7 @@ def test_a_damaged_approval_record_affects_only_its_endpoint(env: Env, damage: s
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
-def test_a_damaged_journal_affects_only_its_endpoint(env: Env, damage: str) -> None:
+def test_a_damaged_journal_affects_only_its_endpoint(env: ApprovalSandbox, damage: str) -> None:
     approve_two(env)
     before = status_rows(env)
     journal = env.settings.state_dir / "transactions" / "beta.json"
@@ -82,7 +84,7 @@ def test_a_damaged_journal_affects_only_its_endpoint(env: Env, damage: str) -> N
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
-def test_a_damaged_stop_marker_affects_only_its_endpoint(env: Env, damage: str) -> None:
+def test_a_damaged_stop_marker_affects_only_its_endpoint(env: ApprovalSandbox, damage: str) -> None:
     approve_two(env)
     before = status_rows(env)
     marker = env.settings.state_dir / "stopped" / "beta.json"
@@ -101,7 +103,7 @@ def test_a_damaged_stop_marker_affects_only_its_endpoint(env: Env, damage: str) 
 ODD_NAMES = ("-dash", ".hidden", "with space", "caf\u00e9", "UPPER", "a.b")
 
 
-def test_endpoint_files_with_odd_names_affect_only_themselves(env: Env) -> None:
+def test_endpoint_files_with_odd_names_affect_only_themselves(env: ApprovalSandbox) -> None:
     approve_two(env)
     before = status_rows(env)
     config = env.settings.config_dir

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from epycd.approval.record import approval_path, load_approval
-from tests.approval.conftest import Env
+from tests.approval.conftest import ApprovalSandbox
 from tests.approval.isolation import (
     approve_two,
     assert_clean,
@@ -23,10 +23,10 @@ from tests.approval.isolation import (
 )
 
 STAGED = ".victim.new.epycd-staged"
-Journal = Callable[[Env, Path], list[dict[str, Any]]]
+Journal = Callable[[ApprovalSandbox, Path], list[dict[str, Any]]]
 
 
-def outside_folder(env: Env) -> Path:
+def outside_folder(env: ApprovalSandbox) -> Path:
     folder = env.tmp / "outside"
     folder.mkdir(exist_ok=True)
     (folder / "victim").write_text("precious\n")
@@ -38,19 +38,19 @@ def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def record(env: Env, name: str = "beta") -> dict[str, Any]:
+def record(env: ApprovalSandbox, name: str = "beta") -> dict[str, Any]:
     return {"target": str(approval_path(env.settings, name))}
 
 
-def deletes_outside(env: Env, out: Path) -> list[dict[str, Any]]:
+def deletes_outside(env: ApprovalSandbox, out: Path) -> list[dict[str, Any]]:
     return [{"target": str(out / "victim")}, record(env)]
 
 
-def dot_dot(env: Env, out: Path) -> list[dict[str, Any]]:
+def dot_dot(env: ApprovalSandbox, out: Path) -> list[dict[str, Any]]:
     return [{"target": f"{env.settings.unit_dir}/../outside/victim"}, record(env)]
 
 
-def replaces_outside(env: Env, out: Path) -> list[dict[str, Any]]:
+def replaces_outside(env: ApprovalSandbox, out: Path) -> list[dict[str, Any]]:
     staged = out / STAGED
     return [
         {"target": str(out / "victim"), "staged": str(staged), "sha256": sha(staged)},
@@ -58,23 +58,23 @@ def replaces_outside(env: Env, out: Path) -> list[dict[str, Any]]:
     ]
 
 
-def stages_from_outside(env: Env, out: Path) -> list[dict[str, Any]]:
+def stages_from_outside(env: ApprovalSandbox, out: Path) -> list[dict[str, Any]]:
     staged = out / STAGED
     unit = env.settings.unit_dir / "epyc-llm-beta.service"
     return [{"target": str(unit), "staged": str(staged), "sha256": sha(staged)}, record(env)]
 
 
-def through_a_symlinked_dropin(env: Env, out: Path) -> list[dict[str, Any]]:
+def through_a_symlinked_dropin(env: ApprovalSandbox, out: Path) -> list[dict[str, Any]]:
     link = env.settings.unit_dir / "epyc-llm-beta.service.d"
     link.symlink_to(out)
     return [{"target": str(link / "victim")}, record(env)]
 
 
-def another_endpoints_record(env: Env, out: Path) -> list[dict[str, Any]]:
+def another_endpoints_record(env: ApprovalSandbox, out: Path) -> list[dict[str, Any]]:
     return [{"target": str(env.settings.unit_dir / "epyc-llm-alpha.service")}, record(env, "alpha")]
 
 
-def another_endpoints_unit(env: Env, out: Path) -> list[dict[str, Any]]:
+def another_endpoints_unit(env: ApprovalSandbox, out: Path) -> list[dict[str, Any]]:
     return [{"target": str(env.settings.unit_dir / "epyc-llm-alpha.service")}, record(env)]
 
 
@@ -90,7 +90,7 @@ JOURNALS: dict[str, Journal] = {
 
 
 @pytest.mark.parametrize("kind", JOURNALS)
-def test_a_journal_naming_other_paths_is_refused(env: Env, kind: str) -> None:
+def test_a_journal_naming_other_paths_is_refused(env: ApprovalSandbox, kind: str) -> None:
     approve_two(env)
     before = status_rows(env)
     out = outside_folder(env)
@@ -125,7 +125,7 @@ def test_a_journal_naming_other_paths_is_refused(env: Env, kind: str) -> None:
 
 
 def test_a_record_naming_a_unit_elsewhere_is_damaged_and_remove_leaves_that_file(
-    env: Env,
+    env: ApprovalSandbox,
 ) -> None:
     approve_two(env)
     out = outside_folder(env)

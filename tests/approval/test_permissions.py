@@ -7,7 +7,6 @@ import grp
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -16,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from epycd.approval.record import load_approval
-from tests.approval.conftest import REPO, Env, make_env
+from tests.approval.conftest import ApprovalSandbox, make_env
+from tests.approval.planned_epycctl import MODULE as PLANNED_EPYCCTL
 from tests.approval.plans import make_plan
+from tests.sandbox import run_python
 
 NOBODY = 65534
 
@@ -27,26 +28,17 @@ pytestmark = pytest.mark.skipif(
 
 
 def as_nobody(
-    env: Env,
+    env: ApprovalSandbox,
     args: list[str],
     *,
     groups: list[int] | None = None,
     extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    group_args = [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]
-    return subprocess.run(
-        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", *group_args, sys.executable, *args],
-        env=env.environ(**(extra or {})),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_python(args, env=env.environ(**(extra or {})), user=NOBODY, groups=groups or ())
 
 
 @pytest.fixture
-def open_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
+def open_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[ApprovalSandbox]:
     """Folders another user can reach (pytest's own tmp folder is root-only)."""
     base = Path(tempfile.mkdtemp(prefix="epycd-perm-"))
     base.chmod(0o755)
@@ -66,14 +58,14 @@ def admin_group() -> Iterator[grp.struct_group]:
         subprocess.run(["groupdel", name], check=True)
 
 
-def test_non_root_is_refused_but_can_read_the_state(open_env: Env) -> None:
+def test_non_root_is_refused_but_can_read_the_state(open_env: ApprovalSandbox) -> None:
     env = open_env
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     assert env.epycctl("approve", "chat", "--yes", "--no-start").returncode == 0
     service = env.settings.unit_dir / "epyc-llm-chat.service"
 
     for command in (["approve", "chat", "--yes", "--no-start"], ["remove", "chat", "--yes"]):
-        done = as_nobody(env, ["-m", "tests.approval.driver", *command])
+        done = as_nobody(env, ["-m", PLANNED_EPYCCTL, *command])
         assert done.returncode == 1, done.stderr
         assert f"{command[0]} needs root; you are nobody (uid {NOBODY})" in done.stderr
         assert "Traceback" not in done.stderr
@@ -83,7 +75,7 @@ def test_non_root_is_refused_but_can_read_the_state(open_env: Env) -> None:
         env,
         [
             "-c",
-            "import json,sys; from tests.approval.driver import *; "
+            "import json,sys; from epycd.settings import Settings; "
             "from epycd.approval.state import endpoint_states; "
             "from epycd.plan.model import Plan; "
             "d=json.load(open(sys.argv[1])); "
@@ -96,7 +88,7 @@ def test_non_root_is_refused_but_can_read_the_state(open_env: Env) -> None:
     assert read.stdout.strip() == "['approved']"
 
 
-def name_admin_group(env: Env, group: str) -> Path:
+def name_admin_group(env: ApprovalSandbox, group: str) -> Path:
     """epycd.conf naming `group`, as root writes it: owned by root, mode 0644, in a folder
     owned by root that nobody else may write."""
     conf = env.settings.config_dir / "epycd.conf"
@@ -108,7 +100,9 @@ def name_admin_group(env: Env, group: str) -> Path:
     return conf
 
 
-def test_admin_group_member_may_approve(open_env: Env, admin_group: grp.struct_group) -> None:
+def test_admin_group_member_may_approve(
+    open_env: ApprovalSandbox, admin_group: grp.struct_group
+) -> None:
     env = open_env
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     for path in [env.tmp, *env.tmp.rglob("*")]:
@@ -117,14 +111,14 @@ def test_admin_group_member_may_approve(open_env: Env, admin_group: grp.struct_g
     extra = {"SUDO_USER": "mallory", "SUDO_UID": "0"}
 
     outsider = as_nobody(
-        env, ["-m", "tests.approval.driver", "approve", "chat", "--yes", "--no-start"], extra=extra
+        env, ["-m", PLANNED_EPYCCTL, "approve", "chat", "--yes", "--no-start"], extra=extra
     )
     assert outsider.returncode == 1
     assert f"needs root or a member of group {admin_group.gr_name!r}" in outsider.stderr
 
     member = as_nobody(
         env,
-        ["-m", "tests.approval.driver", "approve", "chat", "--yes", "--no-start"],
+        ["-m", PLANNED_EPYCCTL, "approve", "chat", "--yes", "--no-start"],
         groups=[admin_group.gr_gid],
         extra=extra,
     )
@@ -137,14 +131,14 @@ def test_admin_group_member_may_approve(open_env: Env, admin_group: grp.struct_g
 
 
 def test_admin_without_write_access_gets_a_clear_refusal(
-    open_env: Env, admin_group: grp.struct_group
+    open_env: ApprovalSandbox, admin_group: grp.struct_group
 ) -> None:
     env = open_env
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     name_admin_group(env, admin_group.gr_name)
     done = as_nobody(
         env,
-        ["-m", "tests.approval.driver", "approve", "chat", "--yes", "--no-start"],
+        ["-m", PLANNED_EPYCCTL, "approve", "chat", "--yes", "--no-start"],
         groups=[admin_group.gr_gid],
     )
     assert done.returncode == 1
@@ -152,11 +146,11 @@ def test_admin_without_write_access_gets_a_clear_refusal(
     assert "Traceback" not in done.stderr
 
 
-APPROVE = ["-m", "tests.approval.driver", "approve", "chat", "--yes", "--no-start"]
+APPROVE = ["-m", PLANNED_EPYCCTL, "approve", "chat", "--yes", "--no-start"]
 
 
 def test_the_callers_environment_never_widens_who_may_approve(
-    open_env: Env, admin_group: grp.struct_group
+    open_env: ApprovalSandbox, admin_group: grp.struct_group
 ) -> None:
     """A member of some group cannot make it the admin group: not through EPYCD_ADMIN_GROUP,
     not through an epycd.conf they wrote (EPYCD_CONFIG_DIR at their own folder), not

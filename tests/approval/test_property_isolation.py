@@ -6,7 +6,7 @@ any shape and journals naming arbitrary paths. For every case, in this process:
 - status (`collect_status`), the boot check of the others (`check_problems`, the host
   detected once: it does not change between cases), the daemon's
   refresh, recovery and status file, and `epycctl approve`/`remove gamma` (the real click
-  commands, the planner given as in driver.py) raise nothing: exit codes are 0, 1 or 2;
+  commands, the planner given as in planned_epycctl.py) raise nothing: exit codes are 0, 1 or 2;
 - the other endpoints' status, units and approvals are unchanged;
 - no file outside the product's folders is touched.
 """
@@ -28,14 +28,18 @@ import epycd.cli.approve as approve_cli
 from epycd.approval.check import check_problems, stop_marker
 from epycd.approval.install import journal_path
 from epycd.approval.record import approval_path
+from epycd.approval.state import CurrentPlan, Unplanned
 from epycd.cli import main
 from epycd.daemon import STATUS_FILE, Daemon
-from epycd.plan.model import Plan
+from epycd.plan.model import Problem
 from epycd.spec import load_endpoints
 from epycd.stack import shipped_stack
-from epycd.status import EndpointStatus, UnitState, collect_status, stop_marker_path
-from tests.approval.conftest import Env
-from tests.approval.driver import planned
+from epycd.status.collect import collect_status
+from epycd.status.machine import EndpointStatus
+from epycd.status.stop import stop_marker_path
+from epycd.status.units import UnitState
+from tests.approval.conftest import ApprovalSandbox
+from tests.approval.planned_epycctl import planned
 from tests.approval.plans import PLAN_FILE_ENV, make_plan
 
 CASES = int(os.environ.get("EPYC_PROPERTY_CASES", "2000"))
@@ -52,7 +56,7 @@ json_values = st.recursive(
 )
 
 
-def path_texts(env: Env, outside: Path) -> st.SearchStrategy[str]:
+def path_texts(env: ApprovalSandbox, outside: Path) -> st.SearchStrategy[str]:
     settings = env.settings
     known = [
         str(settings.unit_dir / "epyc-llm-alpha.service"),
@@ -68,7 +72,7 @@ def path_texts(env: Env, outside: Path) -> st.SearchStrategy[str]:
     return st.sampled_from(known) | st.text(max_size=20)
 
 
-def journals(env: Env, outside: Path) -> st.SearchStrategy[bytes]:
+def journals(env: ApprovalSandbox, outside: Path) -> st.SearchStrategy[bytes]:
     paths = path_texts(env, outside)
     change = st.fixed_dictionaries(
         {"target": paths},
@@ -117,7 +121,7 @@ def toml_texts() -> st.SearchStrategy[bytes]:
 class World:
     """alpha, beta and gamma approved (--no-start); gamma's good files kept to restore."""
 
-    def __init__(self, env: Env) -> None:
+    def __init__(self, env: ApprovalSandbox) -> None:
         self.env = env
         settings = env.settings
         host, config = env.host(), settings.config_dir
@@ -166,10 +170,11 @@ class World:
     def statuses(self) -> dict[str, EndpointStatus]:
         settings = self.env.settings
         specs = {s.name: s for s in load_endpoints(settings.config_dir, precisions=PRECISIONS)}
-        current: dict[str, Plan | list[str]] = {}
+        current: dict[str, CurrentPlan] = {}
         for name, spec in specs.items():
             plan = self.env.plans.get(name)
-            current[name] = plan if spec.ok and plan else [str(e) for e in spec.errors]
+            errors = [Problem.of(error) for error in spec.errors]
+            current[name] = plan if spec.ok and plan else Unplanned(errors=errors)
         units = {f"epyc-llm-{n}.service": UnitState(unit=f"epyc-llm-{n}.service") for n in specs}
         return {s.name: s for s in collect_status(settings, current, unit_states=units)}
 
@@ -227,7 +232,7 @@ def check_everything(world: World, command: tuple[str, ...]) -> None:
 
 
 def test_damaged_files_of_one_endpoint_never_disturb_the_others(
-    env: Env, monkeypatch: pytest.MonkeyPatch
+    env: ApprovalSandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env.install_fake_systemctl()
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)

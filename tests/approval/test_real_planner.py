@@ -5,7 +5,6 @@ host root. Only systemd stays out (--no-start)."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 from epycd.approval.record import load_approval
 from epycd.approval.state import endpoint_states_of
 from epycd.plan.build import plan_all
-from tests.approval.conftest import REPO, Env
+from tests.approval.conftest import ApprovalSandbox
 from tests.health.realvllm import stock_vllm_executable, vllm_executable
 from tests.hosts import CATALOGUE, write_host
 from tests.machine import Serving, vllm_runs_zen_here
@@ -25,19 +24,14 @@ CONSENT = Serving(Path("/"), "Genoa", bf16=True, zen_platform=vllm_runs_zen_here
 """What approving on the fake Genoa host needs with this machine's vLLM (tests/machine.py)."""
 
 
-def real_epycctl(env: Env, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "epycd", *args],
-        env=env.environ(**extra),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+def real_epycctl(
+    env: ApprovalSandbox, *args: str, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    """The product with its own planner (not the hand-made plans of `env.epycctl`)."""
+    return env.epycctl(*args, module="epycd", **extra)
 
 
-def test_approve_drift_and_boot_check_with_the_real_planner(env: Env) -> None:
+def test_approve_drift_and_boot_check_with_the_real_planner(env: ApprovalSandbox) -> None:
     model = write_model(env.tmp / "models" / "qwen3")
     endpoint = env.settings.config_dir / "chat.toml"
     endpoint.write_text(f'model = "{model}"\nruntime = "host"\nvllm = "{vllm_executable()}"\n')
@@ -63,25 +57,18 @@ def test_approve_drift_and_boot_check_with_the_real_planner(env: Env) -> None:
     assert "+ExecStart=" in state.units_diff and "--max-model-len 2048" in state.units_diff
     assert "--max-model-len 4096" in service.read_text()  # untouched until approved
 
-    check = [sys.executable, "-m", "epycd.approval.check", "chat"]
-    ok = subprocess.run(check, env=env.environ(), capture_output=True, text=True, check=False)
+    ok = env.epycctl("chat", module="epycd.approval.check")
     assert ok.returncode == 0, ok.stderr
     smaller = write_host(
         env.tmp / "smaller", replace(CATALOGUE["genoa-9654-2s-nps1"], cores_per_socket=64)
     )
-    refused = subprocess.run(
-        check,
-        env=env.environ(EPYCD_HOST_ROOT=str(smaller)),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    refused = env.epycctl("chat", module="epycd.approval.check", EPYCD_HOST_ROOT=str(smaller))
     assert refused.returncode == 1
     assert refused.stderr.count("\n") == 1
     assert "socket 0 physical cores 96 -> 64" in refused.stderr
 
 
-def approved_chat(env: Env) -> Path:
+def approved_chat(env: ApprovalSandbox) -> Path:
     """A host-path endpoint `chat` for a local model, approved with --no-start; its model."""
     model = write_model(env.tmp / "models" / "qwen3")
     (env.settings.config_dir / "chat.toml").write_text(
@@ -92,7 +79,7 @@ def approved_chat(env: Env) -> Path:
     return model
 
 
-def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: Env) -> None:
+def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: ApprovalSandbox) -> None:
     """Free memory and load change what a plan made now would render, not the approval."""
     approved_chat(env)
     settings, host = env.settings, env.host()
@@ -105,7 +92,7 @@ def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: Env) -> None:
     [replanned] = plan_all(settings, short, listeners={})
     approval = load_approval(settings, "chat")
     assert approval is not None and replanned.plan is not None
-    assert replanned.plan.kv_cache_gb < approval.plan["kv_cache_gb"]
+    assert replanned.plan.kv_cache_gb < approval.plan.kv_cache_gb
     assert replanned.plan.fingerprint != approval.fingerprint
     [state] = endpoint_states_of(settings, [replanned])
     assert state.state == "approved", state.reasons
@@ -118,7 +105,7 @@ def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: Env) -> None:
     assert '-  "cpus": "0-95"' in state.plan_diff
 
 
-def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: Env) -> None:
+def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: ApprovalSandbox) -> None:
     model = write_model(env.tmp / "models" / "qwen3")
     body = f'model = "{model}"\nruntime = "host"\nvllm = "{vllm_executable()}"\n'
     config = env.settings.config_dir
@@ -126,7 +113,7 @@ def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: Env) -> Non
     done = real_epycctl(env, "approve", "b", "--yes", "--no-start", *CONSENT)
     assert done.returncode == 0, done.stdout + done.stderr
     approval = load_approval(env.settings, "b")
-    assert approval is not None and approval.plan["socket"] == 0
+    assert approval is not None and approval.plan.socket == 0
 
     (config / "a.toml").write_text(body + "port = 8100\n")
     settings, host = env.settings, env.host()
@@ -145,7 +132,7 @@ def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: Env) -> Non
     assert '"socket": 1' in shown.stdout
 
 
-def test_memory_held_by_the_running_endpoint_is_not_drift(env: Env) -> None:
+def test_memory_held_by_the_running_endpoint_is_not_drift(env: ApprovalSandbox) -> None:
     """A re-plan that does not fit only because memory is taken now keeps the approval."""
     model = approved_chat(env)
     settings, host = env.settings, env.host()
@@ -170,7 +157,9 @@ def test_memory_held_by_the_running_endpoint_is_not_drift(env: Env) -> None:
     assert state.state == "changed-needs-approval"
 
 
-def test_a_stock_host_vllm_on_a_zentorch_host_is_consent_not_a_dead_end(env: Env) -> None:
+def test_a_stock_host_vllm_on_a_zentorch_host_is_consent_not_a_dead_end(
+    env: ApprovalSandbox,
+) -> None:
     """The real vLLM with zentorch hidden runs CpuPlatform on any machine: on the fake
     Genoa, approve asks for consent, says what it costs and how to get zentorch, and with
     consent approves the stock path."""
@@ -192,6 +181,6 @@ def test_a_stock_host_vllm_on_a_zentorch_host_is_consent_not_a_dead_end(env: Env
     assert done.returncode == 0, done.stdout + done.stderr
     approval = load_approval(env.settings, "plain")
     assert approval is not None and approval.accepted_unvalidated
-    assert approval.plan["backend"] == "stock"
+    assert approval.plan.backend == "stock"
     service = Path(approval.units["epyc-llm-plain.service"].path).read_text()
     assert str(stock) in service

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from epycd.approval.record import load_approval
-from tests.approval.conftest import Env
+from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
@@ -66,7 +66,7 @@ def leftovers(*folders: Path) -> list[Path]:
     ]
 
 
-def approved(env: Env) -> Env:
+def approved(env: ApprovalSandbox) -> ApprovalSandbox:
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     done = env.epycctl("approve", "chat", "--yes", "--no-start")
     assert done.returncode == 0, done.stderr
@@ -81,7 +81,7 @@ def assert_clear_refusal(done: subprocess.CompletedProcess[str], file: Path, fix
 
 
 @needs_root
-def test_approve_on_a_full_state_disk_leaves_no_unit_and_no_approval(env: Env) -> None:
+def test_approve_on_a_full_state_disk_leaves_no_unit_and_no_approval(env: ApprovalSandbox) -> None:
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     state = env.settings.state_dir
     with tiny_tmpfs(state):
@@ -97,7 +97,7 @@ def test_approve_on_a_full_state_disk_leaves_no_unit_and_no_approval(env: Env) -
 
 
 @needs_root
-def test_approve_into_a_read_only_unit_folder_changes_nothing(env: Env) -> None:
+def test_approve_into_a_read_only_unit_folder_changes_nothing(env: ApprovalSandbox) -> None:
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     unit = env.settings.unit_dir / "epyc-llm-chat.service"
     with read_only(env.settings.unit_dir):
@@ -108,7 +108,7 @@ def test_approve_into_a_read_only_unit_folder_changes_nothing(env: Env) -> None:
 
 
 @needs_root
-def test_remove_on_a_full_disk_keeps_the_endpoint_whole(env: Env) -> None:
+def test_remove_on_a_full_disk_keeps_the_endpoint_whole(env: ApprovalSandbox) -> None:
     state = env.settings.state_dir
     unit = env.settings.unit_dir / "epyc-llm-chat.service"
     with tiny_tmpfs(state):
@@ -123,7 +123,7 @@ def test_remove_on_a_full_disk_keeps_the_endpoint_whole(env: Env) -> None:
 
 
 @needs_root
-def test_stop_on_a_full_disk_writes_no_partial_marker(env: Env) -> None:
+def test_stop_on_a_full_disk_writes_no_partial_marker(env: ApprovalSandbox) -> None:
     approved(env)
     env.install_fake_systemctl()
     stopped = env.settings.state_dir / "stopped"
@@ -136,7 +136,7 @@ def test_stop_on_a_full_disk_writes_no_partial_marker(env: Env) -> None:
     assert env.systemctl_calls() == []
 
 
-def test_approve_stop_remove_answer_in_json(env: Env) -> None:
+def test_approve_stop_remove_answer_in_json(env: ApprovalSandbox) -> None:
     env.install_fake_systemctl()
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     done = env.epycctl("approve", "chat", "--yes", "--no-start", "--json")

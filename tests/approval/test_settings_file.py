@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from hypothesis import strategies as st
 
 from epycd.errors import EpycError
 from epycd.settings import Settings, load_settings
-from tests.approval.conftest import REPO, Env, make_env
+from tests.approval.conftest import ApprovalSandbox, make_env
 
 COMMANDS = [
     ["detect"],
@@ -41,24 +40,18 @@ BAD_FILES: dict[str, tuple[bytes, str]] = {
 }
 
 
-def run(env: Env, argv: list[str], *, module: str = "epycd") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", module, *argv],
-        env=env.environ(HF_HUB_OFFLINE="1"),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def run(
+    env: ApprovalSandbox, argv: list[str], *, module: str = "epycd"
+) -> subprocess.CompletedProcess[str]:
+    return env.epycctl(*argv, module=module, HF_HUB_OFFLINE="1")
 
 
-def folder(env: Env, name: str) -> Path:
+def folder(env: ApprovalSandbox, name: str) -> Path:
     """An EPYCD_* folder (not through `env.settings`, which would read the bad file too)."""
     return Path(env.vars[f"EPYCD_{name.upper()}"])
 
 
-def bad_conf(env: Env, kind: str) -> tuple[Path, str]:
+def bad_conf(env: ApprovalSandbox, kind: str) -> tuple[Path, str]:
     content, said = BAD_FILES[kind]
     conf = folder(env, "config_dir") / "epycd.conf"
     conf.write_bytes(content)
@@ -73,7 +66,7 @@ def assert_reported(done: subprocess.CompletedProcess[str], conf: Path, said: st
 
 
 @pytest.mark.parametrize("kind", list(BAD_FILES))
-def test_every_command_reports_a_bad_epycd_conf(env: Env, kind: str) -> None:
+def test_every_command_reports_a_bad_epycd_conf(env: ApprovalSandbox, kind: str) -> None:
     config_dir = folder(env, "config_dir")
     (config_dir / "chat.toml").write_text('model = "Qwen/Qwen3-0.6B"\n')
     conf, said = bad_conf(env, kind)
@@ -89,14 +82,14 @@ def test_every_command_reports_a_bad_epycd_conf(env: Env, kind: str) -> None:
     ("module", "argv"), [("epycd.approval.check", ["chat"]), ("epycd.daemon", [])]
 )
 def test_the_boot_check_and_the_daemon_report_a_bad_epycd_conf(
-    env: Env, kind: str, module: str, argv: list[str]
+    env: ApprovalSandbox, kind: str, module: str, argv: list[str]
 ) -> None:
     conf, said = bad_conf(env, kind)
     done = run(env, argv, module=module)
     assert_reported(done, conf, said)
 
 
-def test_json_commands_report_it_as_json_too(env: Env) -> None:
+def test_json_commands_report_it_as_json_too(env: ApprovalSandbox) -> None:
     conf, said = bad_conf(env, "unknown key")
     done = run(env, ["remove", "chat", "--yes", "--json"])
     assert_reported(done, conf, said)
@@ -105,7 +98,7 @@ def test_json_commands_report_it_as_json_too(env: Env) -> None:
     assert answer["result"] == "error" and said in answer["error"]
 
 
-def test_help_works_with_a_bad_epycd_conf(env: Env) -> None:
+def test_help_works_with_a_bad_epycd_conf(env: ApprovalSandbox) -> None:
     bad_conf(env, "bad TOML")
     done = run(env, ["plan", "--help"])
     assert done.returncode == 0 and "Usage:" in done.stdout
@@ -122,16 +115,7 @@ def test_an_unreadable_epycd_conf_is_named_not_a_traceback(
         conf = folder(env, "config_dir") / "epycd.conf"
         conf.write_text("admin_group = 'wheel'\n")
         conf.chmod(0o600)
-        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-        done = subprocess.run(
-            [*nobody, sys.executable, "-m", "epycd", "status"],
-            env=env.environ(),
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = env.epycctl("status", module="epycd", user=65534)
     finally:
         shutil.rmtree(base)
     assert done.returncode == 1, done.stderr

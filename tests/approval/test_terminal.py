@@ -10,14 +10,16 @@ import time
 import pytest
 
 from epycd.approval.record import load_approval
-from tests.approval.conftest import REPO, Env
+from tests.approval.conftest import ApprovalSandbox
+from tests.approval.planned_epycctl import MODULE as PLANNED_EPYCCTL
 from tests.approval.plans import make_plan
+from tests.sandbox import REPO
 
 
-def answer_on_a_terminal(env: Env, answer: str, *args: str) -> tuple[int, str]:
+def answer_on_a_terminal(env: ApprovalSandbox, answer: str, *args: str) -> tuple[int, str]:
     leader, follower = os.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.approval.driver", *args],
+        [sys.executable, "-m", PLANNED_EPYCCTL, *args],
         stdin=follower,
         stdout=follower,
         stderr=follower,
@@ -45,7 +47,7 @@ def answer_on_a_terminal(env: Env, answer: str, *args: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize(("answer", "approved"), [("y", True), ("n", False), ("", False)])
-def test_terminal_question(env: Env, answer: str, approved: bool) -> None:
+def test_terminal_question(env: ApprovalSandbox, answer: str, approved: bool) -> None:
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
     code, output = answer_on_a_terminal(env, answer, "approve", "chat", "--no-start")
     assert "Approve chat and install these units? [y/N]" in output

@@ -8,11 +8,8 @@ here (the real-systemd proof is tests/e2e)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
-import stat
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -22,28 +19,27 @@ from typing import Any
 
 import pytest
 
-from epycd.approval.record import Approval, current_approver
+from epycd.approval.record import Approval, approved_plans, current_approver
 from epycd.approval.workflow import install_approval, make_approval
 from epycd.host.facts import HostVllmFacts
 from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
+from epycd.plan.current import Planned, plan_endpoints
 from epycd.settings import Settings
-from epycd.status import EndpointStatus, collect_status, planned_map
-from epycd.status import plan_endpoints as real_plan_endpoints
+from epycd.status.collect import collect_status, planned_map
+from epycd.status.machine import EndpointStatus
 from epycd.supervisor import SupervisorStatus, write_status
 from tests.health.realvllm import vllm_executable
 from tests.hosts import make_host
 from tests.plan.conftest import write_model
-
-REPO = Path(__file__).resolve().parents[2]
-FOLDERS = ("config_dir", "state_dir", "run_dir", "unit_dir", "quadlet_dir")
+from tests.sandbox import CliSandbox
 
 FAKE_SYSTEMCTL = """#!{python}
 # Answers like systemctl from $FAKE_SYSTEMD_STATE (unit -> properties) and records its argv
-# in $FAKE_SYSTEMD_LOG. Used only because systemd is not PID 1 on the test machine.
+# in $FAKE_SYSTEMCTL_LOG. Used only because systemd is not PID 1 on the test machine.
 import json, os, sys
 
 state_file = os.environ["FAKE_SYSTEMD_STATE"]
-with open(os.environ["FAKE_SYSTEMD_LOG"], "a") as log:
+with open(os.environ["FAKE_SYSTEMCTL_LOG"], "a") as log:
     log.write(" ".join(sys.argv[1:]) + "\\n")
 try:
     with open(state_file) as f:
@@ -93,32 +89,22 @@ elif verb in ("enable", "disable"):
 """
 
 
+def real_plan_endpoints(settings: Settings) -> Planned:
+    """What every command plans: the real planner, the approvals holding their places."""
+    return plan_endpoints(settings, approved_plans(settings))
+
+
 @dataclass
-class Workspace:
-    tmp: Path
-    settings: Settings
-    host_root: Path
-    model: Path
-    bin_dir: Path
-    systemd_state: Path
-    systemd_log: Path
+class DaemonSandbox(CliSandbox):
+    """A `CliSandbox` on a fake Genoa host root with a local model, the real vLLM venv, and
+    a `systemctl` that keeps unit states in `systemd_state`."""
 
-    @property
-    def variables(self) -> dict[str, str]:
-        data = {f"EPYCD_{key.upper()}": str(getattr(self.settings, key)) for key in FOLDERS}
-        data["EPYCD_HOST_ROOT"] = str(self.host_root)
-        return data
+    model: Path = Path()
+    systemd_state: Path = Path()
 
-    def environ(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("EPYCD_", "SUDO_"))}
-        env.update(self.variables)
-        env["PATH"] = f"{self.bin_dir}:{env['PATH']}"
-        env["PYTHONPATH"] = str(REPO)
-        env["FAKE_SYSTEMD_STATE"] = str(self.systemd_state)
-        env["FAKE_SYSTEMD_LOG"] = str(self.systemd_log)
-        env["HF_HOME"] = str(self.tmp / "hf")
-        env.update(extra)
-        return env
+    def environ(self, *, system_path: bool = True, **extra: str) -> dict[str, str]:
+        state = {"FAKE_SYSTEMD_STATE": str(self.systemd_state)}
+        return super().environ(system_path=system_path, **state) | extra
 
     def endpoint(self, name: str, extra: str = "") -> Path:
         """NAME.toml on a port nobody listens on now: the planner moves an endpoint off a
@@ -164,28 +150,6 @@ class Workspace:
         results, _host = real_plan_endpoints(self.settings)
         return {s.name: s for s in collect_status(self.settings, planned_map(results))}
 
-    def systemctl_calls(self) -> list[str]:
-        return self.systemd_log.read_text().splitlines() if self.systemd_log.exists() else []
-
-    def run(
-        self, *args: str, user: int | None = None, **extra: str
-    ) -> subprocess.CompletedProcess[str]:
-        """The real `epycctl` in a subprocess (as another uid through setpriv if asked)."""
-        prefix = (
-            []
-            if user is None
-            else ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
-        )
-        return subprocess.run(
-            [*prefix, sys.executable, "-m", "epycd", *args],
-            env=self.environ(**extra),
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -204,27 +168,21 @@ def vllm_facts() -> HostVllmFacts:
     return facts
 
 
-def make_workspace(base: Path, monkeypatch: pytest.MonkeyPatch, facts: HostVllmFacts) -> Workspace:
-    folders = {key: base / key for key in FOLDERS}
-    for folder in folders.values():
-        folder.mkdir(parents=True)
-    host_root = make_host(base / "hosts", "genoa-9654-2s-nps1")
-    settings = Settings.model_validate({**folders, "host_root": host_root})
-    bin_dir = base / "bin"
-    bin_dir.mkdir()
-    systemctl = bin_dir / "systemctl"
-    systemctl.write_text(FAKE_SYSTEMCTL.format(python=sys.executable))
-    systemctl.chmod(systemctl.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    (base / "hf").mkdir()
-    ws = Workspace(
+def make_workspace(
+    base: Path, monkeypatch: pytest.MonkeyPatch, facts: HostVllmFacts
+) -> DaemonSandbox:
+    (base / "hf").mkdir(parents=True)
+    folders = CliSandbox.create(base, HF_HOME=str(base / "hf"))
+    ws = DaemonSandbox(
         tmp=base,
-        settings=settings,
-        host_root=host_root,
+        vars=folders.vars,
+        bin_dir=folders.bin_dir,
         model=write_model(base / "models" / "qwen3"),
-        bin_dir=bin_dir,
         systemd_state=base / "systemd-state.json",
-        systemd_log=base / "systemctl.log",
     )
+    ws.vars["EPYCD_HOST_ROOT"] = str(make_host(base / "hosts", "genoa-9654-2s-nps1"))
+    ws.install_fake_systemctl(FAKE_SYSTEMCTL.format(python=sys.executable))
+    settings = ws.settings
     key = ProbeCache.key(str(vllm_executable()))
     assert key is not None
     cache = settings.run_dir / PROBE_CACHE
@@ -238,7 +196,7 @@ def make_workspace(base: Path, monkeypatch: pytest.MonkeyPatch, facts: HostVllmF
 
 
 @pytest.fixture
-def ws(monkeypatch: pytest.MonkeyPatch, vllm_facts: HostVllmFacts) -> Iterator[Workspace]:
+def ws(monkeypatch: pytest.MonkeyPatch, vllm_facts: HostVllmFacts) -> Iterator[DaemonSandbox]:
     """Folders another user can reach too (pytest's tmp folder is root-only), under a short
     path so that a notify socket fits in sun_path."""
     base = Path(tempfile.mkdtemp(prefix="epycd-d-"))

@@ -7,18 +7,18 @@ import json
 
 import pytest
 
-from tests.daemon.conftest import Workspace
+from tests.daemon.conftest import DaemonSandbox
 
 pytestmark = pytest.mark.vllm
 
 
-def test_an_approved_endpoint_not_running_keeps_its_port_and_socket(ws: Workspace) -> None:
+def test_an_approved_endpoint_not_running_keeps_its_port_and_socket(ws: DaemonSandbox) -> None:
     """Approved with --no-start (or stopped): a new endpoint file, first in name order,
     gets neither its port nor its CPUs, and it stays approved."""
     ws.endpoint("b", 'port = "auto"\n')
     approved = ws.approve("b").plan
     ws.endpoint("a", 'port = "auto"\n')
-    done = ws.run("status", "--json")
+    done = ws.epycctl("status", "--json")
     assert done.returncode == 0, done.stderr
     rows = {row["name"]: row for row in json.loads(done.stdout)["endpoints"]}
     assert rows["b"]["state"] == "approved", rows["b"]["reasons"]

@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from epycd.daemon import endpoint_cpus, spare_cpus
-from tests.daemon.conftest import REPO, Workspace
+from tests.daemon.conftest import DaemonSandbox
 from tests.health.notifysock import NotifySocket
+from tests.render.fixtures import as_plan, milan_docker
+from tests.sandbox import REPO
 
 pytestmark = pytest.mark.vllm
 CHAT = "epyc-llm-chat.service"
@@ -28,7 +30,7 @@ WAIT = 90.0
 
 @contextmanager
 def daemon(
-    ws: Workspace, *args: str, **extra: str
+    ws: DaemonSandbox, *args: str, **extra: str
 ) -> Iterator[tuple[subprocess.Popen[str], NotifySocket]]:
     with NotifySocket(ws.tmp / "notify.sock") as sock:
         process = subprocess.Popen(
@@ -50,7 +52,7 @@ def daemon(
                 sys.stderr.write(process.stdout.read())
 
 
-def status_file(ws: Workspace) -> dict[str, Any]:
+def status_file(ws: DaemonSandbox) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((ws.settings.run_dir / "status.json").read_text())
     return data
 
@@ -67,7 +69,7 @@ def stop_daemon(process: subprocess.Popen[str], sock: NotifySocket) -> None:
 
 
 def test_ready_after_the_endpoint_is_ready_then_polling_sighup_and_sigterm(
-    ws: Workspace,
+    ws: DaemonSandbox,
 ) -> None:
     ws.endpoint("base")
     ws.endpoint("chat")
@@ -114,14 +116,14 @@ def test_ready_after_the_endpoint_is_ready_then_polling_sighup_and_sigterm(
     assert [c for c in ws.systemctl_calls() if c.startswith("stop")] == []
 
 
-def test_stopped_changed_and_failed_endpoints_are_not_started(ws: Workspace) -> None:
+def test_stopped_changed_and_failed_endpoints_are_not_started(ws: DaemonSandbox) -> None:
     base = ws.endpoint("base")
     ws.endpoint("chat")
     ws.approve("base")
     ws.approve("chat")
     ws.set_unit(BASE, "inactive")
     ws.set_unit(CHAT, "active")
-    assert ws.run("stop", "chat").returncode == 0
+    assert ws.epycctl("stop", "chat").returncode == 0
     base.write_text(base.read_text() + "max_model_len = 2048\n")
     with daemon(ws) as (process, sock):
         ready = sock.wait_for("READY=1", WAIT)
@@ -135,7 +137,7 @@ def test_stopped_changed_and_failed_endpoints_are_not_started(ws: Workspace) -> 
     assert not [c for c in ws.systemctl_calls() if c.startswith("start")]
 
 
-def test_ready_is_bounded_when_an_endpoint_never_settles(ws: Workspace) -> None:
+def test_ready_is_bounded_when_an_endpoint_never_settles(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     ws.approve("chat")
     ws.set_unit(CHAT, "activating")
@@ -149,7 +151,7 @@ def test_ready_is_bounded_when_an_endpoint_never_settles(ws: Workspace) -> None:
 
 
 def test_daemon_cpus_are_the_complement_of_the_endpoints() -> None:
-    plans = [{"cpus": "0-3"}, {"cpus": "8"}]
+    plans = [as_plan(milan_docker(), cpus="0-3"), as_plan(milan_docker(), cpus="8")]
     taken = endpoint_cpus(plans, {0: [16], 8: [24]})
     assert taken == {0, 1, 2, 3, 8, 16, 24}
     assert spare_cpus(set(range(32)), taken) == set(range(32)) - taken

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.daemon.conftest import Workspace
+from tests.daemon.conftest import DaemonSandbox
 from tests.health.localhttp import Reply, local_server
 from tests.plan.conftest import write_model
 
@@ -59,11 +59,11 @@ def vllm_replies(model: str, text: str) -> dict[str, Reply]:
     }
 
 
-def ready_handoff(ws: Workspace, name: str) -> dict[str, Any]:
+def ready_handoff(ws: DaemonSandbox, name: str) -> dict[str, Any]:
     ws.approve(name)
     ws.set_unit(f"epyc-llm-{name}.service", "active")
     ws.supervisor_says(name, "ready", phase="request")
-    done = ws.run("status", name, "--json")
+    done = ws.epycctl("status", name, "--json")
     assert done.returncode == 0, done.stderr
     [status] = json.loads(done.stdout)["endpoints"]
     assert status["state"] == "ready"
@@ -93,7 +93,7 @@ def run_both(
     return routes.seen
 
 
-def test_chat_handoff_curl_and_openai_client_work(ws: Workspace) -> None:
+def test_chat_handoff_curl_and_openai_client_work(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     handoff = ready_handoff(ws, "chat")
     assert handoff["endpoint"] == "/v1/chat/completions"
@@ -109,7 +109,7 @@ def test_chat_handoff_curl_and_openai_client_work(ws: Workspace) -> None:
     assert client_headers["authorization"] == "Bearer EMPTY"
 
 
-def test_completions_handoff_for_a_model_without_chat_template(ws: Workspace) -> None:
+def test_completions_handoff_for_a_model_without_chat_template(ws: DaemonSandbox) -> None:
     base = write_model(ws.tmp / "models" / "base", chat=False)
     path = ws.endpoint("base")
     path.write_text(path.read_text().replace(str(ws.model), str(base)))
@@ -121,7 +121,7 @@ def test_completions_handoff_for_a_model_without_chat_template(ws: Workspace) ->
     assert all(body["prompt"] == "Hello, world" for _m, _p, _h, body in seen)
 
 
-def test_a_keyed_endpoint_hands_off_commands_that_read_the_key_file(ws: Workspace) -> None:
+def test_a_keyed_endpoint_hands_off_commands_that_read_the_key_file(ws: DaemonSandbox) -> None:
     """The curl and the OpenAI example read the key from api_key_file; none prints it."""
     key = "s3cr3t-k3y-for-the-handoff"
     key_file = ws.tmp / "secrets" / "chat.key"
@@ -136,8 +136,8 @@ def test_a_keyed_endpoint_hands_off_commands_that_read_the_key_file(ws: Workspac
     seen = run_both(handoff, "Hi there", api_key=key)
     for _method, _path, headers, _body in seen:
         assert {k.lower(): v for k, v in headers.items()}["authorization"] == f"Bearer {key}"
-    shown = ws.run("status", "chat")
+    shown = ws.epycctl("status", "chat")
     assert shown.returncode == 0, shown.stderr
     assert str(key_file) in shown.stdout and "0.0.0.0" in shown.stdout
-    everything = shown.stdout + shown.stderr + ws.run("status", "chat", "--json").stdout
+    everything = shown.stdout + shown.stderr + ws.epycctl("status", "chat", "--json").stdout
     assert key not in everything

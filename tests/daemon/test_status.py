@@ -8,20 +8,20 @@ import json
 
 import pytest
 
-from epycd.status import stop_marker_path
-from tests.daemon.conftest import Workspace
+from epycd.status.stop import stop_marker_path
+from tests.daemon.conftest import DaemonSandbox
 
 pytestmark = pytest.mark.vllm
 UNIT = "epyc-llm-chat.service"
 
 
-def status_json(ws: Workspace, *args: str) -> dict[str, dict[str, object]]:
-    done = ws.run("status", "--json", *args)
+def status_json(ws: DaemonSandbox, *args: str) -> dict[str, dict[str, object]]:
+    done = ws.epycctl("status", "--json", *args)
     assert done.returncode == 0, done.stderr
     return {e["name"]: e for e in json.loads(done.stdout)["endpoints"]}
 
 
-def test_pending_approval_shows_what_would_run(ws: Workspace) -> None:
+def test_pending_approval_shows_what_would_run(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     [chat] = status_json(ws).values()
     assert chat["state"] == "pending-approval"
@@ -34,21 +34,21 @@ def test_pending_approval_shows_what_would_run(ws: Workspace) -> None:
     assert chat["handoff"] is None
 
 
-def test_approved_installed_not_started(ws: Workspace) -> None:
+def test_approved_installed_not_started(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     approval = ws.approve("chat")
     ws.set_unit(UNIT, "inactive")
     [chat] = status_json(ws).values()
     assert chat["state"] == "approved"
     assert chat["reason"] == "installed, not started"
-    assert chat["port"] == approval.plan["port"]
+    assert chat["port"] == approval.plan.port
     assert chat["approved_by"] == approval.approver.describe()
     assert any(
         call.startswith("show --property=") and UNIT in call for call in ws.systemctl_calls()
     )
 
 
-def test_starting_takes_the_phase_from_the_supervisor(ws: Workspace) -> None:
+def test_starting_takes_the_phase_from_the_supervisor(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     ws.approve("chat")
     ws.set_unit(UNIT, "activating")
@@ -58,7 +58,7 @@ def test_starting_takes_the_phase_from_the_supervisor(ws: Workspace) -> None:
     assert chat["handoff"] is None
 
 
-def test_ready_has_the_handoff(ws: Workspace) -> None:
+def test_ready_has_the_handoff(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     approval = ws.approve("chat")
     ws.set_unit(UNIT, "active")
@@ -67,27 +67,27 @@ def test_ready_has_the_handoff(ws: Workspace) -> None:
     assert chat["state"] == "ready"
     handoff = chat["handoff"]
     assert isinstance(handoff, dict)
-    port = approval.plan["port"]
+    port = approval.plan.port
     assert handoff["base_url"] == f"http://127.0.0.1:{port}/v1"
-    assert handoff["served_model_name"] == approval.plan["served_model_name"]
+    assert handoff["served_model_name"] == approval.plan.served_model_name
     assert handoff["endpoint"] == "/v1/chat/completions"
     assert "chat template" in handoff["why"]
     assert (handoff["runtime"], handoff["port"]) == ("host", port)
     # 96 pinned cores, 2 of them left to the front end (docs/tuning.md rule 1)
     assert handoff["threads"] == 94 and handoff["cpus"] == "0-95"
-    assert handoff["kv_cache_gb"] == approval.plan["kv_cache_gb"]
-    assert handoff["max_model_len"] == approval.plan["max_model_len"]
+    assert handoff["kv_cache_gb"] == approval.plan.kv_cache_gb
+    assert handoff["max_model_len"] == approval.plan.max_model_len
     assert handoff["stop"] == "epycctl stop chat"
     assert "/v1/chat/completions" in handoff["curl"]
     assert 'api_key="EMPTY"' in handoff["python"]
 
-    text = ws.run("status", "chat")
+    text = ws.epycctl("status", "chat")
     assert text.returncode == 0, text.stderr
     for needle in ("Base URL", "the trailing /v1", "epycctl stop chat", "curl -s", "OpenAI("):
         assert needle in text.stdout
 
 
-def test_failed_carries_phase_reason_and_log_tail(ws: Workspace) -> None:
+def test_failed_carries_phase_reason_and_log_tail(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     ws.approve("chat")
     ws.set_unit(UNIT, "failed", result="exit-code")
@@ -104,7 +104,7 @@ def test_failed_carries_phase_reason_and_log_tail(ws: Workspace) -> None:
     assert chat["log_tail"] == ["INFO loading", "ERROR served name mismatch"]
 
 
-def test_failed_before_the_gate_says_so(ws: Workspace) -> None:
+def test_failed_before_the_gate_says_so(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     ws.approve("chat")
     ws.set_unit(UNIT, "failed", result="exit-code")
@@ -113,11 +113,11 @@ def test_failed_before_the_gate_says_so(ws: Workspace) -> None:
     assert "exit-code" in str(chat["reason"])
 
 
-def test_stopped_by_the_admin(ws: Workspace) -> None:
+def test_stopped_by_the_admin(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     ws.approve("chat")
     ws.set_unit(UNIT, "active")
-    done = ws.run("stop", "chat")
+    done = ws.epycctl("stop", "chat")
     assert done.returncode == 0, done.stderr
     assert stop_marker_path(ws.settings, "chat").exists()
     [chat] = status_json(ws).values()
@@ -127,7 +127,7 @@ def test_stopped_by_the_admin(ws: Workspace) -> None:
 
 
 def test_changed_needs_approval_has_the_diff_and_keeps_the_approved_columns(
-    ws: Workspace,
+    ws: DaemonSandbox,
 ) -> None:
     path = ws.endpoint("chat")
     approval = ws.approve("chat")
@@ -137,12 +137,12 @@ def test_changed_needs_approval_has_the_diff_and_keeps_the_approved_columns(
     assert chat["state"] == "changed-needs-approval"
     diff = str(chat["diff"])
     assert '+  "max_model_len": 2048' in diff and "--max-model-len 2048" in diff
-    assert chat["max_model_len"] == approval.plan["max_model_len"] != 2048
+    assert chat["max_model_len"] == approval.plan.max_model_len != 2048
     assert f"{UNIT} is running the approved units" in chat["reasons"]  # type: ignore[operator]
     assert chat["handoff"] is None
 
 
-def test_orphaned_when_the_endpoint_file_is_gone(ws: Workspace) -> None:
+def test_orphaned_when_the_endpoint_file_is_gone(ws: DaemonSandbox) -> None:
     path = ws.endpoint("chat")
     ws.approve("chat")
     path.unlink()
@@ -151,16 +151,16 @@ def test_orphaned_when_the_endpoint_file_is_gone(ws: Workspace) -> None:
     assert "epycctl remove chat" in str(chat["reason"])
 
 
-def test_unknown_name_is_bad_input(ws: Workspace) -> None:
+def test_unknown_name_is_bad_input(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
-    done = ws.run("status", "nosuch", "--json")
+    done = ws.epycctl("status", "nosuch", "--json")
     assert done.returncode == 2
     assert "no endpoint nosuch" in done.stderr and "Traceback" not in done.stderr
-    bad = ws.run("status", "../etc")
+    bad = ws.epycctl("status", "../etc")
     assert bad.returncode == 2
 
 
-def test_several_endpoints_and_no_systemd(ws: Workspace) -> None:
+def test_several_endpoints_and_no_systemd(ws: DaemonSandbox) -> None:
     """Two endpoints get disjoint sockets; with no systemctl answering, the supervisor's
     file still tells the state."""
     ws.endpoint("chat")

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.daemon.conftest import Workspace
+from tests.daemon.conftest import DaemonSandbox
 
 pytestmark = [
     pytest.mark.vllm,
@@ -18,7 +18,7 @@ NOBODY = 65534
 UNIT = "epyc-llm-chat.service"
 
 
-def test_a_root_only_token_file_is_not_a_change_for_a_user(ws: Workspace) -> None:
+def test_a_root_only_token_file_is_not_a_change_for_a_user(ws: DaemonSandbox) -> None:
     token = ws.tmp / "hf-token"
     token.write_text("hf_not_a_real_token\n")
     token.chmod(0o600)
@@ -26,26 +26,26 @@ def test_a_root_only_token_file_is_not_a_change_for_a_user(ws: Workspace) -> Non
     approval = ws.approve("chat")
     ws.set_unit(UNIT, "inactive")
 
-    as_root = ws.run("status", "--json")
+    as_root = ws.epycctl("status", "--json")
     assert as_root.returncode == 0, as_root.stderr
-    as_user = ws.run("status", "--json", user=NOBODY)
+    as_user = ws.epycctl("status", "--json", user=NOBODY)
     assert as_user.returncode == 0, as_user.stderr
     assert "Traceback" not in as_user.stderr
     [root_row] = json.loads(as_root.stdout)["endpoints"]
     [user_row] = json.loads(as_user.stdout)["endpoints"]
     assert root_row["state"] == user_row["state"] == "approved"
-    assert user_row["port"] == approval.plan["port"]
+    assert user_row["port"] == approval.plan.port
     assert user_row["diff"] is None
     assert any(str(token) in reason and "root-only" in reason for reason in user_row["reasons"])
     assert "hf_not_a_real_token" not in as_user.stdout + as_user.stderr
 
 
-def test_a_root_only_endpoint_file_is_not_a_change_for_a_user(ws: Workspace) -> None:
+def test_a_root_only_endpoint_file_is_not_a_change_for_a_user(ws: DaemonSandbox) -> None:
     path = ws.endpoint("chat")
     ws.approve("chat")
     ws.set_unit(UNIT, "inactive")
     path.chmod(0o600)
-    done = ws.run("status", "--json", user=NOBODY)
+    done = ws.epycctl("status", "--json", user=NOBODY)
     assert done.returncode == 0, done.stderr
     [row] = json.loads(done.stdout)["endpoints"]
     assert row["state"] == "approved", row["reasons"]

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from epycd.status import (
-    EndpointStatus,
-    UnitState,
-    counts_text,
-    handoff,
-    parse_show,
-    runtime_state,
-)
+from epycd.approval.record import upgraded_plan
+from epycd.plan.model import Plan
+from epycd.status.handoff import handoff
+from epycd.status.machine import EndpointStatus, counts_text, runtime_state
+from epycd.status.units import UnitState, parse_show
 from epycd.supervisor import SupervisorStatus
+from tests.render.fixtures import as_plan, milan_docker
 
 SHOW = """Id=epyc-llm-a.service
 LoadState=loaded
@@ -78,15 +76,9 @@ def test_counts_text() -> None:
 
 def test_the_handoff_counts_the_bound_threads_not_the_pinned_cpus() -> None:
     """The front end's cores are pinned but not bound (docs/tuning.md rule 1)."""
-    plan = {
-        "endpoint": "chat",
-        "served_model_name": "chat",
-        "primary_endpoint": "chat_completions",
-        "runtime": "host",
-        "port": 8000,
-        "cpus": "0-7",
-        "omp_cpus": "1-7",
-    }
+    plan = as_plan(milan_docker(), cpus="0-7", omp_cpus="1-7")
     done = handoff(plan)
     assert (done.threads, done.cpus) == (7, "0-7")
-    assert handoff({**plan, "omp_cpus": None}).threads == 8
+    legacy = plan.model_dump(mode="json")
+    del legacy["omp_cpus"]  # a record approved before the bind list was its own field
+    assert handoff(Plan.model_validate(upgraded_plan(legacy))).threads == 8

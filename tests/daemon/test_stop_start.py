@@ -6,44 +6,35 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-from epycd.status import stop_marker_path
-from tests.daemon.conftest import REPO, Workspace
+from epycd.status.stop import stop_marker_path
+from tests.daemon.conftest import DaemonSandbox
 
 pytestmark = pytest.mark.vllm
 UNIT = "epyc-llm-chat.service"
 NOBODY = 65534
 
 
-def state_of(ws: Workspace) -> str:
-    done = ws.run("status", "chat", "--json")
+def state_of(ws: DaemonSandbox) -> str:
+    done = ws.epycctl("status", "chat", "--json")
     assert done.returncode == 0, done.stderr
     state: str = json.loads(done.stdout)["endpoints"][0]["state"]
     return state
 
 
-def boot_check(ws: Workspace) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "epycd.approval.check", "chat"],
-        env=ws.environ(),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def boot_check(ws: DaemonSandbox) -> subprocess.CompletedProcess[str]:
+    return ws.epycctl("chat", module="epycd.approval.check")
 
 
-def test_stop_then_start(ws: Workspace) -> None:
+def test_stop_then_start(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     ws.approve("chat")
     ws.set_unit(UNIT, "active")
     assert boot_check(ws).returncode == 0
 
-    stopped = ws.run("stop", "chat")
+    stopped = ws.epycctl("stop", "chat")
     assert stopped.returncode == 0, stopped.stderr
     assert "until `epycctl start chat`" in stopped.stdout
     calls = ws.systemctl_calls()
@@ -59,7 +50,7 @@ def test_stop_then_start(ws: Workspace) -> None:
         "epyc-llm-chat: stopped by the admin; `epycctl start chat` starts it again"
     )
 
-    started = ws.run("start", "chat")
+    started = ws.epycctl("start", "chat")
     assert started.returncode == 0, started.stderr
     assert not stop_marker_path(ws.settings, "chat").exists()
     calls = ws.systemctl_calls()
@@ -69,17 +60,17 @@ def test_stop_then_start(ws: Workspace) -> None:
     assert state_of(ws) == "ready"
 
 
-def test_start_refuses_a_changed_or_unapproved_endpoint(ws: Workspace) -> None:
+def test_start_refuses_a_changed_or_unapproved_endpoint(ws: DaemonSandbox) -> None:
     path = ws.endpoint("chat")
-    pending = ws.run("start", "chat")
+    pending = ws.epycctl("start", "chat")
     assert pending.returncode == 1
     assert "pending-approval" in pending.stderr and "Traceback" not in pending.stderr
 
     ws.approve("chat")
-    assert ws.run("stop", "chat").returncode == 0
+    assert ws.epycctl("stop", "chat").returncode == 0
     path.write_text(path.read_text() + "max_model_len = 2048\n")
     before = ws.systemctl_calls()
-    changed = ws.run("start", "chat")
+    changed = ws.epycctl("start", "chat")
     assert changed.returncode == 1
     assert "changed-needs-approval" in changed.stderr
     assert '+  "max_model_len": 2048' in changed.stderr
@@ -89,72 +80,72 @@ def test_start_refuses_a_changed_or_unapproved_endpoint(ws: Workspace) -> None:
     assert stop_marker_path(ws.settings, "chat").exists()
 
 
-def test_unknown_names_are_bad_input(ws: Workspace) -> None:
+def test_unknown_names_are_bad_input(ws: DaemonSandbox) -> None:
     for verb in ("stop", "start", "logs"):
-        done = ws.run(verb, "nosuch")
+        done = ws.epycctl(verb, "nosuch")
         assert done.returncode == 2, (verb, done.stderr)
         assert "no endpoint nosuch" in done.stderr
-    assert ws.run("stop", "../x").returncode == 2
+    assert ws.epycctl("stop", "../x").returncode == 2
     assert ws.systemctl_calls() == []
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
-def test_only_admins_stop_and_start(ws: Workspace) -> None:
+def test_only_admins_stop_and_start(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     ws.approve("chat")
     ws.set_unit(UNIT, "active")
     for verb in ("stop", "start"):
-        done = ws.run(verb, "chat", user=NOBODY)
+        done = ws.epycctl(verb, "chat", user=NOBODY)
         assert done.returncode == 1, done.stderr
         assert f"{verb} needs root" in done.stderr and "Traceback" not in done.stderr
     assert not stop_marker_path(ws.settings, "chat").exists()
     assert not any(c.startswith(("stop", "start", "disable")) for c in ws.systemctl_calls())
 
 
-def test_logs_execs_journalctl_for_the_unit(ws: Workspace) -> None:
+def test_logs_execs_journalctl_for_the_unit(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     ws.approve("chat")
     journalctl = ws.bin_dir / "journalctl"
     journalctl.write_text('#!/bin/sh\necho "journalctl $*"\n')
     journalctl.chmod(0o755)
-    done = ws.run("logs", "chat", "-n", "7", "-f")
+    done = ws.epycctl("logs", "chat", "-n", "7", "-f")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"journalctl --unit {UNIT} --lines 7 --follow"
 
 
-def test_stop_and_start_answer_in_json(ws: Workspace) -> None:
+def test_stop_and_start_answer_in_json(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     ws.approve("chat")
     ws.set_unit(UNIT, "active")
-    stopped = ws.run("stop", "chat", "--json")
+    stopped = ws.epycctl("stop", "chat", "--json")
     assert stopped.returncode == 0, stopped.stderr
     answer = json.loads(stopped.stdout)
     assert (answer["endpoint"], answer["action"], answer["result"]) == ("chat", "stop", "stopped")
     assert f"systemctl stop {UNIT}" in answer["steps"]
 
-    started = ws.run("start", "chat", "--json")
+    started = ws.epycctl("start", "chat", "--json")
     assert started.returncode == 0, started.stderr
     answer = json.loads(started.stdout)
     assert (answer["endpoint"], answer["action"], answer["result"]) == ("chat", "start", "started")
     assert f"systemctl start {UNIT} (waits for the health gate)" in answer["steps"]
 
-    refused = ws.run("start", "nosuch", "--json")
+    refused = ws.epycctl("start", "nosuch", "--json")
     assert refused.returncode == 2
     answer = json.loads(refused.stdout)
     assert answer["result"] == "error" and "no endpoint nosuch" in answer["error"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
-def test_start_with_a_read_only_state_folder_names_the_marker(ws: Workspace) -> None:
+def test_start_with_a_read_only_state_folder_names_the_marker(ws: DaemonSandbox) -> None:
     from tests.approval.test_resources import read_only
 
     ws.endpoint("chat")
     ws.approve("chat")
-    assert ws.run("stop", "chat").returncode == 0
+    assert ws.epycctl("stop", "chat").returncode == 0
     marker = stop_marker_path(ws.settings, "chat")
     before = ws.systemctl_calls()
     with read_only(marker.parent):
-        done = ws.run("start", "chat")
+        done = ws.epycctl("start", "chat")
     assert done.returncode == 1, done.stderr
     [line] = done.stderr.strip().splitlines()
     assert str(marker) in line and "remount it read-write" in line

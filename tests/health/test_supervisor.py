@@ -27,6 +27,7 @@ from tests.health.supervising import (
     supervisor_argv,
     wait_for_state,
 )
+from tests.sandbox import run_python
 
 STUB = str(REPO / "tests" / "health" / "stub_server.py")
 
@@ -257,17 +258,15 @@ def test_the_gate_command_reads_the_api_key_credential(tmp_path: Path) -> None:
     port = free_port()
     server = subprocess.Popen(stub(port, "tiny", "--api-key", "s3cr3t-k3y"), cwd=REPO)
     try:
-        gate = [sys.executable, "-m", "epycd.health", "--url", f"http://127.0.0.1:{port}"]
+        gate = ["-m", "epycd.health", "--url", f"http://127.0.0.1:{port}"]
         gate += ["--served-model-name", "tiny", "--endpoint", "chat_completions"]
         gate += ["--timeout", "30"]
         env = {**os.environ, "CREDENTIALS_DIRECTORY": str(credentials)}
-        keyed = subprocess.run(
-            [*gate, "--api-key-credential", "api_key"], env=env, cwd=REPO, capture_output=True
-        )
+        keyed = run_python([*gate, "--api-key-credential", "api_key"], env=env)
         assert keyed.returncode == 0, keyed.stderr
-        bare = subprocess.run(gate, env=env, cwd=REPO, capture_output=True, text=True)
+        bare = run_python(gate, env=env)
         assert bare.returncode == 1 and "401" in bare.stderr
-        assert "s3cr3t-k3y" not in bare.stderr + keyed.stdout.decode()
+        assert "s3cr3t-k3y" not in bare.stderr + keyed.stdout
     finally:
         server.terminate()
         server.wait(15)

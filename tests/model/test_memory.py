@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from epycd.errors import InputError
-from epycd.model.memory import GIB, KV_MARGIN, fit_memory, headroom_gib, kv_pool_gib
+from epycd.model.memory import KV_MARGIN, fit_memory, headroom_gib, kv_pool_gib
+from epycd.sizes import GIB
 from tests.model.models import LLAMA_8B_TOTAL_SIZE, LLAMA_70B_TOTAL_SIZE
 
 LLAMA_KV = 131072  # bytes per token: 2 x 32 layers x 8 KV heads x 128 x 2 bytes

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +12,7 @@ import pytest
 
 from epycd.errors import Refusal
 from epycd.model.check import inspect_model
+from tests.sandbox import run_python
 
 BOUND_S = 5.0
 
@@ -90,24 +89,9 @@ def test_a_silent_hub_is_bounded_by_the_timeout(
 def test_epycctl_in_a_fresh_process_with_no_hub(offline_hub: Path, closed_port: int) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
     env |= {"HF_HOME": str(offline_hub), "HF_ENDPOINT": f"http://127.0.0.1:{closed_port}"}
-    epycctl = [sys.executable, "-c", "from epycd.cli import main; main()"]
     start = time.monotonic()
-    ok = subprocess.run(
-        [*epycctl, "check-model", "Qwen/Qwen3-0.6B", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
-    missing = subprocess.run(
-        [*epycctl, "check-model", "Qwen/Qwen3-235B-A22B"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    ok = run_python(["-m", "epycd", "check-model", "Qwen/Qwen3-0.6B", "--json"], env=env)
+    missing = run_python(["-m", "epycd", "check-model", "Qwen/Qwen3-235B-A22B"], env=env)
     assert time.monotonic() - start < 2 * BOUND_S + 10  # two interpreter starts included
     assert ok.returncode == 0, ok.stderr
     assert '"kind": "text"' in ok.stdout

@@ -58,7 +58,7 @@ def fake_host(tmp_path: Path, name: str, runtimes: RuntimeFacts | None = None) -
     return host.model_copy(update={"runtimes": runtimes or RuntimeFacts(podman=PODMAN_5)})
 
 
-class Workspace:
+class PlanWorkspace:
     """A config folder, settings into tmp_path, a model folder; plans with no real ports."""
 
     def __init__(self, tmp_path: Path) -> None:
@@ -93,8 +93,8 @@ class Workspace:
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    return Workspace(tmp_path)
+def ws(tmp_path: Path) -> PlanWorkspace:
+    return PlanWorkspace(tmp_path)
 
 
 @pytest.fixture

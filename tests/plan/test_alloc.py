@@ -8,7 +8,7 @@ from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.build import EndpointResult
 from tests.hosts import CATALOGUE
-from tests.plan.conftest import Workspace
+from tests.plan.conftest import PlanWorkspace
 
 HostOf = Callable[..., HostFacts]
 
@@ -23,7 +23,7 @@ def planned(results: dict[str, EndpointResult]) -> dict[str, tuple[int, list[int
 
 
 def test_socket_1_of_dual_genoa_nps4_gets_its_physical_cores_and_nodes_4_to_7(
-    ws: Workspace, host_of: HostOf
+    ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     ws.endpoint("llm", "socket = 1\n")
     host = host_of("genoa-9654-2s-nps4")
@@ -42,14 +42,14 @@ def test_socket_1_of_dual_genoa_nps4_gets_its_physical_cores_and_nodes_4_to_7(
     assert f"--cpuset-cpus={plan.cpus}" in container and "--cpuset-mems=4-7" in container
 
 
-def test_single_socket_is_socket_0(ws: Workspace, host_of: HostOf) -> None:
+def test_single_socket_is_socket_0(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm")
     plan = ws.plan(host_of("bergamo-9754"))["llm"].plan
     assert plan is not None and plan.socket == 0 and plan.socket_reason == "single socket"
     assert not any("NPS" in w for w in plan.warnings)
 
 
-def test_forced_socket_that_does_not_exist_is_an_error(ws: Workspace, host_of: HostOf) -> None:
+def test_forced_socket_that_does_not_exist_is_an_error(ws: PlanWorkspace, host_of: HostOf) -> None:
     path = ws.endpoint("llm", "socket = 2\n")
     result = ws.plan(host_of("genoa-9654-2s-nps1"))["llm"]
     assert result.exit_code == 2
@@ -57,7 +57,7 @@ def test_forced_socket_that_does_not_exist_is_an_error(ws: Workspace, host_of: H
     assert "socket 2 does not exist" in result.errors[0].message
 
 
-def test_load_aware_choice(ws: Workspace, host_of: HostOf) -> None:
+def test_load_aware_choice(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm")
     host = host_of("genoa-9654-2s-nps1")
     both_idle = host.model_copy(update={"socket_busy_pct": {0: 3.0, 1: 1.0}})
@@ -74,7 +74,7 @@ def test_load_aware_choice(ws: Workspace, host_of: HostOf) -> None:
     assert any("every socket is busy" in w for w in plan.warnings)
 
 
-def test_two_endpoints_on_two_sockets_are_disjoint(ws: Workspace, host_of: HostOf) -> None:
+def test_two_endpoints_on_two_sockets_are_disjoint(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("a")
     ws.endpoint("b")
     host = host_of("genoa-9654-2s-nps1")
@@ -87,7 +87,7 @@ def test_two_endpoints_on_two_sockets_are_disjoint(ws: Workspace, host_of: HostO
 
 
 def test_forced_and_auto_endpoints_share_sockets_without_overlap(
-    ws: Workspace, host_of: HostOf
+    ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     ws.endpoint("a")
     ws.endpoint("b", "socket = 0\n")
@@ -95,7 +95,9 @@ def test_forced_and_auto_endpoints_share_sockets_without_overlap(
     assert got["b"][0] == 0 and got["a"][0] == 1
 
 
-def test_three_endpoints_split_nps4_sockets_by_numa_node(ws: Workspace, host_of: HostOf) -> None:
+def test_three_endpoints_split_nps4_sockets_by_numa_node(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
     for name in ("a", "b", "c"):
         ws.endpoint(name)
     host = host_of("genoa-9654-2s-nps4")
@@ -118,7 +120,9 @@ def test_three_endpoints_split_nps4_sockets_by_numa_node(ws: Workspace, host_of:
     assert sorted(len(got[name][1]) for name in shared) == [2, 2]
 
 
-def test_three_endpoints_on_nps1_is_a_clear_error_for_one(ws: Workspace, host_of: HostOf) -> None:
+def test_three_endpoints_on_nps1_is_a_clear_error_for_one(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
     for name in ("a", "b", "c"):
         ws.endpoint(name)
     results = ws.plan(host_of("genoa-9654-2s-nps1"))
@@ -128,7 +132,7 @@ def test_three_endpoints_on_nps1_is_a_clear_error_for_one(ws: Workspace, host_of
     assert "at most 2 endpoints" in error.message and "NPS2/NPS4" in (error.fix or "")
 
 
-def test_forcing_a_taken_nps1_socket_is_an_error(ws: Workspace, host_of: HostOf) -> None:
+def test_forcing_a_taken_nps1_socket_is_an_error(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("a", "socket = 1\n")
     ws.endpoint("b", "socket = 1\n")
     results = ws.plan(host_of("milan-7763-2s"))
@@ -137,7 +141,7 @@ def test_forcing_a_taken_nps1_socket_is_an_error(ws: Workspace, host_of: HostOf)
     assert "cannot be split" in results["b"].errors[0].message
 
 
-def test_nine_endpoints_fill_an_nps4_pair_then_stop(ws: Workspace, host_of: HostOf) -> None:
+def test_nine_endpoints_fill_an_nps4_pair_then_stop(ws: PlanWorkspace, host_of: HostOf) -> None:
     for index in range(9):
         ws.endpoint(f"e{index}")
     results = ws.plan(host_of("genoa-9654-2s-nps4"))
@@ -150,7 +154,7 @@ def test_nine_endpoints_fill_an_nps4_pair_then_stop(ws: Workspace, host_of: Host
     assert route is not None and (route.backend, route.runtime) == ("zentorch", "podman")
 
 
-def test_a_bad_file_takes_no_socket(ws: Workspace, host_of: HostOf) -> None:
+def test_a_bad_file_takes_no_socket(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("a", "unknown_key = 1\n")
     ws.endpoint("b")
     ws.endpoint("c")

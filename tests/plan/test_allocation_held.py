@@ -10,7 +10,7 @@ from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.build import EndpointResult
 from epycd.plan.ports import Listener
-from tests.plan.conftest import Workspace, write_model
+from tests.plan.conftest import PlanWorkspace, write_model
 from tests.plan.test_sizing import BIG
 
 HostOf = Callable[..., HostFacts]
@@ -25,7 +25,7 @@ def placed(result: EndpointResult) -> tuple[int, int, set[int]]:
 
 
 def test_a_new_file_does_not_take_the_port_of_an_approved_endpoint_not_running(
-    ws: Workspace, host_of: HostOf
+    ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     ws.endpoint("b")
     ws.endpoint("a")
@@ -39,7 +39,7 @@ def test_a_new_file_does_not_take_the_port_of_an_approved_endpoint_not_running(
 
 
 def test_an_approved_endpoint_without_a_plan_now_still_holds_its_socket_and_port(
-    ws: Workspace, host_of: HostOf
+    ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     """Its file is gone or broken, but its units are installed and may run."""
     ws.endpoint("a")
@@ -56,7 +56,7 @@ def test_an_approved_endpoint_without_a_plan_now_still_holds_its_socket_and_port
 
 
 def test_asking_for_an_approved_endpoints_port_or_socket_is_refused_naming_it(
-    ws: Workspace, host_of: HostOf
+    ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     ws.endpoint("a", f"port = {FIRST_PORT}\n")
     ws.endpoint("c", "socket = 0\n")
@@ -70,7 +70,7 @@ def test_asking_for_an_approved_endpoints_port_or_socket_is_refused_naming_it(
     assert socket_error.key == "socket" and "taken by b" in socket_error.message
 
 
-def test_a_refused_port_takes_no_socket(ws: Workspace, host_of: HostOf) -> None:
+def test_a_refused_port_takes_no_socket(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("a", f"port = {FIRST_PORT}\n")
     ws.endpoint("b")
     foreign = {FIRST_PORT: Listener(pid=None, process=None, endpoint=None)}
@@ -79,7 +79,7 @@ def test_a_refused_port_takes_no_socket(ws: Workspace, host_of: HostOf) -> None:
     assert placed(results["b"])[0] == 0
 
 
-def test_a_refused_socket_takes_no_port(ws: Workspace, host_of: HostOf) -> None:
+def test_a_refused_socket_takes_no_port(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("a", "socket = 7\n")
     ws.endpoint("b")
     results = ws.plan(host_of("milan-7763-2s"))
@@ -88,7 +88,7 @@ def test_a_refused_socket_takes_no_port(ws: Workspace, host_of: HostOf) -> None:
 
 
 def test_a_model_that_does_not_fit_takes_no_socket_or_port(
-    ws: Workspace, host_of: HostOf, tmp_path: Path
+    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
 ) -> None:
     big = write_model(tmp_path / "models" / "huge", HUGE)
     ws.endpoint("a", f'model = "{big}"\n')
@@ -96,10 +96,14 @@ def test_a_model_that_does_not_fit_takes_no_socket_or_port(
     results = ws.plan(host_of("milan-7763-2s"))
     assert results["a"].plan is None and "does not fit" in results["a"].errors[0].message
     assert placed(results["b"])[:2] == (0, FIRST_PORT)
+    decisions = results["a"].decisions
+    assert decisions is not None
+    assert decisions.errors == results["a"].errors  # one shape: the result's and the decisions'
+    assert (decisions.errors[0].key, decisions.errors[0].exit_code) == ("max_model_len", 1)
 
 
 def test_freeing_a_refused_endpoints_socket_never_costs_another_its_plan(
-    ws: Workspace, host_of: HostOf
+    ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     """Socket 0 has no memory free: `a` does not fit there; `b` must not be moved onto it."""
     host = host_of("genoa-9654-2s-nps1")

@@ -1,4 +1,4 @@
-"""`epycctl plan NAME`: the confirmation table, the JSON keys of design.md, exit codes.
+"""`epycctl plan NAME`: the confirmation table, the plan keys of docs/architecture.md, exit codes.
 
 The fake hosts stand for machines with podman 5 (Quadlet): this machine has podman 4.3
 without Quadlet and no docker daemon, so the runtime probe of `detect_host` is replaced by
@@ -19,7 +19,7 @@ from epycd.host.facts import RuntimeFacts
 from tests.health.realvllm import tiny_model, vllm_executable
 from tests.hosts import make_host
 from tests.machine import expand, physical_cpus_of_socket, serving
-from tests.plan.conftest import PODMAN_5, Workspace
+from tests.plan.conftest import PODMAN_5, PlanWorkspace
 
 DESIGN_KEYS = {
     "endpoint", "model", "model_kind", "primary_endpoint", "backend", "runtime", "image",
@@ -36,7 +36,7 @@ def podman_5(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtimes, "probe_runtimes", lambda vllm=None: RuntimeFacts(podman=PODMAN_5))
 
 
-def run(ws: Workspace, *args: str) -> Result:
+def run(ws: PlanWorkspace, *args: str) -> Result:
     env = {
         "EPYCD_CONFIG_DIR": str(ws.config_dir),
         "EPYCD_UNIT_DIR": str(ws.settings.unit_dir),
@@ -50,7 +50,7 @@ def run(ws: Workspace, *args: str) -> Result:
 
 @pytest.mark.usefixtures("podman_5")
 def test_json_has_the_design_keys_and_only_the_named_endpoint(
-    ws: Workspace, tmp_path: Path
+    ws: PlanWorkspace, tmp_path: Path
 ) -> None:
     root = make_host(tmp_path / "hosts", "genoa-9654-2s-nps4")
     ws.endpoint("a", "socket = 1\n")
@@ -73,7 +73,7 @@ def test_json_has_the_design_keys_and_only_the_named_endpoint(
 
 
 @pytest.mark.usefixtures("podman_5")
-def test_table_follows_the_recipes_confirmation_step(ws: Workspace, tmp_path: Path) -> None:
+def test_table_follows_the_recipes_confirmation_step(ws: PlanWorkspace, tmp_path: Path) -> None:
     root = make_host(tmp_path / "hosts", "milan-7763-2s")
     ws.endpoint("llm", "socket = 1\n")
     result = run(ws, "llm", "--root", str(root))
@@ -89,7 +89,7 @@ def test_table_follows_the_recipes_confirmation_step(ws: Workspace, tmp_path: Pa
 
 
 @pytest.mark.usefixtures("podman_5")
-def test_refused_host_exits_1(ws: Workspace, tmp_path: Path) -> None:
+def test_refused_host_exits_1(ws: PlanWorkspace, tmp_path: Path) -> None:
     root = make_host(tmp_path / "hosts", "xeon")
     ws.endpoint("llm")
     result = run(ws, "llm", "--json", "--root", str(root))
@@ -100,7 +100,7 @@ def test_refused_host_exits_1(ws: Workspace, tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("podman_5")
-def test_bad_file_exits_2_naming_file_and_key(ws: Workspace, tmp_path: Path) -> None:
+def test_bad_file_exits_2_naming_file_and_key(ws: PlanWorkspace, tmp_path: Path) -> None:
     root = make_host(tmp_path / "hosts", "genoa-9654-2s-nps1")
     ws.endpoint("bad", "sockets = 1\n")
     ws.endpoint("good")
@@ -110,7 +110,7 @@ def test_bad_file_exits_2_naming_file_and_key(ws: Workspace, tmp_path: Path) -> 
     assert run(ws, "good", "--root", str(root)).exit_code == 0
 
 
-def test_unknown_name_exits_2(ws: Workspace) -> None:
+def test_unknown_name_exits_2(ws: PlanWorkspace) -> None:
     result = CliRunner().invoke(
         main, ["plan", "nope"], env={"EPYCD_CONFIG_DIR": str(ws.config_dir)}
     )
@@ -118,7 +118,7 @@ def test_unknown_name_exits_2(ws: Workspace) -> None:
 
 
 @pytest.mark.vllm
-def test_this_machine_with_the_real_vllm_venv(ws: Workspace, tmp_path: Path) -> None:
+def test_this_machine_with_the_real_vllm_venv(ws: PlanWorkspace, tmp_path: Path) -> None:
     """This machine (its own topology; under an EPYC identity where it is not an EPYC) with
     the real vLLM venv, probed for real: the host path, and the backend and consent that the
     machine's CPU and vLLM's platform call for (tests/machine.py)."""
@@ -144,7 +144,7 @@ def test_this_machine_with_the_real_vllm_venv(ws: Workspace, tmp_path: Path) -> 
 
 @pytest.mark.usefixtures("podman_5")
 def test_json_has_the_listen_address_and_the_consent_it_needs(
-    ws: Workspace, tmp_path: Path
+    ws: PlanWorkspace, tmp_path: Path
 ) -> None:
     root = make_host(tmp_path / "hosts", "genoa-9654-2s-nps1")
     ws.endpoint("local")

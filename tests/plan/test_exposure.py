@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from epycd.host.facts import HostFacts
-from tests.plan.conftest import Workspace, fake_host
+from tests.plan.conftest import PlanWorkspace, fake_host
+from tests.sandbox import run_python
 
 KEY = "test-key-0123456789"
 
@@ -28,7 +27,7 @@ def host(tmp_path: Path) -> HostFacts:
     return fake_host(tmp_path, "genoa-9654-2s-nps1")
 
 
-def key_file(ws: Workspace, text: str = KEY + "\n", mode: int = 0o600) -> Path:
+def key_file(ws: PlanWorkspace, text: str = KEY + "\n", mode: int = 0o600) -> Path:
     path = ws.tmp / "secrets" / "api.key"
     path.parent.mkdir(exist_ok=True)
     path.write_text(text)
@@ -36,7 +35,7 @@ def key_file(ws: Workspace, text: str = KEY + "\n", mode: int = 0o600) -> Path:
     return path
 
 
-def test_an_endpoint_listens_on_loopback_by_default(ws: Workspace, host: HostFacts) -> None:
+def test_an_endpoint_listens_on_loopback_by_default(ws: PlanWorkspace, host: HostFacts) -> None:
     ws.endpoint("chat")
     plan = ws.plan(host)["chat"].plan
     assert plan is not None
@@ -49,7 +48,7 @@ def test_an_endpoint_listens_on_loopback_by_default(ws: Workspace, host: HostFac
 
 @pytest.mark.parametrize("address", ["0.0.0.0", "::", "192.0.2.10"])
 def test_listening_beyond_loopback_without_a_key_needs_consent(
-    ws: Workspace, host: HostFacts, address: str
+    ws: PlanWorkspace, host: HostFacts, address: str
 ) -> None:
     ws.endpoint("chat", f'host = "{address}"\n')
     plan = ws.plan(host)["chat"].plan
@@ -60,7 +59,7 @@ def test_listening_beyond_loopback_without_a_key_needs_consent(
 
 
 def test_listening_beyond_loopback_with_a_key_needs_no_consent(
-    ws: Workspace, host: HostFacts
+    ws: PlanWorkspace, host: HostFacts
 ) -> None:
     path = key_file(ws)
     ws.endpoint("chat", f'host = "0.0.0.0"\napi_key_file = "{path}"\n')
@@ -75,7 +74,7 @@ def test_listening_beyond_loopback_with_a_key_needs_no_consent(
 
 @pytest.mark.parametrize("address", ["localhost", "0.0.0.0:8000", "fe80::1%eth0", "", "1.2.3"])
 def test_a_host_that_is_not_an_address_names_file_and_key(
-    ws: Workspace, host: HostFacts, address: str
+    ws: PlanWorkspace, host: HostFacts, address: str
 ) -> None:
     path = ws.endpoint("chat", f'host = "{address}"\n')
     [problem] = ws.plan(host)["chat"].errors
@@ -95,7 +94,7 @@ def test_a_host_that_is_not_an_address_names_file_and_key(
     ],
 )
 def test_a_bad_key_file_is_refused_without_showing_the_key(
-    ws: Workspace, host: HostFacts, text: str, mode: int, said: str
+    ws: PlanWorkspace, host: HostFacts, text: str, mode: int, said: str
 ) -> None:
     path = key_file(ws, text, mode)
     config = ws.endpoint("chat", f'api_key_file = "{path}"\n')
@@ -106,7 +105,7 @@ def test_a_bad_key_file_is_refused_without_showing_the_key(
     assert KEY not in problem.text and "key with spaces" not in problem.text
 
 
-def test_a_missing_key_file_is_refused(ws: Workspace, host: HostFacts) -> None:
+def test_a_missing_key_file_is_refused(ws: PlanWorkspace, host: HostFacts) -> None:
     ws.endpoint("chat", f'api_key_file = "{ws.tmp}/absent.key"\n')
     [problem] = ws.plan(host)["chat"].errors
     assert problem.key == "api_key_file" and "mode 0600" in problem.text
@@ -116,8 +115,8 @@ NOBODY = 65534
 PLAN_AS_NOBODY = """
 import sys
 from pathlib import Path
-from tests.plan.conftest import Workspace, fake_host
-ws = Workspace.__new__(Workspace)
+from tests.plan.conftest import PlanWorkspace, fake_host
+ws = PlanWorkspace.__new__(PlanWorkspace)
 root = Path(sys.argv[1])
 ws.tmp, ws.config_dir, ws.hf_home = root, root / "etc-epyc-llm", root / "hf"
 from epycd.settings import Settings
@@ -142,7 +141,7 @@ def test_a_user_who_cannot_read_the_key_file_gets_the_same_plan(shared_folder: P
     """Only root reads api_key_file; the plan does not depend on the key, so `status` and
     `plan` as another user see the same plan instead of an error (or a drift)."""
     root = shared_folder
-    ws = Workspace(root)
+    ws = PlanWorkspace(root)
     path = key_file(ws)
     ws.endpoint("chat", f'host = "0.0.0.0"\napi_key_file = "{path}"\n')
     (root / "nobody").mkdir(mode=0o777)
@@ -150,14 +149,8 @@ def test_a_user_who_cannot_read_the_key_file_gets_the_same_plan(shared_folder: P
     for folder in (root, *root.rglob("*")):
         if folder != path:
             folder.chmod(folder.stat().st_mode | 0o005 | (0o050 if folder.is_dir() else 0))
-    as_root = subprocess.run(
-        [sys.executable, "-c", PLAN_AS_NOBODY, str(root), "root"], capture_output=True, text=True
-    )
-    nobody = subprocess.run(
-        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-         sys.executable, "-c", PLAN_AS_NOBODY, str(root), "nobody"],
-        capture_output=True, text=True, cwd=os.getcwd(),
-    )  # fmt: skip
+    as_root = run_python(["-c", PLAN_AS_NOBODY, str(root), "root"], env=os.environ)
+    nobody = run_python(["-c", PLAN_AS_NOBODY, str(root), "nobody"], env=os.environ, user=NOBODY)
     assert as_root.returncode == 0 and nobody.returncode == 0, as_root.stderr + nobody.stderr
     assert len(as_root.stdout.strip()) == 64, as_root.stdout
     assert nobody.stdout == as_root.stdout

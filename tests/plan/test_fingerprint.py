@@ -12,7 +12,7 @@ from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.plan.fingerprint import canonical_json, fingerprint, fingerprint_inputs
 from epycd.stack import parse_stack, shipped_stack, stack_path
 from tests.hosts import CATALOGUE, write_host
-from tests.plan.conftest import PODMAN_5, Workspace
+from tests.plan.conftest import PODMAN_5, PlanWorkspace
 
 GIB = 1024**3
 
@@ -23,7 +23,7 @@ def host_at(root: Path, name: str = "genoa-9654-2s-nps4", **changes: object) -> 
     return host.model_copy(update={"runtimes": RuntimeFacts(podman=PODMAN_5)})
 
 
-def prints(ws: Workspace, host: HostFacts, **kwargs: object) -> dict[str, str]:
+def prints(ws: PlanWorkspace, host: HostFacts, **kwargs: object) -> dict[str, str]:
     out = {}
     for name, result in ws.plan(host, **kwargs).items():
         assert result.plan is not None, [p.text for p in result.errors]
@@ -31,7 +31,7 @@ def prints(ws: Workspace, host: HostFacts, **kwargs: object) -> dict[str, str]:
     return out
 
 
-def test_two_runs_agree(ws: Workspace, tmp_path: Path) -> None:
+def test_two_runs_agree(ws: PlanWorkspace, tmp_path: Path) -> None:
     ws.endpoint("a")
     ws.endpoint("b", "socket = 1\n")
     first = prints(ws, host_at(tmp_path / "h1"))
@@ -40,7 +40,7 @@ def test_two_runs_agree(ws: Workspace, tmp_path: Path) -> None:
     assert all(len(value) == 64 for value in first.values())
 
 
-def test_volatile_figures_do_not_move_it(ws: Workspace, tmp_path: Path) -> None:
+def test_volatile_figures_do_not_move_it(ws: PlanWorkspace, tmp_path: Path) -> None:
     ws.endpoint("a", "socket = 0\n")
     host = host_at(tmp_path / "h")
     before = prints(ws, host)
@@ -54,7 +54,7 @@ def test_volatile_figures_do_not_move_it(ws: Workspace, tmp_path: Path) -> None:
     assert prints(ws, busier) == before
 
 
-def test_an_endpoint_file_edit_moves_only_its_own(ws: Workspace, tmp_path: Path) -> None:
+def test_an_endpoint_file_edit_moves_only_its_own(ws: PlanWorkspace, tmp_path: Path) -> None:
     ws.endpoint("a")
     ws.endpoint("b", "socket = 1\n")
     host = host_at(tmp_path / "h")
@@ -66,14 +66,14 @@ def test_an_endpoint_file_edit_moves_only_its_own(ws: Workspace, tmp_path: Path)
     assert prints(ws, host)["b"] not in (before["b"], after["b"])
 
 
-def test_a_host_core_count_change_moves_it(ws: Workspace, tmp_path: Path) -> None:
+def test_a_host_core_count_change_moves_it(ws: PlanWorkspace, tmp_path: Path) -> None:
     ws.endpoint("a", "socket = 0\n")
     full = prints(ws, host_at(tmp_path / "h96"))
     fewer = prints(ws, host_at(tmp_path / "h64", cores_per_socket=64))
     assert full["a"] != fewer["a"]
 
 
-def test_a_stack_change_moves_it(ws: Workspace, tmp_path: Path) -> None:
+def test_a_stack_change_moves_it(ws: PlanWorkspace, tmp_path: Path) -> None:
     ws.endpoint("a", "socket = 0\n")
     host = host_at(tmp_path / "h")
     data = json.loads(stack_path().read_text())
@@ -82,7 +82,7 @@ def test_a_stack_change_moves_it(ws: Workspace, tmp_path: Path) -> None:
     assert prints(ws, host, stack=edited) != prints(ws, host)
 
 
-def test_model_facts_revision_moves_it(ws: Workspace, tmp_path: Path) -> None:
+def test_model_facts_revision_moves_it(ws: PlanWorkspace, tmp_path: Path) -> None:
     ws.endpoint("a", "socket = 0\n")
     host = host_at(tmp_path / "h")
     plan = ws.plan(host)["a"]
@@ -101,7 +101,7 @@ def test_model_facts_revision_moves_it(ws: Workspace, tmp_path: Path) -> None:
     assert first != second
 
 
-def test_the_hash_is_over_canonical_json_of_the_inputs(ws: Workspace, tmp_path: Path) -> None:
+def test_the_hash_is_over_canonical_json_of_the_inputs(ws: PlanWorkspace, tmp_path: Path) -> None:
     ws.endpoint("a", "socket = 0\n")
     host = host_at(tmp_path / "h")
     result = ws.plan(host)["a"]

@@ -8,19 +8,17 @@ import json
 import os
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.hosts import make_host
-from tests.plan.conftest import Workspace
+from tests.plan.conftest import PlanWorkspace
+from tests.sandbox import REPO, run_python
 
-REPO = Path(__file__).resolve().parents[2]
 RAW_CONTROLS = ("\x07", "\x08", "\r", "\x1b")
 
 
-def epycctl(ws: Workspace, *args: str) -> subprocess.CompletedProcess[str]:
+def epycctl(ws: PlanWorkspace, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EPYCD_")}
     env |= {
         "EPYCD_CONFIG_DIR": str(ws.config_dir),
@@ -33,18 +31,10 @@ def epycctl(ws: Workspace, *args: str) -> subprocess.CompletedProcess[str]:
         "HF_HUB_OFFLINE": "1",
         "PYTHONPATH": str(REPO),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "epycd", *args],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_python(["-m", "epycd", *args], env=env)
 
 
-def test_an_oversized_endpoint_file_is_refused_unread(ws: Workspace) -> None:
+def test_an_oversized_endpoint_file_is_refused_unread(ws: PlanWorkspace) -> None:
     secret = "s3cr3t-" * 10_000
     big = ws.endpoint("big", f'served_model_name = "{secret}"\n')
     ws.endpoint("chat")
@@ -75,7 +65,7 @@ def test_an_oversized_endpoint_file_is_refused_unread(ws: Workspace) -> None:
         (["logs", "chat", "--lines", "99999999999"], "--lines"),
     ],
 )
-def test_numeric_options_check_their_range(ws: Workspace, argv: list[str], option: str) -> None:
+def test_numeric_options_check_their_range(ws: PlanWorkspace, argv: list[str], option: str) -> None:
     ws.endpoint("chat")
     done = epycctl(ws, *argv)
     assert done.returncode == 2, done.stdout + done.stderr
@@ -83,7 +73,7 @@ def test_numeric_options_check_their_range(ws: Workspace, argv: list[str], optio
     assert "Traceback" not in done.stderr
 
 
-def test_no_control_character_reaches_the_terminal_raw(ws: Workspace) -> None:
+def test_no_control_character_reaches_the_terminal_raw(ws: PlanWorkspace) -> None:
     ws.endpoint("chat", '[env]\n"\\u0007\\u0008x" = "y"\n')
     for argv in (["plan", "chat"], ["status"], ["approve", "chat", "--yes"]):
         done = epycctl(ws, *argv)
@@ -97,7 +87,7 @@ def test_no_control_character_reaches_the_terminal_raw(ws: Workspace) -> None:
     assert "\\x1b]0;title\\x07" in hostile.stderr
 
 
-def test_a_hostile_cpu_name_is_escaped_in_detect(ws: Workspace) -> None:
+def test_a_hostile_cpu_name_is_escaped_in_detect(ws: PlanWorkspace) -> None:
     root = make_host(ws.tmp / "hostile", "genoa-9654-2s-nps1")
     cpuinfo = root / "proc" / "cpuinfo"
     cpuinfo.write_text(

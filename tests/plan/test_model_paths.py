@@ -10,7 +10,7 @@ from pathlib import Path
 from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.model.check import inspect_model
 from epycd.model.facts import ModelFacts
-from tests.plan.conftest import Workspace, write_model
+from tests.plan.conftest import PlanWorkspace, write_model
 
 HostOf = Callable[..., HostFacts]
 
@@ -28,7 +28,7 @@ def hub_from(folder: Path, *, gated: bool | None = False) -> Callable[..., Model
 
 
 def test_hub_id_in_a_container_mounts_the_resolved_hf_cache(
-    ws: Workspace, host_of: HostOf, tmp_path: Path
+    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
 ) -> None:
     real = tmp_path / "scratch" / "hf"
     real.mkdir(parents=True)
@@ -46,7 +46,7 @@ def test_hub_id_in_a_container_mounts_the_resolved_hf_cache(
     assert plan.extra_mounts == []
 
 
-def test_hf_cache_on_nfs_is_flagged(ws: Workspace, host_of: HostOf, tmp_path: Path) -> None:
+def test_hf_cache_on_nfs_is_flagged(ws: PlanWorkspace, host_of: HostOf, tmp_path: Path) -> None:
     host = host_of("genoa-9654-2s-nps1")
     cache = tmp_path / "home" / "hf"
     cache.mkdir(parents=True)
@@ -60,7 +60,7 @@ def test_hf_cache_on_nfs_is_flagged(ws: Workspace, host_of: HostOf, tmp_path: Pa
     assert any("network filesystem" in w for w in plan.warnings)
 
 
-def test_hub_id_on_the_host_path_sets_hf_home(ws: Workspace, host_of: HostOf) -> None:
+def test_hub_id_on_the_host_path_sets_hf_home(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("qwen", 'model = "Qwen/Qwen3-0.6B"\nruntime = "host"\nvllm = "/opt/zen/bin/vllm"\n')
 
     def zen(executable: str) -> HostVllmFacts:
@@ -75,7 +75,7 @@ def test_hub_id_on_the_host_path_sets_hf_home(ws: Workspace, host_of: HostOf) ->
 
 
 def test_local_folder_in_a_container_is_mounted_read_only_at_its_path(
-    ws: Workspace, host_of: HostOf, tmp_path: Path
+    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
 ) -> None:
     link = tmp_path / "current-model"
     link.symlink_to(ws.model)
@@ -92,7 +92,7 @@ def test_local_folder_in_a_container_is_mounted_read_only_at_its_path(
 
 
 def test_base_model_without_template_serves_completions(
-    ws: Workspace, host_of: HostOf, tmp_path: Path
+    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
 ) -> None:
     base = write_model(tmp_path / "models" / "base", chat=False)
     ws.endpoint("base", f'model = "{base}"\n')
@@ -101,7 +101,7 @@ def test_base_model_without_template_serves_completions(
 
 
 def test_chat_template_file_is_passed_and_mounted(
-    ws: Workspace, host_of: HostOf, tmp_path: Path
+    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
 ) -> None:
     base = write_model(tmp_path / "models" / "base", chat=False)
     template = tmp_path / "chatml.jinja"
@@ -114,7 +114,7 @@ def test_chat_template_file_is_passed_and_mounted(
     assert str(template) in [m.container_path for m in plan.extra_mounts]
 
 
-def test_pooling_model_is_refused(ws: Workspace, host_of: HostOf, tmp_path: Path) -> None:
+def test_pooling_model_is_refused(ws: PlanWorkspace, host_of: HostOf, tmp_path: Path) -> None:
     pooling = write_model(
         tmp_path / "models" / "bert",
         {"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 384,
@@ -127,7 +127,7 @@ def test_pooling_model_is_refused(ws: Workspace, host_of: HostOf, tmp_path: Path
     assert (result.errors[0].file, result.errors[0].key) == (str(path), "model")
 
 
-def test_gated_model_needs_a_token_file(ws: Workspace, host_of: HostOf, tmp_path: Path) -> None:
+def test_gated_model_needs_a_token_file(ws: PlanWorkspace, host_of: HostOf, tmp_path: Path) -> None:
     ws.endpoint("llama", 'model = "meta-llama/Llama-3.2-1B"\n')
     host = host_of("genoa-9654-2s-nps1")
     result = ws.plan(host, inspect=hub_from(ws.model, gated=True))["llama"]
@@ -155,7 +155,7 @@ def test_gated_model_needs_a_token_file(ws: Workspace, host_of: HostOf, tmp_path
     assert "hf_secret_value" not in plan.model_dump_json()
 
 
-def test_unknown_gating_of_a_gated_family_warns(ws: Workspace, host_of: HostOf) -> None:
+def test_unknown_gating_of_a_gated_family_warns(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llama", 'model = "meta-llama/Llama-3.2-1B"\n')
     plan = ws.plan(host_of("genoa-9654-2s-nps1"), inspect=hub_from(ws.model, gated=None))[
         "llama"
@@ -164,7 +164,7 @@ def test_unknown_gating_of_a_gated_family_warns(ws: Workspace, host_of: HostOf) 
 
 
 def test_a_token_file_holding_an_assignment_is_refused(
-    ws: Workspace, host_of: HostOf, tmp_path: Path
+    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
 ) -> None:
     """vLLM reads the whole file as the token (HF_TOKEN_PATH): `HF_TOKEN=...` would be sent
     as the token. Refused with the fix, and the secret is not echoed."""

@@ -11,7 +11,7 @@ import pytest
 
 from epycd.host.facts import HostFacts
 from epycd.plan.ports import Listener, PortRequest, assign_ports, endpoint_of_pid, listening_ports
-from tests.plan.conftest import Workspace
+from tests.plan.conftest import PlanWorkspace
 
 HostOf = Callable[..., HostFacts]
 FILE = Path("/etc/epyc-llm/x.toml")
@@ -69,7 +69,7 @@ def test_endpoint_of_pid_reads_the_unit_from_the_cgroup(tmp_path: Path) -> None:
 
 
 def test_plan_skips_a_port_in_use_on_this_machine(
-    ws: Workspace, host_of: HostOf, bound_port: int
+    ws: PlanWorkspace, host_of: HostOf, bound_port: int
 ) -> None:
     ws.endpoint("a", f"port = {bound_port}\n")
     ws.endpoint("b")

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -23,8 +22,8 @@ import pytest
 from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
 from tests.hosts import make_host
 from tests.plan.conftest import write_model
+from tests.sandbox import REPO, run_python
 
-REPO = Path(__file__).resolve().parents[2]
 FAKE_PYTHON = """#!/bin/sh
 echo "$2" | grep -q ModelRegistry && what=registry || what=probe
 echo "$what" >> "{count}"
@@ -68,15 +67,7 @@ def epycctl_plan(tmp_path: Path, name: str) -> subprocess.CompletedProcess[str]:
         "EPYCD_HOST_ROOT": str(make_host(tmp_path / "hosts", "genoa-9654-2s-nps1")),
         "HF_HOME": str(tmp_path / "hf"),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "epycd", "plan", name, "--json", "--sample-seconds", "0"],
-        env=environ,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_python(["-m", "epycd", "plan", name, "--json", "--sample-seconds", "0"], env=environ)
 
 
 def test_plan_probes_once_then_again_after_the_venv_changes(tmp_path: Path) -> None:
@@ -131,11 +122,8 @@ PROBE_AS_NOBODY = (
 
 def probe_as_nobody(cache: Path, vllm: Path) -> subprocess.CompletedProcess[str]:
     """The cached probe as uid 65534: prints present, platform and the full key."""
-    return subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-         sys.executable, "-c", PROBE_AS_NOBODY, str(cache), str(vllm)],
-        capture_output=True, text=True, env={"PYTHONPATH": str(REPO)}, check=False,
-    )  # fmt: skip
+    argv = ["-c", PROBE_AS_NOBODY, str(cache), str(vllm)]
+    return run_python(argv, env={"PYTHONPATH": str(REPO)}, user=65534)
 
 
 @pytest.fixture

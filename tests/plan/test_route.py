@@ -8,7 +8,7 @@ import pytest
 
 from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, PodmanFacts, RuntimeFacts
 from epycd.stack import shipped_stack
-from tests.plan.conftest import Workspace
+from tests.plan.conftest import PlanWorkspace
 
 STACK = shipped_stack()
 HostOf = Callable[..., HostFacts]
@@ -21,7 +21,7 @@ def probe_says(platform: str, version: str = "0.25.1") -> Callable[[str], HostVl
     return probe
 
 
-def test_genoa_takes_the_validated_zentorch_image(ws: Workspace, host_of: HostOf) -> None:
+def test_genoa_takes_the_validated_zentorch_image(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm")
     plan = ws.plan(host_of("genoa-9654-2s-nps1"))["llm"].plan
     assert plan is not None
@@ -33,14 +33,14 @@ def test_genoa_takes_the_validated_zentorch_image(ws: Workspace, host_of: HostOf
 
 @pytest.mark.parametrize("name", ["turin-9965", "venice-256c"])
 def test_turin_and_venice_on_the_pinned_stack_need_no_consent(
-    ws: Workspace, host_of: HostOf, name: str
+    ws: PlanWorkspace, host_of: HostOf, name: str
 ) -> None:
     ws.endpoint("llm")
     plan = ws.plan(host_of(name))["llm"].plan
     assert plan is not None and plan.backend == "zentorch" and not plan.requires_confirmation
 
 
-def test_milan_gets_the_stock_image_with_consent(ws: Workspace, host_of: HostOf) -> None:
+def test_milan_gets_the_stock_image_with_consent(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm")
     plan = ws.plan(host_of("milan-7763-2s"))["llm"].plan
     assert plan is not None
@@ -54,7 +54,7 @@ def test_milan_gets_the_stock_image_with_consent(ws: Workspace, host_of: HostOf)
 
 @pytest.mark.parametrize("name", ["bergamo-9754", "epyc-4584px"])
 def test_bf16_outside_genoa_turin_venice_is_unvalidated_zentorch(
-    ws: Workspace, host_of: HostOf, name: str
+    ws: PlanWorkspace, host_of: HostOf, name: str
 ) -> None:
     ws.endpoint("llm")
     plan = ws.plan(host_of(name))["llm"].plan
@@ -64,7 +64,9 @@ def test_bf16_outside_genoa_turin_venice_is_unvalidated_zentorch(
     assert "not validated" in plan.confirmation_reasons[0]
 
 
-def test_bergamo_may_choose_the_stock_image_with_consent(ws: Workspace, host_of: HostOf) -> None:
+def test_bergamo_may_choose_the_stock_image_with_consent(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
     ws.endpoint("llm", 'image = "vllm/vllm-openai-cpu:latest-x86_64"\n')
     plan = ws.plan(host_of("bergamo-9754"))["llm"].plan
     assert plan is not None
@@ -74,7 +76,7 @@ def test_bergamo_may_choose_the_stock_image_with_consent(ws: Workspace, host_of:
     assert any("not pinned" in w for w in plan.warnings)
 
 
-def test_xeon_is_refused_naming_the_cpu(ws: Workspace, host_of: HostOf) -> None:
+def test_xeon_is_refused_naming_the_cpu(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm")
     result = ws.plan(host_of("xeon"))["llm"]
     assert result.plan is None and result.exit_code == 1
@@ -82,7 +84,7 @@ def test_xeon_is_refused_naming_the_cpu(ws: Workspace, host_of: HostOf) -> None:
     assert "GenuineIntel" in result.errors[0].text
 
 
-def test_stock_image_on_genoa_is_blocked(ws: Workspace, host_of: HostOf) -> None:
+def test_stock_image_on_genoa_is_blocked(ws: PlanWorkspace, host_of: HostOf) -> None:
     path = ws.endpoint("llm", 'image = "vllm/vllm-openai-cpu:v0.25.1-x86_64"\n')
     result = ws.plan(host_of("genoa-9654-2s-nps1"))["llm"]
     assert result.exit_code == 1
@@ -90,7 +92,7 @@ def test_stock_image_on_genoa_is_blocked(ws: Workspace, host_of: HostOf) -> None
     assert "blocked" in result.errors[0].message
 
 
-def test_host_vllm_on_the_zen_platform_proceeds(ws: Workspace, host_of: HostOf) -> None:
+def test_host_vllm_on_the_zen_platform_proceeds(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm", 'runtime = "host"\nvllm = "/opt/zen/bin/vllm"\n')
     plan = ws.plan(host_of("genoa-9654-2s-nps1"), probe=probe_says("ZenCpuPlatform"))["llm"].plan
     assert plan is not None
@@ -104,7 +106,7 @@ def test_host_vllm_on_the_zen_platform_proceeds(ws: Workspace, host_of: HostOf) 
 
 @pytest.mark.parametrize("name", ["genoa-9654-2s-nps1", "turin-9965", "venice-256c"])
 def test_host_vllm_on_the_stock_platform_is_stock_with_consent_on_a_zentorch_host(
-    ws: Workspace, host_of: HostOf, name: str
+    ws: PlanWorkspace, host_of: HostOf, name: str
 ) -> None:
     """An admin may choose a plain vLLM on purpose: consent, not a dead end; the reason says
     that zentorch is off, what that costs and how to get it."""
@@ -123,7 +125,7 @@ def test_host_vllm_on_the_stock_platform_is_stock_with_consent_on_a_zentorch_hos
 
 
 def test_host_vllm_on_the_stock_platform_is_stock_with_consent_on_milan(
-    ws: Workspace, host_of: HostOf
+    ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     ws.endpoint("llm", 'runtime = "host"\nvllm = "/opt/plain/bin/vllm"\n')
     plan = ws.plan(host_of("milan-7763-2s"), probe=probe_says("CpuPlatform", "0.29.0"))["llm"].plan
@@ -132,7 +134,7 @@ def test_host_vllm_on_the_stock_platform_is_stock_with_consent_on_milan(
     assert any("not the pinned vLLM 0.25.1" in w for w in plan.warnings)
 
 
-def test_venice_off_the_pinned_vllm_needs_consent(ws: Workspace, host_of: HostOf) -> None:
+def test_venice_off_the_pinned_vllm_needs_consent(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm", 'runtime = "host"\nvllm = "/opt/zen/bin/vllm"\n')
     venice = host_of("venice-256c")
     plan = ws.plan(venice, probe=probe_says("ZenCpuPlatform", "0.26.0"))["llm"].plan
@@ -154,7 +156,7 @@ AUTO_CASES = [
 
 @pytest.mark.parametrize(("runtimes", "expected"), AUTO_CASES)
 def test_auto_runtime_prefers_quadlet_then_docker_then_host(
-    ws: Workspace, host_of: HostOf, runtimes: RuntimeFacts, expected: str
+    ws: PlanWorkspace, host_of: HostOf, runtimes: RuntimeFacts, expected: str
 ) -> None:
     ws.endpoint("llm", 'vllm = "/opt/zen/bin/vllm"\n')
     result = ws.plan(host_of("genoa-9654-2s-nps1", runtimes), probe=probe_says("ZenCpuPlatform"))
@@ -162,7 +164,9 @@ def test_auto_runtime_prefers_quadlet_then_docker_then_host(
     assert plan is not None and plan.runtime == expected
 
 
-def test_no_runtime_at_all_is_refused_with_the_one_time_fix(ws: Workspace, host_of: HostOf) -> None:
+def test_no_runtime_at_all_is_refused_with_the_one_time_fix(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
     ws.endpoint("llm")
     result = ws.plan(host_of("genoa-9654-2s-nps1", RuntimeFacts()))["llm"]
     assert result.exit_code == 1
@@ -180,7 +184,7 @@ def test_no_runtime_at_all_is_refused_with_the_one_time_fix(ws: Workspace, host_
     ],
 )
 def test_explicit_runtime_that_is_not_there_is_a_clear_error(
-    ws: Workspace, host_of: HostOf, runtime: str, facts: RuntimeFacts, says: str
+    ws: PlanWorkspace, host_of: HostOf, runtime: str, facts: RuntimeFacts, says: str
 ) -> None:
     path = ws.endpoint("llm", f'runtime = "{runtime}"\n')
     result = ws.plan(host_of("genoa-9654-2s-nps1", facts))["llm"]
@@ -189,7 +193,7 @@ def test_explicit_runtime_that_is_not_there_is_a_clear_error(
     assert (error.file, error.key) == (str(path), "runtime") and says in error.message
 
 
-def test_host_vllm_that_cannot_be_probed_is_an_error(ws: Workspace, host_of: HostOf) -> None:
+def test_host_vllm_that_cannot_be_probed_is_an_error(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm", 'runtime = "host"\nvllm = "/nowhere/bin/vllm"\n')
 
     def absent(executable: str) -> HostVllmFacts:

@@ -9,7 +9,7 @@ from pathlib import Path
 from epycd.host.facts import HostFacts
 from epycd.model.memory import kv_pool_gib
 from epycd.stack import shipped_stack
-from tests.plan.conftest import QWEN3_0_6B_CONFIG, Workspace, write_model
+from tests.plan.conftest import QWEN3_0_6B_CONFIG, PlanWorkspace, write_model
 
 HostOf = Callable[..., HostFacts]
 GIB = 1024**3
@@ -18,7 +18,7 @@ BIG = {**QWEN3_0_6B_CONFIG, "hidden_size": 8192, "intermediate_size": 28672,
        "head_dim": 128}  # fmt: skip
 
 
-def test_fit_uses_the_nodes_memory_not_proc_meminfo(ws: Workspace, host_of: HostOf) -> None:
+def test_fit_uses_the_nodes_memory_not_proc_meminfo(ws: PlanWorkspace, host_of: HostOf) -> None:
     """Like this machine: node0 has 10.8 GiB while /proc/meminfo says 23.5 GiB."""
     host = host_of("this-machine-genoa-vm")
     assert host.memory_gb > 20 and host.nodes[0].memory_total_bytes < 11 * GIB
@@ -35,7 +35,7 @@ def test_fit_uses_the_nodes_memory_not_proc_meminfo(ws: Workspace, host_of: Host
     assert plan.kv_cache_gb >= 1
 
 
-def test_short_first_node_still_plans_and_says_so(ws: Workspace, host_of: HostOf) -> None:
+def test_short_first_node_still_plans_and_says_so(ws: PlanWorkspace, host_of: HostOf) -> None:
     host = host_of("this-machine-genoa-vm")
     node = host.nodes[0].model_copy(update={"memory_available_bytes": 5 * GIB})
     short = host.model_copy(update={"nodes": [node]})
@@ -48,7 +48,7 @@ def test_short_first_node_still_plans_and_says_so(ws: Workspace, host_of: HostOf
 
 
 def test_a_model_too_big_for_the_socket_is_refused_with_the_sizing(
-    ws: Workspace, host_of: HostOf, tmp_path: Path
+    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
 ) -> None:
     big = write_model(tmp_path / "models" / "big", BIG)
     path = ws.endpoint("big", f'model = "{big}"\n')
@@ -62,7 +62,7 @@ def test_a_model_too_big_for_the_socket_is_refused_with_the_sizing(
 
 
 def test_a_context_too_long_for_the_pool_suggests_a_shorter_one(
-    ws: Workspace, host_of: HostOf
+    ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     ws.endpoint("long", "max_model_len = 40960\nmax_num_seqs = 64\n")
     result = ws.plan(host_of("this-machine-genoa-vm"))["long"]
@@ -72,7 +72,9 @@ def test_a_context_too_long_for_the_pool_suggests_a_shorter_one(
     assert str(suggested) in (result.errors[0].fix or "")
 
 
-def test_the_same_model_fits_a_big_socket(ws: Workspace, host_of: HostOf, tmp_path: Path) -> None:
+def test_the_same_model_fits_a_big_socket(
+    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
+) -> None:
     big = write_model(tmp_path / "models" / "big", BIG)
     ws.endpoint("big", f'model = "{big}"\n')
     plan = ws.plan(host_of("genoa-9654-2s-nps1"))["big"].plan
@@ -85,7 +87,7 @@ def test_the_same_model_fits_a_big_socket(ws: Workspace, host_of: HostOf, tmp_pa
 
 
 def test_default_context_is_the_stack_default_capped_by_the_model(
-    ws: Workspace, host_of: HostOf, tmp_path: Path
+    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
 ) -> None:
     config = {**QWEN3_0_6B_CONFIG, "max_position_embeddings": 2048}
     short = write_model(tmp_path / "models" / "short", config)
@@ -98,7 +100,7 @@ def test_default_context_is_the_stack_default_capped_by_the_model(
     assert any("capped" in w for w in capped.warnings)
 
 
-def test_env_and_args_the_plan_writes(ws: Workspace, host_of: HostOf) -> None:
+def test_env_and_args_the_plan_writes(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint(
         "llm",
         'dtype = "float32"\nmax_num_seqs = 2\nport = 8123\nserved_model_name = "q"\n'

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from epycd.spec import EndpointSpec, endpoint_files, load_endpoints, parse_endpoint
+from epycd.spec import ALLOWED, EndpointSpec, endpoint_files, load_endpoints, parse_endpoint
 from epycd.stack import shipped_stack
-from tests.plan.conftest import Workspace
+from tests.plan.conftest import PlanWorkspace
 
 PRECISIONS = shipped_stack().precisions
 
@@ -185,7 +185,7 @@ def test_syntax_error_names_the_file(tmp_path: Path) -> None:
     assert found[0][1].startswith(f"{path}: is not valid TOML")
 
 
-def test_folder_loads_each_file_on_its_own(ws: Workspace) -> None:
+def test_folder_loads_each_file_on_its_own(ws: PlanWorkspace) -> None:
     ws.endpoint("good", "")
     (ws.config_dir / "bad.toml").write_text("nonsense = true\n")
     (ws.config_dir / "epycd.conf").write_text("admin_group = 'wheel'\n")
@@ -293,3 +293,9 @@ def test_secrets_are_refused_with_the_fix_and_never_echoed(
     assert f": {key}: " in message
     assert fix in message
     assert "s3cr3t" not in message and HF_LIKE not in message
+
+
+def test_every_key_has_its_allowed_values_for_the_error_message() -> None:
+    """A bad value's fix names what the key allows; the pointer to the docs (not on the
+    admin's machine) is never what an admin sees."""
+    assert set(ALLOWED) == set(EndpointSpec.model_fields)

@@ -17,7 +17,7 @@ from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.plan.model import Plan
 from epycd.spec import parse_endpoint
 from tests.hosts import CATALOGUE, write_host
-from tests.plan.conftest import PODMAN_5, Workspace
+from tests.plan.conftest import PODMAN_5, PlanWorkspace
 
 GIB = 1024**3
 HostOf = Callable[..., HostFacts]
@@ -39,11 +39,13 @@ def probe_says(version: str) -> Callable[[str], HostVllmFacts]:
     return probe
 
 
-def plans(ws: Workspace, host: HostFacts, **kwargs: object) -> dict[str, Plan]:
+def plans(ws: PlanWorkspace, host: HostFacts, **kwargs: object) -> dict[str, Plan]:
+    """A plan for every endpoint file of `ws`: a missing or refused one fails the test."""
     found = {}
     for name, result in ws.plan(host, **kwargs).items():
         assert result.plan is not None, result.errors
         found[name] = result.plan
+    assert sorted(found) == sorted(path.stem for path in ws.config_dir.glob("*.toml"))
     return found
 
 
@@ -65,7 +67,7 @@ def check_bind(plan: Plan, host: HostFacts) -> None:
 
 @pytest.mark.parametrize("name", RULE_HOSTS)
 def test_the_bind_leaves_the_front_end_cores_within_the_pinned_set(
-    ws: Workspace, host_of: HostOf, name: str
+    ws: PlanWorkspace, host_of: HostOf, name: str
 ) -> None:
     host = host_of(name)
     for index in range(host.sockets):
@@ -77,7 +79,7 @@ def test_the_bind_leaves_the_front_end_cores_within_the_pinned_set(
         assert f"VLLM_CPU_OMP_THREADS_BIND={plan.omp_cpus}\n" in unit
 
 
-def test_nps4_instances_of_24_cores_each_leave_one(ws: Workspace, host_of: HostOf) -> None:
+def test_nps4_instances_of_24_cores_each_leave_one(ws: PlanWorkspace, host_of: HostOf) -> None:
     host = host_of("genoa-9654-2s-nps4")
     for index in range(8):
         ws.endpoint(f"e{index}")
@@ -89,7 +91,7 @@ def test_nps4_instances_of_24_cores_each_leave_one(ws: Workspace, host_of: HostO
         assert len(parse_cpulist(plan.omp_cpus)) == 23
 
 
-def test_a_one_core_instance_binds_its_core(ws: Workspace, tmp_path: Path) -> None:
+def test_a_one_core_instance_binds_its_core(ws: PlanWorkspace, tmp_path: Path) -> None:
     shape = CATALOGUE["this-machine-genoa-vm"]
     from dataclasses import replace
 
@@ -103,7 +105,7 @@ def test_a_one_core_instance_binds_its_core(ws: Workspace, tmp_path: Path) -> No
 
 
 def test_the_two_core_vm_holds_one_core_back_and_batches_like_vllm(
-    ws: Workspace, host_of: HostOf
+    ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     """The machine of benchmarks/serving-results.md: core 0 for OpenMP, core 1 for the
     front end; 4096-token Qwen3-0.6B sequences (448 MiB of KV each) fit the cap 11 times."""
@@ -121,7 +123,7 @@ def test_the_two_core_vm_holds_one_core_back_and_batches_like_vllm(
 @pytest.mark.parametrize("name", RULE_HOSTS)
 @pytest.mark.parametrize("profile", ["balanced", "latency", "throughput"])
 def test_the_pool_and_the_sequences_fit_the_nodes(
-    ws: Workspace, host_of: HostOf, name: str, profile: str
+    ws: PlanWorkspace, host_of: HostOf, name: str, profile: str
 ) -> None:
     host = host_of(name)
     ws.endpoint("llm", f'profile = "{profile}"\n')
@@ -143,7 +145,7 @@ def test_the_pool_and_the_sequences_fit_the_nodes(
 
 @pytest.mark.parametrize("name", RULE_HOSTS[1:])
 def test_balanced_and_throughput_never_go_below_vllms_defaults_where_memory_allows(
-    ws: Workspace, host_of: HostOf, name: str
+    ws: PlanWorkspace, host_of: HostOf, name: str
 ) -> None:
     host = host_of(name)
     ws.endpoint("llm", "max_model_len = 2048\n")
@@ -154,7 +156,9 @@ def test_balanced_and_throughput_never_go_below_vllms_defaults_where_memory_allo
     assert (throughput.max_num_seqs, throughput.max_num_batched_tokens) == (256, 4096)
 
 
-def test_latency_batches_fewer_sequences_in_shorter_steps(ws: Workspace, host_of: HostOf) -> None:
+def test_latency_batches_fewer_sequences_in_shorter_steps(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
     ws.endpoint("fast", 'profile = "latency"\nmax_model_len = 2048\n')
     ws.endpoint("wide", "max_model_len = 2048\n")
     found = plans(ws, host_of("genoa-9654-2s-nps1"))
@@ -163,7 +167,7 @@ def test_latency_batches_fewer_sequences_in_shorter_steps(ws: Workspace, host_of
     assert found["fast"].kv_cache_gb < found["wide"].kv_cache_gb
 
 
-def test_an_explicit_max_num_seqs_is_kept(ws: Workspace, host_of: HostOf) -> None:
+def test_an_explicit_max_num_seqs_is_kept(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm", "max_num_seqs = 3\n")
     plan = plans(ws, host_of("genoa-9654-2s-nps1"))["llm"]
     assert plan.max_num_seqs == 3 and plan.max_num_batched_tokens == 2048
@@ -178,11 +182,11 @@ def test_a_bad_profile_names_the_file_and_key(tmp_path: Path) -> None:
     assert "balanced" in (error.fix or "")
 
 
-def host_endpoint(ws: Workspace, extra: str = "") -> None:
+def host_endpoint(ws: PlanWorkspace, extra: str = "") -> None:
     ws.endpoint("llm", f'runtime = "host"\nvllm = "/opt/zen/bin/vllm"\n{extra}')
 
 
-def test_vllm_032_takes_the_pool_in_bytes(ws: Workspace, host_of: HostOf) -> None:
+def test_vllm_032_takes_the_pool_in_bytes(ws: PlanWorkspace, host_of: HostOf) -> None:
     host_endpoint(ws)
     plan = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
     args = plan.vllm_args
@@ -191,7 +195,7 @@ def test_vllm_032_takes_the_pool_in_bytes(ws: Workspace, host_of: HostOf) -> Non
 
 
 def test_older_vllm_and_the_pinned_image_take_the_gib_variable(
-    ws: Workspace, host_of: HostOf
+    ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     host_endpoint(ws)
     ws.endpoint("box")
@@ -209,13 +213,15 @@ def test_the_fake_hosts_have_a_compiler_where_a_host_vllm_compiles(host_of: Host
     assert host_of("genoa-9654-2s-nps1").cxx_compiler == "/usr/bin/g++"
 
 
-def test_a_host_vllm_with_a_compiler_compiles(ws: Workspace, host_of: HostOf) -> None:
+def test_a_host_vllm_with_a_compiler_compiles(ws: PlanWorkspace, host_of: HostOf) -> None:
     host_endpoint(ws)
     plan = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
     assert not plan.enforce_eager and "--enforce-eager" not in plan.vllm_args
 
 
-def test_no_compiler_balanced_runs_eager_and_says_the_cost(ws: Workspace, host_of: HostOf) -> None:
+def test_no_compiler_balanced_runs_eager_and_says_the_cost(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
     host_endpoint(ws)
     host = without_cxx(host_of("genoa-9654-2s-nps1"))
     plan = plans(ws, host, probe=probe_says("0.32.0"))["llm"]
@@ -223,7 +229,7 @@ def test_no_compiler_balanced_runs_eager_and_says_the_cost(ws: Workspace, host_o
     assert any("fewer tokens/s" in w and "apt-get install g++" in w for w in plan.warnings)
 
 
-def test_no_compiler_throughput_is_refused_with_the_fix(ws: Workspace, host_of: HostOf) -> None:
+def test_no_compiler_throughput_is_refused_with_the_fix(ws: PlanWorkspace, host_of: HostOf) -> None:
     host_endpoint(ws, 'profile = "throughput"\n')
     host = without_cxx(host_of("genoa-9654-2s-nps1"))
     result = ws.plan(host, probe=probe_says("0.32.0"))["llm"]
@@ -232,13 +238,13 @@ def test_no_compiler_throughput_is_refused_with_the_fix(ws: Workspace, host_of: 
     assert "apt-get install g++" in (result.errors[0].fix or "")
 
 
-def test_containers_carry_their_own_compiler(ws: Workspace, host_of: HostOf) -> None:
+def test_containers_carry_their_own_compiler(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm", 'profile = "throughput"\n')
     plan = plans(ws, without_cxx(host_of("genoa-9654-2s-nps1")))["llm"]
     assert not plan.enforce_eager and "--enforce-eager" not in plan.vllm_args
 
 
-def test_every_unit_kind_carries_the_limits(ws: Workspace, host_of: HostOf) -> None:
+def test_every_unit_kind_carries_the_limits(ws: PlanWorkspace, host_of: HostOf) -> None:
     host_endpoint(ws)
     ws.endpoint("box")
     found = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))

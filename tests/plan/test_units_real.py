@@ -11,7 +11,7 @@ import pytest
 
 from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.plan.model import Plan
-from tests.plan.conftest import Workspace
+from tests.plan.conftest import PlanWorkspace
 from tests.render.realtools import quadlet_dryrun, verify, write_units
 
 HostOf = Callable[..., HostFacts]
@@ -22,7 +22,7 @@ def zen(executable: str) -> HostVllmFacts:
     return HostVllmFacts(path=executable, present=True, version="0.25.1", platform="ZenCpuPlatform")
 
 
-def all_plans(ws: Workspace, host: HostFacts, **kwargs: object) -> list[Plan]:
+def all_plans(ws: PlanWorkspace, host: HostFacts, **kwargs: object) -> list[Plan]:
     plans = []
     for result in ws.plan(host, **kwargs).values():
         assert result.plan is not None, [p.text for p in result.errors]
@@ -30,7 +30,9 @@ def all_plans(ws: Workspace, host: HostFacts, **kwargs: object) -> list[Plan]:
     return plans
 
 
-def test_host_and_docker_services_verify(ws: Workspace, host_of: HostOf, tmp_path: Path) -> None:
+def test_host_and_docker_services_verify(
+    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
+) -> None:
     ws.endpoint("host-a", 'runtime = "host"\nvllm = "/opt/zen/bin/vllm"\nsocket = 1\n')
     ws.endpoint("host-b", 'runtime = "host"\nvllm = "/opt/zen/bin/vllm"\nthroughput_flags = true\n'
                 'restart = "on-failure"\n[env]\nVLLM_LOGGING_LEVEL = "DEBUG"\n')  # fmt: skip
@@ -48,7 +50,7 @@ def test_host_and_docker_services_verify(ws: Workspace, host_of: HostOf, tmp_pat
 
 @pytest.mark.quadlet
 def test_podman_containers_pass_quadlet_and_verify(
-    ws: Workspace, host_of: HostOf, tmp_path: Path
+    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
 ) -> None:
     for name in ("a", "b", "c"):
         ws.endpoint(name, 'extra_args = ["--enforce-eager"]\n' if name == "b" else "")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from epycd.host.facts import HostFacts
 from epycd.plan.build import EndpointResult
 from epycd.spec import env_refusal
-from tests.plan.conftest import Workspace, fake_host
+from tests.plan.conftest import PlanWorkspace, fake_host
 
 TEXT = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"])
@@ -30,9 +30,9 @@ ENV_KEY = st.from_regex(r"VLLM_[A-Za-z0-9_]{1,10}", fullmatch=True).filter(
 
 
 @functools.cache
-def workspace() -> tuple[Workspace, HostFacts]:
+def workspace() -> tuple[PlanWorkspace, HostFacts]:
     tmp = Path(tempfile.mkdtemp(prefix="plan-unsafe-"))
-    return Workspace(tmp), fake_host(tmp, "genoa-9654-2s-nps1")
+    return PlanWorkspace(tmp), fake_host(tmp, "genoa-9654-2s-nps1")
 
 
 def directives(units: dict[str, str]) -> dict[str, list[str]]:

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
+from pathlib import Path
 
 import pytest
 
 from epycd.cli.quickstart import chosen_runtime, no_runtime_text
+from epycd.errors import Refusal
+from epycd.host.detect import detect_host
 from epycd.host.facts import DockerFacts, HostVllmFacts, PodmanFacts, RuntimeFacts
 from epycd.host.runtimes import probe_runtimes
+from epycd.plan.route import choose_runtime
+from epycd.spec import EndpointSpec
+from tests.hosts import make_host
 from tests.machine import real_cpu
-from tests.quickstart.conftest import Sandbox
+from tests.sandbox import CliSandbox
 
 FIXES = (
     "make docker reachable",
@@ -20,7 +27,7 @@ FIXES = (
 )
 
 
-def assert_refused_unchanged(sandbox: Sandbox, stderr: str, returncode: int) -> None:
+def assert_refused_unchanged(sandbox: CliSandbox, stderr: str, returncode: int) -> None:
     assert returncode == 1, stderr
     for fix in FIXES:
         assert fix in stderr
@@ -28,7 +35,7 @@ def assert_refused_unchanged(sandbox: Sandbox, stderr: str, returncode: int) -> 
     assert sandbox.written() == []
 
 
-def test_this_machine_real_probes(sandbox: Sandbox) -> None:
+def test_this_machine_real_probes(sandbox: CliSandbox) -> None:
     """The real podman, docker and PATH of this machine, whatever they are. Without a
     runtime: the one-time fix, each probe's finding named. With one (a Quadlet podman, a
     docker daemon, a vllm on PATH): quickstart goes on to plan the default model, which is
@@ -61,7 +68,7 @@ def test_this_machine_real_probes(sandbox: Sandbox) -> None:
     assert "Plan for endpoint" not in done.stdout
 
 
-def test_fake_host_without_podman_or_docker(sandbox: Sandbox) -> None:
+def test_fake_host_without_podman_or_docker(sandbox: CliSandbox) -> None:
     """A fake host root, and a PATH without podman, docker or vllm at all."""
     sandbox.use_fake_host()
     done = sandbox.epycctl("quickstart", "--yes", system_path=False)
@@ -70,7 +77,7 @@ def test_fake_host_without_podman_or_docker(sandbox: Sandbox) -> None:
     assert "docker: not installed" in done.stderr
 
 
-def test_a_vllm_on_path_that_does_not_work_is_named(sandbox: Sandbox) -> None:
+def test_a_vllm_on_path_that_does_not_work_is_named(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
     fake = sandbox.bin_dir / "vllm"
     fake.write_text("#!/bin/sh\nexit 3\n")
@@ -80,7 +87,7 @@ def test_a_vllm_on_path_that_does_not_work_is_named(sandbox: Sandbox) -> None:
     assert f"vllm {fake}:" in done.stderr
 
 
-def test_a_bad_vllm_argument_is_bad_input(sandbox: Sandbox) -> None:
+def test_a_bad_vllm_argument_is_bad_input(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
     missing = sandbox.tmp / "no-such-env"
     done = sandbox.epycctl("quickstart", "--yes", "--vllm", str(missing))
@@ -136,3 +143,26 @@ def test_fix_text_names_what_was_found() -> None:
     assert "podman 4.3.1: no Quadlet (needs >= 4.4)" in text
     assert "docker 28.2.2: the daemon does not answer" in text
     assert "vllm /opt/env/bin/vllm: no such file" in text
+
+
+def test_quickstart_picks_what_the_planners_auto_picks(tmp_path: Path) -> None:
+    """One runtime precedence: quickstart's choice is the planner's `runtime = "auto"`, for
+    every mix of podman (Quadlet or not), docker (none, daemon down, up) and host vLLM."""
+    detected = detect_host(make_host(tmp_path, "vm-zen5"), probe_runtimes=False)
+    for quadlet, docker, vllm_works in itertools.product(
+        (False, True), (None, False, True), (None, False, True)
+    ):
+        runtimes = RuntimeFacts(
+            podman=PodmanFacts(present=True, version="5.4.2", quadlet=quadlet),
+            docker=DockerFacts(present=docker is not None, daemon_reachable=bool(docker)),
+            vllm=None
+            if vllm_works is None
+            else HostVllmFacts(path="/v", present=vllm_works, error=None if vllm_works else "x"),
+        )
+        host = detected.model_copy(update={"runtimes": runtimes})
+        picked = chosen_runtime(runtimes, vllm_given=False)
+        try:
+            planned, _ = choose_runtime(EndpointSpec(), host, tmp_path / "a.toml", runtimes.vllm)
+        except Refusal:
+            planned = None
+        assert planned == picked, (quadlet, docker, vllm_works)

@@ -20,22 +20,23 @@ from epycd.spec import parse_endpoint
 from epycd.supervisor import SupervisorStatus, write_status
 from tests.health.realvllm import tiny_model
 from tests.machine import Serving, vllm_runs_zen_here
-from tests.quickstart.conftest import Sandbox, real_vllm
+from tests.quickstart.conftest import real_vllm
+from tests.sandbox import CliSandbox
 
 pytestmark = pytest.mark.vllm
 
 
-def quickstart(sandbox: Sandbox, *args: str, **extra: str) -> tuple[int, str, str]:
+def quickstart(sandbox: CliSandbox, *args: str, **extra: str) -> tuple[int, str, str]:
     """quickstart with the real vLLM on the fake Genoa host, with the consent that host and
     this machine's vLLM platform call for (the stock platform needs it: tests/machine.py)."""
     consent = Serving(Path("/"), "Genoa", bf16=True, zen_platform=vllm_runs_zen_here())
     done = sandbox.epycctl(
-        "quickstart", "--vllm", str(real_vllm()), *consent.consent_args, *args, extra=extra
+        "quickstart", "--vllm", str(real_vllm()), *consent.consent_args, *args, **extra
     )
     return done.returncode, done.stdout, done.stderr
 
 
-def test_offline_without_the_model_writes_nothing(sandbox: Sandbox) -> None:
+def test_offline_without_the_model_writes_nothing(sandbox: CliSandbox) -> None:
     """The default model (Qwen/Qwen3-0.6B) is not in this empty HF cache and the hub is off:
     the planner's own error, exit 1, nothing written."""
     sandbox.use_fake_host()
@@ -46,7 +47,7 @@ def test_offline_without_the_model_writes_nothing(sandbox: Sandbox) -> None:
     assert sandbox.written() == []
 
 
-def test_writes_plans_approves_and_agrees_with_the_planner(sandbox: Sandbox) -> None:
+def test_writes_plans_approves_and_agrees_with_the_planner(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
     model = tiny_model()
     code, out, err = quickstart(sandbox, "--model", str(model), "--yes", "--no-start")
@@ -79,7 +80,7 @@ def test_writes_plans_approves_and_agrees_with_the_planner(sandbox: Sandbox) -> 
     assert f"wrote {target}" not in out
 
 
-def test_refuses_to_overwrite_a_different_file(sandbox: Sandbox) -> None:
+def test_refuses_to_overwrite_a_different_file(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
     target = sandbox.settings.config_dir / "default.toml"
     mine = 'model = "Qwen/Qwen3-0.6B"\nmax_model_len = 1024\n'
@@ -92,7 +93,7 @@ def test_refuses_to_overwrite_a_different_file(sandbox: Sandbox) -> None:
     assert sandbox.written() == [target]
 
 
-def test_another_name_leaves_the_other_file_alone(sandbox: Sandbox) -> None:
+def test_another_name_leaves_the_other_file_alone(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
     other = sandbox.settings.config_dir / "default.toml"
     other.write_text('model = "Qwen/Qwen3-0.6B"\n')
@@ -105,7 +106,7 @@ def test_another_name_leaves_the_other_file_alone(sandbox: Sandbox) -> None:
     assert load_approval(sandbox.settings, "default") is None
 
 
-def test_no_terminal_and_no_yes_writes_nothing(sandbox: Sandbox) -> None:
+def test_no_terminal_and_no_yes_writes_nothing(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
     code, out, err = quickstart(sandbox, "--model", str(tiny_model()), "--no-start")
     assert code == 1, out + err
@@ -114,7 +115,7 @@ def test_no_terminal_and_no_yes_writes_nothing(sandbox: Sandbox) -> None:
     assert sandbox.written() == []
 
 
-def test_start_waits_and_hands_off(sandbox: Sandbox) -> None:
+def test_start_waits_and_hands_off(sandbox: CliSandbox) -> None:
     """systemctl (fake: systemd is not PID 1 here) says the unit started: the hand-off."""
     sandbox.use_fake_host()
     sandbox.install_fake_systemctl()
@@ -128,7 +129,7 @@ def test_start_waits_and_hands_off(sandbox: Sandbox) -> None:
     assert "daemon-reload" in calls
     assert "enable epyc-llm-default.service" in calls
     assert "restart epyc-llm-default.service" in calls
-    port = approval.plan["port"]
+    port = approval.plan.port
     assert "default is ready." in out
     assert f"http://127.0.0.1:{port}/v1" in out
     assert re.search(r"Served model +default +\(the id in /v1/models\)", out)
@@ -138,7 +139,7 @@ def test_start_waits_and_hands_off(sandbox: Sandbox) -> None:
     assert "unit active" in out  # the progress line read the unit's state
 
 
-def test_a_failed_start_reports_the_gate_phase(sandbox: Sandbox) -> None:
+def test_a_failed_start_reports_the_gate_phase(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
     sandbox.install_fake_systemctl()
     status_file = sandbox.settings.run_dir / "default.json"
@@ -190,7 +191,7 @@ def test_model_argument(tmp_path: Path) -> None:
     assert model_argument(str(tmp_path / "x" / ".." / "m")) == str(tmp_path / "m")
 
 
-def test_a_hostile_model_argument_is_not_echoed_raw(sandbox: Sandbox) -> None:
+def test_a_hostile_model_argument_is_not_echoed_raw(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
     code, out, err = quickstart(sandbox, "--model", "Qw\ren/\x1b]0;title\x07", "--yes")
     assert code in (1, 2), out + err

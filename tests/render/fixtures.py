@@ -1,6 +1,8 @@
-"""Hand-written decisions, one per unit path, as the planner would hand them over.
+"""Hand-written decisions, one per unit path, as the planner would hand them over: the
+renderer's own tests (policy, quoting, real tools). The golden units come from the real
+planner instead (tests/golden/, tests/render/test_golden.py).
 
-The canonical paths (/opt/epyc-llm/...) keep the golden files the same on every machine;
+The canonical paths (/opt/epyc-llm/...) keep the rendered text the same on every machine;
 `runnable()` points the executables at real files so that systemd-analyze accepts them.
 """
 
@@ -9,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from epycd.model.facts import MemoryFit
-from epycd.plan.model import EndpointDecisions, HfCacheMount
+from epycd.plan.build import approval_check_argv
+from epycd.plan.model import EndpointDecisions, HfCacheMount, Plan
 
 PRODUCT_PYTHON = "/opt/epyc-llm/venv/bin/python"
 GENOA_IMAGE = (
@@ -40,7 +43,7 @@ def _memory(kv_pool_gb: int) -> MemoryFit:
 
 
 def _approval_check(name: str) -> list[str]:
-    return [PRODUCT_PYTHON, "-m", "epycd.approval", "check", name]
+    return approval_check_argv(PRODUCT_PYTHON, name)
 
 
 def _base(name: str, **changes: object) -> EndpointDecisions:
@@ -275,3 +278,10 @@ def runnable(decisions: EndpointDecisions, python: str, vllm: Path) -> EndpointD
     if decisions.vllm_executable:
         update["vllm_executable"] = str(vllm)
     return decisions.model_copy(update=update)
+
+
+def as_plan(decisions: EndpointDecisions, **changes: object) -> Plan:
+    """The decisions as a plan (no units rendered) with `changes` applied, for the code that
+    reads an approved plan."""
+    fields = {**decisions.model_dump(), "units": {}, "fingerprint": "0" * 64, **changes}
+    return Plan.model_validate(fields)

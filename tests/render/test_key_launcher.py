@@ -3,22 +3,22 @@ VLLM_API_KEY and becomes the command after it, with the key in no argv."""
 
 from __future__ import annotations
 
-import subprocess
+import os
 import sys
 from pathlib import Path
 
 from epycd.render import commands
 from tests.render.fixtures import docker_exposed_with_key, podman_before_5_with_key
+from tests.sandbox import run_python
 
 
 def test_the_launcher_hands_the_key_to_the_command_it_becomes(tmp_path: Path) -> None:
     key_file = tmp_path / "api_key"
     key_file.write_text("s3cr3t-k3y\n")
     show = "import os, sys; print(os.environ['VLLM_API_KEY'], os.getpid(), sys.argv[1:])"
-    argv = [sys.executable, "-c", commands.KEY_LAUNCHER, str(key_file), sys.executable]
-    done = subprocess.run(
-        [*argv, "-c", show, "serve"], capture_output=True, text=True, check=True, timeout=30
-    )
+    argv = ["-c", commands.KEY_LAUNCHER, str(key_file), sys.executable, "-c", show, "serve"]
+    done = run_python(argv, env=os.environ)
+    assert done.returncode == 0, done.stderr
     key, _pid, rest = done.stdout.split(" ", 2)
     assert key == "s3cr3t-k3y" and rest.strip() == "['serve']"
 

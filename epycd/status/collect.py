@@ -1,0 +1,68 @@
+"""The edges of status: every endpoint's approval, current plan, unit state (one
+`systemctl show` for all), supervisor file and stop marker, read and combined by
+`epycd.status.machine`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from epycd.approval.record import readable_approval
+from epycd.approval.state import CurrentPlan, endpoint_states, unplanned
+from epycd.plan.model import Plan
+from epycd.settings import Settings
+from epycd.status.machine import EndpointStatus, endpoint_status
+from epycd.status.stop import read_stop_marker
+from epycd.status.units import UnitState, main_unit, read_unit_states
+from epycd.supervisor import SupervisorStatus, read_status
+
+if TYPE_CHECKING:
+    from epycd.plan.build import EndpointResult
+
+
+def supervisor_status_file(settings: Settings, plan: Plan | None, name: str) -> Path:
+    given = plan.status_file if plan else None
+    return Path(given) if given else settings.run_dir / f"{name}.json"
+
+
+def collect_status(
+    settings: Settings,
+    planned: Mapping[str, CurrentPlan],
+    unit_states: Mapping[str, UnitState] | None = None,
+) -> list[EndpointStatus]:
+    """Every endpoint's status: `planned` is name -> current plan or its errors (every
+    endpoint file); approvals and installed units add the orphaned ones."""
+    states = endpoint_states(settings, planned)
+    approvals = {state.endpoint: readable_approval(settings, state.endpoint) for state in states}
+    units = {name: main_unit(name, approval) for name, approval in approvals.items()}
+    if unit_states is None:
+        unit_states = read_unit_states(sorted(units.values()))
+    statuses = []
+    for state in states:
+        name, approval = state.endpoint, approvals[state.endpoint]
+        current = planned.get(name)
+        current_plan = current if isinstance(current, Plan) else None
+        shown = approval.plan if approval else current_plan
+        statuses.append(
+            endpoint_status(
+                state,
+                approval=approval,
+                current_plan=current_plan,
+                unit=unit_states.get(units[name]) or UnitState(unit=units[name]),
+                supervisor=read_supervisor(supervisor_status_file(settings, shown, name)),
+                stopped=read_stop_marker(settings, name),
+            )
+        )
+    return statuses
+
+
+def read_supervisor(path: Path) -> SupervisorStatus | None:
+    try:
+        return read_status(path)
+    except OSError:
+        return None
+
+
+def planned_map(results: Sequence[EndpointResult]) -> dict[str, CurrentPlan]:
+    return {r.endpoint: r.plan if r.plan is not None else unplanned(r) for r in results}
