@@ -11,6 +11,10 @@ TOKEN_CREDENTIAL = "hf_token"
 API_KEY_IN_CONTAINER = "/run/secrets/api_key"
 API_KEY_CREDENTIAL = "api_key"
 DOCKER = "docker"
+CONTAINER_CONFINEMENT = ("--cap-drop=ALL", "--security-opt=no-new-privileges")
+"""vLLM in a container needs one capability, SYS_NICE (NUMA binding: mbind/migrate_pages of
+the pinned memory), and never gains another (no setuid in the image counts). Quadlet writes
+the same from DropCapability=all and NoNewPrivileges=true."""
 KEY_LAUNCHER = (
     "import os, sys; "
     "os.environ['VLLM_API_KEY'] = open(sys.argv[1], encoding='utf-8').read().strip(); "
@@ -145,6 +149,7 @@ def docker_run(decisions: EndpointDecisions) -> list[str]:
         decisions.unit_name,
         "--ipc=host",
         "--network=host",
+        *CONTAINER_CONFINEMENT,
         "--cap-add=SYS_NICE",
         f"--cpuset-cpus={decisions.cpus}",
         f"--cpuset-mems={numa_list(decisions)}",

@@ -26,6 +26,7 @@ from epycd.approval.record import Approval, current_approver
 from epycd.approval.workflow import install_approval, make_approval
 from epycd.host.facts import HostVllmFacts
 from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
+from epycd.paths import endpoint_status_file
 from epycd.settings import Settings
 from epycd.status import EndpointStatus, collect_status, planned_map
 from epycd.status import plan_endpoints as real_plan_endpoints
@@ -154,7 +155,7 @@ class Workspace:
 
     def supervisor_says(self, name: str, state: str, **fields: Any) -> None:
         write_status(
-            self.settings.run_dir / f"{name}.json",
+            endpoint_status_file(self.settings.run_dir, name),
             SupervisorStatus.model_validate(
                 {"state": state, "name": name, "url": "http://127.0.0.1:1", "model": name} | fields
             ),
