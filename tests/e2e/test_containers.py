@@ -497,6 +497,7 @@ def test_an_absent_image_fails_clearly_without_a_restart_loop(
     assert status["state"].startswith("failed"), status
     messages = " ".join(str(e["message"]) for e in boot.one("absent_journal")["entries"])
     assert "absent" in messages and "image" in messages.lower(), messages[-2000:]
+    assert "Unable to find image" not in messages, "docker run tried to pull at start"
 
 
 def test_remove_removes_the_container(engine_machine: EngineMachine, engine: Engine) -> None:
