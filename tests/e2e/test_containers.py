@@ -35,6 +35,7 @@ What nesting podman in nspawn needed on these machines, and why (the least found
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -256,6 +257,23 @@ def require_tools(engine: Engine) -> None:
             pytest.fail(f"port {port} is in use on this machine; the container shares its network")
 
 
+def cgroup_dirs() -> set[Path]:
+    """The host's v1 cgroups in the controllers the machine is given."""
+    found: set[Path] = set()
+    for controller in CONTROLLERS:
+        for folder, _, _ in os.walk(f"/sys/fs/cgroup/{controller}"):
+            found.add(Path(folder))
+    return found
+
+
+def remove_new_cgroups(before: set[Path]) -> None:
+    """The engines made their cgroups in the host's hierarchies: remove those left empty
+    (rmdir refuses a cgroup that still has processes or children)."""
+    for folder in sorted(cgroup_dirs() - before, key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
 def write_machine(root: Path, work: Path, config: dict[str, Any]) -> None:
     shutil.copy2("/etc/resolv.conf", root / "etc" / "resolv.conf")
     e2e = root / "opt" / "e2e"
@@ -370,7 +388,9 @@ def engine_machine(
         *engine.nspawn_args, *binds,
         "--", *LEGACY_CGROUPS,
     ]  # fmt: skip
+    before = cgroup_dirs()
     yield EngineMachine(root, results, argv)
+    remove_new_cgroups(before)
     if os.environ.get("EPYC_E2E_KEEP"):
         print(f"e2e {engine.name}: kept {work}")
     else:
