@@ -1,5 +1,6 @@
-"""The podman 5 container path as an admin meets it: real systemd 257 as PID 1 in a Debian
-trixie machine (systemd-nspawn), podman 5.4 with Quadlet, the local vLLM CPU image
+"""The container paths as an admin meets them: real systemd as PID 1 in systemd-nspawn, podman
+5.4 with Quadlet in Debian trixie (systemd 257) and Debian's docker.io 20.10 in bookworm
+(systemd 252, the supervisor's READY=1), the local vLLM CPU image
 (tests/tools/vllm_image.sh) and the tiny model in a Hugging Face cache. Three boots of one
 copy of the cached rootfs (tests/tools/engine_rootfs.sh), each running one phase of
 tests/e2e/inside_containers.py:
@@ -11,7 +12,7 @@ reboot          back with no new approval; `epycctl stop`
 stopped-reboot  not started at boot; an absent image with --no-pull fails once, clearly;
                 `epycctl remove` removes the container
 
-What nesting podman in nspawn needed on these machines, and why (the least found to work):
+What nesting the engines in nspawn needed on these machines, and why (the least found to work):
 - Hybrid cgroups on the host (v1 controllers; the cgroup2 tree has no controllers, a
   controller lives in one hierarchy only). systemd 257 would take a v2 tree without any
   controller, and crun then fails ("controller `pids` is not available"): the machine boots
@@ -24,13 +25,15 @@ What nesting podman in nspawn needed on these machines, and why (the least found
 - nspawn's syscall filter refuses keyctl ("crun: create keyring: Operation not permitted",
   runc: "unable to join session keyring"): podman is told `keyring = false` in
   containers.conf; docker has no such setting, so its machine allows the @keyring calls.
-- `--capability=all`: podman mounts overlays and sets up namespaces (CAP_SYS_ADMIN and
-  friends); not narrowed further yet.
+- Capabilities: nspawn's default set (it keeps CAP_SYS_ADMIN, CAP_SYS_NICE, ...) is enough
+  for podman; dockerd also needs CAP_NET_ADMIN even for host-network containers ("failed to
+  create default sandbox: operation not permitted" without it). No `--capability=all`.
 - Without CAP_SYS_RESOURCE in the sandbox (a hard RLIMIT_NOFILE/MEMLOCK below the unit's),
   crun cannot raise the container's rlimits ("setrlimit RLIMIT_NOFILE: Operation not
-  permitted"): only then a Quadlet drop-in lowers them to the hard limits the machine allows.
+  permitted"): only then a Quadlet drop-in (podman) or a `docker` wrapper ahead on PATH
+  lowers them to the hard limits the machine allows.
 - The image lives in the cache as a podman store, mounted read-only as an additional
-  image store: no 3.5 GB copy or load per run.
+  image store (no 3.5 GB copy per run); docker loads the cached docker-archive (about 40-85 s).
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ ENGINES = {
         unit_file=f"/etc/systemd/system/{UNIT}",
         notify_access="main",
         cgroup_marker="docker",
-        nspawn_args=("--system-call-filter=@keyring",),
+        nspawn_args=("--system-call-filter=@keyring", "--capability=CAP_NET_ADMIN"),
     ),
 }
 
@@ -384,7 +387,7 @@ def engine_machine(
         binds.append(f"--bind-ro={home}")
     argv = [
         "systemd-nspawn", "-D", str(root), "-b", "--console=pipe", "--register=no",
-        "--keep-unit", "--capability=all", f"--machine=epyc-e2e-{engine.name}",
+        "--keep-unit", f"--machine=epyc-e2e-{engine.name}",
         *engine.nspawn_args, *binds,
         "--", *LEGACY_CGROUPS,
     ]  # fmt: skip
