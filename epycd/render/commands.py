@@ -140,11 +140,14 @@ def container_mounts(decisions: EndpointDecisions) -> list[str]:
 
 
 def docker_run(decisions: EndpointDecisions) -> list[str]:
+    """`--pull=never` (docker >= 20.10), as Quadlet's `Pull=never`: approve pulls; a start
+    never waits on a registry nor takes a newer image under the approved tag."""
     assert decisions.image is not None
     argv = [
         DOCKER,
         "run",
         "--rm",
+        "--pull=never",
         "--name",
         decisions.unit_name,
         "--ipc=host",
