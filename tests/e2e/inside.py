@@ -35,7 +35,6 @@ DAEMON_CONF = Path("/etc/epyc-llm/epycd.conf")
 UNIT_FILE = Path("/etc/systemd/system") / UNIT
 APPROVAL = Path("/var/lib/epyc-llm/approvals") / f"{NAME}.json"
 SUPERVISOR_STATUS = Path("/run/epyc-llm/endpoints") / NAME / "status.json"
-MODEL_DIR = Path(CONFIG["model_dir"])
 PRODUCT_USER = "epyc-llm"
 ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -319,10 +318,12 @@ def must(check: str, *argv: str, timeout: float) -> dict[str, Any]:
 
 
 def give_model_to_group() -> None:
-    """What the admin does for a local model: the product's group may read it, others not."""
-    must("model_group", "chgrp", "-R", PRODUCT_USER, str(MODEL_DIR), timeout=60)
-    must("model_mode", "chmod", "-R", "u+rwX,g+rX,g-w,o-rwx", str(MODEL_DIR), timeout=60)
-    run("ls", "-lan", str(MODEL_DIR), check="model_perms")
+    """What the admin does for a local model: the product's group may read it, others not.
+    (Read here, not at import: the container driver, inside_containers.py, has no model_dir.)"""
+    model_dir = CONFIG["model_dir"]
+    must("model_group", "chgrp", "-R", PRODUCT_USER, model_dir, timeout=60)
+    must("model_mode", "chmod", "-R", "u+rwX,g+rX,g-w,o-rwx", model_dir, timeout=60)
+    run("ls", "-lan", model_dir, check="model_perms")
     run("getent", "passwd", PRODUCT_USER, check="product_user")
 
 
