@@ -21,3 +21,9 @@ def settings_given(environ: Mapping[str, str] | None = None) -> bool:
     env = os.environ if environ is None else environ
     named = any(key.upper().startswith(ENV_PREFIX) for key in env)
     return named or daemon_conf_path(env).exists()
+
+
+def endpoint_status_file(run_dir: Path, name: str) -> Path:
+    """The endpoint supervisor's status file, in a folder of the endpoint's own: its unit
+    makes that folder (and nothing else of the run folder) writable for the endpoint's user."""
+    return run_dir / "endpoints" / name / "status.json"

@@ -97,12 +97,17 @@ def read_status(path: Path) -> SupervisorStatus | None:
         return None
 
 
+STATUS_FILE_MODE = 0o644
+"""`epycctl status` is for every user; the unit's UMask=0077 would make the file root's."""
+
+
 def write_status(path: Path | None, status: SupervisorStatus) -> None:
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     partial.write_text(status.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    partial.chmod(STATUS_FILE_MODE)
     partial.replace(path)
 
 
@@ -255,7 +260,10 @@ class Supervisor:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, self.on_signal)
         gate = self.options.gate
-        self.process = start_server(self.argv, self.tail, gate.api_key)
+        try:
+            self.process = start_server(self.argv, self.tail, gate.api_key)
+        except OSError as exc:
+            return self.cannot_start(exc)
         log.info("started server pid %d: %s", self.process.pid, " ".join(self.argv))
         if self.stop_signal is not None:
             os.kill(self.process.pid, self.stop_signal)
@@ -297,6 +305,18 @@ class Supervisor:
                 ),
             )
         return code
+
+    def cannot_start(self, exc: OSError) -> int:
+        """The server cannot be run as this unit's user (a vLLM it may not read or run)."""
+        reason = (
+            f"cannot run {self.argv[0]} as uid {os.getuid()}: {exc.strerror or exc}; "
+            "the endpoint runs as the user epyc-llm: make the vLLM environment readable "
+            "and executable by it"
+        )
+        log.error("%s", reason)
+        write_status(self.options.status_file, self.status("failed", phase="start", reason=reason))
+        self.notifier.status(f"failed to start: {reason}")
+        return GATE_FAILED_EXIT
 
     def gate_failed(self, result: GateResult) -> int:
         assert self.process is not None

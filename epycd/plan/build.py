@@ -32,10 +32,12 @@ from epycd.listen import is_loopback
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.memory import fit_memory
 from epycd.names import unit_name
+from epycd.paths import endpoint_status_file
 from epycd.plan import tuning
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
-from epycd.plan.hfcache import resolve_hf_cache
+from epycd.plan.hfcache import host_hf_home, resolve_hf_cache
+from epycd.plan.homes import home_read_paths
 from epycd.plan.model import BindMount, EndpointDecisions, HfCacheMount, Plan, Problem
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
 from epycd.plan.route import Route, container_runtime, route_endpoint
@@ -364,9 +366,16 @@ def build_env(
     if prepared.spec.throughput_flags:
         env.update(stack.throughput_flags)
     if prepared.route.runtime == "host" and hf is not None:
-        env["HF_HOME"] = hf.host_path
+        env["HF_HOME"] = host_hf_home(hf)
     env.update(prepared.spec.env)
     return env
+
+
+def host_home_paths(route: Route, model: str, chat_template: str | None) -> list[str]:
+    if route.runtime != "host" or route.vllm_executable is None:
+        return []
+    local = [path for path in (model, chat_template) if path and path.startswith("/")]
+    return home_read_paths(route.vllm_executable, local)
 
 
 BATCHED_TOKENS_FLAG = "--max-num-batched-tokens"
@@ -464,6 +473,12 @@ def _hf_cache_warnings(hf: HfCacheMount | None, containerized: bool) -> list[str
             f"the HF cache {hf.host_path} does not exist yet: create it (mkdir -p) before the "
             "container starts, or set HF_HOME to the cache that holds the model"
         )
+    if hf is not None and not containerized and host_hf_home(hf) != hf.host_path:
+        warnings.append(
+            f"the HF cache {hf.host_path} is out of the endpoint's reach (it runs as the user "
+            f"epyc-llm, without access to /root and /home): it uses {host_hf_home(hf)}; "
+            "set HF_HOME to a cache outside them to share one"
+        )
     if hf is not None and hf.on_nfs:
         warnings.append(
             f"the HF cache {hf.host_path} is on a network filesystem: root-squash can deny "
@@ -548,6 +563,7 @@ def decide(
         run_flags=list(stack.run_flags) if containerized else [],
         hf_cache=hf if containerized else None,
         extra_mounts=mounts,
+        home_read_paths=host_home_paths(route, model, spec.chat_template),
         hf_token_file=spec.hf_token_file,
         api_key_file=spec.api_key_file,
         chat_template=spec.chat_template,
@@ -620,7 +636,7 @@ def _plan_one(
             port=port,
             hf_cache=hf_cache,
             product_python=product_python,
-            status_file=str(settings.run_dir / f"{name}.json"),
+            status_file=str(endpoint_status_file(settings.run_dir, name)),
         )
     except EpycError as exc:
         return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)

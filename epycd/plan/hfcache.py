@@ -11,9 +11,12 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from epycd.plan.homes import in_a_home
 from epycd.plan.model import HfCacheMount
 
 ROOT_HF_HOME = Path("/root/.cache/huggingface")
+ENDPOINT_HF_HOME = "/var/cache/epyc-llm/huggingface"
+"""The host endpoints' own HF cache (their unit's CacheDirectory=epyc-llm/huggingface)."""
 NETWORK_FILESYSTEMS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs"})
 
 
@@ -56,3 +59,9 @@ def resolve_hf_cache(host_root: Path, environ: Mapping[str, str]) -> HfCacheMoun
     return HfCacheMount(
         host_path=str(real), on_nfs=fstype is not None and fstype in NETWORK_FILESYSTEMS
     )
+
+
+def host_hf_home(hf: HfCacheMount) -> str:
+    """HF_HOME for a host endpoint, which runs as the user epyc-llm under ProtectHome=yes:
+    a cache under /root or /home is out of its reach, so it gets its own."""
+    return ENDPOINT_HF_HOME if in_a_home(hf.host_path) else hf.host_path

@@ -124,6 +124,11 @@ class EndpointDecisions(BaseModel):
     extra_mounts: list[BindMount] = Field(
         default_factory=list, description="containers: local model folder, chat template file"
     )
+    home_read_paths: list[str] = Field(
+        default_factory=list,
+        description="host path: what the endpoint reads under /root or /home (its vLLM "
+        "environment, local model, chat template), bound read-only into its unit",
+    )
     hf_token_file: str | None = Field(
         default=None, description="root-only file whose contents become HF_TOKEN at start"
     )

@@ -5,7 +5,9 @@ the stack's first port that no other endpoint claims and no process listens on. 
 by the endpoint's own running unit (its process sits in the cgroup of `epyc-llm-NAME.service`)
 counts as free for that endpoint, and an "auto" endpoint whose unit already listens keeps the
 lowest such port from the first port up, so re-planning a running endpoint keeps its port.
-(Docker containers run outside the unit's cgroup: their ports look foreign.)
+A docker container runs outside its unit's cgroup (under dockerd's): its process is the
+endpoint's when docker's record of the container names it `epyc-llm-NAME` (the unit's
+`docker run --name`). That record is root's: for other users the port looks foreign.
 
 The port of an approved plan (`approved`) belongs to that endpoint while the approval
 stands, running or not (after `--no-start` or `epycctl stop`): an "auto" endpoint keeps it,
@@ -14,13 +16,19 @@ no other endpoint gets it, and an explicit request for it is refused naming the 
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from epycd.errors import EpycError, InputError, Refusal
-from epycd.names import UNIT_IN_CGROUP
+from epycd.names import ENDPOINT_NAME_RULE, UNIT_IN_CGROUP, UNIT_PREFIX
 
+DOCKER_IN_CGROUP = re.compile(r"docker[-/]([0-9a-f]{64})\b")
+"""cgroupfs driver: `/docker/ID`; systemd driver: `/system.slice/docker-ID.scope`."""
+CONTAINER_NAME = re.compile(rf"/{re.escape(UNIT_PREFIX)}({ENDPOINT_NAME_RULE})")
+DOCKER_CONTAINERS = Path("/var/lib/docker/containers")
 LAST_PORT = 65535
 
 
@@ -46,12 +54,28 @@ class PortRequest:
     """An explicit port, or None for "auto"."""
 
 
-def endpoint_of_pid(pid: int, proc: Path = Path("/proc")) -> str | None:
+def endpoint_of_pid(
+    pid: int, proc: Path = Path("/proc"), docker_containers: Path = DOCKER_CONTAINERS
+) -> str | None:
     try:
         cgroup = (proc / str(pid) / "cgroup").read_text()
     except OSError:
         return None
     match = UNIT_IN_CGROUP.search(cgroup)
+    if match:
+        return match.group(1)
+    container = DOCKER_IN_CGROUP.search(cgroup)
+    return docker_endpoint(docker_containers / container.group(1)) if container else None
+
+
+def docker_endpoint(container: Path) -> str | None:
+    """The endpoint a docker container runs for, by the name in docker's record of it."""
+    try:
+        record = json.loads((container / "config.v2.json").read_text())
+    except (OSError, ValueError):
+        return None
+    name = record.get("Name") if isinstance(record, dict) else None
+    match = CONTAINER_NAME.fullmatch(name) if isinstance(name, str) else None
     return match.group(1) if match else None
 
 

@@ -12,6 +12,10 @@ TOKEN_CREDENTIAL = "hf_token"
 API_KEY_IN_CONTAINER = "/run/secrets/api_key"
 API_KEY_CREDENTIAL = "api_key"
 DOCKER = "docker"
+CONTAINER_CONFINEMENT = ("--cap-drop=ALL", "--security-opt=no-new-privileges")
+"""vLLM in a container needs one capability, SYS_NICE (NUMA binding: mbind/migrate_pages of
+the pinned memory), and never gains another (no setuid in the image counts). Quadlet writes
+the same from DropCapability=all and NoNewPrivileges=true."""
 KEY_LAUNCHER = (
     "import os, sys; "
     "os.environ['VLLM_API_KEY'] = open(sys.argv[1], encoding='utf-8').read().strip(); "
@@ -136,14 +140,18 @@ def container_mounts(decisions: EndpointDecisions) -> list[str]:
 
 
 def docker_run(decisions: EndpointDecisions) -> list[str]:
+    """`--pull=never` (docker >= 20.10), as Quadlet's `Pull=never`: approve pulls; a start
+    never waits on a registry nor takes a newer image under the approved tag."""
     assert decisions.image is not None
     argv = [
         DOCKER,
         "run",
         "--rm",
+        "--pull=never",
         "--name",
         decisions.unit_name,
         *REQUIRED_RUN_FLAGS,
+        *CONTAINER_CONFINEMENT,
         f"--cpuset-cpus={decisions.cpus}",
         f"--cpuset-mems={numa_list(decisions)}",
         *ulimit_flags(decisions),

@@ -1,4 +1,8 @@
-"""The podman path: a Quadlet `.container` (podman-systemd.unit(5)), Quadlet >= 4.4."""
+"""The podman path: a Quadlet `.container` (podman-systemd.unit(5)), Quadlet >= 4.4.
+
+The container drops every capability but SYS_NICE and gains none; the `[Service]` section
+is not sandboxed, since its main process is podman (epycd.render.sandbox.QUADLET_LEFT_OUT).
+"""
 
 from __future__ import annotations
 
@@ -49,7 +53,9 @@ def container_lines(decisions: EndpointDecisions) -> list[Line]:
         ("Pull", "never"),
         ("Exec", _words(commands.vllm_serve_in_container(decisions), "vllm_args")),
         ("Network", "host"),
+        ("DropCapability", "all"),
         ("AddCapability", "SYS_NICE"),
+        ("NoNewPrivileges", "true"),
         ("PodmanArgs", _words(podman_args, "run_flags")),
     ]
     lines += [

@@ -1,12 +1,14 @@
 """The docker and host paths: a `.service` whose main process is epycd's supervisor.
 
 The supervisor starts the server, runs the health gate and sends READY=1 (Type=notify).
+Both run sandboxed (epycd.render.sandbox); the approval check (`ExecCondition=`) runs with
+full privileges (`+`): it reads the root-only approval records and secret files.
 """
 
 from __future__ import annotations
 
 from epycd.plan.model import EndpointDecisions
-from epycd.render import commands
+from epycd.render import commands, sandbox
 from epycd.render.quadlet import api_key_credential, description, limit_lines, restart_lines
 from epycd.render.syntax import command_line, env_assignment, plain_value
 from epycd.render.text import Line, Section, unit_text
@@ -32,7 +34,7 @@ def _service_head(decisions: EndpointDecisions) -> list[Line]:
     lines += limit_lines(decisions)
     lines += restart_lines(decisions)
     lines += [
-        ("ExecCondition", command_line(argv, f"exec_condition[{index}]"))
+        ("ExecCondition", command_line(argv, f"exec_condition[{index}]", prefix="+"))
         for index, argv in enumerate(decisions.exec_condition)
     ]
     return lines
@@ -48,6 +50,7 @@ def render_docker(decisions: EndpointDecisions) -> str:
         ),
     ]
     service += api_key_credential(decisions)
+    service += sandbox.docker_sandbox(decisions)
     return unit_text(
         decisions.endpoint,
         [
@@ -65,16 +68,16 @@ def _docker_rm(decisions: EndpointDecisions) -> str:
 
 def host_env(decisions: EndpointDecisions) -> list[str]:
     env = dict(sorted(decisions.env.items()))
-    if decisions.hf_cache and "HF_HOME" not in env:
-        env["HF_HOME"] = decisions.hf_cache.host_path
+    hf_home = sandbox.hf_home(decisions)
+    if hf_home is not None:
+        env["HF_HOME"] = hf_home
     assignments = [env_assignment(name, value, f"env.{name}") for name, value in env.items()]
     if decisions.hf_token_file:
         assignments.append(f"HF_TOKEN_PATH=%d/{commands.TOKEN_CREDENTIAL}")
-    return assignments
+    return assignments + sandbox.cache_environment(decisions)
 
 
 def render_host(decisions: EndpointDecisions) -> str:
-    state = f"epyc-llm/endpoints/{decisions.endpoint}"
     service = _service_head(decisions)
     service.append(
         (
@@ -88,14 +91,14 @@ def render_host(decisions: EndpointDecisions) -> str:
         ("CPUAffinity", decisions.cpus),
         ("NUMAPolicy", "bind"),
         ("NUMAMask", commands.numa_list(decisions)),
-        ("StateDirectory", state),
-        ("WorkingDirectory", f"%S/{state}"),
     ]
+    service += sandbox.host_folders(decisions)
     service += [("Environment", assignment) for assignment in host_env(decisions)]
     if decisions.hf_token_file:
         token = plain_value(decisions.hf_token_file, "hf_token_file")
         service.append(("LoadCredential", f"{commands.TOKEN_CREDENTIAL}:{token}"))
     service += api_key_credential(decisions)
+    service += sandbox.host_sandbox(decisions)
     return unit_text(
         decisions.endpoint,
         [

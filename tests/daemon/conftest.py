@@ -23,6 +23,7 @@ from epycd.approval.record import Approval, approved_plans, current_approver
 from epycd.approval.workflow import install_approval, make_approval
 from epycd.host.facts import HostVllmFacts
 from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
+from epycd.paths import endpoint_status_file
 from epycd.plan.current import Planned, plan_endpoints
 from epycd.settings import Settings
 from epycd.status.collect import collect_status, planned_map
@@ -140,7 +141,7 @@ class DaemonSandbox(CliSandbox):
 
     def supervisor_says(self, name: str, state: str, **fields: Any) -> None:
         write_status(
-            self.settings.run_dir / f"{name}.json",
+            endpoint_status_file(self.settings.run_dir, name),
             SupervisorStatus.model_validate(
                 {"state": state, "name": name, "url": "http://127.0.0.1:1", "model": name} | fields
             ),

@@ -1,7 +1,8 @@
 """The machine the end-to-end test boots: a fresh copy of the cached Debian rootfs
 (tests/tools/rootfs.sh) with real systemd as PID 1 under systemd-nspawn, the real CPU vLLM
-venv and the tiny model bind-mounted read-only at their host paths, and a clean copy of
-this repository at /src that the container installs with packaging/install.sh.
+venv bind-mounted read-only at its host path, the tiny model copied to /srv/models/tiny (the
+admin gives it to the group epyc-llm after install), and a clean copy of this repository at
+/src that the container installs with packaging/install.sh.
 
 Each boot runs one phase of tests/e2e/inside.py (a oneshot unit enabled in the rootfs) and
 powers off; its observations come back as JSON lines in the bound results folder.
@@ -50,6 +51,8 @@ PORT = 18311
 NEVER_PORT = 18312
 FAKE_HOST = "/fakehost"
 IDENTITY_ROOT = "/epyc-identity"
+MODEL_DIR = "/srv/models/tiny"
+"""The tiny model copied into the machine: the admin gives it to the group epyc-llm."""
 PHASES = ("install", "reboot", "edited-reboot", "stopped-reboot", "fakehost-reboot")
 BOOT_TIMEOUT_S = {"install": 1200, "stopped-reboot": 900}
 DEFAULT_BOOT_TIMEOUT_S = 600
@@ -223,6 +226,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     PIP_CACHE.mkdir(parents=True, exist_ok=True)
 
     shutil.copy2("/etc/resolv.conf", root / "etc" / "resolv.conf")
+    shutil.copytree(model, root / MODEL_DIR.lstrip("/"))
     (root / "opt" / "e2e").mkdir(parents=True)
     shutil.copy2(Path(__file__).with_name("inside.py"), root / "opt" / "e2e" / "inside.py")
     units = root / "etc" / "systemd" / "system"
@@ -251,8 +255,11 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         "consent_args": serving(work, stock=FORCE_STOCK).consent_args,
         "fake_cores": cores + 2,
         "real_cores": cores,
-        "endpoint_toml": endpoint_toml(model, vllm, NAME, PORT),
-        "never_toml": endpoint_toml(model, vllm, NEVER, NEVER_PORT).replace("socket = 0\n", ""),
+        "model_dir": MODEL_DIR,
+        "endpoint_toml": endpoint_toml(Path(MODEL_DIR), vllm, NAME, PORT),
+        "never_toml": endpoint_toml(Path(MODEL_DIR), vllm, NEVER, NEVER_PORT).replace(
+            "socket = 0\n", ""
+        ),
         "edit": ["max_model_len = 512\n", "max_model_len = 512\nmax_num_seqs = 2\n"],
     }
     (results / "config.json").write_text(json.dumps(config, indent=2))
@@ -264,7 +271,6 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         "--bind-ro=/etc/ssl/certs",
         f"--bind-ro={VENV}",
         *([f"--bind-ro={STOCK_VLLM}"] if FORCE_STOCK else []),
-        f"--bind-ro={model}",
     ]
     home = interpreter_home(VENV)
     if home is not None:

@@ -34,7 +34,8 @@ ENDPOINT_FILE = Path("/etc/epyc-llm") / f"{NAME}.toml"
 DAEMON_CONF = Path("/etc/epyc-llm/epycd.conf")
 UNIT_FILE = Path("/etc/systemd/system") / UNIT
 APPROVAL = Path("/var/lib/epyc-llm/approvals") / f"{NAME}.json"
-SUPERVISOR_STATUS = Path("/run/epyc-llm") / f"{NAME}.json"
+SUPERVISOR_STATUS = Path("/run/epyc-llm/endpoints") / NAME / "status.json"
+PRODUCT_USER = "epyc-llm"
 ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "LANG": "C.UTF-8",
@@ -183,6 +184,8 @@ def process_facts(pid: int) -> dict[str, Any]:
     return {
         "threads_cpus": threads,
         "pid": pid,
+        "uid": status.get("Uid", "").split(),
+        "gid": status.get("Gid", "").split(),
         "cmdline": [part.decode(errors="replace") for part in cmdline if part][:6],
         "Cpus_allowed_list": status.get("Cpus_allowed_list", "").strip(),
         "Mems_allowed_list": status.get("Mems_allowed_list", "").strip(),
@@ -314,6 +317,38 @@ def must(check: str, *argv: str, timeout: float) -> dict[str, Any]:
     return done
 
 
+def give_model_to_group() -> None:
+    """What the admin does for a local model: the product's group may read it, others not.
+    (Read here, not at import: the container driver, inside_containers.py, has no model_dir.)"""
+    model_dir = CONFIG["model_dir"]
+    must("model_group", "chgrp", "-R", PRODUCT_USER, model_dir, timeout=60)
+    must("model_mode", "chmod", "-R", "u+rwX,g+rX,g-w,o-rwx", model_dir, timeout=60)
+    run("ls", "-lan", model_dir, check="model_perms")
+    run("getent", "passwd", PRODUCT_USER, check="product_user")
+
+
+def security(check: str, *units: str) -> None:
+    """systemd's own reviewer on the live units (their exposure, lower is better)."""
+    scores = {}
+    for unit in units:
+        out = run("systemd-analyze", "security", "--no-pager", unit, timeout=60)["stdout"]
+        scores[unit] = [line for line in out.splitlines() if "Overall exposure" in line]
+    record(check, scores=scores)
+
+
+def reload_daemon() -> None:
+    """`systemctl reload epycd` under the confined epycd.service: it plans again, stays up."""
+    before = show("epycd.service", "MainPID")["MainPID"]
+    run("systemctl", "reload", "epycd.service", timeout=300, check="reload")
+    wait_until(
+        "epycd active after reload",
+        lambda: show("epycd.service", "ActiveState")["ActiveState"] == "active",
+        300,
+    )
+    record("epycd_after_reload", main_pid_before=before, **show("epycd.service"))
+    journal("journal_epycd_reload", "epycd.service")
+
+
 def use_identity_root() -> None:
     """On a machine the product would refuse (not an AMD EPYC), plan against this machine's
     own topology under an EPYC identity (tests/machine.py), as an admin would with host_root."""
@@ -325,6 +360,7 @@ def use_identity_root() -> None:
 def phase_install() -> None:
     record("pid1", comm=Path("/proc/1/comm").read_text().strip())
     must("install", "/src/packaging/install.sh", timeout=900)
+    give_model_to_group()
     use_identity_root()
     record("epycd", **show("epycd.service", "Type", "ActiveState", "SubState", "StatusText",
                            "UnitFileState", "NotifyAccess", "MainPID"))  # fmt: skip
@@ -352,6 +388,7 @@ def phase_install() -> None:
     epycctl_status("status")
     files_state("files")
     journal("journal_epycd", "epycd.service")
+    security("security", UNIT, "epycd.service")
 
 
 def phase_reboot() -> None:
@@ -363,6 +400,8 @@ def phase_reboot() -> None:
     record_processes()
     chat("chat")
     journal("journal_epycd", "epycd.service")
+    reload_daemon()
+    epycctl_status("status_after_reload", NAME)
 
     main_pid = show(UNIT, "MainPID")["MainPID"]
     edit_from, edit_to = CONFIG["edit"]

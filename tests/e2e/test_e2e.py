@@ -1,10 +1,13 @@
 """epyc-llm as an admin meets it, on real systemd (PID 1 in systemd-nspawn) with a real vLLM
 on the CPU serving a tiny local model. Five boots of one rootfs copy, in order:
 
-install         install.sh; epycd enabled and active via READY=1; approve -> activating until
-                healthy, then active; CPUs and NUMA policy as planned; a chat completion;
-                status ready with the URL; a file never approved is never installed
+install         install.sh (with the user epyc-llm); the model given to its group; epycd
+                enabled and active via READY=1; approve -> activating until healthy, then
+                active; CPUs and NUMA policy as planned; every process of the endpoint runs
+                as epyc-llm; a chat completion; status ready with the URL; a file never
+                approved is never installed; systemd-analyze security <= 4.5 on both units
 reboot          ready again with no new approval; epycd READY only after the endpoint settled;
+                `systemctl reload epycd` works under its sandbox;
                 editing the file is not applied: status changed-needs-approval
 edited-reboot   the old approved units still serve; restore the file; `epycctl stop`
 stopped-reboot  not started at boot; `epycctl start`; point epycd.conf at a fake host
@@ -16,6 +19,7 @@ Each test asserts on one boot's records; a later test boots the phases before it
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -77,6 +81,25 @@ def assert_serving(boot: Boot, plan: dict[str, Any]) -> None:
     assert chat["rc"] == 0, chat["stderr"]
     assert chat["reply"]["choices"] >= 1, chat
     assert chat["reply"]["model"] == NAME
+
+
+MAX_EXPOSURE = 4.5
+
+
+def product_uid(install: Boot) -> str:
+    """The uid of the user install.sh made (sysusers.d), from `getent passwd epyc-llm`."""
+    entry = install.one("product_user")
+    assert entry["rc"] == 0, "install.sh made no user epyc-llm"
+    return str(entry["stdout"].split(":")[2])
+
+
+def assert_runs_as_product_user(boot: Boot, uid: str) -> None:
+    """The supervisor, vLLM and every child: real, effective, saved and fs uid are epyc-llm's."""
+    processes = [p for p in boot.one("processes")["processes"] if not p.get("gone")]
+    assert any(p.get("cmdline", [])[2:3] == ["serve"] for p in processes), processes
+    for proc in processes:
+        assert proc["uid"] == [uid] * 4, (uid, proc)
+        assert proc["gid"][0] != "0", proc
 
 
 def assert_daemon_ready(boot: Boot, endpoint_states: set[str]) -> None:
@@ -141,6 +164,7 @@ def test_install_and_approve(install: Boot, plan: dict[str, Any]) -> None:
     assert (samples[-1]["status_file"] or {}).get("state") == "ready", samples[-1]
 
     assert_serving(install, plan)
+    assert_runs_as_product_user(install, product_uid(install))
     tiny = endpoint(install.one("status")["status"], NAME)
     assert (tiny["state"], tiny["url"]) == ("ready", URL), tiny
     never = endpoint(install.one("status")["status"], NEVER)
@@ -148,6 +172,24 @@ def test_install_and_approve(install: Boot, plan: dict[str, Any]) -> None:
     files = install.one("files")
     assert files["never_units"] == [] and files["never_unit"]["LoadState"] == "not-found", files
     assert files["approvals"] == [f"{NAME}.json"] and files["unit_enabled"] == "enabled", files
+
+
+def test_the_model_is_the_groups_and_the_units_are_confined(install: Boot) -> None:
+    """The admin's model folder is readable by the group epyc-llm and nobody else, and
+    systemd's own reviewer rates the live endpoint unit and epycd.service at most 4.5."""
+    listing = install.one("model_perms")
+    assert listing["rc"] == 0, listing["stderr"]
+    gid = install.one("product_user")["stdout"].split(":")[3]
+    for line in listing["stdout"].splitlines()[1:]:
+        mode, _links, _owner, group = line.split()[:4]
+        if line.endswith(" .."):
+            continue
+        assert mode[7:10] == "---" and group == gid, line
+    scores = install.one("security")["scores"]
+    for unit in (UNIT, "epycd.service"):
+        [overall] = scores[unit]
+        found = re.search(r"exposure level for \S+: (\d+\.\d+)", overall)
+        assert found and float(found.group(1)) <= MAX_EXPOSURE, overall
 
 
 def test_reboot_serves_again_without_a_new_approval(
@@ -165,12 +207,25 @@ def test_reboot_serves_again_without_a_new_approval(
         for s in samples
     ), "epycd did not wait for the endpoint before READY=1"
     assert_serving(boot, plan)
+    assert_runs_as_product_user(boot, product_uid(install))
     assert endpoint(boot.one("status")["status"], NAME)["state"] == "ready"
     before, after = install.one("files"), boot.one("files")
     assert (after["unit_sha"], after["approval_sha"]) == (
         before["unit_sha"],
         before["approval_sha"],
     )
+
+
+def test_reload_works_under_the_sandbox(machine: Machine) -> None:
+    boot = machine.boot("reboot")
+    assert boot.one("reload")["rc"] == 0, boot.one("reload")["stderr"]
+    epycd = boot.one("epycd_after_reload")
+    assert epycd["ActiveState"] == "active" and epycd["MainPID"] == epycd["main_pid_before"]
+    messages = [str(e["message"]) for e in boot.one("journal_epycd_reload")["entries"]]
+    reloaded = [i for i, m in enumerate(messages) if m == "reloading (SIGHUP)"]
+    assert reloaded, messages[-20:]
+    assert any(m.startswith("ready: ") for m in messages[reloaded[-1] :]), messages[-20:]
+    assert endpoint(boot.one("status_after_reload")["status"], NAME)["state"] == "ready"
 
 
 def test_an_edit_is_not_applied(machine: Machine, install: Boot) -> None:

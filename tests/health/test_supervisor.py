@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from epycd.supervisor import LogTail, read_status
+from epycd.supervisor import LogTail, SupervisorStatus, read_status, write_status
 from tests.health.notifysock import NotifySocket
 from tests.health.realvllm import REPO, free_port
 from tests.health.supervising import (
@@ -270,3 +270,32 @@ def test_the_gate_command_reads_the_api_key_credential(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(15)
+
+
+def test_a_server_its_user_may_not_run_is_a_clear_failure(tmp_path: Path, run: Run) -> None:
+    """A vLLM the endpoint's user cannot execute (a venv made from an interpreter in a home,
+    a 0700 folder): one error line and a failed status, not a Python traceback."""
+    server = tmp_path / "vllm"
+    server.write_text("#!/bin/sh\nexit 0\n")
+    server.chmod(0o644)
+    sup, status_file, log = run([str(server), "serve"], free_port())
+    assert sup.wait(30) == 1, log.read_text()
+    text = log.read_text()
+    assert "Traceback" not in text, text
+    assert f"cannot run {server} as uid {os.getuid()}: Permission denied" in text, text
+    status = read_status(status_file)
+    assert status is not None and (status.state, status.phase) == ("failed", "start")
+    assert "readable and executable by it" in status.reason
+
+
+def test_the_status_file_is_for_every_user_whatever_the_umask(tmp_path: Path) -> None:
+    """The endpoint unit's UMask=0077 would make it root's alone; `epycctl status` is for all."""
+    path = tmp_path / "endpoints" / "x" / "status.json"
+    old = os.umask(0o077)
+    try:
+        write_status(
+            path, SupervisorStatus(state="ready", name="x", url="http://[::1]:1", model="m")
+        )
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644

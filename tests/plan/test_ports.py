@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Callable, Iterator
@@ -66,6 +67,32 @@ def test_endpoint_of_pid_reads_the_unit_from_the_cgroup(tmp_path: Path) -> None:
     )
     assert endpoint_of_pid(42, tmp_path) == "qwen3"
     assert endpoint_of_pid(43, tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    "cgroup",
+    [
+        "4:cpuset:/docker/{id}\n0::/docker/{id}\n",  # the cgroupfs driver (cgroup v1)
+        "0::/system.slice/docker-{id}.scope\n",  # the systemd driver (cgroup v2)
+    ],
+)
+def test_endpoint_of_pid_reads_a_docker_container_name(tmp_path: Path, cgroup: str) -> None:
+    """A docker endpoint's vLLM runs under dockerd's cgroup, not its unit's: docker's record
+    of the container (named by the unit's `docker run --name`) says whose it is."""
+    proc, containers = tmp_path / "proc", tmp_path / "containers"
+    ours, other = "a" * 64, "b" * 64
+    for pid, container, name in ((42, ours, "/epyc-llm-olmo"), (43, other, "/epyc-llm-web-x")):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text(cgroup.format(id=container))
+        (containers / container).mkdir(parents=True)
+        (containers / container / "config.v2.json").write_text(json.dumps({"Name": name}))
+    (containers / other / "config.v2.json").write_text(json.dumps({"Name": "/web"}))
+    (proc / "44").mkdir()
+    (proc / "44" / "cgroup").write_text(cgroup.format(id="c" * 64))
+
+    assert endpoint_of_pid(42, proc, containers) == "olmo"
+    assert endpoint_of_pid(43, proc, containers) is None, "not a container epyc-llm named"
+    assert endpoint_of_pid(44, proc, containers) is None, "no record (or not root's to read)"
 
 
 def test_plan_skips_a_port_in_use_on_this_machine(

@@ -15,6 +15,7 @@ from epycd.approval.record import load_approval
 from epycd.approval.state import endpoint_states_of
 from epycd.cli.quickstart import endpoint_document, existing_matches, model_argument
 from epycd.errors import Refusal
+from epycd.paths import endpoint_status_file
 from epycd.plan.build import plan_all
 from epycd.spec import parse_endpoint
 from epycd.supervisor import SupervisorStatus, write_status
@@ -142,7 +143,7 @@ def test_start_waits_and_hands_off(sandbox: CliSandbox) -> None:
 def test_a_failed_start_reports_the_gate_phase(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
     sandbox.install_fake_systemctl()
-    status_file = sandbox.settings.run_dir / "default.json"
+    status_file = endpoint_status_file(sandbox.settings.run_dir, "default")
     write_status(
         status_file,
         SupervisorStatus(

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.plan.conftest import host_of, ws  # noqa: F401 (the fake-host planner's fixtures)
 from tests.render.manager import UserManager
 
 

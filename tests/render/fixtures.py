@@ -96,7 +96,7 @@ def _base(name: str, **changes: object) -> EndpointDecisions:
         "podman_notify_healthy": True,
         "product_python": PRODUCT_PYTHON,
         "exec_condition": [_approval_check(name)],
-        "status_file": f"/run/epyc-llm/{name}.json",
+        "status_file": f"/run/epyc-llm/endpoints/{name}/status.json",
     }
     fields.update(changes)
     return EndpointDecisions.model_validate(fields)
@@ -206,7 +206,7 @@ def host_with_token(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecisions:
             "config_file": f"/etc/epyc-llm/{name}.toml",
             "hf_token_file": f"/etc/epyc-llm/secrets/{name}.token",
             "exec_condition": [_approval_check(name)],
-            "status_file": f"/run/epyc-llm/{name}.json",
+            "status_file": f"/run/epyc-llm/endpoints/{name}/status.json",
         }
     )
 
@@ -222,7 +222,7 @@ def _renamed(decisions: EndpointDecisions, name: str, **changes: object) -> Endp
             "unit_name": f"epyc-llm-{name}",
             "config_file": f"/etc/epyc-llm/{name}.toml",
             "exec_condition": [_approval_check(name)],
-            "status_file": f"/run/epyc-llm/{name}.json",
+            "status_file": f"/run/epyc-llm/endpoints/{name}/status.json",
             **changes,
         }
     )

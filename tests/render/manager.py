@@ -78,6 +78,8 @@ class UserManager:
             "XDG_DATA_HOME": str(root / "data"),
         }
         self.process: subprocess.Popen[bytes] | None = None
+        self.refused: frozenset[str] | None = None
+        """Sandbox directives this machine refuses (tests.render.oracle.refused_here)."""
         self.cgroup = f"epyc-render-test-{os.getpid()}-{root.name}"
 
     def start(self) -> None:

@@ -11,6 +11,7 @@ from epycd.plan.model import EndpointDecisions
 from epycd.plan.tuning import omp_bind
 from epycd.render import commands
 from epycd.render.quadlet import describe
+from epycd.render.sandbox import STATIC_DIRECTIVES
 from tests.render.manager import Run, UserManager
 
 PODMAN = "/usr/bin/podman"
@@ -43,6 +44,62 @@ def runnable_generated(text: str, manager: UserManager) -> str:
 def runnable_docker(text: str) -> str:
     """The docker service without its `docker rm -f` pre-step (no docker daemon is touched)."""
     return text.replace(f"ExecStartPre=-{commands.DOCKER} ", "ExecStartPre=-/bin/true ")
+
+
+def refused_here(manager: UserManager) -> frozenset[str]:
+    """The sandbox directives this machine's kernel setup refuses (226/NAMESPACE): a test
+    machine that is itself a container may not let systemd remount /proc/sys or hide
+    /proc/kmsg. Each is tried alone on a oneshot unit, once per manager."""
+    if manager.refused is None:
+        refused = set()
+        for key, value in STATIC_DIRECTIVES:
+            unit = f"[Service]\nType=oneshot\nExecStart=/bin/true\n{key}={value}\n"
+            manager.install({"epyc-probe.service": unit})
+            manager.systemctl("start", "epyc-probe.service", check=False)
+            status = manager.systemctl("show", "epyc-probe.service", "-p", "ExecMainStatus")
+            if status.strip() != "ExecMainStatus=0":
+                refused.add(f"{key}={value}")
+            manager.systemctl("reset-failed", "epyc-probe.service", check=False)
+        manager.refused = frozenset(refused)
+    return manager.refused
+
+
+MOUNT_NAMESPACE_KEYS = (
+    "ProtectSystem=",
+    "ProtectHome=",
+    "PrivateDevices=",
+    "PrivateMounts=",
+    "PrivateIPC=",
+    "ProtectControlGroups=",
+    "ProtectKernelModules=",
+    "ProtectProc=",
+    "ReadWritePaths=",
+)
+"""What gives a unit a mount namespace. systemd 252's user manager, run here, stops
+starting Type=notify units for good after one with LoadCredential= ran in a mount namespace
+(the start job succeeds and runs nothing); the system manager (tests/e2e) has no such bug."""
+
+
+def runnable_sandboxed(text: str, manager: UserManager) -> str:
+    """The sandboxed units as this harness can run them; every other directive stays.
+
+    The harness (the dumper, its output folder) lives under /tmp, which PrivateTmp= would
+    hide and ProtectSystem=strict makes read-only: /tmp stays shared and the output folder
+    writable. The user manager has no user epyc-llm, so the unit runs as the manager's
+    user; what this machine refuses (`refused_here`) is left out, and so is the mount
+    namespace of a unit with credentials (MOUNT_NAMESPACE_KEYS): tests/e2e runs the real
+    units whole, as epyc-llm, under systemd as PID 1."""
+    refused = refused_here(manager)
+    dropped: tuple[str, ...] = ("User=", "Group=", "PrivateTmp=")
+    if "\nLoadCredential=" in text:
+        dropped += MOUNT_NAMESPACE_KEYS
+    kept = [
+        line for line in text.splitlines() if not line.startswith(dropped) and line not in refused
+    ]
+    out = "\n".join(kept) + "\n"
+    if "ProtectSystem=strict" in out:
+        out = out.replace("\n[Service]\n", f"\n[Service]\nReadWritePaths={manager.dumps}\n", 1)
+    return out
 
 
 def _main(run: Run, marker: list[str]) -> dict[str, object]:

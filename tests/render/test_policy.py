@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from epycd.errors import InputError
-from epycd.render import render_units
+from epycd.render import commands, render_units
 from tests.render.fixtures import genoa_podman, host_vllm, milan_docker
 
 ALL = [genoa_podman, milan_docker, host_vllm]
@@ -144,6 +144,13 @@ def test_docker_accepts_a_docker_hub_short_name() -> None:
     assert "vllm/vllm-openai-cpu:latest-x86_64 allenai" in next(
         iter(render_units(decisions).values())
     )
+
+
+def test_docker_never_pulls_at_start() -> None:
+    """An absent image fails the start at once, as with podman's Pull=never: docker run's
+    default pulled at boot (seen in tests/e2e/test_containers.py), waiting on a registry."""
+    argv = commands.docker_run(milan_docker())
+    assert "--pull=never" in argv[: argv.index(milan_docker().image or "")], argv
 
 
 def test_host_token_file_must_be_a_plain_path() -> None:

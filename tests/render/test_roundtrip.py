@@ -121,7 +121,9 @@ def _round_trip(decisions_by_runtime: dict[str, EndpointDecisions], manager: Use
         services.update(generated)
     verify(write_units(folder / "verify", services))
     runnable_units = {
-        name: oracle.runnable_docker(oracle.runnable_generated(text, manager))
+        name: oracle.runnable_sandboxed(
+            oracle.runnable_docker(oracle.runnable_generated(text, manager)), manager
+        )
         for name, text in services.items()
     }
     manager.install(runnable_units)

@@ -1,0 +1,168 @@
+"""The admin's side of the container end-to-end test (tests/e2e/test_containers.py), run
+inside the booted machine by the same oneshot driver unit as tests/e2e/inside.py, whose
+helpers it reuses (copied beside it into /opt/e2e). One phase per boot:
+
+install         install.sh; an endpoint with the configured runtime and the local image;
+                approve --no-pull; the units, the container's processes and cgroup, the HF
+                cache mount, a chat, status
+reboot          back with no new approval; then `epycctl stop`
+stopped-reboot  not started at boot; an absent image with --no-pull; `epycctl remove`
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import inside
+from inside import (
+    CONFIG,
+    NAME,
+    UNIT,
+    PhaseFailed,
+    Timeline,
+    chat,
+    epycctl_status,
+    journal,
+    must,
+    process_facts,
+    record,
+    run,
+    serving_evidence,
+    show,
+    use_identity_root,
+    wait_for_daemon,
+    wait_until,
+)
+
+inside.ENV["HF_HUB_OFFLINE"] = "1"
+ENGINE: str = CONFIG["engine"]
+CONTAINER = f"epyc-llm-{NAME}"
+ABSENT: str = CONFIG["absent"]
+ABSENT_UNIT = f"epyc-llm-{ABSENT}.service"
+
+
+def container_pids() -> list[int]:
+    """The container's processes: its init as the engine reports it, and all below it."""
+    done = run(ENGINE, "inspect", "--format", "{{.State.Pid}}", CONTAINER)
+    pid = int(done["stdout"].strip() or 0) if done["rc"] == 0 else 0
+    return [pid, *inside.descendants(pid)] if pid else []
+
+
+def cgroup_cpuset(pid: int) -> dict[str, str]:
+    """The cpuset the process's cgroup grants (v1 cpuset hierarchy, else the v2 one)."""
+    found: dict[str, str] = {}
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers in ("cpuset", ""):
+            base = Path("/sys/fs/cgroup") / ("cpuset" if controllers else "") / path.lstrip("/")
+            for name in ("cpuset.cpus", "cpuset.mems", "cpuset.cpus.effective"):
+                if (base / name).is_file():
+                    found[f"{controllers or 'v2'}:{name}"] = (base / name).read_text().strip()
+            found[f"{controllers or 'v2'}:path"] = path
+    return found
+
+
+def record_container(check: str) -> None:
+    pids = container_pids()
+    processes = [process_facts(pid) | {"cgroup": cgroup_cpuset(pid)} for pid in pids]
+    record(check, processes=processes)
+    inspect = run(ENGINE, "inspect", CONTAINER)
+    mounts = json.loads(inspect["stdout"])[0].get("Mounts", []) if inspect["rc"] == 0 else []
+    record(f"{check}_mounts", mounts=mounts)
+    listing = run(ENGINE, "exec", CONTAINER, "ls", "/root/.cache/huggingface/hub")
+    record(f"{check}_hub", rc=listing["rc"], stdout=listing["stdout"], stderr=listing["stderr"])
+
+
+UNIT_FILE = Path(CONFIG["unit_file"])
+
+
+def unit_files(check: str) -> None:
+    """The file approve wrote (for podman the Quadlet file; its generator makes the unit)."""
+    record(check, unit_sha=inside.sha256(UNIT_FILE), approval_sha=inside.sha256(inside.APPROVAL))
+
+
+def engine_containers(check: str) -> None:
+    done = run(ENGINE, "ps", "-a", "--format", "{{.Names}}", check=None)
+    record(check, rc=done["rc"], names=done["stdout"].split(), stderr=done["stderr"][-2000:])
+
+
+def approve(name: str, check: str) -> dict[str, Any]:
+    return run("epycctl", "approve", name, "--yes", "--no-pull", "--accept-unvalidated",
+               *CONFIG["consent_args"],
+               timeout=900, check=check)  # fmt: skip
+
+
+def phase_install() -> None:
+    record("pid1", comm=Path("/proc/1/comm").read_text().strip())
+    run(ENGINE, "--version", check="engine_version")
+    if ENGINE == "docker":
+        wait_until("docker is up", lambda: show("docker.service")["ActiveState"] == "active", 120)
+        must("load", "docker", "load", "-i", "/opt/image/image.tar", timeout=900)
+    run(ENGINE, "images", check="images")
+    must("install", "/src/packaging/install.sh", timeout=900)
+    use_identity_root()
+    inside.ENDPOINT_FILE.write_text(CONFIG["endpoint_toml"])
+    must("plan", "epycctl", "plan", NAME, "--json", timeout=300)
+    with Timeline("approve_timeline", (UNIT,), every=0.5):
+        approved = approve(NAME, "approve")
+    serving_evidence()
+    if approved["rc"] != 0:
+        raise PhaseFailed(f"approve failed (exit {approved['rc']}): {approved['stderr'][-2000:]}")
+    record("unit", **show(UNIT, "ActiveState", "SubState", "Type", "NotifyAccess", "MainPID",
+                          "NRestarts", "StatusText", "FragmentPath"))  # fmt: skip
+    record_container("container")
+    chat("chat")
+    epycctl_status("status", NAME)
+    unit_files("files")
+
+
+def phase_reboot() -> None:
+    wait_for_daemon("boot_timeline")
+    wait_until("the endpoint is active", lambda: show(UNIT)["ActiveState"] == "active", 600)
+    record("unit", **show(UNIT, "ActiveState", "SubState", "MainPID", "NRestarts"))
+    serving_evidence()
+    record_container("container")
+    chat("chat")
+    epycctl_status("status", NAME)
+    unit_files("files")
+    run("epycctl", "stop", NAME, timeout=300, check="stop")
+    record("unit_after_stop", **show(UNIT, "ActiveState", "SubState", "UnitFileState"))
+    engine_containers("containers_after_stop")
+
+
+def phase_stopped_reboot() -> None:
+    wait_for_daemon("boot_timeline")
+    record("unit", **show(UNIT, "ActiveState", "SubState", "UnitFileState"))
+    engine_containers("containers")
+    epycctl_status("status", NAME)
+
+    run("epycctl", "start", NAME, timeout=900, check="start")
+    engine_containers("containers_after_start")
+    run("epycctl", "remove", NAME, "--yes", timeout=300, check="remove")
+    record("unit_after_remove", **show(UNIT, "LoadState", "ActiveState"))
+    engine_containers("containers_after_remove")
+    record("unit_file_after_remove", exists=UNIT_FILE.exists())
+
+    (inside.ENDPOINT_FILE.parent / f"{ABSENT}.toml").write_text(CONFIG["absent_toml"])
+    approve(ABSENT, "absent_approve")
+    time.sleep(CONFIG["restart_watch_s"])
+    record("absent_unit", **show(ABSENT_UNIT, "ActiveState", "SubState", "Result", "NRestarts"))
+    time.sleep(CONFIG["restart_watch_s"])
+    record("absent_unit_later", **show(ABSENT_UNIT, "ActiveState", "SubState", "NRestarts"))
+    epycctl_status("absent_status", ABSENT)
+    journal("absent_journal", ABSENT_UNIT)
+
+
+PHASES = {"install": phase_install, "reboot": phase_reboot, "stopped-reboot": phase_stopped_reboot}
+
+if __name__ == "__main__":
+    inside.PHASES = PHASES  # type: ignore[assignment]
+    sys.exit(inside.main())
