@@ -11,7 +11,7 @@ from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.plan.hfcache import ENDPOINT_HF_HOME, host_hf_home
 from epycd.plan.homes import home_read_paths, in_a_home
 from epycd.plan.model import HfCacheMount
-from tests.plan.conftest import Workspace
+from tests.plan.conftest import PlanWorkspace
 
 
 def venv(root: Path, base_bin: str) -> str:
@@ -39,7 +39,7 @@ def test_root_s_hf_cache_becomes_the_endpoints_own() -> None:
 
 
 def test_the_planner_moves_the_hf_cache_and_says_so(
-    ws: Workspace, host_of: Callable[..., HostFacts]
+    ws: PlanWorkspace, host_of: Callable[..., HostFacts]
 ) -> None:
     ws.endpoint("qwen", 'model = "Qwen/Qwen3-0.6B"\nruntime = "host"\nvllm = "/opt/zen/bin/vllm"\n')
 

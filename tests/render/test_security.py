@@ -20,7 +20,7 @@ from epycd.plan.model import EndpointDecisions
 from epycd.render import render_units
 from epycd.render.sandbox import DOCKER_LEFT_OUT, HOST_LEFT_OUT, PRODUCT_USER
 from tests.hosts import CATALOGUE
-from tests.plan.conftest import Workspace
+from tests.plan.conftest import PlanWorkspace
 from tests.render.fixtures import CASES
 
 THRESHOLD = "45"
@@ -92,7 +92,7 @@ HOSTS = sorted(name for name in CATALOGUE if name != "xeon")
 
 @pytest.mark.parametrize("host_name", HOSTS)
 def test_fake_host_plans_pass_systemd_analyze_security(
-    host_name: str, ws: Workspace, host_of: Callable[..., HostFacts], tmp_path: Path
+    host_name: str, ws: PlanWorkspace, host_of: Callable[..., HostFacts], tmp_path: Path
 ) -> None:
     """The real planner's host units: a local model on loopback (loopback-only IP rules)
     and one listening on every interface."""
