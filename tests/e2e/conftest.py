@@ -280,3 +280,22 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         print(f"e2e: kept {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def endpoint(status: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    assert status is not None, "epycctl status --json gave no JSON"
+    entries = status.get("endpoints", [status])
+    found = [e for e in entries if e.get("name") == name]
+    assert found, f"{name} not in {entries}"
+    return found[0]
+
+
+def unit_log(boot: Boot, lines: int = 12) -> str:
+    """The endpoint unit's last journal lines and node 0's memory: why it did not serve."""
+    entries = boot.all("journal_serving")[-1]["entries"] if boot.all("journal_serving") else []
+    messages = [str(e["message"]) for e in entries]
+    errors = [m for m in messages if "Error:" in m][-lines // 2 :]
+    tail = [*errors, *messages[-lines // 2 :]]
+    memory = (boot.all("node_memory") or [{"nodes": {}}])[-1]["nodes"].get("node0", "")
+    free = [line for line in memory.splitlines() if "MemTotal" in line or "MemFree" in line]
+    return "\n".join([*tail, *free])

@@ -54,7 +54,15 @@ from typing import Any
 import pytest
 
 from epycd.host.cpulist import parse_cpulist
-from tests.e2e.conftest import DRIVER_UNIT, Boot, clean_copy, interpreter_home, port_free
+from tests.e2e.conftest import (
+    DRIVER_UNIT,
+    Boot,
+    clean_copy,
+    endpoint,
+    interpreter_home,
+    port_free,
+    unit_log,
+)
 from tests.health.realvllm import CACHE, VENV
 from tests.machine import FORCE_STOCK, serving, serving_needs_identity, write_identity_root
 
@@ -398,19 +406,6 @@ def engine_machine(
         print(f"e2e {engine.name}: kept {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def endpoint(status: dict[str, Any] | None, name: str) -> dict[str, Any]:
-    assert status is not None, "epycctl status --json gave no JSON"
-    entries = status.get("endpoints", [status])
-    found = [e for e in entries if e.get("name") == name]
-    assert found, f"{name} not in {entries}"
-    return found[0]
-
-
-def unit_log(boot: Boot, lines: int = 16) -> str:
-    entries = boot.all("journal_serving")[-1]["entries"] if boot.all("journal_serving") else []
-    return "\n".join(str(e["message"]) for e in entries[-lines:])
 
 
 def assert_container_serves(boot: Boot, plan: dict[str, Any], engine: Engine) -> None:

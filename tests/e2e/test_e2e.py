@@ -25,31 +25,12 @@ from typing import Any
 import pytest
 
 from epycd.host.cpulist import parse_cpulist
-from tests.e2e.conftest import NAME, NEVER, PORT, REPO, Boot, Machine
+from tests.e2e.conftest import NAME, NEVER, PORT, REPO, Boot, Machine, endpoint, unit_log
 
 pytestmark = pytest.mark.e2e
 
 UNIT = f"epyc-llm-{NAME}.service"
 URL = f"http://127.0.0.1:{PORT}/v1"
-
-
-def endpoint(status: dict[str, Any] | None, name: str) -> dict[str, Any]:
-    assert status is not None, "epycctl status --json gave no JSON"
-    entries = status.get("endpoints", [status])
-    found = [e for e in entries if e.get("name") == name]
-    assert found, f"{name} not in {entries}"
-    return found[0]
-
-
-def unit_log(boot: Boot, lines: int = 12) -> str:
-    """The endpoint unit's last journal lines and node 0's memory: why it did not serve."""
-    entries = boot.all("journal_serving")[-1]["entries"] if boot.all("journal_serving") else []
-    messages = [str(e["message"]) for e in entries]
-    errors = [m for m in messages if "Error:" in m][-lines // 2 :]
-    tail = [*errors, *messages[-lines // 2 :]]
-    memory = (boot.all("node_memory") or [{"nodes": {}}])[-1]["nodes"].get("node0", "")
-    free = [line for line in memory.splitlines() if "MemTotal" in line or "MemFree" in line]
-    return "\n".join([*tail, *free])
 
 
 def assert_serving(boot: Boot, plan: dict[str, Any]) -> None:
