@@ -207,7 +207,7 @@ ALLOWED: dict[str, str] = {
     "socket": '"auto" or a socket number (0, 1, ...)',
     "image": "a container image reference like 'repo/name:tag'",
     "vllm": "an absolute path to the vllm executable of a venv or conda env",
-    "served_model_name": "a name without spaces or control characters",
+    "served_model_name": "a name without spaces or control characters, not starting with '-'",
     "chat_template": "an absolute path to a chat template file",
     "extra_args": "a list of strings: long flags (--flag or --flag=value) the plan does not "
     "own, and their values",
@@ -240,7 +240,8 @@ class EndpointSpec(BaseModel):
     socket: int | Literal["auto"] = "auto"
     image: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
     vllm: PathText | None = None
-    served_model_name: str | None = Field(default=None, pattern=r"^[^\s]{1,200}$")
+    served_model_name: str | None = Field(default=None, pattern=r"^[^\s-][^\s]{0,199}$")
+    """Not starting with '-': vLLM would read the name as a flag."""
     chat_template: PathText | None = None
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import tomli_w
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from epycd.host.facts import HostFacts
@@ -60,6 +60,7 @@ def plan_with(table: dict[str, object]) -> tuple[Path, EndpointResult]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(served=TEXT, arg=TEXT, env_key=ENV_KEY, env_value=TEXT)
+@example(served="-A", arg="1", env_key="VLLM_A_B", env_value="1")  # a name vLLM reads as a flag
 def test_values_are_refused_or_add_no_directive(
     served: str, arg: str, env_key: str, env_value: str
 ) -> None:
