@@ -36,8 +36,9 @@ sys.path.insert(0, str(REPO))
 
 from epycd.approval.record import current_approver  # noqa: E402
 from epycd.approval.workflow import install_approval, make_approval  # noqa: E402
+from epycd.plan.current import plan_endpoints  # noqa: E402
+from epycd.render import render_for_plan  # noqa: E402
 from epycd.settings import Settings  # noqa: E402
-from epycd.status import plan_endpoints  # noqa: E402
 from epycd.supervisor import SupervisorStatus, write_status  # noqa: E402
 from tests.health.notifysock import NotifySocket  # noqa: E402
 from tests.hosts import make_host  # noqa: E402
@@ -81,7 +82,7 @@ def workspace(base: Path) -> tuple[Settings, dict[str, str]]:
         (settings.config_dir / f"{name}.toml").write_text(
             f'model = "{model}"\nruntime = "host"\nvllm = "{VLLM}"\nport = "auto"\n'
         )
-    results, host = plan_endpoints(settings)
+    results, host = plan_endpoints(settings, {}, render=render_for_plan)
     chat = next(r for r in results if r.endpoint == "chat")
     assert chat.plan is not None, [p.text for p in chat.errors]
     approval = make_approval(

@@ -108,6 +108,7 @@ def time_in_process(root: Path, env: dict[str, str], runs: int) -> tuple[list[fl
     from epycd.host.detect import detect_host
     from epycd.host.facts import RuntimeFacts
     from epycd.plan.build import plan_all
+    from epycd.render import render_for_plan
     from epycd.settings import Settings
 
     settings = Settings()
@@ -116,7 +117,7 @@ def time_in_process(root: Path, env: dict[str, str], runs: int) -> tuple[list[fl
     times, codes = [], []
     for _ in range(runs):
         start = time.perf_counter()
-        results = plan_all(settings, host, host_root=root)
+        results = plan_all(settings, host, host_root=root, render=render_for_plan)
         times.append(time.perf_counter() - start)
         codes = [r.exit_code for r in results]
     return times, codes

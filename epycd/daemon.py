@@ -185,11 +185,14 @@ class Daemon:
         """Plan every endpoint file; on failure keep the last answer and say why."""
         from epycd.approval.record import approved_plans
         from epycd.plan.current import plan_endpoints
+        from epycd.render import render_for_plan
         from epycd.status.collect import planned_map
 
         self.snapshot = inputs_snapshot(self.settings)
         try:
-            results, host = plan_endpoints(self.settings, approved_plans(self.settings))
+            results, host = plan_endpoints(
+                self.settings, approved_plans(self.settings), render=render_for_plan
+            )
         except EpycError as exc:
             log.error("planning failed: %s", exc)
             return

@@ -137,12 +137,14 @@ class CliSandbox:
         groups: Sequence[int] = (),
         umask: int = -1,
         stdin: str | None = None,
+        env: Mapping[str, str] | None = None,
         **extra: str,
     ) -> subprocess.CompletedProcess[str]:
-        """The CLI (`cli_module`, or `module`) in a subprocess; `extra` are added variables."""
+        """The CLI (`cli_module`, or `module`) in a subprocess; `env` and `extra` are added
+        variables (`env` for a mapping a caller passes on)."""
         return run_python(
             ["-m", module or self.cli_module, *args],
-            env=self.environ(system_path=system_path, **extra),
+            env=self.environ(system_path=system_path, **extra) | dict(env or {}),
             user=user,
             groups=groups,
             umask=umask,

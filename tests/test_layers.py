@@ -42,12 +42,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 )
 """Lowest first. An area is `epycd.AREA` (a module or a package)."""
 
-KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    ("epycd.plan.build", "epycd.render"): (
-        "issue 13: the plan carries its rendered units, so the planner calls the renderer "
-        "that sits above it. Delete this entry when rendering moves out of plan/build.py."
-    ),
-}
+KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
 """(importing module, imported module) pairs that break the layering today. The test fails
 on an entry that is no longer needed, so each is deleted once its import is gone."""
 

@@ -40,6 +40,7 @@ def current_plan(settings: Settings, name: str) -> tuple[EndpointResult, HostFac
     """Plan every endpoint file together (disjoint sockets, distinct ports), exactly as
     `epycctl plan` does; NAME's result."""
     from epycd.plan.current import endpoint_specs, plan_endpoints
+    from epycd.render import render_for_plan
 
     specs = endpoint_specs(settings)
     if name not in {spec.name for spec in specs}:
@@ -48,7 +49,9 @@ def current_plan(settings: Settings, name: str) -> tuple[EndpointResult, HostFac
             file=settings.config_dir / f"{name}.toml",
             fix="`epycctl status` lists the endpoints",
         )
-    planned = plan_endpoints(settings, approved_plans(settings), specs=specs)
+    planned = plan_endpoints(
+        settings, approved_plans(settings), render=render_for_plan, specs=specs
+    )
     return next(r for r in planned.results if r.endpoint == name), planned.host
 
 

@@ -208,6 +208,7 @@ def plan(name: str, as_json: bool, root: Path | None, sample_seconds: float) -> 
     """Show what NAME's endpoint file would run, and the units, without writing anything."""
     from epycd.approval.record import approved_plans
     from epycd.plan.current import endpoint_specs, plan_endpoints
+    from epycd.render import render_for_plan
 
     settings = load_settings()
     specs = endpoint_specs(settings)
@@ -220,6 +221,7 @@ def plan(name: str, as_json: bool, root: Path | None, sample_seconds: float) -> 
     results, host = plan_endpoints(
         settings,
         approved_plans(settings),
+        render=render_for_plan,
         specs=specs,
         host_root=root,
         sample_seconds=sample_seconds,

@@ -198,13 +198,18 @@ def plan_candidate(
     """NAME planned from `content` (not yet on disk) together with the other endpoint files,
     exactly as `epycctl plan` would plan it once written."""
     from epycd.plan.current import endpoint_specs, plan_endpoints
+    from epycd.render import render_for_plan
     from epycd.spec import parse_endpoint
     from epycd.stack import shipped_stack
 
     others = [spec for spec in endpoint_specs(settings) if spec.name != target.stem]
     candidate = parse_endpoint(target, content, precisions=shipped_stack().precisions)
     planned = plan_endpoints(
-        settings, approved_plans(settings), specs=[*others, candidate], host=host
+        settings,
+        approved_plans(settings),
+        render=render_for_plan,
+        specs=[*others, candidate],
+        host=host,
     )
     return next(r for r in planned.results if r.endpoint == target.stem)
 

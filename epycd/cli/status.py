@@ -49,9 +49,10 @@ def journal_tail(unit: str) -> list[str]:
 def current_statuses(settings: Settings) -> list[EndpointStatus]:
     from epycd.approval.record import approved_plans
     from epycd.plan.current import plan_endpoints
+    from epycd.render import render_for_plan
     from epycd.status.collect import collect_status, planned_map
 
-    results, _host = plan_endpoints(settings, approved_plans(settings))
+    results, _host = plan_endpoints(settings, approved_plans(settings), render=render_for_plan)
     statuses = collect_status(settings, planned_map(results))
     for status in statuses:
         if status.kind == "failed" and not status.log_tail:
@@ -214,13 +215,14 @@ def start(name: str, as_json: bool) -> None:
     from epycd.approval.workflow import main_service, start_wait_s, units_to_enable
     from epycd.atomic import unlink_durable
     from epycd.plan.current import plan_endpoints
+    from epycd.render import render_for_plan
     from epycd.status.collect import collect_status, planned_map
     from epycd.status.stop import stop_marker_path
 
     settings = checked_settings(name)
     report = ActionReport(name, "start", as_json=as_json)
     require_admin(settings, "start")
-    results, _host = plan_endpoints(settings, approved_plans(settings))
+    results, _host = plan_endpoints(settings, approved_plans(settings), render=render_for_plan)
     found = [s for s in collect_status(settings, planned_map(results)) if s.name == name]
     approval = readable_approval(settings, name)
     if not found:

@@ -38,7 +38,14 @@ from epycd.plan.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
 from epycd.plan.hfcache import host_hf_home, resolve_hf_cache
 from epycd.plan.homes import home_read_paths
-from epycd.plan.model import BindMount, EndpointDecisions, HfCacheMount, Plan, Problem
+from epycd.plan.model import (
+    BindMount,
+    EndpointDecisions,
+    HfCacheMount,
+    Plan,
+    Problem,
+    UnitRenderer,
+)
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
 from epycd.plan.route import Route, container_runtime, route_endpoint
 from epycd.settings import Settings
@@ -586,17 +593,10 @@ def finish(
     host: HostFacts,
     stack: Stack,
     settings: Settings,
+    render: UnitRenderer,
 ) -> Plan:
     """The decisions with their units rendered and fingerprinted."""
-    from epycd.render import render_units, unit_dirs
-
-    units = render_units(decisions)
-    dirs = {
-        name: str(path)
-        for name, path in unit_dirs(
-            decisions, unit_dir=settings.unit_dir, quadlet_dir=settings.quadlet_dir
-        ).items()
-    }
+    units, dirs = render(decisions, settings.unit_dir, settings.quadlet_dir)
     inputs = fingerprint_inputs(
         units=units,
         unit_dirs=dirs,
@@ -625,6 +625,7 @@ def _plan_one(
     port: int,
     hf_cache: HfCacheMount,
     product_python: str,
+    render: UnitRenderer,
 ) -> EndpointResult:
     name, file = prepared.result.name, prepared.result.path
     try:
@@ -666,7 +667,7 @@ def _plan_one(
             unfit_inputs_fingerprint=inputs_fingerprint(inputs),
         )
     try:
-        plan = finish(prepared, decisions, host=host, stack=stack, settings=settings)
+        plan = finish(prepared, decisions, host=host, stack=stack, settings=settings, render=render)
     except EpycError as exc:
         decisions.errors.append(Problem.of(exc))
         return _failed(prepared.result, exc, model_facts=prepared.facts, decisions=decisions)
@@ -697,6 +698,7 @@ class Sharing:
     approved_ports: dict[str, int]
     hf_cache: HfCacheMount
     product_python: str
+    render: UnitRenderer
 
 
 def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[EndpointResult, bool]]:
@@ -748,6 +750,7 @@ def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[Endpoi
             port=port,
             hf_cache=share.hf_cache,
             product_python=share.product_python,
+            render=share.render,
         )
         out[name] = (result, result.plan is None)
     return out
@@ -828,6 +831,7 @@ def plan_all(
     settings: Settings,
     host: HostFacts,
     *,
+    render: UnitRenderer,
     stack: Stack | None = None,
     specs: list[SpecResult] | None = None,
     inspect: ModelInspector | None = None,
@@ -844,6 +848,7 @@ def plan_all(
     `approved_sockets` and `approved_ports` (endpoint -> the socket, the port of its approved
     plan) keep "auto" endpoints where they were approved and keep others off them, running or
     not, so that adding an endpoint file never moves an approved one nor lands on it.
+    `render` turns decisions into units (`epycd.render.render_for_plan`, given by the caller).
 
     Defaults reach the outside world: the shipped stack, the endpoint files, `inspect_model`
     and `probe_vllm` (both through the probe cache of `settings.run_dir`), the ports
@@ -864,6 +869,7 @@ def plan_all(
         approved_ports=dict(approved_ports or {}),
         hf_cache=hf_cache,
         product_python=product_python or sys.executable,
+        render=render,
     )
     results.update(place_all(ready, share))
     return [results[name] for name in sorted(results)]

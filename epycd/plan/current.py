@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from epycd.host.facts import HostFacts
 from epycd.plan.build import EndpointResult, plan_all
-from epycd.plan.model import Plan
+from epycd.plan.model import Plan, UnitRenderer
 from epycd.settings import Settings
 from epycd.spec import SpecResult, load_endpoints
 from epycd.stack import shipped_stack
@@ -55,6 +55,7 @@ def plan_endpoints(
     settings: Settings,
     approved: Mapping[str, Plan],
     *,
+    render: UnitRenderer,
     specs: Sequence[SpecResult] | None = None,
     host: HostFacts | None = None,
     host_root: Path | None = None,
@@ -64,7 +65,8 @@ def plan_endpoints(
 
     `approved` is endpoint -> its approved plan: an approved endpoint keeps its socket and
     port, and no other plan is given them. `host_root` reads another root than the
-    settings' one (`epycctl plan --root`).
+    settings' one (`epycctl plan --root`). `render` is the renderer the plan layer may not
+    import: `epycd.render.render_for_plan`.
     """
     root = host_root or settings.host_root
     specs = list(endpoint_specs(settings) if specs is None else specs)
@@ -76,6 +78,7 @@ def plan_endpoints(
         stack=shipped_stack(),
         specs=specs,
         host_root=root,
+        render=render,
         approved_sockets={name: plan.socket for name, plan in approved.items()},
         approved_ports={name: plan.port for name, plan in approved.items()},
     )

@@ -7,7 +7,9 @@ stays a pure function of decisions. `Plan` adds the rendered units and the finge
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -170,3 +172,18 @@ class Plan(EndpointDecisions):
     inputs_fingerprint: str = Field(
         default="", description="over the shaping inputs only: what drift compares"
     )
+
+
+class RenderedUnits(NamedTuple):
+    """The units rendered from one endpoint's decisions."""
+
+    units: dict[str, str]
+    """unit file name -> exact text"""
+    unit_dirs: dict[str, str]
+    """unit file name -> the folder it is installed in"""
+
+
+UnitRenderer = Callable[[EndpointDecisions, Path, Path], RenderedUnits]
+"""(decisions, unit folder, Quadlet folder) -> the units. The planner is given one
+(`epycd.render.render_for_plan`) by the layer above, so the plan layer never imports the
+renderer that sits on top of it."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from epycd.errors import EpycError
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import EndpointDecisions, RenderedUnits
 from epycd.render.policy import check_decisions
 from epycd.render.quadlet import render_container
 from epycd.render.services import render_docker, render_host
@@ -58,4 +58,14 @@ def unit_dirs(
     return {unit_file_name(decisions): folder}
 
 
-__all__ = ["render_units", "unit_dirs", "unit_file_name"]
+def render_for_plan(
+    decisions: EndpointDecisions, unit_dir: Path, quadlet_dir: Path
+) -> RenderedUnits:
+    """The planner's renderer (`epycd.plan.model.UnitRenderer`): the units and their folders."""
+    folders = unit_dirs(decisions, unit_dir=unit_dir, quadlet_dir=quadlet_dir)
+    return RenderedUnits(
+        render_units(decisions), {name: str(path) for name, path in folders.items()}
+    )
+
+
+__all__ = ["render_for_plan", "render_units", "unit_dirs", "unit_file_name"]

@@ -13,6 +13,7 @@ import pytest
 from epycd.approval.record import load_approval
 from epycd.approval.state import endpoint_states_of
 from epycd.plan.build import plan_all
+from epycd.render import render_for_plan
 from tests.approval.conftest import ApprovalSandbox
 from tests.health.realvllm import stock_vllm_executable, vllm_executable
 from tests.hosts import CATALOGUE, write_host
@@ -28,7 +29,7 @@ def real_epycctl(
     env: ApprovalSandbox, *args: str, **extra: str
 ) -> subprocess.CompletedProcess[str]:
     """The product with its own planner (not the hand-made plans of `env.epycctl`)."""
-    return env.epycctl(*args, module="epycd", **extra)
+    return env.epycctl(*args, module="epycd", env=extra)
 
 
 def test_approve_drift_and_boot_check_with_the_real_planner(env: ApprovalSandbox) -> None:
@@ -46,11 +47,15 @@ def test_approve_drift_and_boot_check_with_the_real_planner(env: ApprovalSandbox
 
     settings = env.settings
     host = env.host()
-    [state] = endpoint_states_of(settings, plan_all(settings, host, listeners={}))
+    [state] = endpoint_states_of(
+        settings, plan_all(settings, host, listeners={}, render=render_for_plan)
+    )
     assert state.state == "approved", state.reasons
 
     endpoint.write_text(endpoint.read_text() + "max_model_len = 2048\n")
-    [state] = endpoint_states_of(settings, plan_all(settings, host, listeners={}))
+    [state] = endpoint_states_of(
+        settings, plan_all(settings, host, listeners={}, render=render_for_plan)
+    )
     assert state.state == "changed-needs-approval"
     assert '-  "max_model_len": 4096' in state.plan_diff
     assert '+  "max_model_len": 2048' in state.plan_diff
@@ -89,7 +94,7 @@ def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: ApprovalSandb
         node.memory_available_bytes //= 8
     for sock in short.socket_topology:
         sock.memory_available_gb /= 8
-    [replanned] = plan_all(settings, short, listeners={})
+    [replanned] = plan_all(settings, short, listeners={}, render=render_for_plan)
     approval = load_approval(settings, "chat")
     assert approval is not None and replanned.plan is not None
     assert replanned.plan.kv_cache_gb < approval.plan.kv_cache_gb
@@ -100,7 +105,9 @@ def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: ApprovalSandb
     fewer = env.host(
         write_host(env.tmp / "fewer", replace(CATALOGUE["genoa-9654-2s-nps1"], cores_per_socket=64))
     )
-    [state] = endpoint_states_of(settings, plan_all(settings, fewer, listeners={}))
+    [state] = endpoint_states_of(
+        settings, plan_all(settings, fewer, listeners={}, render=render_for_plan)
+    )
     assert state.state == "changed-needs-approval"
     assert '-  "cpus": "0-95"' in state.plan_diff
 
@@ -117,10 +124,12 @@ def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: ApprovalSan
 
     (config / "a.toml").write_text(body + "port = 8100\n")
     settings, host = env.settings, env.host()
-    by_name = {r.endpoint: r for r in plan_all(settings, host, listeners={})}
+    by_name = {
+        r.endpoint: r for r in plan_all(settings, host, listeners={}, render=render_for_plan)
+    }
     assert by_name["a"].plan is not None and by_name["a"].plan.socket == 0  # name order alone
 
-    kept = plan_all(settings, host, listeners={}, approved_sockets={"b": 0})
+    kept = plan_all(settings, host, listeners={}, render=render_for_plan, approved_sockets={"b": 0})
     by_name = {r.endpoint: r for r in kept}
     assert by_name["b"].plan is not None and by_name["b"].plan.socket == 0
     assert by_name["a"].plan is not None and by_name["a"].plan.socket == 1
@@ -142,7 +151,7 @@ def test_memory_held_by_the_running_endpoint_is_not_drift(env: ApprovalSandbox) 
         node.memory_available_bytes = 0
     for sock in full.socket_topology:
         sock.memory_available_gb = 0.0
-    [unfit] = plan_all(settings, full, listeners={})
+    [unfit] = plan_all(settings, full, listeners={}, render=render_for_plan)
     assert unfit.plan is None and "does not fit" in unfit.errors[0].text
     [state] = endpoint_states_of(settings, [unfit])
     assert state.state == "approved", state.reasons
@@ -151,7 +160,7 @@ def test_memory_held_by_the_running_endpoint_is_not_drift(env: ApprovalSandbox) 
     (env.settings.config_dir / "chat.toml").write_text(
         f'model = "{model}"\nruntime = "host"\nvllm = "{vllm_executable()}"\nmax_model_len = 2048\n'
     )
-    [edited] = plan_all(settings, full, listeners={})
+    [edited] = plan_all(settings, full, listeners={}, render=render_for_plan)
     assert edited.plan is None
     [state] = endpoint_states_of(settings, [edited])
     assert state.state == "changed-needs-approval"

@@ -25,6 +25,7 @@ from epycd.host.facts import HostVllmFacts
 from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
 from epycd.paths import endpoint_status_file
 from epycd.plan.current import Planned, plan_endpoints
+from epycd.render import render_for_plan
 from epycd.settings import Settings
 from epycd.status.collect import collect_status, planned_map
 from epycd.status.machine import EndpointStatus
@@ -92,7 +93,7 @@ elif verb in ("enable", "disable"):
 
 def real_plan_endpoints(settings: Settings) -> Planned:
     """What every command plans: the real planner, the approvals holding their places."""
-    return plan_endpoints(settings, approved_plans(settings))
+    return plan_endpoints(settings, approved_plans(settings), render=render_for_plan)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import pytest
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, PodmanFacts, RuntimeFacts
 from epycd.plan.build import EndpointResult, plan_all
+from epycd.render import render_for_plan
 from epycd.settings import Settings
 from tests.hosts import make_host
 
@@ -87,6 +88,7 @@ class PlanWorkspace:
 
     def plan(self, host: HostFacts, **kwargs: object) -> dict[str, EndpointResult]:
         kwargs.setdefault("listeners", {})
+        kwargs.setdefault("render", render_for_plan)
         kwargs.setdefault("environ", {"HF_HOME": str(self.hf_home)})
         results = plan_all(self.settings, host, **kwargs)  # type: ignore[arg-type]
         return {result.endpoint: result for result in results}

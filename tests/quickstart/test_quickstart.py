@@ -17,6 +17,7 @@ from epycd.cli.quickstart import endpoint_document, existing_matches, model_argu
 from epycd.errors import Refusal
 from epycd.paths import endpoint_status_file
 from epycd.plan.build import plan_all
+from epycd.render import render_for_plan
 from epycd.spec import parse_endpoint
 from epycd.supervisor import SupervisorStatus, write_status
 from tests.health.realvllm import tiny_model
@@ -32,7 +33,7 @@ def quickstart(sandbox: CliSandbox, *args: str, **extra: str) -> tuple[int, str,
     this machine's vLLM platform call for (the stock platform needs it: tests/machine.py)."""
     consent = Serving(Path("/"), "Genoa", bf16=True, zen_platform=vllm_runs_zen_here())
     done = sandbox.epycctl(
-        "quickstart", "--vllm", str(real_vllm()), *consent.consent_args, *args, **extra
+        "quickstart", "--vllm", str(real_vllm()), *consent.consent_args, *args, env=extra
     )
     return done.returncode, done.stdout, done.stderr
 
@@ -70,7 +71,9 @@ def test_writes_plans_approves_and_agrees_with_the_planner(sandbox: CliSandbox) 
     from epycd.host.detect import detect_host
 
     facts = detect_host(host, probe_runtimes=False)
-    [state] = endpoint_states_of(settings, plan_all(settings, facts, listeners={}))
+    [state] = endpoint_states_of(
+        settings, plan_all(settings, facts, listeners={}, render=render_for_plan)
+    )
     assert state.state == "approved", state.reasons  # what was approved is what `plan` plans
 
     again = sandbox.epycctl("plan", "default", "--json")
