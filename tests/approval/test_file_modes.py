@@ -46,7 +46,7 @@ def approve_with_umask(
     env: ApprovalSandbox, umask: str, **extra: str
 ) -> subprocess.CompletedProcess[str]:
     """`epycctl approve chat --yes --no-start` under this umask (an octal string)."""
-    return env.epycctl("approve", "chat", "--yes", "--no-start", umask=int(umask, 8), **extra)
+    return env.epycctl("approve", "chat", "--yes", "--no-start", umask=int(umask, 8), env=extra)
 
 
 def test_a_strict_umask_does_not_hide_the_approvals_from_users(open_env: ApprovalSandbox) -> None:

@@ -34,7 +34,7 @@ def as_nobody(
     groups: list[int] | None = None,
     extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    return run_python(args, env=env.environ(**(extra or {})), user=NOBODY, groups=groups or ())
+    return run_python(args, env=env.environ() | (extra or {}), user=NOBODY, groups=groups or ())
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ def daemon(
         process = subprocess.Popen(
             [sys.executable, "-m", "epycd.daemon", "--poll-interval", "0.3",
              "--refresh-interval", "0.5", *args],
-            env=ws.environ(NOTIFY_SOCKET=str(sock.path), **extra),
+            env=ws.environ(NOTIFY_SOCKET=str(sock.path)) | extra,
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -287,7 +287,8 @@ def endpoint(status: dict[str, Any] | None, name: str) -> dict[str, Any]:
     entries = status.get("endpoints", [status])
     found = [e for e in entries if e.get("name") == name]
     assert found, f"{name} not in {entries}"
-    return found[0]
+    entry: dict[str, Any] = found[0]
+    return entry
 
 
 def unit_log(boot: Boot, lines: int = 12) -> str:

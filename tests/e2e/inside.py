@@ -13,7 +13,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -493,4 +492,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

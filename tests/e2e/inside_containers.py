@@ -12,7 +12,6 @@ stopped-reboot  not started at boot; an absent image with --no-pull; `epycctl re
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -95,9 +94,11 @@ def engine_containers(check: str) -> None:
 
 
 def approve(name: str, check: str) -> dict[str, Any]:
-    return run("epycctl", "approve", name, "--yes", "--no-pull", "--accept-unvalidated",
-               *CONFIG["consent_args"],
-               timeout=900, check=check)  # fmt: skip
+    done: dict[str, Any] = run(
+        "epycctl", "approve", name, "--yes", "--no-pull", "--accept-unvalidated",
+        *CONFIG["consent_args"], timeout=900, check=check,
+    )  # fmt: skip
+    return done
 
 
 def phase_install() -> None:
@@ -164,5 +165,5 @@ def phase_stopped_reboot() -> None:
 PHASES = {"install": phase_install, "reboot": phase_reboot, "stopped-reboot": phase_stopped_reboot}
 
 if __name__ == "__main__":
-    inside.PHASES = PHASES  # type: ignore[assignment]
-    sys.exit(inside.main())
+    inside.PHASES = PHASES
+    inside.main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -86,7 +87,7 @@ def test_context_is_capped_by_max_positions_and_defaults_to_it() -> None:
 
 
 def test_the_first_numa_node_limits_the_pool() -> None:
-    common = dict(
+    common: dict[str, Any] = dict(
         weights_bytes=8 * GIB,
         kv_bytes_per_token=LLAMA_KV,
         max_position_embeddings=LLAMA_POSITIONS,
@@ -95,11 +96,11 @@ def test_the_first_numa_node_limits_the_pool() -> None:
         socket_total_gib=384,
         socket_available_gib=380,
     )
-    whole = fit_memory(**common)  # type: ignore[arg-type]
+    whole = fit_memory(**common)
     assert whole.kv_pool_cap_gb == kv_pool_gib(384) == 153
-    node = fit_memory(**common, first_node_available_gib=95)  # type: ignore[arg-type]
+    node = fit_memory(**common, first_node_available_gib=95)
     assert node.kv_pool_cap_gb == math.floor(95 - 8 * 95 / 380) == 93
-    starved = fit_memory(**common, first_node_available_gib=0.5)  # type: ignore[arg-type]
+    starved = fit_memory(**common, first_node_available_gib=0.5)
     assert not starved.fits and starved.suggested_max_model_len is None
     assert "NUMA node" in starved.action
 
@@ -165,7 +166,7 @@ def test_fit_invariants(
     total: float,
     free: float,
 ) -> None:
-    args = dict(
+    args: dict[str, Any] = dict(
         weights_bytes=int(weights_gib * GIB),
         kv_bytes_per_token=kv_per_token,
         max_position_embeddings=positions,
@@ -173,7 +174,7 @@ def test_fit_invariants(
         socket_total_gib=total,
         socket_available_gib=total * free,
     )
-    fit = fit_memory(max_model_len=wanted, **args)  # type: ignore[arg-type]
+    fit = fit_memory(max_model_len=wanted, **args)
     assert fit.context == min(wanted, positions)
     assert fit.kv_pool_gb <= kv_pool_gib(total)
     if fit.fits:
@@ -182,8 +183,8 @@ def test_fit_invariants(
     elif fit.suggested_max_model_len is not None:
         suggested = fit.suggested_max_model_len
         assert suggested % 256 == 0 and suggested < fit.context
-        assert fit_memory(max_model_len=suggested, **args).fits  # type: ignore[arg-type]
-        assert not fit_memory(max_model_len=suggested + 256, **args).fits  # type: ignore[arg-type]
+        assert fit_memory(max_model_len=suggested, **args).fits
+        assert not fit_memory(max_model_len=suggested + 256, **args).fits
 
 
 def test_the_pool_is_what_the_sequences_need_plus_the_margin() -> None:
@@ -206,7 +207,7 @@ def test_the_pool_is_what_the_sequences_need_plus_the_margin() -> None:
 def test_without_max_num_seqs_the_target_is_cut_to_what_fits() -> None:
     """Rule 2: the profile's 128 sequences of 8192 tokens (128 GiB of KV) do not fit a 64 GiB
     socket's cap (25 GiB): as many full sequences as the cap holds, no fewer than 1."""
-    common = dict(
+    common: dict[str, Any] = dict(
         weights_bytes=LLAMA_8B_TOTAL_SIZE,
         kv_bytes_per_token=LLAMA_KV,
         max_position_embeddings=LLAMA_POSITIONS,
@@ -215,16 +216,16 @@ def test_without_max_num_seqs_the_target_is_cut_to_what_fits() -> None:
         socket_available_gib=64,
         target_seqs=128,
     )
-    fit = fit_memory(max_model_len=8192, **common)  # type: ignore[arg-type]
+    fit = fit_memory(max_model_len=8192, **common)
     assert fit.fits and fit.kv_pool_cap_gb == 25
     assert fit.max_num_seqs == math.floor(25 / (1.0 * (1 + KV_MARGIN))) == 22
     assert fit.kv_gb <= fit.kv_pool_gb <= fit.kv_pool_cap_gb
-    short = fit_memory(max_model_len=1024, **common)  # type: ignore[arg-type]
+    short = fit_memory(max_model_len=1024, **common)
     assert short.max_num_seqs == 128, "where memory allows, vLLM's default is kept"
-    longest = fit_memory(max_model_len=131072, **common)  # type: ignore[arg-type]
+    longest = fit_memory(max_model_len=131072, **common)
     assert longest.max_num_seqs == 1 and longest.fits
     too_long = fit_memory(**{**common, "socket_total_gib": 32, "socket_available_gib": 32},
-                          max_model_len=131072)  # type: ignore[arg-type]  # fmt: skip
+                          max_model_len=131072)  # fmt: skip
     assert too_long.max_num_seqs == 1 and not too_long.fits
 
 

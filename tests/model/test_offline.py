@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from epycd.errors import Refusal
 from epycd.model.check import inspect_model
+from epycd.model.facts import ModelFacts
 from tests.sandbox import run_python
 
 BOUND_S = 5.0
@@ -42,7 +43,7 @@ def online_unreachable(
     return offline_hub
 
 
-def timed(call):  # type: ignore[no-untyped-def]
+def timed(call: Callable[[], ModelFacts]) -> tuple[ModelFacts | Refusal, float]:
     start = time.monotonic()
     try:
         return call(), time.monotonic() - start
@@ -63,6 +64,7 @@ def test_offline_model_not_in_cache_is_a_clear_refusal() -> None:
 def test_unreachable_hub_answers_from_the_cache_with_a_warning() -> None:
     facts, seconds = timed(lambda: inspect_model("Qwen/Qwen3-0.6B"))
     assert seconds < BOUND_S
+    assert isinstance(facts, ModelFacts), facts
     assert facts.kv_bytes_per_token == 114688
     assert any("could not be reached" in w for w in facts.warnings)
 
@@ -83,6 +85,7 @@ def test_a_silent_hub_is_bounded_by_the_timeout(
     monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "1")
     facts, seconds = timed(lambda: inspect_model("Qwen/Qwen3-0.6B"))
     assert seconds < BOUND_S
+    assert isinstance(facts, ModelFacts), facts
     assert any("Timeout" in w for w in facts.warnings)
 
 

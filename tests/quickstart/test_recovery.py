@@ -27,7 +27,7 @@ install_approval(settings, approval)
 def test_an_interrupted_install_is_finished_before_quickstart_plans(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
     killed = run_python(
-        ["-c", INTERRUPTED_APPROVE], env=sandbox.environ(**{CRASH_ENV: "journaled"}), timeout=120
+        ["-c", INTERRUPTED_APPROVE], env=sandbox.environ() | {CRASH_ENV: "journaled"}, timeout=120
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert journal_path(sandbox.settings, "chat").exists()
