@@ -201,3 +201,19 @@ def test_a_changed_gpu_changes_the_inputs_fingerprint(
     other = replace(base, gpus=(FakeGpu(90402, 64, 0),))
     after = planned(ws.plan(shape_host(other))["gpu"])
     assert before.inputs_fingerprint != after.inputs_fingerprint
+
+
+def test_plan_table_and_hand_off_speak_of_gpus(ws: PlanWorkspace, host_of: HostOf) -> None:
+    from epycd.cli.plan import confirmation_table
+    from epycd.cli.status import handoff_text
+    from epycd.status.handoff import handoff
+
+    host = host_of("genoa-2s-8x-mi300x")
+    ws.endpoint("gpu", GPU + QWEN + "gpus = [4]\n")
+    result = ws.plan(host)["gpu"]
+    text = confirmation_table(result, host)
+    assert "VRAM fit" in text and "tensor parallel 1" in text
+    assert "Instinct gfx942 GPU(s) 4 (HIP_VISIBLE_DEVICES)" in text
+    assert "ROCm vLLM on AMD Instinct GPUs" in text
+    assert "OpenMP bind" not in text
+    assert "Instinct GPU(s) 4 (CPUs " in handoff_text(handoff(planned(result)))
