@@ -217,3 +217,20 @@ def test_plan_table_and_hand_off_speak_of_gpus(ws: PlanWorkspace, host_of: HostO
     assert "ROCm vLLM on AMD Instinct GPUs" in text
     assert "OpenMP bind" not in text
     assert "Instinct GPU(s) 4 (CPUs " in handoff_text(handoff(planned(result)))
+
+
+def test_approved_gpu_endpoints_keep_their_gpus_and_nodes(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    """An approved endpoint keeps its GPUs when a new file sorts before it; one whose file is
+    gone still holds its GPU and its node's cores."""
+    host = host_of("genoa-2s-8x-mi300x")
+    ws.endpoint("a-new", GPU + QWEN)
+    ws.endpoint("b-approved", GPU + QWEN)
+    ws.endpoint("cpu", QWEN + "socket = 0\n")
+    results = ws.plan(host, approved_gpus={"b-approved": [3], "gone": [0]})
+    assert planned(results["b-approved"]).gpus == [3]
+    assert planned(results["a-new"]).gpus == [1]
+    cpu = planned(results["cpu"])
+    assert cpu.numa_nodes == [2]
+    assert not set(parse_cpulist(cpu.cpus)) & node_cpus(host, [0, 1, 3])
