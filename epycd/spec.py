@@ -219,6 +219,9 @@ ALLOWED: dict[str, str] = {
     "throughput_flags": "true or false",
     "restart": '"no" or "on-failure"',
     "profile": '"balanced" (default), "latency" or "throughput" (docs/tuning.md)',
+    "device": '"cpu" (the default) or "instinct" (AMD Instinct GPUs, docs/instinct.md)',
+    "gpus": '"auto" or a list of GPU indices as `epycctl detect` shows them, e.g. [0, 1]',
+    "tensor_parallel_size": '"auto" or 1, 2, 4 or 8 (GPUs one instance spans)',
 }
 
 PathText = Annotated[str, Field(min_length=2, pattern=r"^/")]
@@ -250,6 +253,16 @@ class EndpointSpec(BaseModel):
     throughput_flags: bool = False
     restart: Literal["no", "on-failure"] = "no"
     profile: Literal["balanced", "latency", "throughput"] = "balanced"
+    device: Literal["cpu", "instinct"] = "cpu"
+    gpus: list[Annotated[int, Field(ge=0)]] | Literal["auto"] = "auto"
+    tensor_parallel_size: Literal[1, 2, 4, 8, "auto"] = "auto"
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_distinct(cls, value: list[int] | str) -> list[int] | str:
+        if isinstance(value, list) and (not value or len(set(value)) != len(value)):
+            raise ValueError("the GPU list is empty or names a GPU twice")
+        return value
 
     @field_validator("model")
     @classmethod
@@ -501,6 +514,43 @@ def _policy_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> l
                     fix=refusal.fix,
                 )
             )
+    return errors + _device_errors(path, data)
+
+
+CPU_ONLY_KEYS = {
+    "socket": 'the GPUs decide the CPUs: leave socket = "auto"',
+    "throughput_flags": "zentorch's throughput set is for the CPU path",
+    "vllm": "an Instinct endpoint runs the ROCm vLLM image (podman or docker)",
+}
+
+
+def _device_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
+    """Keys that belong to one device only (docs/instinct.md)."""
+    if data.get("device", "cpu") != "instinct":
+        return [
+            InputError(
+                f"{key} is for Instinct GPU endpoints",
+                file=path,
+                key=key,
+                fix='set device = "instinct", or remove ' + key,
+            )
+            for key in ("gpus", "tensor_parallel_size")
+            if key in data
+        ]
+    errors = [
+        InputError(f"{key} does not apply to an Instinct endpoint", file=path, key=key, fix=why)
+        for key, why in CPU_ONLY_KEYS.items()
+        if key in data and data[key] not in ("auto", False)
+    ]
+    if data.get("runtime") == "host":
+        errors.append(
+            InputError(
+                "an Instinct endpoint runs in a container (the ROCm vLLM image)",
+                file=path,
+                key="runtime",
+                fix='set runtime = "auto", "podman" or "docker"',
+            )
+        )
     return errors
 
 

@@ -24,6 +24,12 @@ Conventions (modelled on Linux on AMD and Intel servers):
 - /proc/meminfo MemTotal: `host_memtotal_gib` when set (VMs whose nodes show less than
   MemTotal, like the test machine), else the sum of all nodes.
 - usr/bin/g++ is an executable stub unless `cxx=False` (a minimal Debian without one).
+- GPUs (`gpus`, `FakeGpu`): a KFD topology node per GPU after the CPU nodes
+  (sys/class/kfd/kfd/topology/nodes/N/properties in amdkfd's `name value` format, with a
+  mem_banks/0 VRAM heap), a DRM card per GPU (sys/class/drm/cardK/device/ with
+  mem_info_vram_total, numa_node and uevent's PCI_SLOT_NAME), PCI bus 0x05 + 0x10 * index
+  in domain 0, and opt/rocm/.info/version when `rocm_version` is set. See epycd/host/gpus.py
+  for the kernel sources of these formats.
 - Distances: 10 local, 12 between nodes of one socket, 32 across sockets; a memory-only
   node is 20 from the nodes of its `near_socket` and 40 from the others.
 
@@ -79,6 +85,26 @@ class MemoryOnlyNode:
 
 
 @dataclass(frozen=True)
+class FakeGpu:
+    """One AMD GPU on a NUMA node: gfx_target_version as KFD writes it (90402 = gfx942)."""
+
+    gfx_target_version: int
+    vram_gib: int
+    numa_node: int
+    device_id: int = 0x74A1
+
+
+MI300X = (90402, 192, 0x74A1)
+MI355X = (90500, 288, 0x75A3)
+MI210 = (90010, 64, 0x740F)
+
+
+def gpus_on_nodes(kind: tuple[int, int, int], nodes: list[int]) -> tuple[FakeGpu, ...]:
+    target, vram, device = kind
+    return tuple(FakeGpu(target, vram, node, device) for node in nodes)
+
+
+@dataclass(frozen=True)
 class HostShape:
     cpu_name: str
     family: int
@@ -101,6 +127,8 @@ class HostShape:
     node_memory_overrides: Mapping[int, float] = field(default_factory=dict)
     cxx: bool = True
     """usr/bin/g++ present (an executable stub): a host vLLM's start compiles with it."""
+    gpus: tuple[FakeGpu, ...] = ()
+    rocm_version: str | None = None
 
     @property
     def logical_count(self) -> int:
@@ -298,10 +326,60 @@ def write_host(root: Path, shape: HostShape) -> Path:
     )
     _write(root / "proc/meminfo", _meminfo(host_kib))
     write_proc_stat(root, {cpu: (100, 50, 1000, 10) for cpu in online})
+    write_gpus(root, shape)
     if shape.cxx:
         _write(root / "usr/bin/g++", "#!/bin/sh\nexit 1\n")
         (root / "usr/bin/g++").chmod(0o755)
     return root
+
+
+GIB_BYTES = 1024**3
+
+
+def _gpu_properties(shape: HostShape, index: int, gpu: FakeGpu) -> str:
+    bus = 0x05 + 0x10 * index
+    props = {
+        "cpu_cores_count": 0,
+        "simd_count": 1216,
+        "mem_banks_count": 1,
+        "caches_count": 0,
+        "io_links_count": 1,
+        "gfx_target_version": gpu.gfx_target_version,
+        "vendor_id": 0x1002,
+        "device_id": gpu.device_id,
+        "location_id": bus << 8,
+        "domain": 0,
+        "drm_render_minor": 128 + index,
+        "num_xcc": 8,
+    }
+    return "".join(f"{name} {value}\n" for name, value in props.items())
+
+
+def write_gpus(root: Path, shape: HostShape) -> None:
+    """The KFD topology (CPU nodes first, as amdkfd lists them), DRM cards, ROCm version."""
+    if not shape.gpus:
+        return
+    nodes = root / "sys/class/kfd/kfd/topology/nodes"
+    for node in range(shape.cpu_nodes):
+        cores = len([1 for i in range(shape.logical_count) if _node_of_index(shape, i) == node])
+        _write(nodes / f"{node}/properties", f"cpu_cores_count {cores}\nsimd_count 0\n")
+    for index, gpu in enumerate(shape.gpus):
+        gpu_node = nodes / str(shape.cpu_nodes + index)
+        _write(gpu_node / "properties", _gpu_properties(shape, index, gpu))
+        vram = gpu.vram_gib * GIB_BYTES
+        _write(gpu_node / "mem_banks/0/properties", f"heap_type 1\nsize_in_bytes {vram}\n")
+        card = root / f"sys/class/drm/card{index}/device"
+        pci = f"0000:{0x05 + 0x10 * index:02x}:00.0"
+        _write(card / "uevent", f"DRIVER=amdgpu\nPCI_SLOT_NAME={pci}\n")
+        _write(card / "mem_info_vram_total", f"{vram}\n")
+        _write(card / "numa_node", f"{gpu.numa_node}\n")
+    if shape.rocm_version:
+        _write(root / "opt/rocm/.info/version", shape.rocm_version + "\n")
+
+
+def _node_of_index(shape: HostShape, index: int) -> int:
+    socket, core, _thread = shape.place(index)
+    return shape.node_of(socket, core)
 
 
 def _vm(name: str, family: int, model: int, flags: tuple[str, ...], cores: int) -> HostShape:
@@ -381,6 +459,26 @@ CATALOGUE: dict[str, HostShape] = {
         cpu_name="AMD EPYC 9755 128-Core Processor",
         family=26, model=2, flags=ZEN5_FLAGS,
         sockets=2, cores_per_socket=128, threads_per_core=2, nps=2, node_memory_gib=384.0,
+    ),
+    # Instinct hosts (issue 18): eight MI300X, four on each socket's NUMA nodes (one per
+    # node, NPS4); eight MI355X on a dual Turin (NPS1, four per socket); one MI210.
+    "genoa-2s-8x-mi300x": HostShape(
+        cpu_name="AMD EPYC 9654 96-Core Processor",
+        family=25, model=17, flags=ZEN4_FLAGS,
+        sockets=2, cores_per_socket=96, threads_per_core=2, nps=4, node_memory_gib=192.0,
+        gpus=gpus_on_nodes(MI300X, [0, 1, 2, 3, 4, 5, 6, 7]), rocm_version="7.0.2-56",
+    ),
+    "turin-2s-8x-mi355x": HostShape(
+        cpu_name="AMD EPYC 9575F 64-Core Processor",
+        family=26, model=2, flags=ZEN5_FLAGS,
+        sockets=2, cores_per_socket=64, threads_per_core=2, nps=1, node_memory_gib=768.0,
+        gpus=gpus_on_nodes(MI355X, [0, 0, 0, 0, 1, 1, 1, 1]), rocm_version="7.0.2-56",
+    ),
+    "genoa-1x-mi210": HostShape(
+        cpu_name="AMD EPYC 9354 32-Core Processor",
+        family=25, model=17, flags=ZEN4_FLAGS,
+        cores_per_socket=32, threads_per_core=2, node_memory_gib=256.0,
+        gpus=gpus_on_nodes(MI210, [0]), rocm_version="6.4.1-120",
     ),
 }  # fmt: skip
 

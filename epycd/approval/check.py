@@ -66,6 +66,7 @@ def check_problems(settings: Settings, name: str, host: HostFacts) -> list[str]:
         host_shape(host),
         socket=approval.plan.socket,
         required_gb=approval.plan.memory.required_gb,
+        gpus=approval.plan.gpus,
     )
     if host_changes:
         problems.append("host changed since approval: " + ", ".join(host_changes))

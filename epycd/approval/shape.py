@@ -7,7 +7,9 @@ but compared only against what the plan needs: it grows on hosts with lazy memor
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
 
 from epycd.host.facts import HostFacts
 
@@ -29,6 +31,9 @@ class HostShape(BaseModel):
     zen_arch: str | None
     avx512_bf16: bool
     sockets: list[SocketShape]
+    gpus: dict[int, str] = Field(
+        default_factory=dict, description="GPU index -> gfx, VRAM GiB, NUMA node, PCI"
+    )
 
     def socket(self, index: int) -> SocketShape | None:
         return next((s for s in self.sockets if s.socket == index), None)
@@ -43,6 +48,10 @@ def host_shape(host: HostFacts) -> HostShape:
         epyc_generation=host.epyc_generation,
         zen_arch=host.zen_arch,
         avx512_bf16=host.avx512_bf16,
+        gpus={
+            gpu.index: f"{gpu.gfx_version} {int(gpu.vram_gb)} GiB node {gpu.numa_node} {gpu.pci}"
+            for gpu in host.gpus
+        },
         sockets=[
             SocketShape(
                 socket=sock.socket,
@@ -68,13 +77,24 @@ IDENTITY_FIELDS = (
 
 
 def shape_changes(
-    approved: HostShape, now: HostShape, *, socket: int, required_gb: float
+    approved: HostShape,
+    now: HostShape,
+    *,
+    socket: int,
+    required_gb: float,
+    gpus: Sequence[int] = (),
 ) -> list[str]:
-    """What changed that matters to an endpoint pinned to `socket` needing `required_gb`."""
+    """What changed that matters to an endpoint pinned to `socket` needing `required_gb`
+    (and, for an Instinct endpoint, to its `gpus`)."""
     changes = [
         f"{label} {getattr(approved, field)} -> {getattr(now, field)}"
         for field, label in IDENTITY_FIELDS
         if getattr(approved, field) != getattr(now, field)
+    ]
+    changes += [
+        f"GPU {index} {approved.gpus.get(index, 'absent')} -> {now.gpus.get(index, 'gone')}"
+        for index in gpus
+        if approved.gpus.get(index) != now.gpus.get(index)
     ]
     was, is_ = approved.socket(socket), now.socket(socket)
     if is_ is None:

@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("epycd.cli.status", "logs"),
     "quickstart": ("epycd.cli.quickstart", "quickstart"),
     "bench": ("epycd.cli.bench", "bench"),
+    "instinct-recipes": ("epycd.cli.instinct", "instinct_recipes"),
 }
 
 

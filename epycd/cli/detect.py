@@ -30,6 +30,8 @@ def render_table(facts: HostFacts) -> str:
         "",
         _runtimes_table(facts),
     ]
+    if facts.gpus:
+        parts += ["", _gpus_table(facts)]
     if facts.warnings:
         parts += ["", *(f"warning: {warning}" for warning in facts.warnings)]
     return "\n".join(parts)
@@ -117,6 +119,22 @@ def _runtimes_table(facts: HostFacts) -> str:
     return table(rows)
 
 
+def _gpus_table(facts: HostFacts) -> str:
+    rows = [
+        (
+            gpu.index,
+            gpu.gfx_version,
+            gpu.product,
+            gpu.vram_gb,
+            "-" if gpu.numa_node is None else gpu.numa_node,
+            gpu.pci,
+        )
+        for gpu in facts.gpus
+    ]
+    header = ("GPU", "gfx", "product", "VRAM GiB", "node", "PCI")
+    return table(rows, header=header) + f"\nROCm {facts.rocm_version or 'not found'}"
+
+
 def _runtime(present: bool, version: str | None) -> str:
     return (version or "present, version unknown") if present else "absent"
 
@@ -144,7 +162,7 @@ def _configured_root() -> Path:
     help="Measure per-socket busy % over this many seconds.",
 )
 def detect(as_json: bool, root: Path | None, vllm: str | None, load_sample: float | None) -> None:
-    """Show the host: CPU, EPYC generation, sockets, NUMA nodes, memory, runtimes.
+    """Show the host: CPU, EPYC generation, sockets, NUMA nodes, memory, runtimes, GPUs.
 
     Container runtimes are probed only for the real root (/): a --root folder describes
     another host, whose podman and docker cannot be asked from here. --vllm is probed

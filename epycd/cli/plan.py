@@ -105,6 +105,8 @@ def plan_json(result: EndpointResult) -> dict[str, Any]:
 def _backend_text(decided: EndpointDecisions) -> str:
     if decided.backend == "zentorch":
         return "zentorch acceleration (Zen4+)"
+    if decided.backend == "rocm":
+        return "ROCm vLLM on AMD Instinct GPUs (docs/instinct.md)"
     return "stock vLLM CPU, no zentorch (no acceleration; verified on Milan)"
 
 
@@ -127,33 +129,20 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
     decided = result.plan or result.decisions
     rows: list[tuple[str, str]] = []
     if decided is not None:
-        fit = decided.memory
         rows += [
             ("Model / kind", f"{decided.model} -- {decided.model_kind}"),
             ("Endpoint", f"/v1/{decided.primary_endpoint.replace('_', '/')}"),
             ("Backend", _backend_text(decided)),
             ("Path", _path_text(decided)),
             ("Precision", decided.dtype),
-            (
-                "Memory fit",
-                f"required {fit.required_gb} GB (weights {fit.weights_gb} + KV pool "
-                f"{fit.kv_pool_gb} + headroom {fit.headroom_gb}), available {fit.available_gb}"
-                f" GB on the socket's nodes: {'fits' if fit.fits else 'does NOT fit'}",
-            ),
-            (
-                "CPU config",
-                f"socket {decided.socket} ({decided.socket_reason}), pinned {decided.cpus}, "
-                f"OpenMP bind {decided.omp_cpus} (the rest is the front end's), "
-                f"KV {decided.kv_cache_gb} GB (in socket), memory bound to NUMA nodes "
-                f"{','.join(map(str, decided.numa_nodes))}",
-            ),
-            (
-                "Context",
-                f"max_model_len {decided.max_model_len}, max_num_seqs {decided.max_num_seqs}, "
-                f"max_num_batched_tokens {decided.max_num_batched_tokens} "
-                f"(profile {decided.profile}"
-                f"{', eager: no C++ compiler' if decided.enforce_eager else ''})",
-            ),
+        ]
+        if decided.device == "instinct":
+            from epycd.cli.instinct import gpu_rows
+
+            rows += gpu_rows(decided)
+        else:
+            rows += _cpu_rows(decided)
+        rows += [
             ("Hardware", _hardware_text(host)),
             ("Port", str(decided.port)),
         ]
@@ -171,6 +160,32 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
         rows.append(("Hardware", f"{host.cpu_model} ({host.vendor})"))
     rows += [("Error", problem.text) for problem in result.errors]
     return table(rows, header=("Item", "Value"))
+
+
+def _cpu_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
+    fit = decided.memory
+    return [
+        (
+            "Memory fit",
+            f"required {fit.required_gb} GB (weights {fit.weights_gb} + KV pool "
+            f"{fit.kv_pool_gb} + headroom {fit.headroom_gb}), available {fit.available_gb}"
+            f" GB on the socket's nodes: {'fits' if fit.fits else 'does NOT fit'}",
+        ),
+        (
+            "CPU config",
+            f"socket {decided.socket} ({decided.socket_reason}), pinned {decided.cpus}, "
+            f"OpenMP bind {decided.omp_cpus} (the rest is the front end's), "
+            f"KV {decided.kv_cache_gb} GB (in socket), memory bound to NUMA nodes "
+            f"{','.join(map(str, decided.numa_nodes))}",
+        ),
+        (
+            "Context",
+            f"max_model_len {decided.max_model_len}, max_num_seqs {decided.max_num_seqs}, "
+            f"max_num_batched_tokens {decided.max_num_batched_tokens} "
+            f"(profile {decided.profile}"
+            f"{', eager: no C++ compiler' if decided.enforce_eager else ''})",
+        ),
+    ]
 
 
 def show(result: EndpointResult, host: HostFacts) -> None:

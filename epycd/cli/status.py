@@ -84,6 +84,12 @@ def row(status: EndpointStatus) -> list[str]:
     ]
 
 
+def _compute(handoff: Handoff) -> str:
+    if handoff.gpus:
+        return f"Instinct GPU(s) {handoff.gpus} (CPUs {handoff.cpus})"
+    return f"{handoff.threads} OMP threads (CPUs {handoff.cpus})"
+
+
 def handoff_text(handoff: Handoff) -> str:
     numa = ",".join(map(str, handoff.numa_nodes)) or "-"
     rows = [
@@ -101,7 +107,7 @@ def handoff_text(handoff: Handoff) -> str:
         ),
         (
             "Sizing",
-            f"{handoff.threads} OMP threads (CPUs {handoff.cpus}), KV {handoff.kv_cache_gb} GiB,"
+            _compute(handoff) + f", KV {handoff.kv_cache_gb} GiB,"
             f" max_model_len {handoff.max_model_len}, socket {handoff.socket}, NUMA {numa}",
         ),
         ("Stop", handoff.stop),

@@ -17,6 +17,7 @@ from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts, NumaNode, RuntimeFacts, SocketTopology
 from epycd.host.files import parsed, read_optional, read_required
 from epycd.host.generation import classify, is_amd_epyc, is_supported
+from epycd.host.gpus import read_gpus, read_rocm_version, run_amd_smi
 from epycd.host.load import sample_socket_busy
 from epycd.host.memory import Memory, memory_of, parse_meminfo
 from epycd.host.numa import read_nodes
@@ -127,6 +128,8 @@ def detect_host(
         runtimes=probed_runtimes(vllm, probe_runtimes=probe_runtimes),
         cxx_compiler=find_cxx(root),
         warnings=warnings,
+        gpus=read_gpus(root, run_amd_smi() if probe_runtimes else None),
+        rocm_version=read_rocm_version(root),
     )
 
 

@@ -88,6 +88,18 @@ class RuntimeFacts(BaseModel):
     vllm: HostVllmFacts | None = None
 
 
+class GpuFacts(BaseModel):
+    """One AMD GPU (a KFD topology node with SIMDs), read by `epycd.host.gpus`."""
+
+    index: int = Field(description="the GPU's index as HIP_VISIBLE_DEVICES counts it")
+    gfx_version: str = Field(description="gfx target, e.g. gfx942")
+    product: str = Field(description="product name(s) of the gfx target, or amd-smi's")
+    vram_gb: float = Field(description="VRAM, GiB")
+    numa_node: int | None = Field(description="the PCI device's NUMA node; None if unknown")
+    pci: str = Field(description="PCI address DOMAIN:BUS:DEV.FN")
+    render_minor: int | None = Field(default=None, description="/dev/dri/renderD<minor>")
+
+
 class HostFacts(BaseModel):
     """Everything detection knows about one host. Read from a root folder, never mutated."""
 
@@ -121,6 +133,10 @@ class HostFacts(BaseModel):
         description="g++/c++ on systemd's default PATH (a host vLLM's start compiles with it)",
     )
     warnings: list[str] = Field(default_factory=list)
+    gpus: list[GpuFacts] = Field(
+        default_factory=list, description="AMD GPUs from the KFD topology (epycd.host.gpus)"
+    )
+    rocm_version: str | None = Field(default=None, description="opt/rocm/.info/version")
 
     def socket(self, index: int) -> SocketTopology:
         for sock in self.socket_topology:

@@ -36,6 +36,7 @@ from epycd.paths import endpoint_status_file
 from epycd.plan import tuning
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
+from epycd.plan.gpu import GpuPlacement
 from epycd.plan.hfcache import host_hf_home, resolve_hf_cache
 from epycd.plan.homes import home_read_paths
 from epycd.plan.model import (
@@ -222,6 +223,8 @@ def exposure_reason(spec: EndpointSpec, port: int) -> str | None:
 
 
 def needs_host_vllm(spec: EndpointSpec, host: HostFacts) -> bool:
+    if spec.device == "instinct":
+        return False
     if spec.runtime == "host":
         return True
     return spec.runtime == "auto" and container_runtime(host.runtimes) is None
@@ -266,8 +269,14 @@ def prepare(
     if needs_host_vllm(spec, host):
         host_vllm = probe(spec.vllm) if spec.vllm else host.runtimes.vllm
     check_api_key(spec, file)
-    route = route_endpoint(spec, host, stack, file, host_vllm)
     model = spec.model or stack.default_model
+    if spec.device == "instinct":
+        from epycd.plan import gpu_decide
+
+        gpu_decide.refuse_not_llm(model, file)
+        route = gpu_decide.gpu_route(spec, host, stack, file)
+    else:
+        route = route_endpoint(spec, host, stack, file, host_vllm)
     facts = inspect(
         model,
         revision=spec.revision,
@@ -699,12 +708,22 @@ class Sharing:
     hf_cache: HfCacheMount
     product_python: str
     render: UnitRenderer
+    approved_gpus: dict[str, list[int]] = field(default_factory=dict)
 
 
 def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[EndpointResult, bool]]:
     """Place and plan `ready` together: name -> (result, whether a refused endpoint holds a
-    socket or a port in it). Approved endpoints not in `ready` keep their socket."""
-    placements = allocate(
+    socket or a port in it). Approved endpoints not in `ready` keep their socket. Instinct
+    GPU endpoints are placed first (epycd.plan.gpu_build); CPU endpoints get the other nodes."""
+    from epycd.plan import gpu_build
+
+    gpu_ready = [p for p in ready if gpu_build.is_gpu(p)]
+    gpu_placements = gpu_build.place(gpu_ready, share, share.approved_gpus)
+    placements: dict[str, Placement | GpuPlacement | EpycError] = dict(gpu_placements)
+    cpu_host = gpu_build.cpu_view(
+        share.host, gpu_placements, share.approved_gpus, {p.result.name for p in ready}
+    )
+    placements |= allocate(
         [
             PlacementRequest(
                 p.result.name,
@@ -713,8 +732,9 @@ def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[Endpoi
                 kept=share.approved_sockets.get(p.result.name),
             )
             for p in ready
+            if not gpu_build.is_gpu(p)
         ],
-        share.host,
+        cpu_host,
         share.stack.defaults.busy_threshold_pct,
         reserved=share.approved_sockets,
     )
@@ -740,7 +760,12 @@ def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[Endpoi
             )
             out[name] = (failed, len(failures) < 2)
             continue
-        assert isinstance(placement, Placement) and isinstance(port, int)
+        assert isinstance(port, int)
+        if isinstance(placement, GpuPlacement):
+            result = gpu_build.plan_one(prepared, share, placement, port)
+            out[name] = (result, result.plan is None)
+            continue
+        assert isinstance(placement, Placement)
         result = _plan_one(
             prepared,
             host=share.host,
@@ -842,6 +867,7 @@ def plan_all(
     product_python: str | None = None,
     approved_sockets: Mapping[str, int] | None = None,
     approved_ports: Mapping[str, int] | None = None,
+    approved_gpus: Mapping[str, list[int]] | None = None,
 ) -> list[EndpointResult]:
     """A result per endpoint file of `settings.config_dir` (or `specs`), in name order.
 
@@ -870,6 +896,7 @@ def plan_all(
         hf_cache=hf_cache,
         product_python=product_python or sys.executable,
         render=render,
+        approved_gpus=dict(approved_gpus or {}),
     )
     results.update(place_all(ready, share))
     return [results[name] for name in sorted(results)]

@@ -79,7 +79,8 @@ def plan_endpoints(
         specs=specs,
         host_root=root,
         render=render,
-        approved_sockets={name: plan.socket for name, plan in approved.items()},
+        approved_sockets={name: plan.socket for name, plan in approved.items() if not plan.gpus},
+        approved_gpus={name: plan.gpus for name, plan in approved.items() if plan.gpus},
         approved_ports={name: plan.port for name, plan in approved.items()},
     )
     return Planned(results, host)

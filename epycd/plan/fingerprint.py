@@ -110,7 +110,7 @@ def fingerprint_inputs(
     host: HostFacts,
     decisions: EndpointDecisions,
 ) -> dict[str, Any]:
-    return {
+    inputs = {
         "units": dict(units),
         "unit_dirs": dict(unit_dirs),
         "endpoint_file_sha256": spec_sha256,
@@ -118,6 +118,23 @@ def fingerprint_inputs(
         "model": shaping_model_facts(model),
         "host": shaping_host_facts(host),
         "decisions": shaping_decisions(decisions),
+    }
+    if decisions.device == "instinct":
+        inputs["gpus"] = shaping_gpu_facts(host)
+    return inputs
+
+
+def shaping_gpu_facts(host: HostFacts) -> dict[str, Any]:
+    """An Instinct endpoint's drift: a GPU gone or added, another gfx, VRAM or NUMA node, and
+    the recipe data it was planned with."""
+    from epycd.model.instinct import shipped_gpus, shipped_recipes
+
+    return {
+        "gpus": [
+            [gpu.index, gpu.gfx_version, int(gpu.vram_gb), gpu.numa_node, gpu.pci]
+            for gpu in host.gpus
+        ],
+        "data_sha256": [shipped_gpus().content_sha256, shipped_recipes().content_sha256],
     }
 
 

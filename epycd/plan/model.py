@@ -15,9 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from epycd.errors import EpycError, Refusal
 from epycd.model.facts import MemoryFit
+from epycd.model.gpu_memory import GpuFit
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
 
-Backend = Literal["zentorch", "stock"]
+Backend = Literal["zentorch", "stock", "rocm"]
 Runtime = Literal["podman", "docker", "host"]
 PrimaryEndpoint = Literal["chat_completions", "completions"]
 
@@ -156,6 +157,13 @@ class EndpointDecisions(BaseModel):
     confirmation_reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     errors: list[Problem] = Field(default_factory=list)
+    device: Literal["cpu", "instinct"] = "cpu"
+    gpus: list[int] = Field(
+        default_factory=list, description="Instinct: the GPU indices (HIP_VISIBLE_DEVICES)"
+    )
+    gfx_version: str | None = Field(default=None, description="Instinct: the GPUs' gfx target")
+    tensor_parallel_size: int = 1
+    gpu_fit: GpuFit | None = Field(default=None, description="Instinct: the VRAM fit per GPU")
 
     @field_validator("errors", mode="before")
     @classmethod

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from epycd.errors import EpycError
 from epycd.plan.model import EndpointDecisions, RenderedUnits
+from epycd.render.gpu import check_gpu_decisions, is_gpu
 from epycd.render.policy import check_decisions
 from epycd.render.quadlet import render_container
 from epycd.render.services import render_docker, render_host
@@ -36,7 +37,10 @@ def unit_file_name(decisions: EndpointDecisions) -> str:
 def render_units(decisions: EndpointDecisions) -> dict[str, str]:
     """File name -> exact text. Raises InputError (naming the file and key) on unsafe values."""
     try:
-        check_decisions(decisions)
+        if is_gpu(decisions):
+            check_gpu_decisions(decisions)
+        else:
+            check_decisions(decisions)
         if decisions.runtime == "podman":
             text = render_container(decisions)
         elif decisions.runtime == "docker":

@@ -7,7 +7,7 @@ is not sandboxed, since its main process is podman (epycd.render.sandbox.QUADLET
 from __future__ import annotations
 
 from epycd.plan.model import EndpointDecisions
-from epycd.render import commands
+from epycd.render import commands, gpu
 from epycd.render.syntax import (
     command_line,
     plain_value,
@@ -24,9 +24,12 @@ HEALTH_RETRIES = "3"
 
 def describe(decisions: EndpointDecisions) -> str:
     """The unit's Description, before escaping."""
+    where = f"socket {decisions.socket}"
+    if decisions.device == "instinct":
+        where = f"Instinct GPU {','.join(map(str, decisions.gpus))}"
     return (
         f"epyc-llm {decisions.endpoint}: vLLM serving {decisions.model} "
-        f"({decisions.runtime}, socket {decisions.socket})"
+        f"({decisions.runtime}, {where})"
     )
 
 
@@ -45,7 +48,11 @@ def container_lines(decisions: EndpointDecisions) -> list[Line]:
         f"--cpuset-cpus={decisions.cpus}",
         f"--cpuset-mems={commands.numa_list(decisions)}",
         *commands.ulimit_flags(decisions),
-        *commands.extra_run_flags(decisions),
+        *(
+            [*gpu.podman_group_args(decisions), *commands.entrypoint_flags(decisions)]
+            if gpu.is_gpu(decisions)
+            else commands.extra_run_flags(decisions)
+        ),
     ]
     lines: list[Line] = [
         ("ContainerName", decisions.unit_name),
@@ -54,10 +61,12 @@ def container_lines(decisions: EndpointDecisions) -> list[Line]:
         ("Exec", _words(commands.vllm_serve_in_container(decisions), "vllm_args")),
         ("Network", "host"),
         ("DropCapability", "all"),
-        ("AddCapability", "SYS_NICE"),
+        ("AddCapability", "SYS_NICE SYS_PTRACE" if gpu.is_gpu(decisions) else "SYS_NICE"),
         ("NoNewPrivileges", "true"),
         ("PodmanArgs", _words(podman_args, "run_flags")),
     ]
+    if gpu.is_gpu(decisions):
+        lines += gpu.quadlet_gpu_lines(decisions)
     lines += [
         ("Volume", quadlet_raw(mount, "mount")) for mount in commands.container_mounts(decisions)
     ]

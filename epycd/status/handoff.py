@@ -29,6 +29,7 @@ class Handoff(BaseModel):
         default=None, description="the file holding the API key clients send; never the key"
     )
     threads: int
+    gpus: str = Field(default="", description="Instinct: the GPU indices, e.g. 0,1")
     kv_cache_gb: int | None
     max_model_len: int | None
     socket: int | None
@@ -113,6 +114,7 @@ def handoff(plan: Plan) -> Handoff:
         host=plan.host,
         api_key_file=key_file,
         threads=cpu_count(plan.omp_cpus),
+        gpus=",".join(map(str, plan.gpus)),
         kv_cache_gb=plan.kv_cache_gb,
         max_model_len=plan.max_model_len,
         socket=plan.socket,

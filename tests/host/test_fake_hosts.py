@@ -76,6 +76,9 @@ IDENTITY = {
     "xeon": ("unknown", None, False, True, True, False),
     "vm-offline-cpu": ("Genoa", "Zen 4", True, True, True, True),
     "bench-2s-512t": ("Turin", "Zen 5", True, True, True, True),
+    "genoa-2s-8x-mi300x": ("Genoa", "Zen 4", True, True, True, True),
+    "turin-2s-8x-mi355x": ("Turin", "Zen 5", True, True, True, True),
+    "genoa-1x-mi210": ("Genoa", "Zen 4", True, True, True, True),
 }
 
 
