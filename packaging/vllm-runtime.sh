@@ -19,7 +19,7 @@ set -euo pipefail
 VLLM_VERSION=0.32.0
 ZENTORCH_VERSION=2.13.0.1
 DOWNLOAD_SIZE="about 1 GB"
-INSTALLED_SIZE="about 2.6 GB"
+INSTALLED_SIZE="about 2.5 GB"
 # CUDA builds that break imports; triton has no CPU backend
 DROPPED=(torchvision torchaudio torchcodec triton)
 

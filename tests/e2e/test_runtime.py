@@ -19,6 +19,7 @@ the results folder (timings.jsonl).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -121,7 +122,10 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         f"--bind-ro={WHEELS}:/var/cache/e2e-wheels",
     ]
     yield Machine(root, results, binds, phases=PHASES)
-    shutil.rmtree(work, ignore_errors=True)
+    if os.environ.get("EPYC_E2E_KEEP"):
+        print(f"e2e: kept {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
