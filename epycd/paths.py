@@ -4,11 +4,15 @@ when there is nothing to validate."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 DEFAULT_CONFIG_DIR = Path("/etc/epyc-llm")
 ENV_PREFIX = "EPYCD_"
+EMBEDDED_RUNTIME = Path(sys.prefix) / "runtime"
+"""Where `packaging/install.sh --runtime` provisions the embedded runtime (the validated host
+vLLM stack, packaging/vllm-runtime.sh): beside the product's own venv, `/opt/epyc-llm/runtime`."""
 
 
 def daemon_conf_path(environ: Mapping[str, str] | None = None) -> Path:

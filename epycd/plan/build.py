@@ -852,6 +852,23 @@ def _prepare_all(
     return results, ready
 
 
+def with_embedded_runtime(
+    host: HostFacts, runtime_dir: Path, specs: list[SpecResult], probe: VllmProber
+) -> HostFacts:
+    """`runtime = "auto"` without a `vllm` key serves with the embedded runtime (install.sh
+    --runtime) where no container runtime and no other host vLLM is known; probed only then."""
+    from epycd.host.runtimes import embedded_vllm
+
+    wants_auto = any(r.spec and r.spec.runtime == "auto" and not r.spec.vllm for r in specs)
+    if not wants_auto or host.runtimes.vllm is not None or container_runtime(host.runtimes):
+        return host
+    vllm = embedded_vllm(runtime_dir)
+    if vllm is None:
+        return host
+    runtimes = host.runtimes.model_copy(update={"vllm": probe(vllm)})
+    return host.model_copy(update={"runtimes": runtimes})
+
+
 def plan_all(
     settings: Settings,
     host: HostFacts,
@@ -884,6 +901,7 @@ def plan_all(
     if specs is None:
         specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
     inspect, probe = _memoized_sources(settings, inspect, probe)
+    host = with_embedded_runtime(host, settings.runtime_dir, specs, probe)
     results, ready = _prepare_all(specs, host, stack, inspect, probe)
     hf_cache = resolve_hf_cache(host_root or settings.host_root, environ or os.environ)
     share = Sharing(

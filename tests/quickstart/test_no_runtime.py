@@ -23,6 +23,7 @@ FIXES = (
     "make docker reachable",
     "install podman >= 4.4",
     "epycctl quickstart --vllm /path/to/env/bin/vllm",
+    "provision the embedded vLLM (about 1 GB to download): packaging/install.sh --runtime",
     "Nothing was changed.",
 )
 
@@ -138,7 +139,8 @@ def test_fix_text_names_what_was_found() -> None:
             podman=PodmanFacts(present=True, version="4.3.1"),
             docker=DockerFacts(present=True, version="28.2.2"),
             vllm=HostVllmFacts(path="/opt/env/bin/vllm", present=False, error="no such file"),
-        )
+        ),
+        Path("/opt/epyc-llm/runtime"),
     )
     assert "podman 4.3.1: no Quadlet (needs >= 4.4)" in text
     assert "docker 28.2.2: the daemon does not answer" in text

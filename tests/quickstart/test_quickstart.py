@@ -46,6 +46,7 @@ def test_offline_without_the_model_writes_nothing(sandbox: CliSandbox) -> None:
     assert code == 1, out + err
     assert "Qwen/Qwen3-0.6B is not in the local cache" in out + err
     assert "hf download Qwen/Qwen3-0.6B" in out + err
+    assert "epycctl quickstart --model /path/to/model" in err
     assert sandbox.written() == []
 
 

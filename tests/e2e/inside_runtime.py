@@ -1,0 +1,144 @@
+"""The admin's side of the embedded-runtime end-to-end test (tests/e2e/test_runtime.py), run
+inside the booted machine by the same oneshot driver unit as tests/e2e/inside.py, whose
+helpers it reuses (copied beside it into /opt/e2e). The machine has no network, no container
+engine and no compiler; pip finds every package in the wheelhouse bound at WHEELS. One phase
+per boot:
+
+install  what the machine lacks; README command 1 in its two steps (`install.sh --runtime`,
+         then `epycctl quickstart --yes`): first offline without a local model (refused,
+         nothing written), then with the local tiny model -> ready, the hand-off, a chat,
+         status; the recipe's rerun and its unreachable-index message
+reboot   back with no new approval: status ready, a chat
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import inside
+from inside import (
+    CONFIG,
+    PhaseFailed,
+    give_model_to_group,
+    journal,
+    must,
+    record,
+    run,
+    show,
+    use_identity_root,
+    wait_for_daemon,
+    wait_until,
+)
+
+WHEELS = "/var/cache/e2e-wheels"
+PREFIX = Path("/opt/epyc-llm")
+RUNTIME = PREFIX / "runtime"
+RECIPE = PREFIX / "share" / "epyc-llm" / "vllm-runtime.sh"
+NAME = "default"
+UNIT = f"epyc-llm-{NAME}.service"
+ENDPOINT_FILE = Path("/etc/epyc-llm") / f"{NAME}.toml"
+inside.UNIT = UNIT
+inside.ENV |= {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": WHEELS, "PIP_CACHE_DIR": "/root/.cache/pip"}
+
+CHAT = """
+import json, sys
+from openai import OpenAI
+client = OpenAI(base_url=sys.argv[1], api_key="none", timeout=60, max_retries=0)
+model = client.models.list().data[0].id
+reply = client.chat.completions.create(
+    model=model, messages=[{"role": "user", "content": "Say hello"}],
+    temperature=0, max_tokens=8,
+)
+print(json.dumps({"choices": len(reply.choices), "content": reply.choices[0].message.content,
+                  "model": reply.model}))
+"""
+
+
+def status(check: str) -> dict[str, Any] | None:
+    done = run("epycctl", "status", NAME, "--json", timeout=180)
+    data = json.loads(done["stdout"]) if done["rc"] == 0 and done["stdout"].strip() else None
+    record(check, rc=done["rc"], status=data, stderr=done["stderr"][-3000:])
+    return data
+
+
+def url_of(data: dict[str, Any] | None) -> str | None:
+    """The endpoint's base URL (with /v1), as `status --json` hands it off."""
+    entries = (data or {}).get("endpoints", [data or {}])
+    return next((e.get("url") for e in entries if e.get("name") == NAME), None)
+
+
+def chat(check: str, url: str | None) -> None:
+    if url is None:
+        record(check, rc=None, reply=None, stderr="no URL in status")
+        return
+    done = run(str(RUNTIME / "bin" / "python"), "-c", CHAT, url, timeout=120)
+    reply = json.loads(done["stdout"].strip().splitlines()[-1]) if done["rc"] == 0 else None
+    record(check, rc=done["rc"], reply=reply, url=url, stderr=done["stderr"][-3000:])
+
+
+def fresh_machine() -> None:
+    """What this fresh machine lacks, before anything is installed."""
+    tools = ("g++", "c++", "podman", "docker", "vllm", "epycctl")
+    found = {tool: run("sh", "-c", f"command -v {tool}")["stdout"].strip() for tool in tools}
+    network = run("getent", "hosts", "pypi.org")["rc"]
+    record("fresh", found=found, pypi_resolves=network == 0)
+
+
+def quickstart(check: str, *args: str) -> dict[str, Any]:
+    done: dict[str, Any] = run("epycctl", "quickstart", "--yes", *args, timeout=1500, check=check)
+    return done
+
+
+def phase_install() -> None:
+    record("pid1", comm=Path("/proc/1/comm").read_text().strip())
+    fresh_machine()
+    started = time.monotonic()
+    must("install", "/src/packaging/install.sh", "--runtime", timeout=1500)
+    installed = time.monotonic()
+    give_model_to_group()
+    use_identity_root()
+    record("runtime_size", du=run("du", "-sb", str(RUNTIME))["stdout"].split()[0])
+    record("runtime_stamp", text=(RUNTIME / ".epyc-stamp").read_text().strip())
+    record("prerequisites", gxx=run("sh", "-c", "command -v g++")["stdout"].strip())
+
+    quickstart("quickstart_offline")
+    record("after_offline", endpoint_file=ENDPOINT_FILE.exists(), unit=show(UNIT, "LoadState"))
+    done = quickstart("quickstart", "--model", CONFIG["model_dir"], *CONFIG["consent_args"])
+    record(
+        "timing",
+        install_s=round(installed - started, 1),
+        quickstart_s=done["seconds"],
+        fresh_to_ready_s=round(time.monotonic() - started, 1),
+    )
+    if done["rc"] != 0:
+        journal("journal_serving", UNIT)
+        raise PhaseFailed(f"quickstart failed (exit {done['rc']}): {done['stderr'][-2000:]}")
+    record("unit", **show(UNIT))
+    record("endpoint_file", text=ENDPOINT_FILE.read_text())
+    chat("chat", url_of(status("status")))
+    run(str(RECIPE), str(RUNTIME), timeout=120, check="recipe_again")
+    unreachable = {"PIP_NO_INDEX": "", "PIP_INDEX_URL": "https://pypi.org/simple"}
+    inside.ENV |= unreachable
+    run(str(RECIPE), "/opt/unreachable-runtime", timeout=120, check="recipe_unreachable")
+    record("unreachable_left", exists=Path("/opt/unreachable-runtime").exists())
+
+
+def phase_reboot() -> None:
+    wait_for_daemon("boot_timeline")
+    wait_until(
+        "the endpoint unit settles",
+        lambda: show(UNIT, "ActiveState")["ActiveState"] in {"active", "failed"},
+        600,
+    )
+    record("unit", **show(UNIT))
+    chat("chat", url_of(status("status")))
+
+
+PHASES = {"install": phase_install, "reboot": phase_reboot}
+
+if __name__ == "__main__":
+    inside.PHASES = PHASES
+    inside.main()

