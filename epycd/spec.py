@@ -26,6 +26,9 @@ from epycd.text import first_unsafe
 
 HUB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_ENDPOINT_FILE_BYTES = 64 * 1024
+MAX_INSTANCES = 64
+"""The most vLLM instances one endpoint runs (docs/instances.md): more than a 2 x 256-core
+host's L3 groups."""
 ENV_KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 ENV_OWNED_BY_PLAN: dict[str, str] = {
@@ -219,6 +222,12 @@ ALLOWED: dict[str, str] = {
     "throughput_flags": "true or false",
     "restart": '"no" or "on-failure"',
     "profile": '"balanced" (default), "latency" or "throughput" (docs/tuning.md)',
+    "instances": '1 (the default), a number of vLLM instances behind one balancer, or "auto" '
+    "(docs/instances.md)",
+    "placement": '"socket" (the default: the instances share the endpoint\'s socket) or "host" '
+    "(every socket no other endpoint holds)",
+    "min_ready": "a positive integer, at most the instance count: how many instances must "
+    "pass the health gate for the endpoint to be ready (default: all)",
 }
 
 PathText = Annotated[str, Field(min_length=2, pattern=r"^/")]
@@ -249,6 +258,16 @@ class EndpointSpec(BaseModel):
     throughput_flags: bool = False
     restart: Literal["no", "on-failure"] = "no"
     profile: Literal["balanced", "latency", "throughput"] = "balanced"
+    instances: int | Literal["auto"] = 1
+    placement: Literal["socket", "host"] = "socket"
+    min_ready: int | None = Field(default=None, gt=0)
+
+    @field_validator("instances")
+    @classmethod
+    def _instances_in_range(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= MAX_INSTANCES:
+            raise ValueError(f"instances {value} is outside 1-{MAX_INSTANCES}")
+        return value
 
     @field_validator("model")
     @classmethod

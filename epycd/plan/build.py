@@ -38,6 +38,7 @@ from epycd.plan.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
 from epycd.plan.hfcache import host_hf_home, resolve_hf_cache
 from epycd.plan.homes import home_read_paths
+from epycd.plan.instances import Region
 from epycd.plan.model import BindMount, EndpointDecisions, HfCacheMount, Plan, Problem
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
 from epycd.plan.route import Route, container_runtime, route_endpoint
@@ -288,14 +289,17 @@ def size_memory(
     placement: Placement,
     bind: list[int],
     target: tuning.BatchTarget,
+    memory_share: float = 1.0,
 ) -> tuple[MemoryFit, list[str]]:
+    """`memory_share`: the part of the nodes' memory the instance may use (instances sharing
+    a node each hold their own weights and KV pool, docs/instances.md)."""
     facts, spec = prepared.facts, prepared.spec
     warnings = []
     nodes = [host.node(n) for n in placement.numa_nodes]
-    total = sum(n.memory_total_bytes for n in nodes) / GIB
-    available = sum(n.memory_available_bytes for n in nodes) / GIB
+    total = sum(n.memory_total_bytes for n in nodes) / GIB * memory_share
+    available = sum(n.memory_available_bytes for n in nodes) / GIB * memory_share
     first = _first_node(host, placement, bind)
-    first_available = host.node(first).memory_available_bytes / GIB
+    first_available = host.node(first).memory_available_bytes / GIB * memory_share
     wanted_len = spec.max_model_len or stack.defaults.max_model_len
     positions = facts.max_position_embeddings
     if spec.max_model_len and positions and spec.max_model_len > positions:
@@ -434,11 +438,15 @@ def approval_check_argv(product_python: str, name: str) -> list[str]:
 
 
 def _sized(
-    prepared: Prepared, host: HostFacts, stack: Stack, placement: Placement
+    prepared: Prepared,
+    host: HostFacts,
+    stack: Stack,
+    placement: Placement,
+    memory_share: float = 1.0,
 ) -> tuple[Sizing, MemoryFit, list[str]]:
     """The tuning rules and the memory fit on the placed socket, and their warnings."""
     bind, target, eager, compile_warnings = tune(prepared, host, placement)
-    fit, memory_warnings = size_memory(prepared, host, stack, placement, bind, target)
+    fit, memory_warnings = size_memory(prepared, host, stack, placement, bind, target, memory_share)
     sizing = Sizing(
         bind=bind,
         target=target,
@@ -505,13 +513,15 @@ def decide(
     hf_cache: HfCacheMount,
     product_python: str,
     status_file: str,
+    memory_share: float = 1.0,
 ) -> EndpointDecisions:
-    """Every decision for one placed endpoint: sizing, mounts, served name, timeouts."""
+    """Every decision for one placed endpoint (or one instance of it, with its share of the
+    nodes' memory): sizing, mounts, served name, timeouts."""
     spec, route, facts = prepared.spec, prepared.route, prepared.facts
     name = prepared.result.name
     model = spec.model or stack.default_model
     local = model.startswith("/")
-    sizing, fit, warnings = _sized(prepared, host, stack, placement)
+    sizing, fit, warnings = _sized(prepared, host, stack, placement, memory_share)
     warnings = [*route.warnings, *prepared.warnings, *placement.warnings, *warnings]
     containerized = route.runtime != "host"
     mounts, model_arg = _bind_mounts(spec, model, containerized)
@@ -625,20 +635,26 @@ def _plan_one(
     port: int,
     hf_cache: HfCacheMount,
     product_python: str,
+    instances: InstancesInput | None = None,
 ) -> EndpointResult:
     name, file = prepared.result.name, prepared.result.path
     try:
-        decisions = decide(
-            prepared,
-            host=host,
-            stack=stack,
-            placement=placement,
-            port=port,
-            hf_cache=hf_cache,
-            product_python=product_python,
-            status_file=str(endpoint_status_file(settings.run_dir, name)),
-        )
+        if instances is not None:
+            decisions = instances.decide(prepared, port, hf_cache, product_python)
+        else:
+            decisions = decide(
+                prepared,
+                host=host,
+                stack=stack,
+                placement=placement,
+                port=port,
+                hf_cache=hf_cache,
+                product_python=product_python,
+                status_file=str(endpoint_status_file(settings.run_dir, name)),
+            )
     except EpycError as exc:
+        if exc.file is None:
+            exc.file = str(file)
         return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
     if not decisions.memory.fits:
         refusal = Refusal(
@@ -699,6 +715,54 @@ class Sharing:
     product_python: str
 
 
+@dataclass
+class InstancesInput:
+    """What an endpoint of several instances needs beyond its placement and port: the
+    sockets it may use, the ports others hold (epycd.plan.multi)."""
+
+    share: Sharing
+    parts: list[Region]
+    taken_ports: set[int]
+
+    def decide(
+        self, prepared: Prepared, port: int, hf_cache: HfCacheMount, product_python: str
+    ) -> EndpointDecisions:
+        from epycd.plan.multi import decide_set
+
+        return decide_set(
+            prepared,
+            host=self.share.host,
+            stack=self.share.stack,
+            parts=self.parts,
+            port=port,
+            taken_ports=self.taken_ports,
+            listeners=self.share.listeners,
+            hf_cache=hf_cache,
+            product_python=product_python,
+            run_dir=self.share.settings.run_dir,
+        )
+
+
+def _instances_input(
+    prepared: Prepared,
+    placement: Placement,
+    placements: Mapping[str, Placement | EpycError],
+    ports: Mapping[str, int | EpycError],
+    share: Sharing,
+) -> InstancesInput | None:
+    """For an endpoint with `instances` other than 1: the sockets and ports around it."""
+    from epycd.plan.multi import regions, wants_instances
+
+    name = prepared.result.name
+    if not wants_instances(prepared.spec):
+        return None
+    held = {p.socket for n, p in placements.items() if n != name and isinstance(p, Placement)}
+    held |= {s for n, s in share.approved_sockets.items() if n != name}
+    taken = {p for n, p in ports.items() if n != name and isinstance(p, int)}
+    taken |= {p for n, p in share.approved_ports.items() if n != name}
+    return InstancesInput(share, regions(share.host, prepared.spec, placement, held), taken)
+
+
 def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[EndpointResult, bool]]:
     """Place and plan `ready` together: name -> (result, whether a refused endpoint holds a
     socket or a port in it). Approved endpoints not in `ready` keep their socket."""
@@ -739,6 +803,7 @@ def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[Endpoi
             out[name] = (failed, len(failures) < 2)
             continue
         assert isinstance(placement, Placement) and isinstance(port, int)
+        instances = _instances_input(prepared, placement, placements, ports, share)
         result = _plan_one(
             prepared,
             host=share.host,
@@ -748,6 +813,7 @@ def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[Endpoi
             port=port,
             hf_cache=share.hf_cache,
             product_python=share.product_python,
+            instances=instances,
         )
         out[name] = (result, result.plan is None)
     return out

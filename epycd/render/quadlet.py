@@ -6,6 +6,7 @@ is not sandboxed, since its main process is podman (epycd.render.sandbox.QUADLET
 
 from __future__ import annotations
 
+from epycd.names import unit_name
 from epycd.plan.model import EndpointDecisions
 from epycd.render import commands
 from epycd.render.syntax import (
@@ -25,9 +26,17 @@ HEALTH_RETRIES = "3"
 def describe(decisions: EndpointDecisions) -> str:
     """The unit's Description, before escaping."""
     return (
-        f"epyc-llm {decisions.endpoint}: vLLM serving {decisions.model} "
-        f"({decisions.runtime}, socket {decisions.socket})"
+        f"epyc-llm {decisions.endpoint}"
+        + (f" instance {decisions.instance}" if decisions.instance is not None else "")
+        + f": vLLM serving {decisions.model} ({decisions.runtime}, socket {decisions.socket})"
     )
+
+
+def part_of(decisions: EndpointDecisions) -> list[Line]:
+    """An instance of a multi-instance endpoint stops and restarts with its balancer."""
+    if decisions.instance is None:
+        return []
+    return [("PartOf", f"{unit_name(decisions.endpoint)}.service")]
 
 
 def description(decisions: EndpointDecisions) -> str:
@@ -123,6 +132,7 @@ def render_container(decisions: EndpointDecisions) -> str:
                     ("Description", description(decisions)),
                     ("Wants", "network-online.target"),
                     ("After", "network-online.target"),
+                    *part_of(decisions),
                 ],
             ),
             ("Container", container_lines(decisions)),
