@@ -76,6 +76,8 @@ IDENTITY = {
     "xeon": ("unknown", None, False, True, True, False),
     "vm-offline-cpu": ("Genoa", "Zen 4", True, True, True, True),
     "bench-2s-512t": ("Turin", "Zen 5", True, True, True, True),
+    "turin-9755-2s-nosmt": ("Turin", "Zen 5", True, True, True, True),
+    "vm-16": ("Genoa", "Zen 4", True, True, True, True),
 }
 
 
