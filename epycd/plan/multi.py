@@ -162,6 +162,7 @@ def _set_decisions(
             "max_num_seqs": worst.max_num_seqs,
             "port": port,
             "host": spec.host,
+            "status_file": None,
             "requires_confirmation": bool(reasons),
             "confirmation_reasons": reasons,
             "warnings": warnings,
