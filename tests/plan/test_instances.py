@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from epycd.approval.workflow import overlap
+from epycd.cli.plan import confirmation_table, plan_json
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, RuntimeFacts
@@ -226,3 +228,33 @@ def test_bad_keys_exit_2_naming_the_key(tmp_path: Path, text: str, key: str, wor
     assert f"{path}: {key}" in shown and words in shown
     assert "Traceback" not in shown
     assert not (tmp_path / "systemd").exists()
+
+
+def test_instance_ports_keep_off_other_endpoints_ports(ws: PlanWorkspace, host_of: HostOf):
+    host = host_of("genoa-9654-2s-nps1")
+    ws.endpoint("big", "instances = 2\nport = 18511\n")
+    ws.endpoint("other", "port = 18513\n")
+    results = ws.plan(host)
+    plan, other = results["big"].plan, results["other"].plan
+    assert plan is not None and other is not None
+    assert [m.port for m in _members(plan)] == [18512, 18514]
+    moved = other.model_copy(update={"port": 18514})
+    assert overlap(plan, moved) == ["port 18514"]
+    assert overlap(plan, other) == []
+
+
+def test_plan_table_and_json_show_the_layout(ws: PlanWorkspace, host_of: HostOf):
+    host = host_of("genoa-9654-2s-nps4")
+    ws.endpoint("big", 'instances = "auto"\n')
+    result = ws.plan(host)["big"]
+    text = confirmation_table(result, host)
+    assert "4 (instances = auto, placement socket, ready with 4) behind HAProxy" in text
+    assert "one per NUMA node (4 nodes, NPS4)" in text
+    assert "Instance 3" in text and "epyc-llm-big_3: socket 0, NUMA 2, pinned 48-71" in text
+    assert "OpenMP 48-70, front end 71" in text
+    data = plan_json(result)
+    assert data["instances"]["count"] == 4
+    assert [m["numa_nodes"] for m in data["instances"]["members"]] == [[0], [1], [2], [3]]
+    single = ws.endpoint("one", "")
+    assert single.exists()
+    assert "instances" not in plan_json(ws.plan(host)["one"])
