@@ -890,6 +890,15 @@ def _prepare_all(
     return results, ready
 
 
+def held_by_instances(ports: Mapping[str, list[int]]) -> dict[int, Listener]:
+    """The instance ports of approved multi-instance endpoints, as if their units listened."""
+    return {
+        port: Listener(pid=None, process=f"an instance of approved endpoint {name}", endpoint=name)
+        for name, held in ports.items()
+        for port in held
+    }
+
+
 def plan_all(
     settings: Settings,
     host: HostFacts,
@@ -904,12 +913,15 @@ def plan_all(
     product_python: str | None = None,
     approved_sockets: Mapping[str, int] | None = None,
     approved_ports: Mapping[str, int] | None = None,
+    approved_instance_ports: Mapping[str, list[int]] | None = None,
 ) -> list[EndpointResult]:
     """A result per endpoint file of `settings.config_dir` (or `specs`), in name order.
 
     `approved_sockets` and `approved_ports` (endpoint -> the socket, the port of its approved
     plan) keep "auto" endpoints where they were approved and keep others off them, running or
     not, so that adding an endpoint file never moves an approved one nor lands on it.
+    `approved_instance_ports` (endpoint -> its instances' ports, docs/instances.md) count as
+    listened on by that endpoint: free for it, taken for every other.
 
     Defaults reach the outside world: the shipped stack, the endpoint files, `inspect_model`
     and `probe_vllm` (both through the probe cache of `settings.run_dir`), the ports
@@ -925,7 +937,8 @@ def plan_all(
         host=host,
         stack=stack,
         settings=settings,
-        listeners=listening_ports() if listeners is None else listeners,
+        listeners=held_by_instances(approved_instance_ports or {})
+        | dict(listening_ports() if listeners is None else listeners),
         approved_sockets=dict(approved_sockets or {}),
         approved_ports=dict(approved_ports or {}),
         hf_cache=hf_cache,

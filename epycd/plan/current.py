@@ -78,5 +78,10 @@ def plan_endpoints(
         host_root=root,
         approved_sockets={name: plan.socket for name, plan in approved.items()},
         approved_ports={name: plan.port for name, plan in approved.items()},
+        approved_instance_ports={
+            name: [m.port for m in plan.instances.members]
+            for name, plan in approved.items()
+            if plan.instances is not None
+        },
     )
     return Planned(results, host)

@@ -258,3 +258,27 @@ def test_plan_table_and_json_show_the_layout(ws: PlanWorkspace, host_of: HostOf)
     single = ws.endpoint("one", "")
     assert single.exists()
     assert "instances" not in plan_json(ws.plan(host)["one"])
+
+
+def test_approved_instance_ports_stay_the_sets(ws: PlanWorkspace, host_of: HostOf):
+    """A new "auto" endpoint never takes a port of an approved set's instances, and the set
+    keeps them: adding an endpoint file is no drift for the set."""
+    host = host_of("genoa-9654-2s-nps1")
+    ws.endpoint("big", "instances = 2\n")
+    first = ws.plan(host)["big"].plan
+    assert first is not None
+    held = [m.port for m in _members(first)]
+    ws.endpoint("new", "")
+    ws.endpoint("pinned", f"port = {held[1]}\n")
+    results = ws.plan(
+        host,
+        approved_sockets={"big": first.socket},
+        approved_ports={"big": first.port},
+        approved_instance_ports={"big": held},
+    )
+    again, new = results["big"].plan, results["new"].plan
+    assert again is not None and new is not None
+    assert [m.port for m in _members(again)] == held
+    assert new.port not in held
+    errors = [e.text for e in results["pinned"].errors]
+    assert any("an instance of approved endpoint big" in e for e in errors), errors
