@@ -10,7 +10,9 @@ an instance whose check fails gets no requests until it passes again.
 
 The instances start first (`After=`); with every instance required (`min_ready` = the
 count, the default) the balancer needs them all (`Requires=`), else it starts when they
-have started or failed (`Wants=`). Each instance is `PartOf=` the balancer: stopping or
+have started or failed (`Wants=`) and its `ExecStartPre=` (`python -m epycd.approval.ready
+NAME`, privileged: it reads the root-only approval) fails its start while fewer than
+`min_ready` instances are up. Each instance is `PartOf=` the balancer: stopping or
 restarting the endpoint stops or restarts the set. HAProxy runs in master-worker mode with
 systemd's notify support (`-Ws`), as a dynamic user with no capabilities (below port 1024:
 CAP_NET_BIND_SERVICE alone), in the endpoint units' sandbox without netlink, and on
@@ -33,6 +35,8 @@ from epycd.render.text import Line, unit_text
 HAPROXY = "/usr/sbin/haproxy"
 """Debian's and Ubuntu's haproxy package."""
 CONFIG_CREDENTIAL = "haproxy.cfg"
+READY_MODULE = "epycd.approval.ready"
+"""ExecStartPre= of the balancer: at least min_ready instances up (epycd/approval/ready.py)."""
 CHECK_INTERVAL = "2s"
 TIMEOUT_CONNECT = "5s"
 TIMEOUT_STREAM = "1h"
@@ -121,6 +125,14 @@ def render_balancer(decisions: EndpointDecisions) -> str:
         (
             "ExecCondition",
             command_line(decisions.exec_condition[0], "exec_condition[0]", prefix="+"),
+        ),
+        (
+            "ExecStartPre",
+            command_line(
+                [decisions.product_python, "-m", READY_MODULE, decisions.endpoint],
+                "ready_check",
+                prefix="+",
+            ),
         ),
         ("SetCredential", config_credential(decisions)),
         ("ExecStart", command_line(start[:3], "balancer") + f" %d/{CONFIG_CREDENTIAL}"),

@@ -65,3 +65,31 @@ def test_changed_set_needs_approval_and_remove_removes_every_unit(ws: DaemonSand
     done = ws.epycctl("remove", "pair", "--yes", "--json")
     assert done.returncode == 0, done.stderr
     assert not any(Path(record.path).exists() for record in approval.units.values())
+
+
+@pytest.mark.parametrize(("min_ready", "code"), [(1, 0), (2, 1)])
+def test_the_balancer_starts_only_with_min_ready_instances_up(
+    ws: DaemonSandbox, min_ready: int, code: int
+) -> None:
+    """The balancer's ExecStartPre (python -m epycd.approval.ready), against systemctl's
+    answers: one instance up and one failed is enough for min_ready = 1, not for 2."""
+    ws.endpoint("pair", f"instances = 2\nmin_ready = {min_ready}\n")
+    approval = ws.approve("pair")
+    balancer = approval.plan.units[BALANCER]
+    assert f"ExecStartPre=+{approval.plan.product_python} -m epycd.approval.ready pair" in (
+        balancer
+    )
+    ws.set_unit(INSTANCES[0], "active")
+    ws.set_unit(INSTANCES[1], "failed", "exit-code")
+    done = ws.epycctl("pair", module="epycd.approval.ready")
+    assert done.returncode == code, done.stdout + done.stderr
+    if code:
+        assert f"fewer than min_ready = 2: {INSTANCES[1]} (failed)" in done.stderr
+    else:
+        assert "1 of 2 instances ready" in done.stdout
+
+
+def test_the_ready_check_without_a_set_is_bad_input(ws: DaemonSandbox) -> None:
+    done = ws.epycctl("nothing", module="epycd.approval.ready")
+    assert done.returncode == 2 and "no approved multi-instance endpoint nothing" in done.stderr
+    assert "Traceback" not in done.stderr
