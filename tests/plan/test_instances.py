@@ -19,6 +19,7 @@ from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.plan.instances import HOST_RESERVED_CORES, SWEET_SPOT_CORES
 from epycd.plan.model import EndpointDecisions, Plan
+from epycd.plan.ports import endpoint_of_pid
 from epycd.render.balancer import haproxy_config
 from tests.hosts import CATALOGUE, write_host
 from tests.plan.conftest import PODMAN_5, PlanWorkspace, write_model
@@ -282,3 +283,12 @@ def test_approved_instance_ports_stay_the_sets(ws: PlanWorkspace, host_of: HostO
     assert new.port not in held
     errors = [e.text for e in results["pinned"].errors]
     assert any("an instance of approved endpoint big" in e for e in errors), errors
+
+
+def test_an_instance_process_belongs_to_its_endpoint(tmp_path: Path) -> None:
+    """A running instance's port is its endpoint's own when re-planning (no drift)."""
+    for pid, unit in ((42, "epyc-llm-big_2.service"), (43, "epyc-llm-big.service")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(f"0::/system.slice/{unit}\n")
+    assert endpoint_of_pid(42, tmp_path) == "big"
+    assert endpoint_of_pid(43, tmp_path) == "big"
