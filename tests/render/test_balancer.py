@@ -8,15 +8,22 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.plan.model import Plan
+from epycd.plan.ports import listening_ports
 from epycd.render.balancer import HAPROXY, haproxy_config
+from tests.health.realvllm import free_port
 from tests.plan.conftest import PODMAN_5, PlanWorkspace, fake_host
-from tests.render.realtools import quadlet_dryrun, test_cache, verify, write_units
+from tests.render.realtools import quadlet_dryrun, verify, write_units
+from tests.render.realtools import test_cache as cache_root
 from tests.render.test_security import review
 
 CREDENTIAL = re.compile(r"^SetCredential=haproxy\.cfg:(.*)$", re.M)
@@ -25,7 +32,7 @@ MAX_BALANCER_EXPOSURE = 1.8
 
 
 def cached_haproxy() -> tuple[Path, dict[str, str]]:
-    root = test_cache() / "haproxy" / "root"
+    root = cache_root() / "haproxy" / "root"
     binary = root / "usr" / "sbin" / "haproxy"
     if not os.access(binary, os.X_OK):
         pytest.fail(f"Debian's HAProxy is missing ({binary}): run tests/bootstrap.sh")
@@ -47,7 +54,13 @@ def haproxy_check(config: str, folder: Path) -> subprocess.CompletedProcess[str]
 
 
 def planned(
-    tmp_path: Path, host_name: str, runtimes: RuntimeFacts, text: str, python: str, vllm: Path
+    tmp_path: Path,
+    host_name: str,
+    runtimes: RuntimeFacts,
+    text: str,
+    python: str,
+    vllm: Path,
+    **plan_args: object,
 ) -> Plan:
     ws = PlanWorkspace(tmp_path)
     ws.endpoint("multi", text)
@@ -57,7 +70,7 @@ def planned(
         return HostVllmFacts(path=executable, present=True, version="0.32.0",
                              platform="ZenCpuPlatform")  # fmt: skip
 
-    result = ws.plan(host, probe=probe, product_python=python)["multi"]
+    result = ws.plan(host, probe=probe, product_python=python, **plan_args)["multi"]
     assert result.plan is not None, [e.text for e in result.errors]
     assert result.plan.instances is not None
     return result.plan
@@ -127,3 +140,74 @@ def test_balancer_exposure_no_worse_than_the_host_units(host_set: Plan, tmp_path
     instance = review(folder / "epyc-llm-multi_1.service")
     assert balancer.exposure <= MAX_BALANCER_EXPOSURE, balancer.output
     assert balancer.exposure <= instance.exposure, (balancer.output, instance.output)
+
+
+BACKEND = """
+import http.server, sys
+NAME = sys.argv[2]
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = NAME.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+def _wait(predicate: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _answers(url: str) -> str | None:
+    try:
+        return httpx.get(url, timeout=2).text
+    except httpx.HTTPError:
+        return None
+
+
+def test_the_real_haproxy_spreads_and_routes_around_a_dead_instance(
+    tmp_path: Path, product_python: str, real_vllm: Path
+) -> None:
+    """Debian's HAProxy with the plan's own configuration in front of two stand-in instances
+    (HTTP servers answering /health): requests reach both; one killed, every request is
+    answered by the other within the health check's fall time."""
+    port = free_port()
+    text = f'runtime = "host"\nvllm = "{real_vllm}"\ninstances = 2\nport = {port}\n'
+    plan = planned(
+        tmp_path, "vm-zen5", RuntimeFacts(), text, product_python, real_vllm,
+        listeners=listening_ports(),
+    )  # fmt: skip
+    binary, env = cached_haproxy()
+    (tmp_path / "haproxy.cfg").write_text(haproxy_config(plan))
+    (tmp_path / "backend.py").write_text(BACKEND)
+    assert plan.instances is not None
+    backends = [
+        subprocess.Popen([sys.executable, str(tmp_path / "backend.py"), str(m.port), str(i)])
+        for i, m in enumerate(plan.instances.members, 1)
+    ]
+    balancer = subprocess.Popen(
+        [str(binary), "-f", str(tmp_path / "haproxy.cfg")],
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/v1/models"
+    try:
+        assert _wait(lambda: _answers(url) is not None, 30), "HAProxy did not answer"
+        assert _wait(lambda: {_answers(url) for _ in range(10)} == {"1", "2"}, 20)
+        backends[1].kill()
+        backends[1].wait()
+        assert _wait(lambda: {_answers(url) for _ in range(10)} == {"1"}, 15)
+        assert [_answers(url) for _ in range(20)] == ["1"] * 20
+    finally:
+        for process in [balancer, *backends]:
+            process.kill()
+            process.wait()
