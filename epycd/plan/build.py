@@ -31,7 +31,7 @@ from epycd.host.probe_cache import ProbeCache
 from epycd.listen import is_loopback
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.memory import fit_memory
-from epycd.names import unit_name
+from epycd.names import INSTANCE_SEPARATOR, unit_name
 from epycd.paths import endpoint_status_file
 from epycd.plan import tuning
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
@@ -757,10 +757,14 @@ def _instances_input(
     if not wants_instances(prepared.spec):
         return None
     held = {p.socket for n, p in placements.items() if n != name and isinstance(p, Placement)}
-    held |= {s for n, s in share.approved_sockets.items() if n != name}
+    prefix = name + INSTANCE_SEPARATOR
+    own = [n for n in share.approved_sockets if n.startswith(prefix)]
+    held |= {s for n, s in share.approved_sockets.items() if n != name and n not in own}
     taken = {p for n, p in ports.items() if n != name and isinstance(p, int)}
     taken |= {p for n, p in share.approved_ports.items() if n != name}
-    return InstancesInput(share, regions(share.host, prepared.spec, placement, held), taken)
+    approved_nodes = {int(n.removeprefix(prefix)) for n in own}
+    parts = regions(share.host, prepared.spec, placement, held, approved_nodes)
+    return InstancesInput(share, parts, taken)
 
 
 def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[EndpointResult, bool]]:

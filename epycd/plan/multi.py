@@ -35,10 +35,20 @@ def regions(
     spec: EndpointSpec,
     placement: Placement,
     held_by_others: Collection[int],
+    approved_nodes: Collection[int] = (),
 ) -> list[Region]:
-    """The endpoint's own placement, and with `placement = "host"` every other socket that
-    no other endpoint holds, in socket order."""
-    own = region_of(host, placement.socket, placement.numa_nodes, placement.cpus)
+    """The endpoint's own placement, with the nodes of its socket its approval holds
+    (`approved_nodes`, epycd.plan.current.approved_sockets), and with `placement = "host"`
+    every other socket no other endpoint holds, in socket order."""
+    sock = next(s for s in host.socket_topology if s.socket == placement.socket)
+    extra = {n for n in cpu_nodes(sock, host) if n in approved_nodes} - set(placement.numa_nodes)
+    if extra:
+        nodes = sorted({*placement.numa_nodes, *extra})
+        members = {cpu for node in nodes for cpu in host.node(node).cpus}
+        cpus = [cpu for cpu in parse_cpulist(sock.physical_cpus) if cpu in members]
+        own = region_of(host, placement.socket, nodes, cpus)
+    else:
+        own = region_of(host, placement.socket, placement.numa_nodes, placement.cpus)
     if spec.placement == "socket":
         return [own]
     others = [

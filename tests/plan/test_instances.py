@@ -17,6 +17,7 @@ from epycd.cli.plan import confirmation_table, plan_json
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, RuntimeFacts
+from epycd.plan.current import approved_sockets
 from epycd.plan.instances import HOST_RESERVED_CORES, SWEET_SPOT_CORES
 from epycd.plan.model import EndpointDecisions, Plan
 from epycd.plan.ports import endpoint_of_pid
@@ -292,3 +293,27 @@ def test_an_instance_process_belongs_to_its_endpoint(tmp_path: Path) -> None:
         (tmp_path / str(pid) / "cgroup").write_text(f"0::/system.slice/{unit}\n")
     assert endpoint_of_pid(42, tmp_path) == "big"
     assert endpoint_of_pid(43, tmp_path) == "big"
+
+
+@pytest.mark.parametrize("host_name", ["genoa-9654-2s-nps1", "genoa-9654-2s-nps4"])
+def test_a_host_wide_set_keeps_its_other_sockets(
+    ws: PlanWorkspace, host_of: HostOf, host_name: str
+):
+    """Approved with placement = "host", the set holds every socket it uses: a new endpoint
+    file gets no part of them, and the set plans as approved."""
+    host = host_of(host_name)
+    ws.endpoint("big", 'instances = "auto"\nplacement = "host"\n')
+    first = ws.plan(host)["big"].plan
+    assert first is not None and {m.socket for m in _members(first)} == {0, 1}
+    ws.endpoint("new", "")
+    approved = {"big": first}
+    results = ws.plan(
+        host,
+        approved_sockets=approved_sockets(approved),
+        approved_ports={"big": first.port},
+        approved_instance_ports={"big": [m.port for m in _members(first)]},
+    )
+    again = results["big"].plan
+    assert again is not None and again.units == first.units
+    assert results["new"].plan is None
+    assert any("no socket or NUMA node left" in e.text for e in results["new"].errors)
