@@ -56,7 +56,7 @@ def chats(check: str, count: int) -> None:
                 stderr=subprocess.PIPE,
                 text=True,
                 env=base.ENV,
-            )  # fmt: skip
+            )
             for _ in range(2)
         ]
         for process in batch:
