@@ -79,8 +79,13 @@ ENV_TAKES_OVER: dict[str, str] = {
 }
 """Never in a unit, whatever the endpoint file says: the renderer refuses them too."""
 
+DATA_PARALLEL = (
+    "one instance runs on one socket; vLLM's CPU data parallel is not offered (it bound "
+    "every rank to one NUMA node, vLLM issue 47328; docs/instances.md): use instances = N "
+    "for several vLLM instances"
+)
 ENV_TAKES_OVER_PREFIXES: dict[str, str] = {
-    "VLLM_DP_": "data parallelism: one instance runs on one socket",
+    "VLLM_DP_": DATA_PARALLEL,
     "VLLM_RAY_": "one instance runs on one socket, without Ray",
 }
 ENV_TAKES_OVER_SUFFIXES: dict[str, str] = {
@@ -169,8 +174,8 @@ ARGS_OWNED_BY_PLAN: dict[str, str] = {
     "--pipeline-parallel-size": "one instance runs on one socket",
     "--decode-context-parallel-size": "one instance runs on one socket",
     "--prefill-context-parallel-size": "one instance runs on one socket",
-    "--data-parallel-*": "one instance runs on one socket",
-    "--dp-*": "one instance runs on one socket",
+    "--data-parallel-*": DATA_PARALLEL,
+    "--dp-*": DATA_PARALLEL,
     "--nnodes": "one instance runs on one socket",
     "--node-rank": "one instance runs on one socket",
     "--master-addr": "one instance runs on one socket",

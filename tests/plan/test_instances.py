@@ -317,3 +317,22 @@ def test_a_host_wide_set_keeps_its_other_sockets(
     assert again is not None and again.units == first.units
     assert results["new"].plan is None
     assert any("no socket or NUMA node left" in e.text for e in results["new"].errors)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('extra_args = ["--data-parallel-size", "2"]\n', "extra_args[0]"),
+        ('extra_args = ["--dp-size=2"]\n', "extra_args[0]"),
+        ('[env]\nVLLM_DP_SIZE = "2"\n', "env.VLLM_DP_SIZE"),
+    ],
+)
+def test_vllm_data_parallel_is_refused_pointing_at_instances(
+    ws: PlanWorkspace, host_of: HostOf, text: str, key: str
+):
+    ws.endpoint("dp", text)
+    result = ws.plan(host_of("genoa-9654-2s-nps1"))["dp"]
+    assert result.plan is None and result.exit_code == 2
+    [error] = result.errors
+    assert error.key == key
+    assert "47328" in error.text and "instances = N" in error.text
