@@ -150,6 +150,7 @@ def test_requests_spread_over_both_instances(machine: InstancesMachine) -> None:
     boot = machine.boot("install")
     assert all(r["rc"] == 0 for r in boot.one("chats")["replies"]), boot.one("chats")
     before, after = boot.one("metrics_before")["served"], boot.one("metrics_after")["served"]
+    assert all(isinstance(n, float) for n in [*before, *after]), (before, after)
     served = [b - a for a, b in zip(before, after, strict=True)]
     assert sum(served) == 8 and min(served) >= 1, served
 
