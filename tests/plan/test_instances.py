@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from epycd.approval.check import socket_needs
 from epycd.approval.workflow import overlap
 from epycd.cli.plan import confirmation_table, plan_json
 from epycd.host.cpulist import parse_cpulist
@@ -336,3 +337,18 @@ def test_vllm_data_parallel_is_refused_pointing_at_instances(
     [error] = result.errors
     assert error.key == key
     assert "47328" in error.text and "instances = N" in error.text
+
+
+def test_the_boot_check_covers_every_socket_of_a_set(ws: PlanWorkspace, host_of: HostOf):
+    """The approval check (ExecCondition of every unit) compares each socket the set uses,
+    with the memory of the instances there."""
+    host = host_of("genoa-9654-2s-nps1")
+    plan = _plan(ws, host, 'instances = "auto"\nplacement = "host"\n')
+    needs = socket_needs(plan)
+    assert sorted(needs) == [0, 1]
+    per_socket = [
+        sum(m.memory.required_gb for m in _members(plan) if m.socket == s) for s in (0, 1)
+    ]
+    assert [needs[0], needs[1]] == per_socket
+    single = _plan(ws, host, "", name="one")
+    assert socket_needs(single) == {single.socket: single.memory.required_gb}
