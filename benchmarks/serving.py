@@ -17,6 +17,12 @@ matrix work shows; both built offline by tests/tools/tiny_model.py), one after t
 - **plan, vLLM auto bind**: the plan's sizing and arguments, `VLLM_CPU_OMP_THREADS_BIND=auto`
   and no pin: vLLM chooses the cores (it reserves one per instance for its front end).
 
+Optional (`--instances N`, not in a default run): the same model approved with
+`instances = N` (docs/instances.md), each instance run as its unit runs it (supervisor,
+pin) and Debian's HAProxy (tests/tools/haproxy.sh) in front with the plan's configuration,
+against the 1-instance planned endpoint, both at `--instances-concurrency` (default 8).
+Figures go to benchmarks/instances-results.md.
+
 Each configuration: start-up (spawn to the first /health 200), then `vllm bench serve`
 (random dataset, seed 0, --ignore-eos, max(32, 8 x concurrency) prompts, 8x that for the
 tiny model, after as many warm-ups as the concurrency) at each concurrency, and the peak
@@ -54,6 +60,7 @@ sys.path.insert(0, str(REPO))
 
 from epycd.approval.record import load_approval  # noqa: E402
 from epycd.plan.model import Plan  # noqa: E402
+from epycd.render.balancer import haproxy_config  # noqa: E402
 from epycd.render.commands import supervisor, vllm_serve_on_host  # noqa: E402
 from epycd.settings import Settings  # noqa: E402
 from tests.health.notifysock import NotifySocket  # noqa: E402
@@ -284,12 +291,13 @@ def epycd_env(work: Path) -> dict[str, str]:
     return env
 
 
-def approve(bench: Bench, name: str, model: Path) -> tuple[Plan, float]:
+def approve(bench: Bench, name: str, model: Path, extra: str = "") -> tuple[Plan, float]:
     """The real `epycctl approve NAME --yes --no-start`, then the unit's ExecCondition."""
     env = epycd_env(bench.work / name)
     config_dir = Path(env["EPYCD_CONFIG_DIR"])
     (config_dir / f"{name}.toml").write_text(
         f'model = "{model}"\nruntime = "host"\nvllm = "{bench.vllm}"\nport = {free_port()}\n'
+        + extra
     )
     t0 = time.monotonic()
     done = subprocess.run(
@@ -358,6 +366,90 @@ def configs(model: Path, plan: Plan) -> list[Config]:
             served=plan.served_model_name,
         ),
     ]
+
+
+# --- N instances behind HAProxy (optional) ----------------------------------------------
+
+HAPROXY_ROOT = CACHE / "haproxy" / "root"
+
+
+def instances_label(count: int) -> str:
+    return f"planned, {count} instances + HAProxy"
+
+
+def spawn_haproxy(bench: Bench, plan: Plan) -> subprocess.Popen[bytes]:
+    """Debian's HAProxy from the test cache, in the foreground, with the plan's config."""
+    config = bench.work / f"haproxy-{plan.endpoint}.cfg"
+    config.write_text(haproxy_config(plan))
+    binary = HAPROXY_ROOT / "usr" / "sbin" / "haproxy"
+    if not os.access(binary, os.X_OK):
+        raise SystemExit(f"{binary} is missing: run tests/bootstrap.sh (tests/tools/haproxy.sh)")
+    env = {"LD_LIBRARY_PATH": str(HAPROXY_ROOT / "usr" / "lib" / "x86_64-linux-gnu")}
+    log = bench.work / "logs" / f"haproxy-{plan.endpoint}.log"
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [str(binary), "-f", str(config)],
+            env=os.environ | env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def start_members(
+    bench: Bench, model: str, plan: Plan, stack: contextlib.ExitStack
+) -> tuple[list[subprocess.Popen[bytes]], str]:
+    """Every instance as its unit runs it, up to READY=1; (processes, refusal)."""
+    assert plan.instances is not None
+    processes = []
+    for member in plan.instances.members:
+        member_plan = Plan.model_validate(
+            {**member.model_dump(), "units": {}, "fingerprint": plan.fingerprint}
+        )
+        config = Config(member.unit_name, [], env=dict(member.env), pin=unit_pin(member_plan),
+                        plan=member_plan)  # fmt: skip
+        sock = stack.enter_context(NotifySocket(bench.work / f"notify-{member.instance}"))
+        log = bench.log_path(model, config)
+        process = bench.spawn(config, member.port, log, sock.path)
+        processes.append(process)
+        stack.callback(stop_group, process)
+        if not wait_healthy(member.port, process):
+            return processes, f"instance {member.instance}: {refusal_line(log)}"
+        if sock.wait_for("READY=1", member.start_timeout_s) is None:
+            return processes, f"instance {member.instance}: no READY=1: see {log}"
+    return processes, ""
+
+
+def measure_instances(bench: Bench, size: str, count: int, concurrency: int) -> Measured:
+    """The model approved with `instances = count`, every instance and the balancer up,
+    then `vllm bench serve` against the balancer's port."""
+    model = model_path(size)
+    plan, _ = approve(bench, f"bench-{size}-x{count}", model, f"instances = {count}\n")
+    if plan.instances is None:
+        raise SystemExit(f"instances = {count} planned one instance here: {plan.socket_reason}")
+    label = instances_label(count)
+    result = Measured(size, label, False, load_at_start=load1())
+    with contextlib.ExitStack() as stack:
+        t0 = time.monotonic()
+        processes, refusal = start_members(bench, size, plan, stack)
+        rss = [PeakRss(p.pid, skip_root=True) for p in processes]
+        try:
+            if refusal:
+                result.refusal = refusal
+                return result
+            balancer = spawn_haproxy(bench, plan)
+            stack.callback(stop_group, balancer)
+            if not wait_healthy(plan.port, balancer):
+                result.refusal = "HAProxy did not answer /health"
+                return result
+            result.started, result.startup_s = True, round(time.monotonic() - t0, 1)
+            config = Config(label, [], served=plan.served_model_name, plan=plan)
+            result.runs[concurrency] = bench.bench(plan.port, config, model, concurrency)
+            print(f"  {size} {label} c={concurrency}: {result.runs[concurrency]}", flush=True)
+            return result
+        finally:
+            result.peak_rss_gib = round(sum(r.stop() for r in rss), 2)
 
 
 # --- the run ----------------------------------------------------------------------------
@@ -488,6 +580,13 @@ def main() -> None:
         default=[PLANNED, "plain default", "plain + plan KV", "plan, vLLM auto bind"],
         help=f"which configurations (also: {DIAGNOSTIC!r})",
     )
+    parser.add_argument(
+        "--instances",
+        type=int,
+        default=0,
+        help="also N instances behind HAProxy against 1 (docs/instances.md); 0: not run",
+    )
+    parser.add_argument("--instances-concurrency", type=int, default=8)
     parser.add_argument("--keep", action="store_true", help="keep the work folder and logs")
     parser.add_argument("--render", type=Path, help="only print the tables of a saved run")
     args = parser.parse_args()
@@ -507,6 +606,10 @@ def main() -> None:
     try:
         for size in args.models:
             plan, measured = run_model(bench, size, args.concurrency, args.configs)
+            if args.instances > 1:
+                measured.append(
+                    measure_instances(bench, size, args.instances, args.instances_concurrency)
+                )
             report["plans"][size] = plan
             report["served"] += [asdict(m) for m in measured]
             args.out.write_text(json.dumps(report, indent=1) + "\n")

@@ -26,6 +26,9 @@ from epycd.text import first_unsafe
 
 HUB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_ENDPOINT_FILE_BYTES = 64 * 1024
+MAX_INSTANCES = 64
+"""The most vLLM instances one endpoint runs (docs/instances.md): more than a 2 x 256-core
+host's L3 groups."""
 ENV_KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 ENV_OWNED_BY_PLAN: dict[str, str] = {
@@ -76,8 +79,13 @@ ENV_TAKES_OVER: dict[str, str] = {
 }
 """Never in a unit, whatever the endpoint file says: the renderer refuses them too."""
 
+DATA_PARALLEL = (
+    "one instance runs on one socket; vLLM's CPU data parallel is not offered (it bound "
+    "every rank to one NUMA node, vLLM issue 47328; docs/instances.md): use instances = N "
+    "for several vLLM instances"
+)
 ENV_TAKES_OVER_PREFIXES: dict[str, str] = {
-    "VLLM_DP_": "data parallelism: one instance runs on one socket",
+    "VLLM_DP_": DATA_PARALLEL,
     "VLLM_RAY_": "one instance runs on one socket, without Ray",
 }
 ENV_TAKES_OVER_SUFFIXES: dict[str, str] = {
@@ -166,8 +174,8 @@ ARGS_OWNED_BY_PLAN: dict[str, str] = {
     "--pipeline-parallel-size": "one instance runs on one socket",
     "--decode-context-parallel-size": "one instance runs on one socket",
     "--prefill-context-parallel-size": "one instance runs on one socket",
-    "--data-parallel-*": "one instance runs on one socket",
-    "--dp-*": "one instance runs on one socket",
+    "--data-parallel-*": DATA_PARALLEL,
+    "--dp-*": DATA_PARALLEL,
     "--nnodes": "one instance runs on one socket",
     "--node-rank": "one instance runs on one socket",
     "--master-addr": "one instance runs on one socket",
@@ -222,6 +230,12 @@ ALLOWED: dict[str, str] = {
     "device": '"cpu" (the default) or "instinct" (AMD Instinct GPUs, docs/instinct.md)',
     "gpus": '"auto" or a list of GPU indices as `epycctl detect` shows them, e.g. [0, 1]',
     "tensor_parallel_size": '"auto" or 1, 2, 4 or 8 (GPUs one instance spans)',
+    "instances": '1 (the default), a number of vLLM instances behind one balancer, or "auto" '
+    "(docs/instances.md)",
+    "placement": '"socket" (the default: the instances share the endpoint\'s socket) or "host" '
+    "(every socket no other endpoint holds)",
+    "min_ready": "a positive integer, at most the instance count: how many instances must "
+    "pass the health gate for the endpoint to be ready (default: all)",
 }
 
 PathText = Annotated[str, Field(min_length=2, pattern=r"^/")]
@@ -262,6 +276,17 @@ class EndpointSpec(BaseModel):
     def _gpus_distinct(cls, value: list[int] | str) -> list[int] | str:
         if isinstance(value, list) and (not value or len(set(value)) != len(value)):
             raise ValueError("the GPU list is empty or names a GPU twice")
+        return value
+
+    instances: int | Literal["auto"] = 1
+    placement: Literal["socket", "host"] = "socket"
+    min_ready: int | None = Field(default=None, gt=0)
+
+    @field_validator("instances")
+    @classmethod
+    def _instances_in_range(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= MAX_INSTANCES:
+            raise ValueError(f"instances {value} is outside 1-{MAX_INSTANCES}")
         return value
 
     @field_validator("model")
@@ -541,6 +566,16 @@ def _device_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
         InputError(f"{key} does not apply to an Instinct endpoint", file=path, key=key, fix=why)
         for key, why in CPU_ONLY_KEYS.items()
         if key in data and data[key] not in ("auto", False)
+    ]
+    errors += [
+        InputError(
+            f"{key} does not apply to an Instinct endpoint: instance sets are CPU endpoints",
+            file=path,
+            key=key,
+            fix=f"remove {key}; a GPU endpoint grows with gpus and tensor_parallel_size",
+        )
+        for key in ("instances", "placement", "min_ready")
+        if key in data and data[key] not in (1, "socket")
     ]
     if data.get("runtime") == "host":
         errors.append(

@@ -451,6 +451,15 @@ CATALOGUE: dict[str, HostShape] = {
         sockets=2, cores_per_socket=56, threads_per_core=2, node_memory_gib=512.0,
         l3_cores=56,
     ),
+    # Turin 2x128 (9755) with SMT off in the BIOS: 256 CPUs, 16 L3 groups of 8 per socket.
+    "turin-9755-2s-nosmt": HostShape(
+        cpu_name="AMD EPYC 9755 128-Core Processor",
+        family=26, model=2, flags=ZEN5_FLAGS,
+        sockets=2, cores_per_socket=128, threads_per_core=1, node_memory_gib=768.0,
+    ),
+    # A 16-core cloud VM (one socket, one node, no SMT visible).
+    "vm-16": replace(_vm("AMD EPYC", 25, 17, ZEN4_FLAGS, 16), node_memory_gib=64.0,
+                     host_memtotal_gib=64.0),
     "vm-offline-cpu": replace(
         _vm("AMD EPYC", 25, 17, ZEN4_FLAGS, 4), offline_cpus=frozenset({2})
     ),

@@ -29,6 +29,7 @@ from epycd.errors import EpycError, file_error
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
+from epycd.plan.model import Plan
 from epycd.settings import Settings, load_settings
 from epycd.text import escaped
 
@@ -50,6 +51,17 @@ def unit_changes(approval: Approval) -> list[str]:
     return changes
 
 
+def socket_needs(plan: Plan) -> dict[int, float]:
+    """Socket -> the memory the approved plan needs there: a multi-instance set's instances
+    each hold their own weights and KV pool, on every socket they use (docs/instances.md)."""
+    if plan.instances is None:
+        return {plan.socket: plan.memory.required_gb}
+    needs: dict[int, float] = {}
+    for member in plan.instances.members:
+        needs[member.socket] = needs.get(member.socket, 0.0) + member.memory.required_gb
+    return needs
+
+
 def check_problems(settings: Settings, name: str, host: HostFacts) -> list[str]:
     """Every reason the approved endpoint must not start, each naming its change."""
     approval = load_approval(settings, name)
@@ -61,12 +73,19 @@ def check_problems(settings: Settings, name: str, host: HostFacts) -> list[str]:
     units = unit_changes(approval)
     if units:
         problems.append("installed units differ from the approval: " + ", ".join(units))
-    host_changes = shape_changes(
-        approval.host_shape,
-        host_shape(host),
-        socket=approval.plan.socket,
-        required_gb=approval.plan.memory.required_gb,
-        gpus=approval.plan.gpus,
+    now = host_shape(host)
+    host_changes = list(
+        dict.fromkeys(
+            change
+            for socket, required_gb in socket_needs(approval.plan).items()
+            for change in shape_changes(
+                approval.host_shape,
+                now,
+                socket=socket,
+                required_gb=required_gb,
+                gpus=approval.plan.gpus,
+            )
+        )
     )
     if host_changes:
         problems.append("host changed since approval: " + ", ".join(host_changes))

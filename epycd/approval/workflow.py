@@ -209,11 +209,18 @@ def finish_or_undo(settings: Settings) -> None:
         recover(settings)
 
 
+def plan_ports(plan: Plan) -> set[int]:
+    """The endpoint's port and, for a multi-instance endpoint, its instances' ports."""
+    members = plan.instances.members if plan.instances is not None else []
+    return {plan.port, *(member.port for member in members)}
+
+
 def overlap(plan: Plan, other: Plan) -> list[str]:
     """What two plans would both use: the port, CPUs."""
     clashes = []
-    if plan.port == other.port:
-        clashes.append(f"port {plan.port}")
+    shared_ports = sorted(plan_ports(plan) & plan_ports(other))
+    if shared_ports:
+        clashes.append(f"port {', '.join(map(str, shared_ports))}")
     shared = set(parse_cpulist(plan.cpus)) & set(parse_cpulist(other.cpus))
     if shared:
         clashes.append(f"CPUs {format_cpulist(sorted(shared))}")

@@ -13,6 +13,7 @@ import click
 from epycd.cli.options import SAMPLE_SECONDS
 from epycd.cli.output import EXIT_OK, json_option, print_json, table
 from epycd.errors import InputError
+from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.build import EndpointResult
 from epycd.plan.current import LOAD_SAMPLE_SECONDS
@@ -95,6 +96,8 @@ def plan_json(result: EndpointResult) -> dict[str, Any]:
                 confirmation_reasons=route.confirmation_reasons,
                 warnings=route.warnings,
             )
+    if decided is not None and decided.instances is not None:
+        data["instances"] = decided.instances.model_dump(mode="json")
     data["errors"] = [problem.text for problem in result.errors]
     data["units"] = result.plan.units if result.plan else {}
     data["unit_dirs"] = result.plan.unit_dirs if result.plan else {}
@@ -125,6 +128,34 @@ def _hardware_text(host: HostFacts) -> str:
     )
 
 
+def _instance_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
+    """A multi-instance endpoint: the balancer, why this many, and each instance's place."""
+    chosen = decided.instances
+    if chosen is None:
+        return []
+    rows = [
+        (
+            "Instances",
+            f"{chosen.count} (instances = {chosen.requested}, placement {chosen.placement}, "
+            f"ready with {chosen.min_ready}) behind HAProxy on {decided.host}:{decided.port}",
+        )
+    ]
+    rows += [("Instances why", reason) for reason in chosen.reasons]
+    for member in chosen.members:
+        front = sorted(set(parse_cpulist(member.cpus)) - set(parse_cpulist(member.omp_cpus)))
+        rows.append(
+            (
+                f"Instance {member.instance}",
+                f"{member.unit_name}: socket {member.socket}, NUMA "
+                f"{','.join(map(str, member.numa_nodes))}, pinned {member.cpus}, OpenMP "
+                f"{member.omp_cpus}, front end {format_cpulist(front) or 'shares the core'}, "
+                f"port {member.port}, KV {member.kv_cache_gb} GB, max_num_seqs "
+                f"{member.max_num_seqs} ({member.socket_reason})",
+            )
+        )
+    return rows
+
+
 def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
     decided = result.plan or result.decisions
     rows: list[tuple[str, str]] = []
@@ -145,6 +176,7 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
         rows += [
             ("Hardware", _hardware_text(host)),
             ("Port", str(decided.port)),
+            *_instance_rows(decided),
         ]
         if decided.requires_confirmation:
             rows.append(("Consent needed", "; ".join(decided.confirmation_reasons)))

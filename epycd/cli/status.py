@@ -123,6 +123,13 @@ def details(status: EndpointStatus) -> str:
     if status.reason:
         lines.append(f"  {status.reason}")
     lines += [f"  {reason}" for reason in status.reasons if reason != status.reason]
+    if status.instances:
+        lines.append(f"  balancer {status.unit}: {status.balancer}")
+        lines += [
+            f"  instance {i.instance} {i.unit}: {i.state} (port {i.port}, CPUs {i.cpus})"
+            + (f": {i.reason}" if i.reason else "")
+            for i in status.instances
+        ]
     if status.approved_by:
         lines.append(f"  approved by {status.approved_by}")
     if status.diff:

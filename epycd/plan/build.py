@@ -31,7 +31,7 @@ from epycd.host.probe_cache import ProbeCache
 from epycd.listen import is_loopback
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.memory import fit_memory
-from epycd.names import unit_name
+from epycd.names import INSTANCE_SEPARATOR, unit_name
 from epycd.paths import endpoint_status_file
 from epycd.plan import tuning
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
@@ -39,6 +39,7 @@ from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_finge
 from epycd.plan.gpu import GpuPlacement
 from epycd.plan.hfcache import host_hf_home, resolve_hf_cache
 from epycd.plan.homes import home_read_paths
+from epycd.plan.instances import Region
 from epycd.plan.model import (
     BindMount,
     EndpointDecisions,
@@ -304,14 +305,17 @@ def size_memory(
     placement: Placement,
     bind: list[int],
     target: tuning.BatchTarget,
+    memory_share: float = 1.0,
 ) -> tuple[MemoryFit, list[str]]:
+    """`memory_share`: the part of the nodes' memory the instance may use (instances sharing
+    a node each hold their own weights and KV pool, docs/instances.md)."""
     facts, spec = prepared.facts, prepared.spec
     warnings = []
     nodes = [host.node(n) for n in placement.numa_nodes]
-    total = sum(n.memory_total_bytes for n in nodes) / GIB
-    available = sum(n.memory_available_bytes for n in nodes) / GIB
+    total = sum(n.memory_total_bytes for n in nodes) / GIB * memory_share
+    available = sum(n.memory_available_bytes for n in nodes) / GIB * memory_share
     first = _first_node(host, placement, bind)
-    first_available = host.node(first).memory_available_bytes / GIB
+    first_available = host.node(first).memory_available_bytes / GIB * memory_share
     wanted_len = spec.max_model_len or stack.defaults.max_model_len
     positions = facts.max_position_embeddings
     if spec.max_model_len and positions and spec.max_model_len > positions:
@@ -450,11 +454,15 @@ def approval_check_argv(product_python: str, name: str) -> list[str]:
 
 
 def _sized(
-    prepared: Prepared, host: HostFacts, stack: Stack, placement: Placement
+    prepared: Prepared,
+    host: HostFacts,
+    stack: Stack,
+    placement: Placement,
+    memory_share: float = 1.0,
 ) -> tuple[Sizing, MemoryFit, list[str]]:
     """The tuning rules and the memory fit on the placed socket, and their warnings."""
     bind, target, eager, compile_warnings = tune(prepared, host, placement)
-    fit, memory_warnings = size_memory(prepared, host, stack, placement, bind, target)
+    fit, memory_warnings = size_memory(prepared, host, stack, placement, bind, target, memory_share)
     sizing = Sizing(
         bind=bind,
         target=target,
@@ -521,13 +529,15 @@ def decide(
     hf_cache: HfCacheMount,
     product_python: str,
     status_file: str,
+    memory_share: float = 1.0,
 ) -> EndpointDecisions:
-    """Every decision for one placed endpoint: sizing, mounts, served name, timeouts."""
+    """Every decision for one placed endpoint (or one instance of it, with its share of the
+    nodes' memory): sizing, mounts, served name, timeouts."""
     spec, route, facts = prepared.spec, prepared.route, prepared.facts
     name = prepared.result.name
     model = spec.model or stack.default_model
     local = model.startswith("/")
-    sizing, fit, warnings = _sized(prepared, host, stack, placement)
+    sizing, fit, warnings = _sized(prepared, host, stack, placement, memory_share)
     warnings = [*route.warnings, *prepared.warnings, *placement.warnings, *warnings]
     containerized = route.runtime != "host"
     mounts, model_arg = _bind_mounts(spec, model, containerized)
@@ -635,20 +645,26 @@ def _plan_one(
     hf_cache: HfCacheMount,
     product_python: str,
     render: UnitRenderer,
+    instances: InstancesInput | None = None,
 ) -> EndpointResult:
     name, file = prepared.result.name, prepared.result.path
     try:
-        decisions = decide(
-            prepared,
-            host=host,
-            stack=stack,
-            placement=placement,
-            port=port,
-            hf_cache=hf_cache,
-            product_python=product_python,
-            status_file=str(endpoint_status_file(settings.run_dir, name)),
-        )
+        if instances is not None:
+            decisions = instances.decide(prepared, port, hf_cache, product_python)
+        else:
+            decisions = decide(
+                prepared,
+                host=host,
+                stack=stack,
+                placement=placement,
+                port=port,
+                hf_cache=hf_cache,
+                product_python=product_python,
+                status_file=str(endpoint_status_file(settings.run_dir, name)),
+            )
     except EpycError as exc:
+        if exc.file is None:
+            exc.file = str(file)
         return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
     if not decisions.memory.fits:
         refusal = Refusal(
@@ -711,6 +727,58 @@ class Sharing:
     approved_gpus: dict[str, list[int]] = field(default_factory=dict)
 
 
+@dataclass
+class InstancesInput:
+    """What an endpoint of several instances needs beyond its placement and port: the
+    sockets it may use, the ports others hold (epycd.plan.multi)."""
+
+    share: Sharing
+    parts: list[Region]
+    taken_ports: set[int]
+
+    def decide(
+        self, prepared: Prepared, port: int, hf_cache: HfCacheMount, product_python: str
+    ) -> EndpointDecisions:
+        from epycd.plan.multi import decide_set
+
+        return decide_set(
+            prepared,
+            host=self.share.host,
+            stack=self.share.stack,
+            parts=self.parts,
+            port=port,
+            taken_ports=self.taken_ports,
+            listeners=self.share.listeners,
+            hf_cache=hf_cache,
+            product_python=product_python,
+            run_dir=self.share.settings.run_dir,
+        )
+
+
+def _instances_input(
+    prepared: Prepared,
+    placement: Placement,
+    placements: Mapping[str, Placement | GpuPlacement | EpycError],
+    ports: Mapping[str, int | EpycError],
+    share: Sharing,
+) -> InstancesInput | None:
+    """For an endpoint with `instances` other than 1: the sockets and ports around it."""
+    from epycd.plan.multi import regions, wants_instances
+
+    name = prepared.result.name
+    if not wants_instances(prepared.spec):
+        return None
+    held = {p.socket for n, p in placements.items() if n != name and isinstance(p, Placement)}
+    prefix = name + INSTANCE_SEPARATOR
+    own = [n for n in share.approved_sockets if n.startswith(prefix)]
+    held |= {s for n, s in share.approved_sockets.items() if n != name and n not in own}
+    taken = {p for n, p in ports.items() if n != name and isinstance(p, int)}
+    taken |= {p for n, p in share.approved_ports.items() if n != name}
+    approved_nodes = {int(n.removeprefix(prefix)) for n in own}
+    parts = regions(share.host, prepared.spec, placement, held, approved_nodes)
+    return InstancesInput(share, parts, taken)
+
+
 def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[EndpointResult, bool]]:
     """Place and plan `ready` together: name -> (result, whether a refused endpoint holds a
     socket or a port in it). Approved endpoints not in `ready` keep their socket. Instinct
@@ -766,6 +834,7 @@ def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[Endpoi
             out[name] = (result, result.plan is None)
             continue
         assert isinstance(placement, Placement)
+        instances = _instances_input(prepared, placement, placements, ports, share)
         result = _plan_one(
             prepared,
             host=share.host,
@@ -776,6 +845,7 @@ def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[Endpoi
             hf_cache=share.hf_cache,
             product_python=share.product_python,
             render=share.render,
+            instances=instances,
         )
         out[name] = (result, result.plan is None)
     return out
@@ -869,6 +939,15 @@ def with_embedded_runtime(
     return host.model_copy(update={"runtimes": runtimes})
 
 
+def held_by_instances(ports: Mapping[str, list[int]]) -> dict[int, Listener]:
+    """The instance ports of approved multi-instance endpoints, as if their units listened."""
+    return {
+        port: Listener(pid=None, process=f"an instance of approved endpoint {name}", endpoint=name)
+        for name, held in ports.items()
+        for port in held
+    }
+
+
 def plan_all(
     settings: Settings,
     host: HostFacts,
@@ -885,6 +964,7 @@ def plan_all(
     approved_sockets: Mapping[str, int] | None = None,
     approved_ports: Mapping[str, int] | None = None,
     approved_gpus: Mapping[str, list[int]] | None = None,
+    approved_instance_ports: Mapping[str, list[int]] | None = None,
 ) -> list[EndpointResult]:
     """A result per endpoint file of `settings.config_dir` (or `specs`), in name order.
 
@@ -892,6 +972,8 @@ def plan_all(
     plan) keep "auto" endpoints where they were approved and keep others off them, running or
     not, so that adding an endpoint file never moves an approved one nor lands on it.
     `render` turns decisions into units (`epycd.render.render_for_plan`, given by the caller).
+    `approved_instance_ports` (endpoint -> its instances' ports, docs/instances.md) count as
+    listened on by that endpoint: free for it, taken for every other.
 
     Defaults reach the outside world: the shipped stack, the endpoint files, `inspect_model`
     and `probe_vllm` (both through the probe cache of `settings.run_dir`), the ports
@@ -908,7 +990,8 @@ def plan_all(
         host=host,
         stack=stack,
         settings=settings,
-        listeners=listening_ports() if listeners is None else listeners,
+        listeners=held_by_instances(approved_instance_ports or {})
+        | dict(listening_ports() if listeners is None else listeners),
         approved_sockets=dict(approved_sockets or {}),
         approved_ports=dict(approved_ports or {}),
         hf_cache=hf_cache,

@@ -164,11 +164,33 @@ class EndpointDecisions(BaseModel):
     gfx_version: str | None = Field(default=None, description="Instinct: the GPUs' gfx target")
     tensor_parallel_size: int = 1
     gpu_fit: GpuFit | None = Field(default=None, description="Instinct: the VRAM fit per GPU")
+    instance: int | None = Field(
+        default=None, description="which instance of a set these decisions are (docs/instances.md)"
+    )
+    instances: InstanceSet | None = Field(
+        default=None, description="instances > 1: the instances behind the balancer"
+    )
 
     @field_validator("errors", mode="before")
     @classmethod
     def _legacy_errors(cls, value: object) -> object:
         return [Problem.legacy(item) for item in value] if isinstance(value, list) else value
+
+
+class InstanceSet(BaseModel):
+    """An endpoint of several vLLM instances behind one balancer (docs/instances.md): the
+    endpoint's own decisions are the balancer's port and host and the union of the members'
+    CPUs and nodes; each member is a whole instance's decisions, on a loopback port."""
+
+    model_config = ConfigDict(frozen=True)
+
+    requested: int | str = Field(description='the endpoint file\'s instances: N or "auto"')
+    placement: Literal["socket", "host"]
+    count: int
+    min_ready: int = Field(description="instances that must pass the health gate")
+    balancer: Literal["haproxy"] = "haproxy"
+    reasons: list[str] = Field(description="why this many instances")
+    members: list[EndpointDecisions]
 
 
 class Plan(EndpointDecisions):
@@ -180,6 +202,9 @@ class Plan(EndpointDecisions):
     inputs_fingerprint: str = Field(
         default="", description="over the shaping inputs only: what drift compares"
     )
+
+
+EndpointDecisions.model_rebuild()
 
 
 class RenderedUnits(NamedTuple):

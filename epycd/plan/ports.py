@@ -42,7 +42,7 @@ class Listener:
 
     def describe(self) -> str:
         if self.pid is None:
-            return "another process"
+            return self.process or "another process"
         return f"{self.process or 'process'} (pid {self.pid})"
 
 

@@ -12,7 +12,7 @@ import re
 from epycd.errors import InputError
 from epycd.host.cpulist import parse_cpulist
 from epycd.listen import listen_address
-from epycd.names import ENDPOINT_NAME_RULE, is_endpoint_name, unit_name
+from epycd.names import ENDPOINT_NAME_RULE, instance_unit_name, is_endpoint_name, unit_name
 from epycd.plan.model import EndpointDecisions
 from epycd.render.syntax import check_printable, executable
 from epycd.spec import arg_refusal, env_refusal
@@ -81,11 +81,16 @@ def check_identity(decisions: EndpointDecisions) -> None:
             f"{decisions.endpoint!r} is not a valid endpoint name",
             f"name the file {ENDPOINT_NAME_RULE}.toml",
         )
-    if decisions.unit_name != unit_name(decisions.endpoint):
+    expected = (
+        unit_name(decisions.endpoint)
+        if decisions.instance is None
+        else instance_unit_name(decisions.endpoint, decisions.instance)
+    )
+    if decisions.unit_name != expected:
         raise _refuse(
             decisions,
             "unit_name",
-            f"unit name {decisions.unit_name!r} is not {unit_name(decisions.endpoint)}",
+            f"unit name {decisions.unit_name!r} is not {expected}",
             "plan the endpoint again",
         )
     if not 1 <= decisions.port <= 65535:

@@ -6,6 +6,7 @@ is not sandboxed, since its main process is podman (epycd.render.sandbox.QUADLET
 
 from __future__ import annotations
 
+from epycd.names import unit_name
 from epycd.plan.model import EndpointDecisions
 from epycd.render import commands, gpu
 from epycd.render.syntax import (
@@ -28,9 +29,17 @@ def describe(decisions: EndpointDecisions) -> str:
     if decisions.device == "instinct":
         where = f"Instinct GPU {','.join(map(str, decisions.gpus))}"
     return (
-        f"epyc-llm {decisions.endpoint}: vLLM serving {decisions.model} "
-        f"({decisions.runtime}, {where})"
+        f"epyc-llm {decisions.endpoint}"
+        + (f" instance {decisions.instance}" if decisions.instance is not None else "")
+        + f": vLLM serving {decisions.model} ({decisions.runtime}, {where})"
     )
+
+
+def part_of(decisions: EndpointDecisions) -> list[Line]:
+    """An instance of a multi-instance endpoint stops and restarts with its balancer."""
+    if decisions.instance is None:
+        return []
+    return [("PartOf", f"{unit_name(decisions.endpoint)}.service")]
 
 
 def description(decisions: EndpointDecisions) -> str:
@@ -132,6 +141,7 @@ def render_container(decisions: EndpointDecisions) -> str:
                     ("Description", description(decisions)),
                     ("Wants", "network-online.target"),
                     ("After", "network-online.target"),
+                    *part_of(decisions),
                 ],
             ),
             ("Container", container_lines(decisions)),

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from epycd.plan.model import EndpointDecisions
 from epycd.render import commands, sandbox
-from epycd.render.quadlet import api_key_credential, description, limit_lines, restart_lines
+from epycd.render.quadlet import (
+    api_key_credential,
+    description,
+    limit_lines,
+    part_of,
+    restart_lines,
+)
 from epycd.render.syntax import command_line, env_assignment, plain_value
 from epycd.render.text import Line, Section, unit_text
 
@@ -21,6 +27,7 @@ def _unit_section(decisions: EndpointDecisions, after: str) -> Section:
             ("Description", description(decisions)),
             ("Wants", "network-online.target"),
             ("After", after),
+            *part_of(decisions),
         ],
     )
 

@@ -12,6 +12,7 @@ from epycd.approval.record import readable_approval
 from epycd.approval.state import CurrentPlan, endpoint_states, unplanned
 from epycd.plan.model import Plan
 from epycd.settings import Settings
+from epycd.status.instances import member_units
 from epycd.status.machine import EndpointStatus, endpoint_status
 from epycd.status.stop import read_stop_marker
 from epycd.status.units import UnitState, main_unit, read_unit_states
@@ -36,8 +37,13 @@ def collect_status(
     states = endpoint_states(settings, planned)
     approvals = {state.endpoint: readable_approval(settings, state.endpoint) for state in states}
     units = {name: main_unit(name, approval) for name, approval in approvals.items()}
+    members = {
+        name: member_units(approval.plan if approval else None)
+        for name, approval in approvals.items()
+    }
     if unit_states is None:
-        unit_states = read_unit_states(sorted(units.values()))
+        every = [*units.values(), *(unit for names in members.values() for unit in names)]
+        unit_states = read_unit_states(sorted(every))
     statuses = []
     for state in states:
         name, approval = state.endpoint, approvals[state.endpoint]
@@ -52,9 +58,21 @@ def collect_status(
                 unit=unit_states.get(units[name]) or UnitState(unit=units[name]),
                 supervisor=read_supervisor(supervisor_status_file(settings, shown, name)),
                 stopped=read_stop_marker(settings, name),
+                members=unit_states,
+                member_supervisors=member_supervisors(approval.plan if approval else None),
             )
         )
     return statuses
+
+
+def member_supervisors(plan: Plan | None) -> dict[str, SupervisorStatus | None]:
+    """A multi-instance endpoint: each instance's service -> its supervisor's status file."""
+    if plan is None or plan.instances is None:
+        return {}
+    return {
+        f"{m.unit_name}.service": read_supervisor(Path(m.status_file)) if m.status_file else None
+        for m in plan.instances.members
+    }
 
 
 def read_supervisor(path: Path) -> SupervisorStatus | None:

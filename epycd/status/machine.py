@@ -3,7 +3,9 @@ combined with its unit's state, its supervisor's last word and the admin's stop 
 into one of
 
     pending-approval, approved (installed, not started), starting, ready, failed:PHASE,
-    stopped (by the admin), changed-needs-approval, orphaned, damaged (its approval record)
+    stopped (by the admin), changed-needs-approval, orphaned, damaged (its approval record),
+    degraded (a multi-instance endpoint whose balancer serves with an instance down,
+    epycd.status.instances)
 
 Pure: `epycd.status.collect` reads the files and asks systemctl.
 """
@@ -11,7 +13,7 @@ Pure: `epycd.status.collect` reads the files and asks systemctl.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -20,12 +22,14 @@ from epycd.approval.record import Approval
 from epycd.approval.state import EndpointState
 from epycd.plan.model import Plan
 from epycd.status.handoff import Handoff, base_url, handoff
+from epycd.status.instances import DEGRADED, InstanceStatus, instance_statuses, set_state
 from epycd.status.stop import STOPPED, StopMarker
 from epycd.status.units import STARTING_UNIT_STATES, UnitState
 from epycd.supervisor import SupervisorStatus
 
 COUNT_WORDS = (
     ("ready", "ready"),
+    (DEGRADED, "degraded"),
     ("starting", "starting"),
     ("failed", "failed"),
     ("approved", "not started"),
@@ -66,6 +70,12 @@ class EndpointStatus(BaseModel):
     log_tail: list[str] = Field(default_factory=list)
     diff: str | None = Field(default=None, description="approved -> current plan and units")
     handoff: Handoff | None = None
+    instances: list[InstanceStatus] = Field(
+        default_factory=list, description="a multi-instance endpoint: each instance"
+    )
+    balancer: str | None = Field(
+        default=None, description="a multi-instance endpoint: the balancer's unit state"
+    )
 
     @property
     def kind(self) -> str:
@@ -130,6 +140,8 @@ def endpoint_status(
     unit: UnitState,
     supervisor: SupervisorStatus | None,
     stopped: StopMarker | None,
+    members: Mapping[str, UnitState] | None = None,
+    member_supervisors: Mapping[str, SupervisorStatus | None] | None = None,
 ) -> EndpointStatus:
     """One endpoint's run-time state. Pure.
 
@@ -167,9 +179,25 @@ def endpoint_status(
     state_name, phase, reason, tail = runtime_state(unit, supervisor)
     status.state, status.phase, status.reason, status.log_tail = state_name, phase, reason, tail
     status.reasons = [] if state_name != "approved" else status.reasons
-    if state_name == "ready" and approval is not None:
+    if approval is not None and approval.plan.instances is not None:
+        _set_status(status, approval.plan, members or {}, member_supervisors or {})
+    if status.state == "ready" and approval is not None:
         status.handoff = handoff(approval.plan)
     return status
+
+
+def _set_status(
+    status: EndpointStatus,
+    plan: Plan,
+    members: Mapping[str, UnitState],
+    supervisors: Mapping[str, SupervisorStatus | None],
+) -> None:
+    """A multi-instance endpoint: its instances, and "degraded" when one is not ready."""
+    status.balancer = status.unit_state
+    status.instances = instance_statuses(plan, members, supervisors, runtime_state)
+    state, reason = set_state(plan, status.state, status.instances)
+    if state == DEGRADED:
+        status.state, status.reason = state, reason
 
 
 def counts_text(statuses: Iterable[EndpointStatus]) -> str:

@@ -79,6 +79,8 @@ IDENTITY = {
     "genoa-2s-8x-mi300x": ("Genoa", "Zen 4", True, True, True, True),
     "turin-2s-8x-mi355x": ("Turin", "Zen 5", True, True, True, True),
     "genoa-1x-mi210": ("Genoa", "Zen 4", True, True, True, True),
+    "turin-9755-2s-nosmt": ("Turin", "Zen 5", True, True, True, True),
+    "vm-16": ("Genoa", "Zen 4", True, True, True, True),
 }
 
 

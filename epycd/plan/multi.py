@@ -1,0 +1,181 @@
+"""Planning an endpoint of several instances (docs/instances.md): the layout of
+`epycd.plan.instances`, each instance decided as a whole endpoint on its own cores, nodes,
+share of memory and loopback port, and the set's decisions for the balancer in front.
+
+An "auto" layout of one instance is the plain endpoint: no balancer, the reasons in its
+socket reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from epycd.errors import InputError, Refusal
+from epycd.host.cpulist import format_cpulist, parse_cpulist
+from epycd.host.facts import HostFacts
+from epycd.listen import DEFAULT_HOST
+from epycd.names import instance_unit_name
+from epycd.plan.alloc import Placement, cpu_nodes
+from epycd.plan.build import Prepared, _sized, decide, exposure_reason
+from epycd.plan.instances import Layout, Region, plan_layout, region_of
+from epycd.plan.model import EndpointDecisions, HfCacheMount, InstanceSet
+from epycd.plan.ports import LAST_PORT, Listener
+from epycd.spec import EndpointSpec
+from epycd.stack import Stack
+
+
+def wants_instances(spec: EndpointSpec) -> bool:
+    return spec.instances != 1
+
+
+def regions(
+    host: HostFacts,
+    spec: EndpointSpec,
+    placement: Placement,
+    held_by_others: Collection[int],
+    approved_nodes: Collection[int] = (),
+) -> list[Region]:
+    """The endpoint's own placement, with the nodes of its socket its approval holds
+    (`approved_nodes`, epycd.plan.current.approved_sockets), and with `placement = "host"`
+    every other socket no other endpoint holds, in socket order."""
+    sock = next(s for s in host.socket_topology if s.socket == placement.socket)
+    extra = {n for n in cpu_nodes(sock, host) if n in approved_nodes} - set(placement.numa_nodes)
+    if extra:
+        nodes = sorted({*placement.numa_nodes, *extra})
+        members = {cpu for node in nodes for cpu in host.node(node).cpus}
+        cpus = [cpu for cpu in parse_cpulist(sock.physical_cpus) if cpu in members]
+        own = region_of(host, placement.socket, nodes, cpus)
+    else:
+        own = region_of(host, placement.socket, placement.numa_nodes, placement.cpus)
+    if spec.placement == "socket":
+        return [own]
+    others = [
+        Region(sock, cpu_nodes(sock, host), parse_cpulist(sock.physical_cpus))
+        for sock in host.socket_topology
+        if sock.socket != placement.socket and sock.socket not in held_by_others
+    ]
+    return sorted([own, *others], key=lambda region: region.socket.socket)
+
+
+def instance_ports(
+    port: int, count: int, name: str, taken: Collection[int], listeners: Mapping[int, Listener]
+) -> list[int]:
+    """The instances' loopback ports: the first free ones after the endpoint's port, none
+    another endpoint claims and none another process listens on."""
+    ports: list[int] = []
+    candidate = port + 1
+    while len(ports) < count and candidate <= LAST_PORT:
+        listener = listeners.get(candidate)
+        if candidate not in taken and (listener is None or listener.endpoint == name):
+            ports.append(candidate)
+        candidate += 1
+    if len(ports) < count:
+        raise Refusal(f"no {count} free ports above {port} for the instances", key="port")
+    return ports
+
+
+def _layout(prepared: Prepared, host: HostFacts, stack: Stack, parts: list[Region]) -> Layout:
+    def fits(nodes: list[int], share: float) -> bool:
+        cpus = sorted(cpu for node in nodes for cpu in host.node(node).cpus)
+        trial = Placement(socket=0, numa_nodes=nodes, cpus=cpus, reason="")
+        return _sized(prepared, host, stack, trial, share)[1].fits
+
+    file = str(prepared.result.path)
+    layout = plan_layout(host, parts, prepared.spec.instances, fits, file)
+    min_ready = prepared.spec.min_ready
+    if min_ready is not None and min_ready > layout.count:
+        raise InputError(
+            f"min_ready = {min_ready} is more than the {layout.count} instance(s) planned",
+            file=file,
+            key="min_ready",
+            fix=f"set min_ready to at most {layout.count}, or remove it (all must be ready)",
+        )
+    return layout
+
+
+def decide_set(
+    prepared: Prepared,
+    *,
+    host: HostFacts,
+    stack: Stack,
+    parts: list[Region],
+    port: int,
+    taken_ports: Collection[int],
+    listeners: Mapping[int, Listener],
+    hf_cache: HfCacheMount,
+    product_python: str,
+    run_dir: Path,
+) -> EndpointDecisions:
+    """The set's decisions: each instance decided on its slot, the balancer on `port`."""
+    name, spec = prepared.result.name, prepared.spec
+    layout = _layout(prepared, host, stack, parts)
+    common = {"host": host, "stack": stack, "hf_cache": hf_cache, "product_python": product_python}
+    if layout.count == 1:
+        slot = layout.slots[0]
+        placement = Placement(socket=slot.socket, numa_nodes=slot.numa_nodes, cpus=slot.cpus,
+                              reason="; ".join(layout.reasons))  # fmt: skip
+        status = str(run_dir / "endpoints" / name / "status.json")
+        return decide(prepared, placement=placement, port=port, status_file=status, **common)  # type: ignore[arg-type]
+    loopback = replace(prepared, spec=spec.model_copy(update={"host": DEFAULT_HOST}))
+    ports = instance_ports(port, layout.count, name, taken_ports, listeners)
+    members = []
+    for slot, instance_port in zip(layout.slots, ports, strict=True):
+        placement = Placement(socket=slot.socket, numa_nodes=slot.numa_nodes, cpus=slot.cpus,
+                              reason=slot.reason)  # fmt: skip
+        decided = decide(
+            loopback,
+            placement=placement,
+            port=instance_port,
+            status_file=str(run_dir / "endpoints" / name / f"instance-{slot.index}.json"),
+            memory_share=slot.memory_share,
+            **common,  # type: ignore[arg-type]
+        )
+        members.append(
+            decided.model_copy(
+                update={"unit_name": instance_unit_name(name, slot.index), "instance": slot.index}
+            )
+        )
+    return _set_decisions(prepared, layout, members, port)
+
+
+def _set_decisions(
+    prepared: Prepared, layout: Layout, members: list[EndpointDecisions], port: int
+) -> EndpointDecisions:
+    spec = prepared.spec
+    cpus = sorted(cpu for m in members for cpu in parse_cpulist(m.cpus))
+    omp = sorted(cpu for m in members for cpu in parse_cpulist(m.omp_cpus))
+    worst = min(members, key=lambda m: (m.memory.fits, m.max_num_seqs))
+    reasons = [r for r in members[0].confirmation_reasons if "listens on" not in r]
+    if exposed := exposure_reason(spec, port):
+        reasons.append(exposed)
+    warnings = list(dict.fromkeys(w for m in members for w in m.warnings)) + layout.warnings
+    instances = InstanceSet(
+        requested=layout.requested,
+        placement=spec.placement,
+        count=layout.count,
+        min_ready=spec.min_ready or layout.count,
+        reasons=layout.reasons,
+        members=members,
+    )
+    return members[0].model_copy(
+        update={
+            "unit_name": members[0].unit_name.rsplit("_", 1)[0],
+            "instance": None,
+            "socket_reason": f"{layout.count} instances: " + "; ".join(layout.reasons),
+            "cpus": format_cpulist(cpus),
+            "omp_cpus": format_cpulist(omp),
+            "numa_nodes": sorted({n for m in members for n in m.numa_nodes}),
+            "memory": worst.memory,
+            "kv_cache_gb": worst.kv_cache_gb,
+            "max_num_seqs": worst.max_num_seqs,
+            "port": port,
+            "host": spec.host,
+            "status_file": None,
+            "requires_confirmation": bool(reasons),
+            "confirmation_reasons": reasons,
+            "warnings": warnings,
+            "instances": instances,
+        }
+    )

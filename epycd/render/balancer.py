@@ -1,0 +1,165 @@
+"""The balancer of a multi-instance endpoint (docs/instances.md): the distribution's HAProxy
+as its own `.service`, `epyc-llm-NAME.service`, on the endpoint's host and port, in front of
+the instances' loopback ports.
+
+Its configuration is in the unit itself (`SetCredential=`, read from `%d`), so the approved
+text, the drift check and `epycctl plan` cover it with the rest of the set. HAProxy checks
+each instance with `GET /health` (vLLM's health route, open without the API key) and sends
+each request to the ready instance with the fewest open connections (`balance leastconn`);
+an instance whose check fails gets no requests until it passes again.
+
+The instances start first (`After=`); with every instance required (`min_ready` = the
+count, the default) the balancer needs them all (`Requires=`), else it starts when they
+have started or failed (`Wants=`) and its `ExecStartPre=` (`python -m epycd.approval.ready
+NAME`, privileged: it reads the root-only approval) fails its start while fewer than
+`min_ready` instances are up. Each instance is `PartOf=` the balancer: stopping or
+restarting the endpoint stops or restarts the set. HAProxy runs in master-worker mode with
+systemd's notify support (`-Ws`), as a dynamic user with no capabilities (below port 1024:
+CAP_NET_BIND_SERVICE alone), in the endpoint units' sandbox without netlink, and on
+loopback it may reach loopback only. `systemd-analyze security` rates it 1.2 (its instances
+1.4-1.8); the checks it fails: PrivateNetwork, RestrictAddressFamilies=~AF_INET/AF_UNIX (it
+serves HTTP; sd_notify), IPAddressDeny (beyond loopback it answers any client),
+SystemCallFilter=~@resources (it raises its open-files limit), RootDirectory (it runs the
+distribution's binary), DeviceAllow (the read-only clock ProtectClock= allows).
+"""
+
+from __future__ import annotations
+
+from epycd.errors import InputError
+from epycd.listen import is_loopback
+from epycd.plan.model import EndpointDecisions
+from epycd.render.sandbox import COMMON_SANDBOX
+from epycd.render.syntax import check_printable, command_line, plain_value
+from epycd.render.text import Line, unit_text
+
+HAPROXY = "/usr/sbin/haproxy"
+"""Debian's and Ubuntu's haproxy package."""
+CONFIG_CREDENTIAL = "haproxy.cfg"
+READY_MODULE = "epycd.approval.ready"
+"""ExecStartPre= of the balancer: at least min_ready instances up (epycd/approval/ready.py)."""
+CHECK_INTERVAL = "2s"
+TIMEOUT_CONNECT = "5s"
+TIMEOUT_STREAM = "1h"
+"""Client and server timeouts: a long generation streams for minutes."""
+
+
+def member_service(member: EndpointDecisions) -> str:
+    return f"{member.unit_name}.service"
+
+
+def haproxy_config(decisions: EndpointDecisions) -> str:
+    """The whole haproxy.cfg: one frontend on the endpoint's address, one backend of the
+    instances on loopback."""
+    assert decisions.instances is not None
+    lines = [
+        "global",
+        "    log stdout format raw local0",
+        "    maxconn 4096",
+        "defaults",
+        "    mode http",
+        "    log global",
+        "    option httplog",
+        f"    timeout connect {TIMEOUT_CONNECT}",
+        f"    timeout client {TIMEOUT_STREAM}",
+        f"    timeout server {TIMEOUT_STREAM}",
+        "frontend endpoint",
+        f"    bind {decisions.host}:{decisions.port}",
+        "    default_backend instances",
+        "backend instances",
+        "    balance leastconn",
+        "    option httpchk GET /health",
+        "    http-check expect status 200",
+        f"    default-server check inter {CHECK_INTERVAL} fall 2 rise 1",
+    ]
+    lines += [
+        f"    server instance-{member.instance} {member.host}:{member.port}"
+        for member in decisions.instances.members
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def config_credential(decisions: EndpointDecisions) -> str:
+    """`SetCredential=` of the config: systemd C-unescapes it, so newlines are `\\n`; no
+    value of it may hold a backslash or a specifier."""
+    text = haproxy_config(decisions)
+    for bad in ("\\", "%", "\t"):
+        if bad in text:
+            raise InputError(
+                f"the balancer's configuration would hold {bad!r}",
+                key="host",
+                fix="plan the endpoint again",
+            )
+    check_printable(text.replace("\n", " "), "balancer")
+    return f"{CONFIG_CREDENTIAL}:" + text.replace("\n", "\\n")
+
+
+def ip_lines(decisions: EndpointDecisions) -> list[Line]:
+    """On loopback, the balancer talks to loopback only: its clients and its instances."""
+    if not is_loopback(decisions.host):
+        return []
+    return [("IPAddressAllow", "localhost"), ("IPAddressDeny", "any")]
+
+
+def _dependencies(decisions: EndpointDecisions) -> list[Line]:
+    assert decisions.instances is not None
+    members = " ".join(member_service(m) for m in decisions.instances.members)
+    need = "Requires" if decisions.instances.min_ready >= decisions.instances.count else "Wants"
+    return [
+        ("Wants", "network-online.target"),
+        (need, members),
+        ("After", f"network-online.target {members}"),
+    ]
+
+
+def render_balancer(decisions: EndpointDecisions) -> str:
+    assert decisions.instances is not None
+    count = decisions.instances.count
+    description = plain_value(
+        f"epyc-llm {decisions.endpoint}: HAProxy in front of {count} vLLM instances of "
+        f"{decisions.model}",
+        "model",
+    )
+    start = [HAPROXY, "-Ws", "-f", f"%d/{CONFIG_CREDENTIAL}"]
+    service: list[Line] = [
+        ("Type", "notify"),
+        (
+            "ExecCondition",
+            command_line(decisions.exec_condition[0], "exec_condition[0]", prefix="+"),
+        ),
+        (
+            "ExecStartPre",
+            command_line(
+                [decisions.product_python, "-m", READY_MODULE, decisions.endpoint],
+                "ready_check",
+                prefix="+",
+            ),
+        ),
+        ("SetCredential", config_credential(decisions)),
+        ("ExecStart", command_line(start[:3], "balancer") + f" %d/{CONFIG_CREDENTIAL}"),
+        ("ExecReload", "/bin/kill -USR2 $MAINPID"),
+        ("KillMode", "mixed"),
+        ("Restart", "on-failure"),
+        ("DynamicUser", "yes"),
+        ("ProtectHome", "yes"),
+        ("RemoveIPC", "yes"),
+        *(line for line in COMMON_SANDBOX if line[0] != "RestrictAddressFamilies"),
+        ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"),
+        *ip_lines(decisions),
+        ("ProcSubset", "pid"),
+        ("MemoryDenyWriteExecute", "yes"),
+    ]
+    if decisions.port >= 1024:
+        service.append(("PrivateUsers", "yes"))
+    else:
+        service += [
+            ("CapabilityBoundingSet", "CAP_NET_BIND_SERVICE"),
+            ("AmbientCapabilities", "CAP_NET_BIND_SERVICE"),
+        ]
+    return unit_text(
+        decisions.endpoint,
+        [
+            ("Unit", [("Description", description), *_dependencies(decisions)]),
+            ("Service", service),
+            ("Install", [("WantedBy", "multi-user.target")]),
+        ],
+    )

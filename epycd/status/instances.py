@@ -1,0 +1,88 @@
+"""The run-time state of a multi-instance endpoint (docs/instances.md): each instance's unit
+and supervisor, and the endpoint's state from them and its balancer's.
+
+The balancer up and every instance ready is "ready"; the balancer up with an instance not
+ready is "degraded" (HAProxy's health check has taken that instance out, the others serve);
+below `min_ready` ready instances the reason says so. Pure: `epycd.status.collect` reads the
+unit states and status files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from pydantic import BaseModel
+
+from epycd.plan.model import Plan
+from epycd.status.units import UnitState
+from epycd.supervisor import SupervisorStatus
+
+DEGRADED = "degraded"
+
+RuntimeState = Callable[
+    [UnitState, SupervisorStatus | None], tuple[str, str | None, str, list[str]]
+]
+
+
+class InstanceStatus(BaseModel):
+    """One instance of a multi-instance endpoint, in `epycctl status --json`."""
+
+    instance: int
+    unit: str
+    state: str
+    phase: str | None = None
+    reason: str = ""
+    port: int
+    cpus: str
+    numa_nodes: list[int]
+
+
+def member_units(plan: Plan | None) -> list[str]:
+    """The instances' services, for `systemctl show` (Quadlet names them the same)."""
+    if plan is None or plan.instances is None:
+        return []
+    return [f"{member.unit_name}.service" for member in plan.instances.members]
+
+
+def instance_statuses(
+    plan: Plan,
+    units: Mapping[str, UnitState],
+    supervisors: Mapping[str, SupervisorStatus | None],
+    runtime_state: RuntimeState,
+) -> list[InstanceStatus]:
+    assert plan.instances is not None
+    out = []
+    for member in plan.instances.members:
+        unit = f"{member.unit_name}.service"
+        state, phase, reason, _ = runtime_state(
+            units.get(unit) or UnitState(unit=unit), supervisors.get(unit)
+        )
+        out.append(
+            InstanceStatus(
+                instance=member.instance or 0,
+                unit=unit,
+                state=state,
+                phase=phase,
+                reason=reason,
+                port=member.port,
+                cpus=member.cpus,
+                numa_nodes=member.numa_nodes,
+            )
+        )
+    return out
+
+
+def set_state(plan: Plan, balancer_state: str, instances: list[InstanceStatus]) -> tuple[str, str]:
+    """(state, reason) of the endpoint from its balancer's state and its instances'."""
+    assert plan.instances is not None
+    ready = [i for i in instances if i.state == "ready"]
+    if balancer_state != "ready" or len(ready) == len(instances):
+        return balancer_state, ""
+    down = ", ".join(f"{i.instance} ({i.state})" for i in instances if i.state != "ready")
+    reason = (
+        f"{len(ready)} of {len(instances)} instances ready; the balancer sends nothing to "
+        f"instance(s) {down}"
+    )
+    if len(ready) < plan.instances.min_ready:
+        reason += f"; fewer than min_ready = {plan.instances.min_ready}"
+    return DEGRADED, reason

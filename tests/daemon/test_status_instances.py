@@ -1,0 +1,99 @@
+"""A multi-instance endpoint (issue 16, docs/instances.md) through approval, status and
+remove, from real files: the real planner on a fake dual Genoa, the approval code, and the
+fake systemctl's unit states (systemd is not PID 1 here; tests/e2e runs the real one)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon.conftest import DaemonSandbox
+
+pytestmark = pytest.mark.vllm
+
+BALANCER = "epyc-llm-pair.service"
+INSTANCES = ("epyc-llm-pair_1.service", "epyc-llm-pair_2.service")
+
+
+def status_of(ws: DaemonSandbox, name: str) -> dict[str, Any]:
+    done = ws.epycctl("status", "--json")
+    assert done.returncode == 0, done.stderr
+    entries: dict[str, dict[str, Any]] = {
+        e["name"]: e for e in json.loads(done.stdout)["endpoints"]
+    }
+    return entries[name]
+
+
+def test_one_approval_installs_the_set(ws: DaemonSandbox) -> None:
+    ws.endpoint("pair", "instances = 2\n")
+    approval = ws.approve("pair")
+    assert sorted(approval.units) == sorted([BALANCER, *INSTANCES])
+    for record in approval.units.values():
+        assert Path(record.path).is_file()
+
+
+def test_ready_then_degraded_when_an_instance_fails(ws: DaemonSandbox) -> None:
+    ws.endpoint("pair", "instances = 2\n")
+    approval = ws.approve("pair")
+    for unit in (BALANCER, *INSTANCES):
+        ws.set_unit(unit, "active")
+    pair = status_of(ws, "pair")
+    assert pair["state"] == "ready" and pair["balancer"] == "active"
+    instances = pair["instances"]
+    assert isinstance(instances, list)
+    assert [(i["unit"], i["state"]) for i in instances] == [(u, "ready") for u in INSTANCES]
+    assert approval.plan.instances is not None
+    assert [i["port"] for i in instances] == [m.port for m in approval.plan.instances.members]
+
+    ws.set_unit(INSTANCES[1], "failed", "exit-code")
+    pair = status_of(ws, "pair")
+    assert pair["state"] == "degraded"
+    assert "1 of 2 instances ready" in str(pair["reason"])
+    assert [i["state"] for i in pair["instances"]] == ["ready", "failed:start"]
+    text = ws.epycctl("status", "pair")
+    assert text.returncode == 0, text.stderr
+    assert f"instance 2 {INSTANCES[1]}: failed:start" in text.stdout
+    assert "degraded" in text.stdout
+
+
+def test_changed_set_needs_approval_and_remove_removes_every_unit(ws: DaemonSandbox) -> None:
+    path = ws.endpoint("pair", "instances = 2\n")
+    approval = ws.approve("pair")
+    path.write_text(path.read_text() + "min_ready = 1\n")
+    pair = status_of(ws, "pair")
+    assert pair["state"] == "changed-needs-approval"
+    assert "Wants=epyc-llm-pair_1.service" in str(pair["diff"])
+    done = ws.epycctl("remove", "pair", "--yes", "--json")
+    assert done.returncode == 0, done.stderr
+    assert not any(Path(record.path).exists() for record in approval.units.values())
+
+
+@pytest.mark.parametrize(("min_ready", "code"), [(1, 0), (2, 1)])
+def test_the_balancer_starts_only_with_min_ready_instances_up(
+    ws: DaemonSandbox, min_ready: int, code: int
+) -> None:
+    """The balancer's ExecStartPre (python -m epycd.approval.ready), against systemctl's
+    answers: one instance up and one failed is enough for min_ready = 1, not for 2."""
+    ws.endpoint("pair", f"instances = 2\nmin_ready = {min_ready}\n")
+    approval = ws.approve("pair")
+    balancer = approval.plan.units[BALANCER]
+    assert f"ExecStartPre=+{approval.plan.product_python} -m epycd.approval.ready pair" in (
+        balancer
+    )
+    ws.set_unit(INSTANCES[0], "active")
+    ws.set_unit(INSTANCES[1], "failed", "exit-code")
+    done = ws.epycctl("pair", module="epycd.approval.ready")
+    assert done.returncode == code, done.stdout + done.stderr
+    if code:
+        assert f"fewer than min_ready = 2: {INSTANCES[1]} (failed)" in done.stderr
+    else:
+        assert "1 of 2 instances ready" in done.stdout
+
+
+def test_the_ready_check_without_a_set_is_bad_input(ws: DaemonSandbox) -> None:
+    done = ws.epycctl("nothing", module="epycd.approval.ready")
+    assert done.returncode == 2 and "no approved multi-instance endpoint nothing" in done.stderr
+    assert "Traceback" not in done.stderr
