@@ -97,7 +97,7 @@ def test_estimate_70b_on_64_gib() -> None:
     )  # fmt: skip
     assert code == 1
     assert data["suggested_max_model_len"] is None
-    assert "weights alone do not fit" in data["action"]
+    assert "does not fit in socket memory" in data["action"]
 
 
 def test_estimate_default_is_what_a_balanced_plan_fits_at_full_context() -> None:
