@@ -31,7 +31,7 @@ from epycd.host.probe_cache import ProbeCache
 from epycd.listen import is_loopback
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.footprint import runtime_gib
-from epycd.model.memory import fit_memory
+from epycd.model.memory import MIN_POOL_GIB, fit_memory
 from epycd.names import unit_name
 from epycd.paths import endpoint_status_file
 from epycd.plan import tuning
@@ -648,9 +648,13 @@ def _plan_one(
     except EpycError as exc:
         return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
     if not decisions.memory.fits:
+        fit = decisions.memory
         refusal = Refusal(
-            f"does not fit: {decisions.memory.required_gb} GiB needed, "
-            f"{decisions.memory.available_gb} GiB available on the socket's NUMA nodes",
+            f"does not fit: {fit.required_gb} GiB needed (the server's processes "
+            f"{fit.process_gb}: weights {fit.weights_gb} + KV pool "
+            f"{max(fit.kv_pool_gb, MIN_POOL_GIB)} + vLLM's own {fit.runtime_gb}; OS headroom "
+            f"{fit.headroom_gb}), "
+            f"{fit.available_gb} GiB available on the socket's NUMA nodes",
             file=file,
             key="max_model_len",
             fix=decisions.memory.action,
