@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from serving import PLANNED, Bench, approve, configs, machine, model_path, parameters
 
+from epycd.model.footprint import load_footprint
 from epycd.sizes import GIB
 
 KV_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
@@ -123,14 +124,24 @@ def off_by(predicted: float, measured: float | None) -> str:
     return "-" if not measured else f"{(predicted - measured) / measured:+.1%}"
 
 
-def case_row(case: dict[str, Any]) -> str:
+def predicted_now(case: dict[str, Any], vllm_version: str) -> float:
+    """process_gb with the data/footprint figures there are now (a run records the plan's
+    prediction with the figures of its time)."""
     memory = case["memory"]
+    footprint, _ = load_footprint(vllm_version)
+    runtime = footprint.runtime_gib(memory["weights_gb"], case["batched_tokens"])
+    return round(float(memory["weights_gb"]) + float(memory["kv_pool_gb"]) + runtime, 2)
+
+
+def case_row(case: dict[str, Any], vllm_version: str) -> str:
+    memory = case["memory"]
+    now = predicted_now(case, vllm_version)
     return (
         f"| {case['model']} ({case['parameters'] / 1e6:.1f}M) | {case['batched_tokens']} | "
-        f"{memory['weights_gb']} | {memory['kv_pool_gb']} | {memory['runtime_gb']} | "
-        f"**{memory['process_gb']}** | **{fmt(case['peak_pss_gib'])}** | "
-        f"{off_by(memory['process_gb'], case['peak_pss_gib'])} | {fmt(case['peak_rss_gib'])} | "
-        f"{off_by(memory['process_gb'], case['peak_rss_gib'])} | {fmt(case['kv_logged_gib'], 3)} |"
+        f"{memory['weights_gb']} | {memory['kv_pool_gb']} | {fmt(case['kv_logged_gib'], 3)} | "
+        f"{memory['runtime_gb']} | {memory['process_gb']} | **{now}** | "
+        f"**{fmt(case['peak_pss_gib'])}** | {off_by(now, case['peak_pss_gib'])} | "
+        f"{fmt(case['peak_rss_gib'])} | {off_by(now, case['peak_rss_gib'])} |"
     )
 
 
@@ -148,6 +159,7 @@ def runtime_row(case: dict[str, Any]) -> str:
 
 def render_markdown(report: dict[str, Any]) -> str:
     info = report["machine"]
+    version = info["vllm_torch"].split()[0]
     lines = [
         "## Figures (written by benchmarks/memory.py)",
         "",
@@ -159,10 +171,14 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- `vllm bench serve` at concurrency {report['settings']['concurrency']}, random "
         "128/128 tokens, after READY=1",
         "",
-        "| model | batched tokens | weights | KV pool | runtime | predicted process_gb | "
-        "peak PSS sum | off | peak RSS sum | off (RSS) | KV vLLM logged |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-        *(case_row(case) for case in report["cases"] if case["started"]),
+        "GiB throughout. *KV logged*: vLLM's KV cache size line, tokens x KV bytes per token. "
+        "*runtime*, *process_gb (run)*: the plan's at the time of the run; *process_gb (now)*: "
+        "with data/footprint as it is now; *off*: (now - measured) / measured.",
+        "",
+        "| model | batched tokens | weights | KV pool | KV logged | runtime (run) | "
+        "process_gb (run) | process_gb (now) | peak PSS sum | off | peak RSS sum | off (RSS) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *(case_row(case, version) for case in report["cases"] if case["started"]),
         "",
         "PSS per process at the tree's PSS peak (GiB):",
         "",
