@@ -210,7 +210,10 @@ def _print_fit(facts: ModelFacts, fit: MemoryFit, note: str) -> None:
         ("KV needed", f"{fit.kv_gb} GiB"),
         ("KV pool", f"{fit.kv_pool_gb} GiB"),
         ("vLLM's processes", f"{fit.runtime_gb} GiB"),
-        ("server at peak", f"{fit.process_gb} GiB (weights + KV pool + vLLM's processes)"),
+        (
+            "server at peak",
+            f"{fit.process_gb} GiB (weights + the KV the sequences need + vLLM's processes)",
+        ),
         ("OS headroom", f"{fit.headroom_gb} GiB"),
         ("required", f"{fit.required_gb} GiB"),
         ("available", f"{fit.available_gb} GiB ({note})"),

@@ -78,7 +78,9 @@ class MemoryFit(BaseModel):
         default=0.0, description="vLLM's own processes beside weights and KV (data/footprint)"
     )
     process_gb: float = Field(
-        default=0.0, description="the server's process tree at its peak: weights + pool + runtime"
+        default=0.0,
+        description="the server's tree at its peak: weights + pool (the one the sequences "
+        "need when it does not fit) + runtime",
     )
     required_gb: float = Field(description="process_gb + headroom_gb")
     available_gb: float

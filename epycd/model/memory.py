@@ -96,8 +96,9 @@ def fit_memory(
         max_num_seqs = max(1, min(target_seqs, math.floor(max(cap, 0) / sequence_gib)))
     kv_needed = kv_bytes_per_token * context * max_num_seqs / GIB
     fits = cap >= MIN_POOL_GIB and kv_needed <= cap
-    pool = min(cap, max(MIN_POOL_GIB, math.ceil(sequence_gib * max_num_seqs))) if fits else cap
-    process = weights + max(pool, MIN_POOL_GIB) + runtime_gib
+    wanted_pool = max(MIN_POOL_GIB, math.ceil(sequence_gib * max_num_seqs))
+    pool = min(cap, wanted_pool) if fits else cap
+    process = weights + (pool if fits else wanted_pool) + runtime_gib
     suggested, action = _advice(
         fits=fits,
         pool=pool,

@@ -31,7 +31,7 @@ from epycd.host.probe_cache import ProbeCache
 from epycd.listen import is_loopback
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.footprint import runtime_gib
-from epycd.model.memory import MIN_POOL_GIB, fit_memory
+from epycd.model.memory import fit_memory
 from epycd.names import unit_name
 from epycd.paths import endpoint_status_file
 from epycd.plan import tuning
@@ -652,7 +652,8 @@ def _plan_one(
         refusal = Refusal(
             f"does not fit: {fit.required_gb} GiB needed (the server's processes "
             f"{fit.process_gb}: weights {fit.weights_gb} + KV pool "
-            f"{max(fit.kv_pool_gb, MIN_POOL_GIB)} + vLLM's own {fit.runtime_gb}; OS headroom "
+            f"{fit.process_gb - fit.weights_gb - fit.runtime_gb:.0f} + vLLM's own "
+            f"{fit.runtime_gb}; OS headroom "
             f"{fit.headroom_gb}), "
             f"{fit.available_gb} GiB available on the socket's NUMA nodes",
             file=file,
