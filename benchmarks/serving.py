@@ -100,42 +100,73 @@ class Measured:
     startup_s: float | None = None
     ready_s: float | None = None
     peak_rss_gib: float | None = None
+    peak_pss_gib: float | None = None
+    pss_by_process: dict[str, float] = field(default_factory=dict)
+    log: str = ""
     load_at_start: float | None = None
     runs: dict[int, dict[str, Any]] = field(default_factory=dict)
     refusal: str = ""
     rerun: bool = False
 
 
+def process_title(process: psutil.Process) -> str:
+    """vLLM's title of a server process (`VLLM::EngineCore` -> EngineCore; the `vllm serve`
+    process is the APIServer), else its command name."""
+    argv = process.cmdline()
+    if argv and argv[0].startswith("VLLM::"):
+        return argv[0].split("::", 1)[1].split()[0]
+    if any(arg.endswith("vllm") for arg in argv[:2]) and "serve" in argv:
+        return "APIServer"
+    return str(process.name())
+
+
 class PeakRss:
-    """The peak of the summed RSS of a process tree, sampled in a thread."""
+    """The peaks of a process tree's summed RSS and summed PSS, sampled in a thread, and
+    each process's PSS at the PSS peak. RSS counts a page shared by the tree's processes
+    (torch, Python, the tokenizer) once per process; PSS divides it among them, so the PSS
+    sum is what the node holds for the tree (benchmarks/memory-results.md)."""
 
     def __init__(self, root: int, skip_root: bool) -> None:
         self.root, self.skip_root = root, skip_root
         self.peak = 0
+        self.peak_pss = 0
+        self.pss_at_peak: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _sample(self) -> int:
+    def _sample(self) -> tuple[int, dict[str, int]]:
         try:
             root = psutil.Process(self.root)
             tree = root.children(recursive=True) + ([] if self.skip_root else [root])
         except psutil.Error:
-            return 0
-        total = 0
+            return 0, {}
+        rss, pss = 0, dict[str, int]()
         for process in tree:
             with contextlib.suppress(psutil.Error):
-                total += process.memory_info().rss
-        return total
+                memory = process.memory_full_info()
+                rss += memory.rss
+                title = process_title(process)
+                pss[title] = pss.get(title, 0) + memory.pss
+        return rss, pss
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
-            self.peak = max(self.peak, self._sample())
+            rss, pss = self._sample()
+            self.peak = max(self.peak, rss)
+            if sum(pss.values()) > self.peak_pss:
+                self.peak_pss, self.pss_at_peak = sum(pss.values()), pss
 
     def stop(self) -> float:
+        """The peak RSS sum, GiB."""
         self._stop.set()
         self._thread.join()
         return round(self.peak / 2**30, 2)
+
+    def pss(self) -> tuple[float, dict[str, float]]:
+        """The peak PSS sum and each process's share of it, GiB."""
+        by_title = {title: round(v / 2**30, 3) for title, v in sorted(self.pss_at_peak.items())}
+        return round(self.peak_pss / 2**30, 3), by_title
 
 
 class Bench:
@@ -222,7 +253,7 @@ class Bench:
     def measure(self, model: Path, tag: str, config: Config, concurrencies: list[int]) -> Measured:
         port = config.plan.port if config.plan is not None else free_port()
         log = self.log_path(tag, config)
-        result = Measured(tag, config.label, False, load_at_start=load1())
+        result = Measured(tag, config.label, False, load_at_start=load1(), log=str(log))
         with NotifySocket(self.work / f"notify-{os.getpid()}") as sock:
             t0 = time.monotonic()
             process = self.spawn(config, port, log, sock.path)
@@ -245,6 +276,7 @@ class Bench:
             finally:
                 stop_group(process)
                 result.peak_rss_gib = rss.stop()
+                result.peak_pss_gib, result.pss_by_process = rss.pss()
 
 
 def wait_healthy(port: int, process: subprocess.Popen[bytes]) -> bool:
@@ -291,13 +323,14 @@ def epycd_env(work: Path) -> dict[str, str]:
     return env
 
 
-def approve(bench: Bench, name: str, model: Path, extra: str = "") -> tuple[Plan, float]:
-    """The real `epycctl approve NAME --yes --no-start`, then the unit's ExecCondition."""
+def approve(bench: Bench, name: str, model: Path, extra_toml: str = "") -> tuple[Plan, float]:
+    """The real `epycctl approve NAME --yes --no-start`, then the unit's ExecCondition;
+    `extra_toml`: more lines of the endpoint file."""
     env = epycd_env(bench.work / name)
     config_dir = Path(env["EPYCD_CONFIG_DIR"])
     (config_dir / f"{name}.toml").write_text(
         f'model = "{model}"\nruntime = "host"\nvllm = "{bench.vllm}"\nport = {free_port()}\n'
-        + extra
+        + extra_toml
     )
     t0 = time.monotonic()
     done = subprocess.run(

@@ -397,6 +397,8 @@ def _vm(name: str, family: int, model: int, flags: tuple[str, ...], cores: int) 
 CATALOGUE: dict[str, HostShape] = {
     # The machine issue 2 was written on: a Turin VM with no model number in its name.
     "vm-zen5": _vm("AMD EPYC", 26, 2, ZEN5_FLAGS, 2),
+    # The same with its node's meminfo at the host's 23.5 GiB: room for two small instances.
+    "vm-zen5-24g": replace(_vm("AMD EPYC", 26, 2, ZEN5_FLAGS, 2), node_memory_gib=23.5),
     # The machine the tests were first run on: a Genoa VM, same naming.
     "this-machine-genoa-vm": _vm("AMD EPYC", 25, 17, ZEN4_FLAGS, 2),
     "genoa-9654-2s-nps1": HostShape(

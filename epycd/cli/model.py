@@ -13,8 +13,9 @@ from epycd.cli.output import EXIT_NO, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.model.check import inspect_model
 from epycd.model.facts import MemoryFit, ModelFacts
+from epycd.model.footprint import runtime_gib
 from epycd.model.memory import fit_memory
-from epycd.plan.tuning import batch_target
+from epycd.plan.tuning import batch_target, batched_tokens
 from epycd.sizes import GIB
 from epycd.text import escaped
 
@@ -156,6 +157,13 @@ def estimate(
             fix="use a model with safetensors weights",
         )
     total, available, first_node, note = _socket_memory(socket_gb)
+    target = batch_target("balanced", 1)
+    runtime, footprint_warnings = runtime_gib(
+        facts.support.vllm_version,
+        facts.weights_bytes,
+        batched_tokens(target, max_num_seqs or target.max_num_seqs),
+    )
+    facts.warnings += footprint_warnings
     fit = fit_memory(
         weights_bytes=facts.weights_bytes,
         kv_bytes_per_token=facts.kv_bytes_per_token,
@@ -164,8 +172,9 @@ def estimate(
         max_num_seqs=max_num_seqs,
         socket_total_gib=total,
         socket_available_gib=available,
+        runtime_gib=runtime,
         first_node_available_gib=first_node,
-        target_seqs=batch_target("balanced", 1).max_num_seqs,
+        target_seqs=target.max_num_seqs,
     )
     if as_json:
         print_json(estimate_json(facts, fit, note))
@@ -200,7 +209,12 @@ def _print_fit(facts: ModelFacts, fit: MemoryFit, note: str) -> None:
         ("context x sequences", f"{fit.context} x {fit.max_num_seqs}"),
         ("KV needed", f"{fit.kv_gb} GiB"),
         ("KV pool", f"{fit.kv_pool_gb} GiB"),
-        ("headroom", f"{fit.headroom_gb} GiB"),
+        ("vLLM's processes", f"{fit.runtime_gb} GiB"),
+        (
+            "server at peak",
+            f"{fit.process_gb} GiB (weights + the KV the sequences need + vLLM's processes)",
+        ),
+        ("OS headroom", f"{fit.headroom_gb} GiB"),
         ("required", f"{fit.required_gb} GiB"),
         ("available", f"{fit.available_gb} GiB ({note})"),
         ("fits", "yes" if fit.fits else "no"),

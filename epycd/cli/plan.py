@@ -58,6 +58,8 @@ MEMORY_KEYS = (
     "kv_gb",
     "kv_pool_gb",
     "kv_pool_cap_gb",
+    "runtime_gb",
+    "process_gb",
     "headroom_gb",
     "required_gb",
     "available_gb",
@@ -199,8 +201,9 @@ def _cpu_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
     return [
         (
             "Memory fit",
-            f"required {fit.required_gb} GB (weights {fit.weights_gb} + KV pool "
-            f"{fit.kv_pool_gb} + headroom {fit.headroom_gb}), available {fit.available_gb}"
+            f"required {fit.required_gb} GB (server {fit.process_gb}: weights "
+            f"{fit.weights_gb} + KV pool {fit.kv_pool_gb} + vLLM's processes "
+            f"{fit.runtime_gb}; OS headroom {fit.headroom_gb}), available {fit.available_gb}"
             f" GB on the socket's nodes: {'fits' if fit.fits else 'does NOT fit'}",
         ),
         (

@@ -59,7 +59,8 @@ class ModelFacts(BaseModel):
 
 
 class MemoryFit(BaseModel):
-    """The fit of weights + KV pool + OS headroom in one socket's memory, GiB."""
+    """The fit of weights + KV pool + vLLM's runtime + OS headroom in one socket's memory, GiB.
+    The first three are the server's process tree at its peak (`process_gb`)."""
 
     weights_gb: float
     kv_bytes_per_token: int
@@ -72,8 +73,16 @@ class MemoryFit(BaseModel):
     kv_pool_cap_gb: int = Field(
         default=0, description="the most the pool may take on these NUMA nodes (tuner's share)"
     )
-    headroom_gb: float
-    required_gb: float
+    headroom_gb: float = Field(description="the OS's share, apart from the server's tree")
+    runtime_gb: float = Field(
+        default=0.0, description="vLLM's own processes beside weights and KV (data/footprint)"
+    )
+    process_gb: float = Field(
+        default=0.0,
+        description="the server's tree at its peak: weights + pool (the one the sequences "
+        "need when it does not fit) + runtime",
+    )
+    required_gb: float = Field(description="process_gb + headroom_gb")
     available_gb: float
     fits: bool
     suggested_max_model_len: int | None

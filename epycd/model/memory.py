@@ -1,9 +1,11 @@
 """Does a model fit one socket's memory? (issue 3; anchor-facts.md, "Formulas" and
 "vLLM's own CPU memory rules"). Pure functions, GiB throughout (2^30 bytes).
 
-Weights, the KV pool vLLM is given and the OS headroom must add up inside the chosen socket's
-memory (the recipe checked total host RAM and forgot the pool it pre-allocates). The KV pool
-cap is the tuner's (`kv_pool_gib`), cut down to what is free beside the weights and headroom,
+Weights, the KV pool vLLM is given, vLLM's own runtime (its processes beside weights and KV,
+measured: `epycd.model.footprint`, issue 17) and the OS headroom must add up inside the chosen
+socket's memory (the recipe checked total host RAM and forgot the pool it pre-allocates). The
+first three are the server's process tree at its peak (`process_gb`). The KV pool cap is the
+tuner's (`kv_pool_gib`), cut down to what is free beside the tree's other parts and headroom,
 and to what the socket's first NUMA node has free (vLLM checks the pool against that node).
 Inside that cap the pool is what the sequences need (issue 12, docs/tuning.md rule 3):
 max_num_seqs x context x KV bytes per token plus `KV_MARGIN`, in whole GiB, at least one
@@ -39,7 +41,7 @@ def kv_pool_gib(socket_total_gib: float) -> int:
 
 
 def headroom_gib(socket_total_gib: float) -> float:
-    """OS plus vLLM's own process overhead: 10 % of the socket, at least 2 and at most 16 GiB.
+    """The OS's share, apart from the server's tree: 10 % of the socket, 2 to 16 GiB.
 
     The recipe reserves a flat 16 GB, which on a 16-32 GiB socket leaves nothing for weights
     and KV; 10 % keeps small sockets usable and reaches the recipe's 16 GiB from 160 GiB up.
@@ -68,10 +70,12 @@ def fit_memory(
     max_num_seqs: int | None,
     socket_total_gib: float,
     socket_available_gib: float,
+    runtime_gib: float,
     first_node_available_gib: float | None = None,
     target_seqs: int = 1,
 ) -> MemoryFit:
-    """The fit of weights + KV pool + headroom in one socket, and what to change if it fails.
+    """The fit of weights + KV pool + runtime + headroom in one socket, and what to change if
+    it fails. `runtime_gib` is vLLM's own processes (`Footprint.runtime_gib`).
 
     `max_num_seqs` None: `target_seqs` (the profile's), or fewer when the pool cap holds fewer
     full-context sequences, never below 1. `first_node_available_gib` is the free memory of
@@ -85,18 +89,21 @@ def fit_memory(
     context = context_length(max_model_len, max_position_embeddings)
     weights = weights_bytes / GIB
     headroom = headroom_gib(socket_total_gib)
-    cap = pool_cap_gib(weights, headroom, socket_total_gib, socket_available_gib,
+    cap = pool_cap_gib(weights + runtime_gib, headroom, socket_total_gib, socket_available_gib,
                        first_node_available_gib)  # fmt: skip
     sequence_gib = kv_bytes_per_token * context * (1 + KV_MARGIN) / GIB
     if max_num_seqs is None:
         max_num_seqs = max(1, min(target_seqs, math.floor(max(cap, 0) / sequence_gib)))
     kv_needed = kv_bytes_per_token * context * max_num_seqs / GIB
     fits = cap >= MIN_POOL_GIB and kv_needed <= cap
-    pool = min(cap, max(MIN_POOL_GIB, math.ceil(sequence_gib * max_num_seqs))) if fits else cap
+    wanted_pool = max(MIN_POOL_GIB, math.ceil(sequence_gib * max_num_seqs))
+    pool = min(cap, wanted_pool) if fits else cap
+    process = weights + (pool if fits else wanted_pool) + runtime_gib
     suggested, action = _advice(
         fits=fits,
         pool=pool,
         weights=weights,
+        runtime=runtime_gib,
         headroom=headroom,
         available=socket_available_gib,
         kv_bytes_per_token=kv_bytes_per_token,
@@ -112,7 +119,9 @@ def fit_memory(
         kv_pool_gb=max(pool, 0),
         kv_pool_cap_gb=max(cap, 0),
         headroom_gb=round(headroom, 2),
-        required_gb=round(weights + max(pool, MIN_POOL_GIB) + headroom, 2),
+        runtime_gb=round(runtime_gib, 2),
+        process_gb=round(process, 2),
+        required_gb=round(process + headroom, 2),
         available_gb=round(socket_available_gib, 2),
         fits=fits,
         suggested_max_model_len=suggested,
@@ -121,17 +130,18 @@ def fit_memory(
 
 
 def pool_cap_gib(
-    weights: float,
+    resident: float,
     headroom: float,
     socket_total_gib: float,
     socket_available_gib: float,
     first_node_available_gib: float | None,
 ) -> int:
-    """The most the KV pool may take: the tuner's share, what is free beside the weights and
-    headroom, and what the first node has free beside its share of the weights."""
-    cap = min(kv_pool_gib(socket_total_gib), math.floor(socket_available_gib - weights - headroom))
+    """The most the KV pool may take: the tuner's share, what is free beside what the server
+    holds before its pool (`resident`: weights and runtime) and the headroom, and what the
+    first node has free beside its share of that."""
+    cap = min(kv_pool_gib(socket_total_gib), math.floor(socket_available_gib - resident - headroom))
     if first_node_available_gib is not None and socket_available_gib > 0:
-        share = weights * min(1.0, first_node_available_gib / socket_available_gib)
+        share = resident * min(1.0, first_node_available_gib / socket_available_gib)
         cap = min(cap, math.floor(first_node_available_gib - share))
     return cap
 
@@ -141,6 +151,7 @@ def _advice(
     fits: bool,
     pool: int,
     weights: float,
+    runtime: float,
     headroom: float,
     available: float,
     kv_bytes_per_token: int,
@@ -149,11 +160,13 @@ def _advice(
 ) -> tuple[int | None, str]:
     if fits:
         return None, "fits"
-    if weights + headroom + MIN_POOL_GIB > available:
+    if weights + runtime + headroom + MIN_POOL_GIB > available:
         return None, (
-            f"the weights alone do not fit in socket memory ({weights:.1f} GiB weights + "
-            f"{headroom:.1f} GiB headroom + {MIN_POOL_GIB} GiB KV > {available:.1f} GiB "
-            "available): use a smaller or quantized model"
+            f"the server does not fit in socket memory ({weights:.2f} GiB weights + "
+            f"{runtime:.2f} GiB vLLM's own processes + {MIN_POOL_GIB} GiB KV + {headroom:.2f} "
+            f"GiB OS headroom = {weights + runtime + MIN_POOL_GIB + headroom:.2f} GiB > "
+            f"{available:.2f} GiB available): use a smaller or quantized model, or a socket "
+            "with more free memory"
         )
     if pool < MIN_POOL_GIB:
         return None, (

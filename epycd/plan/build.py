@@ -30,6 +30,7 @@ from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.host.probe_cache import ProbeCache
 from epycd.listen import is_loopback
 from epycd.model.facts import MemoryFit, ModelFacts
+from epycd.model.footprint import runtime_gib
 from epycd.model.memory import fit_memory
 from epycd.names import INSTANCE_SEPARATOR, unit_name
 from epycd.paths import endpoint_status_file
@@ -322,6 +323,11 @@ def size_memory(
         warnings.append(f"max_model_len {spec.max_model_len} is capped to the model's {positions}")
     if facts.weights_bytes is None:
         warnings.append("the weights' size is unknown: the fit counts KV and headroom only")
+    most_batched = batched_tokens(spec, target, spec.max_num_seqs or target.max_num_seqs)
+    runtime, footprint_warnings = runtime_gib(
+        prepared.route.vllm_version, facts.weights_bytes or 0, most_batched
+    )
+    warnings += footprint_warnings
     fit = fit_memory(
         weights_bytes=facts.weights_bytes or 0,
         kv_bytes_per_token=facts.kv_bytes_per_token,
@@ -330,6 +336,7 @@ def size_memory(
         max_num_seqs=spec.max_num_seqs,
         socket_total_gib=total,
         socket_available_gib=available,
+        runtime_gib=runtime,
         first_node_available_gib=first_available,
         target_seqs=target.max_num_seqs,
     )
@@ -667,9 +674,14 @@ def _plan_one(
             exc.file = str(file)
         return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
     if not decisions.memory.fits:
+        fit = decisions.memory
         refusal = Refusal(
-            f"does not fit: {decisions.memory.required_gb} GiB needed, "
-            f"{decisions.memory.available_gb} GiB available on the socket's NUMA nodes",
+            f"does not fit: {fit.required_gb} GiB needed (the server's processes "
+            f"{fit.process_gb}: weights {fit.weights_gb} + KV pool "
+            f"{fit.process_gb - fit.weights_gb - fit.runtime_gb:.0f} + vLLM's own "
+            f"{fit.runtime_gb}; OS headroom "
+            f"{fit.headroom_gb}), "
+            f"{fit.available_gb} GiB available on the socket's NUMA nodes",
             file=file,
             key="max_model_len",
             fix=decisions.memory.action,

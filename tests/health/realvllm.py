@@ -140,7 +140,8 @@ def serve_argv(model: Path, port: int, served_model_name: str, *extra: str) -> l
 class VllmServer:
     """One real `vllm serve` in its own session, its output in a log file."""
 
-    def __init__(self, argv: list[str], work: Path) -> None:
+    def __init__(self, argv: list[str], work: Path, env: dict[str, str] | None = None) -> None:
+        """`env`: the server's whole environment (default `vllm_env(work)`)."""
         self.log_path = work / "vllm.log"
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
@@ -148,7 +149,7 @@ class VllmServer:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env=vllm_env(work),
+            env=env if env is not None else vllm_env(work),
             start_new_session=True,
         )
 

@@ -64,6 +64,7 @@ def test_host_totals(hosts: dict[str, HostFacts], name: str) -> None:
 # name -> (generation, zen, supported, avx512, avx512_bf16, is_amd_epyc)
 IDENTITY = {
     "vm-zen5": ("Turin", "Zen 5", True, True, True, True),
+    "vm-zen5-24g": ("Turin", "Zen 5", True, True, True, True),
     "this-machine-genoa-vm": ("Genoa", "Zen 4", True, True, True, True),
     "genoa-9654-2s-nps1": ("Genoa", "Zen 4", True, True, True, True),
     "genoa-9654-2s-nps4": ("Genoa", "Zen 4", True, True, True, True),

@@ -24,7 +24,7 @@ CHECK_KEYS = {
 }  # fmt: skip
 ESTIMATE_KEYS = {
     "weights_gb", "kv_bytes_per_token", "context", "kv_gb", "required_gb", "available_gb",
-    "fits", "suggested_max_model_len", "action",
+    "fits", "suggested_max_model_len", "action", "runtime_gb", "process_gb", "headroom_gb",
 }  # fmt: skip
 
 
@@ -97,7 +97,7 @@ def test_estimate_70b_on_64_gib() -> None:
     )  # fmt: skip
     assert code == 1
     assert data["suggested_max_model_len"] is None
-    assert "weights alone do not fit" in data["action"]
+    assert "does not fit in socket memory" in data["action"]
 
 
 def test_estimate_default_is_what_a_balanced_plan_fits_at_full_context() -> None:
@@ -132,10 +132,12 @@ def test_estimate_on_a_detected_nps4_socket(
     sock = host.socket(0)
     first = host.node(sock.numa_nodes[0]).memory_available_bytes / 1024**3
     weights = LLAMA_8B_TOTAL_SIZE / 1024**3
+    resident = weights + data["runtime_gb"]  # the server holds both before its pool
+    assert data["runtime_gb"] > 1.0
     expected_pool = min(
         kv_pool_gib(sock.memory_gb),
-        math.floor(sock.memory_available_gb - weights - headroom_gib(sock.memory_gb)),
-        math.floor(first - weights * first / sock.memory_available_gb),
+        math.floor(sock.memory_available_gb - resident - headroom_gib(sock.memory_gb)),
+        math.floor(first - resident * first / sock.memory_available_gb),
     )
     assert len(sock.numa_nodes) == 4
     assert data["kv_pool_gb"] == expected_pool < kv_pool_gib(sock.memory_gb)  # the node binds

@@ -33,6 +33,7 @@ def test_headroom(total: float, headroom: float) -> None:
 
 def llama_8b(max_model_len: int, seqs: int, socket: float = 64.0):  # type: ignore[no-untyped-def]
     return fit_memory(
+        runtime_gib=0.0,
         weights_bytes=LLAMA_8B_TOTAL_SIZE,
         kv_bytes_per_token=LLAMA_KV,
         max_position_embeddings=LLAMA_POSITIONS,
@@ -58,6 +59,7 @@ def test_llama_8b_full_context_4_seqs_does_not_fit_64_gib_and_the_suggestion_fit
 
 def test_70b_bf16_weights_alone_do_not_fit_64_gib() -> None:
     fit = fit_memory(
+        runtime_gib=0.0,
         weights_bytes=LLAMA_70B_TOTAL_SIZE,
         kv_bytes_per_token=2 * 80 * 8 * 128 * 2,
         max_position_embeddings=LLAMA_POSITIONS,
@@ -68,13 +70,14 @@ def test_70b_bf16_weights_alone_do_not_fit_64_gib() -> None:
     )
     assert not fit.fits
     assert fit.suggested_max_model_len is None
-    assert "weights alone do not fit" in fit.action
+    assert "does not fit in socket memory" in fit.action
     assert fit.weights_gb == pytest.approx(131.42, abs=0.01)
 
 
 def test_context_is_capped_by_max_positions_and_defaults_to_it() -> None:
     assert llama_8b(10**7, 1).context == LLAMA_POSITIONS
     default = fit_memory(
+        runtime_gib=0.0,
         weights_bytes=1,
         kv_bytes_per_token=1,
         max_position_embeddings=40960,
@@ -88,6 +91,7 @@ def test_context_is_capped_by_max_positions_and_defaults_to_it() -> None:
 
 def test_the_first_numa_node_limits_the_pool() -> None:
     common: dict[str, Any] = dict(
+        runtime_gib=0.0,
         weights_bytes=8 * GIB,
         kv_bytes_per_token=LLAMA_KV,
         max_position_embeddings=LLAMA_POSITIONS,
@@ -107,6 +111,7 @@ def test_the_first_numa_node_limits_the_pool() -> None:
 
 def test_available_memory_not_total_decides() -> None:
     busy = fit_memory(
+        runtime_gib=0.0,
         weights_bytes=LLAMA_8B_TOTAL_SIZE,
         kv_bytes_per_token=LLAMA_KV,
         max_position_embeddings=LLAMA_POSITIONS,
@@ -116,11 +121,12 @@ def test_available_memory_not_total_decides() -> None:
         socket_available_gib=20,
     )
     assert busy.kv_pool_gb == 0 and not busy.fits
-    assert "weights alone" in busy.action
+    assert "does not fit in socket memory" in busy.action
 
 
 def test_too_many_sequences_even_at_256_tokens() -> None:
     fit = fit_memory(
+        runtime_gib=0.0,
         weights_bytes=GIB,
         kv_bytes_per_token=LLAMA_KV,
         max_position_embeddings=LLAMA_POSITIONS,
@@ -138,6 +144,7 @@ def test_bad_values_are_bad_input() -> None:
         llama_8b(4096, 0)
     with pytest.raises(InputError, match="max_model_len"):
         fit_memory(
+            runtime_gib=0.0,
             weights_bytes=1,
             kv_bytes_per_token=1,
             max_position_embeddings=None,
@@ -167,6 +174,7 @@ def test_fit_invariants(
     free: float,
 ) -> None:
     args: dict[str, Any] = dict(
+        runtime_gib=0.0,
         weights_bytes=int(weights_gib * GIB),
         kv_bytes_per_token=kv_per_token,
         max_position_embeddings=positions,
@@ -191,6 +199,7 @@ def test_the_pool_is_what_the_sequences_need_plus_the_margin() -> None:
     """Rule 3: 4 x 8192 tokens x 128 KiB = 4 GiB of KV, +10 % -> a 5 GiB pool, not the
     153 GiB the socket could give (issue 12: the pool filled the node)."""
     fit = fit_memory(
+        runtime_gib=0.0,
         weights_bytes=8 * GIB,
         kv_bytes_per_token=LLAMA_KV,
         max_position_embeddings=LLAMA_POSITIONS,
@@ -208,6 +217,7 @@ def test_without_max_num_seqs_the_target_is_cut_to_what_fits() -> None:
     """Rule 2: the profile's 128 sequences of 8192 tokens (128 GiB of KV) do not fit a 64 GiB
     socket's cap (25 GiB): as many full sequences as the cap holds, no fewer than 1."""
     common: dict[str, Any] = dict(
+        runtime_gib=0.0,
         weights_bytes=LLAMA_8B_TOTAL_SIZE,
         kv_bytes_per_token=LLAMA_KV,
         max_position_embeddings=LLAMA_POSITIONS,
@@ -253,6 +263,7 @@ def test_sized_pool_invariants(
     node's), and the chosen max_num_seqs full-context sequences fit the pool."""
     available = total * free
     fit = fit_memory(
+        runtime_gib=0.0,
         weights_bytes=int(weights_gib * GIB),
         kv_bytes_per_token=kv_per_token,
         max_position_embeddings=positions,
@@ -272,3 +283,42 @@ def test_sized_pool_invariants(
         assert fit.required_gb <= fit.available_gb + 0.01
     elif fit.max_num_seqs > 1:
         raise AssertionError("memory cut max_num_seqs yet the fit fails")
+
+
+def test_the_runtime_is_part_of_the_servers_peak_and_of_the_required_memory() -> None:
+    """Issue 17: vLLM's own processes are counted beside weights and KV; headroom apart."""
+    common: dict[str, Any] = dict(
+        weights_bytes=GIB,
+        kv_bytes_per_token=LLAMA_KV,
+        max_position_embeddings=LLAMA_POSITIONS,
+        max_model_len=4096,
+        max_num_seqs=1,
+        socket_total_gib=64,
+        socket_available_gib=64,
+    )
+    bare = fit_memory(**common, runtime_gib=0.0)
+    fit = fit_memory(**common, runtime_gib=1.75)
+    assert fit.runtime_gb == 1.75
+    assert fit.process_gb == pytest.approx(fit.weights_gb + fit.kv_pool_gb + 1.75, abs=0.01)
+    assert fit.required_gb == pytest.approx(fit.process_gb + fit.headroom_gb, abs=0.01)
+    assert fit.required_gb == pytest.approx(bare.required_gb + 1.75, abs=0.01)
+    assert fit.headroom_gb == bare.headroom_gb == headroom_gib(64)
+
+
+def test_a_socket_too_small_for_the_runtime_is_refused_with_the_numbers() -> None:
+    """Without the runtime this socket holds weights + 1 GiB KV + headroom; with it, not."""
+    available = 0.5 + 1 + 2.0 + 1.0  # weights + min pool + headroom + 1 GiB to spare
+    args = dict(
+        weights_bytes=GIB // 2,
+        kv_bytes_per_token=512,
+        max_position_embeddings=2048,
+        max_model_len=2048,
+        max_num_seqs=1,
+        socket_total_gib=available,
+        socket_available_gib=available,
+    )
+    assert fit_memory(**args, runtime_gib=0.0).fits  # type: ignore[arg-type]
+    fit = fit_memory(**args, runtime_gib=2.0)  # type: ignore[arg-type]
+    assert not fit.fits
+    assert "2.00 GiB vLLM's own processes" in fit.action
+    assert f"{available:.2f} GiB available" in fit.action

@@ -28,7 +28,7 @@ DESIGN_KEYS = {
     "units", "fingerprint",
 }  # fmt: skip
 MEMORY_KEYS = {"weights_gb", "kv_gb", "required_gb", "available_gb", "fits",
-               "suggested_max_model_len"}  # fmt: skip
+               "suggested_max_model_len", "runtime_gb", "process_gb", "headroom_gb"}  # fmt: skip
 
 
 @pytest.fixture

@@ -147,7 +147,7 @@ def test_memory_cuts_auto_instances(ws: PlanWorkspace, tmp_path: Path) -> None:
     host = detect_host(write_host(tmp_path / "small-mem", shape), probe_runtimes=False)
     host = host.model_copy(update={"runtimes": RuntimeFacts(podman=PODMAN_5)})
     big = dict(json.loads((ws.model / "config.json").read_text()))
-    big.update(hidden_size=8192, intermediate_size=28672, num_hidden_layers=40)
+    big.update(hidden_size=8192, intermediate_size=28672, num_hidden_layers=20)
     model = write_model(tmp_path / "models" / "big", big)
     plan = _plan(ws, host, f'model = "{model}"\ninstances = "auto"\n')
     reasons = plan.instances.reasons if plan.instances else [plan.socket_reason]
@@ -158,7 +158,7 @@ def test_memory_cuts_auto_instances(ws: PlanWorkspace, tmp_path: Path) -> None:
 
 
 def test_two_one_core_instances_on_two_cores(ws: PlanWorkspace, host_of: HostOf) -> None:
-    host = host_of("vm-zen5")
+    host = host_of("vm-zen5-24g")
     plan = _plan(ws, host, "instances = 2\nport = 18511\n")
     members = _members(plan)
     assert [(m.cpus, m.omp_cpus, m.port) for m in members] == [
@@ -184,7 +184,7 @@ def test_two_one_core_instances_on_two_cores(ws: PlanWorkspace, host_of: HostOf)
 def test_min_ready_below_count_wants_instead_of_requires(
     ws: PlanWorkspace, host_of: HostOf
 ) -> None:
-    plan = _plan(ws, host_of("vm-zen5"), "instances = 2\nmin_ready = 1\n")
+    plan = _plan(ws, host_of("vm-zen5-24g"), "instances = 2\nmin_ready = 1\n")
     balancer = plan.units["epyc-llm-big.service"]
     assert "Wants=epyc-llm-big_1.service epyc-llm-big_2.service" in balancer
     assert "Requires=" not in balancer

@@ -37,9 +37,12 @@ def test_fit_uses_the_nodes_memory_not_proc_meminfo(ws: PlanWorkspace, host_of: 
 
 def test_short_first_node_still_plans_and_says_so(ws: PlanWorkspace, host_of: HostOf) -> None:
     host = host_of("this-machine-genoa-vm")
-    node = host.nodes[0].model_copy(update={"memory_available_bytes": 5 * GIB})
-    short = host.model_copy(update={"nodes": [node]})
     ws.endpoint("llm", "max_model_len = 4096\n")
+    roomy = ws.plan(host)["llm"].plan
+    assert roomy is not None
+    free = int((5 + roomy.memory.runtime_gb) * GIB)  # 5 GiB beside vLLM's own processes
+    node = host.nodes[0].model_copy(update={"memory_available_bytes": free})
+    short = host.model_copy(update={"nodes": [node]})
     plan = ws.plan(short)["llm"].plan
     assert plan is not None and plan.memory.fits
     assert plan.memory.kv_pool_cap_gb < kv_pool_gib(node.memory_total_bytes / GIB)
@@ -128,3 +131,30 @@ def test_env_and_args_the_plan_writes(ws: PlanWorkspace, host_of: HostOf) -> Non
     assert plan.run_flags == ["--ipc=host", "--network=host", "--cap-add=SYS_NICE"]
     text = plan.units["epyc-llm-llm.container"]
     assert "--shm-size" not in text and "TORCHINDUCTOR_FREEZING=1" in text
+
+
+def test_a_socket_1_gib_too_small_for_the_servers_footprint_is_refused_with_the_numbers(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    """Issue 17: the socket holds weights + the smallest KV pool + headroom, and 1 GiB less
+    than that plus vLLM's own measured processes (data/footprint): refused, with the figures.
+    Before, the runtime was not counted and this socket "fit"."""
+    ws.endpoint("llm", "max_model_len = 4096\n")
+    roomy = ws.plan(host_of("this-machine-genoa-vm"))["llm"].plan
+    assert roomy is not None and roomy.memory.runtime_gb > 1.0
+    fit = roomy.memory
+    footprint = fit.weights_gb + fit.runtime_gb + 1  # the smallest pool is 1 GiB
+    socket = footprint + 2.0 - 1.0  # headroom of a socket under 20 GiB: 2 GiB
+    assert fit.weights_gb + 1 + 2.0 < socket, "the old rule (no runtime) accepts this socket"
+    host = host_of("this-machine-genoa-vm")
+    size = int(socket * GIB)
+    node = host.nodes[0].model_copy(
+        update={"memory_total_bytes": size, "memory_available_bytes": size}
+    )
+    small = host.model_copy(update={"nodes": [node]})
+    result = ws.plan(small)["llm"]
+    assert result.exit_code == 1 and result.plan is None
+    assert result.decisions is not None and not result.decisions.memory.fits
+    message, fix = result.errors[0].message, result.errors[0].fix or ""
+    assert f"vLLM's own {fit.runtime_gb}" in message and f"weights {fit.weights_gb}" in message
+    assert f"{socket:.2f} GiB available" in fix and "vLLM's own processes" in fix

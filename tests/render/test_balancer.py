@@ -183,7 +183,7 @@ def test_the_real_haproxy_spreads_and_routes_around_a_dead_instance(
     port = free_port()
     text = f'runtime = "host"\nvllm = "{real_vllm}"\ninstances = 2\nport = {port}\n'
     plan = planned(
-        tmp_path, "vm-zen5", RuntimeFacts(), text, product_python, real_vllm,
+        tmp_path, "vm-zen5-24g", RuntimeFacts(), text, product_python, real_vllm,
         listeners=listening_ports(),
     )  # fmt: skip
     binary, env = cached_haproxy()
