@@ -37,7 +37,9 @@ def logged_kv_tokens(server: VllmServer) -> int:
     raise AssertionError(f"no KV cache size line in {START_BOUND_S} s: {server.log_text()[-4000:]}")
 
 
-def test_the_planned_kv_pool_is_the_one_vllm_allocates(ws: PlanWorkspace, tmp_path: Path) -> None:
+def test_the_planned_kv_pool_is_the_one_vllm_allocates(
+    ws: PlanWorkspace, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     vllm, model = vllm_executable(), tiny_model()
     expected = serving(tmp_path)
     ws.endpoint("tiny", f'model = "{model}"\nvllm = "{vllm}"\nruntime = "host"\n'
@@ -47,8 +49,7 @@ def test_the_planned_kv_pool_is_the_one_vllm_allocates(ws: PlanWorkspace, tmp_pa
     data = json.loads(result.output)
     memory = data["memory"]
     assert memory["kv_pool_gb"] >= 1 and memory["process_gb"] > memory["kv_pool_gb"]
-    work = tmp_path / "serve"
-    work.mkdir()
+    work = tmp_path_factory.mktemp("kv")  # short: vLLM's IPC sockets live under TMPDIR (108 bytes)
     env = {k: v for k, v in vllm_env(work).items() if k != "VLLM_CPU_KVCACHE_SPACE"}
     server = VllmServer([str(vllm), "serve", *data["vllm_args"]], work, env | data["env"])
     try:
