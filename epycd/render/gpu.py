@@ -17,13 +17,13 @@ from epycd.plan.model import EndpointDecisions
 from epycd.render.policy import (
     FLAGS_THE_PLAN_PASSES,
     FORBIDDEN_ENV,
-    _flag_name,
     _refuse,
     check_identity,
     check_runtime,
+    check_vllm_args,
 )
 from epycd.render.text import Line
-from epycd.spec import arg_refusal, env_refusal
+from epycd.spec import env_refusal
 
 GPU_CAPABILITY = "SYS_PTRACE"
 SECCOMP_UNCONFINED = "unconfined"
@@ -109,14 +109,4 @@ def _check_env(decisions: EndpointDecisions) -> None:
 
 
 def _check_args(decisions: EndpointDecisions) -> None:
-    passed = FLAGS_THE_PLAN_PASSES | set(PLAN_GPU_FLAGS)
-    for index, arg in enumerate(decisions.vllm_args):
-        refusal = arg_refusal(arg)
-        if refusal and _flag_name(arg) not in passed:
-            shown = "a secret" if refusal.secret else repr(arg)
-            raise _refuse(
-                decisions,
-                f"vllm_args[{index}]",
-                f"{shown} must not reach vLLM ({refusal.why})",
-                refusal.fix,
-            )
+    check_vllm_args(decisions, FLAGS_THE_PLAN_PASSES | set(PLAN_GPU_FLAGS))

@@ -8,6 +8,7 @@ write a unit that breaks vLLM, leaks a secret or mis-pins the instance.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from epycd.errors import InputError
 from epycd.host.cpulist import parse_cpulist
@@ -208,9 +209,19 @@ def check_env(decisions: EndpointDecisions) -> None:
 
 
 def check_args(decisions: EndpointDecisions) -> None:
+    check_vllm_args(decisions, FLAGS_THE_PLAN_PASSES)
+    for index, flag in enumerate(decisions.run_flags):
+        why = FORBIDDEN_RUN_FLAGS.get(_flag_name(flag))
+        if why and flag not in REQUIRED_RUN_FLAGS:
+            raise _refuse(decisions, f"run_flags[{index}]", f"{flag}: {why}", f"remove {flag}")
+
+
+def check_vllm_args(decisions: EndpointDecisions, passed: Collection[str]) -> None:
+    """No argument the endpoint file must not pass reaches vLLM; `passed` are the flags the
+    plan itself sets."""
     for index, arg in enumerate(decisions.vllm_args):
         refusal = arg_refusal(arg)
-        if refusal and _flag_name(arg) not in FLAGS_THE_PLAN_PASSES:
+        if refusal and _flag_name(arg) not in passed:
             shown = "a secret" if refusal.secret else repr(arg)
             raise _refuse(
                 decisions,
@@ -218,10 +229,6 @@ def check_args(decisions: EndpointDecisions) -> None:
                 f"{shown} must not reach vLLM ({refusal.why})",
                 refusal.fix,
             )
-    for index, flag in enumerate(decisions.run_flags):
-        why = FORBIDDEN_RUN_FLAGS.get(_flag_name(flag))
-        if why and flag not in REQUIRED_RUN_FLAGS:
-            raise _refuse(decisions, f"run_flags[{index}]", f"{flag}: {why}", f"remove {flag}")
 
 
 def check_runtime(decisions: EndpointDecisions) -> None:
