@@ -376,7 +376,13 @@ def vllm_args(
         args += ["--kv-cache-memory-bytes", str(fit.kv_pool_gb * GIB)]
     if sizing.enforce_eager:
         args.append("--enforce-eager")
-    args += ["--host", spec.host, "--port", str(port), "--served-model-name", served]
+    return args + serving_args(spec, port, served)
+
+
+def serving_args(spec: EndpointSpec, port: int, served: str) -> list[str]:
+    """The arguments every endpoint's `vllm serve` ends with, CPU or GPU: where it listens,
+    the served name, the revision and template, then the file's own extra_args."""
+    args = ["--host", spec.host, "--port", str(port), "--served-model-name", served]
     if spec.revision:
         args += ["--revision", spec.revision]
     if spec.chat_template:

@@ -17,6 +17,7 @@ from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.gpu_memory import GpuFit
 from epycd.model.instinct import InstinctRecipes, Recipe, recipe_for, shipped_gpus
 from epycd.model.instinct import shipped_recipes as shipped_recipes
+from epycd.plan.build import serving_args
 from epycd.plan.gpu import GpuPlacement
 from epycd.plan.route import RUNTIME_FIX, Route, container_runtime
 from epycd.sizes import GIB
@@ -140,12 +141,7 @@ def gpu_args(
             args += ["--distributed-executor-backend", "mp"]
     if placement.fit.tier == "tight":
         args.append("--enforce-eager")
-    args += ["--host", spec.host, "--port", str(port), "--served-model-name", served]
-    if spec.revision:
-        args += ["--revision", spec.revision]
-    if spec.chat_template:
-        args += ["--chat-template", spec.chat_template]
-    return args + list(spec.extra_args)
+    return args + serving_args(spec, port, served)
 
 
 def gpu_memory(facts: ModelFacts, fit: GpuFit, context: int) -> MemoryFit:
