@@ -376,6 +376,8 @@ def vllm_args(
         args += ["--kv-cache-memory-bytes", str(fit.kv_pool_gb * GIB)]
     if sizing.enforce_eager:
         args.append("--enforce-eager")
+    if sizing.stream_interval and user_flag(spec.extra_args, STREAM_INTERVAL_FLAG) is None:
+        args += [STREAM_INTERVAL_FLAG, str(sizing.stream_interval)]
     return args + serving_args(spec, port, served)
 
 
@@ -412,6 +414,7 @@ def host_home_paths(route: Route, model: str, chat_template: str | None) -> list
 
 
 BATCHED_TOKENS_FLAG = "--max-num-batched-tokens"
+STREAM_INTERVAL_FLAG = "--stream-interval"
 
 
 def user_flag(extra_args: list[str], flag: str) -> str | None:
@@ -439,6 +442,7 @@ class Sizing:
     batched_tokens: int
     kv_bytes_flag: bool
     enforce_eager: bool
+    stream_interval: int | None
 
 
 def tune(
@@ -482,6 +486,7 @@ def _sized(
         batched_tokens=batched_tokens(prepared.spec, target, fit.max_num_seqs),
         kv_bytes_flag=tuning.kv_bytes_flag(prepared.route.vllm_version),
         enforce_eager=eager,
+        stream_interval=tuning.stream_interval(prepared.spec.profile, prepared.route.vllm_version),
     )
     return sizing, fit, memory_warnings + compile_warnings
 

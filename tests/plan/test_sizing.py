@@ -122,8 +122,8 @@ def test_env_and_args_the_plan_writes(ws: PlanWorkspace, host_of: HostOf) -> Non
     }
     assert plan.vllm_args == [
         str(ws.model), "--dtype", "float32", "--max-model-len", "4096", "--max-num-seqs", "2",
-        "--max-num-batched-tokens", "2048", "--host", "127.0.0.1", "--port", "8123",
-        "--served-model-name", "q", "--enforce-eager",
+        "--max-num-batched-tokens", "2048", "--stream-interval", "4", "--host", "127.0.0.1",
+        "--port", "8123", "--served-model-name", "q", "--enforce-eager",
     ]  # fmt: skip
     assert plan.restart == "on-failure" and plan.port == 8123
     assert not any(a.startswith("--device") for a in plan.vllm_args)

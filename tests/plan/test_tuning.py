@@ -253,3 +253,44 @@ def test_every_unit_kind_carries_the_limits(ws: PlanWorkspace, host_of: HostOf) 
     for text in (service, container):
         assert "\nLimitNOFILE=65536\n" in text and "\nLimitMEMLOCK=infinity\n" in text
     assert "--ulimit=nofile=65536:65536 --ulimit=memlock=-1:-1" in container
+
+
+def stream_interval_of(plan: Plan) -> int:
+    """What vLLM will use: the flag's value, or its own default of 1 without it."""
+    args = plan.vllm_args
+    if "--stream-interval" not in args:
+        return 1
+    return int(args[args.index("--stream-interval") + 1])
+
+
+@pytest.mark.parametrize(
+    ("profile", "interval"), [("latency", 1), ("balanced", 4), ("throughput", 10)]
+)
+def test_the_profile_sets_the_tokens_per_streamed_chunk(
+    ws: PlanWorkspace, host_of: HostOf, profile: str, interval: int
+) -> None:
+    host_endpoint(ws, f'profile = "{profile}"\n')
+    plan = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
+    assert stream_interval_of(plan) == interval
+    assert plan.vllm_args.count("--stream-interval") <= 1
+
+
+def test_a_vllm_without_the_stream_interval_flag_gets_none(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    host_endpoint(ws, 'profile = "throughput"\n')
+    plan = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.11.0"))["llm"]
+    assert "--stream-interval" not in plan.vllm_args
+
+
+def test_the_pinned_image_streams_in_chunks_too(ws: PlanWorkspace, host_of: HostOf) -> None:
+    ws.endpoint("box")
+    plan = plans(ws, host_of("genoa-9654-2s-nps1"))["box"]
+    assert stream_interval_of(plan) == 4
+
+
+def test_an_explicit_stream_interval_is_kept(ws: PlanWorkspace, host_of: HostOf) -> None:
+    host_endpoint(ws, 'extra_args = ["--stream-interval", "1"]\n')
+    plan = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
+    assert plan.vllm_args.count("--stream-interval") == 1
+    assert stream_interval_of(plan) == 1
