@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from epycd.model.registry_tables import available_versions, choose_table_version, data_dir
+from epycd.sizes import GIB
 
 
 class ProcessFootprint(BaseModel):
@@ -55,7 +56,7 @@ class Footprint(BaseModel):
     def runtime_gib(self, weights_gib: float, batched_tokens: int) -> float:
         """The runtime's peak beside the weights and the KV pool, GiB."""
         constant = sum(process.gib for process in self.processes)
-        workspace = self.per_batched_token_bytes * batched_tokens / 1024**3
+        workspace = self.per_batched_token_bytes * batched_tokens / GIB
         return constant + self.weights_copies * weights_gib + workspace
 
 
@@ -88,4 +89,4 @@ def runtime_gib(
 ) -> tuple[float, list[str]]:
     """vLLM's runtime for a model of `weights_bytes` at `batched_tokens`, GiB, and warnings."""
     footprint, warnings = load_footprint(vllm_version)
-    return footprint.runtime_gib(weights_bytes / 1024**3, batched_tokens), warnings
+    return footprint.runtime_gib(weights_bytes / GIB, batched_tokens), warnings
