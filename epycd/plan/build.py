@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -46,7 +47,10 @@ from epycd.plan.model import (
     EndpointDecisions,
     HfCacheMount,
     Plan,
+    PrimaryEndpoint,
     Problem,
+    Restart,
+    Runtime,
     UnitRenderer,
 )
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
@@ -532,6 +536,171 @@ def start_timeout_s(stack: Stack, facts: ModelFacts) -> int:
     )
 
 
+@dataclass(frozen=True)
+class ServedModel:
+    """What an endpoint serves and how vLLM finds it, by one rule for CPU and Instinct GPU."""
+
+    model: str
+    served: str
+    """--served-model-name: the file's, else the endpoint's name for a local folder."""
+    dtype: str
+    model_arg: str
+    """vLLM's model argument: a local folder's real path, as a container sees it."""
+    mounts: list[BindMount]
+    hf: HfCacheMount | None
+    """The HF cache; None for a local model folder."""
+    containerized: bool
+
+
+def served_model(
+    prepared: Prepared, stack: Stack, hf_cache: HfCacheMount, containerized: bool
+) -> ServedModel:
+    spec = prepared.spec
+    model = spec.model or stack.default_model
+    local = model.startswith("/")
+    mounts, model_arg = _bind_mounts(spec, model, containerized)
+    return ServedModel(
+        model=model,
+        served=spec.served_model_name or (prepared.result.name if local else model),
+        dtype=spec.dtype or stack.default_dtype,
+        model_arg=model_arg,
+        mounts=mounts,
+        hf=hf_cache if not local else None,
+        containerized=containerized,
+    )
+
+
+class ServedFields(TypedDict):
+    """The decisions on what an endpoint serves and from where (`served_fields`)."""
+
+    endpoint: str
+    unit_name: str
+    config_file: str
+    model: str
+    model_revision: str | None
+    served_model_name: str
+    model_kind: str
+    primary_endpoint: PrimaryEndpoint
+    runtime: Runtime
+    image: str | None
+    image_entrypoint_is_vllm_serve: bool
+    vllm_version: str
+    dtype: str
+    hf_cache: HfCacheMount | None
+    extra_mounts: list[BindMount]
+    hf_token_file: str | None
+    api_key_file: str | None
+    chat_template: str | None
+
+
+def served_fields(prepared: Prepared, chosen: ServedModel) -> ServedFields:
+    """The decisions of `ServedFields`, the same for a CPU and an Instinct GPU endpoint."""
+    spec, route, facts = prepared.spec, prepared.route, prepared.facts
+    name = prepared.result.name
+    chat = facts.primary_endpoint == "chat_completions"
+    primary: PrimaryEndpoint = "chat_completions" if chat else "completions"
+    return ServedFields(
+        endpoint=name,
+        unit_name=unit_name(name),
+        config_file=str(prepared.result.path),
+        model=chosen.model,
+        model_revision=facts.revision,
+        served_model_name=chosen.served,
+        model_kind=facts.support.kind,
+        primary_endpoint=primary,
+        runtime=route.runtime,
+        image=route.image,
+        image_entrypoint_is_vllm_serve=route.image_entrypoint_is_vllm_serve,
+        vllm_version=route.vllm_version,
+        dtype=chosen.dtype,
+        hf_cache=chosen.hf if chosen.containerized else None,
+        extra_mounts=chosen.mounts,
+        hf_token_file=spec.hf_token_file,
+        api_key_file=spec.api_key_file,
+        chat_template=spec.chat_template,
+    )
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where an endpoint runs, on which port, and what its placement and device add to its
+    warnings and to the consent it needs (from a CPU `Placement` or a `GpuPlacement`)."""
+
+    socket: int
+    numa_nodes: list[int]
+    port: int
+    warnings: list[str]
+    """The placement's and the sizing's, before the HF cache's."""
+    device_warnings: list[str]
+    """The device's own, after the HF cache's."""
+    confirmation_reasons: list[str] = field(default_factory=list)
+
+
+class ServiceFields(TypedDict):
+    """The decisions on how an endpoint's service runs and what it must say
+    (`service_fields`)."""
+
+    socket: int
+    numa_nodes: list[int]
+    port: int
+    host: str
+    profile: tuning.Profile
+    limit_nofile: int
+    limit_memlock: str
+    restart: Restart
+    start_timeout_s: int
+    podman_notify_healthy: bool
+    product_python: str
+    exec_condition: list[list[str]]
+    status_file: str
+    requires_confirmation: bool
+    confirmation_reasons: list[str]
+    warnings: list[str]
+
+
+def service_fields(
+    prepared: Prepared,
+    chosen: ServedModel,
+    placed: Placed,
+    host: HostFacts,
+    stack: Stack,
+    product_python: str,
+    status_file: str,
+) -> ServiceFields:
+    """The decisions of `ServiceFields`, the same for a CPU and an Instinct GPU endpoint:
+    the warnings of the route, the model, `placed`, the HF cache, then the device's own."""
+    spec, route = prepared.spec, prepared.route
+    warnings = [*route.warnings, *prepared.warnings, *placed.warnings]
+    warnings += _hf_cache_warnings(chosen.hf, chosen.containerized) + placed.device_warnings
+    reasons = [*route.confirmation_reasons, *placed.confirmation_reasons]
+    if exposed := exposure_reason(spec, placed.port):
+        reasons.append(exposed)
+    return ServiceFields(
+        socket=placed.socket,
+        numa_nodes=placed.numa_nodes,
+        port=placed.port,
+        host=spec.host,
+        profile=spec.profile,
+        limit_nofile=tuning.LIMIT_NOFILE,
+        limit_memlock=tuning.LIMIT_MEMLOCK,
+        restart=spec.restart,
+        start_timeout_s=start_timeout_s(stack, prepared.facts),
+        podman_notify_healthy=route.runtime == "podman" and host.runtimes.podman.notify_healthy,
+        product_python=product_python,
+        exec_condition=[approval_check_argv(product_python, prepared.result.name)],
+        status_file=status_file,
+        requires_confirmation=bool(reasons),
+        confirmation_reasons=reasons,
+        warnings=warnings,
+    )
+
+
+def _stock_notes(prepared: Prepared) -> list[str]:
+    if prepared.spec.throughput_flags and prepared.route.backend == "stock":
+        return ["ZENTORCH_WEIGHT_PREPACK has no effect on the stock vLLM path"]
+    return []
+
+
 def decide(
     prepared: Prepared,
     *,
@@ -546,75 +715,32 @@ def decide(
 ) -> EndpointDecisions:
     """Every decision for one placed endpoint (or one instance of it, with its share of the
     nodes' memory): sizing, mounts, served name, timeouts."""
-    spec, route, facts = prepared.spec, prepared.route, prepared.facts
-    name = prepared.result.name
-    model = spec.model or stack.default_model
-    local = model.startswith("/")
-    sizing, fit, warnings = _sized(prepared, host, stack, placement, memory_share)
-    warnings = [*route.warnings, *prepared.warnings, *placement.warnings, *warnings]
-    containerized = route.runtime != "host"
-    mounts, model_arg = _bind_mounts(spec, model, containerized)
-    hf = hf_cache if not local else None
-    warnings += _hf_cache_warnings(hf, containerized)
-    served = spec.served_model_name or (name if local else model)
-    dtype = spec.dtype or stack.default_dtype
-    kv = fit.kv_pool_gb
-    if spec.throughput_flags and route.backend == "stock":
-        warnings.append("ZENTORCH_WEIGHT_PREPACK has no effect on the stock vLLM path")
-    reasons = list(route.confirmation_reasons)
-    if exposed := exposure_reason(spec, port):
-        reasons.append(exposed)
-    primary = "chat_completions" if facts.primary_endpoint == "chat_completions" else "completions"
+    route = prepared.route
+    sizing, fit, sized_warnings = _sized(prepared, host, stack, placement, memory_share)
+    chosen = served_model(prepared, stack, hf_cache, containerized=route.runtime != "host")
+    warnings = [*placement.warnings, *sized_warnings]
+    placed = Placed(placement.socket, placement.numa_nodes, port, warnings, _stock_notes(prepared))
+    host_hf = chosen.hf if not chosen.containerized else None
     return EndpointDecisions(
-        endpoint=name,
-        unit_name=unit_name(name),
-        config_file=str(prepared.result.path),
-        model=model,
-        model_revision=facts.revision,
-        served_model_name=served,
-        model_kind=facts.support.kind,
-        primary_endpoint=primary,
+        **served_fields(prepared, chosen),
+        **service_fields(prepared, chosen, placed, host, stack, product_python, status_file),
         backend=route.backend,
-        runtime=route.runtime,
-        image=route.image,
-        image_entrypoint_is_vllm_serve=route.image_entrypoint_is_vllm_serve,
         vllm_executable=route.vllm_executable,
-        vllm_version=route.vllm_version,
-        dtype=dtype,
-        socket=placement.socket,
         socket_reason=placement.reason,
         cpus=placement.cpulist,
         omp_cpus=format_cpulist(sizing.bind),
-        numa_nodes=placement.numa_nodes,
-        env=build_env(prepared, stack, sizing, kv, hf if not containerized else None),
-        kv_cache_gb=kv,
+        env=build_env(prepared, stack, sizing, fit.kv_pool_gb, host_hf),
+        kv_cache_gb=fit.kv_pool_gb,
         memory=fit,
-        port=port,
-        host=spec.host,
         max_model_len=fit.context,
         max_num_seqs=fit.max_num_seqs,
         max_num_batched_tokens=sizing.batched_tokens,
-        profile=spec.profile,
         enforce_eager=sizing.enforce_eager,
-        limit_nofile=tuning.LIMIT_NOFILE,
-        limit_memlock=tuning.LIMIT_MEMLOCK,
-        vllm_args=vllm_args(prepared, model_arg, served, fit, port, dtype, sizing),
-        run_flags=list(stack.run_flags) if containerized else [],
-        hf_cache=hf if containerized else None,
-        extra_mounts=mounts,
-        home_read_paths=host_home_paths(route, model, spec.chat_template),
-        hf_token_file=spec.hf_token_file,
-        api_key_file=spec.api_key_file,
-        chat_template=spec.chat_template,
-        restart=spec.restart,
-        start_timeout_s=start_timeout_s(stack, facts),
-        podman_notify_healthy=route.runtime == "podman" and host.runtimes.podman.notify_healthy,
-        product_python=product_python,
-        exec_condition=[approval_check_argv(product_python, name)],
-        status_file=status_file,
-        requires_confirmation=bool(reasons),
-        confirmation_reasons=reasons,
-        warnings=warnings,
+        vllm_args=vllm_args(
+            prepared, chosen.model_arg, chosen.served, fit, port, chosen.dtype, sizing
+        ),
+        run_flags=list(stack.run_flags) if chosen.containerized else [],
+        home_read_paths=host_home_paths(route, chosen.model, prepared.spec.chat_template),
     )
 
 
