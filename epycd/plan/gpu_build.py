@@ -16,7 +16,7 @@ from epycd.plan.build import (
     Prepared,
     Sharing,
     _failed,
-    finish,
+    finished,
     served_fields,
     served_model,
     service_fields,
@@ -31,7 +31,7 @@ from epycd.plan.gpu_decide import (
     gpu_run_flags,
     recipe_args,
 )
-from epycd.plan.model import EndpointDecisions, Problem
+from epycd.plan.model import EndpointDecisions
 
 
 def is_gpu(prepared: Prepared) -> bool:
@@ -136,21 +136,4 @@ def plan_one(
         decisions = decide_gpu(prepared, share, placement, port)
     except EpycError as exc:
         return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
-    try:
-        plan = finish(
-            prepared,
-            decisions,
-            host=share.host,
-            stack=share.stack,
-            settings=share.settings,
-            render=share.render,
-        )
-    except EpycError as exc:
-        decisions.errors.append(Problem.of(exc))
-        return _failed(prepared.result, exc, model_facts=prepared.facts, decisions=decisions)
-    return EndpointResult(
-        endpoint=prepared.result.name,
-        config_file=str(prepared.result.path),
-        plan=plan,
-        model_facts=prepared.facts,
-    )
+    return finished(prepared, decisions, share)
