@@ -870,7 +870,7 @@ def _unfit(
     )
 
 
-def finished(prepared: Prepared, decisions: EndpointDecisions, share: Sharing) -> EndpointResult:
+def plan_result(prepared: Prepared, decisions: EndpointDecisions, share: Sharing) -> EndpointResult:
     """The result of a CPU or an Instinct GPU endpoint's decisions: their plan, or the error
     rendering it raised."""
     try:
@@ -908,7 +908,7 @@ def _plan_one(
         return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
     if not decisions.memory.fits:
         return _unfit(prepared, decisions, share.host, share.stack)
-    return finished(prepared, decisions, share)
+    return plan_result(prepared, decisions, share)
 
 
 def _failed(result: SpecResult, *errors: EpycError, **extra: object) -> EndpointResult:

@@ -16,7 +16,7 @@ from epycd.plan.build import (
     Prepared,
     Sharing,
     _failed,
-    finished,
+    plan_result,
     served_fields,
     served_model,
     service_fields,
@@ -136,4 +136,4 @@ def plan_one(
         decisions = decide_gpu(prepared, share, placement, port)
     except EpycError as exc:
         return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
-    return finished(prepared, decisions, share)
+    return plan_result(prepared, decisions, share)
