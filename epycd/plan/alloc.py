@@ -13,7 +13,7 @@ threshold) in index order, then the least busy with a warning.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -109,6 +109,64 @@ def _keep_approved(
             reasons[name] = f"kept from its approved plan (socket {index})"
 
 
+@dataclass
+class _Seats:
+    """The sockets of one `allocate` run: who sits on each, and why."""
+
+    sockets: dict[int, SocketTopology]
+    capacity: dict[int, int]
+    """NUMA nodes with CPUs: the most endpoints a socket holds."""
+    members: dict[int, list[str]]
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def has_room(self, index: int) -> bool:
+        return len(self.members[index]) < self.capacity[index]
+
+    def seat(self, index: int, name: str, reason: str) -> None:
+        self.members[index].append(name)
+        self.reasons[name] = reason
+
+
+def _seat_forced(
+    forced: list[PlacementRequest], seats: _Seats, results: dict[str, Placement | EpycError]
+) -> None:
+    """Forced sockets in name order, each while it has room."""
+    for request in forced:
+        assert request.socket is not None
+        if request.socket not in seats.sockets:
+            results[request.name] = InputError(
+                f"socket {request.socket} does not exist on this host "
+                f"(sockets: {', '.join(map(str, sorted(seats.sockets)))})",
+                file=request.file,
+                key="socket",
+                fix='choose an existing socket or "auto"',
+            )
+        elif not seats.has_room(request.socket):
+            members = seats.members[request.socket]
+            results[request.name] = _full(request, members, seats.sockets, seats.capacity)
+        else:
+            seats.seat(request.socket, request.name, f"forced by socket = {request.socket}")
+
+
+def _seat_auto(
+    auto: list[PlacementRequest],
+    preference: tuple[list[int], dict[int, str]],
+    seats: _Seats,
+    results: dict[str, Placement | EpycError],
+) -> None:
+    """Each "auto" request in name order: the open socket with the fewest endpoints, the
+    preferred first."""
+    order, why = preference
+    for request in auto:
+        open_sockets = [i for i in order if seats.has_room(i)]
+        if not open_sockets:
+            results[request.name] = _full(request, [], seats.sockets, seats.capacity)
+            continue
+        least = min(len(seats.members[i]) for i in open_sockets)
+        chosen = next(i for i in open_sockets if len(seats.members[i]) == least)
+        seats.seat(chosen, request.name, why[chosen])
+
+
 def allocate(
     requests: Sequence[PlacementRequest],
     host: HostFacts,
@@ -119,48 +177,22 @@ def allocate(
     endpoints not requested whose approved plan holds a socket (no result for them)."""
     sockets = {sock.socket: sock for sock in host.socket_topology}
     capacity = {i: len(cpu_nodes(sock, host)) for i, sock in sockets.items()}
-    order, why = socket_preference(host, threshold)
-    members: dict[int, list[str]] = {i: [] for i in sockets}
-    reasons: dict[str, str] = {}
+    preference = socket_preference(host, threshold)
+    seats = _Seats(sockets, capacity, {i: [] for i in sockets})
     results: dict[str, Placement | EpycError] = {}
-    _keep_approved(requests, reserved or {}, members, capacity, reasons)
-    placed = {name for names in members.values() for name in names}
-    forced = [r for r in requests if r.socket is not None and r.name not in placed]
-    auto = sorted(
-        (r for r in requests if r.socket is None and r.name not in placed), key=lambda r: r.name
-    )
-    for request in sorted(forced, key=lambda r: r.name):
-        assert request.socket is not None
-        if request.socket not in sockets:
-            results[request.name] = InputError(
-                f"socket {request.socket} does not exist on this host "
-                f"(sockets: {', '.join(map(str, sorted(sockets)))})",
-                file=request.file,
-                key="socket",
-                fix='choose an existing socket or "auto"',
-            )
-        elif len(members[request.socket]) >= capacity[request.socket]:
-            results[request.name] = _full(request, members[request.socket], sockets, capacity)
-        else:
-            members[request.socket].append(request.name)
-            reasons[request.name] = f"forced by socket = {request.socket}"
-
-    for request in auto:
-        open_sockets = [i for i in order if len(members[i]) < capacity[i]]
-        if not open_sockets:
-            results[request.name] = _full(request, [], sockets, capacity)
-            continue
-        least = min(len(members[i]) for i in open_sockets)
-        chosen = next(i for i in open_sockets if len(members[i]) == least)
-        members[chosen].append(request.name)
-        reasons[request.name] = why[chosen]
-
-    for index, names in members.items():
+    _keep_approved(requests, reserved or {}, seats.members, capacity, seats.reasons)
+    placed = {name for names in seats.members.values() for name in names}
+    unplaced = sorted((r for r in requests if r.name not in placed), key=lambda r: r.name)
+    _seat_forced([r for r in unplaced if r.socket is not None], seats, results)
+    _seat_auto([r for r in unplaced if r.socket is None], preference, seats, results)
+    requested = {r.name for r in requests}
+    for index, names in seats.members.items():
         sock = sockets[index]
         groups = _split(cpu_nodes(sock, host), len(names)) if names else []
         for name, nodes in zip(sorted(names), groups, strict=True):
-            if name in {r.name for r in requests}:
-                results[name] = _placement(host, sock, nodes, reasons[name], len(names) > 1)
+            if name in requested:
+                reason = seats.reasons[name]
+                results[name] = _placement(host, sock, nodes, reason, len(names) > 1)
     return results
 
 

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -46,7 +47,10 @@ from epycd.plan.model import (
     EndpointDecisions,
     HfCacheMount,
     Plan,
+    PrimaryEndpoint,
     Problem,
+    Restart,
+    Runtime,
     UnitRenderer,
 )
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
@@ -299,6 +303,69 @@ def _first_node(host: HostFacts, placement: Placement, bind: list[int]) -> int:
     return placement.numa_nodes[0]
 
 
+@dataclass(frozen=True)
+class NodeMemory:
+    """The memory of an instance's NUMA nodes, its share of them, in GiB."""
+
+    node_count: int
+    total: float
+    available: float
+    first: int
+    """The node of the first bound CPU, where vLLM allocates the KV pool."""
+    first_available: float
+
+
+def node_memory(
+    host: HostFacts, placement: Placement, bind: list[int], memory_share: float
+) -> NodeMemory:
+    nodes = [host.node(n) for n in placement.numa_nodes]
+    first = _first_node(host, placement, bind)
+    return NodeMemory(
+        node_count=len(nodes),
+        total=sum(n.memory_total_bytes for n in nodes) / GIB * memory_share,
+        available=sum(n.memory_available_bytes for n in nodes) / GIB * memory_share,
+        first=first,
+        first_available=host.node(first).memory_available_bytes / GIB * memory_share,
+    )
+
+
+def _model_size_warnings(spec: EndpointSpec, facts: ModelFacts) -> list[str]:
+    warnings = []
+    positions = facts.max_position_embeddings
+    if spec.max_model_len and positions and spec.max_model_len > positions:
+        warnings.append(f"max_model_len {spec.max_model_len} is capped to the model's {positions}")
+    if facts.weights_bytes is None:
+        warnings.append("the weights' size is unknown: the fit counts KV and headroom only")
+    return warnings
+
+
+def _fewer_seqs_warning(
+    spec: EndpointSpec,
+    placement: Placement,
+    target: tuning.BatchTarget,
+    fit: MemoryFit,
+    memory: NodeMemory,
+) -> str | None:
+    """Why the fit admits fewer sequences than the profile's target, when it does."""
+    if not fit.fits or spec.max_num_seqs is not None or fit.max_num_seqs >= target.max_num_seqs:
+        return None
+    first, first_available, available = memory.first, memory.first_available, memory.available
+    by_node = memory.node_count > 1 and first_available < available - (fit.weights_gb or 0) - 1
+    where = (
+        f"vLLM allocates the KV pool on NUMA node {first}, the node of the first bound "
+        f"CPU, which has {first_available:.1f} GiB free"
+        if by_node
+        else f"the KV pool may take {fit.kv_pool_cap_gb} GiB of the "
+        f"{available:.1f} GiB available on NUMA node(s) "
+        f"{','.join(map(str, placement.numa_nodes))}"
+    )
+    return (
+        f"max_num_seqs is {fit.max_num_seqs}, not the {spec.profile} profile's "
+        f"{target.max_num_seqs}: {where}, {fit.context}-token sequences; a shorter "
+        "max_model_len admits more"
+    )
+
+
 def size_memory(
     prepared: Prepared,
     host: HostFacts,
@@ -311,18 +378,8 @@ def size_memory(
     """`memory_share`: the part of the nodes' memory the instance may use (instances sharing
     a node each hold their own weights and KV pool, docs/instances.md)."""
     facts, spec = prepared.facts, prepared.spec
-    warnings = []
-    nodes = [host.node(n) for n in placement.numa_nodes]
-    total = sum(n.memory_total_bytes for n in nodes) / GIB * memory_share
-    available = sum(n.memory_available_bytes for n in nodes) / GIB * memory_share
-    first = _first_node(host, placement, bind)
-    first_available = host.node(first).memory_available_bytes / GIB * memory_share
-    wanted_len = spec.max_model_len or stack.defaults.max_model_len
-    positions = facts.max_position_embeddings
-    if spec.max_model_len and positions and spec.max_model_len > positions:
-        warnings.append(f"max_model_len {spec.max_model_len} is capped to the model's {positions}")
-    if facts.weights_bytes is None:
-        warnings.append("the weights' size is unknown: the fit counts KV and headroom only")
+    memory = node_memory(host, placement, bind, memory_share)
+    warnings = _model_size_warnings(spec, facts)
     most_batched = batched_tokens(spec, target, spec.max_num_seqs or target.max_num_seqs)
     runtime, footprint_warnings = runtime_gib(
         prepared.route.vllm_version, facts.weights_bytes or 0, most_batched
@@ -331,30 +388,17 @@ def size_memory(
     fit = fit_memory(
         weights_bytes=facts.weights_bytes or 0,
         kv_bytes_per_token=facts.kv_bytes_per_token,
-        max_position_embeddings=positions,
-        max_model_len=wanted_len,
+        max_position_embeddings=facts.max_position_embeddings,
+        max_model_len=spec.max_model_len or stack.defaults.max_model_len,
         max_num_seqs=spec.max_num_seqs,
-        socket_total_gib=total,
-        socket_available_gib=available,
+        socket_total_gib=memory.total,
+        socket_available_gib=memory.available,
         runtime_gib=runtime,
-        first_node_available_gib=first_available,
+        first_node_available_gib=memory.first_available,
         target_seqs=target.max_num_seqs,
     )
-    if fit.fits and spec.max_num_seqs is None and fit.max_num_seqs < target.max_num_seqs:
-        by_node = len(nodes) > 1 and first_available < available - (fit.weights_gb or 0) - 1
-        where = (
-            f"vLLM allocates the KV pool on NUMA node {first}, the node of the first bound "
-            f"CPU, which has {first_available:.1f} GiB free"
-            if by_node
-            else f"the KV pool may take {fit.kv_pool_cap_gb} GiB of the "
-            f"{available:.1f} GiB available on NUMA node(s) "
-            f"{','.join(map(str, placement.numa_nodes))}"
-        )
-        warnings.append(
-            f"max_num_seqs is {fit.max_num_seqs}, not the {prepared.spec.profile} profile's "
-            f"{target.max_num_seqs}: {where}, {fit.context}-token sequences; a shorter "
-            "max_model_len admits more"
-        )
+    if fewer := _fewer_seqs_warning(spec, placement, target, fit, memory):
+        warnings.append(fewer)
     return fit, warnings
 
 
@@ -537,6 +581,171 @@ def start_timeout_s(stack: Stack, facts: ModelFacts) -> int:
     )
 
 
+@dataclass(frozen=True)
+class ServedModel:
+    """What an endpoint serves and how vLLM finds it, by one rule for CPU and Instinct GPU."""
+
+    model: str
+    served: str
+    """--served-model-name: the file's, else the endpoint's name for a local folder."""
+    dtype: str
+    model_arg: str
+    """vLLM's model argument: a local folder's real path, as a container sees it."""
+    mounts: list[BindMount]
+    hf: HfCacheMount | None
+    """The HF cache; None for a local model folder."""
+    containerized: bool
+
+
+def served_model(
+    prepared: Prepared, stack: Stack, hf_cache: HfCacheMount, containerized: bool
+) -> ServedModel:
+    spec = prepared.spec
+    model = spec.model or stack.default_model
+    local = model.startswith("/")
+    mounts, model_arg = _bind_mounts(spec, model, containerized)
+    return ServedModel(
+        model=model,
+        served=spec.served_model_name or (prepared.result.name if local else model),
+        dtype=spec.dtype or stack.default_dtype,
+        model_arg=model_arg,
+        mounts=mounts,
+        hf=hf_cache if not local else None,
+        containerized=containerized,
+    )
+
+
+class ServedFields(TypedDict):
+    """The decisions on what an endpoint serves and from where (`served_fields`)."""
+
+    endpoint: str
+    unit_name: str
+    config_file: str
+    model: str
+    model_revision: str | None
+    served_model_name: str
+    model_kind: str
+    primary_endpoint: PrimaryEndpoint
+    runtime: Runtime
+    image: str | None
+    image_entrypoint_is_vllm_serve: bool
+    vllm_version: str
+    dtype: str
+    hf_cache: HfCacheMount | None
+    extra_mounts: list[BindMount]
+    hf_token_file: str | None
+    api_key_file: str | None
+    chat_template: str | None
+
+
+def served_fields(prepared: Prepared, chosen: ServedModel) -> ServedFields:
+    """The decisions of `ServedFields`, the same for a CPU and an Instinct GPU endpoint."""
+    spec, route, facts = prepared.spec, prepared.route, prepared.facts
+    name = prepared.result.name
+    chat = facts.primary_endpoint == "chat_completions"
+    primary: PrimaryEndpoint = "chat_completions" if chat else "completions"
+    return ServedFields(
+        endpoint=name,
+        unit_name=unit_name(name),
+        config_file=str(prepared.result.path),
+        model=chosen.model,
+        model_revision=facts.revision,
+        served_model_name=chosen.served,
+        model_kind=facts.support.kind,
+        primary_endpoint=primary,
+        runtime=route.runtime,
+        image=route.image,
+        image_entrypoint_is_vllm_serve=route.image_entrypoint_is_vllm_serve,
+        vllm_version=route.vllm_version,
+        dtype=chosen.dtype,
+        hf_cache=chosen.hf if chosen.containerized else None,
+        extra_mounts=chosen.mounts,
+        hf_token_file=spec.hf_token_file,
+        api_key_file=spec.api_key_file,
+        chat_template=spec.chat_template,
+    )
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Where an endpoint runs, on which port, and what its placement and device add to its
+    warnings and to the consent it needs (from a CPU `Placement` or a `GpuPlacement`)."""
+
+    socket: int
+    numa_nodes: list[int]
+    port: int
+    warnings: list[str]
+    """The placement's and the sizing's, before the HF cache's."""
+    device_warnings: list[str]
+    """The device's own, after the HF cache's."""
+    confirmation_reasons: list[str] = field(default_factory=list)
+
+
+class ServiceFields(TypedDict):
+    """The decisions on how an endpoint's service runs and what it must say
+    (`service_fields`)."""
+
+    socket: int
+    numa_nodes: list[int]
+    port: int
+    host: str
+    profile: tuning.Profile
+    limit_nofile: int
+    limit_memlock: str
+    restart: Restart
+    start_timeout_s: int
+    podman_notify_healthy: bool
+    product_python: str
+    exec_condition: list[list[str]]
+    status_file: str
+    requires_confirmation: bool
+    confirmation_reasons: list[str]
+    warnings: list[str]
+
+
+def service_fields(
+    prepared: Prepared,
+    chosen: ServedModel,
+    placed: Placed,
+    host: HostFacts,
+    stack: Stack,
+    product_python: str,
+    status_file: str,
+) -> ServiceFields:
+    """The decisions of `ServiceFields`, the same for a CPU and an Instinct GPU endpoint:
+    the warnings of the route, the model, `placed`, the HF cache, then the device's own."""
+    spec, route = prepared.spec, prepared.route
+    warnings = [*route.warnings, *prepared.warnings, *placed.warnings]
+    warnings += _hf_cache_warnings(chosen.hf, chosen.containerized) + placed.device_warnings
+    reasons = [*route.confirmation_reasons, *placed.confirmation_reasons]
+    if exposed := exposure_reason(spec, placed.port):
+        reasons.append(exposed)
+    return ServiceFields(
+        socket=placed.socket,
+        numa_nodes=placed.numa_nodes,
+        port=placed.port,
+        host=spec.host,
+        profile=spec.profile,
+        limit_nofile=tuning.LIMIT_NOFILE,
+        limit_memlock=tuning.LIMIT_MEMLOCK,
+        restart=spec.restart,
+        start_timeout_s=start_timeout_s(stack, prepared.facts),
+        podman_notify_healthy=route.runtime == "podman" and host.runtimes.podman.notify_healthy,
+        product_python=product_python,
+        exec_condition=[approval_check_argv(product_python, prepared.result.name)],
+        status_file=status_file,
+        requires_confirmation=bool(reasons),
+        confirmation_reasons=reasons,
+        warnings=warnings,
+    )
+
+
+def _stock_notes(prepared: Prepared) -> list[str]:
+    if prepared.spec.throughput_flags and prepared.route.backend == "stock":
+        return ["ZENTORCH_WEIGHT_PREPACK has no effect on the stock vLLM path"]
+    return []
+
+
 def decide(
     prepared: Prepared,
     *,
@@ -551,75 +760,32 @@ def decide(
 ) -> EndpointDecisions:
     """Every decision for one placed endpoint (or one instance of it, with its share of the
     nodes' memory): sizing, mounts, served name, timeouts."""
-    spec, route, facts = prepared.spec, prepared.route, prepared.facts
-    name = prepared.result.name
-    model = spec.model or stack.default_model
-    local = model.startswith("/")
-    sizing, fit, warnings = _sized(prepared, host, stack, placement, memory_share)
-    warnings = [*route.warnings, *prepared.warnings, *placement.warnings, *warnings]
-    containerized = route.runtime != "host"
-    mounts, model_arg = _bind_mounts(spec, model, containerized)
-    hf = hf_cache if not local else None
-    warnings += _hf_cache_warnings(hf, containerized)
-    served = spec.served_model_name or (name if local else model)
-    dtype = spec.dtype or stack.default_dtype
-    kv = fit.kv_pool_gb
-    if spec.throughput_flags and route.backend == "stock":
-        warnings.append("ZENTORCH_WEIGHT_PREPACK has no effect on the stock vLLM path")
-    reasons = list(route.confirmation_reasons)
-    if exposed := exposure_reason(spec, port):
-        reasons.append(exposed)
-    primary = "chat_completions" if facts.primary_endpoint == "chat_completions" else "completions"
+    route = prepared.route
+    sizing, fit, sized_warnings = _sized(prepared, host, stack, placement, memory_share)
+    chosen = served_model(prepared, stack, hf_cache, containerized=route.runtime != "host")
+    warnings = [*placement.warnings, *sized_warnings]
+    placed = Placed(placement.socket, placement.numa_nodes, port, warnings, _stock_notes(prepared))
+    host_hf = chosen.hf if not chosen.containerized else None
     return EndpointDecisions(
-        endpoint=name,
-        unit_name=unit_name(name),
-        config_file=str(prepared.result.path),
-        model=model,
-        model_revision=facts.revision,
-        served_model_name=served,
-        model_kind=facts.support.kind,
-        primary_endpoint=primary,
+        **served_fields(prepared, chosen),
+        **service_fields(prepared, chosen, placed, host, stack, product_python, status_file),
         backend=route.backend,
-        runtime=route.runtime,
-        image=route.image,
-        image_entrypoint_is_vllm_serve=route.image_entrypoint_is_vllm_serve,
         vllm_executable=route.vllm_executable,
-        vllm_version=route.vllm_version,
-        dtype=dtype,
-        socket=placement.socket,
         socket_reason=placement.reason,
         cpus=placement.cpulist,
         omp_cpus=format_cpulist(sizing.bind),
-        numa_nodes=placement.numa_nodes,
-        env=build_env(prepared, stack, sizing, kv, hf if not containerized else None),
-        kv_cache_gb=kv,
+        env=build_env(prepared, stack, sizing, fit.kv_pool_gb, host_hf),
+        kv_cache_gb=fit.kv_pool_gb,
         memory=fit,
-        port=port,
-        host=spec.host,
         max_model_len=fit.context,
         max_num_seqs=fit.max_num_seqs,
         max_num_batched_tokens=sizing.batched_tokens,
-        profile=spec.profile,
         enforce_eager=sizing.enforce_eager,
-        limit_nofile=tuning.LIMIT_NOFILE,
-        limit_memlock=tuning.LIMIT_MEMLOCK,
-        vllm_args=vllm_args(prepared, model_arg, served, fit, port, dtype, sizing),
-        run_flags=list(stack.run_flags) if containerized else [],
-        hf_cache=hf if containerized else None,
-        extra_mounts=mounts,
-        home_read_paths=host_home_paths(route, model, spec.chat_template),
-        hf_token_file=spec.hf_token_file,
-        api_key_file=spec.api_key_file,
-        chat_template=spec.chat_template,
-        restart=spec.restart,
-        start_timeout_s=start_timeout_s(stack, facts),
-        podman_notify_healthy=route.runtime == "podman" and host.runtimes.podman.notify_healthy,
-        product_python=product_python,
-        exec_condition=[approval_check_argv(product_python, name)],
-        status_file=status_file,
-        requires_confirmation=bool(reasons),
-        confirmation_reasons=reasons,
-        warnings=warnings,
+        vllm_args=vllm_args(
+            prepared, chosen.model_arg, chosen.served, fit, port, chosen.dtype, sizing
+        ),
+        run_flags=list(stack.run_flags) if chosen.containerized else [],
+        home_read_paths=host_home_paths(route, chosen.model, prepared.spec.chat_template),
     )
 
 
@@ -652,76 +818,102 @@ def finish(
     )
 
 
-def _plan_one(
+def _decide_placed(
     prepared: Prepared,
-    *,
-    host: HostFacts,
-    stack: Stack,
-    settings: Settings,
+    share: Sharing,
     placement: Placement,
     port: int,
-    hf_cache: HfCacheMount,
-    product_python: str,
-    render: UnitRenderer,
-    instances: InstancesInput | None = None,
+    instances: InstancesInput | None,
+) -> EndpointDecisions:
+    if instances is not None:
+        return instances.decide(prepared, port, share.hf_cache, share.product_python)
+    return decide(
+        prepared,
+        host=share.host,
+        stack=share.stack,
+        placement=placement,
+        port=port,
+        hf_cache=share.hf_cache,
+        product_python=share.product_python,
+        status_file=str(endpoint_status_file(share.settings.run_dir, prepared.result.name)),
+    )
+
+
+def _unfit(
+    prepared: Prepared, decisions: EndpointDecisions, host: HostFacts, stack: Stack
 ) -> EndpointResult:
-    name, file = prepared.result.name, prepared.result.path
+    """The refusal of an endpoint that does not fit, with its inputs' fingerprint: memory
+    short now is no drift of an approved endpoint whose inputs did not change."""
+    fit = decisions.memory
+    refusal = Refusal(
+        f"does not fit: {fit.required_gb} GiB needed (the server's processes "
+        f"{fit.process_gb}: weights {fit.weights_gb} + KV pool "
+        f"{fit.process_gb - fit.weights_gb - fit.runtime_gb:.0f} + vLLM's own "
+        f"{fit.runtime_gb}; OS headroom "
+        f"{fit.headroom_gb}), "
+        f"{fit.available_gb} GiB available on the socket's NUMA nodes",
+        file=prepared.result.path,
+        key="max_model_len",
+        fix=decisions.memory.action,
+    )
+    decisions.errors.append(Problem.of(refusal))
+    inputs = fingerprint_inputs(
+        units={},
+        unit_dirs={},
+        spec_sha256=prepared.result.content_sha256,
+        stack_sha256=stack.content_sha256,
+        model=prepared.facts,
+        host=host,
+        decisions=decisions,
+    )
+    return _failed(
+        prepared.result,
+        refusal,
+        model_facts=prepared.facts,
+        decisions=decisions,
+        unfit_inputs_fingerprint=inputs_fingerprint(inputs),
+    )
+
+
+def plan_result(prepared: Prepared, decisions: EndpointDecisions, share: Sharing) -> EndpointResult:
+    """The result of a CPU or an Instinct GPU endpoint's decisions: their plan, or the error
+    rendering it raised."""
     try:
-        if instances is not None:
-            decisions = instances.decide(prepared, port, hf_cache, product_python)
-        else:
-            decisions = decide(
-                prepared,
-                host=host,
-                stack=stack,
-                placement=placement,
-                port=port,
-                hf_cache=hf_cache,
-                product_python=product_python,
-                status_file=str(endpoint_status_file(settings.run_dir, name)),
-            )
-    except EpycError as exc:
-        if exc.file is None:
-            exc.file = str(file)
-        return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
-    if not decisions.memory.fits:
-        fit = decisions.memory
-        refusal = Refusal(
-            f"does not fit: {fit.required_gb} GiB needed (the server's processes "
-            f"{fit.process_gb}: weights {fit.weights_gb} + KV pool "
-            f"{fit.process_gb - fit.weights_gb - fit.runtime_gb:.0f} + vLLM's own "
-            f"{fit.runtime_gb}; OS headroom "
-            f"{fit.headroom_gb}), "
-            f"{fit.available_gb} GiB available on the socket's NUMA nodes",
-            file=file,
-            key="max_model_len",
-            fix=decisions.memory.action,
+        plan = finish(
+            prepared,
+            decisions,
+            host=share.host,
+            stack=share.stack,
+            settings=share.settings,
+            render=share.render,
         )
-        decisions.errors.append(Problem.of(refusal))
-        inputs = fingerprint_inputs(
-            units={},
-            unit_dirs={},
-            spec_sha256=prepared.result.content_sha256,
-            stack_sha256=stack.content_sha256,
-            model=prepared.facts,
-            host=host,
-            decisions=decisions,
-        )
-        return _failed(
-            prepared.result,
-            refusal,
-            model_facts=prepared.facts,
-            decisions=decisions,
-            unfit_inputs_fingerprint=inputs_fingerprint(inputs),
-        )
-    try:
-        plan = finish(prepared, decisions, host=host, stack=stack, settings=settings, render=render)
     except EpycError as exc:
         decisions.errors.append(Problem.of(exc))
         return _failed(prepared.result, exc, model_facts=prepared.facts, decisions=decisions)
     return EndpointResult(
-        endpoint=name, config_file=str(file), plan=plan, model_facts=prepared.facts
+        endpoint=prepared.result.name,
+        config_file=str(prepared.result.path),
+        plan=plan,
+        model_facts=prepared.facts,
     )
+
+
+def _plan_one(
+    prepared: Prepared,
+    share: Sharing,
+    placement: Placement,
+    port: int,
+    instances: InstancesInput | None = None,
+) -> EndpointResult:
+    try:
+        decisions = _decide_placed(prepared, share, placement, port, instances)
+    except EpycError as exc:
+        if exc.file is None:
+            exc.file = str(prepared.result.path)
+        return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
+    if not decisions.memory.fits:
+        return _unfit(prepared, decisions, share.host, share.stack)
+    return plan_result(prepared, decisions, share)
 
 
 def _failed(result: SpecResult, *errors: EpycError, **extra: object) -> EndpointResult:
@@ -802,10 +994,11 @@ def _instances_input(
     return InstancesInput(share, parts, taken)
 
 
-def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[EndpointResult, bool]]:
-    """Place and plan `ready` together: name -> (result, whether a refused endpoint holds a
-    socket or a port in it). Approved endpoints not in `ready` keep their socket. Instinct
-    GPU endpoints are placed first (epycd.plan.gpu_build); CPU endpoints get the other nodes."""
+def _placements(
+    ready: list[Prepared], share: Sharing
+) -> dict[str, Placement | GpuPlacement | EpycError]:
+    """Instinct GPU endpoints placed first (epycd.plan.gpu_build); CPU endpoints get the
+    other nodes. Approved endpoints not in `ready` keep their socket."""
     from epycd.plan import gpu_build
 
     gpu_ready = [p for p in ready if gpu_build.is_gpu(p)]
@@ -829,6 +1022,40 @@ def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[Endpoi
         share.stack.defaults.busy_threshold_pct,
         reserved=share.approved_sockets,
     )
+    return placements
+
+
+def _plan_placed(
+    prepared: Prepared,
+    placements: Mapping[str, Placement | GpuPlacement | EpycError],
+    ports: Mapping[str, int | EpycError],
+    share: Sharing,
+) -> tuple[EndpointResult, bool]:
+    """One endpoint's result, and whether it is refused while holding a socket or a port."""
+    from epycd.plan import gpu_build
+
+    name = prepared.result.name
+    placement, port = placements[name], ports[name]
+    failures = [x for x in (placement, port) if isinstance(x, EpycError)]
+    if failures:
+        failed = _failed(
+            prepared.result, *failures, model_facts=prepared.facts, route=prepared.route
+        )
+        return failed, len(failures) < 2
+    assert isinstance(port, int)
+    if isinstance(placement, GpuPlacement):
+        result = gpu_build.plan_one(prepared, share, placement, port)
+    else:
+        assert isinstance(placement, Placement)
+        instances = _instances_input(prepared, placement, placements, ports, share)
+        result = _plan_one(prepared, share, placement, port, instances)
+    return result, result.plan is None
+
+
+def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[EndpointResult, bool]]:
+    """Place and plan `ready` together: name -> (result, whether a refused endpoint holds a
+    socket or a port in it)."""
+    placements = _placements(ready, share)
     ports = assign_ports(
         [
             PortRequest(
@@ -840,38 +1067,7 @@ def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[Endpoi
         share.stack.defaults.first_port,
         approved=share.approved_ports,
     )
-    out: dict[str, tuple[EndpointResult, bool]] = {}
-    for prepared in ready:
-        name = prepared.result.name
-        placement, port = placements[name], ports[name]
-        failures = [x for x in (placement, port) if isinstance(x, EpycError)]
-        if failures:
-            failed = _failed(
-                prepared.result, *failures, model_facts=prepared.facts, route=prepared.route
-            )
-            out[name] = (failed, len(failures) < 2)
-            continue
-        assert isinstance(port, int)
-        if isinstance(placement, GpuPlacement):
-            result = gpu_build.plan_one(prepared, share, placement, port)
-            out[name] = (result, result.plan is None)
-            continue
-        assert isinstance(placement, Placement)
-        instances = _instances_input(prepared, placement, placements, ports, share)
-        result = _plan_one(
-            prepared,
-            host=share.host,
-            stack=share.stack,
-            settings=share.settings,
-            placement=placement,
-            port=port,
-            hf_cache=share.hf_cache,
-            product_python=share.product_python,
-            render=share.render,
-            instances=instances,
-        )
-        out[name] = (result, result.plan is None)
-    return out
+    return {p.result.name: _plan_placed(p, placements, ports, share) for p in ready}
 
 
 def place_all(ready: list[Prepared], share: Sharing) -> dict[str, EndpointResult]:
@@ -962,13 +1158,17 @@ def with_embedded_runtime(
     return host.model_copy(update={"runtimes": runtimes})
 
 
-def held_by_instances(ports: Mapping[str, list[int]]) -> dict[int, Listener]:
-    """The instance ports of approved multi-instance endpoints, as if their units listened."""
-    return {
+def listened_on(
+    listeners: Mapping[int, Listener] | None, instance_ports: Mapping[str, list[int]] | None
+) -> dict[int, Listener]:
+    """The ports listened on here (`listening_ports()` unless `listeners` are given), and the
+    instance ports of approved multi-instance endpoints, as if their units listened."""
+    held = {
         port: Listener(pid=None, process=f"an instance of approved endpoint {name}", endpoint=name)
-        for name, held in ports.items()
-        for port in held
+        for name, ports in (instance_ports or {}).items()
+        for port in ports
     }
+    return held | dict(listening_ports() if listeners is None else listeners)
 
 
 def plan_all(
@@ -1008,16 +1208,14 @@ def plan_all(
     inspect, probe = _memoized_sources(settings, inspect, probe)
     host = with_embedded_runtime(host, settings.runtime_dir, specs, probe)
     results, ready = _prepare_all(specs, host, stack, inspect, probe)
-    hf_cache = resolve_hf_cache(host_root or settings.host_root, environ or os.environ)
     share = Sharing(
         host=host,
         stack=stack,
         settings=settings,
-        listeners=held_by_instances(approved_instance_ports or {})
-        | dict(listening_ports() if listeners is None else listeners),
+        hf_cache=resolve_hf_cache(host_root or settings.host_root, environ or os.environ),
+        listeners=listened_on(listeners, approved_instance_ports),
         approved_sockets=dict(approved_sockets or {}),
         approved_ports=dict(approved_ports or {}),
-        hf_cache=hf_cache,
         product_python=product_python or sys.executable,
         render=render,
         approved_gpus=dict(approved_gpus or {}),

@@ -8,20 +8,18 @@ from collections.abc import Mapping
 
 from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
-from epycd.model.instinct import shipped_gpus, shipped_recipes
-from epycd.names import unit_name
+from epycd.model.instinct import Recipe, shipped_gpus, shipped_recipes
 from epycd.paths import endpoint_status_file
 from epycd.plan.build import (
     EndpointResult,
+    Placed,
     Prepared,
     Sharing,
-    _bind_mounts,
     _failed,
-    _hf_cache_warnings,
-    approval_check_argv,
-    exposure_reason,
-    finish,
-    start_timeout_s,
+    plan_result,
+    served_fields,
+    served_model,
+    service_fields,
 )
 from epycd.plan.gpu import GpuPlacement, GpuRequest, cpu_host_view, gpu_nodes, place_gpus
 from epycd.plan.gpu_decide import (
@@ -33,8 +31,7 @@ from epycd.plan.gpu_decide import (
     gpu_run_flags,
     recipe_args,
 )
-from epycd.plan.model import EndpointDecisions, Problem
-from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
+from epycd.plan.model import EndpointDecisions
 
 
 def is_gpu(prepared: Prepared) -> bool:
@@ -78,83 +75,52 @@ def cpu_view(
     return cpu_host_view(host, nodes)
 
 
+def _recipe_warnings(model: str, recipe: tuple[list[str], Recipe | None]) -> list[str]:
+    if recipe[1] is not None:
+        return []
+    return [
+        f"no recipe for {model} in data/instinct-recipes.json: the generic args "
+        f"{' '.join(recipe[0])}"
+    ]
+
+
 def decide_gpu(
     prepared: Prepared, share: Sharing, placement: GpuPlacement, port: int
 ) -> EndpointDecisions:
-    spec, route, facts = prepared.spec, prepared.route, prepared.facts
-    name = prepared.result.name
-    model = spec.model or share.stack.default_model
-    local = model.startswith("/")
-    mounts, model_arg = _bind_mounts(spec, model, True)
-    hf = share.hf_cache if not local else None
+    spec, facts = prepared.spec, prepared.facts
+    chosen = served_model(prepared, share.stack, share.hf_cache, containerized=True)
     context, context_warnings = gpu_context(spec, facts, placement.fit)
-    served = spec.served_model_name or (name if local else model)
-    dtype = spec.dtype or share.stack.default_dtype
-    recipe = recipe_args(model, shipped_recipes())
-    warnings = [*route.warnings, *prepared.warnings, *placement.warnings, *context_warnings]
-    warnings += _hf_cache_warnings(hf, True)
-    if recipe[1] is None:
-        warnings.append(
-            f"no recipe for {model} in data/instinct-recipes.json: the generic args "
-            f"{' '.join(recipe[0])}"
-        )
-    reasons = [*route.confirmation_reasons, *placement.confirmation_reasons]
-    if exposed := exposure_reason(spec, port):
-        reasons.append(exposed)
+    recipe = recipe_args(chosen.model, shipped_recipes())
+    placed = Placed(
+        placement.socket,
+        placement.numa_nodes,
+        port,
+        warnings=[*placement.warnings, *context_warnings],
+        device_warnings=_recipe_warnings(chosen.model, recipe),
+        confirmation_reasons=placement.confirmation_reasons,
+    )
     memory = gpu_memory(facts, placement.fit, context)
+    status = str(endpoint_status_file(share.settings.run_dir, prepared.result.name))
     python = share.product_python
     return EndpointDecisions(
-        endpoint=name,
-        unit_name=unit_name(name),
-        config_file=str(prepared.result.path),
-        model=model,
-        model_revision=facts.revision,
-        served_model_name=served,
-        model_kind=facts.support.kind,
-        primary_endpoint="chat_completions"
-        if facts.primary_endpoint == "chat_completions"
-        else "completions",
+        **served_fields(prepared, chosen),
+        **service_fields(prepared, chosen, placed, share.host, share.stack, python, status),
         backend="rocm",
-        runtime=route.runtime,
-        image=route.image,
-        image_entrypoint_is_vllm_serve=route.image_entrypoint_is_vllm_serve,
-        vllm_version=route.vllm_version,
-        dtype=dtype,
-        socket=placement.socket,
         socket_reason=f"the NUMA node(s) of GPU(s) {','.join(map(str, placement.gpus))}: "
         + placement.reason,
         cpus=gpu_cpus(placement),
         omp_cpus="",
-        numa_nodes=placement.numa_nodes,
         env=gpu_env(placement, recipe[1], spec),
         kv_cache_gb=memory.kv_pool_gb,
         memory=memory,
-        port=port,
-        host=spec.host,
         max_model_len=context,
         max_num_seqs=spec.max_num_seqs or 0,
         max_num_batched_tokens=0,
-        profile=spec.profile,
         enforce_eager=placement.fit.tier == "tight",
-        limit_nofile=LIMIT_NOFILE,
-        limit_memlock=LIMIT_MEMLOCK,
-        vllm_args=gpu_args(spec, placement, recipe, model_arg, context, served, port, dtype),
+        vllm_args=gpu_args(
+            spec, placement, recipe, chosen.model_arg, context, chosen.served, port, chosen.dtype
+        ),
         run_flags=gpu_run_flags(),
-        hf_cache=hf,
-        extra_mounts=mounts,
-        hf_token_file=spec.hf_token_file,
-        api_key_file=spec.api_key_file,
-        chat_template=spec.chat_template,
-        restart=spec.restart,
-        start_timeout_s=start_timeout_s(share.stack, facts),
-        podman_notify_healthy=route.runtime == "podman"
-        and share.host.runtimes.podman.notify_healthy,
-        product_python=python,
-        exec_condition=[approval_check_argv(python, name)],
-        status_file=str(endpoint_status_file(share.settings.run_dir, name)),
-        requires_confirmation=bool(reasons),
-        confirmation_reasons=reasons,
-        warnings=warnings,
         device="instinct",
         gpus=placement.gpus,
         gfx_version=placement.gfx_version,
@@ -170,21 +136,4 @@ def plan_one(
         decisions = decide_gpu(prepared, share, placement, port)
     except EpycError as exc:
         return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
-    try:
-        plan = finish(
-            prepared,
-            decisions,
-            host=share.host,
-            stack=share.stack,
-            settings=share.settings,
-            render=share.render,
-        )
-    except EpycError as exc:
-        decisions.errors.append(Problem.of(exc))
-        return _failed(prepared.result, exc, model_facts=prepared.facts, decisions=decisions)
-    return EndpointResult(
-        endpoint=prepared.result.name,
-        config_file=str(prepared.result.path),
-        plan=plan,
-        model_facts=prepared.facts,
-    )
+    return plan_result(prepared, decisions, share)

@@ -21,6 +21,7 @@ from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
 Backend = Literal["zentorch", "stock", "rocm"]
 Runtime = Literal["podman", "docker", "host"]
 PrimaryEndpoint = Literal["chat_completions", "completions"]
+Restart = Literal["no", "on-failure"]
 
 
 class HfCacheMount(BaseModel):
@@ -141,7 +142,7 @@ class EndpointDecisions(BaseModel):
         "itself is never in a plan, a unit or an argv",
     )
     chat_template: str | None = None
-    restart: Literal["no", "on-failure"] = "no"
+    restart: Restart = "no"
     start_timeout_s: int = Field(description="TimeoutStartSec, sized for the model")
     podman_notify_healthy: bool = False
     product_python: str = Field(description="interpreter that runs epycd's supervisor/checks")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from epycd.errors import EpycError, InputError, Refusal
@@ -105,6 +105,107 @@ def _taken_on_host(port: int, name: str, listeners: Mapping[int, Listener]) -> L
     return listener
 
 
+@dataclass
+class _PortBook:
+    """The ports given out in one `assign_ports` run: who claimed which, each request's
+    port or refusal, and what already holds ports (approvals, listeners)."""
+
+    listeners: Mapping[int, Listener]
+    approved: Mapping[str, int]
+    first_port: int
+    explicit: set[int] = field(default_factory=set)
+    claimed: dict[int, str] = field(default_factory=dict)
+    results: dict[str, int | EpycError] = field(default_factory=dict)
+    holders: dict[int, str] = field(init=False)
+    """Approved port -> its endpoint."""
+
+    def __post_init__(self) -> None:
+        self.holders = {port: name for name, port in sorted(self.approved.items())}
+
+    def held_by_other(self, port: int, name: str) -> str | None:
+        """The approved endpoint other than `name` whose port this is."""
+        holder = self.holders.get(port)
+        return holder if holder is not None and holder != name else None
+
+    def claim(self, port: int, name: str) -> None:
+        self.claimed[port] = name
+        self.results[name] = port
+
+    def explicit_refusal(self, request: PortRequest) -> EpycError | None:
+        """Why an explicit port cannot be had: an approval, another endpoint or a process
+        holds it."""
+        assert request.port is not None
+        holder = self.held_by_other(request.port, request.name)
+        if holder is not None:
+            return Refusal(
+                f"port {request.port} is the port of approved endpoint {holder}",
+                file=request.file,
+                key="port",
+                fix=f'choose another port or "auto", or `epycctl remove {holder}` first',
+            )
+        if request.port in self.claimed:
+            return InputError(
+                f"port {request.port} is also the port of endpoint {self.claimed[request.port]}",
+                file=request.file,
+                key="port",
+                fix='choose another port or "auto"',
+            )
+        listener = _taken_on_host(request.port, request.name, self.listeners)
+        if listener is not None:
+            return Refusal(
+                f"port {request.port} is in use on this host by {listener.describe()}",
+                file=request.file,
+                key="port",
+                fix='choose a free port or "auto"',
+            )
+        return None
+
+    def kept(self, name: str) -> int | None:
+        """The approved port of "auto" endpoint `name`, while no one else has it."""
+        kept = self.approved.get(name)
+        if kept is None or kept in self.claimed:
+            return None
+        return kept if _taken_on_host(kept, name, self.listeners) is None else None
+
+    def own_listening(self, name: str) -> int | None:
+        """The lowest port from the first port up that `name`'s own unit listens on, while
+        no one else has it."""
+        held = sorted(
+            port
+            for port, listener in self.listeners.items()
+            if listener.endpoint == name
+            and port >= self.first_port
+            and port not in self.claimed
+            and port not in self.explicit
+            and self.held_by_other(port, name) is None
+        )
+        return held[0] if held else None
+
+    def is_free(self, port: int, name: str) -> bool:
+        return not (
+            port in self.claimed
+            or port in self.explicit
+            or self.held_by_other(port, name) is not None
+            or _taken_on_host(port, name, self.listeners) is not None
+        )
+
+
+def _claim_free(book: _PortBook, auto: list[PortRequest]) -> None:
+    """The first free port from the first port up, for each "auto" request still without."""
+    candidate = book.first_port
+    for request in auto:
+        if request.name in book.results:
+            continue
+        while candidate <= LAST_PORT and not book.is_free(candidate, request.name):
+            candidate += 1
+        if candidate > LAST_PORT:
+            book.results[request.name] = Refusal(
+                f"no free port from {book.first_port} up", file=request.file, key="port"
+            )
+            continue
+        book.claim(candidate, request.name)
+
+
 def assign_ports(
     requests: Sequence[PortRequest],
     listeners: Mapping[int, Listener],
@@ -113,87 +214,23 @@ def assign_ports(
 ) -> dict[str, int | EpycError]:
     """Explicit ports first (in name order), then "auto" ports: the approved one, the one
     the endpoint's unit listens on, else the first free from `first_port` up."""
-    results: dict[str, int | EpycError] = {}
-    holders = {port: name for name, port in sorted((approved or {}).items())}
-
-    def held_by_other(port: int, name: str) -> str | None:
-        holder = holders.get(port)
-        return holder if holder is not None and holder != name else None
-
-    claimed: dict[int, str] = {}
+    book = _PortBook(listeners, approved or {}, first_port)
     for request in sorted(requests, key=lambda r: r.name):
         if request.port is None:
             continue
-        holder = held_by_other(request.port, request.name)
-        if holder is not None:
-            results[request.name] = Refusal(
-                f"port {request.port} is the port of approved endpoint {holder}",
-                file=request.file,
-                key="port",
-                fix=f'choose another port or "auto", or `epycctl remove {holder}` first',
-            )
-            continue
-        if request.port in claimed:
-            results[request.name] = InputError(
-                f"port {request.port} is also the port of endpoint {claimed[request.port]}",
-                file=request.file,
-                key="port",
-                fix='choose another port or "auto"',
-            )
-            continue
-        listener = _taken_on_host(request.port, request.name, listeners)
-        if listener is not None:
-            results[request.name] = Refusal(
-                f"port {request.port} is in use on this host by {listener.describe()}",
-                file=request.file,
-                key="port",
-                fix='choose a free port or "auto"',
-            )
-            continue
-        claimed[request.port] = request.name
-        results[request.name] = request.port
-    explicit = {r.port for r in requests if r.port is not None}
+        refusal = book.explicit_refusal(request)
+        if refusal is not None:
+            book.results[request.name] = refusal
+        else:
+            book.claim(request.port, request.name)
+    book.explicit |= {r.port for r in requests if r.port is not None}
     auto = sorted((r for r in requests if r.port is None), key=lambda r: r.name)
     for request in auto:
-        kept = (approved or {}).get(request.name)
-        if (
-            kept is not None
-            and kept not in claimed
-            and _taken_on_host(kept, request.name, listeners) is None
-        ):
-            claimed[kept] = request.name
-            results[request.name] = kept
+        if (kept := book.kept(request.name)) is not None:
+            book.claim(kept, request.name)
     for request in auto:
-        if request.name in results:
-            continue
-        held = sorted(
-            port
-            for port, listener in listeners.items()
-            if listener.endpoint == request.name
-            and port >= first_port
-            and port not in claimed
-            and port not in explicit
-            and held_by_other(port, request.name) is None
-        )
-        if held:
-            claimed[held[0]] = request.name
-            results[request.name] = held[0]
-    candidate = first_port
-    for request in auto:
-        if request.name in results:
-            continue
-        while candidate <= LAST_PORT and (
-            candidate in claimed
-            or candidate in explicit
-            or held_by_other(candidate, request.name) is not None
-            or _taken_on_host(candidate, request.name, listeners) is not None
-        ):
-            candidate += 1
-        if candidate > LAST_PORT:
-            results[request.name] = Refusal(
-                f"no free port from {first_port} up", file=request.file, key="port"
-            )
-            continue
-        claimed[candidate] = request.name
-        results[request.name] = candidate
-    return results
+        own = None if request.name in book.results else book.own_listening(request.name)
+        if own is not None:
+            book.claim(own, request.name)
+    _claim_free(book, auto)
+    return book.results

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from epycd.errors import InputError, Refusal
-from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
+from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, PodmanFacts, RuntimeFacts
 from epycd.plan.model import Backend, Runtime
 from epycd.spec import EndpointSpec
 from epycd.stack import Stack, qualified_image
@@ -56,6 +56,47 @@ def container_runtime(runtimes: RuntimeFacts) -> Runtime | None:
     return None
 
 
+def _refuse_unusable_podman(podman: PodmanFacts, file: Path) -> None:
+    if not podman.present:
+        raise Refusal("podman is not installed", file=file, key="runtime", fix=RUNTIME_FIX)
+    if not podman.quadlet:
+        raise Refusal(
+            f"podman {podman.version or '(unknown version)'} has no Quadlet (needs >= 4.4)",
+            file=file,
+            key="runtime",
+            fix=RUNTIME_FIX,
+        )
+
+
+def _refuse_unusable_docker(docker: DockerFacts, file: Path) -> None:
+    if not docker.present:
+        raise Refusal("docker is not installed", file=file, key="runtime", fix=RUNTIME_FIX)
+    if not docker.daemon_reachable:
+        raise Refusal(
+            "the docker daemon does not answer",
+            file=file,
+            key="runtime",
+            fix="start docker (systemctl start docker), or " + RUNTIME_FIX,
+        )
+
+
+def _refuse_unusable_host_vllm(wanted: str, host_vllm: HostVllmFacts | None, file: Path) -> None:
+    if host_vllm is None:
+        raise Refusal(
+            "no container runtime and no host vLLM" if wanted == "auto" else "no vllm given",
+            file=file,
+            key="vllm" if wanted == "host" else "runtime",
+            fix=RUNTIME_FIX,
+        )
+    if not host_vllm.present:
+        raise Refusal(
+            f"the host vLLM {host_vllm.path} cannot be used: {host_vllm.error}",
+            file=file,
+            key="vllm",
+            fix="point vllm at the vllm executable of a working venv/conda env",
+        )
+
+
 def choose_runtime(
     spec: EndpointSpec, host: HostFacts, file: Path, host_vllm: HostVllmFacts | None
 ) -> tuple[Runtime, list[str]]:
@@ -65,46 +106,17 @@ def choose_runtime(
     auto = container_runtime(host.runtimes) if wanted == "auto" else None
     notes: list[str] = []
     if wanted == "podman" or auto == "podman":
-        if not podman.present:
-            raise Refusal("podman is not installed", file=file, key="runtime", fix=RUNTIME_FIX)
-        if not podman.quadlet:
-            raise Refusal(
-                f"podman {podman.version or '(unknown version)'} has no Quadlet (needs >= 4.4)",
-                file=file,
-                key="runtime",
-                fix=RUNTIME_FIX,
-            )
+        _refuse_unusable_podman(podman, file)
         return "podman", notes
     if podman.present and not podman.quadlet:
         notes.append(f"podman {podman.version} has no Quadlet (needs >= 4.4): not used")
     if wanted == "docker" or auto == "docker":
-        if not docker.present:
-            raise Refusal("docker is not installed", file=file, key="runtime", fix=RUNTIME_FIX)
-        if not docker.daemon_reachable:
-            raise Refusal(
-                "the docker daemon does not answer",
-                file=file,
-                key="runtime",
-                fix="start docker (systemctl start docker), or " + RUNTIME_FIX,
-            )
+        _refuse_unusable_docker(docker, file)
         return "docker", notes
     if docker.present and not docker.daemon_reachable:
         notes.append("docker is installed but its daemon does not answer: not used")
     if wanted in ("host", "auto"):
-        if host_vllm is None:
-            raise Refusal(
-                "no container runtime and no host vLLM" if wanted == "auto" else "no vllm given",
-                file=file,
-                key="vllm" if wanted == "host" else "runtime",
-                fix=RUNTIME_FIX,
-            )
-        if not host_vllm.present:
-            raise Refusal(
-                f"the host vLLM {host_vllm.path} cannot be used: {host_vllm.error}",
-                file=file,
-                key="vllm",
-                fix="point vllm at the vllm executable of a working venv/conda env",
-            )
+        _refuse_unusable_host_vllm(wanted, host_vllm, file)
         return "host", notes
     raise InputError(f"unknown runtime {wanted!r}", file=file, key="runtime")
 
@@ -126,15 +138,12 @@ def _cpu_route(host: HostFacts, stack: Stack) -> tuple[Backend, list[str]]:
     return "zentorch", []
 
 
-def _container_route(
-    spec: EndpointSpec, host: HostFacts, stack: Stack, runtime: Runtime, file: Path
-) -> Route:
-    backend, reasons = _cpu_route(host, stack)
-    warnings: list[str] = []
-    image = qualified_image(spec.image) if spec.image else None
-    if image is None:
-        image = stack.image if backend == "zentorch" else stack.stock_image_pinned
-    elif stack.is_stock_image(image):
+def _given_image_backend(
+    image: str, backend: Backend, reasons: list[str], host: HostFacts, stack: Stack, file: Path
+) -> tuple[Backend, list[str]]:
+    """The backend an image the endpoint file names runs, and the consent it needs: the
+    stock vLLM image is refused on a supported EPYC, another image needs zentorch."""
+    if stack.is_stock_image(image):
         if host.is_supported_epyc:
             raise Refusal(
                 f"the stock vLLM image {image} runs vLLM's plain CpuPlatform on a "
@@ -148,18 +157,30 @@ def _container_route(
                 f"the stock vLLM CPU path on {host.epyc_generation} (no zentorch) needs your "
                 "consent"
             ]
-        backend = "stock"
+        return "stock", reasons
+    if backend == "stock":
+        raise Refusal(
+            f"image {image} is not the stock vLLM CPU image, and zentorch cannot run "
+            "without AVX-512 BF16",
+            file=file,
+            key="image",
+            fix=f"remove image to use {stack.stock_image_pinned}",
+        )
+    if image != stack.image:
+        reasons = [*reasons, f"image {image} is not the validated image {stack.image}"]
+    return backend, reasons
+
+
+def _container_route(
+    spec: EndpointSpec, host: HostFacts, stack: Stack, runtime: Runtime, file: Path
+) -> Route:
+    backend, reasons = _cpu_route(host, stack)
+    warnings: list[str] = []
+    image = qualified_image(spec.image) if spec.image else None
+    if image is None:
+        image = stack.image if backend == "zentorch" else stack.stock_image_pinned
     else:
-        if backend == "stock":
-            raise Refusal(
-                f"image {image} is not the stock vLLM CPU image, and zentorch cannot run "
-                "without AVX-512 BF16",
-                file=file,
-                key="image",
-                fix=f"remove image to use {stack.stock_image_pinned}",
-            )
-        if image != stack.image:
-            reasons = [*reasons, f"image {image} is not the validated image {stack.image}"]
+        backend, reasons = _given_image_backend(image, backend, reasons, host, stack, file)
     stock = backend == "stock"
     if stock and image != stack.stock_image_pinned:
         warnings.append(f"image {image} is not pinned to vLLM {stack.vllm_version}")
