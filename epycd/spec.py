@@ -475,17 +475,31 @@ def env_refusal(name: str, value: str) -> tuple[str, str] | None:
 def _policy_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> list[InputError]:
     """Values of the right type that the plan cannot accept; read from the raw table so that
     they are reported together with type errors."""
-    errors = []
+    return (
+        _dtype_errors(path, data, precisions)
+        + _env_errors(path, data)
+        + _served_name_errors(path, data)
+        + _extra_args_errors(path, data)
+        + _device_errors(path, data)
+    )
+
+
+def _dtype_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> list[InputError]:
     dtype = data.get("dtype")
-    if isinstance(dtype, str) and dtype not in precisions:
-        errors.append(
-            InputError(
-                f"{dtype!r} is not a supported precision",
-                file=path,
-                key="dtype",
-                fix="allowed: " + ", ".join(precisions),
-            )
+    if not isinstance(dtype, str) or dtype in precisions:
+        return []
+    return [
+        InputError(
+            f"{dtype!r} is not a supported precision",
+            file=path,
+            key="dtype",
+            fix="allowed: " + ", ".join(precisions),
         )
+    ]
+
+
+def _env_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
+    errors = []
     env = data.get("env")
     for env_key, value in (env if isinstance(env, dict) else {}).items():
         if not ENV_KEY_PATTERN.fullmatch(env_key):
@@ -506,16 +520,24 @@ def _policy_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> l
                     fix=env_refused[1],
                 )
             )
-    served = data.get("served_model_name")
-    if served == ";":
-        errors.append(
-            InputError(
-                "a lone ';' would end the command line of the unit",
-                file=path,
-                key="served_model_name",
-                fix="choose another name",
-            )
+    return errors
+
+
+def _served_name_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
+    if data.get("served_model_name") != ";":
+        return []
+    return [
+        InputError(
+            "a lone ';' would end the command line of the unit",
+            file=path,
+            key="served_model_name",
+            fix="choose another name",
         )
+    ]
+
+
+def _extra_args_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
+    errors = []
     args = data.get("extra_args")
     for index, arg in enumerate(args if isinstance(args, list) else []):
         refusal = arg_refusal(arg) if isinstance(arg, str) else None
@@ -539,7 +561,7 @@ def _policy_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> l
                     fix=refusal.fix,
                 )
             )
-    return errors + _device_errors(path, data)
+    return errors
 
 
 CPU_ONLY_KEYS = {

@@ -176,6 +176,33 @@ def _against_installed_units(
             )
 
 
+def _new_state(
+    name: str, plan: Plan | None, approval: Approval | None, interrupted: bool
+) -> EndpointState:
+    """Pending approval, with the current plan's fingerprint and who approved what, when."""
+    state = EndpointState(
+        endpoint=name,
+        state="pending-approval",
+        fingerprint=plan.fingerprint if plan else None,
+        interrupted=interrupted,
+    )
+    if approval is not None:
+        state.approved_fingerprint = approval.fingerprint
+        state.approved_by = approval.approver.describe()
+        state.approved_at = approval.approved_at
+    return state
+
+
+def _not_approved(
+    state: EndpointState, errors: Sequence[str], installed: Mapping[str, str | None]
+) -> None:
+    name = state.endpoint
+    present = {k: v for k, v in installed.items() if v is not None}
+    state.reasons.extend(errors or ["not approved yet: `epycctl approve " + name + "`"])
+    if present:
+        state.reasons.append(f"unit files on disk without an approval: {sorted(present)}")
+
+
 def endpoint_state(
     name: str,
     *,
@@ -189,24 +216,12 @@ def endpoint_state(
     interrupted: bool = False,
 ) -> EndpointState:
     """The state of one endpoint. Pure: the caller reads the files (`read_installed`)."""
-    state = EndpointState(
-        endpoint=name,
-        state="pending-approval",
-        fingerprint=plan.fingerprint if plan else None,
-        interrupted=interrupted,
-    )
-    if approval is not None:
-        state.approved_fingerprint = approval.fingerprint
-        state.approved_by = approval.approver.describe()
-        state.approved_at = approval.approved_at
-    present = {k: v for k, v in installed.items() if v is not None}
+    state = _new_state(name, plan, approval, interrupted)
     if not has_endpoint_file:
         state.state = "orphaned"
         state.reasons.append(f"no endpoint file for {name}: `epycctl remove {name}` cleans up")
     elif approval is None:
-        state.reasons.extend(errors or ["not approved yet: `epycctl approve " + name + "`"])
-        if present:
-            state.reasons.append(f"unit files on disk without an approval: {sorted(present)}")
+        _not_approved(state, errors, installed)
     else:
         state.state = "approved"
         if plan is None:
@@ -291,40 +306,52 @@ def endpoint_states(settings: Settings, planned: Mapping[str, CurrentPlan]) -> l
     for name in sorted(names):
         current = planned.get(name)
         if name in unreadable:
-            states.append(
-                EndpointState(
-                    endpoint=name,
-                    state="damaged",
-                    fingerprint=current.fingerprint if isinstance(current, Plan) else None,
-                    reasons=[unreadable[name]],
-                    interrupted=name in interrupted,
-                )
-            )
-            continue
-        approval = approvals.get(name)
-        installed = (
-            read_installed(approval)
-            if approval
-            else {p.name: read_text(p) for p in endpoint_unit_files(settings, name)}
-        )
-        states.append(
-            endpoint_state(
-                name,
-                has_endpoint_file=current is not None,
-                plan=current if isinstance(current, Plan) else None,
-                errors=unplanned_errors(current),
-                unfit_inputs_fingerprint=(
-                    current.unfit_inputs_fingerprint if isinstance(current, Unplanned) else None
-                ),
-                unreadable_here=(
-                    current.unreadable_here if isinstance(current, Unplanned) else None
-                ),
-                approval=approval,
-                installed=installed,
-                interrupted=name in interrupted,
-            )
-        )
+            states.append(_damaged(name, current, unreadable[name], name in interrupted))
+        else:
+            approval = approvals.get(name)
+            states.append(_state_of(settings, name, current, approval, name in interrupted))
     return states
+
+
+def _damaged(
+    name: str, current: CurrentPlan | None, unreadable: str, interrupted: bool
+) -> EndpointState:
+    return EndpointState(
+        endpoint=name,
+        state="damaged",
+        fingerprint=current.fingerprint if isinstance(current, Plan) else None,
+        reasons=[unreadable],
+        interrupted=interrupted,
+    )
+
+
+def _state_of(
+    settings: Settings,
+    name: str,
+    current: CurrentPlan | None,
+    approval: Approval | None,
+    interrupted: bool,
+) -> EndpointState:
+    """`endpoint_state` of NAME with the files read: the approved units, or any unit files
+    named after it when it has no approval."""
+    installed = (
+        read_installed(approval)
+        if approval
+        else {p.name: read_text(p) for p in endpoint_unit_files(settings, name)}
+    )
+    return endpoint_state(
+        name,
+        has_endpoint_file=current is not None,
+        plan=current if isinstance(current, Plan) else None,
+        errors=unplanned_errors(current),
+        unfit_inputs_fingerprint=(
+            current.unfit_inputs_fingerprint if isinstance(current, Unplanned) else None
+        ),
+        unreadable_here=current.unreadable_here if isinstance(current, Unplanned) else None,
+        approval=approval,
+        installed=installed,
+        interrupted=interrupted,
+    )
 
 
 def unplanned(result: EndpointResult) -> Unplanned:

@@ -249,48 +249,65 @@ def bench(
     as_json: bool,
 ) -> None:
     """Measure NAME's ready endpoint with `vllm bench serve` (tok/s, TTFT, TPOT)."""
-    from epycd.approval.record import load_approval
-
     settings = load_settings()
-    approval = load_approval(settings, name)
-    if approval is None:
-        raise InputError(
-            f"{name} is not approved", fix=f"epycctl plan {name}; epycctl approve {name}"
-        )
-    plan = approval.plan
+    plan = approved_plan(settings, name)
     lengths = (input_len, output_len)
     if offline:
-        prompts = max(8, prompts_per_concurrency * plan.max_num_seqs)
-        with tempfile.TemporaryDirectory(prefix="epycd-bench-") as folder:
-            click.echo(f"offline: vllm bench throughput, {prompts} prompts ...", err=True)
-            runs = [run_offline(plan, name, prompts, lengths, Path(folder))]
-        finish(settings, BenchResult(endpoint=name, measured_at=datetime.now(UTC),
-                                     input_len=input_len, output_len=output_len,
-                                     runs=runs, mode="offline"), as_json)  # fmt: skip
-        return
-    require_ready(plan, name)
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="epycd-bench-") as folder:
-        results = Path(folder)
-        for concurrency in concurrencies or (1, 8, 32):
-            prompts = max(8, prompts_per_concurrency * concurrency)
-            file_name = f"c{concurrency}.json"
-            inside = results if plan.runtime == "host" else Path(RESULT_IN_CONTAINER)
-            args = serve_bench_args(
-                plan, concurrency, prompts, (input_len, output_len), f"{inside}/{file_name}"
-            )
-            measured = run_one(
-                bench_argv(plan, args, results), f"concurrency {concurrency}", results / file_name
-            )
-            runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, **measured))
+        runs = [offline_run(plan, name, prompts_per_concurrency, lengths)]
+    else:
+        require_ready(plan, name)
+        runs = serve_runs(plan, concurrencies or (1, 8, 32), prompts_per_concurrency, lengths)
     result = BenchResult(
         endpoint=name,
         measured_at=datetime.now(UTC),
         input_len=input_len,
         output_len=output_len,
         runs=runs,
+        mode="offline" if offline else "serve",
     )
     finish(settings, result, as_json)
+
+
+def approved_plan(settings: Settings, name: str) -> Plan:
+    from epycd.approval.record import load_approval
+
+    approval = load_approval(settings, name)
+    if approval is None:
+        raise InputError(
+            f"{name} is not approved", fix=f"epycctl plan {name}; epycctl approve {name}"
+        )
+    return approval.plan
+
+
+def offline_run(
+    plan: Plan, name: str, prompts_per_concurrency: int, lengths: tuple[int, int]
+) -> BenchRun:
+    prompts = max(8, prompts_per_concurrency * plan.max_num_seqs)
+    with tempfile.TemporaryDirectory(prefix="epycd-bench-") as folder:
+        click.echo(f"offline: vllm bench throughput, {prompts} prompts ...", err=True)
+        return run_offline(plan, name, prompts, lengths, Path(folder))
+
+
+def serve_runs(
+    plan: Plan,
+    concurrencies: tuple[int, ...],
+    prompts_per_concurrency: int,
+    lengths: tuple[int, int],
+) -> list[BenchRun]:
+    """One `vllm bench serve` per concurrency, in order."""
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="epycd-bench-") as folder:
+        results = Path(folder)
+        for concurrency in concurrencies:
+            prompts = max(8, prompts_per_concurrency * concurrency)
+            file_name = f"c{concurrency}.json"
+            inside = results if plan.runtime == "host" else Path(RESULT_IN_CONTAINER)
+            args = serve_bench_args(plan, concurrency, prompts, lengths, f"{inside}/{file_name}")
+            measured = run_one(
+                bench_argv(plan, args, results), f"concurrency {concurrency}", results / file_name
+            )
+            runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, **measured))
+    return runs
 
 
 def finish(settings: Settings, result: BenchResult, as_json: bool) -> None:

@@ -17,6 +17,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -321,6 +322,58 @@ def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval
     click.echo(handoff_text(handoff(approval.plan)))
 
 
+def prepared_host(name: str) -> tuple[Settings, HostFacts]:
+    """The settings and the host's facts, once NAME is checked, the caller may administer
+    and any interrupted install is recovered."""
+    from epycd.approval.permissions import require_admin
+    from epycd.approval.record import checked_name
+    from epycd.approval.workflow import recover_interrupted
+    from epycd.plan.current import LOAD_SAMPLE_SECONDS, endpoint_specs, gather_host
+    from epycd.settings import load_settings
+
+    settings = load_settings()
+    checked_name(name)
+    require_admin(settings, "quickstart")
+    for line in recover_interrupted(settings):
+        click.echo(line)
+    host = gather_host(
+        settings.host_root,
+        sum(s.ok for s in endpoint_specs(settings)) + 1,
+        LOAD_SAMPLE_SECONDS,
+    )
+    return settings, host
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """NAME.toml as quickstart would write it, and its plan."""
+
+    target: Path
+    content: bytes
+    already: bool
+    """The file exists and holds exactly `content`."""
+    plan: Plan
+
+
+def planned_candidate(
+    settings: Settings, host: HostFacts, name: str, *, model: str | None, vllm: str | None
+) -> Candidate:
+    """NAME.toml for the runtime and model, planned and shown; nothing written yet."""
+    from epycd.stack import shipped_stack
+
+    runtime, runtimes = pick_runtime(settings, host, vllm)
+    served = model_argument(model or shipped_stack().default_model)
+    target = settings.config_dir / f"{name}.toml"
+    content = endpoint_document(served, runtime, runtimes.vllm.path if runtimes.vllm else None)
+    already = existing_matches(target, content)
+    click.echo(escaped(f"runtime: {runtime}; model: {served}; endpoint file: {target}") + "\n")
+    result = plan_candidate(settings, target, content, host)
+    hint = missing_model_hint(result, served)
+    if hint:
+        click.echo(escaped_lines(hint), err=True)
+    return Candidate(target, content, already, shown_plan(settings, name, result, host))
+
+
 @click.command("quickstart")
 @click.option(
     "--model", default=None, help="hub id or local model folder (default: data/epyc.json's)"
@@ -346,43 +399,19 @@ def quickstart(
     no_pull: bool,
 ) -> None:
     """Write NAME.toml for the default model, show the plan, approve it, start it, hand off."""
-    from epycd.approval.permissions import require_admin
-    from epycd.approval.record import checked_name, current_approver
-    from epycd.approval.workflow import gate, install_approved, make_approval, recover_interrupted
+    from epycd.approval.record import current_approver
+    from epycd.approval.workflow import gate, install_approved, make_approval
     from epycd.cli.approve import ask
-    from epycd.plan.current import LOAD_SAMPLE_SECONDS, endpoint_specs, gather_host
-    from epycd.settings import load_settings
-    from epycd.stack import shipped_stack
 
-    settings = load_settings()
-    checked_name(name)
-    require_admin(settings, "quickstart")
-    for line in recover_interrupted(settings):
-        click.echo(line)
-    stack = shipped_stack()
-    host = gather_host(
-        settings.host_root,
-        sum(s.ok for s in endpoint_specs(settings)) + 1,
-        LOAD_SAMPLE_SECONDS,
-    )
-    runtime, runtimes = pick_runtime(settings, host, vllm)
-    served = model_argument(model or stack.default_model)
-    target = settings.config_dir / f"{name}.toml"
-    content = endpoint_document(served, runtime, runtimes.vllm.path if runtimes.vllm else None)
-    already = existing_matches(target, content)
-    click.echo(escaped(f"runtime: {runtime}; model: {served}; endpoint file: {target}") + "\n")
-    result = plan_candidate(settings, target, content, host)
-    hint = missing_model_hint(result, served)
-    if hint:
-        click.echo(escaped_lines(hint), err=True)
-    plan = shown_plan(settings, name, result, host)
-    gate(plan, accept_unvalidated=accept_unvalidated)
-    action = "approve" if already else f"write {target}, approve"
+    settings, host = prepared_host(name)
+    candidate = planned_candidate(settings, host, name, model=model, vllm=vllm)
+    gate(candidate.plan, accept_unvalidated=accept_unvalidated)
+    action = "approve" if candidate.already else f"write {candidate.target}, approve"
     ask(f"{action.capitalize()} {name} and {'install' if no_start else 'start'} it?", yes=yes)
-    if not already:
-        write_endpoint_file(target, content)
+    if not candidate.already:
+        write_endpoint_file(candidate.target, candidate.content)
     approval = make_approval(
-        settings, plan, host, current_approver(), accepted_unvalidated=accept_unvalidated
+        settings, candidate.plan, host, current_approver(), accepted_unvalidated=accept_unvalidated
     )
     installed = install_approved(
         settings, approval, pull=not no_pull, touch_systemd=not no_start, log=click.echo

@@ -12,11 +12,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from epycd.host.cpuinfo import parse_cores, parse_identity
+from epycd.host.cpuinfo import CpuIdentity, parse_cores, parse_identity
 from epycd.host.cpulist import format_cpulist, parse_cpulist
-from epycd.host.facts import HostFacts, NumaNode, RuntimeFacts, SocketTopology
+from epycd.host.facts import GpuFacts, HostFacts, NumaNode, RuntimeFacts, SocketTopology
 from epycd.host.files import parsed, read_optional, read_required
-from epycd.host.generation import classify, is_amd_epyc, is_supported
+from epycd.host.generation import Generation, classify, is_amd_epyc, is_supported
 from epycd.host.gpus import read_gpus, read_rocm_version, run_amd_smi
 from epycd.host.load import sample_socket_busy
 from epycd.host.memory import Memory, memory_of, parse_meminfo
@@ -91,16 +91,48 @@ def detect_host(
     identity = parsed(root, CPUINFO, cpuinfo_text, parse_identity)
     host_memory = memory_of(parsed(root, MEMINFO, read_required(root, MEMINFO), parse_meminfo))
     layout = read_layout(root, cpuinfo_text, host_memory, warnings)
-    places, cores, nodes, sockets = layout.places, layout.cores, layout.nodes, layout.sockets
     generation, generation_warnings = classify(
         identity.vendor, identity.model_name, identity.family, identity.model
     )
     warnings.extend(generation_warnings)
     busy = (
-        sample_socket_busy(root, socket_cpus(sockets), load_sample_seconds)
+        sample_socket_busy(root, socket_cpus(layout.sockets), load_sample_seconds)
         if load_sample_seconds is not None
         else {}
     )
+    software = probe_software(root, vllm, probe_runtimes=probe_runtimes)
+    return _host_facts(identity, generation, layout, host_memory, busy, software, warnings)
+
+
+@dataclass(frozen=True)
+class Software:
+    """What the host offers to run vLLM with: runtimes, a C++ compiler, GPUs and ROCm."""
+
+    runtimes: RuntimeFacts
+    cxx_compiler: str | None
+    gpus: list[GpuFacts]
+    rocm_version: str | None
+
+
+def probe_software(root: Path, vllm: str | None, *, probe_runtimes: bool) -> Software:
+    """`probe_runtimes` also asks amd-smi of the machine this process runs on."""
+    return Software(
+        runtimes=probed_runtimes(vllm, probe_runtimes=probe_runtimes),
+        cxx_compiler=find_cxx(root),
+        gpus=read_gpus(root, run_amd_smi() if probe_runtimes else None),
+        rocm_version=read_rocm_version(root),
+    )
+
+
+def _host_facts(
+    identity: CpuIdentity,
+    generation: Generation,
+    layout: Layout,
+    host_memory: Memory,
+    busy: dict[int, float],
+    software: Software,
+    warnings: list[str],
+) -> HostFacts:
     flags = set(identity.flags)
     return HostFacts(
         cpu_model=identity.model_name,
@@ -114,22 +146,22 @@ def detect_host(
         is_supported_epyc=is_supported(generation.generation),
         avx512="avx512f" in flags,
         avx512_bf16="avx512_bf16" in flags,
-        logical_cores=len(places),
-        physical_cores=len(cores),
-        sockets=len(sockets),
-        threads_per_core=max((len(core.threads) for core in cores), default=1),
-        numa_nodes=len(nodes),
+        logical_cores=len(layout.places),
+        physical_cores=len(layout.cores),
+        sockets=len(layout.sockets),
+        threads_per_core=max((len(core.threads) for core in layout.cores), default=1),
+        numa_nodes=len(layout.nodes),
         memory_gb=gib(host_memory.total_bytes),
-        socket_topology=sockets,
-        nodes=nodes,
+        socket_topology=layout.sockets,
+        nodes=layout.nodes,
         offline_cpus=format_cpulist(layout.offline),
         flags=identity.flags,
         socket_busy_pct=busy,
-        runtimes=probed_runtimes(vllm, probe_runtimes=probe_runtimes),
-        cxx_compiler=find_cxx(root),
+        runtimes=software.runtimes,
+        cxx_compiler=software.cxx_compiler,
         warnings=warnings,
-        gpus=read_gpus(root, run_amd_smi() if probe_runtimes else None),
-        rocm_version=read_rocm_version(root),
+        gpus=software.gpus,
+        rocm_version=software.rocm_version,
     )
 
 

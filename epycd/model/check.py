@@ -53,11 +53,7 @@ def inspect_model(
     notes = list(source.warnings)
 
     support, sections = _support(architectures, vllm_version, vllm_executable, notes, probe_cache)
-    template = (
-        template_from_override(chat_template_override)
-        if chat_template_override
-        else template_status(source.folder)
-    )
+    template = _chat_template(chat_template_override, source.folder)
     scoring = any(is_scoring(a, sections) for a in architectures)
     primary, supported_endpoints, launchable = endpoints(support.kind, template, scoring=scoring)
     weights_bytes, weights_source = _weights(source, config, notes)
@@ -86,6 +82,11 @@ def inspect_model(
         message=verdict(architectures, support, template, launchable),
         warnings=[*notes, *support.warnings],
     )
+
+
+def _chat_template(override: str | None, folder: Path) -> ChatTemplate:
+    """The endpoint file's chat_template when given, else the model folder's own."""
+    return template_from_override(override) if override else template_status(folder)
 
 
 def read_config(folder: Path) -> dict[str, Any]:

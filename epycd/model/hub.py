@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub import HfApi, ModelInfo, snapshot_download
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -181,23 +181,8 @@ def _quiet() -> Iterator[None]:
 def _from_hub(
     model: str, revision: str | None, token: str | None, env: HubEnvironment
 ) -> ModelSource:
-    api = HfApi(endpoint=env.endpoint, token=token)
     try:
-        info = api.model_info(
-            model, revision=revision, timeout=env.timeout, expand=["gated", "safetensors", "sha"]
-        )
-        with _quiet():
-            # the requested ref, not info.sha: only then does the cache record refs/<ref>
-            # and answer for it offline later
-            folder = snapshot_download(
-                model,
-                revision=revision,
-                cache_dir=env.cache_dir,
-                allow_patterns=SMALL_FILES,
-                token=token,
-                etag_timeout=env.timeout,
-                endpoint=env.endpoint,
-            )
+        info, folder = _download_small_files(model, revision, token, env)
     except HFValidationError as exc:
         raise _invalid_name(model, exc) from None
     except GatedRepoError:
@@ -222,13 +207,40 @@ def _from_hub(
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
         raise HubTrouble(f"the hub answered HTTP {status}") from exc
+    return _hub_source(info, Path(folder))
+
+
+def _download_small_files(
+    model: str, revision: str | None, token: str | None, env: HubEnvironment
+) -> tuple[ModelInfo, str]:
+    """The hub's facts of the model and the snapshot folder of its `SMALL_FILES`."""
+    api = HfApi(endpoint=env.endpoint, token=token)
+    info = api.model_info(
+        model, revision=revision, timeout=env.timeout, expand=["gated", "safetensors", "sha"]
+    )
+    with _quiet():
+        # the requested ref, not info.sha: only then does the cache record refs/<ref>
+        # and answer for it offline later
+        folder = snapshot_download(
+            model,
+            revision=revision,
+            cache_dir=env.cache_dir,
+            allow_patterns=SMALL_FILES,
+            token=token,
+            etag_timeout=env.timeout,
+            endpoint=env.endpoint,
+        )
+    return info, folder
+
+
+def _hub_source(info: ModelInfo, folder: Path) -> ModelSource:
     gated = bool(info.gated) if info.gated is not None else None
     hub_bytes = None
     if info.safetensors is not None and info.safetensors.parameters:
         hub_bytes = bytes_from_parameter_counts(info.safetensors.parameters)
     return ModelSource(
-        folder=Path(folder),
-        revision=Path(folder).name,
+        folder=folder,
+        revision=folder.name,
         from_hub=True,
         gated=gated,
         hub_weights_bytes=hub_bytes,

@@ -16,6 +16,7 @@ full-context sequences the cap holds (rule 2).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from epycd.errors import InputError
 from epycd.model.facts import MemoryFit
@@ -82,15 +83,46 @@ def fit_memory(
     the socket's first NUMA node; the weights' share on it is taken in proportion to that
     node's part of the socket's free memory.
     """
-    if max_num_seqs is not None and max_num_seqs < 1:
-        raise InputError("must be at least 1", key="max_num_seqs", fix="use 1 or more")
-    if max_model_len is not None and max_model_len < 1:
-        raise InputError("must be at least 1", key="max_model_len", fix="use a positive length")
+    _check_counts(max_num_seqs, max_model_len)
     context = context_length(max_model_len, max_position_embeddings)
     weights = weights_bytes / GIB
     headroom = headroom_gib(socket_total_gib)
     cap = pool_cap_gib(weights + runtime_gib, headroom, socket_total_gib, socket_available_gib,
                        first_node_available_gib)  # fmt: skip
+    sized = _size_pool(cap, kv_bytes_per_token, context, max_num_seqs, target_seqs)
+    return _memory_fit(
+        sized,
+        cap=cap,
+        weights=weights,
+        runtime=runtime_gib,
+        headroom=headroom,
+        available=socket_available_gib,
+        kv_bytes_per_token=kv_bytes_per_token,
+        context=context,
+    )
+
+
+def _check_counts(max_num_seqs: int | None, max_model_len: int | None) -> None:
+    if max_num_seqs is not None and max_num_seqs < 1:
+        raise InputError("must be at least 1", key="max_num_seqs", fix="use 1 or more")
+    if max_model_len is not None and max_model_len < 1:
+        raise InputError("must be at least 1", key="max_model_len", fix="use a positive length")
+
+
+class _PoolSize(NamedTuple):
+    max_num_seqs: int
+    kv_needed_gib: float
+    fits: bool
+    pool_gib: int
+    """Inside the cap when the sequences fit, else the cap."""
+    wanted_pool_gib: int
+    """What the sequences need with `KV_MARGIN`, in whole GiB, at least `MIN_POOL_GIB`."""
+
+
+def _size_pool(
+    cap: int, kv_bytes_per_token: int, context: int, max_num_seqs: int | None, target_seqs: int
+) -> _PoolSize:
+    """The sequences and the KV pool inside `cap` (docs/tuning.md rules 2 and 3)."""
     sequence_gib = kv_bytes_per_token * context * (1 + KV_MARGIN) / GIB
     if max_num_seqs is None:
         max_num_seqs = max(1, min(target_seqs, math.floor(max(cap, 0) / sequence_gib)))
@@ -98,32 +130,47 @@ def fit_memory(
     fits = cap >= MIN_POOL_GIB and kv_needed <= cap
     wanted_pool = max(MIN_POOL_GIB, math.ceil(sequence_gib * max_num_seqs))
     pool = min(cap, wanted_pool) if fits else cap
-    process = weights + (pool if fits else wanted_pool) + runtime_gib
+    return _PoolSize(max_num_seqs, kv_needed, fits, pool, wanted_pool)
+
+
+def _memory_fit(
+    sized: _PoolSize,
+    *,
+    cap: int,
+    weights: float,
+    runtime: float,
+    headroom: float,
+    available: float,
+    kv_bytes_per_token: int,
+    context: int,
+) -> MemoryFit:
+    """The fit and, when it fails, what to change."""
+    process = weights + (sized.pool_gib if sized.fits else sized.wanted_pool_gib) + runtime
     suggested, action = _advice(
-        fits=fits,
-        pool=pool,
+        fits=sized.fits,
+        pool=sized.pool_gib,
         weights=weights,
-        runtime=runtime_gib,
+        runtime=runtime,
         headroom=headroom,
-        available=socket_available_gib,
+        available=available,
         kv_bytes_per_token=kv_bytes_per_token,
         context=context,
-        max_num_seqs=max_num_seqs,
+        max_num_seqs=sized.max_num_seqs,
     )
     return MemoryFit(
         weights_gb=round(weights, 2),
         kv_bytes_per_token=kv_bytes_per_token,
         context=context,
-        max_num_seqs=max_num_seqs,
-        kv_gb=round(kv_needed, 2),
-        kv_pool_gb=max(pool, 0),
+        max_num_seqs=sized.max_num_seqs,
+        kv_gb=round(sized.kv_needed_gib, 2),
+        kv_pool_gb=max(sized.pool_gib, 0),
         kv_pool_cap_gb=max(cap, 0),
         headroom_gb=round(headroom, 2),
-        runtime_gb=round(runtime_gib, 2),
+        runtime_gb=round(runtime, 2),
         process_gb=round(process, 2),
         required_gb=round(process + headroom, 2),
-        available_gb=round(socket_available_gib, 2),
-        fits=fits,
+        available_gb=round(available, 2),
+        fits=sized.fits,
         suggested_max_model_len=suggested,
         action=action,
     )

@@ -119,6 +119,20 @@ def render_balancer(decisions: EndpointDecisions) -> str:
         f"{decisions.model}",
         "model",
     )
+    service = _service_lines(decisions)
+    return unit_text(
+        decisions.endpoint,
+        [
+            ("Unit", [("Description", description), *_dependencies(decisions)]),
+            ("Service", service),
+            ("Install", [("WantedBy", "multi-user.target")]),
+        ],
+    )
+
+
+def _service_lines(decisions: EndpointDecisions) -> list[Line]:
+    """[Service]: HAProxy under a dynamic user, sandboxed, reading its config from a
+    credential; only a port below 1024 keeps the capability to bind it."""
     start = [HAPROXY, "-Ws", "-f", f"%d/{CONFIG_CREDENTIAL}"]
     service: list[Line] = [
         ("Type", "notify"),
@@ -155,11 +169,4 @@ def render_balancer(decisions: EndpointDecisions) -> str:
             ("CapabilityBoundingSet", "CAP_NET_BIND_SERVICE"),
             ("AmbientCapabilities", "CAP_NET_BIND_SERVICE"),
         ]
-    return unit_text(
-        decisions.endpoint,
-        [
-            ("Unit", [("Description", description), *_dependencies(decisions)]),
-            ("Service", service),
-            ("Install", [("WantedBy", "multi-user.target")]),
-        ],
-    )
+    return service

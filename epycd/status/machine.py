@@ -149,6 +149,27 @@ def endpoint_status(
     plan only for an endpoint not approved yet.
     """
     shown = approval.plan if approval is not None else current_plan
+    status = _recorded_status(state, shown, unit, stopped)
+    if state.state != "approved":
+        status.reason = status.reasons[0] if status.reasons else ""
+        return status
+    if stopped is not None:
+        _set_stopped(status, stopped, unit)
+        return status
+    state_name, phase, reason, tail = runtime_state(unit, supervisor)
+    status.state, status.phase, status.reason, status.log_tail = state_name, phase, reason, tail
+    status.reasons = [] if state_name != "approved" else status.reasons
+    if approval is not None and approval.plan.instances is not None:
+        _set_status(status, approval.plan, members or {}, member_supervisors or {})
+    if status.state == "ready" and approval is not None:
+        status.handoff = handoff(approval.plan)
+    return status
+
+
+def _recorded_status(
+    state: EndpointState, shown: Plan | None, unit: UnitState, stopped: StopMarker | None
+) -> EndpointStatus:
+    """The status the approval state says, before the stop marker and the supervisor."""
     status = EndpointStatus(
         name=state.endpoint,
         state=state.state,
@@ -167,23 +188,14 @@ def endpoint_status(
         status.diff = (state.plan_diff + state.units_diff) or None
     if state.state in {"changed-needs-approval", "orphaned", "damaged"} and unit.active == "active":
         status.reasons.append(f"{unit.unit} is running the approved units")
-    if state.state != "approved":
-        status.reason = status.reasons[0] if status.reasons else ""
-        return status
-    if stopped is not None:
-        status.state = STOPPED
-        status.reason = f"stopped by {stopped.by} at {stopped.at:%Y-%m-%d %H:%M:%S %Z}"
-        if unit.active in {"active", "activating"}:
-            status.reason += f"; but {unit.unit} is {unit.active}"
-        return status
-    state_name, phase, reason, tail = runtime_state(unit, supervisor)
-    status.state, status.phase, status.reason, status.log_tail = state_name, phase, reason, tail
-    status.reasons = [] if state_name != "approved" else status.reasons
-    if approval is not None and approval.plan.instances is not None:
-        _set_status(status, approval.plan, members or {}, member_supervisors or {})
-    if status.state == "ready" and approval is not None:
-        status.handoff = handoff(approval.plan)
     return status
+
+
+def _set_stopped(status: EndpointStatus, stopped: StopMarker, unit: UnitState) -> None:
+    status.state = STOPPED
+    status.reason = f"stopped by {stopped.by} at {stopped.at:%Y-%m-%d %H:%M:%S %Z}"
+    if unit.active in {"active", "activating"}:
+        status.reason += f"; but {unit.unit} is {unit.active}"
 
 
 def _set_status(
