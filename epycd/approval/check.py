@@ -17,21 +17,20 @@ units, which still run exactly what was approved.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
+from epycd.approval.gate import run_gate
 from epycd.approval.install import journal_path
 from epycd.approval.record import Approval, load_approval, sha256_file
 from epycd.approval.shape import host_shape, shape_changes
-from epycd.errors import EpycError, file_error
+from epycd.errors import EpycError
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
 from epycd.plan.model import Plan
-from epycd.settings import Settings, load_settings
-from epycd.text import escaped
+from epycd.settings import Settings
 
 
 def stop_marker(settings: Settings, name: str) -> Path:
@@ -112,15 +111,7 @@ def run_check(settings: Settings, name: str) -> tuple[int, str]:
 @click.argument("name")
 def main(name: str) -> None:
     """Refuse to start endpoint NAME when the host or its units drifted from its approval."""
-    try:
-        code, line = run_check(load_settings(), name)
-    except EpycError as exc:
-        code, line = exc.exit_code, f"{unit_name(name)}: approval check failed: {exc}"
-    except OSError as exc:
-        error = file_error(exc)
-        code, line = error.exit_code, f"{unit_name(name)}: approval check failed: {error}"
-    click.echo(escaped(line), err=code != 0)
-    sys.exit(code)
+    run_gate(run_check, name, f"{unit_name(name)}: approval check failed")
 
 
 if __name__ == "__main__":

@@ -12,16 +12,14 @@ set for NAME.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from epycd import systemd
+from epycd.approval.gate import run_gate
 from epycd.approval.record import load_approval
-from epycd.errors import EpycError, InputError, file_error
+from epycd.errors import InputError
 from epycd.names import unit_name
-from epycd.settings import Settings, load_settings
-from epycd.text import escaped
+from epycd.settings import Settings
 
 MODULE = "epycd.approval.ready"
 
@@ -52,15 +50,7 @@ def ready_check(settings: Settings, name: str) -> tuple[int, str]:
 @click.argument("name")
 def main(name: str) -> None:
     """Refuse to start the balancer of NAME while fewer than min_ready instances are up."""
-    try:
-        code, line = ready_check(load_settings(), name)
-    except EpycError as exc:
-        code, line = exc.exit_code, f"{unit_name(name)}.service: ready check failed: {exc}"
-    except OSError as exc:
-        error = file_error(exc)
-        code, line = error.exit_code, f"{unit_name(name)}.service: ready check failed: {error}"
-    click.echo(escaped(line), err=code != 0)
-    sys.exit(code)
+    run_gate(ready_check, name, f"{unit_name(name)}.service: ready check failed")
 
 
 if __name__ == "__main__":

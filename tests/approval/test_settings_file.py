@@ -79,9 +79,14 @@ def test_every_command_reports_a_bad_epycd_conf(env: ApprovalSandbox, kind: str)
 
 @pytest.mark.parametrize("kind", ["unknown key", "non-UTF-8"])
 @pytest.mark.parametrize(
-    ("module", "argv"), [("epycd.approval.check", ["chat"]), ("epycd.daemon", [])]
+    ("module", "argv"),
+    [
+        ("epycd.approval.check", ["chat"]),
+        ("epycd.approval.ready", ["chat"]),
+        ("epycd.daemon", []),
+    ],
 )
-def test_the_boot_check_and_the_daemon_report_a_bad_epycd_conf(
+def test_the_boot_gates_and_the_daemon_report_a_bad_epycd_conf(
     env: ApprovalSandbox, kind: str, module: str, argv: list[str]
 ) -> None:
     conf, said = bad_conf(env, kind)
