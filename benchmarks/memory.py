@@ -20,7 +20,6 @@ the model's KV bytes per token, against the plan's pool).
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
@@ -32,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from runs import fmt, parse_run, run_parser
 from serving import PLANNED, Bench, approve, configs, machine, model_path, parameters
 
 from epycd.model.footprint import load_footprint
@@ -79,9 +79,7 @@ def run_case(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, default=Path("/tmp/epyc-memory-results.json"))
-    parser.add_argument("--models", nargs="+", default=["tiny", "small"], choices=["tiny", "small"])
+    parser = run_parser(__doc__, Path("/tmp/epyc-memory-results.json"))
     parser.add_argument(
         "--batched-tokens",
         type=int,
@@ -90,10 +88,8 @@ def main() -> None:
         help="--max-num-batched-tokens per case, through extra_args (0: the plan's own)",
     )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8])
-    parser.add_argument("--render", type=Path, help="only print the tables of a saved run")
-    args = parser.parse_args()
-    if args.render:
-        print(render_markdown(json.loads(args.render.read_text())))
+    args = parse_run(parser, render_markdown)
+    if args is None:
         return
     work = Path(tempfile.mkdtemp(prefix="epyc-memory-"))
     report: dict[str, Any] = {
@@ -116,10 +112,6 @@ def main() -> None:
     print(render_markdown(report))
 
 
-def fmt(value: Any, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def off_by(predicted: float, measured: float | None) -> str:
     return "-" if not measured else f"{(predicted - measured) / measured:+.1%}"
 
@@ -140,8 +132,8 @@ def case_row(case: dict[str, Any], vllm_version: str) -> str:
         f"| {case['model']} ({case['parameters'] / 1e6:.1f}M) | {case['batched_tokens']} | "
         f"{memory['weights_gb']} | {memory['kv_pool_gb']} | {fmt(case['kv_logged_gib'], 3)} | "
         f"{memory['runtime_gb']} | {memory['process_gb']} | **{now}** | "
-        f"**{fmt(case['peak_pss_gib'])}** | {off_by(now, case['peak_pss_gib'])} | "
-        f"{fmt(case['peak_rss_gib'])} | {off_by(now, case['peak_rss_gib'])} |"
+        f"**{fmt(case['peak_pss_gib'], 2)}** | {off_by(now, case['peak_pss_gib'])} | "
+        f"{fmt(case['peak_rss_gib'], 2)} | {off_by(now, case['peak_rss_gib'])} |"
     )
 
 

@@ -35,7 +35,6 @@ measured once more at the end and the rerun pair decides (the machine is shared:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -57,6 +56,8 @@ import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from runs import fmt, parse_run, run_parser  # noqa: E402
 
 from epycd.approval.record import load_approval  # noqa: E402
 from epycd.plan.model import Plan  # noqa: E402
@@ -601,9 +602,7 @@ def parameters(model: Path) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--out", type=Path, default=Path("/tmp/epyc-serving-results.json"))
-    parser.add_argument("--models", nargs="+", default=["tiny", "small"], choices=["tiny", "small"])
+    parser = run_parser(__doc__, Path("/tmp/epyc-serving-results.json"))
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
@@ -621,10 +620,8 @@ def main() -> None:
     )
     parser.add_argument("--instances-concurrency", type=int, default=8)
     parser.add_argument("--keep", action="store_true", help="keep the work folder and logs")
-    parser.add_argument("--render", type=Path, help="only print the tables of a saved run")
-    args = parser.parse_args()
-    if args.render:
-        print(render_markdown(json.loads(args.render.read_text())))
+    args = parse_run(parser, render_markdown)
+    if args is None:
         return
     work = Path(tempfile.mkdtemp(prefix="epyc-serving-"))
     report: dict[str, Any] = {
@@ -658,10 +655,6 @@ def main() -> None:
 
 
 # --- the tables -------------------------------------------------------------------------
-
-
-def fmt(value: Any, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def served_rows(served: list[dict[str, Any]], model: str) -> list[str]:
