@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from runs import fmt, parse_run, run_parser
+from runs import fmt, new_report, parse_run, run_parser
 from serving import PLANNED, Bench, approve, configs, machine, model_path, parameters
 
 from epycd.model.footprint import load_footprint
@@ -92,12 +92,8 @@ def main() -> None:
     if args is None:
         return
     work = Path(tempfile.mkdtemp(prefix="epyc-memory-"))
-    report: dict[str, Any] = {
-        "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "settings": {"concurrency": args.concurrency, "batched_tokens": args.batched_tokens},
-        "cases": [],
-    }
+    settings = {"concurrency": args.concurrency, "batched_tokens": args.batched_tokens}
+    report = new_report(machine(), settings, cases=[])
     bench = Bench(work, 128, 128)
     try:
         for size in args.models:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,13 @@ def parse_run(
         print(render(json.loads(args.render.read_text())))
         return None
     return args
+
+
+def new_report(machine: dict[str, str], settings: dict[str, Any], **parts: Any) -> dict[str, Any]:
+    """A run's JSON as it starts: when, on which machine, with which settings, then `parts`
+    (what it fills in as it measures)."""
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    return {"started": started, "machine": machine, "settings": settings, **parts}
 
 
 def fmt(value: Any, digits: int = 1) -> str:

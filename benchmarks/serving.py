@@ -57,7 +57,7 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from runs import fmt, parse_run, run_parser  # noqa: E402
+from runs import fmt, new_report, parse_run, run_parser  # noqa: E402
 
 from epycd.approval.record import load_approval  # noqa: E402
 from epycd.plan.model import Plan  # noqa: E402
@@ -624,13 +624,8 @@ def main() -> None:
     if args is None:
         return
     work = Path(tempfile.mkdtemp(prefix="epyc-serving-"))
-    report: dict[str, Any] = {
-        "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "settings": vars(args) | {"out": str(args.out), "render": None},
-        "plans": {},
-        "served": [],
-    }
+    settings = vars(args) | {"out": str(args.out), "render": None}
+    report = new_report(machine(), settings, plans={}, served=[])
     print(json.dumps(report["machine"], indent=1), flush=True)
     bench = Bench(work, args.input_len, args.output_len)
     try:
