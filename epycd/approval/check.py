@@ -19,9 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import click
-
-from epycd.approval.gate import run_gate
+from epycd.approval.gate import gate_command
 from epycd.approval.install import journal_path
 from epycd.approval.record import Approval, load_approval, sha256_file
 from epycd.approval.shape import host_shape, shape_changes
@@ -107,11 +105,12 @@ def run_check(settings: Settings, name: str) -> tuple[int, str]:
     return 0, f"{unit}: host and units match the approval"
 
 
-@click.command(name="epycd-approval-check")
-@click.argument("name")
-def main(name: str) -> None:
-    """Refuse to start endpoint NAME when the host or its units drifted from its approval."""
-    run_gate(run_check, name, f"{unit_name(name)}: approval check failed")
+main = gate_command(
+    "epycd-approval-check",
+    run_check,
+    lambda name: f"{unit_name(name)}: approval check failed",
+    "Refuse to start endpoint NAME when the host or its units drifted from its approval.",
+)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,18 @@ Gate = Callable[[Settings, str], tuple[int, str]]
 """(settings, endpoint name) -> (exit code, the one line to print)."""
 
 
+def gate_command(command: str, gate: Gate, failed: Callable[[str], str], doc: str) -> click.Command:
+    """The click command `python -m MODULE NAME` runs: `gate` for endpoint NAME, through
+    `run_gate`; `failed(NAME)` starts the line of an error outside its answer."""
+
+    @click.command(name=command, help=doc)
+    @click.argument("name")
+    def main(name: str) -> None:
+        run_gate(gate, name, failed(name))
+
+    return main
+
+
 def run_gate(gate: Gate, name: str, failed: str) -> NoReturn:
     """Run `gate` for endpoint `name` and exit with its code, its line on stdout when 0, else
     on stderr; an error before or outside its answer is `FAILED: why`."""

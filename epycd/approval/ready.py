@@ -12,10 +12,8 @@ set for NAME.
 
 from __future__ import annotations
 
-import click
-
 from epycd import systemd
-from epycd.approval.gate import run_gate
+from epycd.approval.gate import gate_command
 from epycd.approval.record import load_approval
 from epycd.errors import InputError
 from epycd.names import unit_name
@@ -46,11 +44,12 @@ def ready_check(settings: Settings, name: str) -> tuple[int, str]:
     )
 
 
-@click.command(name="epycd-ready-check")
-@click.argument("name")
-def main(name: str) -> None:
-    """Refuse to start the balancer of NAME while fewer than min_ready instances are up."""
-    run_gate(ready_check, name, f"{unit_name(name)}.service: ready check failed")
+main = gate_command(
+    "epycd-ready-check",
+    ready_check,
+    lambda name: f"{unit_name(name)}.service: ready check failed",
+    "Refuse to start the balancer of NAME while fewer than min_ready instances are up.",
+)
 
 
 if __name__ == "__main__":
