@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -800,7 +800,26 @@ def finish(
 ) -> Plan:
     """The decisions with their units rendered and fingerprinted."""
     units, dirs = render(decisions, settings.unit_dir, settings.quadlet_dir)
-    inputs = fingerprint_inputs(
+    inputs = _inputs(prepared, stack, host, decisions, units, dirs)
+    return Plan(
+        **decisions.model_dump(),
+        units=units,
+        unit_dirs=dirs,
+        fingerprint=fingerprint(inputs),
+        inputs_fingerprint=inputs_fingerprint(inputs),
+    )
+
+
+def _inputs(
+    prepared: Prepared,
+    stack: Stack,
+    host: HostFacts,
+    decisions: EndpointDecisions,
+    units: Mapping[str, str],
+    dirs: Mapping[str, str],
+) -> dict[str, Any]:
+    """What an endpoint's fingerprints cover; a refused endpoint has no units."""
+    return fingerprint_inputs(
         units=units,
         unit_dirs=dirs,
         spec_sha256=prepared.result.content_sha256,
@@ -808,13 +827,6 @@ def finish(
         model=prepared.facts,
         host=host,
         decisions=decisions,
-    )
-    return Plan(
-        **decisions.model_dump(),
-        units=units,
-        unit_dirs=dirs,
-        fingerprint=fingerprint(inputs),
-        inputs_fingerprint=inputs_fingerprint(inputs),
     )
 
 
@@ -857,15 +869,7 @@ def _unfit(
         fix=decisions.memory.action,
     )
     decisions.errors.append(Problem.of(refusal))
-    inputs = fingerprint_inputs(
-        units={},
-        unit_dirs={},
-        spec_sha256=prepared.result.content_sha256,
-        stack_sha256=stack.content_sha256,
-        model=prepared.facts,
-        host=host,
-        decisions=decisions,
-    )
+    inputs = _inputs(prepared, stack, host, decisions, units={}, dirs={})
     return _failed(
         prepared.result,
         refusal,
