@@ -2,11 +2,27 @@
 # Installs everything the test suite needs on a fresh Debian/Ubuntu machine (as root):
 # the Debian tools the real-tool tests drive, a .venv with the project and its test extras,
 # and the cached real parts under $EPYC_TEST_CACHE (outside the clone, reused between runs).
+# Each cached part is a tool in tests/tools/, run in the order TOOLS gives (a tool comes
+# after every tool it reads from); a tool that fails is named with its failing step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export EPYC_TEST_CACHE=${EPYC_TEST_CACHE:-/var/cache/epyc-llm-test}
 mkdir -p "$EPYC_TEST_CACHE"
+
+# tool                needs (the tools whose results it reads)
+TOOLS=(
+    quadlet.sh          # -
+    haproxy.sh          # -
+    rootfs.sh           # -
+    engine_rootfs.sh    # -
+    vllm_venv.sh        # - (packaging/vllm-runtime.sh)
+    runtime_wheels.sh   # - (packaging/vllm-runtime.sh --download)
+    vllm_image.sh       # rootfs.sh, vllm_venv.sh
+    bare_host.sh        # runtime_wheels.sh (the bare-host e2e's apt repository and wheels)
+)
+
+say() { echo "bootstrap: $*"; }
 
 debian_tools=(systemd podman numactl)
 missing=()
@@ -14,6 +30,7 @@ for pkg in "${debian_tools[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]} from apt"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
@@ -22,7 +39,13 @@ fi
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e '.[test]'
 
-for tool in tests/tools/*.sh; do
-    [ -e "$tool" ] || continue
-    bash "$tool"
+# every tool reports the command and line where it fails (tests/tools/lib/on_error.sh)
+export BASH_ENV=$PWD/tests/tools/lib/on_error.sh
+for tool in "${TOOLS[@]}"; do
+    start=$SECONDS
+    if ! bash "tests/tools/$tool"; then
+        say "tests/tools/$tool failed (its last lines above name the step); nothing after it ran" >&2
+        exit 1
+    fi
+    say "tests/tools/$tool done in $((SECONDS - start)) s"
 done

@@ -18,7 +18,7 @@ STAMP=$DIR/.epyc-stamp
 TAG=localhost/epyc-llm-test/vllm-cpu:0.32.0
 MODEL_REPO=epyc-llm-test/tiny
 VENV=$CACHE/vllm-venv
-WANT="$TAG from $(cat "$CACHE/rootfs/.epyc-stamp" 2>/dev/null) + $(cat "$VENV/.epyc-stamp" 2>/dev/null) hf=$MODEL_REPO v1"
+WANT="$TAG from $(cat "$CACHE/rootfs/.epyc-stamp" 2>/dev/null || true) + $(cat "$VENV/.epyc-stamp" 2>/dev/null || true) hf=$MODEL_REPO v1"
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
     echo "vllm image: cached in $DIR ($TAG)"
