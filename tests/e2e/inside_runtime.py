@@ -1,13 +1,16 @@
 """The admin's side of the embedded-runtime end-to-end test (tests/e2e/test_runtime.py), run
 inside the booted machine by the same oneshot driver unit as tests/e2e/inside.py, whose
-helpers it reuses (copied beside it into /opt/e2e). The machine has no network, no container
-engine and no compiler; pip finds every package in the wheelhouse bound at WHEELS. One phase
-per boot:
+helpers it reuses (copied beside it into /opt/e2e). The machine is a bare Debian (minbase,
+systemd, python3): no venv module, no Python headers, no compiler, no numactl, no container
+engine, no network. Its apt source is a local repository (APT_REPO), pip's are a local PyPI
+mirror (PYPI) and a local copy of PyTorch's CPU index (TORCH_INDEX), as an admin's mirrors.
+One phase per boot:
 
 install  what the machine lacks; README command 1 in its two steps (`install.sh --runtime`,
-         then `epycctl quickstart --yes`): first offline without a local model (refused,
-         nothing written), then with the local tiny model -> ready, the hand-off, a chat,
-         status; the recipe's rerun and its unreachable-index message
+         which installs the prerequisites from apt, then `epycctl quickstart --yes`): first
+         offline without a local model (refused, nothing written), then with the local tiny
+         model -> compiled, ready, the hand-off, a chat, status; the recipe's rerun and its
+         messages for an unreachable PyPI and an unreachable PyTorch index (its default)
 reboot   back with no new approval: status ready, a chat
 """
 
@@ -33,7 +36,9 @@ from inside import (
     wait_until,
 )
 
-WHEELS = "/var/cache/e2e-wheels"
+APT_REPO = "/var/cache/e2e-apt"
+PYPI = "/var/cache/e2e-pypi"
+TORCH_INDEX = "/var/cache/e2e-torch"
 PREFIX = Path("/opt/epyc-llm")
 RUNTIME = PREFIX / "runtime"
 RECIPE = PREFIX / "share" / "epyc-llm" / "vllm-runtime.sh"
@@ -41,7 +46,12 @@ NAME = "default"
 UNIT = f"epyc-llm-{NAME}.service"
 ENDPOINT_FILE = Path("/etc/epyc-llm") / f"{NAME}.toml"
 inside.UNIT = UNIT
-inside.ENV |= {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": WHEELS, "PIP_CACHE_DIR": "/root/.cache/pip"}
+inside.ENV |= {
+    "PIP_INDEX_URL": f"file://{PYPI}",
+    "PIP_EXTRA_INDEX_URL": f"file://{TORCH_INDEX}",
+    "PIP_CACHE_DIR": "/root/.cache/pip",
+}
+PYTHON_H = "import os, sysconfig; print(os.path.isfile(sysconfig.get_path('include') + '/Python.h'))"
 
 CHAT = """
 import json, sys
@@ -79,12 +89,28 @@ def chat(check: str, url: str | None) -> None:
     record(check, rc=done["rc"], reply=reply, url=url, stderr=done["stderr"][-3000:])
 
 
+def compile_prerequisites() -> dict[str, Any]:
+    """What vLLM's compile step and install.sh's venv need, as the machine has them now."""
+    return {
+        "gxx": run("sh", "-c", "command -v g++")["stdout"].strip(),
+        "python_h": run("python3", "-c", PYTHON_H)["stdout"].strip() == "True",
+        "ensurepip": run("python3", "-c", "import ensurepip")["rc"] == 0,
+        "numactl": run("sh", "-c", "command -v numactl")["stdout"].strip(),
+    }
+
+
 def fresh_machine() -> None:
     """What this fresh machine lacks, before anything is installed."""
-    tools = ("g++", "c++", "podman", "docker", "vllm", "epycctl")
+    tools = ("g++", "c++", "podman", "docker", "vllm", "epycctl", "pip", "pip3")
     found = {tool: run("sh", "-c", f"command -v {tool}")["stdout"].strip() for tool in tools}
     network = run("getent", "hosts", "pypi.org")["rc"]
-    record("fresh", found=found, pypi_resolves=network == 0)
+    record("fresh", found=found, pypi_resolves=network == 0, **compile_prerequisites())
+
+
+def compiled_kernels() -> int:
+    """The C++ kernels inductor built for the endpoints (their caches are under /var/cache)."""
+    found = run("find", "/var/cache", "-path", "*inductor*", "-name", "*.so", timeout=60)
+    return len(found["stdout"].split())
 
 
 def quickstart(check: str, *args: str) -> dict[str, Any]:
@@ -102,7 +128,7 @@ def phase_install() -> None:
     use_identity_root()
     record("runtime_size", du=run("du", "-sb", str(RUNTIME))["stdout"].split()[0])
     record("runtime_stamp", text=(RUNTIME / ".epyc-stamp").read_text().strip())
-    record("prerequisites", gxx=run("sh", "-c", "command -v g++")["stdout"].strip())
+    record("prerequisites", **compile_prerequisites())
 
     quickstart("quickstart_offline")
     record("after_offline", endpoint_file=ENDPOINT_FILE.exists(), unit=show(UNIT, "LoadState"))
@@ -119,10 +145,14 @@ def phase_install() -> None:
     record("unit", **show(UNIT))
     record("endpoint_file", text=ENDPOINT_FILE.read_text())
     chat("chat", url_of(status("status")))
+    record("compiled", kernels=compiled_kernels())
     run(str(RECIPE), str(RUNTIME), timeout=120, check="recipe_again")
-    unreachable = {"PIP_NO_INDEX": "", "PIP_INDEX_URL": "https://pypi.org/simple"}
-    inside.ENV |= unreachable
+    mirrors = dict(inside.ENV)
+    inside.ENV["PIP_INDEX_URL"] = "https://pypi.org/simple"
     run(str(RECIPE), "/opt/unreachable-runtime", timeout=120, check="recipe_unreachable")
+    inside.ENV = {k: v for k, v in mirrors.items() if k != "PIP_EXTRA_INDEX_URL"}
+    run(str(RECIPE), "/opt/unreachable-runtime", timeout=120, check="recipe_torch_unreachable")
+    inside.ENV = mirrors
     record("unreachable_left", exists=Path("/opt/unreachable-runtime").exists())
 
 

