@@ -24,6 +24,10 @@ Conventions (modelled on Linux on AMD and Intel servers):
 - /proc/meminfo MemTotal: `host_memtotal_gib` when set (VMs whose nodes show less than
   MemTotal, like the test machine), else the sum of all nodes.
 - usr/bin/g++ is an executable stub unless `cxx=False` (a minimal Debian without one).
+- Pythons and host vLLMs are added apart (`write_python`, `write_venv_vllm`,
+  `write_vllm_script`): an interpreter stub, its include/python3.X/Python.h unless
+  `headers=False` (Debian without python3.X-dev), a venv's pyvenv.cfg and bin/ links, and a
+  `vllm` script with pip's shebang; links are absolute host paths, as on a real host.
 - GPUs (`gpus`, `FakeGpu`): a KFD topology node per GPU after the CPU nodes
   (sys/class/kfd/kfd/topology/nodes/N/properties in amdkfd's `name value` format, with a
   mem_banks/0 VRAM heap), a DRM card per GPU (sys/class/drm/cardK/device/ with
@@ -497,3 +501,60 @@ CATALOGUE: dict[str, HostShape] = {
 def make_host(dest: Path, name: str) -> Path:
     """Write the catalogue shape `name` to `dest / name`; returns that root."""
     return write_host(dest / name, CATALOGUE[name])
+
+
+def _link(path: Path, target: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.symlink_to(target)
+
+
+def write_python(
+    root: Path, prefix: str = "/usr", version: str = "3.11", *, headers: bool = True
+) -> str:
+    """A Python under `root`: PREFIX/bin/python3.X (an executable stub), PREFIX/bin/python3
+    linking to it, and PREFIX/include/python3.X/Python.h unless `headers=False`. Returns the
+    interpreter as the host names it."""
+    interpreter = f"{prefix.rstrip('/')}/bin/python{version}"
+    _write(root / interpreter.lstrip("/"), "#!/bin/sh\nexit 1\n")
+    (root / interpreter.lstrip("/")).chmod(0o755)
+    _link(root / prefix.lstrip("/") / "bin" / "python3", f"python{version}")
+    header = root / prefix.lstrip("/") / "include" / f"python{version}" / "Python.h"
+    if headers:
+        _write(header, "/* Python.h */\n")
+    elif header.exists():
+        header.unlink()
+    return interpreter
+
+
+def write_vllm_script(root: Path, vllm: str, shebang: str) -> str:
+    """A `vllm` console script at the host path `vllm`, as pip writes it (`shebang` is the
+    whole first line's interpreter part, e.g. `/opt/venv/bin/python3`)."""
+    script = root / vllm.lstrip("/")
+    _write(script, f"#!{shebang}\nimport sys\nfrom vllm.entrypoints.cli.main import main\n")
+    script.chmod(0o755)
+    return vllm
+
+
+def write_venv_vllm(
+    root: Path,
+    venv: str = "/opt/epyc-llm/runtime",
+    base: str = "/usr/bin/python3.11",
+    *,
+    cfg_version: str = "version = 3.11.2",
+    executable: bool = True,
+) -> str:
+    """A venv at the host path `venv` made from the interpreter `base` (venv's layout:
+    pyvenv.cfg with `home`, `cfg_version` and, unless `executable=False` as virtualenv and
+    Python < 3.11 write it, `executable`; bin/python3 linking to `base`), with pip's `vllm`
+    script. Returns the vllm as the host names it."""
+    home = base.rsplit("/", 1)[0]
+    folder = root / venv.lstrip("/")
+    cfg = f"home = {home}\ninclude-system-site-packages = false\n{cfg_version}\n"
+    if executable:
+        cfg += f"executable = {base}\ncommand = {base} -m venv {venv}\n"
+    _write(folder / "pyvenv.cfg", cfg)
+    _link(folder / "bin" / "python3", base)
+    _link(folder / "bin" / "python", "python3")
+    return write_vllm_script(root, f"{venv}/bin/vllm", f"{venv}/bin/python3")

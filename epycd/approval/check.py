@@ -10,7 +10,10 @@ It does not re-run the planner. The installed units are the approved plan byte f
 check re-detects the host (no load sampling, no runtime probing: fast, and free of the
 volatile figures the planner also reads, available memory and busy %) and compares the
 facts that shaped the plan: CPU identity, the pinned socket's cores, CPU list and NUMA
-nodes, and its memory against what the plan needs. Changes of the endpoint file, the model
+nodes, and its memory against what the plan needs; and, for a host vLLM approved compiled
+(without --enforce-eager), that its compile step still has what it needs: a C++ compiler on
+systemd's PATH and the Python headers of the interpreter that serves (docs/tuning.md rule 4,
+read from files, the interpreter is not run). Changes of the endpoint file, the model
 or data/ are reported by `epycctl status` and the daemon; they do not stop the approved
 units, which still run exactly what was approved.
 """
@@ -26,8 +29,10 @@ from epycd.approval.shape import host_shape, shape_changes
 from epycd.errors import EpycError
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts
+from epycd.host.pyheaders import python_headers
 from epycd.names import unit_name
 from epycd.plan.model import Plan
+from epycd.plan.tuning import compile_gap
 from epycd.settings import Settings
 
 
@@ -59,8 +64,25 @@ def socket_needs(plan: Plan) -> dict[int, float]:
     return needs
 
 
+def compile_problem(plan: Plan, host: HostFacts, root: Path) -> str | None:
+    """A host vLLM approved compiled (its args without --enforce-eager) whose compile step
+    lost a prerequisite since: the C++ compiler, or the serving interpreter's Python.h.
+    An eager or a container endpoint needs neither."""
+    eager = "--enforce-eager" in plan.vllm_args
+    if plan.runtime != "host" or plan.vllm_executable is None or eager:
+        return None
+    gap = compile_gap(host.cxx_compiler, python_headers(root, plan.vllm_executable))
+    if gap is None:
+        return None
+    return (
+        "compile prerequisite gone since approval (approved compiled, without "
+        f"--enforce-eager): {gap.what}: {gap.fix}, or approve again to run eager"
+    )
+
+
 def check_problems(settings: Settings, name: str, host: HostFacts) -> list[str]:
-    """Every reason the approved endpoint must not start, each naming its change."""
+    """Every reason the approved endpoint must not start, each naming its change (`host`
+    read from the settings' host root)."""
     approval = load_approval(settings, name)
     if approval is None:
         return [f"no approval record ({settings.state_dir}/approvals/{name}.json)"]
@@ -86,6 +108,9 @@ def check_problems(settings: Settings, name: str, host: HostFacts) -> list[str]:
     )
     if host_changes:
         problems.append("host changed since approval: " + ", ".join(host_changes))
+    compile_change = compile_problem(approval.plan, host, settings.host_root)
+    if compile_change:
+        problems.append(compile_change)
     return problems
 
 

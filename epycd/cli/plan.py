@@ -218,7 +218,7 @@ def _cpu_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
             f"max_model_len {decided.max_model_len}, max_num_seqs {decided.max_num_seqs}, "
             f"max_num_batched_tokens {decided.max_num_batched_tokens} "
             f"(profile {decided.profile}"
-            f"{', eager: no C++ compiler' if decided.enforce_eager else ''})",
+            f"{', eager: no C++ compiler or Python headers' if decided.enforce_eager else ''})",
         ),
     ]
 

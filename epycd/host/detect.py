@@ -64,13 +64,18 @@ def read_layout(root: Path, cpuinfo_text: str, memory: Memory, warnings: list[st
     return Layout(places, cores, nodes, build_sockets(places, cores, nodes, warnings), offline)
 
 
-def probed_runtimes(vllm: str | None, *, probe_runtimes: bool) -> RuntimeFacts:
-    """podman and docker of this machine (when asked), and a given vllm executable."""
+def probed_runtimes(root: Path, vllm: str | None, *, probe_runtimes: bool) -> RuntimeFacts:
+    """podman and docker of this machine (when asked), and a given vllm executable with the
+    Python headers of its interpreter on the host at `root`."""
     if not (probe_runtimes or vllm):
         return RuntimeFacts()
     from epycd.host import runtimes as probes
+    from epycd.host.pyheaders import with_python_headers
 
-    return probes.probe_runtimes(vllm) if probe_runtimes else probes.only_vllm(vllm)
+    found = probes.probe_runtimes(vllm) if probe_runtimes else probes.only_vllm(vllm)
+    if found.vllm is None:
+        return found
+    return found.model_copy(update={"vllm": with_python_headers(found.vllm, root)})
 
 
 def detect_host(
@@ -117,7 +122,7 @@ class Software:
 def probe_software(root: Path, vllm: str | None, *, probe_runtimes: bool) -> Software:
     """`probe_runtimes` also asks amd-smi of the machine this process runs on."""
     return Software(
-        runtimes=probed_runtimes(vllm, probe_runtimes=probe_runtimes),
+        runtimes=probed_runtimes(root, vllm, probe_runtimes=probe_runtimes),
         cxx_compiler=find_cxx(root),
         gpus=read_gpus(root, run_amd_smi() if probe_runtimes else None),
         rocm_version=read_rocm_version(root),

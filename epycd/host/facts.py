@@ -70,6 +70,28 @@ class DockerFacts(BaseModel):
     daemon_reachable: bool = False
 
 
+class PythonHeaders(BaseModel):
+    """The C headers (Python.h) of the interpreter that serves a host vLLM: torch's inductor
+    compiles its C++ kernels against them (docs/tuning.md rule 4). Read from the files under
+    the host root by `epycd.host.pyheaders`, never by running the interpreter."""
+
+    vllm: str = Field(description="the vllm executable, as the host names it")
+    interpreter: str | None = Field(
+        default=None,
+        description="the interpreter that runs it (a venv's base interpreter), as the host "
+        "names it",
+    )
+    prefix: str | None = Field(default=None, description="that interpreter's installation prefix")
+    version: str | None = Field(default=None, description="its Python version, e.g. 3.11")
+    header: str | None = Field(
+        default=None, description="Python.h as found, or where it was looked for"
+    )
+    present: bool | None = Field(
+        default=None, description="None: not known (the interpreter could not be told)"
+    )
+    note: str | None = Field(default=None, description="why it is not known")
+
+
 class HostVllmFacts(BaseModel):
     """A host (venv/conda) vLLM, probed by running its own interpreter."""
 
@@ -80,6 +102,11 @@ class HostVllmFacts(BaseModel):
         default=None, description="vllm.platforms.current_platform class, e.g. ZenCpuPlatform"
     )
     error: str | None = None
+    python_headers: PythonHeaders | None = Field(
+        default=None,
+        description="the serving interpreter's Python.h, read under the host root (not probed, "
+        "not cached: headers come and go without the venv changing)",
+    )
 
 
 class RuntimeFacts(BaseModel):

@@ -29,6 +29,7 @@ from epycd.errors import EpycError, InputError, Refusal
 from epycd.host.cpulist import format_cpulist
 from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.host.probe_cache import ProbeCache
+from epycd.host.pyheaders import with_python_headers
 from epycd.listen import is_loopback
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.footprint import runtime_gib
@@ -103,6 +104,8 @@ class Prepared:
     route: Route
     facts: ModelFacts
     warnings: list[str] = field(default_factory=list)
+    host_vllm: HostVllmFacts | None = None
+    """The host vLLM it runs on the host path, as probed (with its interpreter's headers)."""
 
 
 def default_inspector(model: str, **kwargs: object) -> ModelFacts:
@@ -291,7 +294,9 @@ def prepare(
         chat_template_override=spec.chat_template,
         vllm_executable=route.vllm_executable,
     )
-    return Prepared(result, spec, route, facts, check_model(spec, facts, stack, file))
+    warnings = check_model(spec, facts, stack, file)
+    served_by = host_vllm if route.runtime == "host" else None
+    return Prepared(result, spec, route, facts, warnings, host_vllm=served_by)
 
 
 def _first_node(host: HostFacts, placement: Placement, bind: list[int]) -> int:
@@ -500,6 +505,7 @@ def tune(
         spec.profile,
         host_vllm=route.runtime == "host",
         cxx=host.cxx_compiler,
+        headers=prepared.host_vllm.python_headers if prepared.host_vllm else None,
         file=str(prepared.result.path),
         extra_args=list(spec.extra_args),
     )
@@ -1094,10 +1100,11 @@ def place_all(ready: list[Prepared], share: Sharing) -> dict[str, EndpointResult
 
 
 def _memoized_sources(
-    settings: Settings, inspect: ModelInspector | None, probe: VllmProber | None
+    settings: Settings, inspect: ModelInspector | None, probe: VllmProber | None, root: Path
 ) -> tuple[ModelInspector, VllmProber]:
     """The model inspector and vLLM prober (by default through the probe cache of
-    `settings.run_dir`), each asked once per model or executable in one planning run."""
+    `settings.run_dir`), each asked once per model or executable in one planning run; a
+    probed vLLM comes with its interpreter's Python headers on the host at `root`."""
     probes = ProbeCache.in_run_dir(settings.run_dir)
     inspect_model = inspect or functools.partial(default_inspector, probe_cache=probes)
     probe_vllm = probe or probes.probe
@@ -1106,7 +1113,7 @@ def _memoized_sources(
 
     def cached_probe(executable: str) -> HostVllmFacts:
         if executable not in probed:
-            probed[executable] = probe_vllm(executable)
+            probed[executable] = with_python_headers(probe_vllm(executable), root)
         return probed[executable]
 
     def cached_inspect(model: str, **kwargs: object) -> ModelFacts:
@@ -1209,14 +1216,15 @@ def plan_all(
     stack = stack or shipped_stack()
     if specs is None:
         specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
-    inspect, probe = _memoized_sources(settings, inspect, probe)
+    root = host_root or settings.host_root
+    inspect, probe = _memoized_sources(settings, inspect, probe, root)
     host = with_embedded_runtime(host, settings.runtime_dir, specs, probe)
     results, ready = _prepare_all(specs, host, stack, inspect, probe)
     share = Sharing(
         host=host,
         stack=stack,
         settings=settings,
-        hf_cache=resolve_hf_cache(host_root or settings.host_root, environ or os.environ),
+        hf_cache=resolve_hf_cache(root, environ or os.environ),
         listeners=listened_on(listeners, approved_instance_ports),
         approved_sockets=dict(approved_sockets or {}),
         approved_ports=dict(approved_ports or {}),

@@ -114,7 +114,9 @@ class EndpointDecisions(BaseModel):
     max_num_batched_tokens: int
     profile: Literal["balanced", "latency", "throughput"] = "balanced"
     enforce_eager: bool = Field(
-        default=False, description="no C++ compiler for a host vLLM (docs/tuning.md rule 4)"
+        default=False,
+        description="a host vLLM without a C++ compiler or its interpreter's Python headers "
+        "(docs/tuning.md rule 4)",
     )
     limit_nofile: int = Field(
         default=LIMIT_NOFILE, description="LimitNOFILE= / --ulimit nofile (rule 5)"

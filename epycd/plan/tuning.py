@@ -1,7 +1,8 @@
 """The tuning rules of issue 12, each with its evidence in docs/tuning.md (rule numbers match).
 
-Pure functions of the instance's cores, the memory fit, the probed vLLM version and the host's
-C++ compiler; `decide` (epycd.plan.build) applies them.
+Pure functions of the instance's cores, the memory fit, the probed vLLM version, the host's
+C++ compiler and the serving interpreter's Python headers; `decide` (epycd.plan.build) applies
+them.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from epycd.errors import Refusal
+from epycd.host.facts import PythonHeaders
 
 Profile = Literal["balanced", "latency", "throughput"]
 PROFILES: tuple[Profile, ...] = ("balanced", "latency", "throughput")
@@ -118,24 +120,85 @@ def stream_interval(profile: Profile, vllm_version: str | None) -> int | None:
     return interval
 
 
+NO_CXX = "no C++ compiler (g++ or c++) on the service's PATH"
+"""Rule 4: the compiler part of what a host vLLM's compile step misses."""
+
+
+@dataclass(frozen=True)
+class CompileGap:
+    """Rule 4: what a host vLLM's compile step misses on the host, and the fix."""
+
+    what: str
+    """e.g. "no C++ compiler (g++ or c++) on the service's PATH"."""
+    fix: str
+    """e.g. "apt-get install g++"."""
+    compiler_only: bool
+    """Only the compiler is missing: the messages of rule 4 before the headers were checked."""
+
+
+def headers_fix(headers: PythonHeaders) -> tuple[str | None, str | None]:
+    """(the Debian package of the missing headers, or another fix): python3.X-dev for the
+    system Python (/usr), else the interpreter's own headers where they are looked for."""
+    if headers.prefix == "/usr":
+        return f"python{headers.version}-dev" if headers.version else "python3-dev", None
+    return None, f"install the headers of {headers.interpreter} ({headers.header})"
+
+
+def no_headers(headers: PythonHeaders) -> str:
+    return f"no Python headers (Python.h) for {headers.interpreter}, which serves {headers.vllm}"
+
+
+def compile_gap(cxx: str | None, headers: PythonHeaders | None) -> CompileGap | None:
+    """Rule 4: what vLLM's compile step misses on the host (a C++ compiler on systemd's
+    PATH, the Python headers of the interpreter that serves), None when nothing is."""
+    headers_missing = headers is not None and headers.present is False
+    if cxx is not None and not headers_missing:
+        return None
+    parts = [] if cxx is not None else [NO_CXX]
+    packages = [] if cxx is not None else ["g++"]
+    other = None
+    if headers is not None and headers_missing:
+        parts.append(no_headers(headers))
+        package, other = headers_fix(headers)
+        packages += [package] if package else []
+    fixes = ([f"apt-get install {' '.join(packages)}"] if packages else []) + (
+        [other] if other else []
+    )
+    return CompileGap(" and ".join(parts), " and ".join(fixes), compiler_only=not headers_missing)
+
+
 def compile_choice(
-    profile: Profile, *, host_vllm: bool, cxx: str | None, file: str, extra_args: list[str]
+    profile: Profile,
+    *,
+    host_vllm: bool,
+    cxx: str | None,
+    file: str,
+    extra_args: list[str],
+    headers: PythonHeaders | None = None,
 ) -> tuple[bool, list[str]]:
-    """Rule 4: (enforce eager?, warnings). Containers carry their own compiler; a host vLLM
-    without one runs eager under "latency"/"balanced" (starts without the inductor, decodes
-    slower) and is refused under "throughput" (the compiled graph is the point)."""
-    if not host_vllm or cxx is not None or "--enforce-eager" in extra_args:
+    """Rule 4: (enforce eager?, warnings). Containers carry their own compiler and headers; a
+    host vLLM without a C++ compiler, or whose interpreter has no Python.h, runs eager under
+    "latency"/"balanced" (starts without the inductor, decodes slower) and is refused under
+    "throughput" (the compiled graph is the point). `headers` None or not known: the
+    compiler alone decides."""
+    gap = compile_gap(cxx, headers) if host_vllm and "--enforce-eager" not in extra_args else None
+    if gap is None:
         return False, []
     if profile == "throughput":
+        failure = [] if cxx is not None else ["InvalidCxxCompiler"]
+        if not gap.compiler_only:
+            failure.append("CppCompileError: Python.h: No such file or directory")
         raise Refusal(
-            "no C++ compiler (g++ or c++) on the service's PATH: vLLM's start compiles the "
-            "model with the inductor and would fail (InvalidCxxCompiler)",
+            f"{gap.what}: vLLM's start compiles the model with the inductor and would fail "
+            f"({', then '.join(failure)})",
             file=file,
             key="vllm",
-            fix='apt-get install g++ (or set profile = "balanced" to run eager)',
+            fix=f'{gap.fix} (or set profile = "balanced" to run eager)',
         )
+    runs = (
+        "vLLM runs eager" if gap.compiler_only else "vLLM's compile step needs them; it runs eager"
+    )
     return True, [
-        "no C++ compiler (g++ or c++) on the service's PATH: vLLM runs eager "
-        "(--enforce-eager): no inductor compile at start, fewer tokens/s; "
-        "apt-get install g++ to compile"
+        f"{gap.what}: {runs} (--enforce-eager): no inductor compile at start, fewer tokens/s; "
+        f"{gap.fix} to compile"
     ]

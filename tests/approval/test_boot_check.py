@@ -1,5 +1,6 @@
 """`python -m epycd.approval.check NAME`, the ExecCondition of every endpoint unit, against
-fake host roots: the approved host passes, a changed one is refused in one journal line."""
+fake host roots: the approved host passes, a changed one is refused in one journal line, and
+so is a host vLLM approved compiled whose C++ compiler or Python headers went away."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+from epycd.plan.model import Plan
 from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
-from tests.hosts import CATALOGUE, write_host, write_proc_stat
+from tests.hosts import CATALOGUE, write_host, write_proc_stat, write_python, write_venv_vllm
 
 APPROVED = CATALOGUE["genoa-9654-2s-nps1"]
 
@@ -20,8 +22,8 @@ def boot_check(
     return env.epycctl(name, module="epycd.approval.check", EPYCD_HOST_ROOT=str(host_root))
 
 
-def approve_chat(env: ApprovalSandbox, socket: int = 0) -> None:
-    env.set_plans(make_plan("chat", env.host(), env.settings.config_dir, socket=socket))
+def approve_chat(env: ApprovalSandbox, socket: int = 0, plan: Plan | None = None) -> None:
+    env.set_plans(plan or make_plan("chat", env.host(), env.settings.config_dir, socket=socket))
     done = env.epycctl("approve", "chat", "--yes", "--no-start")
     assert done.returncode == 0, done.stderr
 
@@ -106,3 +108,73 @@ def test_refuses_a_new_nps_setting(env: ApprovalSandbox) -> None:
     line = refused_line(boot_check(env, "chat", nps4))
     assert "host changed since approval: socket 0 NUMA nodes [0] -> [0, 1, 2, 3]" in line
     assert "physical cores" not in line
+
+
+def with_python(env: ApprovalSandbox) -> Path:
+    """The approved host's Debian python3.11 with python3.11-dev, and the approved plans'
+    host vLLM (/opt/vllm/bin/vllm, tests/approval/plans.py) in a venv made from it; returns
+    its Python.h."""
+    write_python(env.host_root, "/usr", "3.11", headers=True)
+    assert write_venv_vllm(env.host_root, "/opt/vllm", "/usr/bin/python3.11") == (
+        "/opt/vllm/bin/vllm"
+    )
+    return env.host_root / "usr/include/python3.11/Python.h"
+
+
+COMPILED = "compile prerequisite gone since approval (approved compiled, without --enforce-eager): "
+
+
+def test_a_compiled_host_vllm_starts_with_its_prerequisites(env: ApprovalSandbox) -> None:
+    with_python(env)
+    approve_chat(env)
+    done = boot_check(env, "chat", env.host_root)
+    assert done.returncode == 0, done.stderr
+
+
+def test_refuses_a_compiled_host_vllm_whose_python_headers_went(env: ApprovalSandbox) -> None:
+    """python3.11-dev removed after approval: the compile step would die on Python.h."""
+    header = with_python(env)
+    approve_chat(env)
+    header.unlink()
+    line = refused_line(boot_check(env, "chat", env.host_root))
+    assert line == (
+        f"epyc-llm-chat: {COMPILED}no Python headers (Python.h) for /usr/bin/python3.11, which "
+        "serves /opt/vllm/bin/vllm: apt-get install python3.11-dev, or approve again to run "
+        "eager; run `epycctl plan chat` and `epycctl approve chat`"
+    )
+
+
+def test_refuses_a_compiled_host_vllm_whose_compiler_went(env: ApprovalSandbox) -> None:
+    with_python(env)
+    approve_chat(env)
+    (env.host_root / "usr/bin/g++").unlink()
+    line = refused_line(boot_check(env, "chat", env.host_root))
+    assert line == (
+        f"epyc-llm-chat: {COMPILED}no C++ compiler (g++ or c++) on the service's PATH: "
+        "apt-get install g++, or approve again to run eager; "
+        "run `epycctl plan chat` and `epycctl approve chat`"
+    )
+
+
+def test_an_eager_host_vllm_needs_neither(env: ApprovalSandbox) -> None:
+    header = with_python(env)
+    plan = make_plan("chat", env.host(), env.settings.config_dir)
+    eager = plan.model_copy(
+        update={"vllm_args": [*plan.vllm_args, "--enforce-eager"], "enforce_eager": True}
+    )
+    approve_chat(env, plan=eager)
+    header.unlink()
+    (env.host_root / "usr/bin/g++").unlink()
+    done = boot_check(env, "chat", env.host_root)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_container_endpoint_needs_neither(env: ApprovalSandbox) -> None:
+    header = with_python(env)
+    env.set_plans(make_plan("chat", env.host(), env.settings.config_dir, runtime="podman"))
+    done = env.epycctl("approve", "chat", "--yes", "--no-start", "--no-pull")
+    assert done.returncode == 0, done.stderr
+    header.unlink()
+    (env.host_root / "usr/bin/g++").unlink()
+    done = boot_check(env, "chat", env.host_root)
+    assert done.returncode == 0, done.stderr

@@ -1,8 +1,9 @@
 """The tuning rules of docs/tuning.md on fake hosts: the bind leaves the front end its cores
 (rule 1), max_num_seqs and the batch follow the profile and fit the memory (rule 2), the KV
 pool is what the sequences need within the nodes' available memory and is passed the way the
-vLLM version prefers (rule 3), a host vLLM without a C++ compiler runs eager or is refused
-(rule 4), every unit kind carries the limits (rule 5)."""
+vLLM version prefers (rule 3), a host vLLM without a C++ compiler, or whose interpreter has no
+Python headers, runs eager or is refused (rule 4), every unit kind carries the limits
+(rule 5)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.plan.model import Plan
 from epycd.spec import parse_endpoint
-from tests.hosts import CATALOGUE, write_host
+from tests.hosts import CATALOGUE, write_host, write_python, write_venv_vllm, write_vllm_script
 from tests.plan.conftest import PODMAN_5, PlanWorkspace
 
 GIB = 1024**3
@@ -242,6 +243,138 @@ def test_containers_carry_their_own_compiler(ws: PlanWorkspace, host_of: HostOf)
     ws.endpoint("llm", 'profile = "throughput"\n')
     plan = plans(ws, without_cxx(host_of("genoa-9654-2s-nps1")))["llm"]
     assert not plan.enforce_eager and "--enforce-eager" not in plan.vllm_args
+
+
+RUNTIME_VLLM = "/opt/epyc-llm/runtime/bin/vllm"
+SYSTEM_VLLM = "/usr/local/bin/vllm"
+NO_HEADERS = (
+    "no Python headers (Python.h) for /usr/bin/python3.11, which serves {vllm}: vLLM's "
+    "compile step needs them; it runs eager (--enforce-eager): no inductor compile at start, "
+    "fewer tokens/s; apt-get install python3.11-dev to compile"
+)
+
+
+def python_host(
+    ws: PlanWorkspace, host_of: HostOf, *, headers: bool, vllm: str = RUNTIME_VLLM
+) -> tuple[HostFacts, Path]:
+    """The Genoa host root with Debian's python3.11 (with or without python3.11-dev) and a
+    host vLLM run by it: the embedded runtime's venv, or a vllm outside a venv."""
+    name = "genoa-9654-2s-nps1"
+    host = host_of(name)
+    root = ws.tmp / "hosts" / name
+    write_python(root, "/usr", "3.11", headers=headers)
+    if vllm == RUNTIME_VLLM:
+        write_venv_vllm(root)
+    else:
+        write_vllm_script(root, vllm, "/usr/bin/python3")
+    return host, root
+
+
+@pytest.mark.parametrize("vllm", [RUNTIME_VLLM, SYSTEM_VLLM])
+def test_a_host_vllm_whose_python_has_its_headers_compiles(
+    ws: PlanWorkspace, host_of: HostOf, vllm: str
+) -> None:
+    host, root = python_host(ws, host_of, headers=True, vllm=vllm)
+    ws.endpoint("llm", f'runtime = "host"\nvllm = "{vllm}"\nprofile = "throughput"\n')
+    plan = plans(ws, host, probe=probe_says("0.32.0"), host_root=root)["llm"]
+    assert not plan.enforce_eager and "--enforce-eager" not in plan.vllm_args
+    assert not any("Python.h" in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize("vllm", [RUNTIME_VLLM, SYSTEM_VLLM])
+def test_no_python_headers_balanced_runs_eager_and_names_the_fix(
+    ws: PlanWorkspace, host_of: HostOf, vllm: str
+) -> None:
+    """g++ is there, python3.11-dev is not: the compile step would die on Python.h."""
+    host, root = python_host(ws, host_of, headers=False, vllm=vllm)
+    assert host.cxx_compiler == "/usr/bin/g++"
+    ws.endpoint("llm", f'runtime = "host"\nvllm = "{vllm}"\n')
+    plan = plans(ws, host, probe=probe_says("0.32.0"), host_root=root)["llm"]
+    assert plan.enforce_eager and "--enforce-eager" in plan.vllm_args
+    assert NO_HEADERS.format(vllm=vllm) in plan.warnings
+    assert " --enforce-eager " in plan.units["epyc-llm-llm.service"]
+
+
+def test_no_python_headers_throughput_is_refused_with_the_fix(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    host, root = python_host(ws, host_of, headers=False)
+    ws.endpoint("llm", f'runtime = "host"\nvllm = "{RUNTIME_VLLM}"\nprofile = "throughput"\n')
+    result = ws.plan(host, probe=probe_says("0.32.0"), host_root=root)["llm"]
+    assert result.plan is None and result.exit_code == 1
+    [error] = result.errors
+    assert error.message == (
+        f"no Python headers (Python.h) for /usr/bin/python3.11, which serves {RUNTIME_VLLM}: "
+        "vLLM's start compiles the model with the inductor and would fail (CppCompileError: "
+        "Python.h: No such file or directory)"
+    )
+    assert error.fix == 'apt-get install python3.11-dev (or set profile = "balanced" to run eager)'
+    assert error.key == "vllm"
+
+
+def test_no_compiler_and_no_headers_name_both(ws: PlanWorkspace, host_of: HostOf) -> None:
+    host, root = python_host(ws, host_of, headers=False)
+    ws.endpoint("llm", f'runtime = "host"\nvllm = "{RUNTIME_VLLM}"\n')
+    plan = plans(ws, without_cxx(host), probe=probe_says("0.32.0"), host_root=root)["llm"]
+    assert plan.enforce_eager
+    [warning] = [w for w in plan.warnings if "--enforce-eager" in w]
+    assert warning.startswith(
+        "no C++ compiler (g++ or c++) on the service's PATH and no Python headers (Python.h) "
+        f"for /usr/bin/python3.11, which serves {RUNTIME_VLLM}: "
+    )
+    assert warning.endswith("apt-get install g++ python3.11-dev to compile")
+
+
+def test_no_compiler_alone_keeps_its_message(ws: PlanWorkspace, host_of: HostOf) -> None:
+    host, root = python_host(ws, host_of, headers=True)
+    ws.endpoint("llm", f'runtime = "host"\nvllm = "{RUNTIME_VLLM}"\n')
+    plan = plans(ws, without_cxx(host), probe=probe_says("0.32.0"), host_root=root)["llm"]
+    assert plan.enforce_eager
+    assert (
+        "no C++ compiler (g++ or c++) on the service's PATH: vLLM runs eager (--enforce-eager): "
+        "no inductor compile at start, fewer tokens/s; apt-get install g++ to compile"
+    ) in plan.warnings
+
+
+def test_an_explicit_enforce_eager_is_not_checked(ws: PlanWorkspace, host_of: HostOf) -> None:
+    host, root = python_host(ws, host_of, headers=False)
+    ws.endpoint(
+        "llm",
+        f'runtime = "host"\nvllm = "{RUNTIME_VLLM}"\nprofile = "throughput"\n'
+        'extra_args = ["--enforce-eager"]\n',
+    )
+    plan = plans(ws, host, probe=probe_says("0.32.0"), host_root=root)["llm"]
+    assert not plan.enforce_eager and plan.vllm_args.count("--enforce-eager") == 1
+    assert not any("Python.h" in w for w in plan.warnings)
+
+
+def test_containers_carry_their_own_headers(ws: PlanWorkspace, host_of: HostOf) -> None:
+    host, root = python_host(ws, host_of, headers=False)
+    ws.endpoint("llm", 'profile = "throughput"\n')
+    plan = plans(ws, host, host_root=root)["llm"]
+    assert plan.runtime == "podman" and not plan.enforce_eager
+
+
+def test_the_embedded_runtime_without_headers_runs_eager(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    """`runtime = "auto"` without a container runtime serves with the embedded runtime (here
+    a venv in tmp_path over a Python of its own, read on this machine's root): its Python
+    has no headers, the plan says which and where."""
+    base = write_python(Path("/"), str(ws.tmp / "python"), "3.12", headers=False)
+    runtime = ws.tmp / "runtime"
+    vllm = write_venv_vllm(Path("/"), str(runtime), base, cfg_version="version = 3.12.8")
+    ws.settings = ws.settings.model_copy(update={"runtime_dir": runtime})
+    ws.endpoint("llm")
+    host = host_of("genoa-9654-2s-nps1", RuntimeFacts())
+    plan = plans(ws, host, probe=probe_says("0.32.0"), host_root=Path("/"))["llm"]
+    assert (plan.runtime, plan.vllm_executable, plan.enforce_eager) == ("host", vllm, True)
+    assert (
+        f"no Python headers (Python.h) for {base}, which serves {vllm}: vLLM's compile step "
+        "needs them; it runs eager (--enforce-eager): no inductor compile at start, fewer "
+        f"tokens/s; install the headers of {base} ({ws.tmp}/python/include/python3.12/Python.h)"
+        " to compile"
+    ) in plan.warnings
 
 
 def test_every_unit_kind_carries_the_limits(ws: PlanWorkspace, host_of: HostOf) -> None:
