@@ -51,7 +51,9 @@ inside.ENV |= {
     "PIP_EXTRA_INDEX_URL": f"file://{TORCH_INDEX}",
     "PIP_CACHE_DIR": "/root/.cache/pip",
 }
-PYTHON_H = "import os, sysconfig; print(os.path.isfile(sysconfig.get_path('include') + '/Python.h'))"
+PYTHON_H = (
+    "import os, sysconfig; print(os.path.isfile(sysconfig.get_path('include') + '/Python.h'))"
+)
 
 CHAT = """
 import json, sys
