@@ -38,6 +38,7 @@ from epycd.plan.model import Plan
 from epycd.settings import Settings, load_settings
 from epycd.status.machine import EndpointStatus
 from epycd.status.units import STARTING_UNIT_STATES
+from epycd.text import escaped
 
 log = logging.getLogger("epycd")
 
@@ -428,7 +429,7 @@ def main(poll_interval: float, refresh_interval: float, settle_timeout: float | 
     try:
         settings = load_settings()
     except EpycError as exc:
-        click.echo(f"epycd: {exc}", err=True)
+        click.echo(escaped(f"epycd: {exc}"), err=True)
         sys.exit(exc.exit_code)
     daemon = Daemon(
         settings,

@@ -20,6 +20,8 @@ import click
 import httpx
 from pydantic import BaseModel, Field
 
+from epycd.text import escaped
+
 Phase = Literal["health", "models", "request"]
 PrimaryEndpoint = Literal["chat_completions", "completions"]
 
@@ -255,9 +257,9 @@ def main(
     )
     result = run_gate(config)
     if result.ok:
-        click.echo(f"ready: {result.reason}")
+        click.echo(escaped(f"ready: {result.reason}"))
         return
-    click.echo(f"health gate failed in phase {result.phase}: {result.reason}", err=True)
+    click.echo(escaped(f"health gate failed in phase {result.phase}: {result.reason}"), err=True)
     sys.exit(1)
 
 

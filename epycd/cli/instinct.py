@@ -8,6 +8,7 @@ import click
 
 from epycd.cli.output import json_option, print_json
 from epycd.plan.model import EndpointDecisions
+from epycd.text import escaped
 
 
 def gpu_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
@@ -82,8 +83,10 @@ def instinct_recipes(source: Path, out: Path | None, as_json: bool) -> None:
         print_json(report.model_dump())
         return
     click.echo(
-        f"wrote {target}: {report.models} model(s), fetched_at {report.fetched_at}, "
-        f"image {report.docker_image}"
+        escaped(
+            f"wrote {target}: {report.models} model(s), fetched_at {report.fetched_at}, "
+            f"image {report.docker_image}"
+        )
     )
     for item in dropped:
-        click.echo(f"dropped (the plan decides it): {item}")
+        click.echo(escaped(f"dropped (the plan decides it): {item}"))

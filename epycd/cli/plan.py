@@ -19,6 +19,7 @@ from epycd.plan.build import EndpointResult
 from epycd.plan.current import LOAD_SAMPLE_SECONDS
 from epycd.plan.model import EndpointDecisions
 from epycd.settings import load_settings
+from epycd.text import escaped, escaped_lines
 
 JSON_KEYS = (
     "endpoint",
@@ -224,13 +225,13 @@ def _cpu_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
 
 
 def show(result: EndpointResult, host: HostFacts) -> None:
-    click.echo(f"Plan for endpoint {result.endpoint} ({result.config_file})\n")
+    click.echo(escaped(f"Plan for endpoint {result.endpoint} ({result.config_file})") + "\n")
     click.echo(confirmation_table(result, host))
     if result.plan is None:
         return
     for file_name, text in result.plan.units.items():
         folder = result.plan.unit_dirs.get(file_name, "")
-        click.echo(f"\n# {Path(folder) / file_name}\n{text.rstrip()}")
+        click.echo(escaped_lines(f"\n# {Path(folder) / file_name}\n{text.rstrip()}"))
     click.echo(f"\nfingerprint {result.plan.fingerprint}")
     if result.plan.requires_confirmation:
         click.echo(f"approve with: epycctl approve {result.endpoint} --accept-unvalidated")

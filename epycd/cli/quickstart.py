@@ -239,7 +239,7 @@ def pick_runtime(
             fix="give the vllm executable (or the folder) of a venv/conda env with vLLM",
         )
     if runtime is None:
-        click.echo(no_runtime_text(runtimes, settings.runtime_dir), err=True)
+        click.echo(escaped_lines(no_runtime_text(runtimes, settings.runtime_dir)), err=True)
         raise Refusal("no runtime to serve with")
     return runtime, runtimes
 
@@ -272,9 +272,14 @@ def shown_plan(settings: Settings, name: str, result: EndpointResult, host: Host
     click.echo()
     plan = planned_or_refused(result)
     targets = unit_targets(settings, plan.units, plan.unit_dirs)
-    click.echo(units_text(plan, {k: str(v) for k, v in targets.items()}))
+    click.echo(escaped_lines(units_text(plan, {k: str(v) for k, v in targets.items()})))
     click.echo(f"fingerprint {plan.fingerprint}\n")
     return plan
+
+
+def echo_escaped(line: str) -> None:
+    """A step of the install (paths, repairs) as the terminal may show it."""
+    click.echo(escaped_lines(line))
 
 
 def write_endpoint_file(target: Path, content: bytes) -> None:
@@ -283,7 +288,7 @@ def write_endpoint_file(target: Path, content: bytes) -> None:
 
     with file_errors_refused():
         write_atomic(target, content, mode=0o644)
-    click.echo(f"wrote {target}")
+    click.echo(escaped(f"wrote {target}"))
 
 
 def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval | None) -> None:
@@ -319,7 +324,7 @@ def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval
             fix=f"see `epycctl status {name}` and `epycctl logs {name}`",
         ) from None
     click.echo(f"\n{name} is ready.\n")
-    click.echo(handoff_text(handoff(approval.plan)))
+    click.echo(escaped_lines(handoff_text(handoff(approval.plan))))
 
 
 def prepared_host(name: str) -> tuple[Settings, HostFacts]:
@@ -335,7 +340,7 @@ def prepared_host(name: str) -> tuple[Settings, HostFacts]:
     checked_name(name)
     require_admin(settings, "quickstart")
     for line in recover_interrupted(settings):
-        click.echo(line)
+        click.echo(escaped_lines(line))
     host = gather_host(
         settings.host_root,
         sum(s.ok for s in endpoint_specs(settings)) + 1,
@@ -414,7 +419,7 @@ def quickstart(
         settings, candidate.plan, host, current_approver(), accepted_unvalidated=accept_unvalidated
     )
     installed = install_approved(
-        settings, approval, pull=not no_pull, touch_systemd=not no_start, log=click.echo
+        settings, approval, pull=not no_pull, touch_systemd=not no_start, log=echo_escaped
     )
     if no_start:
         click.echo(
