@@ -5,6 +5,16 @@ endpoint's image (host network, the HF cache and model folders mounted as the un
 them). Random dataset, fixed seed, `--ignore-eos`, one run per concurrency; the results
 (output tok/s, TTFT, TPOT) are kept in `STATE_DIR/bench/NAME.json`.
 
+The client calls the endpoint as any client on this machine does: at its own address
+(`epycd.listen.local_url`: the endpoint file's `host`, IPv6 in brackets, loopback for a
+wildcard), with its API key when it has one. vLLM's bench client reads the key from
+OPENAI_API_KEY, so the key is read from the root-only api_key_file (as the plan reads it)
+into the bench process's environment only: never its argv, a log or another file (a
+container gets `--env=OPENAI_API_KEY`, the name alone, its value from that environment).
+
+Only root or the admin group may run it (as `approve`): the result is kept in the state
+folder, and the key file and the offline run's pinning are root's.
+
 `--offline` runs `vllm bench throughput` instead, the recipe's offline batch mode, with the
 endpoint's own sizing (its engine arguments, environment, CPUs and NUMA nodes) while the
 endpoint is stopped: both would not fit the same cores and memory.
@@ -28,12 +38,15 @@ from pydantic import BaseModel, Field
 
 from epycd.cli.output import print_json, table
 from epycd.errors import InputError, Refusal
+from epycd.listen import local_url
 from epycd.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from epycd.plan.model import Plan
 
 RESULT_IN_CONTAINER = "/epycd-bench"
+API_KEY_ENV = "OPENAI_API_KEY"
+"""Where vLLM's bench client (`vllm bench serve`, OpenAI backends) reads the API key."""
 PROGRESS_INTERVAL_S = 1.0
 BENCH_TIMEOUT_S = 3600
 METRICS = ("completed", "duration", "output_throughput", "mean_ttft_ms", "mean_tpot_ms")
@@ -78,8 +91,7 @@ def serve_bench_args(
     """`vllm bench serve` arguments against the endpoint, the result written to `out`."""
     folder, _, file_name = out.rpartition("/")
     return [
-        "bench", "serve", "--backend", "vllm",
-        "--host", "127.0.0.1", "--port", str(plan.port),
+        "bench", "serve", "--backend", "vllm", "--base-url", local_url(plan.host, plan.port),
         "--model", plan.served_model_name, "--tokenizer", plan.model,
         "--dataset-name", "random",
         "--random-input-len", str(lengths[0]), "--random-output-len", str(lengths[1]),
@@ -98,6 +110,8 @@ def bench_argv(plan: Plan, args: list[str], results: Path) -> list[str]:
         mounts.append(f"{plan.hf_cache.host_path}:{plan.hf_cache.container_path}")
     mounts += [f"{m.host_path}:{m.container_path}:ro" for m in plan.extra_mounts]
     argv = [plan.runtime, "run", "--rm", "--network=host", "--entrypoint", "vllm"]
+    if plan.api_key_file and args[:2] == ["bench", "serve"]:
+        argv.append(f"--env={API_KEY_ENV}")  # the name only: the value from bench_env
     for mount in mounts:
         argv += ["-v", mount]
     return [*argv, str(plan.image), *args]
@@ -113,7 +127,33 @@ def answers(plan: Plan) -> bool:
 
 
 def health_url(plan: Plan) -> str:
-    return f"http://127.0.0.1:{plan.port}/health"
+    return f"{local_url(plan.host, plan.port)}/health"
+
+
+def api_key(plan: Plan) -> str | None:
+    """The endpoint's API key from its root-only api_key_file, read by the plan's own secret
+    reader; None for an endpoint without one."""
+    if not plan.api_key_file:
+        return None
+    from epycd.plan.build import API_KEY_TEXT, read_root_only
+
+    path, file = Path(plan.api_key_file), Path(plan.config_file)
+    key = read_root_only(path, file, "api_key_file", "the API key")
+    if not API_KEY_TEXT.fullmatch(key):
+        raise InputError(
+            f"{path} is empty or its key has spaces, several lines or non-ASCII characters",
+            file=file,
+            key="api_key_file",
+            fix=f"write one key of printable ASCII characters, on one line, into {path}",
+        )
+    return key
+
+
+def bench_env(key: str | None) -> dict[str, str]:
+    """The bench client's environment: this one with the endpoint's key as OPENAI_API_KEY,
+    or without any OPENAI_API_KEY (the caller's key for another service is not sent)."""
+    env = {name: value for name, value in os.environ.items() if name != API_KEY_ENV}
+    return env | {API_KEY_ENV: key} if key else env
 
 
 def require_ready(plan: Plan, name: str) -> None:
@@ -195,11 +235,14 @@ def run_offline(
     )
 
 
-def run_one(argv: list[str], label: str, result_file: Path) -> dict[str, Any]:
-    """Run one benchmark with a progress line on stderr; its saved metrics, or the error."""
+def run_one(
+    argv: list[str], label: str, result_file: Path, key: str | None = None
+) -> dict[str, Any]:
+    """Run one benchmark with a progress line on stderr; its saved metrics, or the error
+    (never holding the key)."""
     started = time.monotonic()
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=bench_env(key))
         while process.poll() is None:
             elapsed = time.monotonic() - started
             if elapsed > BENCH_TIMEOUT_S:
@@ -210,7 +253,8 @@ def run_one(argv: list[str], label: str, result_file: Path) -> dict[str, Any]:
         log.seek(0)
         tail = log.read().decode(errors="replace").strip().splitlines()[-3:]
     if process.returncode != 0 or not result_file.is_file():
-        return {"error": f"exit {process.returncode}: " + " / ".join(tail)}
+        error = f"exit {process.returncode}: " + " / ".join(tail)
+        return {"error": error.replace(key, "<api key>") if key else error}
     data = json.loads(result_file.read_text(encoding="utf-8"))
     return {key: data.get(key) for key in METRICS}
 
@@ -249,7 +293,10 @@ def bench(
     as_json: bool,
 ) -> None:
     """Measure NAME's ready endpoint with `vllm bench serve` (tok/s, TTFT, TPOT)."""
+    from epycd.approval.permissions import require_admin
+
     settings = load_settings()
+    require_admin(settings, "bench --offline" if offline else "bench")
     plan = approved_plan(settings, name)
     lengths = (input_len, output_len)
     if offline:
@@ -296,6 +343,7 @@ def serve_runs(
 ) -> list[BenchRun]:
     """One `vllm bench serve` per concurrency, in order."""
     runs = []
+    key = api_key(plan)
     with tempfile.TemporaryDirectory(prefix="epycd-bench-") as folder:
         results = Path(folder)
         for concurrency in concurrencies:
@@ -303,9 +351,8 @@ def serve_runs(
             file_name = f"c{concurrency}.json"
             inside = results if plan.runtime == "host" else Path(RESULT_IN_CONTAINER)
             args = serve_bench_args(plan, concurrency, prompts, lengths, f"{inside}/{file_name}")
-            measured = run_one(
-                bench_argv(plan, args, results), f"concurrency {concurrency}", results / file_name
-            )
+            argv = bench_argv(plan, args, results)
+            measured = run_one(argv, f"concurrency {concurrency}", results / file_name, key)
             runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, **measured))
     return runs
 

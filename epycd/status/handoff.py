@@ -56,8 +56,9 @@ def ready_curl(url: str, served: str, primary: str, key_file: str | None = None)
         body["prompt"] = "Hello, world"
     body |= {"max_tokens": HANDOFF_MAX_TOKENS, "temperature": 0.7}
     auth = f'-H "Authorization: Bearer $(cat {shlex.quote(key_file)})" ' if key_file else ""
+    target = shlex.quote(url + primary_path(primary).removeprefix("/v1"))  # [::1] is a glob
     return (
-        f"curl -s {url}{primary_path(primary).removeprefix('/v1')} {auth}"
+        f"curl -s {target} {auth}"
         f"-H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))}"
     )
 

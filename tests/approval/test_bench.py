@@ -94,7 +94,7 @@ def test_bench_runs_the_endpoints_vllm_per_concurrency_and_keeps_the_result(
     argvs = [json.loads(line) for line in calls.read_text().splitlines()]
     for argv in argvs:
         assert argv[:2] == ["bench", "serve"]
-        assert argv[argv.index("--port") + 1] == str(endpoint_port)
+        assert argv[argv.index("--base-url") + 1] == f"http://127.0.0.1:{endpoint_port}"
         assert argv[argv.index("--model") + 1] == "tiny"
         assert argv[argv.index("--random-input-len") + 1] == "32"
         assert "--ignore-eos" in argv and argv[argv.index("--dataset-name") + 1] == "random"

@@ -72,15 +72,20 @@ def ready_handoff(ws: DaemonSandbox, name: str) -> dict[str, Any]:
 
 
 def run_both(
-    handoff: dict[str, Any], text: str, api_key: str | None = None
+    handoff: dict[str, Any], text: str, api_key: str | None = None, host: str = "127.0.0.1"
 ) -> list[tuple[str, str, dict[str, str], Any]]:
+    """The curl (in a bash that fails on an unmatched glob, as zsh does by default) and the
+    OpenAI example, against a server on `host` and the hand-off's port."""
     replies = vllm_replies(handoff["served_model_name"], text)
-    with local_server(replies, handoff["port"], api_key) as (
+    with local_server(replies, handoff["port"], api_key, host) as (
         _url,
         routes,
     ):
         curl = subprocess.run(
-            ["bash", "-c", handoff["curl"]], capture_output=True, text=True, timeout=30
+            ["bash", "-O", "failglob", "-c", handoff["curl"]],
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         assert curl.returncode == 0, curl.stderr
         choice = json.loads(curl.stdout)["choices"][0]
@@ -141,3 +146,19 @@ def test_a_keyed_endpoint_hands_off_commands_that_read_the_key_file(ws: DaemonSa
     assert str(key_file) in shown.stdout and "0.0.0.0" in shown.stdout
     everything = shown.stdout + shown.stderr + ws.epycctl("status", "chat", "--json").stdout
     assert key not in everything
+
+
+def test_an_ipv6_loopback_endpoint_hands_off_its_own_address(ws: DaemonSandbox) -> None:
+    """`host = "::1"`: the URL is the endpoint's own, bracketed, and the curl command runs
+    as printed in a shell that treats an unquoted [::1] as a glob."""
+    ws.endpoint("chat", 'host = "::1"\n')
+    handoff = ready_handoff(ws, "chat")
+    assert handoff["host"] == "::1"
+    assert handoff["base_url"] == f"http://[::1]:{handoff['port']}/v1"
+    assert f"'http://[::1]:{handoff['port']}/v1/chat/completions'" in handoff["curl"]
+    assert f"base_url='http://[::1]:{handoff['port']}/v1'" in handoff["python"]
+    seen = run_both(handoff, "Hi over IPv6", host="::1")
+    assert [path for _m, path, _h, _b in seen] == ["/v1/chat/completions"] * 2
+    shown = ws.epycctl("status", "chat")
+    assert shown.returncode == 0, shown.stderr
+    assert f"http://[::1]:{handoff['port']}/v1" in shown.stdout

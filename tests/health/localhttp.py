@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,14 +52,23 @@ def _handler(routes: Routes) -> type[BaseHTTPRequestHandler]:
 
 @contextmanager
 def local_server(
-    replies: dict[str, Reply], port: int = 0, api_key: str | None = None
+    replies: dict[str, Reply], port: int = 0, api_key: str | None = None, host: str = "127.0.0.1"
 ) -> Iterator[tuple[str, Routes]]:
+    """On `host` (IPv4 or IPv6) and `port`; the base URL it is reached at."""
     routes = Routes(replies, api_key)
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(routes))
+    server_class = ThreadingHTTPServer
+    if ":" in host:
+
+        class Server6(ThreadingHTTPServer):
+            address_family = socket.AF_INET6
+
+        server_class = Server6
+    server = server_class((host, port), _handler(routes))
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", routes
+        shown = f"[{host}]" if ":" in host else host
+        yield f"http://{shown}:{server.server_address[1]}", routes
     finally:
         server.shutdown()
         server.server_close()
