@@ -5,8 +5,10 @@ Subcommands live in their own modules and are imported only when run, so that
 
 Errors are turned into messages here, once for every command: an `EpycError` (or an
 `OSError` such as permission denied or a full disk) becomes one line on stderr and its exit
-code, never a traceback. Before any command runs, epycd.conf and the EPYCD_* variables are
-validated, so a bad settings file is reported the same way by every command.
+code, never a traceback; with --json also the command's one JSON object on stdout
+(`epycd.cli.output.error_json`), as is a usage error (a bad or empty option value).
+Before any command runs, epycd.conf and the EPYCD_* variables are validated, so a bad
+settings file is reported the same way by every command.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from typing import Any
 
 import click
 
-from epycd.cli.output import report_error
+from epycd.cli.output import JSON_COMMAND, report_error, report_json_error
 from epycd.errors import EpycError, file_error
 from epycd.paths import settings_given
+
+COMMAND_ARGS = "epycctl.command_args"
+"""ctx.meta key: the command line after `epycctl` (the command and its arguments)."""
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "detect": ("epycd.cli.detect", "detect"),
@@ -79,6 +84,12 @@ class LazyGroup(click.Group):
         command: click.Command = getattr(module, attr)
         return settings_checked(command)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        ctx.meta[COMMAND_ARGS] = list(args)
+        return super().resolve_command(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -88,10 +99,26 @@ class LazyGroup(click.Group):
             if exc.errno == errno.EPIPE:
                 raise  # click's own handling: the reader went away
             report_error(ctx, file_error(exc))
+        except click.ClickException as exc:
+            _usage_error_as_json(ctx, exc)
+            raise  # click prints the usage and the error on stderr, exit 2
 
     @staticmethod
     def _importable(name: str) -> bool:
         return importlib.util.find_spec(COMMANDS[name][0]) is not None
+
+
+def _usage_error_as_json(ctx: click.Context, exc: click.ClickException) -> None:
+    """A usage error (a bad or empty option value) of a command given --json: its JSON error
+    object too, although --json itself may not have been parsed yet."""
+    if JSON_COMMAND not in ctx.meta:
+        command = exc.ctx if isinstance(exc, click.UsageError) else None
+        if command is None or command is ctx or "--json" not in ctx.meta.get(COMMAND_ARGS, []):
+            return
+        if not any(param.name == "as_json" for param in command.command.params):
+            return
+        ctx.meta[JSON_COMMAND] = command
+    report_json_error(ctx, exc.format_message(), exc.exit_code)
 
 
 @click.group(

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from pydantic import BaseModel, Field
 
-from epycd.cli.output import print_json, table
+from epycd.cli.output import json_option, print_json, table
 from epycd.errors import InputError, Refusal
 from epycd.listen import local_url
 from epycd.settings import Settings, load_settings
@@ -282,7 +282,7 @@ def run_one(
     is_flag=True,
     help="`vllm bench throughput` with the endpoint's sizing, the endpoint stopped",
 )
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@json_option("print the result as JSON")
 def bench(
     name: str,
     concurrencies: tuple[int, ...],

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from epycd.cli.options import SAMPLE_SECONDS
+from epycd.cli.options import SAMPLE_SECONDS, TEXT, NonEmptyPath
 from epycd.cli.output import json_option, print_json, table
 from epycd.host.facts import HostFacts
 from epycd.sizes import gib
@@ -149,11 +149,11 @@ def _configured_root() -> Path:
 @json_option("Print the facts as JSON.")
 @click.option(
     "--root",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     default=None,
     help="Host root holding proc/ and sys/ (default: EPYCD_HOST_ROOT or /).",
 )
-@click.option("--vllm", "vllm", default=None, help="A host `vllm` executable to probe.")
+@click.option("--vllm", "vllm", type=TEXT, default=None, help="A host `vllm` executable to probe.")
 @click.option(
     "--load-sample",
     type=SAMPLE_SECONDS,

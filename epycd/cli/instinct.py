@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from epycd.cli.options import NonEmptyPath
 from epycd.cli.output import json_option, print_json
 from epycd.plan.model import EndpointDecisions
 from epycd.text import escaped
@@ -42,12 +43,12 @@ def gpu_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
     "--from",
     "source",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     help="The recipe's recipes_cache.json (synced elsewhere; read here offline).",
 )
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     default=None,
     help="Where to write (default: the shipped data/instinct-recipes.json).",
 )

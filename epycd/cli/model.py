@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from epycd.cli.options import CONTEXT_TOKENS, SEQUENCES, SOCKET_GIB
+from epycd.cli.options import CONTEXT_TOKENS, SEQUENCES, SOCKET_GIB, TEXT
 from epycd.cli.output import EXIT_NO, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.model.check import inspect_model
@@ -54,9 +54,13 @@ def servable(facts: ModelFacts) -> bool:
 
 @click.command("check-model")
 @click.argument("model")
-@click.option("--revision", default=None, help="branch, tag or commit (default main)")
-@click.option("--vllm-version", default=None, help="vLLM version to check against (default pinned)")
-@click.option("--vllm", "vllm_executable", default=None, help="ask this host vLLM's own registry")
+@click.option("--revision", type=TEXT, default=None, help="branch, tag or commit (default main)")
+@click.option(
+    "--vllm-version", type=TEXT, default=None, help="vLLM version to check against (default pinned)"
+)
+@click.option(
+    "--vllm", "vllm_executable", type=TEXT, default=None, help="ask this host vLLM's own registry"
+)
 @json_option("stable JSON for scripts")
 def check_model(
     model: str,
@@ -138,7 +142,7 @@ def estimate_json(facts: ModelFacts, fit: MemoryFit, socket_note: str) -> dict[s
     default=None,
     help="socket memory in GiB (default: socket 0 of this host, as detected)",
 )
-@click.option("--revision", default=None, help="branch, tag or commit (default main)")
+@click.option("--revision", type=TEXT, default=None, help="branch, tag or commit (default main)")
 @json_option("stable JSON for scripts")
 def estimate(
     model: str,

@@ -1,4 +1,5 @@
-"""Numeric option types that refuse what click's ranges let through: `nan` and `inf` pass
+"""Option types: the text ones refuse an empty value (`TEXT`, `NonEmptyPath`); the numeric
+ones refuse what click's ranges let through: `nan` and `inf` pass
 a `FloatRange` with only a lower bound (every comparison with nan is false), and a range
 without an upper bound takes absurd values (a load sample of a year, a context of 10^18
 tokens). Each bound here says what is sane."""
@@ -36,3 +37,32 @@ SOCKET_GIB = FiniteFloatRange(min=0, min_open=True, max=MAX_SOCKET_GIB)
 CONTEXT_TOKENS = click.IntRange(min=1, max=MAX_CONTEXT_TOKENS)
 SEQUENCES = click.IntRange(min=1, max=MAX_SEQUENCES)
 LOG_LINES = click.IntRange(min=0, max=MAX_LOG_LINES)
+
+
+class NonEmptyText(click.types.StringParamType):
+    """A name, id or path given as text: never empty. An empty value would otherwise be read
+    as "not given" (`--model ""` as the default model) or as the current folder."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail(
+                "an empty value is not allowed: give one, or leave the option out", param, ctx
+            )
+        return super().convert(value, param, ctx)
+
+
+class NonEmptyPath(click.Path):
+    """`click.Path` refusing an empty value, which it would read as the current folder."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail(
+                "an empty value is not allowed: give a path, or leave the option out", param, ctx
+            )
+        return super().convert(value, param, ctx)
+
+
+TEXT = NonEmptyText()
+"""The type of every text option (names, ids, versions, executables): see NonEmptyText."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from epycd.cli.options import SAMPLE_SECONDS
+from epycd.cli.options import SAMPLE_SECONDS, NonEmptyPath
 from epycd.cli.output import EXIT_OK, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.host.cpulist import format_cpulist, parse_cpulist
@@ -244,7 +244,7 @@ def show(result: EndpointResult, host: HostFacts) -> None:
 @json_option("print the plan as JSON")
 @click.option(
     "--root",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=NonEmptyPath(path_type=Path, file_okay=False),
     default=None,
     help="host root to read /proc and /sys from (default EPYCD_HOST_ROOT, /)",
 )

@@ -26,6 +26,7 @@ import tomli_w
 
 from epycd.approval.record import Approval, approved_plans
 from epycd.cli.approve import consent_options
+from epycd.cli.options import TEXT
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.plan.build import EndpointResult
@@ -381,15 +382,21 @@ def planned_candidate(
 
 @click.command("quickstart")
 @click.option(
-    "--model", default=None, help="hub id or local model folder (default: data/epyc.json's)"
+    "--model",
+    type=TEXT,
+    default=None,
+    help="hub id or local model folder (default: data/epyc.json's)",
 )
 @click.option(
     "--vllm",
     "vllm",
     default=None,
     help="serve with this host vLLM: its `vllm` executable or its venv/conda folder",
+    type=TEXT,
 )
-@click.option("--name", default=DEFAULT_NAME, show_default=True, help="the endpoint (file) name")
+@click.option(
+    "--name", type=TEXT, default=DEFAULT_NAME, show_default=True, help="the endpoint (file) name"
+)
 @consent_options
 @click.option(
     "--no-start", is_flag=True, help="Write the file, units and approval; do not touch systemd."

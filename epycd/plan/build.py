@@ -930,6 +930,16 @@ def _failed(result: SpecResult, *errors: EpycError, **extra: object) -> Endpoint
     return EndpointResult(
         endpoint=result.name,
         config_file=str(result.path),
+def against_endpoint_file(exc: EpycError, file: Path) -> None:
+    """Report an endpoint's error against its endpoint file: one about another file the file
+    names (the model folder or its config.json, a chat template) keeps that file in its
+    message and names the key (`model` where the error has none). The exit code stays."""
+    if exc.file is not None and exc.file != str(file):
+        exc.message = f"{exc.file}: {exc.message}"
+        exc.key = exc.key or "model"
+    exc.file = str(file)
+
+
         errors=[Problem.of(exc) for exc in errors],
         **extra,
     )
@@ -1145,8 +1155,7 @@ def _prepare_all(
         try:
             ready.append(prepare(spec_result, host, stack, inspect, probe))
         except EpycError as exc:
-            if exc.file is None:
-                exc.file = str(spec_result.path)
+            against_endpoint_file(exc, spec_result.path)
             here = exc.path if isinstance(exc, UnreadableHere) else None
             results[spec_result.name] = _failed(spec_result, exc, unreadable_here=here)
     return results, ready

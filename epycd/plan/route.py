@@ -80,7 +80,12 @@ def _refuse_unusable_docker(docker: DockerFacts, file: Path) -> None:
         )
 
 
-def _refuse_unusable_host_vllm(wanted: str, host_vllm: HostVllmFacts | None, file: Path) -> None:
+def _refuse_unusable_host_vllm(
+    spec: EndpointSpec, host_vllm: HostVllmFacts | None, file: Path
+) -> None:
+    """Refused (1) when the host has no usable vLLM of its own; bad input (2) when the
+    endpoint file's `vllm` key names one that is missing or cannot import vllm."""
+    wanted = spec.runtime
     if host_vllm is None:
         raise Refusal(
             "no container runtime and no host vLLM" if wanted == "auto" else "no vllm given",
@@ -89,7 +94,8 @@ def _refuse_unusable_host_vllm(wanted: str, host_vllm: HostVllmFacts | None, fil
             fix=RUNTIME_FIX,
         )
     if not host_vllm.present:
-        raise Refusal(
+        error = InputError if spec.vllm else Refusal
+        raise error(
             f"the host vLLM {host_vllm.path} cannot be used: {host_vllm.error}",
             file=file,
             key="vllm",
@@ -116,7 +122,7 @@ def choose_runtime(
     if docker.present and not docker.daemon_reachable:
         notes.append("docker is installed but its daemon does not answer: not used")
     if wanted in ("host", "auto"):
-        _refuse_unusable_host_vllm(wanted, host_vllm, file)
+        _refuse_unusable_host_vllm(spec, host_vllm, file)
         return "host", notes
     raise InputError(f"unknown runtime {wanted!r}", file=file, key="runtime")
 

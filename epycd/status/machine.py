@@ -4,6 +4,8 @@ into one of
 
     pending-approval, approved (installed, not started), starting, ready, failed:PHASE,
     stopped (by the admin), changed-needs-approval, orphaned, damaged (its approval record),
+    install-interrupted (an install or remove journal left behind, which the boot check
+    refuses to start on: approve again or remove),
     degraded (a multi-instance endpoint whose balancer serves with an instance down,
     epycd.status.instances)
 
@@ -38,7 +40,9 @@ COUNT_WORDS = (
     ("changed-needs-approval", "changed, needs approval"),
     ("orphaned", "orphaned"),
     ("damaged", "damaged"),
+    ("install-interrupted", "install interrupted"),
 )
+INTERRUPTED = "install-interrupted"
 
 
 class EndpointStatus(BaseModel):
@@ -47,7 +51,7 @@ class EndpointStatus(BaseModel):
     name: str
     state: str = Field(
         description="pending-approval, approved, starting, ready, failed:PHASE, "
-        "stopped, changed-needs-approval, orphaned or damaged"
+        "stopped, changed-needs-approval, orphaned, damaged or install-interrupted"
     )
     phase: str | None = None
     reason: str = ""
@@ -150,6 +154,9 @@ def endpoint_status(
     """
     shown = approval.plan if approval is not None else current_plan
     status = _recorded_status(state, shown, unit, stopped)
+    if state.interrupted:
+        _set_interrupted(status, state)
+        return status
     if state.state != "approved":
         status.reason = status.reasons[0] if status.reasons else ""
         return status
@@ -189,6 +196,17 @@ def _recorded_status(
     if state.state in {"changed-needs-approval", "orphaned", "damaged"} and unit.active == "active":
         status.reasons.append(f"{unit.unit} is running the approved units")
     return status
+
+
+def _set_interrupted(status: EndpointStatus, state: EndpointState) -> None:
+    """The approval state's `interrupted` (the install journal the boot check refuses on)."""
+    name = state.endpoint
+    status.state = INTERRUPTED
+    status.reason = (
+        f"an install or remove of {name} was interrupted; its unit does not start until it is "
+        f"finished: `epycctl approve {name}` again, or `epycctl remove {name}`"
+    )
+    status.reasons = [r for r in status.reasons if "was interrupted" not in r]
 
 
 def _set_stopped(status: EndpointStatus, stopped: StopMarker, unit: UnitState) -> None:
