@@ -14,7 +14,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
@@ -25,6 +25,7 @@ from epycd.names import is_endpoint_name
 from epycd.text import first_unsafe
 
 HUB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+T = TypeVar("T")
 MAX_ENDPOINT_FILE_BYTES = 64 * 1024
 MAX_INSTANCES = 64
 """The most vLLM instances one endpoint runs (docs/instances.md): more than a 2 x 256-core
@@ -202,6 +203,90 @@ only helps the message name the long form."""
 SHORT_FLAG = re.compile(r"-[A-Za-z]")
 
 SEE_ENDPOINT_FILE_DOCS = 'see docs/architecture.md, "Endpoint file"'
+
+class Reach(NamedTuple):
+    """What a flag or variable of `LOADS_OR_SENDS_ARGS`/`_ENV` does beyond tuning vLLM."""
+
+    consent: bool
+    """True: allowed once the approver consents; False: refused."""
+    why: str
+    """Shown with the flag or variable; `{value}` is its value."""
+
+
+LOADS_CODE = "it imports Python code named here into the server, code the approval does not cover"
+LOADS_OR_SENDS_ARGS: dict[str, Reach] = {
+    "--middleware": Reach(False, LOADS_CODE + " (ASGI middleware)"),
+    "--worker-cls": Reach(False, LOADS_CODE + " (a worker class)"),
+    "--worker-extension-cls": Reach(False, LOADS_CODE + " (a worker extension class)"),
+    "--logits-processors": Reach(False, LOADS_CODE + " (logits processor classes)"),
+    "--logits-processor-pattern": Reach(
+        False, "API clients could name Python classes for the server to import"
+    ),
+    "--tool-parser-plugin": Reach(False, LOADS_CODE + " (a tool parser file)"),
+    "--reasoning-parser-plugin": Reach(False, LOADS_CODE + " (a reasoning parser file)"),
+    "--io-processor-plugin": Reach(False, LOADS_CODE + " (an IO processor plugin)"),
+    "--log-config-file": Reach(
+        False, "a logging config can build any Python object and write files anywhere"
+    ),
+    "--kv-transfer-config": Reach(
+        False, "it connects the engine to other processes by address and can import a module"
+    ),
+    "--kv-events-config": Reach(False, "it publishes the engine's events to an address"),
+    "--ec-transfer-config": Reach(
+        False, "it connects the encoder cache to other processes and can import a module"
+    ),
+    "--trust-remote-code": Reach(
+        True, "it runs the model repository's own Python code inside the server"
+    ),
+    "--otlp-traces-endpoint": Reach(True, "it sends a trace of every request to {value}"),
+    "--tool-server": Reach(
+        True,
+        "it sends the model's tool calls to {value} (`demo`: a web browser and a code interpreter)",
+    ),
+    "--allowed-local-media-path": Reach(
+        True, "API clients may make the server read any file under {value} it can read"
+    ),
+    "--trust-request-chat-template": Reach(
+        True, "API clients may send their own chat template for the server to render"
+    ),
+    "--enable-log-requests": Reach(
+        True, "it writes every prompt to the journal, for whoever reads the journal"
+    ),
+    "--enable-log-outputs": Reach(
+        True, "it writes every response to the journal, for whoever reads the journal"
+    ),
+}
+LOADS_OR_SENDS_ENV: dict[str, Reach] = {
+    "VLLM_USAGE_STATS_SERVER": Reach(False, "it sends usage data to another address"),
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": Reach(
+        False,
+        "API clients could make the server load adapters from any path it reads or from the hub",
+    ),
+    "VLLM_DEBUG_LOG_API_SERVER_RESPONSE": Reach(
+        True, "it writes every response to the journal, for whoever reads the journal"
+    ),
+}
+LOADS_OR_SENDS_ENV_SUFFIXES: dict[str, Reach] = {
+    suffix: Reach(False, "it sends data to an address the plan does not check")
+    for suffix in ("_URL", "_URI", "_ENDPOINT", "_SERVER", "_SERVERS", "_ADDR", "_ADDRESS")
+}
+"""One policy for the endpoint file's extra_args and env: what loads code, widens what the
+server reads or sends data out is refused (the reason is the error), or allowed only with
+the approver's consent, which the plan shows with the flag or variable and its value.
+
+Consent is the plan's own (`consent_reasons` -> `confirmation_reasons`, "Consent needed" in
+`plan` and `approve`, given with `approve --accept-unvalidated`, recorded in the approval
+and covered by the fingerprint), as for a stock path or a port open without a key. No
+endpoint-file key (`allow = [...]`): a key would be consent by whoever writes the file, and
+the person who approves would not be asked. Refused: what names code or addresses the
+approval cannot judge (plugins, classes, connectors, logging configs) or hands API clients
+a loader. With consent: what a person can judge from the plan (the model's own code, a
+trace or tool server address, a media folder, prompts and responses in the journal).
+Flags match as `ARGS_OWNED_BY_PLAN` do: `--flag=value`, `--flag value`, `--flag_name` and
+abbreviations; short flags are refused anyway. Not here because the plan already owns them:
+`--api-key` (a secret on argv: api_key_file), `--ssl-*`, `--chat-template`,
+`--download-dir`, `--uds`; `--root-path` only prefixes the API's URLs behind a proxy."""
+
 """Shown only for a key `ALLOWED` lacks; tests/plan/test_spec.py keeps every key in it."""
 
 ALLOWED: dict[str, str] = {
@@ -404,9 +489,10 @@ def _validation_errors(
     return errors
 
 
-def _owned_flag(flag: str) -> tuple[str, str] | None:
-    """The owned flag (or family) `flag` names, exactly, within a family or abbreviated."""
-    for owned, why in ARGS_OWNED_BY_PLAN.items():
+def _table_flag(flag: str, table: dict[str, T]) -> tuple[str, T] | None:
+    """The flag (or family) of `table` that `flag` names, exactly, within a family or
+    abbreviated."""
+    for owned, why in table.items():
         stem = owned.removesuffix("*")
         family = owned.endswith("*")
         abbreviated = len(flag) > 3 and stem.startswith(flag)
@@ -416,6 +502,57 @@ def _owned_flag(flag: str) -> tuple[str, str] | None:
 
 
 class ArgRefusal(NamedTuple):
+def _owned_flag(flag: str) -> tuple[str, str] | None:
+    """The owned flag (or family) `flag` names, exactly, within a family or abbreviated."""
+    return _table_flag(flag, ARGS_OWNED_BY_PLAN)
+
+
+def _flag_name(arg: str) -> str:
+    """`--flag` of `--flag`, `--flag=value`, `--flag.key=value` or `--flag_name`."""
+    return arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+
+
+def arg_reach(arg: str) -> tuple[str, Reach] | None:
+    """The flag of `LOADS_OR_SENDS_ARGS` that the long flag `arg` names, and its reach."""
+    if not arg.startswith("--") or arg == "--":
+        return None
+    return _table_flag(_flag_name(arg), LOADS_OR_SENDS_ARGS)
+
+
+def env_reach(name: str) -> Reach | None:
+    """The reach of a variable of `LOADS_OR_SENDS_ENV` (or of its address suffixes)."""
+    upper = name.upper()
+    return LOADS_OR_SENDS_ENV.get(upper) or next(
+        (r for suffix, r in LOADS_OR_SENDS_ENV_SUFFIXES.items() if upper.endswith(suffix)), None
+    )
+
+
+def consent_reasons(
+    extra_args: list[str], env: dict[str, str], *, where: str = "extra_args"
+) -> list[str]:
+    """The consent the endpoint file's extra_args and env (or the Instinct recipe's args,
+    `where` says which) need (`LOADS_OR_SENDS_ARGS`, `LOADS_OR_SENDS_ENV`): one reason per
+    flag or variable, naming it and its value."""
+    reasons = []
+    for index, arg in enumerate(extra_args):
+        found = arg_reach(arg)
+        if found is None or not found[1].consent:
+            continue
+        flag, reach = found
+        value = arg.split("=", 1)[1] if "=" in arg else None
+        following = extra_args[index + 1] if index + 1 < len(extra_args) else None
+        if value is None and following is not None and not following.startswith("-"):
+            value = following
+        shown = flag if value is None else f"{flag} {value}"
+        why = reach.why.replace("{value}", value or "(no value)")
+        reasons.append(f"{where} {shown}: {why}")
+    for name, value in env.items():
+        env_found = env_reach(name)
+        if env_found is not None and env_found.consent:
+            reasons.append(f"env {name}={value}: {env_found.why.replace('{value}', value)}")
+    return reasons
+
+
     why: str
     fix: str
     secret: bool = False
@@ -443,10 +580,12 @@ def arg_refusal(arg: str) -> ArgRefusal | None:
         )
     if not arg.startswith("--") or arg == "--":
         return None
-    flag = arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
-    owned = _owned_flag(flag)
+    owned = _owned_flag(_flag_name(arg))
     if owned is None:
-        return None
+        reach = arg_reach(arg)
+        if reach is None or reach[1].consent:
+            return None
+        return ArgRefusal(f"{reach[0]}: {reach[1].why}", "remove it")
     name, why = owned
     return ArgRefusal(f"{name}: {why}", "remove it", why.startswith("a secret"))
 
@@ -466,6 +605,9 @@ def env_refusal(name: str, value: str) -> tuple[str, str] | None:
     if takes_over:
         return f"it takes over the server: {takes_over}", "remove it; allowed: " + ENV_TUNABLE_TEXT
     if SECRET_NAME_WORDS & set(upper.split("_")) or SECRET_VALUE.search(value):
+    reach = env_reach(name)
+    if reach is not None and not reach.consent:
+        return f"it loads code or sends data out: {reach.why}", "remove it"
         return "it looks like a secret (a token, an API key or a password)", SECRET_FIX
     if name not in ENV_TUNABLE_NAMES and not name.startswith(ENV_TUNABLE_PREFIXES):
         return "it is not one of the variables an endpoint may tune", "allowed: " + ENV_TUNABLE_TEXT

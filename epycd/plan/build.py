@@ -58,7 +58,7 @@ from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_port
 from epycd.plan.route import Route, container_runtime, route_endpoint
 from epycd.settings import Settings
 from epycd.sizes import GIB
-from epycd.spec import EndpointSpec, SpecResult, load_endpoints
+from epycd.spec import EndpointSpec, SpecResult, consent_reasons, load_endpoints
 from epycd.stack import Stack, shipped_stack
 
 ModelInspector = Callable[..., ModelFacts]
@@ -727,6 +727,7 @@ def service_fields(
     if exposed := exposure_reason(spec, placed.port):
         reasons.append(exposed)
     return ServiceFields(
+    reasons += consent_reasons(spec.extra_args, spec.env)
         socket=placed.socket,
         numa_nodes=placed.numa_nodes,
         port=placed.port,

@@ -32,6 +32,7 @@ from epycd.plan.gpu_decide import (
     recipe_args,
 )
 from epycd.plan.model import EndpointDecisions
+from epycd.spec import consent_reasons
 
 
 def is_gpu(prepared: Prepared) -> bool:
@@ -97,7 +98,8 @@ def decide_gpu(
         port,
         warnings=[*placement.warnings, *context_warnings],
         device_warnings=_recipe_warnings(chosen.model, recipe),
-        confirmation_reasons=placement.confirmation_reasons,
+        confirmation_reasons=placement.confirmation_reasons
+        + consent_reasons(recipe[0], {}, where="the Instinct recipe's args"),
     )
     memory = gpu_memory(facts, placement.fit, context)
     status = str(endpoint_status_file(share.settings.run_dir, prepared.result.name))
