@@ -24,8 +24,8 @@ from epycd.listen import DEFAULT_HOST, listen_address
 from epycd.names import is_endpoint_name
 from epycd.text import first_unsafe
 
-HUB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 T = TypeVar("T")
+HUB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_ENDPOINT_FILE_BYTES = 64 * 1024
 MAX_INSTANCES = 64
 """The most vLLM instances one endpoint runs (docs/instances.md): more than a 2 x 256-core
@@ -202,7 +202,6 @@ SHORT_FLAG_LONG_FORMS: dict[str, str] = {
 only helps the message name the long form."""
 SHORT_FLAG = re.compile(r"-[A-Za-z]")
 
-SEE_ENDPOINT_FILE_DOCS = 'see docs/architecture.md, "Endpoint file"'
 
 class Reach(NamedTuple):
     """What a flag or variable of `LOADS_OR_SENDS_ARGS`/`_ENV` does beyond tuning vLLM."""
@@ -287,6 +286,7 @@ abbreviations; short flags are refused anyway. Not here because the plan already
 `--api-key` (a secret on argv: api_key_file), `--ssl-*`, `--chat-template`,
 `--download-dir`, `--uds`; `--root-path` only prefixes the API's URLs behind a proxy."""
 
+SEE_ENDPOINT_FILE_DOCS = 'see docs/architecture.md, "Endpoint file"'
 """Shown only for a key `ALLOWED` lacks; tests/plan/test_spec.py keeps every key in it."""
 
 ALLOWED: dict[str, str] = {
@@ -501,7 +501,6 @@ def _table_flag(flag: str, table: dict[str, T]) -> tuple[str, T] | None:
     return None
 
 
-class ArgRefusal(NamedTuple):
 def _owned_flag(flag: str) -> tuple[str, str] | None:
     """The owned flag (or family) `flag` names, exactly, within a family or abbreviated."""
     return _table_flag(flag, ARGS_OWNED_BY_PLAN)
@@ -553,6 +552,7 @@ def consent_reasons(
     return reasons
 
 
+class ArgRefusal(NamedTuple):
     why: str
     fix: str
     secret: bool = False
@@ -604,10 +604,10 @@ def env_refusal(name: str, value: str) -> tuple[str, str] | None:
     )
     if takes_over:
         return f"it takes over the server: {takes_over}", "remove it; allowed: " + ENV_TUNABLE_TEXT
-    if SECRET_NAME_WORDS & set(upper.split("_")) or SECRET_VALUE.search(value):
     reach = env_reach(name)
     if reach is not None and not reach.consent:
         return f"it loads code or sends data out: {reach.why}", "remove it"
+    if SECRET_NAME_WORDS & set(upper.split("_")) or SECRET_VALUE.search(value):
         return "it looks like a secret (a token, an API key or a password)", SECRET_FIX
     if name not in ENV_TUNABLE_NAMES and not name.startswith(ENV_TUNABLE_PREFIXES):
         return "it is not one of the variables an endpoint may tune", "allowed: " + ENV_TUNABLE_TEXT

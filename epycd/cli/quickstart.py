@@ -390,9 +390,9 @@ def planned_candidate(
 @click.option(
     "--vllm",
     "vllm",
+    type=TEXT,
     default=None,
     help="serve with this host vLLM: its `vllm` executable or its venv/conda folder",
-    type=TEXT,
 )
 @click.option(
     "--name", type=TEXT, default=DEFAULT_NAME, show_default=True, help="the endpoint (file) name"

@@ -246,10 +246,10 @@ def start(name: str, as_json: bool) -> None:
         "changed-needs-approval",
         "orphaned",
         "damaged",
+        "install-interrupted",
     }:
         said = "; ".join(current.reasons) or current.state
         if current.diff:
-        "install-interrupted",
             report.say(f"changes since approval:\n{current.diff.rstrip()}", err=True)
         raise Refusal(
             f"{name} is {current.state}, not startable: {said}",

@@ -724,10 +724,10 @@ def service_fields(
     warnings = [*route.warnings, *prepared.warnings, *placed.warnings]
     warnings += _hf_cache_warnings(chosen.hf, chosen.containerized) + placed.device_warnings
     reasons = [*route.confirmation_reasons, *placed.confirmation_reasons]
+    reasons += consent_reasons(spec.extra_args, spec.env)
     if exposed := exposure_reason(spec, placed.port):
         reasons.append(exposed)
     return ServiceFields(
-    reasons += consent_reasons(spec.extra_args, spec.env)
         socket=placed.socket,
         numa_nodes=placed.numa_nodes,
         port=placed.port,
@@ -927,10 +927,6 @@ def _plan_one(
     return plan_result(prepared, decisions, share)
 
 
-def _failed(result: SpecResult, *errors: EpycError, **extra: object) -> EndpointResult:
-    return EndpointResult(
-        endpoint=result.name,
-        config_file=str(result.path),
 def against_endpoint_file(exc: EpycError, file: Path) -> None:
     """Report an endpoint's error against its endpoint file: one about another file the file
     names (the model folder or its config.json, a chat template) keeps that file in its
@@ -941,6 +937,10 @@ def against_endpoint_file(exc: EpycError, file: Path) -> None:
     exc.file = str(file)
 
 
+def _failed(result: SpecResult, *errors: EpycError, **extra: object) -> EndpointResult:
+    return EndpointResult(
+        endpoint=result.name,
+        config_file=str(result.path),
         errors=[Problem.of(exc) for exc in errors],
         **extra,
     )
