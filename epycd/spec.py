@@ -604,13 +604,13 @@ def env_refusal(name: str, value: str) -> tuple[str, str] | None:
     )
     if takes_over:
         return f"it takes over the server: {takes_over}", "remove it; allowed: " + ENV_TUNABLE_TEXT
-    reach = env_reach(name)
-    if reach is not None and not reach.consent:
-        return f"it loads code or sends data out: {reach.why}", "remove it"
     if SECRET_NAME_WORDS & set(upper.split("_")) or SECRET_VALUE.search(value):
         return "it looks like a secret (a token, an API key or a password)", SECRET_FIX
     if name not in ENV_TUNABLE_NAMES and not name.startswith(ENV_TUNABLE_PREFIXES):
         return "it is not one of the variables an endpoint may tune", "allowed: " + ENV_TUNABLE_TEXT
+    reach = env_reach(name)
+    if reach is not None and not reach.consent:
+        return f"it loads code or sends data out: {reach.why}", "remove it"
     return None
 
 
