@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from epycd.approval.shape import HostShape
 from epycd.errors import InputError
@@ -55,6 +55,12 @@ class Approval(BaseModel):
     host_shape: HostShape
     units: dict[str, UnitRecord]
     plan: Plan
+    image_digest: str | None = Field(
+        default=None,
+        description="a container endpoint's image as the engine held it at approve time "
+        "(`image inspect --format {{.Id}}`, sha256:...); None when not present or not asked "
+        "(a host endpoint, a record older than the field)",
+    )
 
     @field_validator("plan", mode="before")
     @classmethod

@@ -4,11 +4,14 @@ install, systemd. The CLI asks; these do.
 Image pull: done for every container path, with or without `--no-start`, because the units
 use `Pull=never` (boot never waits on a registry) and an image-build that writes units for
 the next boot needs the image in place; `no_pull` skips it for images preloaded otherwise.
+Then the image the engine holds is recorded in the approval (`image_digest`), or None when it
+is not present.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -47,6 +50,7 @@ from epycd.plan.model import Plan
 from epycd.settings import Settings
 
 QUADLET_SUFFIX = ".container"
+INSPECT_TIMEOUT_S = 30
 START_MARGIN_S = 30
 ACTIVE_STATES = frozenset({"active", "activating", "reloading", "deactivating"})
 
@@ -110,6 +114,32 @@ def pull_image(plan: Plan) -> None:
             "was installed",
             fix="check the registry is reachable, or load the image and use --no-pull",
         )
+
+
+def image_digest(plan: Plan) -> str | None:
+    """The image the engine holds under the plan's reference now (`image inspect --format
+    {{.Id}}`: the sha256 of the image's config, the same in podman and docker), recorded in
+    the approval so that what it binds does not float with a later pull; None for a host
+    endpoint, an image not present, or an engine that does not answer."""
+    if plan.runtime == "host" or not plan.image:
+        return None
+    tool = shutil.which(plan.runtime)
+    if tool is None:
+        return None
+    argv = [tool, "image", "inspect", "--format", "{{.Id}}", plan.image]
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=INSPECT_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = done.stdout.strip().splitlines()
+    if done.returncode != 0 or len(found) != 1:
+        return None
+    digest = found[0].removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        return None
+    return f"sha256:{digest}"
 
 
 def is_quadlet(file_name: str) -> bool:
@@ -187,6 +217,7 @@ def install_approved(
     previous = readable_approval(settings, approval.endpoint)
     if pull:
         pull_image(approval.plan)
+    approval.image_digest = image_digest(approval.plan)
     if touch_systemd:
         disable_dropped(previous, approval, log)
     repairs, paths = install_approval(settings, approval)

@@ -132,6 +132,8 @@ def details(status: EndpointStatus) -> str:
         ]
     if status.approved_by:
         lines.append(f"  approved by {status.approved_by}")
+        if status.image:
+            lines.append(f"  image {status.image} ({status.image_digest or 'digest unknown'})")
     if status.diff:
         lines.append(f"\nchanges since approval (not applied):\n{status.diff.rstrip()}")
     if status.log_tail:

@@ -96,6 +96,14 @@ class InstinctRecipes(BaseModel):
     content_sha256: str = ""
 
 
+def floats(image: str) -> bool:
+    """An image reference a later pull can change: no tag, or `:latest` (a digest pins)."""
+    if "@" in image:
+        return False
+    name = image.rsplit("/", 1)[-1]
+    return ":" not in name or name.rsplit(":", 1)[1] == "latest"
+
+
 def data_path(name: str) -> Path:
     """A shipped data file: the wheel's `epycd/data/`, else the repository's `data/`."""
     packaged = resources.files("epycd").joinpath("data", name)

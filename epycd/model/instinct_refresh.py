@@ -7,7 +7,9 @@ offline. The cache's shape, as seed 001 describes it: top-level `fetched_at` and
 
 Flags the plan owns (epycd.spec.ARGS_OWNED_BY_PLAN: the tensor-parallel size, the port...)
 are dropped from the recipes, each named in the report: the plan decides them. What the
-current data knows that the cache does not (MoE models, generic args) is kept.
+current data knows that the cache does not (MoE models, generic args) is kept, and so is
+the pinned image when the cache names a floating one (`:latest`): an approval binds the
+image, and a tag a later pull can move would not hold it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from epycd.errors import InputError
-from epycd.model.instinct import InstinctRecipes, Recipe
+from epycd.model.instinct import InstinctRecipes, Recipe, floats
 from epycd.spec import arg_refusal
 
 CACHE_FIX = "give the recipe's data/recipes_cache.json (models.<HF_ID>.recipe...)"
@@ -110,11 +112,15 @@ def convert(
         str(model): _recipe(entry, str(model), source, current.models.get(str(model)), dropped)
         for model, entry in sorted(models.items())
     }
+    image = data["docker_image"]
+    if floats(image) and not floats(current.docker_image):
+        dropped.append(f"docker_image {image}: floats; kept the pinned {current.docker_image}")
+        image = current.docker_image
     refreshed = InstinctRecipes(
         schema=1,
         fetched_at=data["fetched_at"],
         source=f"vllm-project/recipes via the recipe's recipes_cache.json ({source.name})",
-        docker_image=data["docker_image"],
+        docker_image=image,
         generic_args=current.generic_args,
         models=recipes,
     )

@@ -15,7 +15,13 @@ from epycd.host.cpulist import format_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.gpu_memory import GpuFit
-from epycd.model.instinct import InstinctRecipes, Recipe, recipe_for, shipped_gpus
+from epycd.model.instinct import (
+    InstinctRecipes,
+    Recipe,
+    floats,
+    recipe_for,
+    shipped_gpus,
+)
 from epycd.model.instinct import shipped_recipes as shipped_recipes
 from epycd.plan.build import serving_args
 from epycd.plan.gpu import GpuPlacement
@@ -63,9 +69,10 @@ def gpu_route(spec: EndpointSpec, host: HostFacts, stack: Stack, file: Path) -> 
     found = recipe_for(spec.model or stack.default_model, recipes)
     image = spec.image or (found[1].docker_image if found else None) or recipes.docker_image
     warnings = []
-    if image.endswith(":latest"):
+    if floats(image):
         warnings.append(
-            f"{image} is not pinned: approve pulls it once; later starts keep that image"
+            f"{image} is not pinned: approve pulls it once and records its digest; later "
+            "starts keep that image, a later pull may change it"
         )
     return Route(
         backend="rocm",

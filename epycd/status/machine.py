@@ -68,6 +68,12 @@ class EndpointStatus(BaseModel):
     unit: str
     unit_state: str = "unknown"
     runtime: str | None = None
+    image: str | None = Field(default=None, description="a container endpoint's image")
+    image_digest: str | None = Field(
+        default=None,
+        description="the approved image as the engine held it at approve time (sha256:...); "
+        "null when unknown",
+    )
     primary_endpoint: str | None = None
     approved_by: str | None = None
     stopped_by: str | None = None
@@ -102,6 +108,7 @@ def described_plan(plan: Plan | None) -> dict[str, Any]:
         "max_model_len": plan.max_model_len,
         "url": base_url(plan.port, plan.host),
         "runtime": plan.runtime,
+        "image": plan.image,
         "primary_endpoint": plan.primary_endpoint,
     }
 
@@ -154,6 +161,7 @@ def endpoint_status(
     """
     shown = approval.plan if approval is not None else current_plan
     status = _recorded_status(state, shown, unit, stopped)
+    status.image_digest = approval.image_digest if approval is not None else None
     if state.interrupted:
         _set_interrupted(status, state)
         return status
