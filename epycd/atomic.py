@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 from pathlib import Path
 
 STAGED_SUFFIX = ".epycd-staged"
@@ -101,3 +102,13 @@ def unlink_durable(target: Path) -> None:
     except FileNotFoundError:
         return
     fsync_dir(target.parent)
+
+
+def remove_durable(target: Path) -> None:
+    """`unlink_durable`, and a folder (not a symlink to one) where a file of the product's
+    own belongs (an approval record, a journal) removed with what it holds."""
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+        fsync_dir(target.parent)
+        return
+    unlink_durable(target)

@@ -20,6 +20,7 @@ import click
 import httpx
 from pydantic import BaseModel, Field
 
+from epycd.readfile import SECRET_MAX_BYTES, read_text
 from epycd.text import escaped
 
 Phase = Literal["health", "models", "request"]
@@ -209,7 +210,11 @@ def read_api_key(path: Path | None, option: str = "--api-key-credential") -> str
     """The key in `path` (the endpoint's api_key_file or its systemd credential)."""
     if path is None:
         return None
-    key = path.read_text(encoding="utf-8").strip()
+    try:
+        key = read_text(path, SECRET_MAX_BYTES).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise click.BadParameter(f"{path}: {reason}", param_hint=option) from None
     if not key:
         raise click.BadParameter(f"{path} is empty", param_hint=option)
     return key

@@ -7,6 +7,8 @@ real system folders. The daemon's own settings may also come from `CONFIG_DIR/ep
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +21,7 @@ from pydantic_settings import (
 )
 
 from epycd.paths import DEFAULT_CONFIG_DIR, EMBEDDED_RUNTIME, daemon_conf_path
+from epycd.readfile import STATE_MAX_BYTES, RefusedFile, read_bytes
 
 
 def _absolute(path: Path) -> Path:
@@ -73,6 +76,16 @@ def load_settings() -> Settings:
     conf = daemon_conf_path()
     fix = "correct the file or the EPYCD_* variables"
     try:
+        read_bytes(conf, STATE_MAX_BYTES)  # a folder, FIFO or device is bad input, not absent
+    except FileNotFoundError:
+        pass
+    except RefusedFile as exc:
+        raise InputError(
+            exc.strerror or str(exc), file=conf, fix="make it a TOML file of settings, or delete it"
+        ) from None
+    except OSError:
+        pass  # reported below as pydantic reads it
+    try:
         return Settings()
     except UnicodeDecodeError:
         raise InputError("is not UTF-8 text", file=conf, fix="save it as UTF-8") from None
@@ -85,3 +98,49 @@ def load_settings() -> Settings:
             f"{'.'.join(map(str, error['loc']))}: {error['msg']}" for error in exc.errors()
         )
         raise InputError(f"invalid settings: {problems}", file=conf, fix=fix) from None
+
+
+def root_controlled(info: os.stat_result) -> bool:
+    return info.st_uid == 0 and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def trusted_admin_group(conf: Path) -> str | None:
+    """`admin_group` of `conf`, only when root alone can have written it (file and folder
+    owned by root, writable by nobody else, not a symlink, a regular file); else None."""
+    import tomllib
+
+    try:
+        if not root_controlled(conf.parent.stat()):
+            return None
+        fd = os.open(conf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or not root_controlled(info):
+            return None
+        raw = os.read(fd, STATE_MAX_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) > STATE_MAX_BYTES:
+        return None
+    try:
+        group = tomllib.loads(raw.decode("utf-8")).get("admin_group")
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    return group if isinstance(group, str) and group else None
+
+
+def trusted_admin_gid(conf: Path) -> int | None:
+    """The gid of `trusted_admin_group(conf)`, None without one (or when no such group)."""
+    import grp
+
+    name = trusted_admin_group(conf)
+    if name is None:
+        return None
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        return None

@@ -22,6 +22,7 @@ from pydantic_core import ErrorDetails
 from epycd.errors import InputError
 from epycd.listen import DEFAULT_HOST, listen_address
 from epycd.names import is_endpoint_name
+from epycd.readfile import RefusedFile, read_head
 from epycd.text import first_unsafe
 
 T = TypeVar("T")
@@ -789,22 +790,30 @@ def parse_endpoint(path: Path, raw: bytes, *, precisions: list[str]) -> SpecResu
 
 
 def endpoint_files(config_dir: Path) -> list[Path]:
-    """The endpoint files of a config folder, sorted; `epycd.conf` is not one of them."""
+    """The endpoint files of a config folder, sorted; `epycd.conf` is not one of them. A
+    `NAME.toml` that is not a regular file (a FIFO, a device, a folder) is listed too: it is
+    reported as that endpoint's error, not skipped."""
     if not config_dir.is_dir():
         return []
-    return sorted(p for p in config_dir.iterdir() if p.suffix == ".toml" and p.is_file())
+    return sorted(p for p in config_dir.iterdir() if p.suffix == ".toml")
 
 
 def read_limited(path: Path, limit: int) -> bytes:
-    """At most `limit` + 1 bytes of `path`: enough to tell a file is too large without
-    reading a huge one into memory."""
-    with path.open("rb") as file:
-        return file.read(limit + 1)
+    """At most `limit` + 1 bytes of the regular file `path`: enough to tell a file is too
+    large without reading a huge one into memory; never blocks (`epycd.readfile`)."""
+    return read_head(path, limit + 1)
 
 
 def load_endpoint(path: Path, *, precisions: list[str]) -> SpecResult:
     try:
         raw = read_limited(path, MAX_ENDPOINT_FILE_BYTES)
+    except RefusedFile as exc:
+        refused = InputError(
+            exc.strerror or str(exc),
+            file=path,
+            fix="make it a regular TOML file of the endpoint's settings",
+        )
+        return SpecResult(path.stem, path, None, [refused])
     except OSError as exc:
         return SpecResult(
             path.stem,

@@ -45,6 +45,7 @@ from epycd.health import (
     run_gate,
 )
 from epycd.notify import Notifier, watchdog_interval
+from epycd.readfile import STATE_MAX_BYTES, read_bytes
 
 LOG_TAIL_LINES = 40
 ERROR_CONTEXT_LINES = 8
@@ -92,9 +93,9 @@ class SupervisorOptions(BaseModel):
 def read_status(path: Path) -> SupervisorStatus | None:
     """The status a supervisor last wrote, or None when there is none (yet)."""
     try:
-        return SupervisorStatus.model_validate_json(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return None
+        return SupervisorStatus.model_validate_json(read_bytes(path, STATE_MAX_BYTES))
+    except (OSError, ValueError):
+        return None  # none, or not one a supervisor wrote (a FIFO, a folder, huge, damaged)
 
 
 STATUS_FILE_MODE = 0o644

@@ -54,6 +54,7 @@ from epycd.atomic import (
     STAGED_SUFFIX,
     fsync_dir,
     make_dirs,
+    remove_durable,
     replace_durable,
     staged_path,
     unlink_durable,
@@ -62,6 +63,7 @@ from epycd.atomic import (
 )
 from epycd.errors import InputError, Refusal
 from epycd.names import is_endpoint_name
+from epycd.readfile import RECORD_MAX_BYTES, read_bytes
 from epycd.settings import Settings
 
 CRASH_ENV = "EPYCD_TEST_CRASH_AT"
@@ -220,6 +222,9 @@ def _apply(settings: Settings, transaction: Transaction) -> None:
         _apply_one(change)
         crash_point("unit-renamed" if index == 0 else "")
     crash_point("units-renamed")
+    record = Path(approval.target)
+    if record.is_dir() and not record.is_symlink():
+        remove_durable(record)  # a folder where the record belongs: what the repair replaces
     _apply_one(approval)
     crash_point("approval-renamed")
     unlink_durable(journal_path(settings, transaction.endpoint))
@@ -276,9 +281,10 @@ def recover(settings: Settings) -> list[str]:
     for name in pending_transactions(settings):
         path = journal_path(settings, name)
         try:
-            transaction = Transaction.model_validate_json(path.read_bytes().decode("utf-8"))
+            raw = read_bytes(path, RECORD_MAX_BYTES)
+            transaction = Transaction.model_validate_json(raw.decode("utf-8"))
         except (OSError, ValueError):
-            unlink_durable(path)
+            remove_durable(path)
             done.append(f"repaired: {name}: dropped an unreadable transaction journal {path}")
             continue
         try:

@@ -11,38 +11,10 @@ from __future__ import annotations
 
 import grp
 import os
-import stat
-import tomllib
-from pathlib import Path
 
 from epycd.approval.record import user_name
 from epycd.errors import Refusal
-from epycd.settings import Settings
-
-NOT_FOR_OTHERS = stat.S_IWGRP | stat.S_IWOTH
-
-
-def root_controlled(info: os.stat_result) -> bool:
-    return info.st_uid == 0 and not info.st_mode & NOT_FOR_OTHERS
-
-
-def trusted_admin_group(conf: Path) -> str | None:
-    """`admin_group` of `conf`, only when root alone can have written it (file and folder
-    owned by root, writable by nobody else, not a symlink); else None."""
-    try:
-        if not root_controlled(conf.parent.stat()):
-            return None
-        fd = os.open(conf, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode) or not root_controlled(os.fstat(fd)):
-            return None
-        try:
-            group = tomllib.loads(file.read().decode("utf-8")).get("admin_group")
-        except (UnicodeDecodeError, tomllib.TOMLDecodeError):
-            return None
-    return group if isinstance(group, str) and group else None
+from epycd.settings import Settings, trusted_admin_group
 
 
 def admin_group(settings: Settings) -> str | None:

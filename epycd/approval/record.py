@@ -21,6 +21,7 @@ from epycd.errors import InputError
 from epycd.names import ENDPOINT_NAME_FIX, is_endpoint_name
 from epycd.plan.model import Plan
 from epycd.plan.tuning import VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
+from epycd.readfile import RECORD_MAX_BYTES, read_bytes
 from epycd.settings import Settings
 
 APPROVALS = "approvals"
@@ -94,10 +95,14 @@ def sha256_text(text: str) -> str:
 
 
 def sha256_file(path: Path) -> str | None:
+    """The file's SHA-256, None when it is missing; for a file that cannot be read (a FIFO,
+    a folder, over `RECORD_MAX_BYTES`) a text saying so, which matches no digest."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return hashlib.sha256(read_bytes(path, RECORD_MAX_BYTES)).hexdigest()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
 
 
 def user_name(uid: int) -> str:
@@ -157,7 +162,7 @@ def load_approval(settings: Settings, name: str) -> Approval | None:
     when the record is damaged (cut short, not UTF-8, not an approval's shape)."""
     path = approval_path(settings, name)
     try:
-        data = path.read_bytes()
+        data = read_bytes(path, RECORD_MAX_BYTES)
     except FileNotFoundError:
         return None
     except OSError as exc:

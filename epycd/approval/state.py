@@ -28,6 +28,7 @@ from epycd.approval.record import Approval, approved_names, load_approval, sha25
 from epycd.errors import InputError
 from epycd.names import UNIT_PREFIX, is_endpoint_name, unit_name
 from epycd.plan.model import Plan, Problem
+from epycd.readfile import RECORD_MAX_BYTES, read_bytes
 from epycd.settings import Settings
 
 if TYPE_CHECKING:
@@ -240,10 +241,14 @@ def endpoint_state(
 
 
 def read_text(path: Path) -> str | None:
+    """An installed unit file's text, None when missing; one that cannot be read (a FIFO, a
+    folder, over `RECORD_MAX_BYTES`) reads as a line saying so, which differs from any unit."""
     try:
-        return path.read_text(encoding="utf-8")
+        return read_bytes(path, RECORD_MAX_BYTES).decode("utf-8", errors="replace")
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:
+        return f"(unreadable: {exc.strerror or exc})\n"
 
 
 def read_installed(approval: Approval) -> dict[str, str | None]:

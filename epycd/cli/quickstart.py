@@ -32,7 +32,9 @@ from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.plan.build import EndpointResult
 from epycd.plan.model import Plan, Runtime
 from epycd.plan.route import container_runtime
+from epycd.readfile import read_bytes
 from epycd.settings import Settings
+from epycd.spec import MAX_ENDPOINT_FILE_BYTES
 from epycd.supervisor import SupervisorStatus
 from epycd.text import escaped, escaped_lines
 
@@ -115,7 +117,7 @@ def endpoint_document(model: str, runtime: Runtime, vllm: str | None) -> bytes:
 def existing_matches(target: Path, content: bytes) -> bool:
     """True when `target` already holds exactly `content`; refuses a different file."""
     try:
-        current = target.read_bytes()
+        current = read_bytes(target, MAX_ENDPOINT_FILE_BYTES)
     except FileNotFoundError:
         return False
     except OSError as exc:

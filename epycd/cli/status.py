@@ -182,7 +182,10 @@ def status(name: str | None, as_json: bool) -> None:
 def last_bench(settings: Settings, name: str) -> BenchResult | None:
     """The result `epycctl bench NAME` kept, if any."""
     try:
-        return BenchResult.model_validate_json(bench_path(settings, name).read_text())
+        from epycd.readfile import STATE_MAX_BYTES, read_bytes
+
+        raw = read_bytes(bench_path(settings, name), STATE_MAX_BYTES)
+        return BenchResult.model_validate_json(raw)
     except (OSError, ValidationError):
         return None
 

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from epycd.host.facts import HostVllmFacts
 from epycd.host.vllm_probe import ProbeError, interpreter_of, probe_vllm, resolve_executable
+from epycd.readfile import CACHE_MAX_BYTES, read_bytes
 
 PROBE_CACHE = "vllm-probes.json"
 
@@ -77,7 +78,7 @@ class ProbeCache:
 
     def load(self) -> dict[str, Any]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = json.loads(read_bytes(self.path, CACHE_MAX_BYTES))
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}

@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 
 from epycd.host.detect import SYSTEMD_DEFAULT_PATH
 from epycd.host.facts import HostVllmFacts, PythonHeaders
+from epycd.readfile import STATE_MAX_BYTES, read_head, read_text
 
 MAX_LINKS = 32
 """Symlinks followed while resolving one path, as the kernel's ELOOP limit (40) roughly."""
@@ -73,10 +74,9 @@ def host_realpath(root: Path, path: PurePosixPath | str) -> PurePosixPath:
 
 
 def _head(local: Path) -> list[str]:
-    with local.open("rb") as handle:
-        first = handle.readline(4096)
-        second = handle.readline(4096)
-    return [line.decode("utf-8", errors="replace").strip() for line in (first, second)]
+    lines = read_head(local, 8192).split(b"\n")[:2]
+    lines += [b""] * (2 - len(lines))
+    return [line[:4096].decode("utf-8", errors="replace").strip() for line in lines]
 
 
 def _on_service_path(root: Path, name: str) -> PurePosixPath | None:
@@ -107,7 +107,7 @@ def shebang_interpreter(root: Path, script: PurePosixPath) -> PurePosixPath | No
 def read_pyvenv_cfg(local: Path) -> dict[str, str]:
     """pyvenv.cfg's `key = value` lines (venv, virtualenv and uv all write this form)."""
     values = {}
-    for line in local.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in read_text(local, STATE_MAX_BYTES, errors="replace").splitlines():
         key, sep, value = line.partition("=")
         if sep:
             values[key.strip().lower()] = value.strip()

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from epycd.host.facts import HostVllmFacts
+from epycd.readfile import read_head
 
 MARKER = "EPYCD-VLLM-PROBE "
 SNIPPET = f"""
@@ -38,8 +39,7 @@ def resolve_executable(executable: str) -> Path:
 
 def shebang_interpreter(script: Path) -> Path | None:
     try:
-        with script.open("rb") as handle:
-            first = handle.readline(4096)
+        first = read_head(script, 4096).split(b"\n")[0]
     except OSError:
         return None
     if not first.startswith(b"#!"):

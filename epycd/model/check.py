@@ -19,6 +19,7 @@ from epycd.model.registry_tables import Section, data_dir
 from epycd.model.support import is_scoring, support_from_installed, support_from_table
 from epycd.model.template import endpoints, template_from_override, template_status
 from epycd.model.weights import local_weights_bytes
+from epycd.readfile import MODEL_JSON_MAX_BYTES, read_text
 
 if TYPE_CHECKING:
     from epycd.host.probe_cache import ProbeCache
@@ -92,10 +93,16 @@ def _chat_template(override: str | None, folder: Path) -> ChatTemplate:
 def read_config(folder: Path) -> dict[str, Any]:
     path = folder / "config.json"
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path, MODEL_JSON_MAX_BYTES))
     except FileNotFoundError:
         raise InputError("the model has no config.json", file=path) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except OSError as exc:
+        raise InputError(
+            f"unreadable config.json: {exc.strerror or exc}",
+            file=path,
+            fix="the model folder's config.json must be a regular JSON file",
+        ) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"unreadable config.json: {exc}", file=path) from None
     if not isinstance(data, dict):
         raise InputError("config.json is not a JSON object", file=path)

@@ -139,7 +139,7 @@ def locate_model(
 
 
 def _local_folder(folder: Path) -> ModelSource:
-    if not (folder / "config.json").is_file():
+    if not (folder / "config.json").exists():  # one that is not a file: read_config says so
         raise InputError(
             "no config.json in the model folder",
             file=folder,

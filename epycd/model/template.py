@@ -14,6 +14,7 @@ from typing import Any
 
 from epycd.errors import InputError
 from epycd.model.facts import ChatTemplate, Endpoint, ModelKind
+from epycd.readfile import MODEL_JSON_MAX_BYTES, TEMPLATE_MAX_BYTES, read_text
 
 JINJA_FILE = "chat_template.jinja"
 PROCESSOR_TEMPLATE = "chat_template.json"
@@ -21,15 +22,18 @@ TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
 def template_from_override(path: str) -> ChatTemplate:
-    file = Path(path)
+    """The endpoint file's chat_template: a regular UTF-8 file of at most
+    `TEMPLATE_MAX_BYTES`, read without blocking (a FIFO or device fails this endpoint)."""
     try:
-        text = file.read_text()
-    except OSError as exc:
+        text = read_text(path, TEMPLATE_MAX_BYTES)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror or str(exc) if isinstance(exc, OSError) else "not UTF-8 text"
         raise InputError(
-            f"chat_template file cannot be read: {exc.strerror or exc}",
+            f"chat_template file {path} cannot be read: {reason}",
             file=path,
             key="chat_template",
-            fix="give the path of a readable Jinja chat template file",
+            fix="give the path of a readable Jinja chat template file (a regular file, at most "
+            f"{TEMPLATE_MAX_BYTES // 1024 // 1024} MiB)",
         ) from None
     if not text.strip():
         raise InputError(
@@ -44,9 +48,9 @@ def template_status(folder: Path | None) -> ChatTemplate:
     jinja = folder / JINJA_FILE
     if jinja.exists():
         try:
-            if jinja.read_text().strip():
+            if read_text(jinja, TEMPLATE_MAX_BYTES).strip():
                 return ChatTemplate(status="present", source=JINJA_FILE)
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             return ChatTemplate(status="unknown", source=JINJA_FILE)
     processor = _read_json(folder / PROCESSOR_TEMPLATE)
     processor_template = processor.get("chat_template") if isinstance(processor, dict) else None
@@ -56,7 +60,7 @@ def template_status(folder: Path | None) -> ChatTemplate:
     if not tokenizer_config.exists():
         return ChatTemplate(status="unknown", source=None)
     try:
-        data = json.loads(tokenizer_config.read_text())
+        data = json.loads(read_text(tokenizer_config, MODEL_JSON_MAX_BYTES))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return ChatTemplate(status="unknown", source=TOKENIZER_CONFIG)
     if not isinstance(data, dict):
@@ -68,7 +72,7 @@ def _read_json(path: Path) -> Any:
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_text(path, MODEL_JSON_MAX_BYTES))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
 

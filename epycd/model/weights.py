@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from epycd.errors import InputError
+from epycd.readfile import MODEL_JSON_MAX_BYTES, open_regular, read_text
 
 INDEX_SUFFIX = ".safetensors.index.json"
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -38,8 +39,13 @@ SAFETENSORS_DTYPE_BYTES = {
 
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file: tensor name -> {dtype, shape, data_offsets}."""
-    with path.open("rb") as handle:
+    """The JSON header of a safetensors file: tensor name -> {dtype, shape, data_offsets};
+    a regular file only (`open_regular`: a FIFO or device is refused, never waited on)."""
+    try:
+        fd = open_regular(path)
+    except OSError as exc:
+        raise InputError(f"unreadable safetensors file: {exc.strerror or exc}", file=path) from None
+    with open(fd, "rb") as handle:
         raw_length = handle.read(8)
         if len(raw_length) != 8:
             raise InputError("not a safetensors file (shorter than 8 bytes)", file=path)
@@ -65,8 +71,8 @@ def tensor_bytes(header: dict[str, Any]) -> int:
 
 def index_total_size(path: Path) -> int | None:
     try:
-        index = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        index = json.loads(read_text(path, MODEL_JSON_MAX_BYTES))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     total = (index.get("metadata") or {}).get("total_size")
     return int(total) if isinstance(total, int | float) and total > 0 else None

@@ -12,11 +12,11 @@ reads the weights from disk and the first request compiles, a minute or two on a
 
 from __future__ import annotations
 
+import errno
 import functools
 import math
 import os
 import re
-import stat
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -56,7 +56,8 @@ from epycd.plan.model import (
 )
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
 from epycd.plan.route import Route, container_runtime, route_endpoint
-from epycd.settings import Settings
+from epycd.readfile import SECRET_MAX_BYTES, RefusedFile, read_secret
+from epycd.settings import Settings, trusted_admin_gid
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec, SpecResult, consent_reasons, load_endpoints
 from epycd.stack import Stack, shipped_stack
@@ -119,36 +120,35 @@ BARE_TOKEN = re.compile(r"[A-Za-z0-9_.-]+")
 file reaches huggingface_hub through HF_TOKEN_PATH, which takes its whole text as the token."""
 
 
-def read_root_only(path: Path, file: Path, key: str, holding: str) -> str:
-    """The stripped text of a secret file that only its owner may read (hf_token_file,
-    api_key_file); the plan never copies it anywhere."""
+def read_root_only(
+    path: Path, file: Path, key: str, holding: str, *, group_gid: int | None = None
+) -> str:
+    """The stripped text of a secret file (hf_token_file, api_key_file) that only root
+    controls: a regular file of at most `SECRET_MAX_BYTES`, owned by root and readable by
+    nobody else (or by `group_gid`, root's admin group), in folders only root can write
+    (`epycd.readfile.secret_problem`, ssh's rule). Read without blocking, so a FIFO or a
+    device named here fails this endpoint alone. The plan never copies it anywhere."""
+    create = f"create the file holding {holding}, owned by root, mode 0600"
     try:
-        info = path.stat()
-        text = path.read_text(encoding="utf-8").strip()
+        text = read_secret(path, SECRET_MAX_BYTES, group_gid=group_gid).decode("utf-8").strip()
     except PermissionError:
         if os.geteuid() != 0:
             raise UnreadableHere(path, file=file, key=key) from None
         raise InputError(
-            f"cannot read {path}: permission denied",
-            file=file,
-            key=key,
-            fix=f"create the file holding {holding}, owned by root, mode 0600",
+            f"cannot read {path}: permission denied", file=file, key=key, fix=create
         ) from None
+    except RefusedFile as exc:
+        if exc.errno == errno.EPERM:
+            raise InputError(
+                f"{exc.strerror}: someone but root could know or change {holding}",
+                file=file,
+                key=key,
+                fix=exc.fix,
+            ) from None
+        raise InputError(f"{path} {exc.strerror}", file=file, key=key, fix=create) from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise InputError(
-            f"cannot read {path}: {reason}",
-            file=file,
-            key=key,
-            fix=f"create the file holding {holding}, owned by root, mode 0600",
-        ) from None
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise InputError(
-            f"{path} is readable by others (mode {stat.S_IMODE(info.st_mode):o})",
-            file=file,
-            key=key,
-            fix=f"chmod 600 {path}",
-        )
+        raise InputError(f"cannot read {path}: {reason}", file=file, key=key, fix=create) from None
     return text
 
 
@@ -173,12 +173,12 @@ def unreadable_here(path: Path) -> str | None:
     return str(path)
 
 
-def read_token(spec: EndpointSpec, file: Path) -> str | None:
+def read_token(spec: EndpointSpec, file: Path, group_gid: int | None = None) -> str | None:
     """The HF token from a root-only file; the plan never copies it anywhere."""
     if spec.hf_token_file is None:
         return None
     path = Path(spec.hf_token_file)
-    text = read_root_only(path, file, "hf_token_file", "the token")
+    text = read_root_only(path, file, "hf_token_file", "the token", group_gid=group_gid)
     if not text:
         raise InputError(f"{path} is empty", file=file, key="hf_token_file", fix="add the token")
     if not BARE_TOKEN.fullmatch(text):
@@ -196,14 +196,14 @@ API_KEY_TEXT = re.compile(r"[\x21-\x7e]{1,4096}")
 """Printable ASCII without spaces: the key travels in an `Authorization: Bearer` header."""
 
 
-def check_api_key(spec: EndpointSpec, file: Path) -> None:
+def check_api_key(spec: EndpointSpec, file: Path, group_gid: int | None = None) -> None:
     """The API key file holds one key that clients can send; its text is never shown."""
     if spec.api_key_file is None:
         return
     path = Path(spec.api_key_file)
     if os.geteuid() != 0 and path.exists() and not os.access(path, os.R_OK):
         return  # only root reads it: the plan does not depend on the key, approve checks it
-    key = read_root_only(path, file, "api_key_file", "the API key")
+    key = read_root_only(path, file, "api_key_file", "the API key", group_gid=group_gid)
     if key.startswith("VLLM_API_KEY="):
         raise InputError(
             f"{path} holds VLLM_API_KEY=..., not the key alone",
@@ -270,14 +270,17 @@ def prepare(
     stack: Stack,
     inspect: ModelInspector,
     probe: Callable[[str], HostVllmFacts],
+    secret_group: int | None = None,
 ) -> Prepared:
+    """`secret_group`: the admin group root's epycd.conf names (`trusted_admin_gid`), which
+    may be the group of a key or token file (`read_root_only`)."""
     spec = result.spec
     assert spec is not None
     file = result.path
     host_vllm = None
     if needs_host_vllm(spec, host):
         host_vllm = probe(spec.vllm) if spec.vllm else host.runtimes.vllm
-    check_api_key(spec, file)
+    check_api_key(spec, file, secret_group)
     model = spec.model or stack.default_model
     if spec.device == "instinct":
         from epycd.plan import gpu_decide
@@ -290,7 +293,7 @@ def prepare(
         model,
         revision=spec.revision,
         vllm_version=route.vllm_version,
-        token=read_token(spec, file),
+        token=read_token(spec, file, secret_group),
         chat_template_override=spec.chat_template,
         vllm_executable=route.vllm_executable,
     )
@@ -1142,6 +1145,7 @@ def _prepare_all(
     stack: Stack,
     inspect: ModelInspector,
     probe: VllmProber,
+    secret_group: int | None = None,
 ) -> tuple[dict[str, EndpointResult], list[Prepared]]:
     """Each endpoint file routed and its model inspected: the failed ones as results, the
     others ready to be placed."""
@@ -1154,7 +1158,7 @@ def _prepare_all(
             )
             continue
         try:
-            ready.append(prepare(spec_result, host, stack, inspect, probe))
+            ready.append(prepare(spec_result, host, stack, inspect, probe, secret_group))
         except EpycError as exc:
             against_endpoint_file(exc, spec_result.path)
             here = exc.path if isinstance(exc, UnreadableHere) else None
@@ -1229,7 +1233,8 @@ def plan_all(
     root = host_root or settings.host_root
     inspect, probe = _memoized_sources(settings, inspect, probe, root)
     host = with_embedded_runtime(host, settings.runtime_dir, specs, probe)
-    results, ready = _prepare_all(specs, host, stack, inspect, probe)
+    secret_group = trusted_admin_gid(settings.daemon_conf)
+    results, ready = _prepare_all(specs, host, stack, inspect, probe, secret_group)
     share = Sharing(
         host=host,
         stack=stack,

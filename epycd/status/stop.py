@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from epycd.readfile import STATE_MAX_BYTES, read_bytes
 from epycd.settings import Settings
 
 STOPPED = "stopped"
@@ -36,7 +37,7 @@ def stop_markers_dir(settings: Settings) -> Path:
 def read_stop_marker(settings: Settings, name: str) -> StopMarker | None:
     path = stop_marker_path(settings, name)
     try:
-        return StopMarker.model_validate_json(path.read_text(encoding="utf-8"))
+        return StopMarker.model_validate_json(read_bytes(path, STATE_MAX_BYTES))
     except FileNotFoundError:
         return None
     except (OSError, ValueError):

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from tests.daemon.conftest import DaemonSandbox
 from tests.health.localhttp import Reply, local_server
 from tests.plan.conftest import write_model
+from tests.secrets import root_folder, write_secret
 
 pytestmark = pytest.mark.vllm
 
@@ -126,13 +128,14 @@ def test_completions_handoff_for_a_model_without_chat_template(ws: DaemonSandbox
     assert all(body["prompt"] == "Hello, world" for _m, _p, _h, body in seen)
 
 
-def test_a_keyed_endpoint_hands_off_commands_that_read_the_key_file(ws: DaemonSandbox) -> None:
+def test_a_keyed_endpoint_hands_off_commands_that_read_the_key_file(
+    ws: DaemonSandbox, request: pytest.FixtureRequest
+) -> None:
     """The curl and the OpenAI example read the key from api_key_file; none prints it."""
     key = "s3cr3t-k3y-for-the-handoff"
-    key_file = ws.tmp / "secrets" / "chat.key"
-    key_file.parent.mkdir()
-    key_file.write_text(key + "\n")
-    key_file.chmod(0o600)
+    secrets = ExitStack()
+    request.addfinalizer(secrets.close)
+    key_file = write_secret(secrets.enter_context(root_folder()) / "chat.key", key + "\n")
     ws.endpoint("chat", f'host = "0.0.0.0"\napi_key_file = "{key_file}"\n')
     handoff = ready_handoff(ws, "chat")
     assert handoff["host"] == "0.0.0.0" and handoff["api_key_file"] == str(key_file)

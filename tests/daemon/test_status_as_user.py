@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from tests.daemon.conftest import DaemonSandbox
+from tests.secrets import root_folder, write_secret
 
 pytestmark = [
     pytest.mark.vllm,
@@ -19,9 +21,11 @@ UNIT = "epyc-llm-chat.service"
 
 
 def test_a_root_only_token_file_is_not_a_change_for_a_user(ws: DaemonSandbox) -> None:
-    token = ws.tmp / "hf-token"
-    token.write_text("hf_not_a_real_token\n")
-    token.chmod(0o600)
+    with root_folder() as secrets:
+        token_file_is_not_a_change(ws, write_secret(secrets / "hf-token", "hf_not_a_real_token\n"))
+
+
+def token_file_is_not_a_change(ws: DaemonSandbox, token: Path) -> None:
     ws.endpoint("chat", f'hf_token_file = "{token}"\n')
     approval = ws.approve("chat")
     ws.set_unit(UNIT, "inactive")

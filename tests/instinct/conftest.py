@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,12 +14,19 @@ from tests.model.hf_cache import add_to_cache
 from tests.model.models import model_files
 from tests.plan.conftest import PODMAN_5, PlanWorkspace
 from tests.plan.conftest import host_of as host_of
+from tests.secrets import root_folder
 
 DOCKER = RuntimeFacts(docker=DockerFacts(present=True, version="28.2.2", daemon_reachable=True))
 
 
 @pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PlanWorkspace:
+def ws(monkeypatch: pytest.MonkeyPatch) -> Iterator[PlanWorkspace]:
+    """A workspace in a folder only root controls: its HF token file is accepted there."""
+    with root_folder() as folder:
+        yield workspace_in(folder, monkeypatch)
+
+
+def workspace_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PlanWorkspace:
     workspace = PlanWorkspace(tmp_path)
     for repo_id, files in model_files().items():
         add_to_cache(workspace.hf_home / "hub", repo_id, files)

@@ -8,8 +8,6 @@ loopback without a key needs consent.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 from epycd.host.facts import HostFacts
 from tests.plan.conftest import PlanWorkspace, fake_host
 from tests.sandbox import run_python
+from tests.secrets import root_folder, write_secret
 
 KEY = "test-key-0123456789"
 
@@ -27,12 +26,15 @@ def host(tmp_path: Path) -> HostFacts:
     return fake_host(tmp_path, "genoa-9654-2s-nps1")
 
 
+@pytest.fixture
+def ws() -> Iterator[PlanWorkspace]:
+    """A workspace in a folder only root controls, where a key file is accepted."""
+    with root_folder() as folder:
+        yield PlanWorkspace(folder)
+
+
 def key_file(ws: PlanWorkspace, text: str = KEY + "\n", mode: int = 0o600) -> Path:
-    path = ws.tmp / "secrets" / "api.key"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(text)
-    path.chmod(mode)
-    return path
+    return write_secret(ws.tmp / "secrets" / "api.key", text, mode)
 
 
 def test_an_endpoint_listens_on_loopback_by_default(ws: PlanWorkspace, host: HostFacts) -> None:
@@ -130,11 +132,10 @@ print(result.plan.fingerprint if result.plan else [p.text for p in result.errors
 
 @pytest.fixture
 def shared_folder() -> Iterator[Path]:
-    """A folder another user can read (pytest's tmp_path is root-only)."""
-    folder = Path(tempfile.mkdtemp(prefix="plan-nobody-"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder)
+    """A folder another user can read (pytest's tmp_path is root-only) and only root
+    controls (where a key file is accepted)."""
+    with root_folder() as folder:
+        yield folder
 
 
 def test_a_user_who_cannot_read_the_key_file_gets_the_same_plan(shared_folder: Path) -> None:

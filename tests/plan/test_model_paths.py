@@ -4,13 +4,16 @@ read-only at their own path, chat templates, tokens, gated and unservable models
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.model.check import inspect_model
 from epycd.model.facts import ModelFacts
 from tests.plan.conftest import PlanWorkspace, write_model
+from tests.secrets import root_folder, write_secret
 
 HostOf = Callable[..., HostFacts]
 
@@ -127,15 +130,22 @@ def test_pooling_model_is_refused(ws: PlanWorkspace, host_of: HostOf, tmp_path: 
     assert (result.errors[0].file, result.errors[0].key) == (str(path), "model")
 
 
-def test_gated_model_needs_a_token_file(ws: PlanWorkspace, host_of: HostOf, tmp_path: Path) -> None:
+@pytest.fixture
+def secrets() -> Iterator[Path]:
+    """A folder only root controls: a token file is accepted only in such a folder."""
+    with root_folder() as folder:
+        yield folder
+
+
+def test_gated_model_needs_a_token_file(
+    ws: PlanWorkspace, host_of: HostOf, secrets: Path
+) -> None:
     ws.endpoint("llama", 'model = "meta-llama/Llama-3.2-1B"\n')
     host = host_of("genoa-9654-2s-nps1")
     result = ws.plan(host, inspect=hub_from(ws.model, gated=True))["llama"]
     assert result.exit_code == 1 and result.errors[0].key == "hf_token_file"
 
-    token = tmp_path / "hf-token"
-    token.write_text("hf_secret_value\n")
-    token.chmod(0o644)
+    token = write_secret(secrets / "hf-token", "hf_secret_value\n", 0o644)
     ws.endpoint("llama", f'model = "meta-llama/Llama-3.2-1B"\nhf_token_file = "{token}"\n')
     loose = ws.plan(host, inspect=hub_from(ws.model, gated=True))["llama"]
     assert loose.exit_code == 2 and "chmod 600" in (loose.errors[0].fix or "")
@@ -164,11 +174,11 @@ def test_unknown_gating_of_a_gated_family_warns(ws: PlanWorkspace, host_of: Host
 
 
 def test_a_token_file_holding_an_assignment_is_refused(
-    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
+    ws: PlanWorkspace, host_of: HostOf, secrets: Path
 ) -> None:
     """vLLM reads the whole file as the token (HF_TOKEN_PATH): `HF_TOKEN=...` would be sent
     as the token. Refused with the fix, and the secret is not echoed."""
-    token = tmp_path / "hf-token"
+    token = secrets / "hf-token"
     ws.endpoint("llama", f'model = "meta-llama/Llama-3.2-1B"\nhf_token_file = "{token}"\n')
     host = host_of("genoa-9654-2s-nps1")
     for text in ("HF_TOKEN=hf_secret_value\n", 'export HF_TOKEN="hf_secret_value"\n'):

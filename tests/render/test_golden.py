@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import shlex
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,7 @@ from tests.model.hf_cache import add_to_cache
 from tests.model.models import model_files
 from tests.plan.conftest import PlanWorkspace, fake_host
 from tests.sandbox import run_python
+from tests.secrets import root_folder
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 CASES = sorted(folder.name for folder in GOLDEN.iterdir() if (folder / "case.toml").exists())
@@ -91,9 +94,22 @@ def plan_case(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dic
     return {name: text.replace(str(tmp_path), PLACEHOLDER) for name, text in units.items()}
 
 
+@contextmanager
+def case_folder(case: str, tmp_path: Path) -> Iterator[Path]:
+    """`tmp_path`, or for a case with key or token files a folder only root controls (the
+    product refuses a secret anywhere else, tests/secrets.py)."""
+    spec = GoldenCase.model_validate(tomllib.loads((GOLDEN / case / "case.toml").read_text()))
+    if not spec.secrets:
+        yield tmp_path
+        return
+    with root_folder() as folder:
+        yield folder
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_golden(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    units = plan_case(case, tmp_path, monkeypatch)
+    with case_folder(case, tmp_path) as folder:
+        units = plan_case(case, folder, monkeypatch)
     expected = GOLDEN / case / "expected"
     if os.environ.get("UPDATE_GOLDEN") == "1":
         expected.mkdir(exist_ok=True)
@@ -134,7 +150,8 @@ def test_every_module_a_unit_runs_starts(
 ) -> None:
     """`python -m MODULE --help` with the interpreter of the product's venv (the one running
     the tests): exit 0 and its usage."""
-    units = plan_case(case, tmp_path, monkeypatch)
+    with case_folder(case, tmp_path) as folder:
+        units = plan_case(case, folder, monkeypatch)
     modules = {module for text in units.values() for module in python_modules(text)}
     assert modules, f"{case}: no unit runs a module of the product"
     for module in sorted(modules):
