@@ -224,7 +224,10 @@ def test_approve_quadlet_pulls_and_starts_the_generated_service(env: ApprovalSan
     env.set_plans(plan)
     done = env.epycctl("approve", "chat", "--yes")
     assert done.returncode == 0, done.stderr
-    assert pulls.read_text().splitlines() == [f"pull {plan.image}"]
+    assert pulls.read_text().splitlines() == [
+        f"pull {plan.image}",
+        f"image inspect --format {{{{.Id}}}} {plan.image}",  # the digest for the record
+    ]
     assert (env.settings.quadlet_dir / "epyc-llm-chat.container").exists()
     assert env.systemctl_calls() == ["daemon-reload", "restart epyc-llm-chat.service"]
 
