@@ -74,7 +74,9 @@ def test_missing_file_exit_2_names_it(tmp_path: Path, relative: str) -> None:
     assert done.returncode == 2
     assert str(root / relative) in done.stderr
     assert "Traceback" not in done.stderr
-    assert done.stdout == ""
+    error = json.loads(done.stdout)  # the --json contract: one object, error or not
+    assert error["result"] == "error" and error["exit_code"] == 2
+    assert error["error"] == done.stderr.strip().removeprefix("epycctl: ")
 
 
 def test_load_sample_option(tmp_path: Path) -> None:
