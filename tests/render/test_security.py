@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 
 from epycd.host.facts import HostFacts, HostVllmFacts
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import EndpointDecisions, Plan
 from epycd.render import render_units
 from epycd.render.sandbox import DOCKER_LEFT_OUT, HOST_LEFT_OUT, PRODUCT_USER
 from tests.hosts import CATALOGUE
 from tests.plan.conftest import PlanWorkspace
 from tests.render.fixtures import CASES
+from tests.secrets import root_folder, write_secret
 
 THRESHOLD = "45"
 MAX_EXPOSURE = 4.5
@@ -90,29 +91,38 @@ def zen(executable: str) -> HostVllmFacts:
 HOSTS = sorted(name for name in CATALOGUE if name != "xeon")
 
 
-@pytest.mark.parametrize("host_name", HOSTS)
-def test_fake_host_plans_pass_systemd_analyze_security(
-    host_name: str, ws: PlanWorkspace, host_of: Callable[..., HostFacts], tmp_path: Path
-) -> None:
-    """The real planner's host units: a local model on loopback (loopback-only IP rules)
-    and one listening on every interface."""
-    vllm = "/opt/zen/bin/vllm"
-    key = ws.tmp / "key"
-    key.write_text("k\n")
-    key.chmod(0o600)
+def plan_local_and_open(
+    ws: PlanWorkspace, host: HostFacts, vllm: str, key: Path
+) -> dict[str, Plan]:
     files = {
         "local": f'model = "{ws.model}"\nruntime = "host"\nvllm = "{vllm}"\n',
         "open": f'model = "{ws.model}"\nruntime = "host"\nvllm = "{vllm}"\n'
         f'host = "0.0.0.0"\napi_key_file = "{key}"\n',
     }
-    plans = {}
+    plans: dict[str, Plan] = {}
     for name, text in files.items():
         for old in ws.config_dir.glob("*.toml"):
             old.unlink()
         ws.endpoint(name, text)
-        result = ws.plan(host_of(host_name), probe=zen)[name]
+        result = ws.plan(host, probe=zen)[name]
         assert result.plan is not None, result.errors
         plans[name] = result.plan
+    return plans
+
+
+@pytest.mark.parametrize("host_name", HOSTS)
+def test_fake_host_plans_pass_systemd_analyze_security(
+    host_name: str,
+    ws: PlanWorkspace,
+    host_of: Callable[..., HostFacts],
+    tmp_path: Path,
+) -> None:
+    """The real planner's host units: a local model on loopback (loopback-only IP rules)
+    and one listening on every interface (its key in a folder only root controls)."""
+    vllm = "/opt/zen/bin/vllm"
+    with root_folder() as secrets:
+        key = write_secret(secrets / "key", "k\n")
+        plans = plan_local_and_open(ws, host_of(host_name), vllm, key)
     units = {}
     for name, plan in plans.items():
         assert plan is not None
