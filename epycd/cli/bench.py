@@ -135,18 +135,9 @@ def api_key(plan: Plan) -> str | None:
     reader; None for an endpoint without one."""
     if not plan.api_key_file:
         return None
-    from epycd.plan.build import API_KEY_TEXT, read_root_only
+    from epycd.plan.build import read_api_key
 
-    path, file = Path(plan.api_key_file), Path(plan.config_file)
-    key = read_root_only(path, file, "api_key_file", "the API key")
-    if not API_KEY_TEXT.fullmatch(key):
-        raise InputError(
-            f"{path} is empty or its key has spaces, several lines or non-ASCII characters",
-            file=file,
-            key="api_key_file",
-            fix=f"write one key of printable ASCII characters, on one line, into {path}",
-        )
-    return key
+    return read_api_key(Path(plan.api_key_file), Path(plan.config_file))
 
 
 def bench_env(key: str | None) -> dict[str, str]:

@@ -203,6 +203,12 @@ def check_api_key(spec: EndpointSpec, file: Path, group_gid: int | None = None) 
     path = Path(spec.api_key_file)
     if os.geteuid() != 0 and path.exists() and not os.access(path, os.R_OK):
         return  # only root reads it: the plan does not depend on the key, approve checks it
+    read_api_key(path, file, group_gid)
+
+
+def read_api_key(path: Path, file: Path, group_gid: int | None = None) -> str:
+    """The one key of a root-only api_key_file, as clients send it (`check_api_key` at plan
+    time, `epycctl bench` when it calls the endpoint)."""
     key = read_root_only(path, file, "api_key_file", "the API key", group_gid=group_gid)
     if key.startswith("VLLM_API_KEY="):
         raise InputError(
@@ -218,6 +224,7 @@ def check_api_key(spec: EndpointSpec, file: Path, group_gid: int | None = None) 
             key="api_key_file",
             fix=f"write one key of printable ASCII characters, on one line, into {path}",
         )
+    return key
 
 
 def exposure_reason(spec: EndpointSpec, port: int) -> str | None:
