@@ -63,11 +63,15 @@ def endpoint_port() -> Iterator[int]:
     server.shutdown()
 
 
-def approve_host_endpoint(env: ApprovalSandbox, port: int, **update: object) -> Path:
+def approve_host_endpoint(
+    env: ApprovalSandbox, port: int, fake_vllm: str = FAKE_VLLM, **update: object
+) -> Path:
+    """Approve a host endpoint `chat` whose vllm is `fake_vllm` (a stand-in that records its
+    calls in the returned file); `update` changes the plan's fields."""
     vllm = env.tmp / "venv" / "bin" / "vllm"
     vllm.parent.mkdir(parents=True)
     calls = env.tmp / "bench-calls.jsonl"
-    vllm.write_text(FAKE_VLLM.format(python=sys.executable, calls=str(calls)))
+    vllm.write_text(fake_vllm.format(python=sys.executable, calls=str(calls)))
     vllm.chmod(0o755)
     plan = make_plan("chat", env.host(), env.settings.config_dir, port=port)
     update = {"vllm_executable": str(vllm), "served_model_name": "tiny", **update}

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import socket
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ import pytest
 
 from tests.approval.conftest import ApprovalSandbox, make_env
 from tests.approval.plans import make_plan
+from tests.approval.test_bench import approve_host_endpoint
 from tests.render.fixtures import as_plan, genoa_podman
 
 KEY = "s3cr3t-bench-k3y"
@@ -115,17 +115,10 @@ def key_file() -> Iterator[Path]:
 
 
 def approve(env: ApprovalSandbox, port: int, **update: object) -> Path:
-    vllm = env.tmp / "venv" / "bin" / "vllm"
-    vllm.parent.mkdir(parents=True)
-    calls = env.tmp / "bench-calls.jsonl"
-    vllm.write_text(FAKE_VLLM.format(python=sys.executable, calls=str(calls)))
-    vllm.chmod(0o755)
-    plan = make_plan("chat", env.host(), env.settings.config_dir, port=port)
-    plan = plan.model_copy(update={"vllm_executable": str(vllm), **update})
-    env.set_plans(plan)
-    done = env.epycctl("approve", "chat", "--yes", "--no-start")
-    assert done.returncode == 0, done.stderr
-    return calls
+    """test_bench's endpoint with this module's stand-in, under its own served name."""
+    default = make_plan("chat", env.host(), env.settings.config_dir, port=port)
+    served = update.pop("served_model_name", default.served_model_name)
+    return approve_host_endpoint(env, port, FAKE_VLLM, served_model_name=served, **update)
 
 
 def recorded(calls: Path) -> list[dict[str, Any]]:
