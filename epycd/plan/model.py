@@ -71,6 +71,34 @@ class Problem(BaseModel):
         return value
 
 
+class Healing(BaseModel):
+    """How an endpoint's units come back by themselves (docs/healing.md): systemd restarts a
+    unit that failed or whose watchdog fired, after `restart_sec`; `start_limit_burst` failed
+    runs within `start_limit_interval_s` make a crash loop, which keeps the unit down (across a
+    reboot too) until `epycctl start NAME`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    restart: Restart = Field(description='Restart=: "on-failure" unless the file says "no"')
+    restart_sec: int = Field(description="RestartSec=: the pause before a restart")
+    start_limit_burst: int = Field(
+        description="failed runs within the interval that end in the crash-loop state"
+    )
+    start_limit_interval_s: int = Field(
+        description="StartLimitIntervalSec=: long enough for that many starts at the full "
+        "start budget, so a model that fails late in its start still counts"
+    )
+    watchdog_s: int | None = Field(
+        description="WatchdogSec= of a unit whose main process is epycd's supervisor (host, "
+        "docker): it pings while /health answers and the engine is not stalled; None where "
+        "podman's health check kills the container instead (HealthOnFailure=kill)"
+    )
+    stall_s: int = Field(
+        description="the engine counts as hung when requests are running and no prompt or "
+        "generation token was counted for this long"
+    )
+
+
 class EndpointDecisions(BaseModel):
     """Everything decided for one endpoint; no rendered text. Frozen: once decided, a field
     is not reassigned (the planner appends its late errors to `errors`)."""
@@ -145,6 +173,9 @@ class EndpointDecisions(BaseModel):
     )
     chat_template: str | None = None
     restart: Restart = "no"
+    healing: Healing | None = Field(
+        default=None, description="restart policy and watchdog; None in records before issue 27"
+    )
     start_timeout_s: int = Field(description="TimeoutStartSec, sized for the model")
     podman_notify_healthy: bool = False
     product_python: str = Field(description="interpreter that runs epycd's supervisor/checks")
