@@ -53,8 +53,15 @@ FAKE_HOST = "/fakehost"
 IDENTITY_ROOT = "/epyc-identity"
 MODEL_DIR = "/srv/models/tiny"
 """The tiny model copied into the machine: the admin gives it to the group epyc-llm."""
-PHASES = ("install", "reboot", "edited-reboot", "stopped-reboot", "fakehost-reboot")
-BOOT_TIMEOUT_S = {"install": 1200, "stopped-reboot": 900}
+PHASES = (
+    "install",
+    "reboot",
+    "edited-reboot",
+    "stopped-reboot",
+    "crashloop-reboot",
+    "fakehost-reboot",
+)
+BOOT_TIMEOUT_S = {"install": 1200, "reboot": 1200, "stopped-reboot": 1200, "crashloop-reboot": 900}
 DEFAULT_BOOT_TIMEOUT_S = 600
 
 DRIVER_UNIT = """\

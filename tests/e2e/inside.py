@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -45,6 +47,9 @@ ENV = {
     "SYSTEMD_PAGER": "",
 }
 T0 = time.monotonic()
+FAULT_TIMEOUT_S = 400
+CRASH_LOOP_QUIET_S = 20
+"""How long nothing may start after a crash-loop verdict (RestartSec= is 5 s)."""
 
 
 def record(check: str, **data: Any) -> None:
@@ -228,17 +233,20 @@ def epycctl_status(check: str, *names: str) -> Any:
     return data
 
 
+def endpoint_entry(data: Any, name: str) -> dict[str, Any]:
+    """The endpoint's object in `epycctl status --json` output, or {}."""
+    entries = data.get("endpoints", [data]) if isinstance(data, dict) else data or []
+    return next((entry for entry in entries if entry.get("name") == name), {})
+
+
 def endpoint_state(name: str) -> str | None:
     done = run("epycctl", "status", name, "--json", timeout=180)
     try:
         data = json.loads(done["stdout"])
     except ValueError:
         return None
-    entries = data.get("endpoints", [data]) if isinstance(data, dict) else data
-    for entry in entries:
-        if entry.get("name") == name:
-            return str(entry.get("state"))
-    return None
+    state = endpoint_entry(data, name).get("state")
+    return None if state is None else str(state)
 
 
 def files_state(check: str) -> None:
@@ -300,6 +308,50 @@ def wait_for_daemon(check: str, timeout: float = 600) -> None:
             every=0.5,
         )
     record("epycd", **show("epycd.service"))
+
+
+def supervisor_status() -> dict[str, Any]:
+    return read_json(SUPERVISOR_STATUS) or {}
+
+
+def engine_processes() -> list[int]:
+    """vLLM's processes under the endpoint's supervisor: `vllm serve` and its children."""
+    main_pid = int(show(UNIT, "MainPID")["MainPID"] or 0)
+    return descendants(main_pid) if main_pid else []
+
+
+def engine_fault(check: str, sig: signal.Signals, whole_engine: bool) -> None:
+    """`sig` to the engine of the ready endpoint (the `vllm serve` process, or every vLLM
+    process when `whole_engine`), never to the supervisor; then wait, doing nothing, until a
+    new server is ready. Records the start-up it had, the time to ready again and what
+    systemd and `epycctl status` say."""
+    before = supervisor_status()
+    pids = engine_processes()
+    serve = [pid for pid in pids if process_facts(pid).get("cmdline", [])[2:3] == ["serve"]]
+    victims = pids if whole_engine else serve
+    started = time.monotonic()
+    for pid in victims:
+        os.kill(pid, sig)
+    with Timeline(f"{check}_timeline", (UNIT,), every=1):
+        back = wait_until(
+            f"ready again after {sig.name}",
+            lambda: (
+                supervisor_status().get("state") == "ready"
+                and supervisor_status().get("pid") not in pids
+            ),
+            FAULT_TIMEOUT_S,
+        )
+    record(
+        check,
+        signal=sig.name,
+        victims=victims,
+        startup_before=round(sum(before.get("seconds", {}).values()), 2),
+        seconds_to_ready=round(time.monotonic() - started, 2) if back else None,
+        status_after=supervisor_status(),
+        **show(UNIT, "ActiveState", "SubState", "Result", "NRestarts", "MainPID"),
+    )
+    epycctl_status(f"{check}_status", NAME)
+    chat(f"{check}_chat")
 
 
 # --- the phases, one per boot -----------------------------------------------------------
@@ -401,6 +453,9 @@ def phase_reboot() -> None:
     journal("journal_epycd", "epycd.service")
     reload_daemon()
     epycctl_status("status_after_reload", NAME)
+    engine_fault("kill_engine", signal.SIGKILL, whole_engine=False)
+    engine_fault("stop_engine", signal.SIGSTOP, whole_engine=True)
+    journal("journal_faults", UNIT)
 
     main_pid = show(UNIT, "MainPID")["MainPID"]
     edit_from, edit_to = CONFIG["edit"]
@@ -452,6 +507,54 @@ def phase_stopped_reboot() -> None:
     record("unit_after_start", **show(UNIT))
     serving_evidence()
     epycctl_status("status_after_start", NAME)
+    break_weights()
+    crash_loop()
+
+
+WEIGHTS = Path(CONFIG.get("model_dir", "/srv/models/tiny")) / "model.safetensors"
+GOOD_WEIGHTS = Path("/root/model.safetensors.good")
+
+
+def break_weights() -> None:
+    """The weights file cut in half: its header (all the planner reads) intact, the tensors
+    past the end of the file, so vLLM fails to load them."""
+    shutil.copy2(WEIGHTS, GOOD_WEIGHTS)
+    with WEIGHTS.open("r+b") as weights:
+        weights.truncate(WEIGHTS.stat().st_size // 2)
+    record("weights_broken", size=WEIGHTS.stat().st_size)
+
+
+def crash_loop() -> None:
+    """The admin restarts the endpoint on broken weights; nobody does anything after."""
+    started = time.monotonic()
+    run("systemctl", "restart", UNIT, timeout=900, check="restart_broken")
+    with Timeline("crash_loop_timeline", (UNIT,), every=1):
+        looped = wait_until(
+            "crash-loop", lambda: endpoint_state(NAME) == "crash-loop", FAULT_TIMEOUT_S, 2
+        )
+    seconds = round(time.monotonic() - started, 2)
+    time.sleep(CRASH_LOOP_QUIET_S)  # nothing may start after the verdict
+    record("crash_loop", looped=looped, seconds=seconds,
+           **show(UNIT, "ActiveState", "SubState", "Result", "NRestarts"))  # fmt: skip
+    journal("journal_crash_loop", UNIT)
+    epycctl_status("status_crash_loop", NAME)
+
+
+def phase_crashloop_reboot() -> None:
+    wait_for_daemon("boot_timeline")
+    wait_until(
+        "the endpoint unit settles",
+        lambda: show(UNIT, "ActiveState")["ActiveState"] in {"active", "failed", "inactive"},
+        300,
+    )
+    time.sleep(CRASH_LOOP_QUIET_S)
+    record("unit", **show(UNIT, "LoadState", "ActiveState", "SubState", "Result", "NRestarts"))
+    journal("journal_unit", UNIT)
+    epycctl_status("status", NAME)
+    shutil.copy2(GOOD_WEIGHTS, WEIGHTS)
+    run("epycctl", "start", NAME, timeout=900, check="start")
+    record("unit_after_start", **show(UNIT))
+    epycctl_status("status_after_start", NAME)
     DAEMON_CONF.write_text(f'host_root = "{CONFIG["fake_host"]}"\n')
     record("daemon_conf", text=DAEMON_CONF.read_text())
 
@@ -474,6 +577,7 @@ PHASES: dict[str, Callable[[], None]] = {
     "reboot": phase_reboot,
     "edited-reboot": phase_edited_reboot,
     "stopped-reboot": phase_stopped_reboot,
+    "crashloop-reboot": phase_crashloop_reboot,
     "fakehost-reboot": phase_fakehost_reboot,
 }
 

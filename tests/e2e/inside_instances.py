@@ -13,10 +13,12 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 import inside as base
@@ -26,6 +28,9 @@ NAME = base.NAME
 BALANCER = f"epyc-llm-{NAME}.service"
 INSTANCES = tuple(f"epyc-llm-{NAME}_{i}.service" for i in (1, 2))
 UNITS = (BALANCER, *INSTANCES)
+LOAD_CONCURRENCY = 8
+WARMUP_S = 15
+AFTER_READY_S = 15
 SUCCESS = re.compile(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", re.M)
 
 
@@ -96,16 +101,90 @@ def phase_install() -> None:
     base.record("metrics_after", served=[requests_served(p) for p in ports])
     base.epycctl_status("status", NAME)
 
-    base.run("systemctl", "kill", "--signal=SIGKILL", INSTANCES[1], timeout=60, check="kill")
-    base.wait_until(
-        "instance 2 down",
-        lambda: base.show(INSTANCES[1], "ActiveState")["ActiveState"] in {"failed", "inactive"},
-        60,
-    )
-    time.sleep(6)  # HAProxy's check: every 2 s, 2 failures take the instance out
+    kill_under_load()
     units("units_after_kill")
     base.epycctl_status("status_after_kill", NAME)
-    chats("chats_after_kill", 4)
+    for unit in INSTANCES:
+        base.journal(f"journal_after_kill_{unit}", unit)
+    base.journal(f"journal_after_kill_{BALANCER}", BALANCER)
+
+
+def member_status(index: int) -> dict[str, Any]:
+    approval = json.loads(Path(f"/var/lib/epyc-llm/approvals/{NAME}.json").read_text())
+    member = approval["plan"]["instances"]["members"][index]
+    return base.read_json(Path(member["status_file"])) or {}
+
+
+class StatusSampler:
+    """`epycctl status NAME --json` over and over in a thread: (monotonic time, state, reason,
+    the instances' states), to time degraded and back to ready."""
+
+    def __init__(self) -> None:
+        self.samples: list[dict[str, Any]] = []
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def loop(self) -> None:
+        while not self.halt.is_set():
+            done = base.run("epycctl", "status", NAME, "--json", timeout=60)
+            at = time.monotonic()
+            try:
+                entry = base.endpoint_entry(json.loads(done["stdout"]), NAME)
+            except ValueError:
+                entry = {}
+            self.samples.append({
+                "t": at, "state": entry.get("state"), "reason": entry.get("reason", ""),
+                "instances": [i.get("state") for i in entry.get("instances", [])],
+                "restarts": entry.get("restarts"),
+            })  # fmt: skip
+            self.halt.wait(1)
+
+    def back_to_ready(self, after: float) -> bool:
+        """Degraded (or worse) after `after`, then ready again."""
+        later = [s for s in self.samples if s["t"] > after]
+        down = next((i for i, s in enumerate(later) if s["state"] != "ready"), None)
+        return down is not None and any(s["state"] == "ready" for s in later[down:])
+
+
+def kill_under_load() -> None:
+    """Instance 2 killed (every process of its unit, SIGKILL) while LOAD_CONCURRENCY clients
+    keep sending requests through the balancer; the load runs on until the set is ready again
+    and AFTER_READY_S more. Every request, the status samples and the kill time are recorded."""
+    stop, out = Path("/run/e2e-load.stop"), Path("/run/e2e-load.jsonl")
+    url = f"http://127.0.0.1:{CONFIG['port']}/v1"
+    load = subprocess.Popen(
+        ["/usr/bin/python3", "/opt/e2e/load.py", url, CONFIG["served"],
+         str(LOAD_CONCURRENCY), str(stop), str(out)],
+        env=base.ENV,
+    )  # fmt: skip
+    loaded_at = time.monotonic()
+    time.sleep(WARMUP_S)
+    before = member_status(1)
+    sampler = StatusSampler()
+    sampler.thread.start()
+    killed_at = time.monotonic()
+    base.run("systemctl", "kill", "--signal=SIGKILL", INSTANCES[1], timeout=60, check="kill")
+    base.wait_until("the set is ready again", lambda: sampler.back_to_ready(killed_at), 600, 2)
+    ready_at = time.monotonic()
+    time.sleep(AFTER_READY_S)
+    stop.touch()
+    load.wait(300)
+    sampler.halt.set()
+    sampler.thread.join(120)
+    requests = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    base.record(
+        "kill_under_load",
+        loaded_at=loaded_at,
+        killed_at=killed_at,
+        ready_at=ready_at,
+        stopped_at=time.monotonic(),
+        startup_before=round(sum(before.get("seconds", {}).values()), 2),
+        pid_before=before.get("pid"),
+        after=member_status(1),
+        samples=sampler.samples,
+        requests=requests,
+        restarts=base.show(INSTANCES[1], "NRestarts")["NRestarts"],
+    )
 
 
 def phase_reboot() -> None:

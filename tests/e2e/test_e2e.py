@@ -1,5 +1,5 @@
 """epyc-llm as an admin meets it, on real systemd (PID 1 in systemd-nspawn) with a real vLLM
-on the CPU serving a tiny local model. Five boots of one rootfs copy, in order:
+on the CPU serving a tiny local model. Six boots of one rootfs copy, in order:
 
 install         install.sh (with the user epyc-llm); the model given to its group; epycd
                 enabled and active via READY=1; approve -> activating until healthy, then
@@ -8,9 +8,12 @@ install         install.sh (with the user epyc-llm); the model given to its grou
                 approved is never installed; systemd-analyze security <= 4.5 on both units
 reboot          ready again with no new approval; epycd READY only after the endpoint settled;
                 `systemctl reload epycd` works under its sandbox;
+                kill -9 of vLLM, then SIGSTOP of vLLM: restarted with no action (issue 27);
                 editing the file is not applied: status changed-needs-approval
 edited-reboot   the old approved units still serve; restore the file; `epycctl stop`
-stopped-reboot  not started at boot; `epycctl start`; point epycd.conf at a fake host
+stopped-reboot  not started at boot; `epycctl start`; the weights broken: crash-loop
+crashloop-reboot nothing starts at boot; weights restored; `epycctl start`; point epycd.conf
+                at a fake host
 fakehost-reboot the changed host: the endpoint refuses at boot with one journal line
 
 Each test asserts on one boot's records; a later test boots the phases before it first.
@@ -26,10 +29,14 @@ import pytest
 
 from epycd.host.cpulist import parse_cpulist
 from tests.e2e.conftest import NAME, NEVER, PORT, REPO, Boot, Machine, endpoint, unit_log
+from tests.e2e.faultfigures import engine_fault
 
 pytestmark = pytest.mark.e2e
 
 UNIT = f"epyc-llm-{NAME}.service"
+WATCHDOG_S = 30
+"""WatchdogSec= of a supervised unit (epycd.plan.healing)."""
+CRASH_LOOP_RUNS = 3
 URL = f"http://127.0.0.1:{PORT}/v1"
 
 
@@ -264,6 +271,62 @@ def test_stop_keeps_it_down_across_a_reboot(machine: Machine) -> None:
     assert start["rc"] == 0, start["stdout"] + start["stderr"]
     assert boot.one("unit_after_start")["ActiveState"] == "active", unit_log(boot)
     assert endpoint(boot.one("status_after_start")["status"], NAME)["state"] == "ready"
+
+
+SLACK_S = 15
+"""Issue 27: an endpoint whose engine died is ready again within its measured start-up + 15 s."""
+
+
+@pytest.mark.parametrize("check", ["kill_engine", "stop_engine"])
+def test_a_dead_or_hung_engine_is_restarted_with_no_action(machine: Machine, check: str) -> None:
+    """kill -9 of `vllm serve`: the supervisor exits by the same signal and systemd restarts
+    the unit; SIGSTOP of every vLLM process: /health stops answering, the supervisor stops its
+    WATCHDOG=1 pings and systemd kills and restarts the unit after WatchdogSec=."""
+    boot = machine.boot("reboot")
+    fault = boot.one(check)
+    figures = engine_fault(fault)
+    assert fault["victims"], "no vLLM process was found under the supervisor"
+    assert figures.to_ready_s is not None, f"not ready again: {fault}\n{unit_log(boot)}"
+    bound = figures.startup_before_s + SLACK_S
+    if check == "stop_engine":
+        bound += WATCHDOG_S
+        messages = [e["message"] or "" for e in boot.one("journal_faults")["entries"]]
+        assert any("Watchdog timeout" in m for m in messages), "systemd's watchdog never fired"
+    assert figures.to_ready_s <= bound, (figures, bound)
+    assert int(figures.restarts) >= 1, "systemd restarted nothing (NRestarts)"
+    status = endpoint(boot.one(f"{check}_status")["status"], NAME)
+    assert status["state"] == "ready", status
+    assert status.get("restarts", 0) >= 1, f"status does not show the restart: {status}"
+    assert boot.one(f"{check}_chat")["rc"] == 0
+
+
+def test_broken_weights_end_in_a_crash_loop_that_survives_a_reboot(machine: Machine) -> None:
+    """Issue 27: weights vLLM cannot load: a bounded number of runs, then crash-loop with the
+    first error; after a reboot nothing starts (no restart storm); `epycctl start` clears it."""
+    boot = machine.boot("stopped-reboot")
+    looped = boot.one("crash_loop")
+    assert looped["looped"], f"no crash-loop state: {looped}\n{unit_log(boot)}"
+    runs = started_servers(boot.one("journal_crash_loop"))
+    assert 1 <= runs - 1 <= CRASH_LOOP_RUNS, f"{runs - 1} runs on broken weights"
+    assert looped["ActiveState"] in {"inactive", "failed"}, looped
+    status = endpoint(boot.one("status_crash_loop")["status"], NAME)
+    assert status["state"] == "crash-loop", status
+    assert "safetensor" in json.dumps(status).lower(), f"no first error in status: {status}"
+
+    after = machine.boot("crashloop-reboot")
+    after.assert_clean()
+    assert after.one("unit")["ActiveState"] == "inactive", after.one("unit")
+    assert started_servers(after.one("journal_unit")) == 0, "a crash-looped endpoint ran at boot"
+    assert endpoint(after.one("status")["status"], NAME)["state"] == "crash-loop"
+    start = after.one("start")
+    assert start["rc"] == 0, start["stdout"] + start["stderr"]
+    assert after.one("unit_after_start")["ActiveState"] == "active", unit_log(after)
+    assert endpoint(after.one("status_after_start")["status"], NAME)["state"] == "ready"
+
+
+def started_servers(journal: dict[str, Any]) -> int:
+    """How many times the supervisor started vLLM in these journal entries."""
+    return sum(1 for e in journal["entries"] if "started server pid" in (e["message"] or ""))
 
 
 def test_a_changed_host_is_refused_at_boot_in_one_journal_line(machine: Machine) -> None:
