@@ -1,0 +1,155 @@
+"""Benchmark: endpoints that heal (issue 27), measured under real systemd.
+
+Run:  .venv/bin/python benchmarks/faults.py [--out benchmarks/faults-run1.json]
+      .venv/bin/python benchmarks/faults.py --render benchmarks/faults-run1.json
+(needs tests/bootstrap.sh: the rootfs, the vLLM CPU venv, the tiny model, HAProxy's .debs.)
+
+It runs the fault end-to-end tests (real systemd as PID 1 in systemd-nspawn, the real CPU vLLM
+serving the tiny model) and keeps their machines' records, then reads from them:
+
+- kill -9 of `vllm serve` of a ready endpoint, and SIGSTOP of every vLLM process: the time to
+  ready again against the start-up it had (tests/e2e/test_e2e.py, boot "reboot");
+- broken weights: the runs before the crash-loop state and the time to it; the runs at the
+  next boot (tests/e2e/test_e2e.py, boots "stopped-reboot" and "crashloop-reboot");
+- one of two instances SIGKILLed under 8 clients of steady load: failed requests, the time to
+  degraded and back to ready, tok/s before, while degraded and after
+  (tests/e2e/test_instances.py).
+
+The pass/fail of each is the test's own; this script reports the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.daemon import machine  # noqa: E402
+from benchmarks.runs import new_report, parse_run  # noqa: E402
+from tests.e2e.faultfigures import engine_fault, loaded_kill  # noqa: E402
+
+TESTS = [
+    "tests/e2e/test_e2e.py::test_a_dead_or_hung_engine_is_restarted_with_no_action",
+    "tests/e2e/test_e2e.py::test_broken_weights_end_in_a_crash_loop_that_survives_a_reboot",
+    "tests/e2e/test_instances.py::test_a_killed_instance_comes_back_by_itself_under_load",
+]
+
+
+def records(results: Path, phase: str) -> dict[str, dict[str, Any]]:
+    """The last record of each check of one boot."""
+    path = results / f"{phase}.jsonl"
+    if not path.is_file():
+        return {}
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {line["check"]: line for line in lines}
+
+
+def started_servers(journal: dict[str, Any] | None) -> int | None:
+    if journal is None:
+        return None
+    return sum(1 for e in journal["entries"] if "started server pid" in (e["message"] or ""))
+
+
+def figures(base: Path) -> dict[str, Any]:
+    host, pair = base / "e2e0" / "results", base / "e2e-instances0" / "results"
+    reboot = records(host, "reboot")
+    stopped, after = records(host, "stopped-reboot"), records(host, "crashloop-reboot")
+    out: dict[str, Any] = {}
+    for check in ("kill_engine", "stop_engine"):
+        if check in reboot:
+            out[check] = engine_fault(reboot[check]).model_dump()
+    if "crash_loop" in stopped:
+        runs = started_servers(stopped.get("journal_crash_loop"))
+        out["crash_loop"] = {
+            "runs_on_broken_weights": None if runs is None else runs - 1,
+            "seconds_to_crash_loop": stopped["crash_loop"]["seconds"],
+            "state": stopped["crash_loop"]["ActiveState"],
+            "runs_at_next_boot": started_servers(after.get("journal_unit")),
+        }
+    install = records(pair, "install")
+    if "kill_under_load" in install:
+        out["kill_under_load"] = loaded_kill(install["kill_under_load"]).model_dump()
+    return out
+
+
+def render(report: dict[str, Any]) -> str:
+    found = report["figures"]
+    lines = [f"Run of {report['started']} on {report['machine']['description']}", ""]
+    lines += [
+        "| fault | start-up before (s) | ready again after (s) | restarts |",
+        "|---|---|---|---|",
+    ]
+    for check in ("kill_engine", "stop_engine"):
+        if fault := found.get(check):
+            lines.append(
+                f"| {fault['signal']} | {fault['startup_before_s']} | {fault['to_ready_s']} "
+                f"| {fault['restarts']} |"
+            )
+    if loop := found.get("crash_loop"):
+        lines += [
+            "",
+            f"Broken weights: {loop['runs_on_broken_weights']} runs, crash-loop after "
+            f"{loop['seconds_to_crash_loop']} s; runs at the next boot: "
+            f"{loop['runs_at_next_boot']}.",
+        ]
+    if kill := found.get("kill_under_load"):
+        lines += [
+            "",
+            "| two instances, 8 clients | value |",
+            "|---|---|",
+            f"| requests / failed / failed in flight at the kill | {kill['requests']} / "
+            f"{kill['failed']} / {kill['failed_in_flight']} |",
+            f"| failed requests sent after the kill (s after it) | {kill['failed_after_kill']} |",
+            f"| degraded after (s) / ready again after (s) | {kill['to_degraded_s']} / "
+            f"{kill['to_ready_s']} |",
+            f"| instance start-up before (s) | {kill['startup_before_s']} |",
+        ]
+        for window in ("before", "degraded", "after"):
+            w = kill[window]
+            rate = round(w["tokens"] / w["seconds"], 1) if w["seconds"] else "-"
+            lines.append(
+                f"| tok/s {window} ({w['seconds']} s, {w['requests']} requests) | {rate} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "faults-run.json")
+    args = parse_run(parser, render)
+    if args is None:
+        return
+    report = new_report({"description": machine()}, {"tests": TESTS})
+    with tempfile.TemporaryDirectory(prefix="epyc-faults-") as tmp:
+        base = Path(tmp) / "pytest"
+        env = {**os.environ, "EPYC_E2E_KEEP": "1"}
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                f"--basetemp={base}",
+                *TESTS,
+            ],
+            cwd=REPO,
+            env=env,
+            check=False,
+        )
+        report["pytest_exit"] = done.returncode
+        report["figures"] = figures(base)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(render(report))
+
+
+if __name__ == "__main__":
+    main()
