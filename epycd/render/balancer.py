@@ -6,7 +6,10 @@ Its configuration is in the unit itself (`SetCredential=`, read from `%d`), so t
 text, the drift check and `epycctl plan` cover it with the rest of the set. HAProxy checks
 each instance with `GET /health` (vLLM's health route, open without the API key) and sends
 each request to the ready instance with the fewest open connections (`balance leastconn`);
-an instance whose check fails gets no requests until it passes again.
+an instance whose check fails gets no requests until it passes again, and one that refuses
+a connection is taken out at once (`observe layer4`, one error). A request whose connection
+could not be made goes to another instance (`retry-on conn-failure`, `option redispatch`);
+one that reached an instance is never sent twice.
 
 The instances start first (`After=`); with every instance required (`min_ready` = the
 count, the default) the balancer needs them all (`Requires=`), else it starts when they
@@ -41,6 +44,10 @@ CHECK_INTERVAL = "2s"
 TIMEOUT_CONNECT = "5s"
 TIMEOUT_STREAM = "1h"
 """Client and server timeouts: a long generation streams for minutes."""
+RETRIES = 3
+"""Connection attempts after the first: each to another instance (`option redispatch 1`),
+and only for a connection that failed (`retry-on conn-failure`), never a request that may
+have run."""
 
 
 def member_service(member: EndpointDecisions) -> str:
@@ -67,9 +74,13 @@ def haproxy_config(decisions: EndpointDecisions) -> str:
         "    default_backend instances",
         "backend instances",
         "    balance leastconn",
+        f"    retries {RETRIES}",
+        "    option redispatch 1",
+        "    retry-on conn-failure",
         "    option httpchk GET /health",
         "    http-check expect status 200",
-        f"    default-server check inter {CHECK_INTERVAL} fall 2 rise 1",
+        f"    default-server check inter {CHECK_INTERVAL} fall 2 rise 1"
+        " observe layer4 error-limit 1 on-error mark-down",
     ]
     lines += [
         f"    server instance-{member.instance} {member.host}:{member.port}"

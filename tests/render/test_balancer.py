@@ -178,8 +178,10 @@ def test_the_real_haproxy_spreads_and_routes_around_a_dead_instance(
     tmp_path: Path, product_python: str, real_vllm: Path
 ) -> None:
     """Debian's HAProxy with the plan's own configuration in front of two stand-in instances
-    (HTTP servers answering /health): requests reach both; one killed, every request is
-    answered by the other within the health check's fall time."""
+    (HTTP servers answering /health): requests reach both; one killed, every request from
+    then on is answered by the other, before the health check could notice: the refused
+    connection is retried on the other instance (`retry-on conn-failure`, `option
+    redispatch`) and takes the killed one out at once (`observe layer4`)."""
     port = free_port()
     text = f'runtime = "host"\nvllm = "{real_vllm}"\ninstances = 2\nport = {port}\n'
     plan = planned(
@@ -205,7 +207,6 @@ def test_the_real_haproxy_spreads_and_routes_around_a_dead_instance(
         assert _wait(lambda: {_answers(url) for _ in range(10)} == {"1", "2"}, 20)
         backends[1].kill()
         backends[1].wait()
-        assert _wait(lambda: {_answers(url) for _ in range(10)} == {"1"}, 15)
         assert [_answers(url) for _ in range(20)] == ["1"] * 20
     finally:
         for process in [balancer, *backends]:
