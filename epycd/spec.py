@@ -311,7 +311,7 @@ ALLOWED: dict[str, str] = {
     "api_key_file": "an absolute path to a root-only file holding the endpoint's API key",
     "host": '"127.0.0.1" (the default), "0.0.0.0", "::" or another IP address of this host',
     "throughput_flags": "true or false",
-    "restart": '"no" or "on-failure"',
+    "restart": '"on-failure" (the default) or "no"',
     "profile": '"balanced" (default), "latency" or "throughput" (docs/tuning.md)',
     "device": '"cpu" (the default) or "instinct" (AMD Instinct GPUs, docs/instinct.md)',
     "gpus": '"auto" or a list of GPU indices as `epycctl detect` shows them, e.g. [0, 1]',
@@ -351,7 +351,8 @@ class EndpointSpec(BaseModel):
     hf_token_file: PathText | None = None
     api_key_file: PathText | None = None
     throughput_flags: bool = False
-    restart: Literal["no", "on-failure"] = "no"
+    restart: Literal["no", "on-failure"] = "on-failure"
+    """systemd brings a failed or hung endpoint back (docs/healing.md); "no" keeps it down."""
     profile: Literal["balanced", "latency", "throughput"] = "balanced"
     device: Literal["cpu", "instinct"] = "cpu"
     gpus: list[Annotated[int, Field(ge=0)]] | Literal["auto"] = "auto"

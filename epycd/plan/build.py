@@ -40,12 +40,14 @@ from epycd.plan import tuning
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
 from epycd.plan.gpu import GpuPlacement
+from epycd.plan.healing import healing_for
 from epycd.plan.hfcache import host_hf_home, resolve_hf_cache
 from epycd.plan.homes import home_read_paths
 from epycd.plan.instances import Region
 from epycd.plan.model import (
     BindMount,
     EndpointDecisions,
+    Healing,
     HfCacheMount,
     Plan,
     PrimaryEndpoint,
@@ -523,11 +525,19 @@ def tune(
 
 
 APPROVAL_CHECK_MODULE = "epycd.approval.check"
+CRASH_RECORDER_MODULE = "epycd.approval.crashloop"
 
 
 def approval_check_argv(product_python: str, name: str) -> list[str]:
     """ExecCondition= of every endpoint unit: skip the start when the approval no longer holds."""
     return [product_python, "-m", APPROVAL_CHECK_MODULE, name]
+
+
+def crash_recorder_argv(product_python: str, name: str, unit: str) -> list[str]:
+    """ExecStopPost= of every vLLM unit (docs/healing.md): record how the run of `unit`
+    (epyc-llm-NAME, or epyc-llm-NAME_N for an instance) ended, from the SERVICE_RESULT,
+    EXIT_CODE and EXIT_STATUS systemd passes, and declare the crash loop."""
+    return [product_python, "-m", CRASH_RECORDER_MODULE, name, "--unit", unit]
 
 
 def _sized(
@@ -709,6 +719,7 @@ class ServiceFields(TypedDict):
     limit_nofile: int
     limit_memlock: str
     restart: Restart
+    healing: Healing
     start_timeout_s: int
     podman_notify_healthy: bool
     product_python: str
@@ -737,6 +748,7 @@ def service_fields(
     reasons += consent_reasons(spec.extra_args, spec.env)
     if exposed := exposure_reason(spec, placed.port):
         reasons.append(exposed)
+    start_s = start_timeout_s(stack, prepared.facts)
     return ServiceFields(
         socket=placed.socket,
         numa_nodes=placed.numa_nodes,
@@ -746,7 +758,8 @@ def service_fields(
         limit_nofile=tuning.LIMIT_NOFILE,
         limit_memlock=tuning.LIMIT_MEMLOCK,
         restart=spec.restart,
-        start_timeout_s=start_timeout_s(stack, prepared.facts),
+        healing=healing_for(spec.restart, start_s, supervised=route.runtime != "podman"),
+        start_timeout_s=start_s,
         podman_notify_healthy=route.runtime == "podman" and host.runtimes.podman.notify_healthy,
         product_python=product_python,
         exec_condition=[approval_check_argv(product_python, prepared.result.name)],

@@ -19,6 +19,7 @@ from epycd.listen import DEFAULT_HOST
 from epycd.names import instance_unit_name
 from epycd.plan.alloc import Placement, cpu_nodes
 from epycd.plan.build import Prepared, _sized, decide, exposure_reason
+from epycd.plan.healing import balancer_healing
 from epycd.plan.instances import Layout, Region, plan_layout, region_of
 from epycd.plan.model import EndpointDecisions, HfCacheMount, InstanceSet
 from epycd.plan.ports import LAST_PORT, Listener
@@ -173,6 +174,7 @@ def _set_decisions(
             "port": port,
             "host": spec.host,
             "status_file": None,
+            "healing": balancer_healing(spec.restart),
             "requires_confirmation": bool(reasons),
             "confirmation_reasons": reasons,
             "warnings": warnings,

@@ -11,26 +11,35 @@ a connection is taken out at once (`observe layer4`, one error). A request whose
 could not be made goes to another instance (`retry-on conn-failure`, `option redispatch`);
 one that reached an instance is never sent twice.
 
-The instances start first (`After=`); with every instance required (`min_ready` = the
-count, the default) the balancer needs them all (`Requires=`), else it starts when they
-have started or failed (`Wants=`) and its `ExecStartPre=` (`python -m epycd.approval.ready
-NAME`, privileged: it reads the root-only approval) fails its start while fewer than
-`min_ready` instances are up. Each instance is `PartOf=` the balancer: stopping or
-restarting the endpoint stops or restarts the set. HAProxy runs in master-worker mode with
-systemd's notify support (`-Ws`), as a dynamic user with no capabilities (below port 1024:
-CAP_NET_BIND_SERVICE alone), in the endpoint units' sandbox without netlink, and on
-loopback it may reach loopback only. `systemd-analyze security` rates it 1.2 (its instances
+The instances start first (`After=`) and the balancer only `Wants=` them: each instance
+restarts by itself (docs/healing.md), and `Requires=` would restart the balancer, and so
+drop every open request of the others, whenever one of them restarts. `min_ready` is its
+`ExecStartPre=` (`python -m epycd.approval.ready NAME`, privileged: it reads the root-only
+approval), which fails its start while fewer than `min_ready` instances are up. Each
+instance is `PartOf=` the balancer: stopping or restarting the endpoint stops or restarts
+the set. The balancer restarts on failure after `RestartSec=` under the same start limit as
+the instances (epycd.render.healing), on its own start budget (`TimeoutStartSec=`,
+epycd.plan.healing.BALANCER_START_S), without a watchdog and without the crash recorder
+(docs/healing.md, "Instance sets"). HAProxy runs in master-worker mode with systemd's notify
+support (`-Ws`), as a dynamic user with no capabilities (below port 1024:
+CAP_NET_BIND_SERVICE alone), in the endpoint units' sandbox without netlink, and on loopback
+it may reach loopback only. `systemd-analyze security` rates it 1.2 (its instances
 1.4-1.8); the checks it fails: PrivateNetwork, RestrictAddressFamilies=~AF_INET/AF_UNIX (it
 serves HTTP; sd_notify), IPAddressDeny (beyond loopback it answers any client),
 SystemCallFilter=~@resources (it raises its open-files limit), RootDirectory (it runs the
 distribution's binary), DeviceAllow (the read-only clock ProtectClock= allows).
+
+Decisions without `healing` (records from before issue 27) get the unit of their time:
+`Requires=` the instances when `min_ready` is all of them, `Restart=on-failure` alone.
 """
 
 from __future__ import annotations
 
 from epycd.errors import InputError
 from epycd.listen import is_loopback
+from epycd.plan.healing import BALANCER_START_S
 from epycd.plan.model import EndpointDecisions
+from epycd.render.healing import service_restart_lines, start_limit_lines
 from epycd.render.sandbox import COMMON_SANDBOX
 from epycd.render.syntax import check_printable, command_line, plain_value
 from epycd.render.text import Line, unit_text
@@ -114,12 +123,23 @@ def ip_lines(decisions: EndpointDecisions) -> list[Line]:
 def _dependencies(decisions: EndpointDecisions) -> list[Line]:
     assert decisions.instances is not None
     members = " ".join(member_service(m) for m in decisions.instances.members)
-    need = "Requires" if decisions.instances.min_ready >= decisions.instances.count else "Wants"
+    need = "Wants"
+    if decisions.healing is None and decisions.instances.min_ready >= decisions.instances.count:
+        need = "Requires"
     return [
         ("Wants", "network-online.target"),
         (need, members),
         ("After", f"network-online.target {members}"),
+        *start_limit_lines(decisions.healing),
     ]
+
+
+def restart_lines(decisions: EndpointDecisions) -> list[Line]:
+    """Restart= and RestartSec= from the balancer's healing (no watchdog: HAProxy does not
+    ping one); before issue 27, Restart=on-failure alone."""
+    if decisions.healing is None:
+        return [("Restart", "on-failure")]
+    return service_restart_lines(decisions.healing)
 
 
 def render_balancer(decisions: EndpointDecisions) -> str:
@@ -145,8 +165,10 @@ def _service_lines(decisions: EndpointDecisions) -> list[Line]:
     """[Service]: HAProxy under a dynamic user, sandboxed, reading its config from a
     credential; only a port below 1024 keeps the capability to bind it."""
     start = [HAPROXY, "-Ws", "-f", f"%d/{CONFIG_CREDENTIAL}"]
-    service: list[Line] = [
-        ("Type", "notify"),
+    service: list[Line] = [("Type", "notify")]
+    if decisions.healing is not None:
+        service.append(("TimeoutStartSec", str(BALANCER_START_S)))
+    service += [
         (
             "ExecCondition",
             command_line(decisions.exec_condition[0], "exec_condition[0]", prefix="+"),
@@ -163,7 +185,7 @@ def _service_lines(decisions: EndpointDecisions) -> list[Line]:
         ("ExecStart", command_line(start[:3], "balancer") + f" %d/{CONFIG_CREDENTIAL}"),
         ("ExecReload", "/bin/kill -USR2 $MAINPID"),
         ("KillMode", "mixed"),
-        ("Restart", "on-failure"),
+        *restart_lines(decisions),
         ("DynamicUser", "yes"),
         ("ProtectHome", "yes"),
         ("RemoveIPC", "yes"),

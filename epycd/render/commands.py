@@ -76,6 +76,8 @@ def supervisor(decisions: EndpointDecisions, server: list[str]) -> list[str]:
         argv += ["--status-file", decisions.status_file]
     if decisions.api_key_file:
         argv += ["--api-key-credential", API_KEY_CREDENTIAL]
+    if decisions.healing is not None:
+        argv += ["--stall-timeout", str(decisions.healing.stall_s)]
     return [*argv, "--", *server]
 
 

@@ -104,6 +104,28 @@ def check_identity(decisions: EndpointDecisions) -> None:
         raise _refuse(
             decisions, "start_timeout_s", "the start timeout must be positive", "plan again"
         )
+    check_healing(decisions)
+
+
+def check_healing(decisions: EndpointDecisions) -> None:
+    """Every figure of `healing` positive (systemd reads 0 as "off" or refuses it), and no
+    watchdog on podman, whose main process never pings one: systemd would kill a healthy
+    container every `watchdog_s` (docs/healing.md)."""
+    healing = decisions.healing
+    if healing is None:
+        return
+    figures = healing.model_dump(exclude={"restart"})
+    bad = sorted(name for name, value in figures.items() if value is not None and value <= 0)
+    if bad:
+        raise _refuse(decisions, "healing", f"healing {', '.join(bad)} must be positive",
+                      "plan again")  # fmt: skip
+    if healing.watchdog_s is not None and decisions.runtime == "podman":
+        raise _refuse(
+            decisions,
+            "healing",
+            "a podman unit cannot have a watchdog: podman never pings it",
+            "plan again",
+        )
 
 
 def check_pinning(decisions: EndpointDecisions) -> None:

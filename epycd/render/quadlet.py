@@ -9,6 +9,12 @@ from __future__ import annotations
 from epycd.names import unit_name
 from epycd.plan.model import EndpointDecisions
 from epycd.render import commands, gpu
+from epycd.render.healing import (
+    crash_recorder_lines,
+    health_on_failure_lines,
+    restart_lines,
+    start_limit_lines,
+)
 from epycd.render.syntax import (
     command_line,
     plain_value,
@@ -91,6 +97,7 @@ def container_lines(decisions: EndpointDecisions) -> list[Line]:
             ("HealthInterval", HEALTH_INTERVAL),
             ("HealthTimeout", HEALTH_TIMEOUT),
             ("HealthRetries", HEALTH_RETRIES),
+            *health_on_failure_lines(decisions),
         ]
     return lines
 
@@ -106,7 +113,7 @@ def service_lines(decisions: EndpointDecisions) -> list[Line]:
     if not decisions.podman_notify_healthy:
         lines.append(("ExecStartPost", command_line(commands.health_gate(decisions), "health")))
         lines += api_key_credential(decisions)
-    return lines
+    return lines + crash_recorder_lines(decisions)
 
 
 def api_key_credential(decisions: EndpointDecisions) -> list[Line]:
@@ -125,12 +132,6 @@ def limit_lines(decisions: EndpointDecisions) -> list[Line]:
     ]
 
 
-def restart_lines(decisions: EndpointDecisions) -> list[Line]:
-    if decisions.restart == "on-failure":
-        return [("Restart", "on-failure"), ("RestartSec", "30s")]
-    return [("Restart", "no")]
-
-
 def render_container(decisions: EndpointDecisions) -> str:
     return unit_text(
         decisions.endpoint,
@@ -142,6 +143,7 @@ def render_container(decisions: EndpointDecisions) -> str:
                     ("Wants", "network-online.target"),
                     ("After", "network-online.target"),
                     *part_of(decisions),
+                    *start_limit_lines(decisions.healing),
                 ],
             ),
             ("Container", container_lines(decisions)),

@@ -9,13 +9,8 @@ from __future__ import annotations
 
 from epycd.plan.model import EndpointDecisions
 from epycd.render import commands, sandbox
-from epycd.render.quadlet import (
-    api_key_credential,
-    description,
-    limit_lines,
-    part_of,
-    restart_lines,
-)
+from epycd.render.healing import crash_recorder_lines, restart_lines, start_limit_lines
+from epycd.render.quadlet import api_key_credential, description, limit_lines, part_of
 from epycd.render.syntax import command_line, env_assignment, plain_value
 from epycd.render.text import Line, Section, unit_text
 
@@ -28,6 +23,7 @@ def _unit_section(decisions: EndpointDecisions, after: str) -> Section:
             ("Wants", "network-online.target"),
             ("After", after),
             *part_of(decisions),
+            *start_limit_lines(decisions.healing),
         ],
     )
 
@@ -55,6 +51,7 @@ def render_docker(decisions: EndpointDecisions) -> str:
             "ExecStart",
             command_line(commands.supervisor(decisions, commands.docker_run(decisions)), "command"),
         ),
+        *crash_recorder_lines(decisions),
     ]
     service += api_key_credential(decisions)
     service += sandbox.docker_sandbox(decisions)
@@ -94,6 +91,7 @@ def render_host(decisions: EndpointDecisions) -> str:
             ),
         )
     )
+    service += crash_recorder_lines(decisions)
     service += [
         ("CPUAffinity", decisions.cpus),
         ("NUMAPolicy", "bind"),

@@ -10,6 +10,7 @@ from pathlib import Path
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.build import EndpointResult
+from epycd.plan.healing import healing_for
 from epycd.plan.model import Plan
 from tests.hosts import CATALOGUE, MI210, FakeGpu, HostShape, gpus_on_nodes
 from tests.instinct.conftest import DOCKER
@@ -95,6 +96,21 @@ def test_mi355x_explicit_pair_tensor_parallel_2(ws: PlanWorkspace, host_of: Host
                  "--security-opt=seccomp=unconfined", "--ipc=host"):  # fmt: skip
         assert flag in text, flag
     assert "CUDA_VISIBLE_DEVICES" not in text
+
+
+def test_instinct_endpoints_heal_like_cpu_endpoints(ws: PlanWorkspace, host_of: HostOf) -> None:
+    """docs/healing.md: over docker the supervisor's watchdog, on podman 5 the health check
+    that kills the container; both restart on failure within their own start budget."""
+    ws.endpoint("gpu", GPU + QWEN)
+    podman = planned(ws.plan(host_of("genoa-2s-8x-mi300x"))["gpu"])
+    assert podman.runtime == "podman"
+    assert podman.healing == healing_for("on-failure", podman.start_timeout_s, supervised=False)
+    assert "HealthOnFailure=kill" in podman.units["epyc-llm-gpu.container"]
+    docker = planned(ws.plan(host_of("turin-2s-8x-mi355x", DOCKER))["gpu"])
+    assert docker.runtime == "docker"
+    assert docker.healing == healing_for("on-failure", docker.start_timeout_s, supervised=True)
+    text = docker.units["epyc-llm-gpu.service"]
+    assert "\nWatchdogSec=30s\n" in text and " --stall-timeout 120 -- " in text
 
 
 def test_auto_tensor_parallel_is_the_smallest_power_of_two_that_fits(

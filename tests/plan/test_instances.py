@@ -172,7 +172,8 @@ def test_two_one_core_instances_on_two_cores(ws: PlanWorkspace, host_of: HostOf)
         "epyc-llm-big_2.container",
     ]
     balancer = plan.units["epyc-llm-big.service"]
-    assert "Requires=epyc-llm-big_1.service epyc-llm-big_2.service" in balancer
+    assert "Wants=epyc-llm-big_1.service epyc-llm-big_2.service" in balancer
+    assert "Requires=" not in balancer
     config = haproxy_config(plan)
     assert "balance leastconn" in config and "option httpchk GET /health" in config
     assert "bind 127.0.0.1:18511" in config
@@ -181,13 +182,16 @@ def test_two_one_core_instances_on_two_cores(ws: PlanWorkspace, host_of: HostOf)
         assert "PartOf=epyc-llm-big.service" in plan.units[name]
 
 
-def test_min_ready_below_count_wants_instead_of_requires(
+def test_min_ready_below_count_only_changes_the_ready_check(
     ws: PlanWorkspace, host_of: HostOf
 ) -> None:
+    """The balancer always only `Wants=` its instances (they restart by themselves,
+    docs/healing.md); `min_ready` is its ready check's, read from the approval."""
     plan = _plan(ws, host_of("vm-zen5-24g"), "instances = 2\nmin_ready = 1\n")
     balancer = plan.units["epyc-llm-big.service"]
     assert "Wants=epyc-llm-big_1.service epyc-llm-big_2.service" in balancer
     assert "Requires=" not in balancer
+    assert "ExecStartPre=+" in balancer and "-m epycd.approval.ready big" in balancer
     assert plan.instances is not None and plan.instances.min_ready == 1
 
 

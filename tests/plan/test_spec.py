@@ -47,7 +47,7 @@ chat_template = "/etc/epyc-llm/chatml.jinja"
 extra_args = ["--enforce-eager", "--max-num-batched-tokens", "4096"]
 hf_token_file = "/etc/epyc-llm/hf-token"
 throughput_flags = true
-restart = "on-failure"
+restart = "no"
 [env]
 VLLM_LOGGING_LEVEL = "INFO"
 """
@@ -70,7 +70,7 @@ VLLM_LOGGING_LEVEL = "INFO"
         env={"VLLM_LOGGING_LEVEL": "INFO"},
         hf_token_file="/etc/epyc-llm/hf-token",
         throughput_flags=True,
-        restart="on-failure",
+        restart="no",
     )
     assert result.name == "qwen3"
 
@@ -81,7 +81,7 @@ def test_empty_file_takes_the_defaults(tmp_path: Path) -> None:
     assert result.spec is not None
     assert result.spec.model is None and result.spec.port == "auto"
     assert result.spec.socket == "auto" and result.spec.runtime == "auto"
-    assert result.spec.restart == "no" and not result.spec.throughput_flags
+    assert result.spec.restart == "on-failure" and not result.spec.throughput_flags
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,7 @@ def test_empty_file_takes_the_defaults(tmp_path: Path) -> None:
         ("socket = -1", "socket", '"auto" or a socket number'),
         ('socket = "first"', "socket", '"auto" or a socket number'),
         ('runtime = "lxc"', "runtime", '"podman", "docker" or "host"'),
-        ('restart = "always"', "restart", '"no" or "on-failure"'),
+        ('restart = "always"', "restart", '"on-failure" (the default) or "no"'),
         ("throughput_flags = 'yes'", "throughput_flags", "true or false"),
         ('model = "qwen3"', "model", "absolute path"),
         ('model = "models/qwen3/"', "model", "absolute path"),

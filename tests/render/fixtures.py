@@ -12,7 +12,8 @@ from pathlib import Path
 
 from epycd.model.facts import MemoryFit
 from epycd.plan.build import approval_check_argv
-from epycd.plan.model import EndpointDecisions, HfCacheMount, Plan
+from epycd.plan.healing import healing_for
+from epycd.plan.model import EndpointDecisions, HfCacheMount, Plan, Restart
 
 PRODUCT_PYTHON = "/opt/epyc-llm/venv/bin/python"
 GENOA_IMAGE = (
@@ -97,9 +98,18 @@ def _base(name: str, **changes: object) -> EndpointDecisions:
         "product_python": PRODUCT_PYTHON,
         "exec_condition": [_approval_check(name)],
         "status_file": f"/run/epyc-llm/endpoints/{name}/status.json",
+        "restart": "on-failure",
     }
     fields.update(changes)
-    return EndpointDecisions.model_validate(fields)
+    decisions = EndpointDecisions.model_validate(fields)
+    return with_restart(decisions, decisions.restart) if "healing" not in changes else decisions
+
+
+def with_restart(decisions: EndpointDecisions, restart: Restart) -> EndpointDecisions:
+    """`restart` and the healing the planner gives it (epycd.plan.build.service_fields)."""
+    supervised = decisions.runtime != "podman"
+    healing = healing_for(restart, decisions.start_timeout_s, supervised=supervised)
+    return decisions.model_copy(update={"restart": restart, "healing": healing})
 
 
 def genoa_podman() -> EndpointDecisions:
@@ -111,7 +121,7 @@ def genoa_podman() -> EndpointDecisions:
         "VLLM_USE_AOT_COMPILE": "0",
         "ZENTORCH_WEIGHT_PREPACK": "1",
     }
-    return decisions.model_copy(update={"env": env, "restart": "on-failure"})
+    return decisions.model_copy(update={"env": env})
 
 
 def podman_before_5() -> EndpointDecisions:
@@ -198,8 +208,9 @@ def gated_with_token() -> EndpointDecisions:
 
 
 def host_with_token(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecisions:
+    """The host path with `restart = "no"`: Restart=no, the watchdog kept."""
     name = "host-llama"
-    return host_vllm(vllm).model_copy(
+    return with_restart(host_vllm(vllm), "no").model_copy(
         update={
             "endpoint": name,
             "unit_name": f"epyc-llm-{name}",

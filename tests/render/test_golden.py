@@ -10,9 +10,10 @@ The models come from a real Hugging Face cache layout (tests/model/models.py), o
 `@TMP@` stands for the test's temporary folder, in the inputs and in the expected units.
 `UPDATE_GOLDEN=1` writes expected/ anew: review the diff before committing it.
 
-Every Python module a unit runs (ExecCondition=, ExecStart=, ExecStartPost=) must start:
-a unit whose command is `python -m` of a module that does not exist would never start,
-and systemd-analyze cannot notice that.
+Every Python module a unit runs (ExecCondition=, ExecStartPre=, ExecStart=, ExecStartPost=,
+ExecStopPost=) must start: a unit whose command is `python -m` of a module that does not
+exist would never start (or never record how a run ended), and systemd-analyze cannot
+notice that.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ CASES = sorted(folder.name for folder in GOLDEN.iterdir() if (folder / "case.tom
 PLACEHOLDER = "@TMP@"
 PRODUCT_PYTHON = "/opt/epyc-llm/venv/bin/python"
 """Where packaging/install.sh puts the product's interpreter."""
-COMMAND_KEYS = ("ExecCondition", "ExecStart", "ExecStartPost")
+COMMAND_KEYS = ("ExecCondition", "ExecStartPre", "ExecStart", "ExecStartPost", "ExecStopPost")
 
 
 class VllmAnswers(BaseModel):

@@ -1,0 +1,69 @@
+"""How an endpoint's units come back by themselves (docs/healing.md): the figures of its
+`Healing`, from the endpoint file's `restart`, the unit's start budget and whether epycd's
+supervisor is the unit's main process.
+
+One rule for every unit epycd writes: systemd restarts a unit that failed (or whose watchdog
+fired) after `RESTART_SEC`; `CRASH_LOOP_RUNS` failed runs within an interval long enough for
+that many starts at the full start budget are a crash loop. epycd's crash recorder
+(`python -m epycd.approval.crashloop`, the units' `ExecStopPost=`) counts the runs and keeps
+a crash-looping endpoint down, across a reboot too; systemd's own start limit, set a little
+above it by the renderer, is only the backstop.
+"""
+
+from __future__ import annotations
+
+from epycd.plan.model import Healing, Restart
+
+RESTART_SEC = 10
+"""RestartSec=: long enough for the old process's port, memory and container name to be
+released (and for the journal to show one failure before the next start), short next to a
+model's load."""
+
+CRASH_LOOP_RUNS = 3
+"""Failed runs within the interval that make a crash loop: one failure is an accident (an
+OOM kill, a hung engine), a second may be one too, a third in a row is the endpoint itself."""
+
+INTERVAL_MARGIN_S = 60
+"""Added to the interval: the recorder's own time and systemd's between the runs."""
+
+WATCHDOG_S = 30
+"""WatchdogSec= of a unit whose main process is epycd's supervisor: it pings while vLLM's
+/health answers and the engine is not stalled; 30 s is three of its checks, so one slow
+answer never kills a serving engine."""
+
+STALL_S = 120
+"""The engine counts as hung when requests are running and no prompt or generation token
+was counted for this long (the supervisor's `--stall-timeout`): longer than any one step of
+a CPU engine under load (a long prompt's prefill on one socket), short next to a client's
+patience."""
+
+BALANCER_START_S = 90
+"""TimeoutStartSec= of a multi-instance endpoint's HAProxy (systemd's own default, written in
+the unit so the interval below does not hang on the host's DefaultTimeoutStartSec=): its
+ready check and HAProxy's start take a second or two."""
+
+
+def start_limit_interval_s(start_timeout_s: int, runs: int = CRASH_LOOP_RUNS) -> int:
+    """StartLimitIntervalSec=: `runs` starts at the full start budget, each after the pause,
+    and the margin, so that a model which fails late in its load still counts as a loop."""
+    return runs * (start_timeout_s + RESTART_SEC) + INTERVAL_MARGIN_S
+
+
+def healing_for(restart: Restart, start_timeout_s: int, supervised: bool) -> Healing:
+    """An endpoint unit's healing. `supervised`: its main process is epycd's supervisor (the
+    host and docker paths), which pings systemd's watchdog; on podman (Quadlet) the main
+    process is podman, and podman's health check kills a container that stops answering."""
+    return Healing(
+        restart=restart,
+        restart_sec=RESTART_SEC,
+        start_limit_burst=CRASH_LOOP_RUNS,
+        start_limit_interval_s=start_limit_interval_s(start_timeout_s),
+        watchdog_s=WATCHDOG_S if supervised else None,
+        stall_s=STALL_S,
+    )
+
+
+def balancer_healing(restart: Restart) -> Healing:
+    """The HAProxy unit of a multi-instance endpoint: the same rule on its own short start
+    budget (`BALANCER_START_S`), and no watchdog (HAProxy does not ping it)."""
+    return healing_for(restart, BALANCER_START_S, supervised=False)

@@ -1,0 +1,116 @@
+"""How an endpoint's units come back by themselves (issue 27, docs/healing.md): the figures
+of `Healing` from its inputs, and the healing the real planner gives every path, each
+instance of a set and the set's balancer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, RuntimeFacts
+from epycd.plan.healing import balancer_healing, healing_for
+from epycd.plan.model import Healing, Plan
+from tests.plan.conftest import PlanWorkspace
+
+HostOf = Callable[..., HostFacts]
+DOCKER = RuntimeFacts(docker=DockerFacts(present=True, version="28.2.2", daemon_reachable=True))
+HOST_VLLM = 'runtime = "host"\nvllm = "/opt/zen/bin/vllm"\n'
+
+
+def zen(executable: str) -> HostVllmFacts:
+    return HostVllmFacts(path=executable, present=True, version="0.32.0", platform="ZenCpuPlatform")
+
+
+def _plan(ws: PlanWorkspace, host: HostFacts, text: str, name: str = "llm") -> Plan:
+    ws.endpoint(name, text)
+    result = ws.plan(host, probe=zen)[name]
+    assert result.plan is not None, [e.text for e in result.errors]
+    return result.plan
+
+
+@pytest.mark.parametrize(
+    ("start_s", "supervised", "interval_s", "watchdog_s"),
+    [
+        (360, True, 1170, 30),  # 3 x (360 + 10) + 60
+        (750, False, 2340, None),  # 3 x (750 + 10) + 60, podman: no watchdog
+        (4260, True, 12870, 30),  # a 70B model on Instinct over docker
+        (90, False, 360, None),  # the balancer's budget
+    ],
+)
+def test_healing_figures_come_from_the_start_budget(
+    start_s: int, supervised: bool, interval_s: int, watchdog_s: int | None
+) -> None:
+    assert healing_for("on-failure", start_s, supervised=supervised) == Healing(
+        restart="on-failure",
+        restart_sec=10,
+        start_limit_burst=3,
+        start_limit_interval_s=interval_s,
+        watchdog_s=watchdog_s,
+        stall_s=120,
+    )
+
+
+def test_restart_no_keeps_every_other_figure() -> None:
+    """`restart = "no"` changes only the restart: the watchdog still kills a hung engine, which then
+    stays down (docs/healing.md, "Restart policy")."""
+    healed = healing_for("on-failure", 360, supervised=True)
+    assert healing_for("no", 360, supervised=True) == healed.model_copy(update={"restart": "no"})
+
+
+def test_the_balancer_heals_on_its_own_short_budget_without_a_watchdog() -> None:
+    assert balancer_healing("on-failure") == healing_for("on-failure", 90, supervised=False)
+    assert balancer_healing("on-failure").start_limit_interval_s == 360
+    assert balancer_healing("on-failure").watchdog_s is None
+    assert balancer_healing("no").restart == "no"
+
+
+@pytest.mark.parametrize(
+    ("host", "runtimes", "text", "supervised"),
+    [
+        ("genoa-9654-2s-nps4", None, HOST_VLLM, True),
+        ("milan-7763-2s", DOCKER, "", True),
+        ("genoa-9654-2s-nps4", None, "", False),  # podman 5, Quadlet
+    ],
+)
+def test_the_planner_heals_every_path_by_default(
+    ws: PlanWorkspace,
+    host_of: HostOf,
+    host: str,
+    runtimes: RuntimeFacts | None,
+    text: str,
+    supervised: bool,
+) -> None:
+    plan = _plan(ws, host_of(host, runtimes), text)
+    assert plan.restart == "on-failure"
+    assert plan.healing == healing_for("on-failure", plan.start_timeout_s, supervised=supervised)
+    assert (plan.runtime == "podman") == (not supervised)
+
+
+def test_restart_no_in_the_file_is_in_both_fields(ws: PlanWorkspace, host_of: HostOf) -> None:
+    plan = _plan(ws, host_of("genoa-9654-2s-nps4"), HOST_VLLM + 'restart = "no"\n')
+    assert plan.restart == "no"
+    assert plan.healing == healing_for("no", plan.start_timeout_s, supervised=True)
+
+
+@pytest.mark.parametrize(("text", "supervised"), [("", False), (HOST_VLLM, True)])
+def test_each_instance_heals_by_its_runtime_and_the_balancer_by_its_own(
+    ws: PlanWorkspace, host_of: HostOf, text: str, supervised: bool
+) -> None:
+    plan = _plan(ws, host_of("vm-zen5-24g"), text + "instances = 2\n", name="pair")
+    assert plan.instances is not None
+    assert plan.healing == balancer_healing("on-failure")
+    for member in plan.instances.members:
+        assert member.healing == healing_for(
+            "on-failure", member.start_timeout_s, supervised=supervised
+        )
+
+
+def test_restart_no_reaches_the_instances_and_the_balancer(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    plan = _plan(ws, host_of("vm-zen5-24g"), 'instances = 2\nrestart = "no"\n', name="pair")
+    assert plan.instances is not None
+    assert plan.healing == balancer_healing("no")
+    assert {m.restart for m in plan.instances.members} == {"no"}
+    assert {m.healing.restart for m in plan.instances.members if m.healing} == {"no"}
