@@ -5,6 +5,10 @@ Three phases, one after the other, each with its own bound and no retry:
 loads is waiting, not failure; the server exiting is an immediate failure), `models` asks
 `/v1/models` once for the served id, `request` sends one deterministic request on the
 primary endpoint and checks that its first choice carries text.
+
+After the gate, while serving (issue 27, docs/healing.md): `health_problem` asks `/health`,
+and `StallWatch` reads the engine's progress from vLLM's own `/metrics` (`read_progress`):
+vLLM's `/health` answers 200 while its engine process is frozen, its token counters do not.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import click
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
 
 from epycd.readfile import SECRET_MAX_BYTES, read_text
@@ -65,7 +71,7 @@ def _always_alive() -> bool:
     return True
 
 
-def _headers(api_key: str | None) -> dict[str, str]:
+def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
@@ -183,7 +189,7 @@ def run_gate(config: GateConfig, server_alive: ServerAlive = _always_alive) -> G
         ("models", lambda c: check_models(c, config)),
         ("request", lambda c: check_request(c, config)),
     ]
-    with httpx.Client(base_url=config.url, headers=_headers(config.api_key)) as client:
+    with httpx.Client(base_url=config.url, headers=auth_headers(config.api_key)) as client:
         for phase, run in phases:
             started = time.monotonic()
             try:
@@ -201,6 +207,94 @@ def run_gate(config: GateConfig, server_alive: ServerAlive = _always_alive) -> G
         reason=f"{config.served_model_name} answered on {smoke_request(config)[0]}",
         seconds=seconds,
     )
+
+
+RUNNING_METRIC = "vllm:num_requests_running"
+TOKEN_METRICS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+"""vLLM's gauge of the requests in the engine's batch and its counters of the prompt and
+generated tokens (prometheus_client exposes a counter NAME as NAME_total); each may carry
+labels (model_name, engine), so every sample of a name is summed."""
+
+
+def health_problem(client: httpx.Client, timeout: float) -> str | None:
+    """None when /health answers 200 within `timeout`; else what it did instead."""
+    try:
+        response = client.get("/health", timeout=timeout)
+    except httpx.HTTPError as error:
+        if isinstance(error, httpx.TimeoutException):
+            return f"/health did not answer within {timeout:g} s"
+        return f"/health: {type(error).__name__}: {error}" if str(error) else type(error).__name__
+    if response.status_code != 200:
+        return f"/health answered {_describe(response)}"
+    return None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One reading of the engine's progress from /metrics."""
+
+    running: float
+    tokens: float
+
+
+def parse_progress(text: str) -> Progress:
+    """The requests running and the prompt + generation tokens counted so far, from a
+    Prometheus exposition; ValueError when it is not one or lacks vLLM's metrics."""
+    sums = dict.fromkeys((RUNNING_METRIC, *TOKEN_METRICS), 0.0)
+    seen: set[str] = set()
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in sums:
+                    sums[sample.name] += float(sample.value)
+                    seen.add(sample.name)
+    except (ValueError, IndexError, KeyError, TypeError) as error:
+        raise ValueError(f"not a Prometheus exposition ({error})") from None
+    missing = [name for name in (RUNNING_METRIC, *TOKEN_METRICS) if name not in seen]
+    if missing:
+        raise ValueError("no " + ", ".join(missing))
+    return Progress(running=sums[RUNNING_METRIC], tokens=sum(sums[n] for n in TOKEN_METRICS))
+
+
+def read_progress(client: httpx.Client, timeout: float) -> Progress:
+    """The server's /metrics (vLLM serves it without the API key); ValueError naming why
+    it cannot be read."""
+    try:
+        response = client.get("/metrics", timeout=timeout)
+    except httpx.HTTPError as error:
+        raise ValueError(f"/metrics: {type(error).__name__}: {error}".rstrip(": ")) from None
+    if response.status_code != 200:
+        raise ValueError(f"/metrics answered HTTP {response.status_code}")
+    try:
+        return parse_progress(response.text)
+    except ValueError as error:
+        raise ValueError(f"/metrics: {error}") from None
+
+
+class StallWatch:
+    """Whether the engine is hung: requests running and no prompt or generation token
+    counted for `stall_s` seconds. Idle time (nothing running) is never a stall, and a
+    reading that could not be made (None) neither starts nor ends one."""
+
+    def __init__(self, stall_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stall_s = stall_s
+        self.clock = clock
+        self.tokens: float | None = None
+        self.moved_at = clock()
+
+    def stalled(self, progress: Progress | None) -> str | None:
+        """None, or why the engine counts as stalled, for this reading."""
+        now = self.clock()
+        if progress is None:
+            return None
+        if progress.running <= 0 or progress.tokens != self.tokens:
+            self.tokens = progress.tokens
+            self.moved_at = now
+            return None
+        still = now - self.moved_at
+        if still < self.stall_s:
+            return None
+        return f"engine stalled: {progress.running:g} requests running, no tokens for {still:.0f} s"
 
 
 API_KEY_ENV = "VLLM_API_KEY"

@@ -7,10 +7,17 @@
 
 It starts the server (its output passes through to the journal; the last lines are kept
 for failure reports), runs the health gate, then tells systemd `READY=1` with a `STATUS=`.
-While serving it pings `WATCHDOG=1` at half of `WATCHDOG_USEC` as long as `/health` answers,
-forwards SIGTERM/SIGINT to the server and exits with the server's status. When the gate
+With `WatchdogSec=` (issue 27, docs/healing.md) it pings `WATCHDOG=1` at half of
+`WATCHDOG_USEC`: while loading as long as the server process lives (the start is bounded by
+`TimeoutStartSec=`, not by the watchdog), and after READY only while `/health` answers
+within its timeout and the engine is not stalled (requests running and vLLM's token
+counters in `/metrics` still for `--stall-timeout` seconds). When it stops pinging it logs
+one line saying why and keeps the reason in the status file (`unhealthy`), so that the
+crash recorder (`epycd.approval.crashloop`) can name it after the watchdog killed the unit.
+It forwards SIGTERM/SIGINT to the server and exits with the server's status. When the gate
 fails it logs the phase, the reason and the server's last lines, keeps them in the status
-file for `epycctl status`, stops the server and exits 1. No retry.
+file for `epycctl status`, stops the server and exits 1. No retry: systemd's Restart=
+restarts the unit.
 """
 
 from __future__ import annotations
@@ -24,8 +31,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -40,8 +48,12 @@ from epycd.health import (
     GateConfig,
     GateResult,
     PrimaryEndpoint,
+    StallWatch,
+    auth_headers,
     credential_path,
+    health_problem,
     read_api_key,
+    read_progress,
     run_gate,
 )
 from epycd.notify import Notifier, watchdog_interval
@@ -51,7 +63,10 @@ LOG_TAIL_LINES = 40
 ERROR_CONTEXT_LINES = 8
 EXCEPTION_LINE = re.compile(r"(^|\s)[A-Z]\w*(Error|Exception)(:\s|$)")
 GATE_FAILED_EXIT = 1
+DEFAULT_STALL_TIMEOUT_S = 120.0
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+WATCHDOG_SIGNAL = signal.SIGABRT
+"""systemd's default WatchdogSignal=: the supervisor records why and kills the server."""
 MANAGER_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
 log = logging.getLogger("epycd.supervisor")
@@ -79,6 +94,11 @@ class SupervisorStatus(BaseModel):
         "cause is often far above the tail",
     )
     seconds: dict[str, float] = Field(default_factory=dict)
+    unhealthy: str | None = Field(
+        default=None,
+        description="state ready: why the supervisor stopped pinging the watchdog (health not "
+        "answering, engine stalled); systemd kills the unit unless it recovers",
+    )
     pid: int | None = Field(default=None, description="the server's process id")
     since: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
@@ -88,6 +108,7 @@ class SupervisorOptions(BaseModel):
     gate: GateConfig
     status_file: Path | None = None
     stop_timeout: float = 30.0
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT_S
 
 
 def read_status(path: Path) -> SupervisorStatus | None:
@@ -218,12 +239,66 @@ def stop_server(process: subprocess.Popen[bytes], timeout: float) -> int:
     return process.wait()
 
 
-def health_answers(gate: GateConfig, timeout: float) -> bool:
+@contextlib.contextmanager
+def pings_while(
+    notifier: Notifier, interval: float | None, alive: Callable[[], bool]
+) -> Iterator[None]:
+    """WATCHDOG=1 every `interval` seconds from a thread, as long as `alive()`, for the
+    duration of the block (the health gate: loading is bounded by TimeoutStartSec=)."""
+    if interval is None:
+        yield
+        return
+    done = threading.Event()
+
+    def ping() -> None:
+        while alive():
+            notifier.watchdog()
+            if done.wait(interval):
+                return
+
+    thread = threading.Thread(target=ping, name="watchdog-while-loading", daemon=True)
+    thread.start()
     try:
-        response = httpx.get(f"{gate.url}/health", timeout=min(gate.health_timeout, timeout))
-    except httpx.HTTPError:
-        return False
-    return response.status_code == 200
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+class ServingChecks:
+    """What must hold after READY for each WATCHDOG=1: /health answers within its timeout
+    and the engine is not stalled. An unreadable /metrics alone never stops the pings."""
+
+    def __init__(self, gate: GateConfig, interval: float, stall_timeout: float) -> None:
+        self.client = httpx.Client(base_url=gate.url, headers=auth_headers(gate.api_key))
+        self.health_timeout = min(gate.health_timeout, interval / 2)
+        self.metrics_timeout = min(gate.health_timeout, interval / 4)
+        self.stall = StallWatch(stall_timeout)
+        self.healthy_at = time.monotonic()
+        self.metrics_error: str | None = None
+
+    def close(self) -> None:
+        self.client.close()
+
+    def problem(self) -> str | None:
+        """None when the watchdog may be pinged; else why not, as one line."""
+        answer = health_problem(self.client, self.health_timeout)
+        now = time.monotonic()
+        if answer is not None:
+            return f"health not answering for {now - self.healthy_at:.0f} s ({answer})"
+        self.healthy_at = now
+        try:
+            progress = read_progress(self.client, self.metrics_timeout)
+        except ValueError as error:
+            if self.metrics_error is None:
+                log.warning(
+                    "cannot read the engine's progress (%s); the watchdog follows /health "
+                    "alone until it can",
+                    error,
+                )
+            self.metrics_error = str(error)
+            return self.stall.stalled(None)
+        return self.stall.stalled(progress)
 
 
 class Supervisor:
@@ -234,6 +309,8 @@ class Supervisor:
         self.tail = LogTail()
         self.stop_signal: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
+        self.unhealthy: str | None = None
+        self.seconds: dict[str, float] = {}
 
     def status(self, state: SupervisorState, **fields: object) -> SupervisorStatus:
         return SupervisorStatus.model_validate(
@@ -254,12 +331,37 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.process.pid, signum)
 
+    def on_watchdog(self, signum: int, _frame: FrameType | None) -> None:
+        """systemd's watchdog fired (WatchdogSignal=SIGABRT, its default): keep why in the
+        status file, kill the server's process group (a hung engine does not stop on
+        SIGTERM) and die without a core dump."""
+        why = self.unhealthy or "no WATCHDOG=1 in time"
+        reason = f"killed by systemd's watchdog (signal {signum}): {why}"
+        log.error("%s", reason)
+        with contextlib.suppress(Exception):
+            write_status(
+                self.options.status_file,
+                self.status(
+                    "failed",
+                    phase="watchdog",
+                    reason=reason,
+                    log_tail=self.tail.lines(),
+                    first_error=self.tail.first_error(),
+                    seconds=self.seconds,
+                ),
+            )
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        os._exit(128 + signum)
+
     def server_alive(self) -> bool:
         return self.process is not None and self.process.poll() is None and not self.stop_signal
 
     def run(self) -> int:
         for sig in FORWARDED_SIGNALS:
             signal.signal(sig, self.on_signal)
+        signal.signal(WATCHDOG_SIGNAL, self.on_watchdog)
         gate = self.options.gate
         try:
             self.process = start_server(self.argv, self.tail, gate.api_key)
@@ -270,7 +372,9 @@ class Supervisor:
             os.kill(self.process.pid, self.stop_signal)
         write_status(self.options.status_file, self.status("starting", phase="health"))
         self.notifier.status(f"loading {gate.served_model_name}, waiting for {gate.url}/health")
-        result = run_gate(gate, self.server_alive)
+        with pings_while(self.notifier, watchdog_interval(), self.server_alive):
+            result = run_gate(gate, self.server_alive)
+        self.seconds = result.seconds
         if self.stop_signal is not None:
             return self.finish(self.process.wait())
         if not result.ok:
@@ -286,9 +390,10 @@ class Supervisor:
     def serve(self, result: GateResult) -> int:
         assert self.process is not None
         interval = watchdog_interval()
-        while not wait_for_exit(self.process, interval):
-            if interval is not None and health_answers(self.options.gate, interval):
-                self.notifier.watchdog()
+        if interval is None:
+            wait_for_exit(self.process, None)
+        else:
+            self.watch(interval)
         code = self.process.wait()
         if self.stop_signal is None:
             self.tail.drain()
@@ -306,6 +411,51 @@ class Supervisor:
                 ),
             )
         return code
+
+    def watch(self, interval: float) -> None:
+        """Until the server exits: every `interval` the serving checks, and WATCHDOG=1 only
+        when they pass."""
+        assert self.process is not None
+        checks = ServingChecks(self.options.gate, interval, self.options.stall_timeout)
+        try:
+            while True:
+                started = time.monotonic()
+                problem = checks.problem()
+                if self.process.poll() is None and self.stop_signal is None:
+                    if problem is None:
+                        self.notifier.watchdog()
+                    self.mark_unhealthy(problem, interval)
+                left = interval - (time.monotonic() - started)
+                if wait_for_exit(self.process, max(0.0, left)):
+                    return
+        finally:
+            checks.close()
+
+    def mark_unhealthy(self, problem: str | None, interval: float) -> None:
+        """One journal line and one status write when the pings stop (or start again), and
+        when the cause changes from health to a stall or back."""
+        kind = problem.split(" ", 1)[0] if problem else None
+        if kind == (self.unhealthy.split(" ", 1)[0] if self.unhealthy else None):
+            return
+        watchdog_s = 2 * interval
+        if problem is None:
+            log.info("healthy again (was: %s); pinging the watchdog", self.unhealthy)
+            self.notifier.status(
+                f"serving {self.options.gate.served_model_name} on {self.options.gate.url}"
+            )
+        else:
+            log.error(
+                "not pinging the watchdog: %s; systemd restarts the unit after %g s without "
+                "a ping (WatchdogSec=)",
+                problem,
+                watchdog_s,
+            )
+            self.notifier.status(f"unhealthy: {problem}")
+        self.unhealthy = problem
+        write_status(
+            self.options.status_file,
+            self.status("ready", phase="serving", seconds=self.seconds, unhealthy=problem),
+        )
 
     def cannot_start(self, exc: OSError) -> int:
         """The server cannot be run as this unit's user (a vLLM it may not read or run)."""
@@ -414,6 +564,14 @@ class Supervisor:
     help="seconds between SIGTERM and SIGKILL after a failed gate",
 )
 @click.option(
+    "--stall-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=DEFAULT_STALL_TIMEOUT_S,
+    show_default=True,
+    help="seconds with requests running and no prompt or generated token counted in the "
+    "server's /metrics after which the engine counts as hung (the watchdog pings stop)",
+)
+@click.option(
     "--status-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="JSON state for epycctl status",
@@ -430,6 +588,7 @@ def main(
     load_timeout: float,
     request_timeout: float,
     stop_timeout: float,
+    stall_timeout: float,
     status_file: Path | None,
     server_argv: tuple[str, ...],
 ) -> None:
@@ -451,6 +610,7 @@ def main(
         ),
         status_file=status_file,
         stop_timeout=stop_timeout,
+        stall_timeout=stall_timeout,
     )
     sys.exit(Supervisor(options, server_argv).run())
 

@@ -1,21 +1,28 @@
 """The supervisor end to end with a real vLLM on this CPU, read through a test-made
 NOTIFY_SOCKET as systemd would: READY=1 and STATUS= once the gate passed, WATCHDOG=1 while
 /health answers, SIGTERM forwarded and the server's exit status passed on, the API key
-handed over as a systemd credential and given to vLLM as VLLM_API_KEY; and a model with
-broken weights failing with the phase, the reason and vLLM's own last lines.
+handed over as a systemd credential and given to vLLM as VLLM_API_KEY; the engine's
+progress read from vLLM's own /metrics without the key (what the watchdog's stall check
+reads); and a model with broken weights failing with the phase, the reason and vLLM's own
+last lines.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
+from epycd.health import read_progress
 from epycd.supervisor import read_status
 from tests.health.notifysock import NotifySocket
 from tests.health.realvllm import build_tiny_model, free_port, serve_argv, tiny_model, vllm_env
@@ -72,6 +79,10 @@ def test_ready_watchdog_and_sigterm(tmp_path: Path, reap: list[subprocess.Popen[
         assert answer.status_code == 200, "it really serves once READY=1 was sent"
         anonymous = httpx.get(f"{url}/v1/models", timeout=30)
         assert anonymous.status_code == 401, "vLLM took the key from VLLM_API_KEY"
+        with httpx.Client(base_url=url) as client:
+            progress = read_progress(client, 30)
+        assert progress.running == 0, "nothing runs between requests"
+        assert progress.tokens >= 4, "the prompt and generated tokens of two requests"
         assert "tiny-secret" not in " ".join(psutil.Process(status.pid).cmdline())
         assert sock.wait_for("WATCHDOG=1", 3) is not None, "pings at half of WATCHDOG_USEC"
 
@@ -123,3 +134,86 @@ def test_broken_weights_fail_with_the_phase_and_the_log_tail(
     assert status.pid is not None and not session_members(status.pid)
     text = log.read_text()
     assert "health gate failed in phase health" in text
+
+
+def engine_processes(server_pid: int) -> list[psutil.Process]:
+    """vLLM's EngineCore process(es) under the `vllm serve` process."""
+    children = psutil.Process(server_pid).children(recursive=True)
+    return [c for c in children if "EngineCore" in c.name() + " ".join(c.cmdline())]
+
+
+def test_a_frozen_engine_stops_the_watchdog_while_health_still_answers(
+    tmp_path: Path, reap: list[subprocess.Popen[bytes]]
+) -> None:
+    """Issue 27: vLLM's EngineCore frozen (SIGSTOP) in the middle of generating: its
+    /health still answers 200, its token counters stop; after --stall-timeout the supervisor
+    stops pinging and says why."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    status_file = tmp_path / "status.json"
+    log = tmp_path / "supervisor.log"
+    argv = supervisor_argv(
+        url=url,
+        model="tiny",
+        status_file=status_file,
+        server=serve_argv(tiny_model(), port, "tiny"),
+        extra=("--endpoint", "completions", "--stall-timeout", "4"),
+    )
+    with NotifySocket(tmp_path / "notify") as sock:
+        env = vllm_env(tmp_path) | {"NOTIFY_SOCKET": str(sock.path), "WATCHDOG_USEC": "2000000"}
+        supervisor = start_supervisor(argv, env, log)
+        reap.append(supervisor)
+        assert sock.wait_for("READY=1", LOAD_BOUND_S) is not None, log.read_text()[-4000:]
+        status = read_status(status_file)
+        assert status is not None and status.pid is not None
+        engines = engine_processes(status.pid)
+        assert engines, "no EngineCore process under vllm serve"
+        body = {"model": "tiny", "prompt": "hi", "max_tokens": 400, "ignore_eos": True}
+
+        def request() -> None:
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.post(f"{url}/v1/completions", json=body, timeout=120)
+
+        load = [threading.Thread(target=request, daemon=True) for _ in range(8)]
+        frozen = False
+        try:
+            with httpx.Client(base_url=url) as client:
+                for thread in load:
+                    thread.start()
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and read_progress(client, 10).running == 0:
+                    time.sleep(0.02)
+                for engine in engines:
+                    engine.send_signal(signal.SIGSTOP)
+                frozen = True
+                progress = read_progress(client, 10)
+                assert progress.running > 0, "the engine was frozen with requests running"
+                assert httpx.get(f"{url}/health", timeout=10).status_code == 200, (
+                    "vLLM's /health answers while its engine is frozen"
+                )
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    sock.receive(0.2)
+                    said = read_status(status_file)
+                    if said is not None and said.unhealthy:
+                        break
+                assert said is not None and said.unhealthy is not None, log.read_text()[-3000:]
+                assert said.unhealthy.startswith(
+                    f"engine stalled: {progress.running:g} requests running, no tokens for "
+                ), said.unhealthy
+                sock.messages.clear()
+                sock.wait_for("never", 3)
+                assert "WATCHDOG=1" not in sock.fields(), "no ping while stalled"
+        finally:
+            if frozen:
+                for engine in engines:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        engine.send_signal(signal.SIGCONT)
+            supervisor.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                supervisor.wait(30)
+            if supervisor.poll() is None:  # vLLM waits for the 8 requests to finish: no need
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(status.pid, signal.SIGKILL)
+                supervisor.wait(30)
+    assert "not pinging the watchdog: engine stalled" in log.read_text()
