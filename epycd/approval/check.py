@@ -1,9 +1,14 @@
 """The boot-time approval check, run by every endpoint unit before it starts:
 
-    python -m epycd.approval.check NAME
+    python -m epycd.approval.check NAME [--unit UNIT]
 
 Exit 0 when the endpoint's approval still holds on this host; otherwise one line on stderr
 (the journal) naming what changed, and exit 1 (2 when the host files cannot be read).
+It refuses first an endpoint the admin stopped (`epycctl stop`) and a unit in a crash loop
+(`epycd.approval.crashloop`: UNIT, an instance's `epyc-llm-NAME_N`, or without `--unit` the
+endpoint's own `epyc-llm-NAME`), each until `epycctl start NAME`: an ExecCondition= that
+exits 1 skips the start without failing the unit, so Restart= ends there, and a reboot
+does not start it again.
 
 It does not re-run the planner. The installed units are the approved plan byte for byte
 (checked here by hash), so what can make them wrong at boot is the machine under them. The
@@ -22,7 +27,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from epycd.approval.gate import gate_command
+import click
+
+from epycd.approval.crashloop import read_crash_record, unit_stem, verdict_line
+from epycd.approval.gate import run_gate
 from epycd.approval.install import journal_path
 from epycd.approval.record import Approval, load_approval, sha256_file
 from epycd.approval.shape import host_shape, shape_changes
@@ -114,28 +122,42 @@ def check_problems(settings: Settings, name: str, host: HostFacts) -> list[str]:
     return problems
 
 
-def run_check(settings: Settings, name: str) -> tuple[int, str]:
-    """(exit code, the one line to print)."""
-    unit = unit_name(name)
+def run_check(settings: Settings, name: str, unit: str | None = None) -> tuple[int, str]:
+    """(exit code, the one line to print); `unit` is the unit being started when it is not
+    the endpoint's own (an instance of a set)."""
+    stem = unit_stem(name, unit)
     fix = f"run `epycctl plan {name}` and `epycctl approve {name}`"
     if stop_marker(settings, name).exists():
-        return 1, f"{unit}: stopped by the admin; `epycctl start {name}` starts it again"
+        return 1, f"{stem}: stopped by the admin; `epycctl start {name}` starts it again"
+    crashed = read_crash_record(settings, stem)
+    if crashed is not None and crashed.verdict is not None:
+        return 1, verdict_line(name, stem, crashed.verdict)
     try:
         host = detect_host(settings.host_root, load_sample_seconds=None, probe_runtimes=False)
         problems = check_problems(settings, name, host)
     except EpycError as exc:
-        return exc.exit_code, f"{unit}: approval check failed: {exc}"
+        return exc.exit_code, f"{stem}: approval check failed: {exc}"
     if problems:
-        return 1, f"{unit}: {'; '.join(problems)}; {fix}"
-    return 0, f"{unit}: host and units match the approval"
+        return 1, f"{stem}: {'; '.join(problems)}; {fix}"
+    return 0, f"{stem}: host and units match the approval"
 
 
-main = gate_command(
-    "epycd-approval-check",
-    run_check,
-    lambda name: f"{unit_name(name)}: approval check failed",
-    "Refuse to start endpoint NAME when the host or its units drifted from its approval.",
+@click.command(
+    name="epycd-approval-check",
+    help="Refuse to start endpoint NAME when the host or its units drifted from its approval, "
+    "the admin stopped it, or its unit is in a crash loop.",
 )
+@click.argument("name")
+@click.option(
+    "--unit",
+    help="the unit being started, epyc-llm-NAME_N for an instance (default: epyc-llm-NAME)",
+)
+def main(name: str, unit: str | None) -> None:
+    run_gate(
+        lambda settings, endpoint: run_check(settings, endpoint, unit),
+        name,
+        f"{unit or unit_name(name)}: approval check failed",
+    )
 
 
 if __name__ == "__main__":

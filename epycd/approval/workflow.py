@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from epycd import systemd
+from epycd.approval.crashloop import clear_crash_records, recorded_stems
 from epycd.approval.install import (
     install,
     interrupted_work,
@@ -223,6 +224,8 @@ def install_approved(
     repairs, paths = install_approval(settings, approval)
     for line in repairs:
         log(line)
+    for stem in clear_crash_records(settings, recorded_stems(settings, approval.endpoint)):
+        log(f"cleared the crash loop of {stem}: the new approval starts afresh")
     log(
         f"approved {approval.endpoint} by {approval.approver.describe()} "
         f"({approval.fingerprint[:12]})"
@@ -358,6 +361,7 @@ def remove_endpoint(
         except OSError:
             finish_or_undo(settings)
             raise
+        clear_crash_records(settings, recorded_stems(settings, name))
     if touch_systemd:
         log("systemctl daemon-reload")
         systemd.daemon_reload()
