@@ -528,9 +528,11 @@ APPROVAL_CHECK_MODULE = "epycd.approval.check"
 CRASH_RECORDER_MODULE = "epycd.approval.crashloop"
 
 
-def approval_check_argv(product_python: str, name: str) -> list[str]:
-    """ExecCondition= of every endpoint unit: skip the start when the approval no longer holds."""
-    return [product_python, "-m", APPROVAL_CHECK_MODULE, name]
+def approval_check_argv(product_python: str, name: str, unit: str | None = None) -> list[str]:
+    """ExecCondition= of every endpoint unit: skip the start when the approval no longer holds
+    or the unit is in a crash loop. `unit`: an instance's own, epyc-llm-NAME_N (without it the
+    check means the endpoint's own unit, epyc-llm-NAME)."""
+    return [product_python, "-m", APPROVAL_CHECK_MODULE, name, *(["--unit", unit] if unit else [])]
 
 
 def crash_recorder_argv(product_python: str, name: str, unit: str) -> list[str]:

@@ -18,7 +18,7 @@ from epycd.host.facts import HostFacts
 from epycd.listen import DEFAULT_HOST
 from epycd.names import instance_unit_name
 from epycd.plan.alloc import Placement, cpu_nodes
-from epycd.plan.build import Prepared, _sized, decide, exposure_reason
+from epycd.plan.build import Prepared, _sized, approval_check_argv, decide, exposure_reason
 from epycd.plan.healing import balancer_healing
 from epycd.plan.instances import Layout, Region, plan_layout, region_of
 from epycd.plan.model import EndpointDecisions, HfCacheMount, InstanceSet
@@ -133,9 +133,14 @@ def decide_set(
             memory_share=slot.memory_share,
             **common,  # type: ignore[arg-type]
         )
+        unit = instance_unit_name(name, slot.index)
         members.append(
             decided.model_copy(
-                update={"unit_name": instance_unit_name(name, slot.index), "instance": slot.index}
+                update={
+                    "unit_name": unit,
+                    "instance": slot.index,
+                    "exec_condition": [approval_check_argv(product_python, name, unit)],
+                }
             )
         )
     return _set_decisions(prepared, layout, members, port)
@@ -144,7 +149,7 @@ def decide_set(
 def _set_decisions(
     prepared: Prepared, layout: Layout, members: list[EndpointDecisions], port: int
 ) -> EndpointDecisions:
-    spec = prepared.spec
+    spec, name = prepared.spec, prepared.result.name
     cpus = sorted(cpu for m in members for cpu in parse_cpulist(m.cpus))
     omp = sorted(cpu for m in members for cpu in parse_cpulist(m.omp_cpus))
     worst = min(members, key=lambda m: (m.memory.fits, m.max_num_seqs))
@@ -174,6 +179,7 @@ def _set_decisions(
             "port": port,
             "host": spec.host,
             "status_file": None,
+            "exec_condition": [approval_check_argv(members[0].product_python, name)],
             "healing": balancer_healing(spec.restart),
             "requires_confirmation": bool(reasons),
             "confirmation_reasons": reasons,

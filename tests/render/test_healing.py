@@ -146,13 +146,19 @@ def _set(ws: PlanWorkspace, host_of: HostOf, text: str) -> Plan:
     return result.plan
 
 
-def test_an_instance_records_its_own_unit(ws: PlanWorkspace, host_of: HostOf) -> None:
+def test_an_instance_records_and_checks_its_own_unit(ws: PlanWorkspace, host_of: HostOf) -> None:
+    """The recorder and the boot check name the instance's unit, so a crash loop of one
+    instance keeps that one down (the balancer's check means the endpoint's own unit)."""
     plan = _set(ws, host_of, "instances = 2\n")
     for index in (1, 2):
         text = plan.units[f"epyc-llm-pair_{index}.container"]
         service = healing_lines(text)["Service"]
         assert service[-1] == recorder("pair", f"epyc-llm-pair_{index}", plan.product_python)
+        check = f"{plan.product_python} -m epycd.approval.check pair --unit epyc-llm-pair_{index}"
+        assert ("ExecCondition", check) in sections(text)["Service"]
         assert ("PartOf", "epyc-llm-pair.service") in sections(text)["Unit"]
+    balancer = sections(plan.units["epyc-llm-pair.service"])["Service"]
+    assert ("ExecCondition", f"+{plan.product_python} -m epycd.approval.check pair") in balancer
 
 
 def test_the_balancer_wants_its_instances_and_restarts_on_its_own_budget(
