@@ -5,7 +5,9 @@ plans every endpoint file, compares with the approvals, and starts the installed
 endpoints that are approved, unchanged and not stopped by the admin. It never writes a
 unit: only `epycctl approve` does. Drift is reported, not applied. Failed units are not
 restarted (no retry loops). It tells systemd READY=1 once every endpoint it waits for is
-ready or has failed, with STATUS= counts, and keeps `RUN_DIR/status.json` current.
+ready or has failed, with STATUS= counts, and keeps `RUN_DIR/status.json` current. When an
+endpoint leaves ready (or degraded), enters a crash loop, or comes back to ready after that,
+it logs one line: the endpoint, old -> new state and the reason (`transitions`).
 
 One thread. It sleeps on an Event that the signal handlers set, with timeouts: the config
 folder is polled by its names, sizes and mtimes (cheap stat calls), the units' states by one
@@ -103,6 +105,45 @@ def spare_cpus(allowed: set[int], taken: set[int]) -> set[int]:
     return (allowed - taken) or allowed
 
 
+SERVING = frozenset({"ready", "degraded"})
+
+
+def transitions(
+    previous: dict[str, str], statuses: Sequence[EndpointStatus], left: set[str]
+) -> list[str]:
+    """One line per endpoint whose state changed in a way an admin must hear of: it left a
+    serving state, went into a crash loop, or is ready again after either. `previous`
+    (name -> state) and `left` (the names that left serving) are updated in place; an
+    endpoint seen for the first time says nothing."""
+    from epycd.approval.crashloop import failure_text
+
+    lines = []
+    for status in statuses:
+        old, new = previous.get(status.name), status.state
+        previous[status.name] = new
+        if old is None or old == new:
+            continue
+        back = new == "ready" and status.name in left
+        if old not in SERVING and new != "crash-loop" and not back:
+            continue
+        if back:
+            left.discard(status.name)
+        elif new not in SERVING or old == "ready":
+            left.add(status.name)
+        line = f"{status.name}: {old} -> {new}"
+        if status.reason:
+            line += f": {status.reason}"
+        failure = status.last_failure
+        if failure is not None and new not in SERVING and new != "crash-loop":
+            line += f" (last failure: {failure_text(failure)})"
+        lines.append(line)
+    names = {status.name for status in statuses}
+    for name in [name for name in previous if name not in names]:
+        del previous[name]
+        left.discard(name)
+    return lines
+
+
 def monotonic_usec() -> int:
     return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
 
@@ -158,6 +199,8 @@ class Daemon:
         self.phase = "starting"
         self.written: dict[str, Any] | None = None
         self.last_status_line = ""
+        self.states: dict[str, str] = {}
+        self.left_serving: set[str] = set()
 
     # --- signals ---------------------------------------------------------------------
 
@@ -217,6 +260,9 @@ class Daemon:
             self.statuses = collect_status(self.settings, self.planned)
         except EpycError as exc:
             log.error("status: %s", exc)
+            return
+        for line in transitions(self.states, self.statuses, self.left_serving):
+            log.warning("%s", escaped(line))
 
     def approved_plans(self) -> list[Plan]:
         """The approved plans that can be read (a broken record is reported by status)."""

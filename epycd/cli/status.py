@@ -3,7 +3,8 @@
 Anyone may read status and logs; stop and start are for admins (root or the admin group).
 `stop` leaves a marker in `STATE_DIR/stopped/` so that neither the daemon nor a reboot starts
 the endpoint again (Quadlet units cannot be disabled: their boot-time approval check
-refuses while the marker is there); `start` takes it away.
+refuses while the marker is there); `start` takes it away, and clears a crash loop too: the
+crash records of the endpoint's units (`STATE_DIR/crashloop/`) and systemd's failed state.
 """
 
 from __future__ import annotations
@@ -126,10 +127,21 @@ def details(status: EndpointStatus) -> str:
     if status.instances:
         lines.append(f"  balancer {status.unit}: {status.balancer}")
         lines += [
-            f"  instance {i.instance} {i.unit}: {i.state} (port {i.port}, CPUs {i.cpus})"
+            f"  instance {i.instance} {i.unit}: {i.state} (port {i.port}, CPUs {i.cpus}"
+            + (f", restarts {i.restarts}" if i.restarts else "")
+            + ")"
             + (f": {i.reason}" if i.reason else "")
             for i in status.instances
         ]
+    if status.crash_loop and status.crash_loop.first_error:
+        lines.append("  first error of the last run:")
+        lines += [f"    {line}" for line in status.crash_loop.first_error]
+    if status.restarts or status.last_failure:
+        lines.append(f"  restarts: {status.restarts} (failed runs within the start limit interval)")
+    if status.last_failure:
+        failure = status.last_failure
+        why = f": {failure.reason}" if failure.reason else ""
+        lines.append(f"  last failure {failure.at:%Y-%m-%d %H:%M:%S %Z}: {failure.how}{why}")
     if status.approved_by:
         lines.append(f"  approved by {status.approved_by}")
         if status.image:
@@ -226,8 +238,10 @@ def stop(name: str, as_json: bool) -> None:
 @click.argument("name")
 @json_option("Print the outcome as JSON.", errors_too=True)
 def start(name: str, as_json: bool) -> None:
-    """Start approved endpoint NAME again (after `epycctl stop`), and at every boot."""
+    """Start approved endpoint NAME again (after `epycctl stop` or a crash loop), and at
+    every boot."""
     from epycd import systemd
+    from epycd.approval.crashloop import clear_crash_records, recorded_stems, unit_stems
     from epycd.approval.permissions import require_admin
     from epycd.approval.record import approved_plans, readable_approval
     from epycd.approval.workflow import main_service, start_wait_s, units_to_enable
@@ -261,6 +275,14 @@ def start(name: str, as_json: bool) -> None:
             fix=f"`epycctl plan {name}`, then `epycctl approve {name}`",
         )
     unlink_durable(stop_marker_path(settings, name))
+    for stem in clear_crash_records(settings, recorded_stems(settings, name)):
+        report.say(f"cleared the crash loop of {stem}")
+    services = [f"{stem}.service" for stem in unit_stems(approval.plan)]
+    report.say("systemctl reset-failed " + " ".join(services))
+    try:
+        systemd.reset_failed(services)
+    except systemd.SystemdError as exc:
+        report.say(f"(reset-failed: {exc.message}; nothing to reset for a unit not loaded)")
     enable = units_to_enable(approval)
     if enable:
         report.say("systemctl enable " + " ".join(enable))

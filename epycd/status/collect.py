@@ -1,13 +1,15 @@
 """The edges of status: every endpoint's approval, current plan, unit state (one
-`systemctl show` for all), supervisor file and stop marker, read and combined by
-`epycd.status.machine`."""
+`systemctl show` for all), supervisor file, stop marker and its units' crash records
+(`STATE_DIR/crashloop/UNIT.json`), read and combined by `epycd.status.machine`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from epycd.approval.crashloop import CrashRecord, read_crash_record, unit_stems
 from epycd.approval.record import readable_approval
 from epycd.approval.state import CurrentPlan, endpoint_states, unplanned
 from epycd.plan.model import Plan
@@ -45,6 +47,7 @@ def collect_status(
         every = [*units.values(), *(unit for names in members.values() for unit in names)]
         unit_states = read_unit_states(sorted(every))
     statuses = []
+    now = datetime.now(UTC)
     for state in states:
         name, approval = state.endpoint, approvals[state.endpoint]
         current = planned.get(name)
@@ -60,9 +63,18 @@ def collect_status(
                 stopped=read_stop_marker(settings, name),
                 members=unit_states,
                 member_supervisors=member_supervisors(approval.plan if approval else None),
+                crashes=crash_records(settings, approval.plan if approval else None),
+                now=now,
             )
         )
     return statuses
+
+
+def crash_records(settings: Settings, plan: Plan | None) -> dict[str, CrashRecord | None]:
+    """Unit stem -> its crash record, for every unit of an approved endpoint."""
+    if plan is None:
+        return {}
+    return {stem: read_crash_record(settings, stem) for stem in unit_stems(plan)}
 
 
 def member_supervisors(plan: Plan | None) -> dict[str, SupervisorStatus | None]:

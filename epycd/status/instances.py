@@ -2,22 +2,27 @@
 and supervisor, and the endpoint's state from them and its balancer's.
 
 The balancer up and every instance ready is "ready"; the balancer up with an instance not
-ready is "degraded" (HAProxy's health check has taken that instance out, the others serve);
-below `min_ready` ready instances the reason says so. Pure: `epycd.status.collect` reads the
-unit states and status files.
+ready is "degraded" (HAProxy's health check has taken that instance out, the others serve;
+below `min_ready` ready instances the reason says so); the balancer up with no instance
+ready is "failed:instances" (nothing serves). An instance whose unit is in a crash loop
+(`epycd.approval.crashloop`) is "crash-loop": it stays down until `epycctl start NAME`.
+Pure: `epycd.status.collect` reads the unit states, status files and crash records.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from epycd.approval.crashloop import CRASH_LOOP, CrashRecord, Failure, recent, verdict_text
 from epycd.plan.model import Plan
 from epycd.status.units import UnitState
 from epycd.supervisor import SupervisorStatus
 
 DEGRADED = "degraded"
+NO_INSTANCE = "failed:instances"
 
 RuntimeState = Callable[
     [UnitState, SupervisorStatus | None], tuple[str, str | None, str, list[str]]
@@ -35,6 +40,8 @@ class InstanceStatus(BaseModel):
     port: int
     cpus: str
     numa_nodes: list[int]
+    restarts: int = Field(default=0, description="failed runs within the start limit interval")
+    last_failure: Failure | None = None
 
 
 def member_units(plan: Plan | None) -> list[str]:
@@ -49,6 +56,8 @@ def instance_statuses(
     units: Mapping[str, UnitState],
     supervisors: Mapping[str, SupervisorStatus | None],
     runtime_state: RuntimeState,
+    crashes: Mapping[str, CrashRecord | None] | None = None,
+    now: datetime | None = None,
 ) -> list[InstanceStatus]:
     assert plan.instances is not None
     out = []
@@ -57,6 +66,10 @@ def instance_statuses(
         state, phase, reason, _ = runtime_state(
             units.get(unit) or UnitState(unit=unit), supervisors.get(unit)
         )
+        record = (crashes or {}).get(member.unit_name)
+        if record is not None and record.verdict is not None:
+            state, phase, reason = CRASH_LOOP, None, verdict_text(plan.endpoint, record.verdict)
+        failures = recent(record, member.healing, now) if now is not None else []
         out.append(
             InstanceStatus(
                 instance=member.instance or 0,
@@ -67,6 +80,8 @@ def instance_statuses(
                 port=member.port,
                 cpus=member.cpus,
                 numa_nodes=member.numa_nodes,
+                restarts=len(failures),
+                last_failure=record.failures[-1] if record and record.failures else None,
             )
         )
     return out
@@ -79,10 +94,13 @@ def set_state(plan: Plan, balancer_state: str, instances: list[InstanceStatus]) 
     if balancer_state != "ready" or len(ready) == len(instances):
         return balancer_state, ""
     down = ", ".join(f"{i.instance} ({i.state})" for i in instances if i.state != "ready")
-    reason = (
-        f"{len(ready)} of {len(instances)} instances ready; the balancer sends nothing to "
-        f"instance(s) {down}"
-    )
+    reason = f"{len(ready)} of {len(instances)} instances ready"
+    if not ready:
+        return NO_INSTANCE, (
+            f"{reason}, fewer than min_ready = {plan.instances.min_ready}: the balancer has "
+            f"nothing to send requests to; instance(s) {down}"
+        )
+    reason += f"; the balancer sends nothing to instance(s) {down}"
     if len(ready) < plan.instances.min_ready:
         reason += f"; fewer than min_ready = {plan.instances.min_ready}"
     return DEGRADED, reason

@@ -6,8 +6,13 @@ into one of
     stopped (by the admin), changed-needs-approval, orphaned, damaged (its approval record),
     install-interrupted (an install or remove journal left behind, which the boot check
     refuses to start on: approve again or remove),
+    crash-loop (its unit failed `start_limit_burst` runs within the start limit interval,
+    epycd.approval.crashloop: down, across reboots too, until `epycctl start NAME`),
     degraded (a multi-instance endpoint whose balancer serves with an instance down,
-    epycd.status.instances)
+    epycd.status.instances), failed:instances (its balancer up with no instance ready)
+
+and, beside the state, the failed runs its units had within the start limit interval
+(`restarts`, each one systemd restarted) and the last of them (`last_failure`).
 
 Pure: `epycd.status.collect` reads the files and asks systemctl.
 """
@@ -16,15 +21,31 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from epycd.approval.crashloop import (
+    CRASH_LOOP,
+    CrashRecord,
+    Failure,
+    Verdict,
+    recent,
+    unit_stems,
+    verdict_text,
+)
 from epycd.approval.record import Approval
 from epycd.approval.state import EndpointState
 from epycd.plan.model import Plan
 from epycd.status.handoff import Handoff, base_url, handoff
-from epycd.status.instances import DEGRADED, InstanceStatus, instance_statuses, set_state
+from epycd.status.instances import (
+    DEGRADED,
+    NO_INSTANCE,
+    InstanceStatus,
+    instance_statuses,
+    set_state,
+)
 from epycd.status.stop import STOPPED, StopMarker
 from epycd.status.units import STARTING_UNIT_STATES, UnitState
 from epycd.supervisor import SupervisorStatus
@@ -34,6 +55,7 @@ COUNT_WORDS = (
     (DEGRADED, "degraded"),
     ("starting", "starting"),
     ("failed", "failed"),
+    (CRASH_LOOP, "in a crash loop"),
     ("approved", "not started"),
     ("stopped", "stopped"),
     ("pending-approval", "needs approval"),
@@ -51,7 +73,8 @@ class EndpointStatus(BaseModel):
     name: str
     state: str = Field(
         description="pending-approval, approved, starting, ready, failed:PHASE, "
-        "stopped, changed-needs-approval, orphaned, damaged or install-interrupted"
+        "stopped, changed-needs-approval, orphaned, damaged, install-interrupted, crash-loop, "
+        "degraded"
     )
     phase: str | None = None
     reason: str = ""
@@ -85,6 +108,17 @@ class EndpointStatus(BaseModel):
     )
     balancer: str | None = Field(
         default=None, description="a multi-instance endpoint: the balancer's unit state"
+    )
+    restarts: int = Field(
+        default=0,
+        description="failed runs of its units within the start limit interval (systemd "
+        "restarts each one until the crash loop)",
+    )
+    last_failure: Failure | None = Field(
+        default=None, description="the last failed run of its units: when, how, why"
+    )
+    crash_loop: Verdict | None = Field(
+        default=None, description="state crash-loop: since, failures, the last, its first error"
     )
 
     @property
@@ -153,20 +187,31 @@ def endpoint_status(
     stopped: StopMarker | None,
     members: Mapping[str, UnitState] | None = None,
     member_supervisors: Mapping[str, SupervisorStatus | None] | None = None,
+    crashes: Mapping[str, CrashRecord | None] | None = None,
+    now: datetime | None = None,
 ) -> EndpointStatus:
     """One endpoint's run-time state. Pure.
 
     What runs is the approved plan, so its columns come from the approval; the current
-    plan only for an endpoint not approved yet.
+    plan only for an endpoint not approved yet. `crashes` is unit stem -> its crash record
+    and `now` the time the failed runs are counted back from.
     """
     shown = approval.plan if approval is not None else current_plan
     status = _recorded_status(state, shown, unit, stopped)
     status.image_digest = approval.image_digest if approval is not None else None
+    if approval is not None and now is not None:
+        _set_failures(status, approval.plan, crashes or {}, now)
     if state.interrupted:
         _set_interrupted(status, state)
         return status
     if state.state != "approved":
         status.reason = status.reasons[0] if status.reasons else ""
+        return status
+    record = (crashes or {}).get(approval.plan.unit_name) if approval is not None else None
+    if record is not None and record.verdict is not None:
+        status.state, status.phase, status.reasons = CRASH_LOOP, None, []
+        status.reason = verdict_text(state.endpoint, record.verdict)
+        status.crash_loop = record.verdict
         return status
     if stopped is not None:
         _set_stopped(status, stopped, unit)
@@ -174,11 +219,35 @@ def endpoint_status(
     state_name, phase, reason, tail = runtime_state(unit, supervisor)
     status.state, status.phase, status.reason, status.log_tail = state_name, phase, reason, tail
     status.reasons = [] if state_name != "approved" else status.reasons
+    if state_name == "ready" and supervisor is not None and supervisor.unhealthy:
+        status.reason = (
+            f"not healthy: {supervisor.unhealthy}; systemd's watchdog restarts it unless it "
+            "recovers"
+        )
     if approval is not None and approval.plan.instances is not None:
-        _set_status(status, approval.plan, members or {}, member_supervisors or {})
+        _set_status(
+            status, approval.plan, members or {}, member_supervisors or {}, crashes or {}, now
+        )
     if status.state == "ready" and approval is not None:
         status.handoff = handoff(approval.plan)
     return status
+
+
+def _set_failures(
+    status: EndpointStatus, plan: Plan, crashes: Mapping[str, CrashRecord | None], now: datetime
+) -> None:
+    """`restarts` and `last_failure` over every unit of the endpoint (a set's instances)."""
+    members = {m.unit_name: m for m in (plan.instances.members if plan.instances else [])}
+    failures: list[Failure] = []
+    last: list[Failure] = []
+    for stem in unit_stems(plan):
+        record = crashes.get(stem)
+        healing = members[stem].healing if stem in members else plan.healing
+        failures += recent(record, healing or plan.healing, now)
+        if record is not None and record.failures:
+            last.append(record.failures[-1])
+    status.restarts = len(failures)
+    status.last_failure = max(last, key=lambda failure: failure.at) if last else None
 
 
 def _recorded_status(
@@ -229,13 +298,19 @@ def _set_status(
     plan: Plan,
     members: Mapping[str, UnitState],
     supervisors: Mapping[str, SupervisorStatus | None],
+    crashes: Mapping[str, CrashRecord | None],
+    now: datetime | None,
 ) -> None:
-    """A multi-instance endpoint: its instances, and "degraded" when one is not ready."""
+    """A multi-instance endpoint: its instances, and "degraded" when one is not ready (or
+    "failed:instances" when none is)."""
     status.balancer = status.unit_state
-    status.instances = instance_statuses(plan, members, supervisors, runtime_state)
+    status.instances = instance_statuses(
+        plan, members, supervisors, runtime_state, crashes=crashes, now=now
+    )
     state, reason = set_state(plan, status.state, status.instances)
-    if state == DEGRADED:
+    if state in {DEGRADED, NO_INSTANCE}:
         status.state, status.reason = state, reason
+        status.phase = "instances" if state == NO_INSTANCE else status.phase
 
 
 def counts_text(statuses: Iterable[EndpointStatus]) -> str:

@@ -100,6 +100,12 @@ def stop(units: Sequence[str], *, timeout: float = CHANGE_TIMEOUT_S) -> None:
         systemctl("stop", *units, timeout=timeout)
 
 
+def reset_failed(units: Sequence[str]) -> None:
+    """Forget the units' failed state and start-limit counters (`systemctl reset-failed`)."""
+    if units:
+        systemctl("reset-failed", *units)
+
+
 def is_active(unit: str) -> str:
     """`active`, `inactive`, `failed`, `activating`, ... (systemctl exits 3 when not active)."""
     done = run("systemctl", ["is-active", unit], timeout=QUERY_TIMEOUT_S, check=False)

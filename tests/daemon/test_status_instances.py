@@ -65,7 +65,7 @@ def test_changed_set_needs_approval_and_remove_removes_every_unit(ws: DaemonSand
     path.write_text(path.read_text() + "min_ready = 1\n")
     pair = status_of(ws, "pair")
     assert pair["state"] == "changed-needs-approval"
-    assert "Wants=epyc-llm-pair_1.service" in str(pair["diff"])
+    assert '-    "min_ready": 2,\n+    "min_ready": 1,' in str(pair["diff"])
     done = ws.epycctl("remove", "pair", "--yes", "--json")
     assert done.returncode == 0, done.stderr
     assert not any(Path(record.path).exists() for record in approval.units.values())
