@@ -157,6 +157,11 @@ def test_an_instance_in_a_crash_loop_and_a_set_with_none_ready(ws: DaemonSandbox
     text = ws.epycctl("status", "pair").stdout
     assert f"instance 2 {INSTANCES[1]}: crash-loop" in text and "restarts 3" in text
 
+    condition = f"{approval.plan.product_python} -m epycd.approval.check pair"
+    assert (
+        f"ExecCondition=+{condition} --unit epyc-llm-pair_2\n" in approval.plan.units[INSTANCES[1]]
+    ), "the instance's own check names its unit"
+    assert f"ExecCondition=+{condition}\n" in approval.plan.units[BALANCER]
     member = ws.epycctl("pair", "--unit", "epyc-llm-pair_2", module="epycd.approval.check")
     assert member.returncode == 1 and "crash loop since" in member.stderr
     other = ws.epycctl("pair", "--unit", "epyc-llm-pair_1", module="epycd.approval.check")
