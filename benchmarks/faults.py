@@ -32,8 +32,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.daemon import machine  # noqa: E402
-from benchmarks.runs import new_report, parse_run  # noqa: E402
+from daemon import machine  # noqa: E402
+from runs import new_report, parse_run  # noqa: E402
 from tests.e2e.faultfigures import engine_fault, loaded_kill  # noqa: E402
 
 TESTS = [

@@ -5,12 +5,22 @@ its unit before HAProxy starts:
 
 The balancer starts after its instances have started or failed (`After=`); this counts the
 approved set's instances that systemd reports active (each passed its health gate, Type=
-notify) and exits 0 when at least `min_ready` are, else 1 with one line naming those that
-are not, so that the balancer's start, and `epycctl approve`'s, fails. 2: no approval of a
-set for NAME.
+notify) and exits 0 when at least `min_ready` are. While fewer are and an instance that is
+not is still `activating` (starting, or waiting to restart after a failure: instances
+restart by themselves, docs/healing.md), it waits for it, within the balancer's start budget
+(epycd.plan.healing.balancer_start_s). Once none that is down can still come up it exits 1
+with one line naming them, so that the balancer's start, and `epycctl approve`'s, fails. 2:
+no approval of a set for NAME.
+
+Waiting matters on systemd 252: a balancer that failed and restarts by itself restarts
+every instance `PartOf=` it, healthy ones too, so it must not fail while an instance is only
+on its way back.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 from epycd import systemd
 from epycd.approval.gate import gate_command
@@ -20,6 +30,21 @@ from epycd.names import unit_name
 from epycd.settings import Settings
 
 MODULE = "epycd.approval.ready"
+POLL_S = 2.0
+COMING_UP = frozenset({"activating", "reloading"})
+"""`systemctl is-active` of an instance still starting, or waiting out RestartSec=."""
+
+
+def settled_states(
+    units: list[str], min_ready: int, sleep: Callable[[float], None] = time.sleep
+) -> dict[str, str]:
+    """The instances' states once `min_ready` are active or none that is not can come up."""
+    while True:
+        states = {unit: systemd.is_active(unit) for unit in units}
+        ready = sum(1 for state in states.values() if state == "active")
+        if ready >= min_ready or not COMING_UP & set(states.values()):
+            return states
+        sleep(POLL_S)
 
 
 def ready_check(settings: Settings, name: str) -> tuple[int, str]:
@@ -32,7 +57,7 @@ def ready_check(settings: Settings, name: str) -> tuple[int, str]:
         )
     chosen = approval.plan.instances
     units = [f"{member.unit_name}.service" for member in chosen.members]
-    states = {unit: systemd.is_active(unit) for unit in units}
+    states = settled_states(units, chosen.min_ready)
     ready = [unit for unit, state in states.items() if state == "active"]
     balancer = f"{unit_name(name)}.service"
     if len(ready) >= chosen.min_ready:

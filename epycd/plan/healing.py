@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from epycd.plan.model import Healing, Restart
 
-RESTART_SEC = 10
+RESTART_SEC = 5
 """RestartSec=: long enough for the old process's port, memory and container name to be
 released (and for the journal to show one failure before the next start), short next to a
-model's load."""
+model's load: an endpoint whose engine died is back within its start-up and 15 s."""
 
 CRASH_LOOP_RUNS = 3
 """Failed runs within the interval that make a crash loop: one failure is an accident (an
@@ -37,10 +37,15 @@ was counted for this long (the supervisor's `--stall-timeout`): longer than any 
 a CPU engine under load (a long prompt's prefill on one socket), short next to a client's
 patience."""
 
-BALANCER_START_S = 90
-"""TimeoutStartSec= of a multi-instance endpoint's HAProxy (systemd's own default, written in
-the unit so the interval below does not hang on the host's DefaultTimeoutStartSec=): its
-ready check and HAProxy's start take a second or two."""
+READY_MARGIN_S = 60
+"""Beyond an instance's start budget and pause: the balancer's ready check, HAProxy's start."""
+
+
+def balancer_start_s(instance_start_s: int) -> int:
+    """TimeoutStartSec= of a multi-instance endpoint's HAProxy: its ready check waits for an
+    instance still starting or restarting (epycd.approval.ready), so one instance's start
+    budget and pause, and a margin."""
+    return instance_start_s + RESTART_SEC + READY_MARGIN_S
 
 
 def start_limit_interval_s(start_timeout_s: int, runs: int = CRASH_LOOP_RUNS) -> int:
@@ -63,7 +68,7 @@ def healing_for(restart: Restart, start_timeout_s: int, supervised: bool) -> Hea
     )
 
 
-def balancer_healing(restart: Restart) -> Healing:
-    """The HAProxy unit of a multi-instance endpoint: the same rule on its own short start
-    budget (`BALANCER_START_S`), and no watchdog (HAProxy does not ping it)."""
-    return healing_for(restart, BALANCER_START_S, supervised=False)
+def balancer_healing(restart: Restart, instance_start_s: int) -> Healing:
+    """The HAProxy unit of a multi-instance endpoint: the same rule on its own start budget
+    (`balancer_start_s`), and no watchdog (HAProxy does not ping it)."""
+    return healing_for(restart, balancer_start_s(instance_start_s), supervised=False)

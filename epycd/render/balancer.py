@@ -15,13 +15,14 @@ The instances start first (`After=`) and the balancer only `Wants=` them: each i
 restarts by itself (docs/healing.md), and `Requires=` would restart the balancer, and so
 drop every open request of the others, whenever one of them restarts. `min_ready` is its
 `ExecStartPre=` (`python -m epycd.approval.ready NAME`, privileged: it reads the root-only
-approval), which fails its start while fewer than `min_ready` instances are up. Each
+approval), which waits for an instance still starting or restarting and fails the start
+once fewer than `min_ready` instances are up and none can still come up. Each
 instance is `PartOf=` the balancer: stopping or restarting the endpoint stops or restarts
 the set. The balancer restarts on failure after `RestartSec=` under the same start limit as
 the instances (epycd.render.healing), on its own start budget (`TimeoutStartSec=`,
-epycd.plan.healing.BALANCER_START_S), without a watchdog and without the crash recorder
-(docs/healing.md, "Instance sets"). HAProxy runs in master-worker mode with systemd's notify
-support (`-Ws`), as a dynamic user with no capabilities (below port 1024:
+epycd.plan.healing.balancer_start_s: an instance's, and a margin), without a watchdog and
+without the crash recorder (docs/healing.md, "Instance sets"). HAProxy runs in master-worker
+mode with systemd's notify support (`-Ws`), as a dynamic user with no capabilities (below port 1024:
 CAP_NET_BIND_SERVICE alone), in the endpoint units' sandbox without netlink, and on loopback
 it may reach loopback only. `systemd-analyze security` rates it 1.2 (its instances
 1.4-1.8); the checks it fails: PrivateNetwork, RestrictAddressFamilies=~AF_INET/AF_UNIX (it
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 from epycd.errors import InputError
 from epycd.listen import is_loopback
-from epycd.plan.healing import BALANCER_START_S
+from epycd.plan.healing import balancer_start_s
 from epycd.plan.model import EndpointDecisions
 from epycd.render.healing import service_restart_lines, start_limit_lines
 from epycd.render.sandbox import COMMON_SANDBOX
@@ -167,7 +168,7 @@ def _service_lines(decisions: EndpointDecisions) -> list[Line]:
     start = [HAPROXY, "-Ws", "-f", f"%d/{CONFIG_CREDENTIAL}"]
     service: list[Line] = [("Type", "notify")]
     if decisions.healing is not None:
-        service.append(("TimeoutStartSec", str(BALANCER_START_S)))
+        service.append(("TimeoutStartSec", str(balancer_start_s(decisions.start_timeout_s))))
     service += [
         (
             "ExecCondition",

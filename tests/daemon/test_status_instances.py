@@ -5,12 +5,17 @@ fake systemctl's unit states (systemd is not PID 1 here; tests/e2e runs the real
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from epycd.approval.ready import POLL_S
 from tests.daemon.conftest import DaemonSandbox
+from tests.sandbox import REPO
 
 pytestmark = pytest.mark.vllm
 
@@ -97,3 +102,32 @@ def test_the_ready_check_without_a_set_is_bad_input(ws: DaemonSandbox) -> None:
     done = ws.epycctl("nothing", module="epycd.approval.ready")
     assert done.returncode == 2 and "no approved multi-instance endpoint nothing" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_ready_check_waits_for_an_instance_on_its_way_back(ws: DaemonSandbox) -> None:
+    """Issue 27: an instance still `activating` (starting, or waiting out RestartSec= after a
+    failure) is waited for, not taken as down: a balancer that failed would restart, and on
+    systemd 252 restart every instance PartOf= it with it. It passes once the instance is
+    active; fails once no instance that is down can still come up."""
+    ws.endpoint("pair", "instances = 2\n")
+    ws.approve("pair")
+    ws.set_unit(INSTANCES[0], "active")
+    ws.set_unit(INSTANCES[1], "activating")
+    check = subprocess.Popen(
+        [sys.executable, "-m", "epycd.approval.ready", "pair"],
+        env=ws.environ(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3 * POLL_S)
+    assert check.poll() is None, "the check did not wait for the instance still starting"
+    ws.set_unit(INSTANCES[1], "active")
+    out, err = check.communicate(timeout=30)
+    assert check.returncode == 0, out + err
+    assert "2 of 2 instances ready" in out
+
+    ws.set_unit(INSTANCES[1], "failed", "exit-code")
+    done = ws.epycctl("pair", module="epycd.approval.ready")
+    assert done.returncode == 1, done.stdout + done.stderr

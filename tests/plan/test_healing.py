@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, RuntimeFacts
-from epycd.plan.healing import balancer_healing, healing_for
+from epycd.plan.healing import balancer_healing, balancer_start_s, healing_for
 from epycd.plan.model import Healing, Plan
 from tests.plan.conftest import PlanWorkspace
 
@@ -32,10 +32,10 @@ def _plan(ws: PlanWorkspace, host: HostFacts, text: str, name: str = "llm") -> P
 @pytest.mark.parametrize(
     ("start_s", "supervised", "interval_s", "watchdog_s"),
     [
-        (360, True, 1170, 30),  # 3 x (360 + 10) + 60
-        (750, False, 2340, None),  # 3 x (750 + 10) + 60, podman: no watchdog
-        (4260, True, 12870, 30),  # a 70B model on Instinct over docker
-        (90, False, 360, None),  # the balancer's budget
+        (360, True, 1155, 30),  # 3 x (360 + 5) + 60
+        (750, False, 2325, None),  # 3 x (750 + 5) + 60, podman: no watchdog
+        (4260, True, 12855, 30),  # a 70B model on Instinct over docker
+        (425, False, 1350, None),  # a balancer in front of instances of a 360 s budget
     ],
 )
 def test_healing_figures_come_from_the_start_budget(
@@ -43,7 +43,7 @@ def test_healing_figures_come_from_the_start_budget(
 ) -> None:
     assert healing_for("on-failure", start_s, supervised=supervised) == Healing(
         restart="on-failure",
-        restart_sec=10,
+        restart_sec=5,
         start_limit_burst=3,
         start_limit_interval_s=interval_s,
         watchdog_s=watchdog_s,
@@ -58,11 +58,14 @@ def test_restart_no_keeps_every_other_figure() -> None:
     assert healing_for("no", 360, supervised=True) == healed.model_copy(update={"restart": "no"})
 
 
-def test_the_balancer_heals_on_its_own_short_budget_without_a_watchdog() -> None:
-    assert balancer_healing("on-failure") == healing_for("on-failure", 90, supervised=False)
-    assert balancer_healing("on-failure").start_limit_interval_s == 360
-    assert balancer_healing("on-failure").watchdog_s is None
-    assert balancer_healing("no").restart == "no"
+def test_the_balancer_waits_out_an_instance_start_without_a_watchdog() -> None:
+    """Its ready check waits for an instance still starting or restarting: its budget is an
+    instance's, the pause and a margin (360 + 5 + 60)."""
+    assert balancer_start_s(360) == 425
+    assert balancer_healing("on-failure", 360) == healing_for("on-failure", 425, supervised=False)
+    assert balancer_healing("on-failure", 360).start_limit_interval_s == 1350
+    assert balancer_healing("on-failure", 360).watchdog_s is None
+    assert balancer_healing("no", 360).restart == "no"
 
 
 @pytest.mark.parametrize(
@@ -99,7 +102,9 @@ def test_each_instance_heals_by_its_runtime_and_the_balancer_by_its_own(
 ) -> None:
     plan = _plan(ws, host_of("vm-zen5-24g"), text + "instances = 2\n", name="pair")
     assert plan.instances is not None
-    assert plan.healing == balancer_healing("on-failure")
+    assert plan.healing == balancer_healing(
+        "on-failure", max(m.start_timeout_s for m in plan.instances.members)
+    )
     for member in plan.instances.members:
         assert member.healing == healing_for(
             "on-failure", member.start_timeout_s, supervised=supervised
@@ -111,6 +116,6 @@ def test_restart_no_reaches_the_instances_and_the_balancer(
 ) -> None:
     plan = _plan(ws, host_of("vm-zen5-24g"), 'instances = 2\nrestart = "no"\n', name="pair")
     assert plan.instances is not None
-    assert plan.healing == balancer_healing("no")
+    assert plan.healing == balancer_healing("no", plan.instances.members[0].start_timeout_s)
     assert {m.restart for m in plan.instances.members} == {"no"}
     assert {m.healing.restart for m in plan.instances.members if m.healing} == {"no"}

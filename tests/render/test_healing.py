@@ -12,6 +12,7 @@ import pytest
 
 from epycd.errors import InputError
 from epycd.host.facts import HostFacts
+from epycd.plan.healing import balancer_start_s, start_limit_interval_s
 from epycd.plan.model import EndpointDecisions, Plan
 from epycd.render import render_units
 from epycd.render.balancer import haproxy_config
@@ -61,7 +62,9 @@ def supervisor_argv(text: str) -> list[str]:
     return argv[: argv.index("--")]
 
 
-@pytest.mark.parametrize(("case", "interval"), [("host-vllm", "3690s"), ("milan-docker", "3690s")])
+@pytest.mark.parametrize(
+    ("case", "interval"), [("host-vllm", "3675s"), ("milan-docker", "3675s")]
+)  # 3 x (1200 + 5) + 60
 def test_a_supervised_unit_restarts_and_has_a_watchdog(case: str, interval: str) -> None:
     decisions = CASES[case]()
     text = only_unit(decisions)
@@ -69,7 +72,7 @@ def test_a_supervised_unit_restarts_and_has_a_watchdog(case: str, interval: str)
         "Unit": [("StartLimitIntervalSec", interval), ("StartLimitBurst", "5")],
         "Service": [
             ("Restart", "on-failure"),
-            ("RestartSec", "10s"),
+            ("RestartSec", "5s"),
             ("WatchdogSec", "30s"),
             recorder(decisions.endpoint, decisions.unit_name),
         ],
@@ -82,11 +85,11 @@ def test_a_supervised_unit_restarts_and_has_a_watchdog(case: str, interval: str)
 def test_podman_5_kills_an_unhealthy_container_and_restarts_without_a_watchdog() -> None:
     text = only_unit(CASES["genoa-podman"]())
     assert healing_lines(text) == {
-        "Unit": [("StartLimitIntervalSec", "3690s"), ("StartLimitBurst", "5")],
+        "Unit": [("StartLimitIntervalSec", "3675s"), ("StartLimitBurst", "5")],
         "Container": [("HealthOnFailure", "kill")],
         "Service": [
             ("Restart", "on-failure"),
-            ("RestartSec", "10s"),
+            ("RestartSec", "5s"),
             recorder("qwen", "epyc-llm-qwen"),
         ],
         "Install": [],
@@ -98,11 +101,11 @@ def test_podman_before_5_restarts_on_failure_only() -> None:
     """No health check runs after the start there: nothing kills a hung container."""
     text = only_unit(CASES["podman-before-5"]())
     assert healing_lines(text) == {
-        "Unit": [("StartLimitIntervalSec", "3690s"), ("StartLimitBurst", "5")],
+        "Unit": [("StartLimitIntervalSec", "3675s"), ("StartLimitBurst", "5")],
         "Container": [],
         "Service": [
             ("Restart", "on-failure"),
-            ("RestartSec", "10s"),
+            ("RestartSec", "5s"),
             recorder("qwen-old", "epyc-llm-qwen-old"),
         ],
         "Install": [],
@@ -170,12 +173,18 @@ def test_the_balancer_wants_its_instances_and_restarts_on_its_own_budget(
     members = "epyc-llm-pair_1.service epyc-llm-pair_2.service"
     assert ("Wants", members) in unit
     assert not [key for key, _ in unit if key in ("Requires", "BindsTo", "Requisite")]
+    budget = balancer_start_s(plan.start_timeout_s)
+    assert plan.instances is not None
+    assert plan.start_timeout_s == max(m.start_timeout_s for m in plan.instances.members)
     assert healing_lines(text) == {
-        "Unit": [("StartLimitIntervalSec", "360s"), ("StartLimitBurst", "5")],
-        "Service": [("Restart", "on-failure"), ("RestartSec", "10s")],
+        "Unit": [
+            ("StartLimitIntervalSec", f"{start_limit_interval_s(budget)}s"),
+            ("StartLimitBurst", "5"),
+        ],
+        "Service": [("Restart", "on-failure"), ("RestartSec", "5s")],
         "Install": [],
     }
-    assert ("TimeoutStartSec", "90") in sections(text)["Service"]
+    assert ("TimeoutStartSec", str(budget)) in sections(text)["Service"]
 
 
 def test_the_balancer_of_restart_no_stays_down(ws: PlanWorkspace, host_of: HostOf) -> None:
@@ -196,7 +205,7 @@ def test_a_balancer_before_issue_27_requires_its_instances(
     unit = sections(text)["Unit"]
     assert ("Requires", "epyc-llm-pair_1.service epyc-llm-pair_2.service") in unit
     assert healing_lines(text)["Service"] == [("Restart", "on-failure")]
-    assert ("TimeoutStartSec", "90") not in sections(text)["Service"]
+    assert not [key for key, _ in sections(text)["Service"] if key == "TimeoutStartSec"]
 
 
 def test_haproxy_retries_a_failed_connection_elsewhere_and_marks_the_instance_down(
@@ -227,7 +236,7 @@ def test_quadlet_passes_health_on_failure_to_podman_and_keeps_the_recorder(
     assert stop_posts[0] == (
         f"-+{product_python} -m epycd.approval.crashloop qwen --unit epyc-llm-qwen"
     )
-    assert ("Restart", "on-failure") in service and ("RestartSec", "10s") in service
+    assert ("Restart", "on-failure") in service and ("RestartSec", "5s") in service
     assert ("StartLimitBurst", "5") in sections(generated)["Unit"]
     verify(write_units(tmp_path / "generated", {name: generated}))
 
