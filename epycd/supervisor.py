@@ -61,7 +61,9 @@ from epycd.readfile import STATE_MAX_BYTES, read_bytes
 
 LOG_TAIL_LINES = 40
 ERROR_CONTEXT_LINES = 8
-EXCEPTION_LINE = re.compile(r"(^|\s)[A-Z]\w*(Error|Exception)(:\s|$)")
+EXCEPTION_LINE = re.compile(r"(^|[\s.])[A-Z]\w*(Error|Exception)(:\s|$)")
+"""A traceback's last line: `ValueError: ...`, also qualified (`safetensors_rust.SafetensorError:
+...`, the error of weights vLLM cannot load) and behind vLLM's process prefix."""
 GATE_FAILED_EXIT = 1
 DEFAULT_STALL_TIMEOUT_S = 120.0
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)

@@ -228,6 +228,21 @@ def test_log_tail_keeps_the_last_lines_and_the_first_exception() -> None:
     assert sink.getvalue().decode().splitlines() == lines, "everything passes through"
 
 
+def test_the_first_exception_may_be_qualified_and_behind_vllms_process_prefix() -> None:
+    """vLLM's engine process prints the root cause (here: weights it cannot load) under its
+    prefix and with the exception's module, long before the front end's RuntimeError."""
+    root = (
+        "(EngineCore_DP0 pid=412) safetensors_rust.SafetensorError: Error while deserializing "
+        "header: incomplete metadata, file not fully covered"
+    )
+    lines = ["loading", "(EngineCore_DP0 pid=412) Traceback (most recent call last):", root,
+             "RuntimeError: Engine core initialization failed. See root cause above."]  # fmt: skip
+    tail = LogTail()
+    tail.follow(io.BytesIO("".join(f"{line}\n" for line in lines).encode()), io.BytesIO())
+    tail.drain()
+    assert tail.first_error()[-1] == root
+
+
 def test_the_api_key_credential_reaches_the_server_env_and_the_gate(
     tmp_path: Path, run: Run
 ) -> None:
