@@ -5,7 +5,8 @@ Run:  .venv/bin/python benchmarks/faults.py [--out benchmarks/faults-run1.json]
 (needs tests/bootstrap.sh: the rootfs, the vLLM CPU venv, the tiny model, HAProxy's .debs.)
 
 It runs the fault end-to-end tests (real systemd as PID 1 in systemd-nspawn, the real CPU vLLM
-serving the tiny model) and keeps their machines' records, then reads from them:
+serving the tiny model) and keeps their machines' records (under /var/tmp/epyc-faults-*, the
+machines' root folders removed), then reads from them:
 
 - kill -9 of `vllm serve` of a ready endpoint, and SIGSTOP of every vLLM process: the time to
   ready again against the start-up it had (tests/e2e/test_e2e.py, boot "reboot");
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from daemon import machine  # noqa: E402
 from runs import new_report, parse_run  # noqa: E402
+
 from tests.e2e.faultfigures import engine_fault, loaded_kill  # noqa: E402
 
 TESTS = [
@@ -65,11 +68,12 @@ def figures(base: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for check in ("kill_engine", "stop_engine"):
         if check in reboot:
-            out[check] = engine_fault(reboot[check]).model_dump()
+            fault = engine_fault(reboot[check])
+            out[check] = fault.model_dump() | {"overhead_s": fault.overhead_s}
     if "crash_loop" in stopped:
         runs = started_servers(stopped.get("journal_crash_loop"))
         out["crash_loop"] = {
-            "runs_on_broken_weights": None if runs is None else runs - 1,
+            "runs_on_broken_weights": runs,
             "seconds_to_crash_loop": stopped["crash_loop"]["seconds"],
             "state": stopped["crash_loop"]["ActiveState"],
             "runs_at_next_boot": started_servers(after.get("journal_unit")),
@@ -128,26 +132,17 @@ def main() -> None:
     if args is None:
         return
     report = new_report({"description": machine()}, {"tests": TESTS})
-    with tempfile.TemporaryDirectory(prefix="epyc-faults-") as tmp:
-        base = Path(tmp) / "pytest"
-        env = {**os.environ, "EPYC_E2E_KEEP": "1"}
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-p",
-                "no:cacheprovider",
-                f"--basetemp={base}",
-                *TESTS,
-            ],
-            cwd=REPO,
-            env=env,
-            check=False,
-        )
-        report["pytest_exit"] = done.returncode
-        report["figures"] = figures(base)
+    base = Path(tempfile.mkdtemp(prefix="epyc-faults-", dir="/var/tmp")) / "pytest"
+    env = {**os.environ, "EPYC_E2E_KEEP": "1"}
+    pytest = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--basetemp={base}"]
+    done = subprocess.run([*pytest, *TESTS], cwd=REPO, env=env, check=False)
+    for machine_copy in base.glob("*/rootfs"):
+        shutil.rmtree(machine_copy, ignore_errors=True)
+    report["pytest_exit"] = done.returncode
+    report["records"] = str(base)
+    report["figures"] = figures(base)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"the machines' records are kept in {base}")
     print(render(report))
 
 

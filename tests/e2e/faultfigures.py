@@ -79,18 +79,31 @@ class EngineFault(BaseModel):
 
     signal: str
     startup_before_s: float
+    """The start-up (the supervisor's gate) of the run the signal hit."""
+    startup_after_s: float | None
+    """The start-up of the run that replaced it."""
     to_ready_s: float | None
+    """From the signal to the new run's READY."""
     restarts: str
-    result_after: str
+
+    @property
+    def overhead_s(self) -> float | None:
+        """What healing added to the new run's own start-up: noticing, stopping the old run,
+        the recorder, RestartSec=, the approval check, the supervisor's start."""
+        if self.to_ready_s is None or self.startup_after_s is None:
+            return None
+        return round(self.to_ready_s - self.startup_after_s, 2)
 
 
 def engine_fault(record: dict[str, Any]) -> EngineFault:
+    after = record.get("status_after") or {}
+    seconds = after.get("seconds") or {}
     return EngineFault(
         signal=record["signal"],
         startup_before_s=float(record["startup_before"]),
+        startup_after_s=round(sum(seconds.values()), 2) if seconds else None,
         to_ready_s=record.get("seconds_to_ready"),
         restarts=str(record.get("NRestarts", "")),
-        result_after=str(record.get("Result", "")),
     )
 
 

@@ -29,8 +29,8 @@ BALANCER = f"epyc-llm-{NAME}.service"
 INSTANCES = tuple(f"epyc-llm-{NAME}_{i}.service" for i in (1, 2))
 UNITS = (BALANCER, *INSTANCES)
 LOAD_CONCURRENCY = 8
-WARMUP_S = 15
-AFTER_READY_S = 15
+WARMUP_S = 10
+AFTER_READY_S = 10
 SUCCESS = re.compile(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", re.M)
 
 
