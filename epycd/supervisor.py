@@ -398,6 +398,10 @@ class Supervisor:
             self.watch(interval)
         code = self.process.wait()
         if self.stop_signal is None:
+            # The front end is gone: the engine processes it left behind serve nobody, and
+            # they hold the output pipes open, so the journal's last lines would wait on them.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.tail.drain()
             reason = f"server exited with status {code} while serving"
             log.error("%s; last lines:\n%s", reason, "\n".join(self.tail.lines()))

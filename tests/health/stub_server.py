@@ -4,6 +4,7 @@ vLLM cannot be told to exit with a chosen status; this stdlib OpenAI-shaped serv
 
     python stub_server.py PORT MODEL [--exit-on-term CODE] [--api-key K | --api-key-from-env]
                           [--listen-after S] [--exit-after S CODE] [--control FILE]
+                          [--engine-child]
 
 `--api-key-from-env` requires the key in VLLM_API_KEY, as vLLM itself does. `--control FILE`
 makes /health and /metrics answer as the JSON in FILE says at each request (the test
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -113,6 +115,11 @@ def main() -> None:
     parser.add_argument("--listen-after", type=float, default=0.0)
     parser.add_argument("--exit-after", type=float, nargs=2, metavar=("SECONDS", "CODE"))
     parser.add_argument("--control", type=Path)
+    parser.add_argument(
+        "--engine-child",
+        action="store_true",
+        help="start a child that outlives this process with its output open, as vLLM's engine",
+    )
     args = parser.parse_args()
     if args.api_key_from_env:
         args.api_key = os.environ["VLLM_API_KEY"]
@@ -123,6 +130,8 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     print(f"stub: loading {args.model}", flush=True)
+    if args.engine_child:
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     if args.exit_after:
         seconds, code = args.exit_after
         threading.Timer(seconds, lambda: os._exit(int(code))).start()

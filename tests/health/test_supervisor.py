@@ -103,6 +103,22 @@ def test_server_dying_by_a_signal_while_serving(tmp_path: Path, run: Run) -> Non
     assert "stub: listening on" in "\n".join(failed.log_tail)
 
 
+def test_a_dead_front_end_takes_its_engine_with_it_at_once(tmp_path: Path, run: Run) -> None:
+    """Issue 27: vLLM's engine processes outlive a killed `vllm serve` and hold its output
+    open; the supervisor kills them with it and is gone in a moment, not after waiting on
+    their pipes, so systemd restarts the endpoint within its start-up + 15 s."""
+    port = free_port()
+    sup, status_file, log = run(stub(port, "tiny", "--engine-child"), port)
+    status = wait_for_state(status_file, 30)
+    assert status is not None and status.state == "ready" and status.pid, log.read_text()
+    assert len(session_members(status.pid)) == 2, "the stand-in engine did not start"
+    killed = time.monotonic()
+    os.kill(status.pid, signal.SIGKILL)
+    assert sup.wait(15) == -signal.SIGKILL
+    assert time.monotonic() - killed < 3, "the supervisor waited on the engine's pipes"
+    assert not session_members(status.pid), "the engine outlived the front end"
+
+
 def test_gate_failure_stops_the_server_and_exits_non_zero(tmp_path: Path, run: Run) -> None:
     port = free_port()
     with NotifySocket(tmp_path / "notify") as sock:
