@@ -33,6 +33,7 @@ from typing import Any
 
 import click
 
+from epycd.approval.crashloop import failure_text
 from epycd.cli.options import FiniteFloatRange
 from epycd.errors import EpycError
 from epycd.notify import Notifier
@@ -115,8 +116,6 @@ def transitions(
     serving state, went into a crash loop, or is ready again after either. `previous`
     (name -> state) and `left` (the names that left serving) are updated in place; an
     endpoint seen for the first time says nothing."""
-    from epycd.approval.crashloop import failure_text
-
     lines = []
     for status in statuses:
         old, new = previous.get(status.name), status.state

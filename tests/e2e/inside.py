@@ -456,6 +456,7 @@ def phase_reboot() -> None:
     engine_fault("kill_engine", signal.SIGKILL, whole_engine=False)
     engine_fault("stop_engine", signal.SIGSTOP, whole_engine=True)
     journal("journal_faults", UNIT)
+    journal("journal_epycd_faults", "epycd.service")
 
     main_pid = show(UNIT, "MainPID")["MainPID"]
     edit_from, edit_to = CONFIG["edit"]

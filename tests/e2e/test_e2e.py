@@ -297,6 +297,12 @@ def test_a_dead_or_hung_engine_is_restarted_with_no_action(machine: Machine, che
     assert status["state"] == "ready", status
     assert status.get("restarts", 0) >= 1, f"status does not show the restart: {status}"
     assert boot.one(f"{check}_chat")["rc"] == 0
+    noticed = [
+        e["message"]
+        for e in boot.one("journal_epycd_faults")["entries"]
+        if (e["message"] or "").startswith(f"{NAME}: ready -> ")
+    ]
+    assert len(noticed) >= 2, f"epycd did not log the endpoint leaving ready twice: {noticed}"
 
 
 def test_broken_weights_end_in_a_crash_loop_that_survives_a_reboot(machine: Machine) -> None:
