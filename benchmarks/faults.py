@@ -88,14 +88,15 @@ def render(report: dict[str, Any]) -> str:
     found = report["figures"]
     lines = [f"Run of {report['started']} on {report['machine']['description']}", ""]
     lines += [
-        "| fault | start-up before (s) | ready again after (s) | restarts |",
-        "|---|---|---|---|",
+        "| fault | start-up before (s) | ready again after (s) | new run's start-up (s) "
+        "| healing overhead (s) | restarts (NRestarts) |",
+        "|---|---|---|---|---|---|",
     ]
     for check in ("kill_engine", "stop_engine"):
         if fault := found.get(check):
             lines.append(
                 f"| {fault['signal']} | {fault['startup_before_s']} | {fault['to_ready_s']} "
-                f"| {fault['restarts']} |"
+                f"| {fault['startup_after_s']} | {fault['overhead_s']} | {fault['restarts']} |"
             )
     if loop := found.get("crash_loop"):
         lines += [
