@@ -5,7 +5,10 @@ units of their time.
 - `[Service]` `Restart=on-failure` and `RestartSec=`, or `Restart=no`. `WatchdogSec=` where
   the main process is epycd's supervisor (host, docker), also with `Restart=no`: a hung
   engine is then killed and stays down, which is what "no" asks for (a hung engine that
-  holds its socket's memory and port is not "up").
+  holds its socket's memory and port is not "up"). With it `LimitCORE=0`: the watchdog's
+  SIGABRT reaches every process of the unit, and a vLLM process's core would be the size of
+  its weights and KV pool, written where `core_pattern` says (Debian's default: its working
+  directory under /var/lib), on every hang.
 - `[Unit]` `StartLimitIntervalSec=` and `StartLimitBurst=`: systemd's own limit is only the
   backstop, `BACKSTOP_RUNS` runs above the crash loop epycd's recorder declares first (and
   keeps across a reboot, which systemd's does not). `Restart=no` keeps systemd's default:
@@ -43,7 +46,7 @@ def service_restart_lines(healing: Healing) -> list[Line]:
     if healing.restart != "no":
         lines.append(("RestartSec", f"{healing.restart_sec}s"))
     if healing.watchdog_s is not None:
-        lines.append(("WatchdogSec", f"{healing.watchdog_s}s"))
+        lines += [("WatchdogSec", f"{healing.watchdog_s}s"), ("LimitCORE", "0")]
     return lines
 
 

@@ -21,7 +21,7 @@ from tests.render.fixtures import CASES, PRODUCT_PYTHON, runnable, with_restart
 from tests.render.realtools import quadlet_dryrun, verify, write_units
 
 HostOf = Callable[..., HostFacts]
-HEALING_KEYS = ("Restart", "RestartSec", "WatchdogSec", "StartLimitIntervalSec",
+HEALING_KEYS = ("Restart", "RestartSec", "WatchdogSec", "LimitCORE", "StartLimitIntervalSec",
                 "StartLimitBurst", "ExecStopPost", "HealthOnFailure")  # fmt: skip
 
 
@@ -74,6 +74,7 @@ def test_a_supervised_unit_restarts_and_has_a_watchdog(case: str, interval: str)
             ("Restart", "on-failure"),
             ("RestartSec", "5s"),
             ("WatchdogSec", "30s"),
+            ("LimitCORE", "0"),
             recorder(decisions.endpoint, decisions.unit_name),
         ],
         "Install": [],
@@ -119,6 +120,7 @@ def test_restart_no_keeps_the_watchdog_and_the_recorder_but_no_start_limit() -> 
         "Service": [
             ("Restart", "no"),
             ("WatchdogSec", "30s"),
+            ("LimitCORE", "0"),
             recorder("host-llama", "epyc-llm-host-llama"),
         ],
         "Install": [],
