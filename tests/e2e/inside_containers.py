@@ -141,6 +141,12 @@ def phase_reboot() -> None:
 
 def phase_stopped_reboot() -> None:
     wait_for_daemon("boot_timeline")
+    # the refused start's ExecStopPost= (the crash recorder, podman rm) may still be running
+    wait_until(
+        "the endpoint unit settles",
+        lambda: show(UNIT, "ActiveState")["ActiveState"] in {"active", "failed", "inactive"},
+        120,
+    )
     record("unit", **show(UNIT, "ActiveState", "SubState", "UnitFileState"))
     engine_containers("containers")
     epycctl_status("status", NAME)
