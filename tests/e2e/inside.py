@@ -354,6 +354,16 @@ def engine_fault(check: str, sig: signal.Signals, whole_engine: bool) -> None:
     chat(f"{check}_chat")
 
 
+def wait_for_unit_to_settle(timeout: float) -> bool:
+    """Until the endpoint's unit is active, failed or inactive: past its start and past the
+    ExecStopPost= of a refused or failed run."""
+    return wait_until(
+        "the endpoint unit settles",
+        lambda: show(UNIT, "ActiveState")["ActiveState"] in {"active", "failed", "inactive"},
+        timeout,
+    )
+
+
 # --- the phases, one per boot -----------------------------------------------------------
 
 
@@ -476,11 +486,7 @@ def phase_reboot() -> None:
 
 def phase_edited_reboot() -> None:
     wait_for_daemon("boot_timeline")
-    wait_until(
-        "the endpoint unit settles",
-        lambda: show(UNIT, "ActiveState")["ActiveState"] in {"active", "failed", "inactive"},
-        600,
-    )
+    wait_for_unit_to_settle(600)
     record("unit", **show(UNIT))
     serving_evidence()
     files_state("files")
@@ -538,11 +544,7 @@ def crash_loop() -> None:
 
 def phase_crashloop_reboot() -> None:
     wait_for_daemon("boot_timeline")
-    wait_until(
-        "the endpoint unit settles",
-        lambda: show(UNIT, "ActiveState")["ActiveState"] in {"active", "failed", "inactive"},
-        300,
-    )
+    wait_for_unit_to_settle(300)
     time.sleep(CRASH_LOOP_QUIET_S)
     record("unit", **show(UNIT, "LoadState", "ActiveState", "SubState", "Result", "NRestarts"))
     journal("journal_unit", UNIT)
@@ -557,11 +559,7 @@ def phase_crashloop_reboot() -> None:
 
 def phase_fakehost_reboot() -> None:
     wait_for_daemon("boot_timeline")
-    wait_until(
-        "the endpoint unit settles",
-        lambda: show(UNIT, "ActiveState")["ActiveState"] in {"active", "failed", "inactive"},
-        300,
-    )
+    wait_for_unit_to_settle(300)
     record("unit", **show(UNIT, "LoadState", "ActiveState", "SubState", "Result", "UnitFileState"))
     journal("journal_unit", UNIT)
     journal("journal_epycd", "epycd.service")

@@ -34,6 +34,7 @@ from inside import (
     show,
     use_identity_root,
     wait_for_daemon,
+    wait_for_unit_to_settle,
     wait_until,
 )
 
@@ -142,11 +143,7 @@ def phase_reboot() -> None:
 def phase_stopped_reboot() -> None:
     wait_for_daemon("boot_timeline")
     # the refused start's ExecStopPost= (the crash recorder, podman rm) may still be running
-    wait_until(
-        "the endpoint unit settles",
-        lambda: show(UNIT, "ActiveState")["ActiveState"] in {"active", "failed", "inactive"},
-        120,
-    )
+    wait_for_unit_to_settle(120)
     record("unit", **show(UNIT, "ActiveState", "SubState", "UnitFileState"))
     engine_containers("containers")
     epycctl_status("status", NAME)
