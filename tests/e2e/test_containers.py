@@ -380,7 +380,7 @@ def engine_machine(
         "consent_args": serving(work, stock=FORCE_STOCK).consent_args,
         "endpoint_toml": endpoint_toml(NAME, engine.name, IMAGE, PORT),
         "absent_toml": endpoint_toml(ABSENT, engine.name, ABSENT_IMAGE, ABSENT_PORT),
-        "restart_watch_s": 35,
+        "restart_watch_s": 120,
     }
     (results / "config.json").write_text(json.dumps(config, indent=2))
     write_machine(root, work, config)
