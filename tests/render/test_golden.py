@@ -29,6 +29,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from epycd.host.facts import HostVllmFacts, RuntimeFacts
+from epycd.plan.build import EndpointResult
 from tests.model.hf_cache import add_to_cache
 from tests.model.models import model_files
 from tests.plan.conftest import PlanWorkspace, fake_host
@@ -66,6 +67,18 @@ class GoldenCase(BaseModel):
 
 def plan_case(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The units of every plan of the case, `tmp_path` written as the placeholder."""
+    units: dict[str, str] = {}
+    for result in plan_results(case, tmp_path, monkeypatch).values():
+        assert result.plan is not None
+        units |= result.plan.units
+    return {name: text.replace(str(tmp_path), PLACEHOLDER) for name, text in units.items()}
+
+
+def plan_results(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, EndpointResult]:
+    """The planner's result for each endpoint file of the case, by endpoint name, each with
+    a plan; `tmp_path` holds the inputs (the placeholder written as `tmp_path`)."""
     folder = GOLDEN / case
     spec = GoldenCase.model_validate(tomllib.loads((folder / "case.toml").read_text()))
     ws = PlanWorkspace(tmp_path)
@@ -88,11 +101,10 @@ def plan_case(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dic
         return HostVllmFacts(path=executable, **spec.vllm.model_dump())
 
     host = fake_host(tmp_path, spec.host, spec.runtimes)
-    units: dict[str, str] = {}
-    for name, result in ws.plan(host, probe=probe, product_python=PRODUCT_PYTHON).items():
+    results = ws.plan(host, probe=probe, product_python=PRODUCT_PYTHON)
+    for name, result in results.items():
         assert result.plan is not None, (name, [p.text for p in result.errors])
-        units |= result.plan.units
-    return {name: text.replace(str(tmp_path), PLACEHOLDER) for name, text in units.items()}
+    return results
 
 
 @contextmanager
