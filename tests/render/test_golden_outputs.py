@@ -1,0 +1,81 @@
+"""What the commands print for the golden cases (issue 28, C4): a safety net of today's
+output, next to each case's units (tests/golden/CASE/, made by tests/render/test_golden.py's
+planning of the same inputs):
+
+    plan.json   `epycctl plan NAME --json` for each endpoint of the case (cli/plan.py's
+                `plan_json` of the planner's result), keyed by endpoint name
+
+`@TMP@` stands for the test's folder, as in the units; `@FINGERPRINT@` for the plan's
+fingerprint, which hashes the units and so the folder.
+
+Today's output is pinned as it is, oddities included: an instance set's top-level keys other
+than its balancer's are member 0's (vllm_args with member 0's `--port`, env, socket,
+max_model_len...) and `instances` is every member's whole decisions; an Instinct endpoint has
+no device, gpus or tensor_parallel_size key, and its CPU-only memory keys are 0.
+`UPDATE_GOLDEN=1` writes the files anew: review the diff before committing it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from epycd.cli.plan import plan_json
+from epycd.plan.build import EndpointResult
+from tests.render.test_golden import CASES, GOLDEN, PLACEHOLDER, case_folder, plan_results
+
+FINGERPRINT = "@FINGERPRINT@"
+
+
+class Planned(NamedTuple):
+    results: dict[str, EndpointResult]
+    folder: str
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Planned]:
+    """The case's planner results (each case planned once)."""
+    done: dict[str, Planned] = {}
+
+    def plan(case: str) -> Planned:
+        if case not in done:
+            with (
+                pytest.MonkeyPatch.context() as monkeypatch,
+                case_folder(case, tmp_path_factory.mktemp(case)) as folder,
+            ):
+                done[case] = Planned(plan_results(case, folder, monkeypatch), str(folder))
+        return done[case]
+
+    return plan
+
+
+def as_text(data: Any, folder: str | None = None) -> str:
+    """As `print_json` prints it (cli/output.py), the folder written as the placeholder."""
+    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
+    return text.replace(folder, PLACEHOLDER) if folder else text
+
+
+def check_golden(path: Path, text: str) -> None:
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(text, encoding="utf-8")
+    assert path.is_file(), f"{path} is missing: run with UPDATE_GOLDEN=1 and review it"
+    assert text == path.read_text(encoding="utf-8"), path
+
+
+def plan_output(result: EndpointResult) -> dict[str, Any]:
+    data = plan_json(result)
+    assert re.fullmatch("[0-9a-f]{64}", data["fingerprint"]), data["fingerprint"]
+    return data | {"fingerprint": FINGERPRINT}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_plan_json(case: str, planned: Callable[[str], Planned]) -> None:
+    results, folder = planned(case)
+    outputs = {name: plan_output(result) for name, result in sorted(results.items())}
+    check_golden(GOLDEN / case / "plan.json", as_text(outputs, folder))
