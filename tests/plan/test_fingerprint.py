@@ -1,11 +1,21 @@
-"""The fingerprint: stable across runs on an unchanged host, moved by every shaping input."""
+"""The fingerprint: stable across runs on an unchanged host, moved by every shaping input;
+and the exact values of today's planner for the golden cases (issue 28, C4)."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
+
+import pytest
 
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, RuntimeFacts
@@ -13,6 +23,9 @@ from epycd.plan.fingerprint import canonical_json, fingerprint, fingerprint_inpu
 from epycd.stack import parse_stack, shipped_stack, stack_path
 from tests.hosts import CATALOGUE, write_host
 from tests.plan.conftest import PODMAN_5, PlanWorkspace
+from tests.render.test_golden import CASES as GOLDEN_CASES
+from tests.render.test_golden import plan_results
+from tests.secrets import root_controlled_chain
 
 GIB = 1024**3
 
@@ -118,3 +131,161 @@ def test_the_hash_is_over_canonical_json_of_the_inputs(ws: PlanWorkspace, tmp_pa
     assert fingerprint(inputs) == result.plan.fingerprint
     text = canonical_json(inputs)
     assert "memory_available" not in text and "busy" not in text
+
+
+PINNED_FOLDER = Path("/srv/epyc-llm-pinned-fingerprints")
+"""Where the golden cases are planned for their pinned fingerprints. Paths are inputs: the
+model's local_path (the HF cache's snapshot folder) and the bytes of an endpoint file naming a
+key or token file are in the inputs fingerprint, and the units and their folders in the full
+one; so every run plans in this same folder (each value below depends on its name). A folder
+only root controls, as key and token files need (tests/secrets.py)."""
+
+
+class Pinned(NamedTuple):
+    inputs_fingerprint: str
+    fingerprint: str
+
+
+PINNED: dict[str, dict[str, Pinned]] = {
+    "docker-exposed-key": {
+        "olmo-key": Pinned(
+            "eaaecbd3ec99bb1d32102257c95ce79f9f1140f2002f6790b9f58c1ce38e2a2f",
+            "ec12c0cd779c82c65783487f81e6d53c5a4d925d7067c43ff75b00508d5ff134",
+        ),
+    },
+    "extra-args-consent": {
+        "qwen": Pinned(
+            "cb055a7d46f52fd1ec91e8ddb8f739bbcadc8d72474ef1b34271c137b20abbd4",
+            "637f85e5b19c027b71b7385a694894942285c0f7058aa1c2e7bd04689404d5f2",
+        ),
+    },
+    "gated-podman-token": {
+        "llama": Pinned(
+            "a2efd49289f888f5073fe223fdea63d7458a67b1af944b0fba0294ee41253954",
+            "3f155d21c2ba9c01ede870fcc50c869cfaa6fa014b825f799f78298fde8cc874",
+        ),
+    },
+    "genoa-podman": {
+        "qwen": Pinned(
+            "f95b67425a5107589dcfbe573ac6295df4198ed0616110a9ce1066c902c31298",
+            "7fc8b5e59bc4f4dd44054b2256eaef0f1cc44467b04f431db24104064c70c875",
+        ),
+    },
+    "host-ipv6-key": {
+        "host-key": Pinned(
+            "276a32547f324d068059f1028e49fd81e1798f915a04cae4bb0b21db96bd30fb",
+            "63d935dd1e41f75641330a2cffe6a5e2782a718db93be90ab9f2909cf3838bc5",
+        ),
+    },
+    "host-vllm": {
+        "host-qwen": Pinned(
+            "0239f6600ea5fee6311cd447174b0574d2589ce8f733f5ef2a5866f77e21c5fa",
+            "9b9145c826de0eaa11b2b485b31aec79f139f4ae6a93b16c1f66d6f3a1a6bd7b",
+        ),
+    },
+    "host-vllm-token": {
+        "host-llama": Pinned(
+            "6178bb2e0b331650d4836f0b02f2023967699e46f6fec08f91634d9ab1fa0d10",
+            "0298d3e7fccd5fd7998a8bafb1d38cfeb1c0301ca62d52b6072541677b39e13b",
+        ),
+    },
+    "instances-docker-milan": {
+        "olmo": Pinned(
+            "91a2fb74245d325c6c3a3231eedd0d037e9c24cba0d8814ca937f5b0d3dd286b",
+            "04c47c638466673d88015e6bab09d3025cd2aed086f192196c7b63cd8a893e50",
+        ),
+    },
+    "instances-host-vllm": {
+        "multi": Pinned(
+            "5eebe0e8973fa50c0ecdeede4c50921132a4b3d136ce25c1a4209e4add45ba75",
+            "deabe510a7a1f9b9f1624340f0e644f9a69191ab9743cf5efb121eff1077f78e",
+        ),
+    },
+    "instances-podman-nps4": {
+        "qwen": Pinned(
+            "6720ef5722bcd78b6d8ebfdff58922e462a380ce7dd86103f1f7e9324461ed66",
+            "17fdee01e7681a9f1a40666d1ad202d6aca5d6cc6ce9e017c0f3c003a1cc9259",
+        ),
+    },
+    "instinct-mi210-podman": {
+        "qwen": Pinned(
+            "3ff1dd17b7d162f69c6153f73be9611af79ef5e89c6b9b424977ba073b388bed",
+            "2916a1839bbfaa16a872a67ca5e07633689214cc6f7ae7b85407944ce6dcb195",
+        ),
+    },
+    "instinct-mi300x-podman": {
+        "cpu": Pinned(
+            "d67dbc0f13aaecb541127a4acfddb1df09819a8d5c4eafdc7dc8bb2790827a9f",
+            "dee3f2b9616e903a63fe5220943bd58c1af87a4fb3f38a86d4431dbf066af620",
+        ),
+        "gpu": Pinned(
+            "5967c65c75076115af0351d8888e4cb8007ec1ffc7bf81057f69684726058a12",
+            "442d4f5185bd77fc297e52e363be4ab1f83cb6489fcfcc40280cc4a7e43f8796",
+        ),
+    },
+    "instinct-mi355x-docker": {
+        "llama": Pinned(
+            "c536697020a6f2a7ec4e73fce555746c23ec68ad0c3a94aae523c5392f45b004",
+            "1d33bf94de186baa28e118d524d4406aee7696636a7ad79e3c65a3a31840ca11",
+        ),
+    },
+    "milan-docker": {
+        "olmo": Pinned(
+            "5c186142de4f848f3df5800edbf110046ea95c490a80f9a21f50fd4db8caa0f8",
+            "c3630a428d55e0558ed6f1874c8ae69eb3930c18535217e801981852a0da9eb3",
+        ),
+    },
+    "podman-before-5": {
+        "qwen-old": Pinned(
+            "d67dbc0f13aaecb541127a4acfddb1df09819a8d5c4eafdc7dc8bb2790827a9f",
+            "30b78a0268b1cde85b82d12bbcf2c371f0b797643feaaec759403d931d0159a2",
+        ),
+    },
+    "podman-before-5-key": {
+        "qwen-key": Pinned(
+            "824d858eaea353bb3a8e03296b375753730d38a419da9ca1f6c69d7ebe3286de",
+            "68826475a7913322ab137f0a2a9eb0e9cf60121422ccdf1484426866a09b5b7b",
+        ),
+    },
+}
+"""Each golden case's endpoints as today's planner fingerprints them in PINNED_FOLDER.
+`inputs_fingerprint` is what drift compares with an approved record (approval/state.py): a
+change marks every approved endpoint changed-needs-approval, so it moves only with the endpoint
+file, data/, the model or the host's shape, never with a refactor. `fingerprint` also hashes
+the units (tests/golden/CASE/expected) and their folders."""
+
+
+@contextmanager
+def pinned_folder() -> Iterator[Path]:
+    """PINNED_FOLDER, new and empty, for one test at a time (runs in parallel take turns)."""
+    if os.geteuid() != 0:
+        pytest.skip("the golden cases' key and token files are root's: run the tests as root")
+    if not (PINNED_FOLDER.parent.is_dir() and root_controlled_chain(PINNED_FOLDER.parent)):
+        pytest.skip(f"{PINNED_FOLDER.parent} is not a folder only root controls")
+    lock_path = Path(tempfile.gettempdir()) / f"{PINNED_FOLDER.name}.lock"
+    with lock_path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(PINNED_FOLDER, ignore_errors=True)
+        PINNED_FOLDER.mkdir(mode=0o755)
+        PINNED_FOLDER.chmod(0o755)
+        try:
+            yield PINNED_FOLDER
+        finally:
+            shutil.rmtree(PINNED_FOLDER, ignore_errors=True)
+
+
+def test_every_golden_case_is_pinned() -> None:
+    assert sorted(PINNED) == GOLDEN_CASES
+
+
+@pytest.mark.parametrize("case", GOLDEN_CASES)
+def test_the_golden_cases_fingerprints_are_pinned(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pinned_folder() as folder:
+        results = plan_results(case, folder, monkeypatch)
+    found = {}
+    for name, result in results.items():
+        assert result.plan is not None
+        found[name] = Pinned(result.plan.inputs_fingerprint, result.plan.fingerprint)
+    assert found == PINNED.get(case)
