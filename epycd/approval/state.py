@@ -32,7 +32,7 @@ from epycd.readfile import RECORD_MAX_BYTES, read_bytes
 from epycd.settings import Settings
 
 if TYPE_CHECKING:
-    from epycd.plan.build import EndpointResult
+    from epycd.plan.result import EndpointResult
 
 StateName = Literal["pending-approval", "approved", "changed-needs-approval", "orphaned", "damaged"]
 

@@ -28,8 +28,8 @@ from epycd.cli.output import ActionReport, json_option
 from epycd.cli.plan import confirmation_table
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts
-from epycd.plan.build import EndpointResult
 from epycd.plan.model import Plan
+from epycd.plan.result import EndpointResult
 from epycd.settings import Settings, load_settings
 
 P = ParamSpec("P")

@@ -135,7 +135,7 @@ def api_key(plan: Plan) -> str | None:
     reader; None for an endpoint without one."""
     if not plan.api_key_file:
         return None
-    from epycd.plan.build import read_api_key
+    from epycd.plan.secrets import read_api_key
 
     return read_api_key(Path(plan.api_key_file), Path(plan.config_file))
 

@@ -15,9 +15,9 @@ from epycd.cli.output import EXIT_OK, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
-from epycd.plan.build import EndpointResult
 from epycd.plan.current import LOAD_SAMPLE_SECONDS
 from epycd.plan.model import EndpointDecisions
+from epycd.plan.result import EndpointResult
 from epycd.settings import load_settings
 from epycd.text import escaped, escaped_lines
 

@@ -29,8 +29,8 @@ from epycd.cli.approve import consent_options
 from epycd.cli.options import TEXT
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
-from epycd.plan.build import EndpointResult
 from epycd.plan.model import Plan, Runtime
+from epycd.plan.result import EndpointResult
 from epycd.plan.route import container_runtime
 from epycd.readfile import read_bytes
 from epycd.settings import Settings

@@ -12,20 +12,16 @@ reads the weights from disk and the first request compiles, a minute or two on a
 
 from __future__ import annotations
 
-import errno
 import functools
 import math
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
-from pydantic import BaseModel, Field
-
-from epycd.errors import EpycError, InputError, Refusal
+from epycd.errors import EpycError, Refusal
 from epycd.host.cpulist import format_cpulist
 from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.host.probe_cache import ProbeCache
@@ -57,8 +53,10 @@ from epycd.plan.model import (
     UnitRenderer,
 )
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
+from epycd.plan.result import EndpointResult, against_endpoint_file, failed
 from epycd.plan.route import Route, container_runtime, route_endpoint
-from epycd.readfile import SECRET_MAX_BYTES, RefusedFile, read_secret
+from epycd.plan.secrets import UnreadableHere, check_api_key, read_token, unreadable_here
+from epycd.plan.unit_commands import approval_check_argv
 from epycd.settings import Settings, trusted_admin_gid
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec, SpecResult, consent_reasons, load_endpoints
@@ -66,36 +64,6 @@ from epycd.stack import Stack, shipped_stack
 
 ModelInspector = Callable[..., ModelFacts]
 VllmProber = Callable[[str], HostVllmFacts]
-
-
-class EndpointResult(BaseModel):
-    """One endpoint file's outcome: a plan, or the errors (and how far planning got)."""
-
-    endpoint: str
-    config_file: str
-    plan: Plan | None = None
-    decisions: EndpointDecisions | None = Field(
-        default=None, description="when refused after sizing (e.g. does not fit)"
-    )
-    model_facts: ModelFacts | None = None
-    route: Route | None = Field(default=None, description="when refused after routing")
-    errors: list[Problem] = Field(default_factory=list)
-    unfit_inputs_fingerprint: str | None = Field(
-        default=None,
-        description="when refused only because memory free now is short: the inputs "
-        "fingerprint, so an approved endpoint whose inputs did not change is not drift",
-    )
-    unreadable_here: str | None = Field(
-        default=None,
-        description="a root-only file (the token file) this non-root caller cannot read: "
-        "the plan cannot be made here, which says nothing about drift",
-    )
-
-    @property
-    def exit_code(self) -> int:
-        if not self.errors:
-            return 0
-        return max(problem.exit_code for problem in self.errors)
 
 
 @dataclass
@@ -115,118 +83,6 @@ def default_inspector(model: str, **kwargs: object) -> ModelFacts:
     from epycd.model.check import inspect_model
 
     return inspect_model(model, **kwargs)  # type: ignore[arg-type]
-
-
-BARE_TOKEN = re.compile(r"[A-Za-z0-9_.-]+")
-"""What a token file may hold (around surrounding whitespace): the token, nothing else. The
-file reaches huggingface_hub through HF_TOKEN_PATH, which takes its whole text as the token."""
-
-
-def read_root_only(
-    path: Path, file: Path, key: str, holding: str, *, group_gid: int | None = None
-) -> str:
-    """The stripped text of a secret file (hf_token_file, api_key_file) that only root
-    controls: a regular file of at most `SECRET_MAX_BYTES`, owned by root and readable by
-    nobody else (or by `group_gid`, root's admin group), in folders only root can write
-    (`epycd.readfile.secret_problem`, ssh's rule). Read without blocking, so a FIFO or a
-    device named here fails this endpoint alone. The plan never copies it anywhere."""
-    create = f"create the file holding {holding}, owned by root, mode 0600"
-    try:
-        text = read_secret(path, SECRET_MAX_BYTES, group_gid=group_gid).decode("utf-8").strip()
-    except PermissionError:
-        if os.geteuid() != 0:
-            raise UnreadableHere(path, file=file, key=key) from None
-        raise InputError(
-            f"cannot read {path}: permission denied", file=file, key=key, fix=create
-        ) from None
-    except RefusedFile as exc:
-        if exc.errno == errno.EPERM:
-            raise InputError(
-                f"{exc.strerror}: someone but root could know or change {holding}",
-                file=file,
-                key=key,
-                fix=exc.fix,
-            ) from None
-        raise InputError(f"{path} {exc.strerror}", file=file, key=key, fix=create) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise InputError(f"cannot read {path}: {reason}", file=file, key=key, fix=create) from None
-    return text
-
-
-class UnreadableHere(InputError):
-    """A root-only file that this non-root process may not read (`epycctl status` as a
-    user): the plan cannot be made by this user, the endpoint has not changed for it."""
-
-    def __init__(self, path: Path, *, file: Path, key: str) -> None:
-        super().__init__(
-            f"cannot read {path} as uid {os.geteuid()} (it is root-only, as it should be)",
-            file=file,
-            key=key,
-            fix="run it as root to plan this endpoint",
-        )
-        self.path = str(path)
-
-
-def unreadable_here(path: Path) -> str | None:
-    """`path` when this non-root process may not read it (a root-only endpoint file)."""
-    if os.geteuid() == 0 or os.access(path, os.R_OK) or not path.exists():
-        return None
-    return str(path)
-
-
-def read_token(spec: EndpointSpec, file: Path, group_gid: int | None = None) -> str | None:
-    """The HF token from a root-only file; the plan never copies it anywhere."""
-    if spec.hf_token_file is None:
-        return None
-    path = Path(spec.hf_token_file)
-    text = read_root_only(path, file, "hf_token_file", "the token", group_gid=group_gid)
-    if not text:
-        raise InputError(f"{path} is empty", file=file, key="hf_token_file", fix="add the token")
-    if not BARE_TOKEN.fullmatch(text):
-        raise InputError(
-            f"{path} holds more than a bare token (a `HF_TOKEN=` assignment, quotes, spaces or "
-            "several lines); vLLM reads the whole file as the token",
-            file=file,
-            key="hf_token_file",
-            fix=f"write only the token itself (hf_...) into {path}, on one line",
-        )
-    return text
-
-
-API_KEY_TEXT = re.compile(r"[\x21-\x7e]{1,4096}")
-"""Printable ASCII without spaces: the key travels in an `Authorization: Bearer` header."""
-
-
-def check_api_key(spec: EndpointSpec, file: Path, group_gid: int | None = None) -> None:
-    """The API key file holds one key that clients can send; its text is never shown."""
-    if spec.api_key_file is None:
-        return
-    path = Path(spec.api_key_file)
-    if os.geteuid() != 0 and path.exists() and not os.access(path, os.R_OK):
-        return  # only root reads it: the plan does not depend on the key, approve checks it
-    read_api_key(path, file, group_gid)
-
-
-def read_api_key(path: Path, file: Path, group_gid: int | None = None) -> str:
-    """The one key of a root-only api_key_file, as clients send it (`check_api_key` at plan
-    time, `epycctl bench` when it calls the endpoint)."""
-    key = read_root_only(path, file, "api_key_file", "the API key", group_gid=group_gid)
-    if key.startswith("VLLM_API_KEY="):
-        raise InputError(
-            f"{path} holds VLLM_API_KEY=..., not the key alone",
-            file=file,
-            key="api_key_file",
-            fix=f"write only the key into {path}",
-        )
-    if not API_KEY_TEXT.fullmatch(key):
-        raise InputError(
-            f"{path} is empty or its key has spaces, several lines or non-ASCII characters",
-            file=file,
-            key="api_key_file",
-            fix=f"write one key of printable ASCII characters, on one line, into {path}",
-        )
-    return key
 
 
 def exposure_reason(spec: EndpointSpec, port: int) -> str | None:
@@ -522,24 +378,6 @@ def tune(
         extra_args=list(spec.extra_args),
     )
     return bind, target, eager, warnings
-
-
-APPROVAL_CHECK_MODULE = "epycd.approval.check"
-CRASH_RECORDER_MODULE = "epycd.approval.crashloop"
-
-
-def approval_check_argv(product_python: str, name: str, unit: str | None = None) -> list[str]:
-    """ExecCondition= of every endpoint unit: skip the start when the approval no longer holds
-    or the unit is in a crash loop. `unit`: an instance's own, epyc-llm-NAME_N (without it the
-    check means the endpoint's own unit, epyc-llm-NAME)."""
-    return [product_python, "-m", APPROVAL_CHECK_MODULE, name, *(["--unit", unit] if unit else [])]
-
-
-def crash_recorder_argv(product_python: str, name: str, unit: str) -> list[str]:
-    """ExecStopPost= of every vLLM unit (docs/healing.md): record how the run of `unit`
-    (epyc-llm-NAME, or epyc-llm-NAME_N for an instance) ended, from the SERVICE_RESULT,
-    EXIT_CODE and EXIT_STATUS systemd passes, and declare the crash loop."""
-    return [product_python, "-m", CRASH_RECORDER_MODULE, name, "--unit", unit]
 
 
 def _sized(
@@ -902,7 +740,7 @@ def _unfit(
     )
     decisions.errors.append(Problem.of(refusal))
     inputs = _inputs(prepared, stack, host, decisions, units={}, dirs={})
-    return _failed(
+    return failed(
         prepared.result,
         refusal,
         model_facts=prepared.facts,
@@ -925,7 +763,7 @@ def plan_result(prepared: Prepared, decisions: EndpointDecisions, share: Sharing
         )
     except EpycError as exc:
         decisions.errors.append(Problem.of(exc))
-        return _failed(prepared.result, exc, model_facts=prepared.facts, decisions=decisions)
+        return failed(prepared.result, exc, model_facts=prepared.facts, decisions=decisions)
     return EndpointResult(
         endpoint=prepared.result.name,
         config_file=str(prepared.result.path),
@@ -946,29 +784,10 @@ def _plan_one(
     except EpycError as exc:
         if exc.file is None:
             exc.file = str(prepared.result.path)
-        return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
+        return failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
     if not decisions.memory.fits:
         return _unfit(prepared, decisions, share.host, share.stack)
     return plan_result(prepared, decisions, share)
-
-
-def against_endpoint_file(exc: EpycError, file: Path) -> None:
-    """Report an endpoint's error against its endpoint file: one about another file the file
-    names (the model folder or its config.json, a chat template) keeps that file in its
-    message and names the key (`model` where the error has none). The exit code stays."""
-    if exc.file is not None and exc.file != str(file):
-        exc.message = f"{exc.file}: {exc.message}"
-        exc.key = exc.key or "model"
-    exc.file = str(file)
-
-
-def _failed(result: SpecResult, *errors: EpycError, **extra: object) -> EndpointResult:
-    return EndpointResult(
-        endpoint=result.name,
-        config_file=str(result.path),
-        errors=[Problem.of(exc) for exc in errors],
-        **extra,
-    )
 
 
 @dataclass
@@ -1084,10 +903,10 @@ def _plan_placed(
     placement, port = placements[name], ports[name]
     failures = [x for x in (placement, port) if isinstance(x, EpycError)]
     if failures:
-        failed = _failed(
+        refused = failed(
             prepared.result, *failures, model_facts=prepared.facts, route=prepared.route
         )
-        return failed, len(failures) < 2
+        return refused, len(failures) < 2
     assert isinstance(port, int)
     if isinstance(placement, GpuPlacement):
         result = gpu_build.plan_one(prepared, share, placement, port)
@@ -1175,7 +994,7 @@ def _prepare_all(
     ready: list[Prepared] = []
     for spec_result in specs:
         if not spec_result.ok:
-            results[spec_result.name] = _failed(
+            results[spec_result.name] = failed(
                 spec_result, *spec_result.errors, unreadable_here=unreadable_here(spec_result.path)
             )
             continue
@@ -1184,7 +1003,7 @@ def _prepare_all(
         except EpycError as exc:
             against_endpoint_file(exc, spec_result.path)
             here = exc.path if isinstance(exc, UnreadableHere) else None
-            results[spec_result.name] = _failed(spec_result, exc, unreadable_here=here)
+            results[spec_result.name] = failed(spec_result, exc, unreadable_here=here)
     return results, ready
 
 

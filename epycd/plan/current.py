@@ -14,8 +14,9 @@ from typing import NamedTuple
 
 from epycd.host.facts import HostFacts
 from epycd.names import INSTANCE_SEPARATOR
-from epycd.plan.build import EndpointResult, plan_all
+from epycd.plan.build import plan_all
 from epycd.plan.model import Plan, UnitRenderer
+from epycd.plan.result import EndpointResult
 from epycd.settings import Settings
 from epycd.spec import SpecResult, load_endpoints
 from epycd.stack import shipped_stack

@@ -11,11 +11,9 @@ from epycd.host.facts import HostFacts
 from epycd.model.instinct import Recipe, shipped_gpus, shipped_recipes
 from epycd.paths import endpoint_status_file
 from epycd.plan.build import (
-    EndpointResult,
     Placed,
     Prepared,
     Sharing,
-    _failed,
     plan_result,
     served_fields,
     served_model,
@@ -32,6 +30,7 @@ from epycd.plan.gpu_decide import (
     recipe_args,
 )
 from epycd.plan.model import EndpointDecisions
+from epycd.plan.result import EndpointResult, failed
 from epycd.spec import consent_reasons
 
 
@@ -137,5 +136,5 @@ def plan_one(
     try:
         decisions = decide_gpu(prepared, share, placement, port)
     except EpycError as exc:
-        return _failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
+        return failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
     return plan_result(prepared, decisions, share)

@@ -20,8 +20,8 @@ units of their time.
 
 from __future__ import annotations
 
-from epycd.plan.build import crash_recorder_argv
 from epycd.plan.model import EndpointDecisions, Healing
+from epycd.plan.unit_commands import crash_recorder_argv
 from epycd.render.syntax import command_line
 from epycd.render.text import Line
 

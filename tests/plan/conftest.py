@@ -12,7 +12,8 @@ import pytest
 
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, PodmanFacts, RuntimeFacts
-from epycd.plan.build import EndpointResult, plan_all
+from epycd.plan.build import plan_all
+from epycd.plan.result import EndpointResult
 from epycd.render import render_for_plan
 from epycd.settings import Settings
 from tests.hosts import make_host

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
-from epycd.plan.build import EndpointResult
+from epycd.plan.result import EndpointResult
 from tests.hosts import CATALOGUE
 from tests.plan.conftest import PlanWorkspace
 

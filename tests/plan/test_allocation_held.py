@@ -8,8 +8,8 @@ from pathlib import Path
 
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
-from epycd.plan.build import EndpointResult
 from epycd.plan.ports import Listener
+from epycd.plan.result import EndpointResult
 from tests.plan.conftest import PlanWorkspace, write_model
 from tests.plan.test_sizing import BIG
 

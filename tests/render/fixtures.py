@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from epycd.model.facts import MemoryFit
-from epycd.plan.build import approval_check_argv
 from epycd.plan.healing import healing_for
 from epycd.plan.model import EndpointDecisions, HfCacheMount, Plan, Restart
+from epycd.plan.unit_commands import approval_check_argv
 
 PRODUCT_PYTHON = "/opt/epyc-llm/venv/bin/python"
 GENOA_IMAGE = (
