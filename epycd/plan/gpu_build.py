@@ -12,7 +12,6 @@ from epycd.model.instinct import Recipe, shipped_gpus, shipped_recipes
 from epycd.paths import endpoint_status_file
 from epycd.plan.build import (
     Placed,
-    Prepared,
     Sharing,
     plan_result,
     served_fields,
@@ -30,6 +29,7 @@ from epycd.plan.gpu_decide import (
     recipe_args,
 )
 from epycd.plan.model import EndpointDecisions
+from epycd.plan.prepare import Prepared
 from epycd.plan.result import EndpointResult, failed
 from epycd.spec import consent_reasons
 

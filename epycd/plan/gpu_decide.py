@@ -1,87 +1,33 @@
-"""Every decision for one placed Instinct GPU endpoint (docs/instinct.md): the route (the
-ROCm vLLM image in podman or docker), the recipe's args and env with the per-gfx overrides,
-the GPUs (HIP_VISIBLE_DEVICES), the tensor-parallel size and the CPU pin of the GPUs' nodes.
+"""Every decision for one placed Instinct GPU endpoint (docs/instinct.md): the recipe's args
+and env with the per-gfx overrides, the GPUs (HIP_VISIBLE_DEVICES), the tensor-parallel size
+and the CPU pin of the GPUs' nodes. Its route (the ROCm vLLM image in podman or docker) and
+the refusal of a model that is no LLM endpoint are `epycd.plan.route`'s (`gpu_route`,
+`refuse_not_llm`).
 
-The recipe's model data is `data/instinct-recipes.json` (`epycd.model.instinct`); a model
-the recipe lists as no LLM endpoint is refused before anything is fetched.
+The recipe's model data is `data/instinct-recipes.json` (`epycd.model.instinct`).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from epycd.errors import Refusal
 from epycd.host.cpulist import format_cpulist
-from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.gpu_memory import GpuFit
 from epycd.model.instinct import (
     InstinctRecipes,
     Recipe,
-    floats,
     recipe_for,
     shipped_gpus,
 )
-from epycd.model.instinct import shipped_recipes as shipped_recipes
 from epycd.plan.build import serving_args
 from epycd.plan.gpu import GpuPlacement
-from epycd.plan.route import RUNTIME_FIX, Route, container_runtime
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec
-from epycd.stack import Stack
 
 GPU_VISIBLE = "HIP_VISIBLE_DEVICES"
 PLAN_GPU_FLAGS = ("--tensor-parallel-size", "--distributed-executor-backend")
 """Flags an endpoint file may not pass (epycd.spec) that the GPU plan passes itself."""
 AUTO_TOOL_CHOICE = "--enable-auto-tool-choice"
 CONTEXT_STEP = 256
-
-
-def refuse_not_llm(model: str, file: Path) -> None:
-    """The recipe's list of models that are not LLM endpoints: the reason and an alternative."""
-    entry = shipped_gpus().not_llm_endpoints.get(model)
-    if entry is not None:
-        raise Refusal(
-            f"{model} is not an LLM endpoint: {entry.reason}",
-            file=file,
-            key="model",
-            fix=entry.alternative,
-        )
-
-
-def gpu_route(spec: EndpointSpec, host: HostFacts, stack: Stack, file: Path) -> Route:
-    """podman with Quadlet or a reachable docker (auto takes them in that order), the image
-    of the file, else the model's recipe, else the recipe data's ROCm vLLM image."""
-    runtime = container_runtime(host.runtimes) if spec.runtime == "auto" else spec.runtime
-    ready = {
-        "podman": host.runtimes.podman.quadlet,
-        "docker": host.runtimes.docker.daemon_reachable,
-    }
-    if runtime not in ready or not ready[runtime]:
-        raise Refusal(
-            "an Instinct endpoint runs in a container: "
-            + (f"{runtime} is not usable here" if runtime else "no podman with Quadlet, no docker"),
-            file=file,
-            key="runtime",
-            fix=RUNTIME_FIX,
-        )
-    recipes = shipped_recipes()
-    found = recipe_for(spec.model or stack.default_model, recipes)
-    image = spec.image or (found[1].docker_image if found else None) or recipes.docker_image
-    warnings = []
-    if floats(image):
-        warnings.append(
-            f"{image} is not pinned: approve pulls it once and records its digest; later "
-            "starts keep that image, a later pull may change it"
-        )
-    return Route(
-        backend="rocm",
-        runtime=runtime,
-        image=image,
-        image_entrypoint_is_vllm_serve=True,
-        vllm_version=stack.vllm_version,
-        warnings=warnings,
-    )
 
 
 def recipe_args(model: str, recipes: InstinctRecipes) -> tuple[list[str], Recipe | None]:

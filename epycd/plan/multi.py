@@ -18,11 +18,12 @@ from epycd.host.facts import HostFacts
 from epycd.listen import DEFAULT_HOST
 from epycd.names import instance_unit_name
 from epycd.plan.alloc import Placement, cpu_nodes
-from epycd.plan.build import Prepared, _sized, decide, exposure_reason
+from epycd.plan.build import _sized, decide, exposure_reason
 from epycd.plan.healing import balancer_healing
 from epycd.plan.instances import Layout, Region, plan_layout, region_of
 from epycd.plan.model import EndpointDecisions, HfCacheMount, InstanceSet
 from epycd.plan.ports import LAST_PORT, Listener
+from epycd.plan.prepare import Prepared
 from epycd.plan.unit_commands import approval_check_argv
 from epycd.spec import EndpointSpec
 from epycd.stack import Stack

@@ -7,6 +7,10 @@ with consent; Genoa/Turin/Venice get the validated zentorch stack. Then the stac
 what will really run: a probed host vLLM running stock `CpuPlatform` on a zentorch-capable
 host is the stock path with consent (zentorch off, and how to get it), and Venice off the
 pinned vLLM needs consent.
+
+An Instinct GPU endpoint (docs/instinct.md) runs the ROCm vLLM image in podman or docker
+(`gpu_route`); a model the recipe data lists as no LLM endpoint is refused before anything
+is fetched (`refuse_not_llm`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, PodmanFacts, RuntimeFacts
+from epycd.model.instinct import floats, recipe_for, shipped_gpus, shipped_recipes
 from epycd.plan.model import Backend, Runtime
 from epycd.spec import EndpointSpec
 from epycd.stack import Stack, qualified_image
@@ -266,3 +271,50 @@ def route_endpoint(
             )
     route.warnings[:0] = notes
     return route
+
+
+def refuse_not_llm(model: str, file: Path) -> None:
+    """The recipe's list of models that are not LLM endpoints: the reason and an alternative."""
+    entry = shipped_gpus().not_llm_endpoints.get(model)
+    if entry is not None:
+        raise Refusal(
+            f"{model} is not an LLM endpoint: {entry.reason}",
+            file=file,
+            key="model",
+            fix=entry.alternative,
+        )
+
+
+def gpu_route(spec: EndpointSpec, host: HostFacts, stack: Stack, file: Path) -> Route:
+    """podman with Quadlet or a reachable docker (auto takes them in that order), the image
+    of the file, else the model's recipe, else the recipe data's ROCm vLLM image."""
+    runtime = container_runtime(host.runtimes) if spec.runtime == "auto" else spec.runtime
+    ready = {
+        "podman": host.runtimes.podman.quadlet,
+        "docker": host.runtimes.docker.daemon_reachable,
+    }
+    if runtime not in ready or not ready[runtime]:
+        raise Refusal(
+            "an Instinct endpoint runs in a container: "
+            + (f"{runtime} is not usable here" if runtime else "no podman with Quadlet, no docker"),
+            file=file,
+            key="runtime",
+            fix=RUNTIME_FIX,
+        )
+    recipes = shipped_recipes()
+    found = recipe_for(spec.model or stack.default_model, recipes)
+    image = spec.image or (found[1].docker_image if found else None) or recipes.docker_image
+    warnings = []
+    if floats(image):
+        warnings.append(
+            f"{image} is not pinned: approve pulls it once and records its digest; later "
+            "starts keep that image, a later pull may change it"
+        )
+    return Route(
+        backend="rocm",
+        runtime=runtime,
+        image=image,
+        image_entrypoint_is_vllm_serve=True,
+        vllm_version=stack.vllm_version,
+        warnings=warnings,
+    )
