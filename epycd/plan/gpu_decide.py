@@ -17,11 +17,17 @@ from epycd.model.instinct import (
     Recipe,
     recipe_for,
     shipped_gpus,
+    shipped_recipes,
 )
-from epycd.plan.build import serving_args
+from epycd.paths import endpoint_status_file
 from epycd.plan.gpu import GpuPlacement
+from epycd.plan.model import EndpointDecisions
+from epycd.plan.prepare import Prepared
+from epycd.plan.served import Placed, served_fields, served_model, service_fields
+from epycd.plan.sharing import Sharing
+from epycd.plan.vllm_argv import serving_args
 from epycd.sizes import GIB
-from epycd.spec import EndpointSpec
+from epycd.spec import EndpointSpec, consent_reasons
 
 GPU_VISIBLE = "HIP_VISIBLE_DEVICES"
 PLAN_GPU_FLAGS = ("--tensor-parallel-size", "--distributed-executor-backend")
@@ -124,3 +130,58 @@ def gpu_cpus(placement: GpuPlacement) -> str:
 
 def gpu_run_flags() -> list[str]:
     return list(shipped_gpus().docker_flags)
+
+
+def _recipe_warnings(model: str, recipe: tuple[list[str], Recipe | None]) -> list[str]:
+    if recipe[1] is not None:
+        return []
+    return [
+        f"no recipe for {model} in data/instinct-recipes.json: the generic args "
+        f"{' '.join(recipe[0])}"
+    ]
+
+
+def decide_gpu(
+    prepared: Prepared, share: Sharing, placement: GpuPlacement, port: int
+) -> EndpointDecisions:
+    spec, facts = prepared.spec, prepared.facts
+    chosen = served_model(prepared, share.stack, share.hf_cache, containerized=True)
+    context, context_warnings = gpu_context(spec, facts, placement.fit)
+    recipe = recipe_args(chosen.model, shipped_recipes())
+    placed = Placed(
+        placement.socket,
+        placement.numa_nodes,
+        port,
+        warnings=[*placement.warnings, *context_warnings],
+        device_warnings=_recipe_warnings(chosen.model, recipe),
+        confirmation_reasons=placement.confirmation_reasons
+        + consent_reasons(recipe[0], {}, where="the Instinct recipe's args"),
+    )
+    memory = gpu_memory(facts, placement.fit, context)
+    status = str(endpoint_status_file(share.settings.run_dir, prepared.result.name))
+    python = share.product_python
+    return EndpointDecisions(
+        **served_fields(prepared, chosen),
+        **service_fields(prepared, chosen, placed, share.host, share.stack, python, status),
+        backend="rocm",
+        socket_reason=f"the NUMA node(s) of GPU(s) {','.join(map(str, placement.gpus))}: "
+        + placement.reason,
+        cpus=gpu_cpus(placement),
+        omp_cpus="",
+        env=gpu_env(placement, recipe[1], spec),
+        kv_cache_gb=memory.kv_pool_gb,
+        memory=memory,
+        max_model_len=context,
+        max_num_seqs=spec.max_num_seqs or 0,
+        max_num_batched_tokens=0,
+        enforce_eager=placement.fit.tier == "tight",
+        vllm_args=gpu_args(
+            spec, placement, recipe, chosen.model_arg, context, chosen.served, port, chosen.dtype
+        ),
+        run_flags=gpu_run_flags(),
+        device="instinct",
+        gpus=placement.gpus,
+        gfx_version=placement.gfx_version,
+        tensor_parallel_size=placement.fit.tensor_parallel_size,
+        gpu_fit=placement.fit,
+    )

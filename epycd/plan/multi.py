@@ -18,12 +18,14 @@ from epycd.host.facts import HostFacts
 from epycd.listen import DEFAULT_HOST
 from epycd.names import instance_unit_name
 from epycd.plan.alloc import Placement, cpu_nodes
-from epycd.plan.build import _sized, decide, exposure_reason
+from epycd.plan.decide_cpu import decide
 from epycd.plan.healing import balancer_healing
 from epycd.plan.instances import Layout, Region, plan_layout, region_of
 from epycd.plan.model import EndpointDecisions, HfCacheMount, InstanceSet
 from epycd.plan.ports import LAST_PORT, Listener
 from epycd.plan.prepare import Prepared
+from epycd.plan.served import exposure_reason
+from epycd.plan.sizing import size
 from epycd.plan.unit_commands import approval_check_argv
 from epycd.spec import EndpointSpec
 from epycd.stack import Stack
@@ -83,7 +85,7 @@ def _layout(prepared: Prepared, host: HostFacts, stack: Stack, parts: list[Regio
     def fits(nodes: list[int], share: float) -> bool:
         cpus = sorted(cpu for node in nodes for cpu in host.node(node).cpus)
         trial = Placement(socket=0, numa_nodes=nodes, cpus=cpus, reason="")
-        return _sized(prepared, host, stack, trial, share)[1].fits
+        return size(prepared, host, stack, trial, share)[1].fits
 
     file = str(prepared.result.path)
     layout = plan_layout(host, parts, prepared.spec.instances, fits, file)

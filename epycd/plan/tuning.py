@@ -1,8 +1,8 @@
 """The tuning rules of issue 12, each with its evidence in docs/tuning.md (rule numbers match).
 
 Pure functions of the instance's cores, the memory fit, the probed vLLM version, the host's
-C++ compiler and the serving interpreter's Python headers; `decide` (epycd.plan.build) applies
-them.
+C++ compiler and the serving interpreter's Python headers; `tune` and `size`
+(epycd.plan.sizing) apply them.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def _base(name: str, **changes: object) -> EndpointDecisions:
 
 
 def with_restart(decisions: EndpointDecisions, restart: Restart) -> EndpointDecisions:
-    """`restart` and the healing the planner gives it (epycd.plan.build.service_fields)."""
+    """`restart` and the healing the planner gives it (epycd.plan.served.service_fields)."""
     supervised = decisions.runtime != "podman"
     healing = healing_for(restart, decisions.start_timeout_s, supervised=supervised)
     return decisions.model_copy(update={"restart": restart, "healing": healing})

@@ -1,0 +1,89 @@
+"""Every decision for one placed CPU endpoint, or one instance of a set (`decide`): its
+sizing (`epycd.plan.sizing`), the fields every endpoint shares (`epycd.plan.served`), its
+OpenMP bind and env (`build_env`), its vLLM arguments (`epycd.plan.vllm_argv`) and the
+paths under /root and /home a host endpoint reads (`host_home_paths`)."""
+
+from __future__ import annotations
+
+from epycd.host.cpulist import format_cpulist
+from epycd.host.facts import HostFacts
+from epycd.plan.alloc import Placement
+from epycd.plan.hfcache import host_hf_home
+from epycd.plan.homes import home_read_paths
+from epycd.plan.model import EndpointDecisions, HfCacheMount
+from epycd.plan.prepare import Prepared
+from epycd.plan.route import Route
+from epycd.plan.served import Placed, served_fields, served_model, service_fields
+from epycd.plan.sizing import Sizing, size
+from epycd.plan.vllm_argv import vllm_args
+from epycd.stack import Stack
+
+
+def build_env(
+    prepared: Prepared, stack: Stack, sizing: Sizing, kv_gib: int, hf: HfCacheMount | None
+) -> dict[str, str]:
+    env = {"VLLM_CPU_OMP_THREADS_BIND": format_cpulist(sizing.bind)}
+    if not sizing.kv_bytes_flag:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_gib)
+    if prepared.spec.throughput_flags:
+        env.update(stack.throughput_flags)
+    if prepared.route.runtime == "host" and hf is not None:
+        env["HF_HOME"] = host_hf_home(hf)
+    env.update(prepared.spec.env)
+    return env
+
+
+def host_home_paths(route: Route, model: str, chat_template: str | None) -> list[str]:
+    if route.runtime != "host" or route.vllm_executable is None:
+        return []
+    local = [path for path in (model, chat_template) if path and path.startswith("/")]
+    return home_read_paths(route.vllm_executable, local)
+
+
+def _stock_notes(prepared: Prepared) -> list[str]:
+    if prepared.spec.throughput_flags and prepared.route.backend == "stock":
+        return ["ZENTORCH_WEIGHT_PREPACK has no effect on the stock vLLM path"]
+    return []
+
+
+def decide(
+    prepared: Prepared,
+    *,
+    host: HostFacts,
+    stack: Stack,
+    placement: Placement,
+    port: int,
+    hf_cache: HfCacheMount,
+    product_python: str,
+    status_file: str,
+    memory_share: float = 1.0,
+) -> EndpointDecisions:
+    """Every decision for one placed endpoint (or one instance of it, with its share of the
+    nodes' memory): sizing, mounts, served name, timeouts."""
+    route = prepared.route
+    sizing, fit, sized_warnings = size(prepared, host, stack, placement, memory_share)
+    chosen = served_model(prepared, stack, hf_cache, containerized=route.runtime != "host")
+    warnings = [*placement.warnings, *sized_warnings]
+    placed = Placed(placement.socket, placement.numa_nodes, port, warnings, _stock_notes(prepared))
+    host_hf = chosen.hf if not chosen.containerized else None
+    return EndpointDecisions(
+        **served_fields(prepared, chosen),
+        **service_fields(prepared, chosen, placed, host, stack, product_python, status_file),
+        backend=route.backend,
+        vllm_executable=route.vllm_executable,
+        socket_reason=placement.reason,
+        cpus=placement.cpulist,
+        omp_cpus=format_cpulist(sizing.bind),
+        env=build_env(prepared, stack, sizing, fit.kv_pool_gb, host_hf),
+        kv_cache_gb=fit.kv_pool_gb,
+        memory=fit,
+        max_model_len=fit.context,
+        max_num_seqs=fit.max_num_seqs,
+        max_num_batched_tokens=sizing.batched_tokens,
+        enforce_eager=sizing.enforce_eager,
+        vllm_args=vllm_args(
+            prepared, chosen.model_arg, chosen.served, fit, port, chosen.dtype, sizing
+        ),
+        run_flags=list(stack.run_flags) if chosen.containerized else [],
+        home_read_paths=host_home_paths(route, chosen.model, prepared.spec.chat_template),
+    )

@@ -1,0 +1,197 @@
+"""One endpoint's (or one instance's) sizing on its placement (`size`): the tuning rules of
+docs/tuning.md (`tune`: OpenMP bind, the profile's batch target, compile or eager; the
+batched tokens, `batched_tokens`) and the memory fit of its NUMA nodes (`size_memory`),
+with their warnings. vLLM allocates the KV pool on the node of the first bound CPU
+(`node_memory`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from epycd.host.facts import HostFacts
+from epycd.model.facts import MemoryFit, ModelFacts
+from epycd.model.footprint import runtime_gib
+from epycd.model.memory import fit_memory
+from epycd.plan import tuning
+from epycd.plan.alloc import Placement
+from epycd.plan.prepare import Prepared
+from epycd.sizes import GIB
+from epycd.spec import EndpointSpec
+from epycd.stack import Stack
+
+BATCHED_TOKENS_FLAG = "--max-num-batched-tokens"
+
+
+def _first_node(host: HostFacts, placement: Placement, bind: list[int]) -> int:
+    """The node of the first bound CPU: vLLM allocates the KV pool there."""
+    first_cpu = min(bind or placement.cpus)
+    for node in placement.numa_nodes:
+        if first_cpu in host.node(node).cpus:
+            return node
+    return placement.numa_nodes[0]
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    """The memory of an instance's NUMA nodes, its share of them, in GiB."""
+
+    node_count: int
+    total: float
+    available: float
+    first: int
+    """The node of the first bound CPU, where vLLM allocates the KV pool."""
+    first_available: float
+
+
+def node_memory(
+    host: HostFacts, placement: Placement, bind: list[int], memory_share: float
+) -> NodeMemory:
+    nodes = [host.node(n) for n in placement.numa_nodes]
+    first = _first_node(host, placement, bind)
+    return NodeMemory(
+        node_count=len(nodes),
+        total=sum(n.memory_total_bytes for n in nodes) / GIB * memory_share,
+        available=sum(n.memory_available_bytes for n in nodes) / GIB * memory_share,
+        first=first,
+        first_available=host.node(first).memory_available_bytes / GIB * memory_share,
+    )
+
+
+def _model_size_warnings(spec: EndpointSpec, facts: ModelFacts) -> list[str]:
+    warnings = []
+    positions = facts.max_position_embeddings
+    if spec.max_model_len and positions and spec.max_model_len > positions:
+        warnings.append(f"max_model_len {spec.max_model_len} is capped to the model's {positions}")
+    if facts.weights_bytes is None:
+        warnings.append("the weights' size is unknown: the fit counts KV and headroom only")
+    return warnings
+
+
+def _fewer_seqs_warning(
+    spec: EndpointSpec,
+    placement: Placement,
+    target: tuning.BatchTarget,
+    fit: MemoryFit,
+    memory: NodeMemory,
+) -> str | None:
+    """Why the fit admits fewer sequences than the profile's target, when it does."""
+    if not fit.fits or spec.max_num_seqs is not None or fit.max_num_seqs >= target.max_num_seqs:
+        return None
+    first, first_available, available = memory.first, memory.first_available, memory.available
+    by_node = memory.node_count > 1 and first_available < available - (fit.weights_gb or 0) - 1
+    where = (
+        f"vLLM allocates the KV pool on NUMA node {first}, the node of the first bound "
+        f"CPU, which has {first_available:.1f} GiB free"
+        if by_node
+        else f"the KV pool may take {fit.kv_pool_cap_gb} GiB of the "
+        f"{available:.1f} GiB available on NUMA node(s) "
+        f"{','.join(map(str, placement.numa_nodes))}"
+    )
+    return (
+        f"max_num_seqs is {fit.max_num_seqs}, not the {spec.profile} profile's "
+        f"{target.max_num_seqs}: {where}, {fit.context}-token sequences; a shorter "
+        "max_model_len admits more"
+    )
+
+
+def size_memory(
+    prepared: Prepared,
+    host: HostFacts,
+    stack: Stack,
+    placement: Placement,
+    bind: list[int],
+    target: tuning.BatchTarget,
+    memory_share: float = 1.0,
+) -> tuple[MemoryFit, list[str]]:
+    """`memory_share`: the part of the nodes' memory the instance may use (instances sharing
+    a node each hold their own weights and KV pool, docs/instances.md)."""
+    facts, spec = prepared.facts, prepared.spec
+    memory = node_memory(host, placement, bind, memory_share)
+    warnings = _model_size_warnings(spec, facts)
+    most_batched = batched_tokens(spec, target, spec.max_num_seqs or target.max_num_seqs)
+    runtime, footprint_warnings = runtime_gib(
+        prepared.route.vllm_version, facts.weights_bytes or 0, most_batched
+    )
+    warnings += footprint_warnings
+    fit = fit_memory(
+        weights_bytes=facts.weights_bytes or 0,
+        kv_bytes_per_token=facts.kv_bytes_per_token,
+        max_position_embeddings=facts.max_position_embeddings,
+        max_model_len=spec.max_model_len or stack.defaults.max_model_len,
+        max_num_seqs=spec.max_num_seqs,
+        socket_total_gib=memory.total,
+        socket_available_gib=memory.available,
+        runtime_gib=runtime,
+        first_node_available_gib=memory.first_available,
+        target_seqs=target.max_num_seqs,
+    )
+    if fewer := _fewer_seqs_warning(spec, placement, target, fit, memory):
+        warnings.append(fewer)
+    return fit, warnings
+
+
+def user_flag(extra_args: list[str], flag: str) -> str | None:
+    """The value the endpoint file's extra_args give `flag` (`--flag V` or `--flag=V`)."""
+    for index, arg in enumerate(extra_args):
+        if arg == flag and index + 1 < len(extra_args):
+            return extra_args[index + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def batched_tokens(spec: EndpointSpec, target: tuning.BatchTarget, seqs: int) -> int:
+    """Rule 2's size, or the endpoint file's own `--max-num-batched-tokens` in extra_args."""
+    given = user_flag(spec.extra_args, BATCHED_TOKENS_FLAG)
+    return int(given) if given and given.isdecimal() else tuning.batched_tokens(target, seqs)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The tuning decisions of docs/tuning.md for one endpoint, before rendering."""
+
+    bind: list[int]
+    target: tuning.BatchTarget
+    batched_tokens: int
+    kv_bytes_flag: bool
+    enforce_eager: bool
+    stream_interval: int | None
+
+
+def tune(
+    prepared: Prepared, host: HostFacts, placement: Placement
+) -> tuple[list[int], tuning.BatchTarget, bool, list[str]]:
+    """Rules 1, 2 and 4: the bind list, the profile's batch target, eager or not."""
+    spec, route = prepared.spec, prepared.route
+    bind = tuning.omp_bind(placement.cpus)
+    target = tuning.batch_target(spec.profile, len(bind))
+    eager, warnings = tuning.compile_choice(
+        spec.profile,
+        host_vllm=route.runtime == "host",
+        cxx=host.cxx_compiler,
+        headers=prepared.host_vllm.python_headers if prepared.host_vllm else None,
+        file=str(prepared.result.path),
+        extra_args=list(spec.extra_args),
+    )
+    return bind, target, eager, warnings
+
+
+def size(
+    prepared: Prepared,
+    host: HostFacts,
+    stack: Stack,
+    placement: Placement,
+    memory_share: float = 1.0,
+) -> tuple[Sizing, MemoryFit, list[str]]:
+    """The tuning rules and the memory fit on the placed socket, and their warnings."""
+    bind, target, eager, compile_warnings = tune(prepared, host, placement)
+    fit, memory_warnings = size_memory(prepared, host, stack, placement, bind, target, memory_share)
+    sizing = Sizing(
+        bind=bind,
+        target=target,
+        batched_tokens=batched_tokens(prepared.spec, target, fit.max_num_seqs),
+        kv_bytes_flag=tuning.kv_bytes_flag(prepared.route.vllm_version),
+        enforce_eager=eager,
+        stream_interval=tuning.stream_interval(prepared.spec.profile, prepared.route.vllm_version),
+    )
+    return sizing, fit, memory_warnings + compile_warnings
