@@ -1,0 +1,272 @@
+"""The prepared endpoints placed together and each planned on its placement: Instinct GPU
+endpoints first (their GPUs, `epycd.plan.gpu`), the CPU endpoints on the other NUMA nodes
+(their socket or nodes, `epycd.plan.alloc`), distinct ports (`epycd.plan.ports`); each
+decided (a CPU endpoint by `epycd.plan.decide_cpu`, a set of instances by
+`epycd.plan.multi`, an Instinct one by `epycd.plan.gpu_decide`) and finished
+(`epycd.plan.finish`). A refused endpoint that held a socket or a port is planned again
+without it, so that it takes nothing from the others (`place_all`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from epycd.errors import EpycError
+from epycd.host.facts import HostFacts
+from epycd.model.instinct import shipped_gpus
+from epycd.names import INSTANCE_SEPARATOR
+from epycd.paths import endpoint_status_file
+from epycd.plan.alloc import Placement, PlacementRequest, allocate
+from epycd.plan.decide_cpu import decide
+from epycd.plan.finish import plan_result, unfit
+from epycd.plan.gpu import GpuPlacement, GpuRequest, cpu_host_view, gpu_nodes, place_gpus
+from epycd.plan.gpu_decide import decide_gpu
+from epycd.plan.instances import Region
+from epycd.plan.model import EndpointDecisions, HfCacheMount
+from epycd.plan.multi import decide_set, regions, wants_instances
+from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
+from epycd.plan.prepare import Prepared
+from epycd.plan.result import EndpointResult, failed
+from epycd.plan.sharing import Sharing
+
+
+def _decide_placed(
+    prepared: Prepared,
+    share: Sharing,
+    placement: Placement,
+    port: int,
+    instances: InstancesInput | None,
+) -> EndpointDecisions:
+    if instances is not None:
+        return instances.decide(prepared, port, share.hf_cache, share.product_python)
+    return decide(
+        prepared,
+        host=share.host,
+        stack=share.stack,
+        placement=placement,
+        port=port,
+        hf_cache=share.hf_cache,
+        product_python=share.product_python,
+        status_file=str(endpoint_status_file(share.settings.run_dir, prepared.result.name)),
+    )
+
+
+def _plan_one(
+    prepared: Prepared,
+    share: Sharing,
+    placement: Placement,
+    port: int,
+    instances: InstancesInput | None = None,
+) -> EndpointResult:
+    try:
+        decisions = _decide_placed(prepared, share, placement, port, instances)
+    except EpycError as exc:
+        if exc.file is None:
+            exc.file = str(prepared.result.path)
+        return failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
+    if not decisions.memory.fits:
+        return unfit(prepared, decisions, share.host, share.stack)
+    return plan_result(prepared, decisions, share)
+
+
+@dataclass
+class InstancesInput:
+    """What an endpoint of several instances needs beyond its placement and port: the
+    sockets it may use, the ports others hold (epycd.plan.multi)."""
+
+    share: Sharing
+    parts: list[Region]
+    taken_ports: set[int]
+
+    def decide(
+        self, prepared: Prepared, port: int, hf_cache: HfCacheMount, product_python: str
+    ) -> EndpointDecisions:
+        return decide_set(
+            prepared,
+            host=self.share.host,
+            stack=self.share.stack,
+            parts=self.parts,
+            port=port,
+            taken_ports=self.taken_ports,
+            listeners=self.share.listeners,
+            hf_cache=hf_cache,
+            product_python=product_python,
+            run_dir=self.share.settings.run_dir,
+        )
+
+
+def _instances_input(
+    prepared: Prepared,
+    placement: Placement,
+    placements: Mapping[str, Placement | GpuPlacement | EpycError],
+    ports: Mapping[str, int | EpycError],
+    share: Sharing,
+) -> InstancesInput | None:
+    """For an endpoint with `instances` other than 1: the sockets and ports around it."""
+    name = prepared.result.name
+    if not wants_instances(prepared.spec):
+        return None
+    held = {p.socket for n, p in placements.items() if n != name and isinstance(p, Placement)}
+    prefix = name + INSTANCE_SEPARATOR
+    own = [n for n in share.approved_sockets if n.startswith(prefix)]
+    held |= {s for n, s in share.approved_sockets.items() if n != name and n not in own}
+    taken = {p for n, p in ports.items() if n != name and isinstance(p, int)}
+    taken |= {p for n, p in share.approved_ports.items() if n != name}
+    approved_nodes = {int(n.removeprefix(prefix)) for n in own}
+    parts = regions(share.host, prepared.spec, placement, held, approved_nodes)
+    return InstancesInput(share, parts, taken)
+
+
+def _is_gpu(prepared: Prepared) -> bool:
+    return prepared.spec.device == "instinct"
+
+
+def _place_gpus(
+    ready: list[Prepared], share: Sharing, approved_gpus: Mapping[str, list[int]]
+) -> dict[str, GpuPlacement | EpycError]:
+    names = {p.result.name for p in ready}
+    requests = [
+        GpuRequest(
+            name=p.result.name,
+            file=p.result.path,
+            model=p.facts.model,
+            gpus=None if p.spec.gpus == "auto" else list(p.spec.gpus),
+            tensor_parallel_size=None
+            if p.spec.tensor_parallel_size == "auto"
+            else p.spec.tensor_parallel_size,
+            weights_bytes=p.facts.weights_bytes or 0,
+            kept=approved_gpus.get(p.result.name),
+        )
+        for p in ready
+    ]
+    held = {name: gpus for name, gpus in approved_gpus.items() if name not in names}
+    return place_gpus(requests, share.host, shipped_gpus(), held)
+
+
+def _cpu_view(
+    host: HostFacts,
+    placements: Mapping[str, GpuPlacement | EpycError],
+    approved_gpus: Mapping[str, list[int]],
+    planned: set[str],
+) -> HostFacts:
+    """The host without the NUMA nodes of placed GPU endpoints and of approved ones not
+    planned in this round."""
+    held = {i for name, gpus in approved_gpus.items() if name not in planned for i in gpus}
+    nodes = gpu_nodes(placements) | {
+        gpu.numa_node for gpu in host.gpus if gpu.index in held and gpu.numa_node is not None
+    }
+    return cpu_host_view(host, nodes)
+
+
+def _plan_gpu(
+    prepared: Prepared, share: Sharing, placement: GpuPlacement, port: int
+) -> EndpointResult:
+    try:
+        decisions = decide_gpu(prepared, share, placement, port)
+    except EpycError as exc:
+        return failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
+    return plan_result(prepared, decisions, share)
+
+
+def _placements(
+    ready: list[Prepared], share: Sharing
+) -> dict[str, Placement | GpuPlacement | EpycError]:
+    """Instinct GPU endpoints placed first (`_place_gpus`); CPU endpoints get the other
+    nodes. Approved endpoints not in `ready` keep their socket."""
+    gpu_ready = [p for p in ready if _is_gpu(p)]
+    gpu_placements = _place_gpus(gpu_ready, share, share.approved_gpus)
+    placements: dict[str, Placement | GpuPlacement | EpycError] = dict(gpu_placements)
+    cpu_host = _cpu_view(
+        share.host, gpu_placements, share.approved_gpus, {p.result.name for p in ready}
+    )
+    placements |= allocate(
+        [
+            PlacementRequest(
+                p.result.name,
+                p.result.path,
+                None if p.spec.socket == "auto" else p.spec.socket,
+                kept=share.approved_sockets.get(p.result.name),
+            )
+            for p in ready
+            if not _is_gpu(p)
+        ],
+        cpu_host,
+        share.stack.defaults.busy_threshold_pct,
+        reserved=share.approved_sockets,
+    )
+    return placements
+
+
+def _plan_placed(
+    prepared: Prepared,
+    placements: Mapping[str, Placement | GpuPlacement | EpycError],
+    ports: Mapping[str, int | EpycError],
+    share: Sharing,
+) -> tuple[EndpointResult, bool]:
+    """One endpoint's result, and whether it is refused while holding a socket or a port."""
+    name = prepared.result.name
+    placement, port = placements[name], ports[name]
+    failures = [x for x in (placement, port) if isinstance(x, EpycError)]
+    if failures:
+        refused = failed(
+            prepared.result, *failures, model_facts=prepared.facts, route=prepared.route
+        )
+        return refused, len(failures) < 2
+    assert isinstance(port, int)
+    if isinstance(placement, GpuPlacement):
+        result = _plan_gpu(prepared, share, placement, port)
+    else:
+        assert isinstance(placement, Placement)
+        instances = _instances_input(prepared, placement, placements, ports, share)
+        result = _plan_one(prepared, share, placement, port, instances)
+    return result, result.plan is None
+
+
+def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[EndpointResult, bool]]:
+    """Place and plan `ready` together: name -> (result, whether a refused endpoint holds a
+    socket or a port in it)."""
+    placements = _placements(ready, share)
+    ports = assign_ports(
+        [
+            PortRequest(
+                p.result.name, p.result.path, None if p.spec.port == "auto" else p.spec.port
+            )
+            for p in ready
+        ],
+        share.listeners,
+        share.stack.defaults.first_port,
+        approved=share.approved_ports,
+    )
+    return {p.result.name: _plan_placed(p, placements, ports, share) for p in ready}
+
+
+def place_all(ready: list[Prepared], share: Sharing) -> dict[str, EndpointResult]:
+    """Place and plan, then again without the refused endpoints that held a socket or a
+    port, so that a refused endpoint takes nothing from the others; a round is kept only
+    when every endpoint planned before still plans."""
+    fixed: dict[str, EndpointResult] = {}
+    current = place_round(ready, share)
+    while True:
+        takers = {name for name, (_, holds) in current.items() if holds}
+        if not takers:
+            break
+        retry = place_round([p for p in ready if p.result.name not in fixed.keys() | takers], share)
+        planned = [name for name, (r, _) in current.items() if r.plan is not None]
+        if any(retry[name][0].plan is None for name in planned):
+            break
+        fixed |= {name: current[name][0] for name in takers}
+        current = retry
+    return fixed | {name: result for name, (result, _) in current.items()}
+
+
+def listened_on(
+    listeners: Mapping[int, Listener] | None, instance_ports: Mapping[str, list[int]] | None
+) -> dict[int, Listener]:
+    """The ports listened on here (`listening_ports()` unless `listeners` are given), and the
+    instance ports of approved multi-instance endpoints, as if their units listened."""
+    held = {
+        port: Listener(pid=None, process=f"an instance of approved endpoint {name}", endpoint=name)
+        for name, ports in (instance_ports or {}).items()
+        for port in ports
+    }
+    return held | dict(listening_ports() if listeners is None else listeners)
