@@ -5,7 +5,7 @@ offline. The cache's shape, as seed 001 describes it: top-level `fetched_at` and
 `model.min_vllm_version`, `features.tool_calling.args`, `features.reasoning.args`,
 `hardware_overrides.amd.extra_args`, `hardware_overrides.amd.extra_env`.
 
-Flags the plan owns (epycd.spec.ARGS_OWNED_BY_PLAN: the tensor-parallel size, the port...)
+Flags the plan owns (epycd.spec.policy.ARGS_OWNED_BY_PLAN: the tensor-parallel size, the port...)
 are dropped from the recipes, each named in the report: the plan decides them. What the
 current data knows that the cache does not (MoE models, generic args) is kept, and so is
 the pinned image when the cache names a floating one (`:latest`): an approval binds the
@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from epycd.errors import InputError
 from epycd.model.instinct import InstinctRecipes, Recipe, floats
-from epycd.spec import arg_refusal
+from epycd.spec.policy import arg_refusal
 
 CACHE_FIX = "give the recipe's data/recipes_cache.json (models.<HF_ID>.recipe...)"
 

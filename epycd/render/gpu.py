@@ -23,7 +23,7 @@ from epycd.render.policy import (
     check_vllm_args,
 )
 from epycd.render.text import Line
-from epycd.spec import env_refusal
+from epycd.spec.policy import env_refusal
 
 GPU_CAPABILITY = "SYS_PTRACE"
 SECCOMP_UNCONFINED = "unconfined"

@@ -16,7 +16,7 @@ from epycd.listen import listen_address
 from epycd.names import ENDPOINT_NAME_RULE, instance_unit_name, is_endpoint_name, unit_name
 from epycd.plan.model import EndpointDecisions
 from epycd.render.syntax import check_printable, executable
-from epycd.spec import arg_refusal, env_refusal
+from epycd.spec.policy import arg_refusal, env_refusal
 from epycd.stack import shipped_stack
 
 IMAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
@@ -47,7 +47,7 @@ FLAGS_THE_PLAN_PASSES = frozenset(
     }
 )
 """The plan passes these itself; every other variable and flag is held to the endpoint
-file's rules (epycd.spec.env_refusal, arg_refusal) once more."""
+file's rules (epycd.spec.policy.env_refusal, arg_refusal) once more."""
 REQUIRED_RUN_FLAGS = tuple(shipped_stack().run_flags)
 """The container run flags every plan passes: the stack's (data/epyc.json)."""
 FORBIDDEN_RUN_FLAGS = {

@@ -1,6 +1,6 @@
 """One policy for extra_args and env (issue 26 class 7): a flag or variable that loads code,
 widens what the server reads or sends data out is refused with its reason, or allowed only
-with the approver's consent, which the plan shows (epycd.spec.LOADS_OR_SENDS_*)."""
+with the approver's consent, which the plan shows (epycd.spec.policy.LOADS_OR_SENDS_*)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,8 @@ import pytest
 
 from epycd.approval.workflow import gate
 from epycd.errors import Refusal
-from epycd.spec import (
-    LOADS_OR_SENDS_ARGS,
-    LOADS_OR_SENDS_ENV,
-    SpecResult,
-    consent_reasons,
-    parse_endpoint,
-)
+from epycd.spec import SpecResult, parse_endpoint
+from epycd.spec.policy import LOADS_OR_SENDS_ARGS, LOADS_OR_SENDS_ENV, consent_reasons
 from epycd.stack import shipped_stack
 from tests.plan.conftest import PlanWorkspace, fake_host
 

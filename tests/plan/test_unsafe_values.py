@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from epycd.host.facts import HostFacts
 from epycd.plan.result import EndpointResult
-from epycd.spec import env_refusal
+from epycd.spec.policy import env_refusal
 from tests.plan.conftest import PlanWorkspace, fake_host
 
 TEXT = st.text(

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from epycd.errors import InputError
 from epycd.plan.model import EndpointDecisions
 from epycd.render import render_units
-from epycd.spec import arg_refusal, env_refusal
+from epycd.spec.policy import arg_refusal, env_refusal
 from tests.render import oracle
 from tests.render.fixtures import CASES, runnable
 from tests.render.manager import UserManager
