@@ -25,6 +25,7 @@ from epycd.errors import InputError
 from epycd.listen import DEFAULT_HOST, listen_address
 from epycd.names import is_endpoint_name
 from epycd.readfile import RefusedFile, read_head
+from epycd.spec.flags import ExtraFlags
 from epycd.spec.policy import ENV_TUNABLE_TEXT, arg_refusal, env_refusal
 from epycd.spec.policy import consent_reasons as consent_reasons
 from epycd.text import first_unsafe
@@ -107,6 +108,11 @@ class EndpointSpec(BaseModel):
     device: Literal["cpu", "instinct"] = "cpu"
     gpus: list[Annotated[int, Field(ge=0)]] | Literal["auto"] = "auto"
     tensor_parallel_size: Literal[1, 2, 4, 8, "auto"] = "auto"
+
+    @property
+    def extra_flags(self) -> ExtraFlags:
+        """extra_args read with the one grammar of `epycd.spec.flags`."""
+        return ExtraFlags.of(self.extra_args)
 
     @field_validator("gpus")
     @classmethod

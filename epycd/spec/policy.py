@@ -8,7 +8,10 @@ applies it once more to what reaches a unit (epycd.render.policy, epycd.render.g
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
+
+from epycd.spec.flags import ExtraFlags, flag_name, names
 
 T = TypeVar("T")
 
@@ -268,32 +271,17 @@ abbreviations; short flags are refused anyway. Not here because the plan already
 
 
 def _table_flag(flag: str, table: dict[str, T]) -> tuple[str, T] | None:
-    """The flag (or family) of `table` that `flag` names, exactly, within a family or
-    abbreviated."""
-    for owned, why in table.items():
-        stem = owned.removesuffix("*")
-        family = owned.endswith("*")
-        abbreviated = len(flag) > 3 and stem.startswith(flag)
-        if flag == stem or abbreviated or (family and flag.startswith(stem)):
-            return owned.replace("*", "..."), why
+    """The flag (or family) of `table` that the flag name `flag` names, exactly, within a
+    family or abbreviated (`epycd.spec.flags.names`)."""
+    for listed, why in table.items():
+        if names(flag, listed):
+            return listed.replace("*", "..."), why
     return None
 
 
 def _owned_flag(flag: str) -> tuple[str, str] | None:
     """The owned flag (or family) `flag` names, exactly, within a family or abbreviated."""
     return _table_flag(flag, ARGS_OWNED_BY_PLAN)
-
-
-def _flag_name(arg: str) -> str:
-    """`--flag` of `--flag`, `--flag=value`, `--flag.key=value` or `--flag_name`."""
-    return arg.split("=", 1)[0].split(".", 1)[0].replace("_", "-")
-
-
-def arg_reach(arg: str) -> tuple[str, Reach] | None:
-    """The flag of `LOADS_OR_SENDS_ARGS` that the long flag `arg` names, and its reach."""
-    if not arg.startswith("--") or arg == "--":
-        return None
-    return _table_flag(_flag_name(arg), LOADS_OR_SENDS_ARGS)
 
 
 def env_reach(name: str) -> Reach | None:
@@ -305,21 +293,20 @@ def env_reach(name: str) -> Reach | None:
 
 
 def consent_reasons(
-    extra_args: list[str], env: dict[str, str], *, where: str = "extra_args"
+    extra_args: ExtraFlags | Sequence[str], env: dict[str, str], *, where: str = "extra_args"
 ) -> list[str]:
     """The consent the endpoint file's extra_args and env (or the Instinct recipe's args,
     `where` says which) need (`LOADS_OR_SENDS_ARGS`, `LOADS_OR_SENDS_ENV`): one reason per
-    flag or variable, naming it and its value."""
+    flag or variable, naming it and its value. The text goes into the inputs fingerprint:
+    a change of its wording asks every approver again."""
     reasons = []
-    for index, arg in enumerate(extra_args):
-        found = arg_reach(arg)
+    extra = extra_args if isinstance(extra_args, ExtraFlags) else ExtraFlags.of(extra_args)
+    for given in extra.flags:
+        found = _table_flag(given.name, LOADS_OR_SENDS_ARGS)
         if found is None or not found[1].consent:
             continue
         flag, reach = found
-        value = arg.split("=", 1)[1] if "=" in arg else None
-        following = extra_args[index + 1] if index + 1 < len(extra_args) else None
-        if value is None and following is not None and not following.startswith("-"):
-            value = following
+        value = given.value
         shown = flag if value is None else f"{flag} {value}"
         why = reach.why.replace("{value}", value or "(no value)")
         reasons.append(f"{where} {shown}: {why}")
@@ -339,8 +326,8 @@ class ArgRefusal(NamedTuple):
 def arg_refusal(arg: str) -> ArgRefusal | None:
     """Why an endpoint file may not pass `arg` to vLLM, or None when it may.
 
-    One item of extra_args: a long flag `--flag` or `--flag=value` (underscores count as
-    dashes, `--flag.key` as `--flag`), a short flag `-x`, or a value."""
+    One item of extra_args: a long flag (`--flag`, `--flag=value`, `--flag_name`,
+    `--flag.key=value`, an abbreviation: `epycd.spec.flags`), a short flag `-x`, or a value."""
     if SECRET_VALUE.search(arg):
         return ArgRefusal(
             "it looks like a secret (a token, an API key or a password)", SECRET_FIX, True
@@ -356,16 +343,17 @@ def arg_refusal(arg: str) -> ArgRefusal | None:
             if long_form
             else "write the long form; a value that starts with '-' joins its flag: --flag=-x",
         )
-    if not arg.startswith("--") or arg == "--":
+    name = flag_name(arg)
+    if name is None:
         return None
-    owned = _owned_flag(_flag_name(arg))
-    if owned is None:
-        reach = arg_reach(arg)
-        if reach is None or reach[1].consent:
-            return None
-        return ArgRefusal(f"{reach[0]}: {reach[1].why}", "remove it")
-    name, why = owned
-    return ArgRefusal(f"{name}: {why}", "remove it", why.startswith("a secret"))
+    owned = _owned_flag(name)
+    if owned is not None:
+        flag, why = owned
+        return ArgRefusal(f"{flag}: {why}", "remove it", why.startswith("a secret"))
+    reach = _table_flag(name, LOADS_OR_SENDS_ARGS)
+    if reach is None or reach[1].consent:
+        return None
+    return ArgRefusal(f"{reach[0]}: {reach[1].why}", "remove it")
 
 
 def env_refusal(name: str, value: str) -> tuple[str, str] | None:
