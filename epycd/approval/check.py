@@ -40,8 +40,9 @@ from epycd.host.facts import HostFacts
 from epycd.host.pyheaders import python_headers
 from epycd.names import unit_name
 from epycd.plan.model import Plan
-from epycd.plan.tuning import compile_gap
+from epycd.plan.tuning import ENFORCE_EAGER, compile_gap
 from epycd.settings import Settings
+from epycd.spec.flags import ExtraFlags
 
 
 def stop_marker(settings: Settings, name: str) -> Path:
@@ -75,8 +76,9 @@ def socket_needs(plan: Plan) -> dict[int, float]:
 def compile_problem(plan: Plan, host: HostFacts, root: Path) -> str | None:
     """A host vLLM approved compiled (its args without --enforce-eager) whose compile step
     lost a prerequisite since: the C++ compiler, or the serving interpreter's Python.h.
-    An eager or a container endpoint needs neither."""
-    eager = "--enforce-eager" in plan.vllm_args
+    An eager or a container endpoint needs neither; eager is --enforce-eager in any spelling
+    of the endpoint file's grammar (`epycd.spec.flags`), as the plan's rule 4 reads it."""
+    eager = ExtraFlags.of(plan.vllm_args).given(ENFORCE_EAGER)
     if plan.runtime != "host" or plan.vllm_executable is None or eager:
         return None
     gap = compile_gap(host.cxx_compiler, python_headers(root, plan.vllm_executable))

@@ -7,11 +7,13 @@ C++ compiler and the serving interpreter's Python headers; `tune` and `size`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from epycd.errors import Refusal
 from epycd.host.facts import PythonHeaders
+from epycd.spec.flags import ExtraFlags
 
 Profile = Literal["balanced", "latency", "throughput"]
 PROFILES: tuple[Profile, ...] = ("balanced", "latency", "throughput")
@@ -120,6 +122,7 @@ def stream_interval(profile: Profile, vllm_version: str | None) -> int | None:
     return interval
 
 
+ENFORCE_EAGER = "--enforce-eager"
 NO_CXX = "no C++ compiler (g++ or c++) on the service's PATH"
 """Rule 4: the compiler part of what a host vLLM's compile step misses."""
 
@@ -173,15 +176,18 @@ def compile_choice(
     host_vllm: bool,
     cxx: str | None,
     file: str,
-    extra_args: list[str],
+    extra_args: ExtraFlags | Sequence[str],
     headers: PythonHeaders | None = None,
 ) -> tuple[bool, list[str]]:
     """Rule 4: (enforce eager?, warnings). Containers carry their own compiler and headers; a
     host vLLM without a C++ compiler, or whose interpreter has no Python.h, runs eager under
     "latency"/"balanced" (starts without the inductor, decodes slower) and is refused under
     "throughput" (the compiled graph is the point). `headers` None or not known: the
-    compiler alone decides."""
-    gap = compile_gap(cxx, headers) if host_vllm and "--enforce-eager" not in extra_args else None
+    compiler alone decides. An endpoint file that passes --enforce-eager itself (in any
+    spelling of `epycd.spec.flags`) needs neither."""
+    extra = extra_args if isinstance(extra_args, ExtraFlags) else ExtraFlags.of(extra_args)
+    eager_already = extra.given(ENFORCE_EAGER)
+    gap = compile_gap(cxx, headers) if host_vllm and not eager_already else None
     if gap is None:
         return False, []
     if profile == "throughput":

@@ -8,6 +8,8 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from epycd.plan.model import Plan
 from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
@@ -156,12 +158,14 @@ def test_refuses_a_compiled_host_vllm_whose_compiler_went(env: ApprovalSandbox) 
     )
 
 
-def test_an_eager_host_vllm_needs_neither(env: ApprovalSandbox) -> None:
+@pytest.mark.parametrize(
+    ("flag", "planned"), [("--enforce-eager", True), ("--enforce_eager", False)]
+)
+def test_an_eager_host_vllm_needs_neither(env: ApprovalSandbox, flag: str, planned: bool) -> None:
+    """Eager by the plan (rule 4), or by the endpoint file's own flag in any spelling."""
     header = with_python(env)
     plan = make_plan("chat", env.host(), env.settings.config_dir)
-    eager = plan.model_copy(
-        update={"vllm_args": [*plan.vllm_args, "--enforce-eager"], "enforce_eager": True}
-    )
+    eager = plan.model_copy(update={"vllm_args": [*plan.vllm_args, flag], "enforce_eager": planned})
     approve_chat(env, plan=eager)
     header.unlink()
     (env.host_root / "usr/bin/g++").unlink()

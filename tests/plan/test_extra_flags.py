@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from epycd.plan.tuning import compile_choice
 from epycd.spec import EndpointSpec
 from epycd.spec.flags import ExtraFlags, Flag, flag_name, names, read_flags
 from epycd.spec.policy import arg_refusal, consent_reasons
@@ -130,3 +131,13 @@ def test_the_consent_texts_are_the_fingerprinted_ones(words: list[str], reason: 
     assert consent_reasons(ExtraFlags.of(words), {}) == [reason]
     recipe = consent_reasons(words, {}, where="the Instinct recipe's args")
     assert recipe == [reason.replace("extra_args", "the Instinct recipe's args", 1)]
+
+
+@pytest.mark.parametrize("words", [["--enforce-eager"], ["--enforce_eager"], ["--enforce-eag"]])
+def test_an_eager_endpoint_file_needs_no_compiler(words: list[str]) -> None:
+    """Rule 4 asks whether the file runs eager itself in the same grammar."""
+    for extra in (words, ExtraFlags.of(words)):
+        eager, warnings = compile_choice(
+            "throughput", host_vllm=True, cxx=None, file="f.toml", extra_args=extra
+        )
+        assert (eager, warnings) == (False, [])

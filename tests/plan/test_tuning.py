@@ -336,15 +336,20 @@ def test_no_compiler_alone_keeps_its_message(ws: PlanWorkspace, host_of: HostOf)
     ) in plan.warnings
 
 
-def test_an_explicit_enforce_eager_is_not_checked(ws: PlanWorkspace, host_of: HostOf) -> None:
+@pytest.mark.parametrize("flag", ["--enforce-eager", "--enforce_eager", "--enforce-eag"])
+def test_an_explicit_enforce_eager_is_not_checked(
+    ws: PlanWorkspace, host_of: HostOf, flag: str
+) -> None:
+    """In any spelling vLLM reads (epycd.spec.flags): the plan adds no second one."""
     host, root = python_host(ws, host_of, headers=False)
     ws.endpoint(
         "llm",
         f'runtime = "host"\nvllm = "{RUNTIME_VLLM}"\nprofile = "throughput"\n'
-        'extra_args = ["--enforce-eager"]\n',
+        f'extra_args = ["{flag}"]\n',
     )
     plan = plans(ws, host, probe=probe_says("0.32.0"), host_root=root)["llm"]
-    assert not plan.enforce_eager and plan.vllm_args.count("--enforce-eager") == 1
+    assert not plan.enforce_eager and "--enforce-eager" not in plan.vllm_args[:-1]
+    assert plan.vllm_args[-1] == flag
     assert not any("Python.h" in w for w in plan.warnings)
 
 
