@@ -1,0 +1,123 @@
+"""vLLM's words from the typed invocation (epycd.plan.invocation, issue 28 design 2.2): the
+only builder of `vllm serve`'s arguments and of the engine arguments `vllm bench throughput`
+shares with them. Pure; the units do not use it yet (issue 28 B3/B4 wire it once build.py is
+split): until then `tests/render/test_argv.py` holds it to the planner's argv, word for word.
+
+`vllm serve` (after `serve`):
+
+    CPU     MODEL --dtype D --max-model-len N --max-num-seqs S [--max-num-batched-tokens B]
+            [--kv-cache-memory-bytes K] [--enforce-eager] [--stream-interval I] SERVING
+    Instinct MODEL --dtype D --max-model-len N [--max-num-seqs S] RECIPE...
+            [--tensor-parallel-size T [--distributed-executor-backend mp]] [--enforce-eager]
+            SERVING
+    SERVING --host H --port P --served-model-name NAME [--revision R] [--chat-template T]
+            EXTRA... (the endpoint file's extra_args, verbatim)
+"""
+
+from __future__ import annotations
+
+from epycd.plan.invocation import (
+    BATCHED_TOKENS_FLAG,
+    CHAT_TEMPLATE_FLAG,
+    ENFORCE_EAGER_FLAG,
+    EXECUTOR_BACKEND_FLAG,
+    KV_BYTES_FLAG,
+    MAX_NUM_SEQS_FLAG,
+    REVISION_FLAG,
+    STREAM_INTERVAL_FLAG,
+    TENSOR_PARALLEL_FLAG,
+    CpuEngine,
+    RocmEngine,
+    VllmInvocation,
+)
+from epycd.spec.flags import ExtraFlags, names
+
+BENCH_ENGINE_FLAGS = (
+    "--dtype",
+    "--max-model-len",
+    MAX_NUM_SEQS_FLAG,
+    BATCHED_TOKENS_FLAG,
+    KV_BYTES_FLAG,
+    REVISION_FLAG,
+)
+"""The endpoint's sizing `vllm bench throughput` runs with, as `vllm serve` gets it."""
+
+
+def vllm_argv(inv: VllmInvocation) -> list[str]:
+    """`vllm serve`'s arguments after `serve`; an approved record's own words as they are."""
+    if inv.approved_argv is not None:
+        return list(inv.approved_argv)
+    engine = inv.engine
+    args = [inv.model_arg, "--dtype", inv.dtype, "--max-model-len", str(inv.max_model_len)]
+    args += _cpu_args(engine) if isinstance(engine, CpuEngine) else _rocm_args(engine)
+    return args + _serving_args(inv)
+
+
+def _cpu_args(engine: CpuEngine) -> list[str]:
+    args = [MAX_NUM_SEQS_FLAG, str(engine.max_num_seqs)]
+    if engine.pass_batched_tokens:
+        args += [BATCHED_TOKENS_FLAG, str(engine.max_num_batched_tokens)]
+    if engine.kv_cache_memory_bytes is not None:
+        args += [KV_BYTES_FLAG, str(engine.kv_cache_memory_bytes)]
+    if engine.enforce_eager:
+        args.append(ENFORCE_EAGER_FLAG)
+    if engine.stream_interval is not None:
+        args += [STREAM_INTERVAL_FLAG, str(engine.stream_interval)]
+    return args
+
+
+def _rocm_args(engine: RocmEngine) -> list[str]:
+    args = [] if engine.max_num_seqs is None else [MAX_NUM_SEQS_FLAG, str(engine.max_num_seqs)]
+    args += engine.recipe_args
+    if engine.tensor_parallel_size > 1:
+        args += [TENSOR_PARALLEL_FLAG, str(engine.tensor_parallel_size)]
+    if engine.distributed_executor_backend is not None:
+        args += [EXECUTOR_BACKEND_FLAG, engine.distributed_executor_backend]
+    if engine.enforce_eager:
+        args.append(ENFORCE_EAGER_FLAG)
+    return args
+
+
+def _serving_args(inv: VllmInvocation) -> list[str]:
+    """Where it listens, the served name, the revision and template, then the file's words."""
+    args = ["--host", inv.host, "--port", str(inv.port), "--served-model-name"]
+    args.append(inv.served_model_name)
+    if inv.revision is not None:
+        args += [REVISION_FLAG, inv.revision]
+    if inv.chat_template is not None:
+        args += [CHAT_TEMPLATE_FLAG, inv.chat_template]
+    return args + list(inv.extra.words)
+
+
+def bench_engine_argv(inv: VllmInvocation) -> list[str]:
+    """The engine arguments of `vllm bench throughput` (`epycctl bench --offline`): the model
+    and the sizing the endpoint serves with (`BENCH_ENGINE_FLAGS`), in `vllm serve`'s order,
+    a batch size or other sizing flag of the recipe's or the endpoint file's included, then
+    --enforce-eager when vLLM runs eager."""
+    engine = inv.engine
+    args = ["--model", inv.model_arg, "--dtype", inv.dtype]
+    args += ["--max-model-len", str(inv.max_model_len)]
+    if isinstance(engine, CpuEngine):
+        args += [MAX_NUM_SEQS_FLAG, str(engine.max_num_seqs)]
+        if engine.pass_batched_tokens:
+            args += [BATCHED_TOKENS_FLAG, str(engine.max_num_batched_tokens)]
+        if engine.kv_cache_memory_bytes is not None:
+            args += [KV_BYTES_FLAG, str(engine.kv_cache_memory_bytes)]
+    else:
+        if engine.max_num_seqs is not None:
+            args += [MAX_NUM_SEQS_FLAG, str(engine.max_num_seqs)]
+        args += _sizing(engine.recipe_flags)
+    if inv.revision is not None:
+        args += [REVISION_FLAG, inv.revision]
+    args += _sizing(inv.extra)
+    return args + ([ENFORCE_EAGER_FLAG] if inv.eager else [])
+
+
+def _sizing(flags: ExtraFlags) -> list[str]:
+    """The `BENCH_ENGINE_FLAGS` the words give a whole value, each spelled as vLLM names it."""
+    args = []
+    for flag in flags.flags:
+        named = [f for f in BENCH_ENGINE_FLAGS if names(flag.name, f)]
+        if len(named) == 1 and flag.key is None and flag.value is not None:
+            args += [named[0], flag.value]
+    return args

@@ -1,0 +1,328 @@
+"""The typed vLLM invocation and its one argv builder (epycd.plan.invocation,
+epycd.render.argv; issue 28 B2), held word for word to what the planner writes today.
+
+For every endpoint the real planner plans here (each golden case, instance-set members and
+Instinct endpoints included, and the cases below for what the goldens lack: a revision, a
+chat template, extra_args, eager by rule 4 or by the recipe's tight VRAM, the stream
+interval, a MoE recipe over several GPUs), `invocation_of` derives the invocation from the
+flat decisions, `vllm_argv` gives back `vllm_args` exactly, and `bench_engine_argv` what
+`epycctl bench --offline` runs today (`epycd.cli.bench.engine_args`; it differs only where
+the endpoint file spells a sizing flag otherwise, on purpose: see the bench test below).
+This table is the safety net for wiring the invocation into the planner and the units
+(issue 28 B3/B4). The renderer's hand-written decisions (tests/render/fixtures.py) have an
+argv of an older order, which a record keeps as it is (`approved_argv`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from epycd.cli.bench import engine_args
+from epycd.host.detect import detect_host
+from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
+from epycd.model import instinct
+from epycd.plan.build import EndpointResult
+from epycd.plan.invocation import CpuEngine, RocmEngine, VllmInvocation, invocation_of
+from epycd.plan.model import EndpointDecisions, Plan
+from epycd.render.argv import bench_engine_argv, vllm_argv
+from epycd.spec.flags import ExtraFlags
+from tests.hosts import CATALOGUE, FakeGpu, write_host
+from tests.instinct.conftest import DOCKER, workspace_in
+from tests.plan.conftest import PODMAN_5, PlanWorkspace, fake_host
+from tests.render.fixtures import CASES as HAND_WRITTEN
+from tests.render.fixtures import as_plan
+from tests.render.test_golden import CASES as GOLDEN_CASES
+from tests.render.test_golden import PRODUCT_PYTHON, case_folder, plan_results
+from tests.secrets import root_folder
+
+
+def instances(plan: Plan) -> list[EndpointDecisions]:
+    """The decisions of each vLLM process: a set's members, or the endpoint's own."""
+    return list(plan.instances.members) if plan.instances else [plan]
+
+
+def assert_reproduced(plan: Plan, bench_reads_more: tuple[str, ...] = ()) -> list[VllmInvocation]:
+    """Each instance's invocation gives back its argv, and the bench its engine arguments
+    (and `bench_reads_more`: what it reads of the file's flags that today's bench misses)."""
+    invocations = []
+    for decisions in instances(plan):
+        invocation = invocation_of(decisions)
+        assert invocation.approved_argv is None
+        assert vllm_argv(invocation) == decisions.vllm_args, decisions.unit_name
+        today = engine_args(as_plan(decisions))
+        assert bench_engine_argv(invocation) == [*today, *bench_reads_more]
+        invocations.append(invocation)
+    # a set's own argv is its first member's: the bench runs that one today
+    assert bench_engine_argv(invocations[0]) == [*engine_args(plan), *bench_reads_more]
+    return invocations
+
+
+def planned(result: EndpointResult) -> Plan:
+    assert result.plan is not None, [p.text for p in result.errors]
+    return result.plan
+
+
+GOLDEN_SHAPES = {
+    "docker-exposed-key": [("olmo-key", "cpu", 1, 1)],
+    "extra-args-consent": [("qwen", "cpu", 1, 1)],
+    "gated-podman-token": [("llama", "cpu", 1, 1)],
+    "genoa-podman": [("qwen", "cpu", 1, 1)],
+    "host-ipv6-key": [("host-key", "cpu", 1, 1)],
+    "host-vllm": [("host-qwen", "cpu", 1, 1)],
+    "host-vllm-token": [("host-llama", "cpu", 1, 1)],
+    "instances-docker-milan": [("olmo", "cpu", 2, 1)],
+    "instances-host-vllm": [("multi", "cpu", 4, 1)],
+    "instances-podman-nps4": [("qwen", "cpu", 4, 1)],
+    "instinct-mi210-podman": [("qwen", "rocm", 1, 1)],
+    "instinct-mi300x-podman": [("cpu", "cpu", 1, 1), ("gpu", "rocm", 1, 1)],
+    "instinct-mi355x-docker": [("llama", "rocm", 1, 2)],
+    "milan-docker": [("olmo", "cpu", 1, 1)],
+    "podman-before-5": [("qwen-old", "cpu", 1, 1)],
+    "podman-before-5-key": [("qwen-key", "cpu", 1, 1)],
+}
+"""Each golden endpoint: its engine, its vLLM instances, its tensor-parallel size."""
+BENCH_READS_MORE = {"extra-args-consent": ("--max-num-batched-tokens", "4096")}
+"""On purpose: the file's `--max_num_batched_tokens=4096`, which vLLM serves with (it comes
+after the plan's own flag, which plan/build.py user_flag passes as it does not see it), and
+which today's bench (engine_args: exact `--flag value` words) does not pass."""
+
+
+@pytest.mark.parametrize("case", GOLDEN_CASES)
+def test_every_golden_argv(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with case_folder(case, tmp_path) as folder:
+        results = plan_results(case, folder, monkeypatch)
+    shapes = []
+    for name, result in sorted(results.items()):
+        invocations = assert_reproduced(planned(result), BENCH_READS_MORE.get(case, ()))
+        engine = invocations[0].engine
+        tp = engine.tensor_parallel_size if isinstance(engine, RocmEngine) else 1
+        shapes.append((name, engine.kind, len(invocations), tp))
+    assert shapes == GOLDEN_SHAPES[case]
+
+
+# The cases the goldens lack, planned by the real planner on the golden hosts.
+
+QWEN = 'model = "Qwen/Qwen3-0.6B"\n'
+GPU = 'device = "instinct"\n'
+HOST_VLLM = 'runtime = "host"\nvllm = "/opt/vllm-env/bin/vllm"\n'
+
+
+@pytest.fixture
+def ws(monkeypatch: pytest.MonkeyPatch) -> Iterator[PlanWorkspace]:
+    """The test models in an offline HF cache, and a token file (Llama is gated) in a folder
+    only root controls (tests/instinct/conftest.py)."""
+    with root_folder() as folder:
+        yield workspace_in(folder, monkeypatch)
+
+
+def plan_one(ws: PlanWorkspace, host: HostFacts, text: str, version: str = "0.32.0") -> Plan:
+    ws.endpoint("e", text)
+
+    def probe(executable: str) -> HostVllmFacts:
+        return HostVllmFacts(path=executable, present=True, version=version,
+                             platform="ZenCpuPlatform")  # fmt: skip
+
+    return planned(ws.plan(host, probe=probe, product_python=PRODUCT_PYTHON)["e"])
+
+
+def template(ws: PlanWorkspace) -> str:
+    path = ws.tmp / "templates" / "chatml.jinja"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("{{ messages }}")
+    return str(path)
+
+
+def genoa(ws: PlanWorkspace, *, cxx: bool = True) -> HostFacts:
+    host = fake_host(ws.tmp, "genoa-9654-2s-nps1")
+    return host if cxx else host.model_copy(update={"cxx_compiler": None})
+
+
+def test_a_container_with_revision_template_and_extra_args(ws: PlanWorkspace) -> None:
+    plan = plan_one(
+        ws,
+        fake_host(ws.tmp, "genoa-9654-2s-nps4"),
+        QWEN + 'revision = "main"\nserved_model_name = "qwen"\n'
+        f'chat_template = "{template(ws)}"\n'
+        'extra_args = ["--max-num-batched-tokens", "4096", "--enable-prefix-caching", '
+        '"--trust-remote-code", "--override-generation-config={\\"temperature\\": 0.5}"]\n',
+    )
+    [inv] = assert_reproduced(plan)
+    assert (inv.revision, inv.chat_template) == ("main", template(ws))
+    assert isinstance(inv.engine, CpuEngine) and not inv.engine.pass_batched_tokens
+    assert inv.engine.max_num_batched_tokens == 4096
+    assert inv.extra.value("--max-num-batched-tokens") == "4096"
+
+
+@pytest.mark.parametrize("profile", ["latency", "balanced", "throughput"])
+def test_a_host_vllm_by_profile(ws: PlanWorkspace, profile: str) -> None:
+    """0.32: the pool in bytes; the profile's stream interval (none for latency)."""
+    plan = plan_one(ws, genoa(ws), QWEN + HOST_VLLM + f'profile = "{profile}"\n')
+    [inv] = assert_reproduced(plan)
+    assert isinstance(inv.engine, CpuEngine) and inv.engine.kv_cache_memory_bytes
+    assert inv.engine.stream_interval == {"latency": None, "balanced": 4, "throughput": 10}[profile]
+
+
+@pytest.mark.parametrize("extra", [[], ["--stream-interval", "2"]])
+def test_a_host_vllm_without_a_compiler_runs_eager(ws: PlanWorkspace, extra: list[str]) -> None:
+    """The plan's --enforce-eager, then its stream interval unless the file gives one."""
+    plan = plan_one(
+        ws, genoa(ws, cxx=False), QWEN + HOST_VLLM + f"extra_args = {json.dumps(extra)}\n"
+    )
+    [inv] = assert_reproduced(plan)
+    assert isinstance(inv.engine, CpuEngine) and inv.engine.enforce_eager and inv.eager
+    assert inv.engine.stream_interval == (None if extra else 4)
+    assert inv.extra.value("--stream-interval") == (extra[1] if extra else None)
+
+
+def test_an_older_vllm_gets_the_gib_variable(ws: PlanWorkspace) -> None:
+    plan = plan_one(ws, genoa(ws), QWEN + HOST_VLLM, version="0.11.0")
+    [inv] = assert_reproduced(plan)
+    assert isinstance(inv.engine, CpuEngine)
+    assert (inv.engine.kv_cache_memory_bytes, inv.engine.stream_interval) == (None, None)
+
+
+def test_instance_set_members_with_extra_args(ws: PlanWorkspace) -> None:
+    plan = plan_one(
+        ws,
+        genoa(ws),
+        QWEN + HOST_VLLM + 'instances = 2\nsocket = 0\nrevision = "main"\n'
+        f'chat_template = "{template(ws)}"\nextra_args = ["--enable-prefix-caching"]\n',
+    )
+    members = assert_reproduced(plan)
+    assert len(members) == 2 and len({m.port for m in members}) == 2
+    assert all(m.extra.words == ("--enable-prefix-caching",) for m in members)
+
+
+def test_instinct_tight_vram_with_max_num_seqs_and_extra_args(ws: PlanWorkspace) -> None:
+    """Llama 3.1 8B on a 22 GiB GPU: the tight tier, eager (tests/instinct)."""
+    shape = replace(CATALOGUE["genoa-1x-mi210"], gpus=(FakeGpu(90402, 22, 0),))
+    root = write_host(ws.tmp / "shaped", shape)
+    small = detect_host(root, probe_runtimes=False).model_copy(
+        update={"runtimes": RuntimeFacts(podman=PODMAN_5)}
+    )
+    plan = plan_one(
+        ws,
+        small,
+        GPU + 'model = "meta-llama/Llama-3.1-8B-Instruct"\nmax_num_seqs = 16\n'
+        f'hf_token_file = "{ws.tmp / "secrets" / "hf.token"}"\n'
+        f'chat_template = "{template(ws)}"\nextra_args = ["--kv-cache-dtype", "fp8"]\n',
+    )
+    assert plan.gpu_fit is not None and plan.gpu_fit.tier == "tight"
+    [inv] = assert_reproduced(plan)
+    assert isinstance(inv.engine, RocmEngine) and inv.engine.enforce_eager and inv.eager
+    assert inv.engine.max_num_seqs == 16 and inv.engine.recipe_args
+
+
+def test_instinct_moe_recipe_over_two_gpus(
+    ws: PlanWorkspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A MoE recipe (as DeepSeek's) spread over 2 GPUs: the executor backend `mp`, the
+    recipe's own args between the plan's."""
+    data = json.loads(instinct.data_path(instinct.RECIPES_FILE).read_text())
+    data["models"]["Qwen/Qwen3-0.6B"] = {
+        "base_args": ["--block-size", "1"],
+        "tool_calling_args": ["--tool-call-parser", "hermes"],
+        "moe": True,
+    }
+    recipes = tmp_path / instinct.RECIPES_FILE
+    recipes.write_text(json.dumps(data))
+    shipped = instinct.data_path
+
+    def data_path(name: str) -> Path:
+        return recipes if name == instinct.RECIPES_FILE else shipped(name)
+
+    monkeypatch.setattr(instinct, "data_path", data_path)
+    instinct.shipped_recipes.cache_clear()
+    try:
+        plan = plan_one(
+            ws,
+            fake_host(ws.tmp, "genoa-2s-8x-mi300x"),
+            GPU + QWEN + "tensor_parallel_size = 2\n",
+        )
+    finally:
+        instinct.shipped_recipes.cache_clear()
+    [inv] = assert_reproduced(plan)
+    assert isinstance(inv.engine, RocmEngine)
+    assert inv.engine.distributed_executor_backend == "mp"
+    assert inv.engine.recipe_args == [
+        "--block-size", "1", "--tool-call-parser", "hermes", "--enable-auto-tool-choice",
+    ]  # fmt: skip
+
+
+def test_instinct_on_docker(ws: PlanWorkspace) -> None:
+    host = fake_host(ws.tmp, "genoa-2s-8x-mi300x", DOCKER)
+    plan = plan_one(ws, host, GPU + QWEN + 'revision = "main"\nextra_args = ["--seed", "7"]\n')
+    [inv] = assert_reproduced(plan)
+    assert inv.revision == "main" and inv.extra.words == ("--seed", "7")
+
+
+# What the bench reads differently from today, on purpose: every spelling of the grammar.
+
+
+def test_the_bench_reads_the_files_flags_in_every_spelling(ws: PlanWorkspace) -> None:
+    """`--max_num_batched_tokens=8192` and `--enforce_eager`: vLLM serves with both, and so
+    does the bench now (today's engine_args sees only the exact `--flag value` words). The
+    plan still passes its own batch size too (build.py user_flag, until B3): vLLM keeps the
+    file's, the last one, in both."""
+    plan = plan_one(
+        ws,
+        genoa(ws),
+        QWEN + HOST_VLLM + 'profile = "throughput"\n'
+        'extra_args = ["--max_num_batched_tokens=8192", "--enforce_eager"]\n',
+    )
+    [inv] = [invocation_of(d) for d in instances(plan)]
+    assert vllm_argv(inv) == plan.vllm_args
+    assert isinstance(inv.engine, CpuEngine) and inv.engine.pass_batched_tokens
+    assert not inv.engine.enforce_eager and inv.eager
+    today = engine_args(plan)
+    assert bench_engine_argv(inv) == [
+        *today,
+        "--max-num-batched-tokens",
+        "8192",
+        "--enforce-eager",
+    ]
+
+
+# The hand-written decisions of the renderer's tests (tests/render/fixtures.py).
+
+
+@pytest.mark.parametrize("case", sorted(HAND_WRITTEN))
+def test_a_hand_written_argv_is_kept_as_approved(case: str) -> None:
+    """Their argv has an older order (--host first, no batch size): the fields do not give
+    it back, so a record of it keeps its words (`approved_argv`), emitted as they are."""
+    decisions = HAND_WRITTEN[case]()
+    invocation = invocation_of(decisions)
+    assert vllm_argv(invocation) != decisions.vllm_args
+    kept = invocation.model_copy(update={"approved_argv": list(decisions.vllm_args)})
+    assert vllm_argv(kept) == decisions.vllm_args
+    assert (kept.model_arg, kept.host, kept.port) == (
+        decisions.vllm_args[0],
+        decisions.host,
+        decisions.port,
+    )
+
+
+def test_the_instinct_order_with_every_flag() -> None:
+    """Tensor parallelism, its backend and eager together, which no planned case has."""
+    invocation = VllmInvocation(
+        model_arg="m", dtype="bfloat16", max_model_len=8192, host="::", port=8000,
+        served_model_name="m", revision="r", chat_template="/t", extra=ExtraFlags.of(["--x"]),
+        engine=RocmEngine(max_num_seqs=4, recipe_args=["--block-size", "1"],
+                          tensor_parallel_size=2, distributed_executor_backend="mp",
+                          enforce_eager=True),
+    )  # fmt: skip
+    assert vllm_argv(invocation) == [
+        "m", "--dtype", "bfloat16", "--max-model-len", "8192", "--max-num-seqs", "4",
+        "--block-size", "1", "--tensor-parallel-size", "2", "--distributed-executor-backend",
+        "mp", "--enforce-eager", "--host", "::", "--port", "8000", "--served-model-name", "m",
+        "--revision", "r", "--chat-template", "/t", "--x",
+    ]  # fmt: skip
+    assert bench_engine_argv(invocation) == [
+        "--model", "m", "--dtype", "bfloat16", "--max-model-len", "8192", "--max-num-seqs", "4",
+        "--revision", "r", "--enforce-eager",
+    ]  # fmt: skip
