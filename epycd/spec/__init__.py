@@ -26,7 +26,7 @@ from epycd.listen import DEFAULT_HOST, listen_address
 from epycd.names import is_endpoint_name
 from epycd.readfile import RefusedFile, read_head
 from epycd.spec.flags import ExtraFlags
-from epycd.spec.policy import ENV_TUNABLE_TEXT, arg_refusal, env_refusal
+from epycd.spec.policy import ENV_TUNABLE_TEXT, env_errors, extra_args_errors
 from epycd.spec.policy import consent_reasons as consent_reasons
 from epycd.text import first_unsafe
 
@@ -35,8 +35,6 @@ MAX_ENDPOINT_FILE_BYTES = 64 * 1024
 MAX_INSTANCES = 64
 """The most vLLM instances one endpoint runs (docs/instances.md): more than a 2 x 256-core
 host's L3 groups."""
-ENV_KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
 
 SEE_ENDPOINT_FILE_DOCS = 'see docs/architecture.md, "Endpoint file"'
 """Shown only for a key `ALLOWED` lacks; tests/plan/test_spec.py keeps every key in it."""
@@ -252,9 +250,9 @@ def _policy_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> l
     they are reported together with type errors."""
     return (
         _dtype_errors(path, data, precisions)
-        + _env_errors(path, data)
+        + env_errors(path, data)
         + _served_name_errors(path, data)
-        + _extra_args_errors(path, data)
+        + extra_args_errors(path, data)
         + _device_errors(path, data)
     )
 
@@ -273,31 +271,6 @@ def _dtype_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> li
     ]
 
 
-def _env_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
-    errors = []
-    env = data.get("env")
-    for env_key, value in (env if isinstance(env, dict) else {}).items():
-        if not ENV_KEY_PATTERN.fullmatch(env_key):
-            errors.append(
-                InputError(
-                    f"{env_key!r} is not a valid variable name",
-                    file=path,
-                    key=f"env.{env_key}",
-                    fix="allowed: names like [A-Za-z_][A-Za-z0-9_]*",
-                )
-            )
-        elif env_refused := env_refusal(env_key, value if isinstance(value, str) else ""):
-            errors.append(
-                InputError(
-                    f"{env_key} may not be set here: {env_refused[0]}",
-                    file=path,
-                    key=f"env.{env_key}",
-                    fix=env_refused[1],
-                )
-            )
-    return errors
-
-
 def _served_name_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
     if data.get("served_model_name") != ";":
         return []
@@ -309,34 +282,6 @@ def _served_name_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
             fix="choose another name",
         )
     ]
-
-
-def _extra_args_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
-    errors = []
-    args = data.get("extra_args")
-    for index, arg in enumerate(args if isinstance(args, list) else []):
-        refusal = arg_refusal(arg) if isinstance(arg, str) else None
-        if arg in ("", ";"):
-            errors.append(
-                InputError(
-                    "an empty argument or a lone ';' cannot be passed through a unit's command "
-                    "line (Quadlet drops empty words; systemd reads ';' as a second command)",
-                    file=path,
-                    key=f"extra_args[{index}]",
-                    fix="remove it, or join it to its flag: --flag=value",
-                )
-            )
-        elif refusal:
-            shown = "this value" if refusal.secret else repr(arg)
-            errors.append(
-                InputError(
-                    f"{shown} is not allowed in extra_args ({refusal.why})",
-                    file=path,
-                    key=f"extra_args[{index}]",
-                    fix=refusal.fix,
-                )
-            )
-    return errors
 
 
 CPU_ONLY_KEYS = {

@@ -1,19 +1,23 @@
 """What an endpoint file may pass to vLLM and set in its env (docs/architecture.md,
 "Endpoint file"): the env and flags the plan owns, what takes over the server, the secrets,
 and what loads code, widens what the server reads or sends data out (refused, or allowed
-with the approver's consent). `epycd.spec` applies it when it loads a file; the renderer
-applies it once more to what reaches a unit (epycd.render.policy, epycd.render.gpu).
+with the approver's consent). `epycd.spec` applies it when it loads a file (`env_errors`,
+`extra_args_errors`); the renderer applies it once more to what reaches a unit
+(epycd.render.policy, epycd.render.gpu).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import NamedTuple, TypeVar
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
 
+from epycd.errors import InputError
 from epycd.spec.flags import ExtraFlags, flag_name, names
 
 T = TypeVar("T")
+ENV_KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 ENV_OWNED_BY_PLAN: dict[str, str] = {
     "OMP_NUM_THREADS": "never set: vLLM derives it from the bind list",
@@ -378,3 +382,58 @@ def env_refusal(name: str, value: str) -> tuple[str, str] | None:
     if reach is not None and not reach.consent:
         return f"it loads code or sends data out: {reach.why}", "remove it"
     return None
+
+
+def env_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
+    """The errors of an endpoint file's env table (`data`: the raw TOML of `path`)."""
+    errors = []
+    env = data.get("env")
+    for env_key, value in (env if isinstance(env, dict) else {}).items():
+        if not ENV_KEY_PATTERN.fullmatch(env_key):
+            errors.append(
+                InputError(
+                    f"{env_key!r} is not a valid variable name",
+                    file=path,
+                    key=f"env.{env_key}",
+                    fix="allowed: names like [A-Za-z_][A-Za-z0-9_]*",
+                )
+            )
+        elif env_refused := env_refusal(env_key, value if isinstance(value, str) else ""):
+            errors.append(
+                InputError(
+                    f"{env_key} may not be set here: {env_refused[0]}",
+                    file=path,
+                    key=f"env.{env_key}",
+                    fix=env_refused[1],
+                )
+            )
+    return errors
+
+
+def extra_args_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
+    """The errors of an endpoint file's extra_args (`data`: the raw TOML of `path`)."""
+    errors = []
+    args = data.get("extra_args")
+    for index, arg in enumerate(args if isinstance(args, list) else []):
+        refusal = arg_refusal(arg) if isinstance(arg, str) else None
+        if arg in ("", ";"):
+            errors.append(
+                InputError(
+                    "an empty argument or a lone ';' cannot be passed through a unit's command "
+                    "line (Quadlet drops empty words; systemd reads ';' as a second command)",
+                    file=path,
+                    key=f"extra_args[{index}]",
+                    fix="remove it, or join it to its flag: --flag=value",
+                )
+            )
+        elif refusal:
+            shown = "this value" if refusal.secret else repr(arg)
+            errors.append(
+                InputError(
+                    f"{shown} is not allowed in extra_args ({refusal.why})",
+                    file=path,
+                    key=f"extra_args[{index}]",
+                    fix=refusal.fix,
+                )
+            )
+    return errors
