@@ -27,7 +27,8 @@ from epycd.plan.served import Placed, served_fields, served_model, service_field
 from epycd.plan.sharing import Sharing
 from epycd.plan.vllm_argv import serving_args
 from epycd.sizes import GIB
-from epycd.spec import EndpointSpec, consent_reasons
+from epycd.spec import EndpointSpec
+from epycd.spec.policy import consent_reasons
 
 GPU_VISIBLE = "HIP_VISIBLE_DEVICES"
 PLAN_GPU_FLAGS = ("--tensor-parallel-size", "--distributed-executor-backend")

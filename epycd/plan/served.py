@@ -26,7 +26,8 @@ from epycd.plan.model import BindMount, Healing, HfCacheMount, PrimaryEndpoint, 
 from epycd.plan.prepare import Prepared
 from epycd.plan.unit_commands import approval_check_argv
 from epycd.sizes import GIB
-from epycd.spec import EndpointSpec, consent_reasons
+from epycd.spec import EndpointSpec
+from epycd.spec.policy import consent_reasons
 from epycd.stack import Stack
 
 

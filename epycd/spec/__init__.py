@@ -5,8 +5,7 @@ Loading never stops at a bad file: `load_endpoints` returns one `SpecResult` per
 the validated spec or every error found in it. An error names the file and the key and says
 what is allowed. Values that could smuggle text into a unit (control characters, newlines)
 or fight the plan (env the tuning owns, flags the plan owns, a secret in the env) are errors:
-what a file may pass to vLLM and set in its env is `epycd.spec.policy` (`consent_reasons` is
-imported from here too, by plan/build.py and plan/gpu_build.py until build.py is split).
+what a file may pass to vLLM and set in its env is `epycd.spec.policy`.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from epycd.names import is_endpoint_name
 from epycd.readfile import RefusedFile, read_head
 from epycd.spec.flags import ExtraFlags
 from epycd.spec.policy import ENV_TUNABLE_TEXT, env_errors, extra_args_errors
-from epycd.spec.policy import consent_reasons as consent_reasons
 from epycd.text import first_unsafe
 
 HUB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")

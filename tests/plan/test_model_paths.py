@@ -137,9 +137,7 @@ def secrets() -> Iterator[Path]:
         yield folder
 
 
-def test_gated_model_needs_a_token_file(
-    ws: PlanWorkspace, host_of: HostOf, secrets: Path
-) -> None:
+def test_gated_model_needs_a_token_file(ws: PlanWorkspace, host_of: HostOf, secrets: Path) -> None:
     ws.endpoint("llama", 'model = "meta-llama/Llama-3.2-1B"\n')
     host = host_of("genoa-9654-2s-nps1")
     result = ws.plan(host, inspect=hub_from(ws.model, gated=True))["llama"]

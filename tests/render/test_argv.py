@@ -26,9 +26,9 @@ from epycd.cli.bench import engine_args
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.model import instinct
-from epycd.plan.build import EndpointResult
 from epycd.plan.invocation import CpuEngine, RocmEngine, VllmInvocation, invocation_of
 from epycd.plan.model import EndpointDecisions, Plan
+from epycd.plan.result import EndpointResult
 from epycd.render.argv import bench_engine_argv, vllm_argv
 from epycd.spec.flags import ExtraFlags
 from tests.hosts import CATALOGUE, FakeGpu, write_host
