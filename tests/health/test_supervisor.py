@@ -18,7 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from epycd.supervisor import LogTail, SupervisorStatus, read_status, write_status
+from epycd.supervisor import SupervisorStatus, read_status, write_status
+from epycd.supervisor.process import LogTail
 from tests.health.notifysock import NotifySocket
 from tests.health.realvllm import REPO, free_port
 from tests.health.supervising import (
