@@ -100,7 +100,9 @@ def plan_json(result: EndpointResult) -> dict[str, Any]:
                 warnings=route.warnings,
             )
     if decided is not None and decided.instances is not None:
-        data["instances"] = decided.instances.model_dump(mode="json")
+        # the members' typed invocation is not a plan key: their vllm_args are its words
+        members = {"members": {"__all__": {"invocation"}}}
+        data["instances"] = decided.instances.model_dump(mode="json", exclude=members)
     data["errors"] = [problem.text for problem in result.errors]
     data["units"] = result.plan.units if result.plan else {}
     data["unit_dirs"] = result.plan.unit_dirs if result.plan else {}

@@ -1,21 +1,31 @@
 """Every decision for one placed CPU endpoint, or one instance of a set (`decide`): its
 sizing (`epycd.plan.sizing`), the fields every endpoint shares (`epycd.plan.served`), its
-OpenMP bind and env (`build_env`), its vLLM arguments (`epycd.plan.vllm_argv`) and the
-paths under /root and /home a host endpoint reads (`host_home_paths`)."""
+OpenMP bind and env (`build_env`), its typed vLLM invocation (`cpu_invocation`; its words
+by `epycd.plan.argv`) and the paths under /root and /home a host endpoint reads
+(`host_home_paths`)."""
 
 from __future__ import annotations
 
 from epycd.host.cpulist import format_cpulist
 from epycd.host.facts import HostFacts
+from epycd.model.facts import MemoryFit
 from epycd.plan.alloc import Placement
+from epycd.plan.argv import vllm_argv
 from epycd.plan.hfcache import host_hf_home
 from epycd.plan.homes import home_read_paths
+from epycd.plan.invocation import (
+    BATCHED_TOKENS_FLAG,
+    STREAM_INTERVAL_FLAG,
+    CpuEngine,
+    VllmInvocation,
+    serve_invocation,
+)
 from epycd.plan.model import EndpointDecisions, HfCacheMount
 from epycd.plan.prepare import Prepared
 from epycd.plan.route import Route
-from epycd.plan.served import Placed, served_fields, served_model, service_fields
-from epycd.plan.sizing import Sizing, size
-from epycd.plan.vllm_argv import vllm_args
+from epycd.plan.served import Placed, ServedModel, served_fields, served_model, service_fields
+from epycd.plan.sizing import Sizing, size, user_flag
+from epycd.sizes import GIB
 from epycd.stack import Stack
 
 
@@ -31,6 +41,35 @@ def build_env(
         env["HF_HOME"] = host_hf_home(hf)
     env.update(prepared.spec.env)
     return env
+
+
+def cpu_invocation(
+    prepared: Prepared, chosen: ServedModel, fit: MemoryFit, sizing: Sizing, port: int
+) -> VllmInvocation:
+    """The CPU engine of docs/tuning.md's rules, a flag the endpoint file gives itself left
+    to the file."""
+    extra = prepared.spec.extra_args
+    interval = sizing.stream_interval
+    engine = CpuEngine(
+        omp_cpus=format_cpulist(sizing.bind),
+        max_num_seqs=fit.max_num_seqs,
+        max_num_batched_tokens=sizing.batched_tokens,
+        pass_batched_tokens=user_flag(extra, BATCHED_TOKENS_FLAG) is None,
+        kv_cache_memory_bytes=fit.kv_pool_gb * GIB if sizing.kv_bytes_flag else None,
+        enforce_eager=sizing.enforce_eager,
+        stream_interval=interval
+        if interval and user_flag(extra, STREAM_INTERVAL_FLAG) is None
+        else None,
+    )
+    return serve_invocation(
+        prepared.spec,
+        model_arg=chosen.model_arg,
+        served=chosen.served,
+        dtype=chosen.dtype,
+        context=fit.context,
+        port=port,
+        engine=engine,
+    )
 
 
 def host_home_paths(route: Route, model: str, chat_template: str | None) -> list[str]:
@@ -66,6 +105,7 @@ def decide(
     warnings = [*placement.warnings, *sized_warnings]
     placed = Placed(placement.socket, placement.numa_nodes, port, warnings, _stock_notes(prepared))
     host_hf = chosen.hf if not chosen.containerized else None
+    invocation = cpu_invocation(prepared, chosen, fit, sizing, port)
     return EndpointDecisions(
         **served_fields(prepared, chosen),
         **service_fields(prepared, chosen, placed, host, stack, product_python, status_file),
@@ -81,9 +121,8 @@ def decide(
         max_num_seqs=fit.max_num_seqs,
         max_num_batched_tokens=sizing.batched_tokens,
         enforce_eager=sizing.enforce_eager,
-        vllm_args=vllm_args(
-            prepared, chosen.model_arg, chosen.served, fit, port, chosen.dtype, sizing
-        ),
+        vllm_args=vllm_argv(invocation),
+        invocation=invocation,
         run_flags=list(stack.run_flags) if chosen.containerized else [],
         home_read_paths=host_home_paths(route, chosen.model, prepared.spec.chat_template),
     )

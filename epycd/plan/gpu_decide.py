@@ -20,12 +20,19 @@ from epycd.model.instinct import (
     shipped_recipes,
 )
 from epycd.paths import endpoint_status_file
+from epycd.plan.argv import vllm_argv
 from epycd.plan.gpu import GpuPlacement
+from epycd.plan.invocation import RocmEngine, VllmInvocation, serve_invocation
 from epycd.plan.model import EndpointDecisions
 from epycd.plan.prepare import Prepared
-from epycd.plan.served import Placed, served_fields, served_model, service_fields
+from epycd.plan.served import (
+    Placed,
+    ServedModel,
+    served_fields,
+    served_model,
+    service_fields,
+)
 from epycd.plan.sharing import Sharing
-from epycd.plan.vllm_argv import serving_args
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec
 from epycd.spec.policy import consent_reasons
@@ -80,28 +87,34 @@ def gpu_context(spec: EndpointSpec, facts: ModelFacts, fit: GpuFit) -> tuple[int
     ]
 
 
-def gpu_args(
+def gpu_invocation(
     spec: EndpointSpec,
     placement: GpuPlacement,
     recipe: tuple[list[str], Recipe | None],
-    model_arg: str,
+    chosen: ServedModel,
     context: int,
-    served: str,
     port: int,
-    dtype: str,
-) -> list[str]:
-    args = [model_arg, "--dtype", dtype, "--max-model-len", str(context)]
-    if spec.max_num_seqs:
-        args += ["--max-num-seqs", str(spec.max_num_seqs)]
-    args += recipe[0]
+) -> VllmInvocation:
+    """The recipe's args, the GPUs' tensor parallelism (`mp` for a MoE recipe over several),
+    eager in the VRAM fit's "tight" tier."""
     tp = placement.fit.tensor_parallel_size
-    if tp > 1:
-        args += ["--tensor-parallel-size", str(tp)]
-        if recipe[1] is not None and recipe[1].moe:
-            args += ["--distributed-executor-backend", "mp"]
-    if placement.fit.tier == "tight":
-        args.append("--enforce-eager")
-    return args + serving_args(spec, port, served)
+    moe = tp > 1 and recipe[1] is not None and recipe[1].moe
+    engine = RocmEngine(
+        max_num_seqs=spec.max_num_seqs or None,
+        recipe_args=list(recipe[0]),
+        tensor_parallel_size=tp,
+        distributed_executor_backend="mp" if moe else None,
+        enforce_eager=placement.fit.tier == "tight",
+    )
+    return serve_invocation(
+        spec,
+        model_arg=chosen.model_arg,
+        served=chosen.served,
+        dtype=chosen.dtype,
+        context=context,
+        port=port,
+        engine=engine,
+    )
 
 
 def gpu_memory(facts: ModelFacts, fit: GpuFit, context: int) -> MemoryFit:
@@ -161,6 +174,7 @@ def decide_gpu(
     memory = gpu_memory(facts, placement.fit, context)
     status = str(endpoint_status_file(share.settings.run_dir, prepared.result.name))
     python = share.product_python
+    invocation = gpu_invocation(spec, placement, recipe, chosen, context, port)
     return EndpointDecisions(
         **served_fields(prepared, chosen),
         **service_fields(prepared, chosen, placed, share.host, share.stack, python, status),
@@ -176,9 +190,8 @@ def decide_gpu(
         max_num_seqs=spec.max_num_seqs or 0,
         max_num_batched_tokens=0,
         enforce_eager=placement.fit.tier == "tight",
-        vllm_args=gpu_args(
-            spec, placement, recipe, chosen.model_arg, context, chosen.served, port, chosen.dtype
-        ),
+        vllm_args=vllm_argv(invocation),
+        invocation=invocation,
         run_flags=gpu_run_flags(),
         device="instinct",
         gpus=placement.gpus,

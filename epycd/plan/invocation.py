@@ -1,11 +1,10 @@
 """One vLLM instance's invocation, typed (issue 28, design 2.2): what `vllm serve` is told,
-as fields and before any word of argv. `epycd.render.argv` is the only builder of its words
-(`vllm_argv`, `bench_engine_argv`); nothing reads an argv back.
+as fields and before any word of argv. The planner fills it (`serve_invocation`, from
+decide_cpu and gpu_decide) and stores it as `EndpointDecisions.invocation`;
+`epycd.plan.argv` is the only builder of its words (`vllm_argv`, `bench_engine_argv`).
 
-The planner does not fill it yet (issue 28 B3): `invocation_of` derives it from the flat
-decisions of today's plans and records, with one parse of their argv for what never was a
-field (the model argument, the revision, the stream interval, whether the plan passed its
-batch size, the Instinct recipe's args and executor backend, the endpoint file's words).
+`invocation_from_record` is the one reader of an argv: it derives the invocation of a record
+approved before the planner filled the field (its flat decisions and `vllm_args`).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from epycd.spec.flags import ExtraFlags
 
 if TYPE_CHECKING:
     from epycd.plan.model import EndpointDecisions
+    from epycd.spec import EndpointSpec
 
 MAX_NUM_SEQS_FLAG = "--max-num-seqs"
 BATCHED_TOKENS_FLAG = "--max-num-batched-tokens"
@@ -114,6 +114,32 @@ class VllmInvocation(BaseModel):
         return self.engine.enforce_eager or self.extra.given(ENFORCE_EAGER_FLAG) or recipe
 
 
+def serve_invocation(
+    spec: EndpointSpec,
+    *,
+    model_arg: str,
+    served: str,
+    dtype: str,
+    context: int,
+    port: int,
+    engine: CpuEngine | RocmEngine,
+) -> VllmInvocation:
+    """The planner's invocation of one instance: where the endpoint file has it listen, its
+    revision and template, and its extra_args, around the engine the planner decided."""
+    return VllmInvocation(
+        model_arg=model_arg,
+        dtype=dtype,
+        max_model_len=context,
+        host=spec.host,
+        port=port,
+        served_model_name=served,
+        revision=spec.revision or None,
+        chat_template=spec.chat_template or None,
+        extra=spec.extra_flags,
+        engine=engine,
+    )
+
+
 def _after(words: list[str], flag: str) -> str | None:
     """The word after the first `flag` of `words` (the plan's own, exact spelling)."""
     if flag not in words:
@@ -122,12 +148,12 @@ def _after(words: list[str], flag: str) -> str | None:
     return words[index + 1] if index + 1 < len(words) else None
 
 
-def invocation_of(decisions: EndpointDecisions) -> VllmInvocation:
+def invocation_from_record(decisions: EndpointDecisions) -> VllmInvocation:
     """The invocation of one instance's flat decisions: an endpoint's own, or a member's of an
     instance set (a set's own `vllm_args` are its first member's). The fields come from the
     decisions; the argv, as the planner writes it, gives what never was a field. Its
     `approved_argv` is None: for an argv of another shape (a hand-written one, or a record of
-    an older renderer) `epycd.render.argv.vllm_argv` does not give the argv back, and the
+    an older renderer) `epycd.plan.argv.vllm_argv` does not give the argv back, and the
     caller keeps it there."""
     argv = list(decisions.vllm_args)
     serving = argv.index("--host") if "--host" in argv else len(argv)

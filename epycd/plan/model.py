@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from epycd.errors import EpycError, Refusal
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
+from epycd.plan.invocation import VllmInvocation
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
 
 Backend = Literal["zentorch", "stock", "rocm"]
@@ -153,6 +154,11 @@ class EndpointDecisions(BaseModel):
         default=LIMIT_MEMLOCK, description="LimitMEMLOCK= / --ulimit memlock (rule 5)"
     )
     vllm_args: list[str] = Field(description="arguments after `vllm serve`, model first")
+    invocation: VllmInvocation | None = Field(
+        default=None,
+        description="`vllm serve` typed; `vllm_args` are its words (epycd.plan.argv); "
+        "None only in an approval record written before the planner filled it",
+    )
     run_flags: list[str] = Field(default_factory=list, description="container run flags")
     hf_cache: HfCacheMount | None = None
     extra_mounts: list[BindMount] = Field(

@@ -12,7 +12,9 @@ import pytest
 
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, PodmanFacts, RuntimeFacts
+from epycd.plan.argv import vllm_argv
 from epycd.plan.build import plan_all
+from epycd.plan.model import EndpointDecisions
 from epycd.plan.result import EndpointResult
 from epycd.render import render_for_plan
 from epycd.settings import Settings
@@ -92,7 +94,19 @@ class PlanWorkspace:
         kwargs.setdefault("render", render_for_plan)
         kwargs.setdefault("environ", {"HF_HOME": str(self.hf_home)})
         results = plan_all(self.settings, host, **kwargs)  # type: ignore[arg-type]
+        for result in results:
+            if result.plan is not None:
+                assert_invocations(result.plan)
         return {result.endpoint: result for result in results}
+
+
+def assert_invocations(decisions: EndpointDecisions) -> None:
+    """Every planned instance, a set's members included, has its typed invocation, and its
+    `vllm_args` are that invocation's words (issue 28 B3)."""
+    members = decisions.instances.members if decisions.instances else []
+    for each in [decisions, *members]:
+        assert each.invocation is not None, each.unit_name
+        assert vllm_argv(each.invocation) == each.vllm_args, each.unit_name
 
 
 @pytest.fixture

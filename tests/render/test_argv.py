@@ -1,10 +1,10 @@
 """The typed vLLM invocation and its one argv builder (epycd.plan.invocation,
-epycd.render.argv; issue 28 B2), held word for word to what the planner writes today.
+epycd.plan.argv; issue 28 B2), held word for word to what the planner writes today.
 
 For every endpoint the real planner plans here (each golden case, instance-set members and
 Instinct endpoints included, and the cases below for what the goldens lack: a revision, a
 chat template, extra_args, eager by rule 4 or by the recipe's tight VRAM, the stream
-interval, a MoE recipe over several GPUs), `invocation_of` derives the invocation from the
+interval, a MoE recipe over several GPUs), `invocation_from_record` derives the invocation from the
 flat decisions, `vllm_argv` gives back `vllm_args` exactly, and `bench_engine_argv` what
 `epycctl bench --offline` runs today (`epycd.cli.bench.engine_args`; it differs only where
 the endpoint file spells a sizing flag otherwise, on purpose: see the bench test below).
@@ -26,10 +26,10 @@ from epycd.cli.bench import engine_args
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.model import instinct
-from epycd.plan.invocation import CpuEngine, RocmEngine, VllmInvocation, invocation_of
+from epycd.plan.argv import bench_engine_argv, vllm_argv
+from epycd.plan.invocation import CpuEngine, RocmEngine, VllmInvocation, invocation_from_record
 from epycd.plan.model import EndpointDecisions, Plan
 from epycd.plan.result import EndpointResult
-from epycd.render.argv import bench_engine_argv, vllm_argv
 from epycd.spec.flags import ExtraFlags
 from tests.hosts import CATALOGUE, FakeGpu, write_host
 from tests.instinct.conftest import DOCKER, workspace_in
@@ -51,7 +51,7 @@ def assert_reproduced(plan: Plan, bench_reads_more: tuple[str, ...] = ()) -> lis
     (and `bench_reads_more`: what it reads of the file's flags that today's bench misses)."""
     invocations = []
     for decisions in instances(plan):
-        invocation = invocation_of(decisions)
+        invocation = invocation_from_record(decisions)
         assert invocation.approved_argv is None
         assert vllm_argv(invocation) == decisions.vllm_args, decisions.unit_name
         today = engine_args(as_plan(decisions))
@@ -275,7 +275,7 @@ def test_the_bench_reads_the_files_flags_in_every_spelling(ws: PlanWorkspace) ->
         QWEN + HOST_VLLM + 'profile = "throughput"\n'
         'extra_args = ["--max_num_batched_tokens=8192", "--enforce_eager"]\n',
     )
-    [inv] = [invocation_of(d) for d in instances(plan)]
+    [inv] = [invocation_from_record(d) for d in instances(plan)]
     assert vllm_argv(inv) == plan.vllm_args
     assert isinstance(inv.engine, CpuEngine) and inv.engine.pass_batched_tokens
     assert not inv.engine.enforce_eager and inv.eager
@@ -296,7 +296,7 @@ def test_a_hand_written_argv_is_kept_as_approved(case: str) -> None:
     """Their argv has an older order (--host first, no batch size): the fields do not give
     it back, so a record of it keeps its words (`approved_argv`), emitted as they are."""
     decisions = HAND_WRITTEN[case]()
-    invocation = invocation_of(decisions)
+    invocation = invocation_from_record(decisions)
     assert vllm_argv(invocation) != decisions.vllm_args
     kept = invocation.model_copy(update={"approved_argv": list(decisions.vllm_args)})
     assert vllm_argv(kept) == decisions.vllm_args
