@@ -107,7 +107,7 @@ def time_in_process(root: Path, env: dict[str, str], runs: int) -> tuple[list[fl
     os.environ.update(env)
     from epycd.host.detect import detect_host
     from epycd.host.facts import RuntimeFacts
-    from epycd.plan.build import plan_all
+    from epycd.plan.build import PlanSources, plan_all
     from epycd.render import render_for_plan
     from epycd.settings import Settings
 
@@ -117,7 +117,9 @@ def time_in_process(root: Path, env: dict[str, str], runs: int) -> tuple[list[fl
     times, codes = [], []
     for _ in range(runs):
         start = time.perf_counter()
-        results = plan_all(settings, host, host_root=root, render=render_for_plan)
+        results = plan_all(
+            settings, host, render=render_for_plan, sources=PlanSources(host_root=root)
+        )
         times.append(time.perf_counter() - start)
         codes = [r.exit_code for r in results]
     return times, codes

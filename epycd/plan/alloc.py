@@ -12,7 +12,7 @@ threshold) in index order, then the least busy with a warning.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from epycd.errors import EpycError, InputError, Refusal
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts, SocketTopology
+from epycd.names import INSTANCE_SEPARATOR
 
 
 @dataclass(frozen=True)
@@ -91,18 +92,31 @@ def _node_cpus(host: HostFacts, sock: SocketTopology, nodes: list[int]) -> list[
     return sorted(physical & members)
 
 
+def _seat_labels(reserved: Mapping[str, Collection[int]]) -> dict[str, int]:
+    """A label per reserved seat -> its socket: the endpoint's name for its first seat, and
+    NAME_K (never an endpoint's name) for each further seat of a set, which sorts where a
+    seat of that endpoint sorted before, so that the node groups fall where they fell."""
+    labels: dict[str, int] = {}
+    for name, sockets in reserved.items():
+        for k, index in enumerate(sockets):
+            labels[name if k == 0 else f"{name}{INSTANCE_SEPARATOR}{k}"] = index
+    return labels
+
+
 def _keep_approved(
     requests: Sequence[PlacementRequest],
-    reserved: Mapping[str, int],
+    reserved: Mapping[str, Collection[int]],
     members: dict[int, list[str]],
     capacity: dict[int, int],
     reasons: dict[str, str],
 ) -> None:
     """Approved endpoints first, on their approved socket while it has room: those not
-    requested (`reserved`: no result) and those whose file still lets them stay there."""
+    requested (`reserved`: no result) and those whose file still lets them stay there; and
+    every further seat of an approved set, requested or not."""
     requested = {r.name for r in requests}
     stays = {r.name: r.kept for r in requests if r.kept is not None and r.socket in (None, r.kept)}
-    held = {name: index for name, index in reserved.items() if name not in requested}
+    labels = _seat_labels(reserved)
+    held = {name: index for name, index in labels.items() if name not in requested}
     for name, index in sorted((held | stays).items()):
         if index is not None and index in members and len(members[index]) < capacity[index]:
             members[index].append(name)
@@ -171,10 +185,12 @@ def allocate(
     requests: Sequence[PlacementRequest],
     host: HostFacts,
     threshold: float,
-    reserved: Mapping[str, int] | None = None,
+    reserved: Mapping[str, Collection[int]] | None = None,
 ) -> dict[str, Placement | EpycError]:
     """A placement, or the error saying why there is none, for every request. `reserved`:
-    endpoints not requested whose approved plan holds a socket (no result for them)."""
+    approved endpoint -> the sockets it sits on, one entry per seat (its socket, then one
+    per further NUMA node of a set, `epycd.plan.reservations.Held.seats`); a requested
+    endpoint's first seat is its `kept` instead."""
     sockets = {sock.socket: sock for sock in host.socket_topology}
     capacity = {i: len(cpu_nodes(sock, host)) for i, sock in sockets.items()}
     preference = socket_preference(host, threshold)
@@ -228,7 +244,8 @@ def _full(
 ) -> EpycError:
     room = sum(capacity.values())
     if request.socket is not None:
-        where = f"socket {request.socket} is taken by {', '.join(sorted(holders))}"
+        names = sorted({holder.split(INSTANCE_SEPARATOR)[0] for holder in holders})
+        where = f"socket {request.socket} is taken by {', '.join(names)}"
         if capacity[request.socket] == 1:
             where += " and has one NUMA node (NPS1), so it cannot be split"
         return Refusal(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from epycd.host.facts import HostFacts
@@ -26,6 +27,7 @@ from epycd.plan.prepare import (
     prepare_all,
     with_embedded_runtime,
 )
+from epycd.plan.reservations import NOTHING_HELD, Reservations
 from epycd.plan.result import EndpointResult
 from epycd.plan.sharing import Sharing
 from epycd.settings import Settings, trusted_admin_gid
@@ -33,42 +35,47 @@ from epycd.spec import SpecResult, load_endpoints
 from epycd.stack import Stack, shipped_stack
 
 
+@dataclass(frozen=True)
+class PlanSources:
+    """Where `plan_all` reads the outside world; each None reaches it: the shipped stack, the
+    endpoint files of `settings.config_dir`, `inspect_model` and `probe_vllm` (both through
+    the probe cache of `settings.run_dir`), the ports listening on this machine,
+    `os.environ` for HF_HOME, `settings.host_root`, this Python for the product's tools."""
+
+    stack: Stack | None = None
+    specs: list[SpecResult] | None = None
+    inspect: ModelInspector | None = None
+    probe: VllmProber | None = None
+    listeners: Mapping[int, Listener] | None = None
+    environ: Mapping[str, str] | None = None
+    host_root: Path | None = None
+    product_python: str | None = None
+
+
 def plan_all(
     settings: Settings,
     host: HostFacts,
     *,
     render: UnitRenderer,
-    stack: Stack | None = None,
-    specs: list[SpecResult] | None = None,
-    inspect: ModelInspector | None = None,
-    probe: VllmProber | None = None,
-    listeners: Mapping[int, Listener] | None = None,
-    environ: Mapping[str, str] | None = None,
-    host_root: Path | None = None,
-    product_python: str | None = None,
-    approved_sockets: Mapping[str, int] | None = None,
-    approved_ports: Mapping[str, int] | None = None,
-    approved_gpus: Mapping[str, list[int]] | None = None,
-    approved_instance_ports: Mapping[str, list[int]] | None = None,
+    reservations: Reservations = NOTHING_HELD,
+    sources: PlanSources | None = None,
 ) -> list[EndpointResult]:
-    """A result per endpoint file of `settings.config_dir` (or `specs`), in name order.
+    """A result per endpoint file of `settings.config_dir` (or `sources.specs`), in name
+    order.
 
-    `approved_sockets` and `approved_ports` (endpoint -> the socket, the port of its approved
-    plan) keep "auto" endpoints where they were approved and keep others off them, running or
-    not, so that adding an endpoint file never moves an approved one nor lands on it.
-    `render` turns decisions into units (`epycd.render.render_for_plan`, given by the caller).
-    `approved_instance_ports` (endpoint -> its instances' ports, docs/instances.md) count as
-    listened on by that endpoint: free for it, taken for every other.
-
-    Defaults reach the outside world: the shipped stack, the endpoint files, `inspect_model`
-    and `probe_vllm` (both through the probe cache of `settings.run_dir`), the ports
-    listening on this machine, `os.environ` for HF_HOME.
+    `reservations` (`Reservations.of` the approved plans) keep "auto" endpoints where they
+    were approved and keep others off what they hold (sockets, NUMA nodes, ports, instance
+    ports, GPUs), running or not, so that adding an endpoint file never moves an approved
+    one nor lands on it. `render` turns decisions into units (`epycd.render.render_for_plan`,
+    given by the caller). `sources` replace the outside world (`PlanSources`).
     """
-    stack = stack or shipped_stack()
+    src = sources or PlanSources()
+    stack = src.stack or shipped_stack()
+    specs = src.specs
     if specs is None:
         specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
-    root = host_root or settings.host_root
-    inspect, probe = memoized_sources(settings, inspect, probe, root)
+    root = src.host_root or settings.host_root
+    inspect, probe = memoized_sources(settings, src.inspect, src.probe, root)
     host = with_embedded_runtime(host, settings.runtime_dir, specs, probe)
     secret_group = trusted_admin_gid(settings.daemon_conf)
     results, ready = prepare_all(specs, host, stack, inspect, probe, secret_group)
@@ -76,13 +83,11 @@ def plan_all(
         host=host,
         stack=stack,
         settings=settings,
-        hf_cache=resolve_hf_cache(root, environ or os.environ),
-        listeners=listened_on(listeners, approved_instance_ports),
-        approved_sockets=dict(approved_sockets or {}),
-        approved_ports=dict(approved_ports or {}),
-        product_python=product_python or sys.executable,
+        hf_cache=resolve_hf_cache(root, src.environ or os.environ),
+        listeners=listened_on(src.listeners, reservations),
+        product_python=src.product_python or sys.executable,
         render=render,
-        approved_gpus=dict(approved_gpus or {}),
+        reservations=reservations,
     )
     results.update(place_all(ready, share))
     return [results[name] for name in sorted(results)]

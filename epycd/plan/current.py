@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from epycd.host.facts import HostFacts
-from epycd.names import INSTANCE_SEPARATOR
-from epycd.plan.build import plan_all
+from epycd.plan.build import PlanSources, plan_all
 from epycd.plan.model import Plan, UnitRenderer
+from epycd.plan.reservations import Reservations
 from epycd.plan.result import EndpointResult
 from epycd.settings import Settings
 from epycd.spec import SpecResult, load_endpoints
@@ -53,21 +53,6 @@ def gather_host(root: Path, valid_endpoints: int, sample_seconds: float) -> Host
     return host
 
 
-def approved_sockets(approved: Mapping[str, Plan]) -> dict[str, int]:
-    """Endpoint -> the socket of its approved plan (Instinct plans hold GPUs instead: their
-    `approved_gpus`). A multi-instance set holds every NUMA
-    node its instances use, on its own socket and (`placement = "host"`) on the others: each
-    node but the first under `NAME_NODE` (never an endpoint's name), so that no other
-    endpoint is given a part of them (docs/instances.md)."""
-    held = {name: plan.socket for name, plan in approved.items() if not plan.gpus}
-    for name, plan in approved.items():
-        members = plan.instances.members if plan.instances is not None else []
-        nodes = sorted({(m.socket, node) for m in members for node in m.numa_nodes})
-        for socket, node in nodes[1:]:
-            held[f"{name}{INSTANCE_SEPARATOR}{node}"] = socket
-    return held
-
-
 def plan_endpoints(
     settings: Settings,
     approved: Mapping[str, Plan],
@@ -92,17 +77,8 @@ def plan_endpoints(
     results = plan_all(
         settings,
         host,
-        stack=shipped_stack(),
-        specs=specs,
-        host_root=root,
         render=render,
-        approved_sockets=approved_sockets(approved),
-        approved_gpus={name: plan.gpus for name, plan in approved.items() if plan.gpus},
-        approved_ports={name: plan.port for name, plan in approved.items()},
-        approved_instance_ports={
-            name: [m.port for m in plan.instances.members]
-            for name, plan in approved.items()
-            if plan.instances is not None
-        },
+        reservations=Reservations.of(approved),
+        sources=PlanSources(stack=shipped_stack(), specs=specs, host_root=root),
     )
     return Planned(results, host)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
 from epycd.model.instinct import shipped_gpus
-from epycd.names import INSTANCE_SEPARATOR
 from epycd.paths import endpoint_status_file
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.decide_cpu import decide
@@ -26,6 +25,7 @@ from epycd.plan.model import EndpointDecisions, HfCacheMount
 from epycd.plan.multi import decide_set, regions, wants_instances
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
 from epycd.plan.prepare import Prepared
+from epycd.plan.reservations import Reservations
 from epycd.plan.result import EndpointResult, failed
 from epycd.plan.sharing import Sharing
 
@@ -106,14 +106,12 @@ def _instances_input(
     name = prepared.result.name
     if not wants_instances(prepared.spec):
         return None
+    reservations = share.reservations
     held = {p.socket for n, p in placements.items() if n != name and isinstance(p, Placement)}
-    prefix = name + INSTANCE_SEPARATOR
-    own = [n for n in share.approved_sockets if n.startswith(prefix)]
-    held |= {s for n, s in share.approved_sockets.items() if n != name and n not in own}
+    held |= reservations.sockets_held_except(name)
     taken = {p for n, p in ports.items() if n != name and isinstance(p, int)}
-    taken |= {p for n, p in share.approved_ports.items() if n != name}
-    approved_nodes = {int(n.removeprefix(prefix)) for n in own}
-    parts = regions(share.host, prepared.spec, placement, held, approved_nodes)
+    taken |= reservations.ports_except(name)
+    parts = regions(share.host, prepared.spec, placement, held, reservations.extra_nodes(name))
     return InstancesInput(share, parts, taken)
 
 
@@ -121,10 +119,9 @@ def _is_gpu(prepared: Prepared) -> bool:
     return prepared.spec.device == "instinct"
 
 
-def _place_gpus(
-    ready: list[Prepared], share: Sharing, approved_gpus: Mapping[str, list[int]]
-) -> dict[str, GpuPlacement | EpycError]:
+def _place_gpus(ready: list[Prepared], share: Sharing) -> dict[str, GpuPlacement | EpycError]:
     names = {p.result.name for p in ready}
+    approved_gpus = share.reservations.gpus()
     requests = [
         GpuRequest(
             name=p.result.name,
@@ -139,19 +136,19 @@ def _place_gpus(
         )
         for p in ready
     ]
-    held = {name: gpus for name, gpus in approved_gpus.items() if name not in names}
+    held = share.reservations.gpus_except(names)
     return place_gpus(requests, share.host, shipped_gpus(), held)
 
 
 def _cpu_view(
     host: HostFacts,
     placements: Mapping[str, GpuPlacement | EpycError],
-    approved_gpus: Mapping[str, list[int]],
+    reservations: Reservations,
     planned: set[str],
 ) -> HostFacts:
     """The host without the NUMA nodes of placed GPU endpoints and of approved ones not
     planned in this round."""
-    held = {i for name, gpus in approved_gpus.items() if name not in planned for i in gpus}
+    held = {i for gpus in reservations.gpus_except(planned).values() for i in gpus}
     nodes = gpu_nodes(placements) | {
         gpu.numa_node for gpu in host.gpus if gpu.index in held and gpu.numa_node is not None
     }
@@ -174,10 +171,10 @@ def _placements(
     """Instinct GPU endpoints placed first (`_place_gpus`); CPU endpoints get the other
     nodes. Approved endpoints not in `ready` keep their socket."""
     gpu_ready = [p for p in ready if _is_gpu(p)]
-    gpu_placements = _place_gpus(gpu_ready, share, share.approved_gpus)
+    gpu_placements = _place_gpus(gpu_ready, share)
     placements: dict[str, Placement | GpuPlacement | EpycError] = dict(gpu_placements)
     cpu_host = _cpu_view(
-        share.host, gpu_placements, share.approved_gpus, {p.result.name for p in ready}
+        share.host, gpu_placements, share.reservations, {p.result.name for p in ready}
     )
     placements |= allocate(
         [
@@ -185,14 +182,14 @@ def _placements(
                 p.result.name,
                 p.result.path,
                 None if p.spec.socket == "auto" else p.spec.socket,
-                kept=share.approved_sockets.get(p.result.name),
+                kept=share.reservations.socket_of(p.result.name),
             )
             for p in ready
             if not _is_gpu(p)
         ],
         cpu_host,
         share.stack.defaults.busy_threshold_pct,
-        reserved=share.approved_sockets,
+        reserved=share.reservations.seats(),
     )
     return placements
 
@@ -235,7 +232,7 @@ def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[Endpoi
         ],
         share.listeners,
         share.stack.defaults.first_port,
-        approved=share.approved_ports,
+        approved=share.reservations.ports(),
     )
     return {p.result.name: _plan_placed(p, placements, ports, share) for p in ready}
 
@@ -260,13 +257,8 @@ def place_all(ready: list[Prepared], share: Sharing) -> dict[str, EndpointResult
 
 
 def listened_on(
-    listeners: Mapping[int, Listener] | None, instance_ports: Mapping[str, list[int]] | None
+    listeners: Mapping[int, Listener] | None, reservations: Reservations
 ) -> dict[int, Listener]:
     """The ports listened on here (`listening_ports()` unless `listeners` are given), and the
     instance ports of approved multi-instance endpoints, as if their units listened."""
-    held = {
-        port: Listener(pid=None, process=f"an instance of approved endpoint {name}", endpoint=name)
-        for name, ports in (instance_ports or {}).items()
-        for port in ports
-    }
-    return held | dict(listening_ports() if listeners is None else listeners)
+    return reservations.listeners() | dict(listening_ports() if listeners is None else listeners)

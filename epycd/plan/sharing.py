@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from epycd.host.facts import HostFacts
 from epycd.plan.model import HfCacheMount, UnitRenderer
 from epycd.plan.ports import Listener
+from epycd.plan.reservations import Reservations
 from epycd.settings import Settings
 from epycd.stack import Stack
 
@@ -23,9 +24,7 @@ class Sharing:
     stack: Stack
     settings: Settings
     listeners: Mapping[int, Listener]
-    approved_sockets: dict[str, int]
-    approved_ports: dict[str, int]
     hf_cache: HfCacheMount
     product_python: str
     render: UnitRenderer
-    approved_gpus: dict[str, list[int]] = field(default_factory=dict)
+    reservations: Reservations = field(default_factory=Reservations)

@@ -12,7 +12,8 @@ import pytest
 
 from epycd.approval.record import load_approval
 from epycd.approval.state import endpoint_states_of
-from epycd.plan.build import plan_all
+from epycd.plan.build import PlanSources, plan_all
+from epycd.plan.reservations import Reservations
 from epycd.render import render_for_plan
 from tests.approval.conftest import ApprovalSandbox
 from tests.health.realvllm import stock_vllm_executable, vllm_executable
@@ -23,6 +24,9 @@ from tests.plan.conftest import write_model
 pytestmark = pytest.mark.vllm
 CONSENT = Serving(Path("/"), "Genoa", bf16=True, zen_platform=vllm_runs_zen_here()).consent_args
 """What approving on the fake Genoa host needs with this machine's vLLM (tests/machine.py)."""
+
+NO_LISTENERS = PlanSources(listeners={})
+"""Plan as if no port listened on this machine."""
 
 
 def real_epycctl(
@@ -48,13 +52,13 @@ def test_approve_drift_and_boot_check_with_the_real_planner(env: ApprovalSandbox
     settings = env.settings
     host = env.host()
     [state] = endpoint_states_of(
-        settings, plan_all(settings, host, listeners={}, render=render_for_plan)
+        settings, plan_all(settings, host, render=render_for_plan, sources=NO_LISTENERS)
     )
     assert state.state == "approved", state.reasons
 
     endpoint.write_text(endpoint.read_text() + "max_model_len = 2048\n")
     [state] = endpoint_states_of(
-        settings, plan_all(settings, host, listeners={}, render=render_for_plan)
+        settings, plan_all(settings, host, render=render_for_plan, sources=NO_LISTENERS)
     )
     assert state.state == "changed-needs-approval"
     assert '-  "max_model_len": 4096' in state.plan_diff
@@ -94,7 +98,7 @@ def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: ApprovalSandb
         node.memory_available_bytes //= 8
     for sock in short.socket_topology:
         sock.memory_available_gb /= 8
-    [replanned] = plan_all(settings, short, listeners={}, render=render_for_plan)
+    [replanned] = plan_all(settings, short, render=render_for_plan, sources=NO_LISTENERS)
     approval = load_approval(settings, "chat")
     assert approval is not None and replanned.plan is not None
     assert replanned.plan.kv_cache_gb < approval.plan.kv_cache_gb
@@ -106,7 +110,7 @@ def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: ApprovalSandb
         write_host(env.tmp / "fewer", replace(CATALOGUE["genoa-9654-2s-nps1"], cores_per_socket=64))
     )
     [state] = endpoint_states_of(
-        settings, plan_all(settings, fewer, listeners={}, render=render_for_plan)
+        settings, plan_all(settings, fewer, render=render_for_plan, sources=NO_LISTENERS)
     )
     assert state.state == "changed-needs-approval"
     assert '-  "cpus": "0-95"' in state.plan_diff
@@ -124,12 +128,17 @@ def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: ApprovalSan
 
     (config / "a.toml").write_text(body + "port = 8100\n")
     settings, host = env.settings, env.host()
-    by_name = {
-        r.endpoint: r for r in plan_all(settings, host, listeners={}, render=render_for_plan)
-    }
+    first = plan_all(settings, host, render=render_for_plan, sources=NO_LISTENERS)
+    by_name = {r.endpoint: r for r in first}
     assert by_name["a"].plan is not None and by_name["a"].plan.socket == 0  # name order alone
 
-    kept = plan_all(settings, host, listeners={}, render=render_for_plan, approved_sockets={"b": 0})
+    kept = plan_all(
+        settings,
+        host,
+        render=render_for_plan,
+        reservations=Reservations.of({"b": approval.plan}),
+        sources=NO_LISTENERS,
+    )
     by_name = {r.endpoint: r for r in kept}
     assert by_name["b"].plan is not None and by_name["b"].plan.socket == 0
     assert by_name["a"].plan is not None and by_name["a"].plan.socket == 1
@@ -151,7 +160,7 @@ def test_memory_held_by_the_running_endpoint_is_not_drift(env: ApprovalSandbox) 
         node.memory_available_bytes = 0
     for sock in full.socket_topology:
         sock.memory_available_gb = 0.0
-    [unfit] = plan_all(settings, full, listeners={}, render=render_for_plan)
+    [unfit] = plan_all(settings, full, render=render_for_plan, sources=NO_LISTENERS)
     assert unfit.plan is None and "does not fit" in unfit.errors[0].text
     [state] = endpoint_states_of(settings, [unfit])
     assert state.state == "approved", state.reasons
@@ -160,7 +169,7 @@ def test_memory_held_by_the_running_endpoint_is_not_drift(env: ApprovalSandbox) 
     (env.settings.config_dir / "chat.toml").write_text(
         f'model = "{model}"\nruntime = "host"\nvllm = "{vllm_executable()}"\nmax_model_len = 2048\n'
     )
-    [edited] = plan_all(settings, full, listeners={}, render=render_for_plan)
+    [edited] = plan_all(settings, full, render=render_for_plan, sources=NO_LISTENERS)
     assert edited.plan is None
     [state] = endpoint_states_of(settings, [edited])
     assert state.state == "changed-needs-approval"

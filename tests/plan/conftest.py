@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, PodmanFacts, RuntimeFacts
 from epycd.plan.argv import vllm_argv
-from epycd.plan.build import plan_all
+from epycd.plan.build import PlanSources, plan_all
 from epycd.plan.model import EndpointDecisions
+from epycd.plan.reservations import Held, Reservations
 from epycd.plan.result import EndpointResult
 from epycd.render import render_for_plan
 from epycd.settings import Settings
@@ -89,11 +91,20 @@ class PlanWorkspace:
         path.write_text(text)
         return path
 
-    def plan(self, host: HostFacts, **kwargs: object) -> dict[str, EndpointResult]:
+    def plan(self, host: HostFacts, **kwargs: Any) -> dict[str, EndpointResult]:
+        """`plan_all` with no listeners and this HF home. Keywords: `PlanSources` fields,
+        `render`, `reservations`, or the held maps of `held_maps` for a test that holds
+        something without an approved plan."""
         kwargs.setdefault("listeners", {})
-        kwargs.setdefault("render", render_for_plan)
         kwargs.setdefault("environ", {"HF_HOME": str(self.hf_home)})
-        results = plan_all(self.settings, host, **kwargs)  # type: ignore[arg-type]
+        render = kwargs.pop("render", render_for_plan)
+        reservations = kwargs.pop("reservations", None) or held_maps(
+            **{key: kwargs.pop(key) for key in HELD_MAPS if key in kwargs}
+        )
+        sources = PlanSources(**kwargs)
+        results = plan_all(
+            self.settings, host, render=render, reservations=reservations, sources=sources
+        )
         for result in results:
             if result.plan is not None:
                 assert_invocations(result.plan)
@@ -107,6 +118,34 @@ def assert_invocations(decisions: EndpointDecisions) -> None:
     for each in [decisions, *members]:
         assert each.invocation is not None, each.unit_name
         assert vllm_argv(each.invocation) == each.vllm_args, each.unit_name
+
+
+HELD_MAPS = ("approved_sockets", "approved_ports", "approved_gpus", "approved_instance_ports")
+
+
+def held_maps(
+    approved_sockets: Mapping[str, int] | None = None,
+    approved_ports: Mapping[str, int] | None = None,
+    approved_gpus: Mapping[str, list[int]] | None = None,
+    approved_instance_ports: Mapping[str, list[int]] | None = None,
+) -> Reservations:
+    """Reservations holding what the maps say (endpoint -> socket, port, GPUs, instance
+    ports), for tests of an approval whose plan is not at hand (its file is gone)."""
+    sockets, ports = approved_sockets or {}, approved_ports or {}
+    gpus, instance_ports = approved_gpus or {}, approved_instance_ports or {}
+    names = {*sockets, *ports, *gpus, *instance_ports}
+    return Reservations(
+        {
+            name: Held(
+                endpoint=name,
+                socket=sockets.get(name),
+                port=ports.get(name),
+                instance_ports=tuple(instance_ports.get(name, ())),
+                gpus=tuple(gpus.get(name, ())),
+            )
+            for name in sorted(names)
+        }
+    )
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ from epycd.cli.plan import confirmation_table, plan_json
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, RuntimeFacts
-from epycd.plan.current import approved_sockets
 from epycd.plan.instances import HOST_RESERVED_CORES, SWEET_SPOT_CORES
 from epycd.plan.model import EndpointDecisions, InstanceSet, Plan
 from epycd.plan.ports import endpoint_of_pid
+from epycd.plan.reservations import Reservations
 from epycd.render.balancer import haproxy_config
 from tests.hosts import CATALOGUE, write_host
 from tests.plan.conftest import PODMAN_5, PlanWorkspace, write_model
@@ -322,12 +322,7 @@ def test_a_host_wide_set_keeps_its_other_sockets(
     assert first is not None and {m.socket for m in _members(first)} == {0, 1}
     ws.endpoint("new", "")
     approved = {"big": first}
-    results = ws.plan(
-        host,
-        approved_sockets=approved_sockets(approved),
-        approved_ports={"big": first.port},
-        approved_instance_ports={"big": [m.port for m in _members(first)]},
-    )
+    results = ws.plan(host, reservations=Reservations.of(approved))
     again = results["big"].plan
     assert again is not None and again.units == first.units
     assert results["new"].plan is None

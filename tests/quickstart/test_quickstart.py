@@ -16,7 +16,7 @@ from epycd.approval.state import endpoint_states_of
 from epycd.cli.quickstart import endpoint_document, existing_matches, model_argument
 from epycd.errors import Refusal
 from epycd.paths import endpoint_status_file
-from epycd.plan.build import plan_all
+from epycd.plan.build import PlanSources, plan_all
 from epycd.render import render_for_plan
 from epycd.spec import parse_endpoint
 from epycd.supervisor import SupervisorStatus, write_status
@@ -26,6 +26,9 @@ from tests.quickstart.conftest import real_vllm
 from tests.sandbox import CliSandbox
 
 pytestmark = pytest.mark.vllm
+
+NO_LISTENERS = PlanSources(listeners={})
+"""Plan as if no port listened on this machine."""
 
 
 def quickstart(sandbox: CliSandbox, *args: str, **extra: str) -> tuple[int, str, str]:
@@ -73,7 +76,7 @@ def test_writes_plans_approves_and_agrees_with_the_planner(sandbox: CliSandbox) 
 
     facts = detect_host(host, probe_runtimes=False)
     [state] = endpoint_states_of(
-        settings, plan_all(settings, facts, listeners={}, render=render_for_plan)
+        settings, plan_all(settings, facts, render=render_for_plan, sources=NO_LISTENERS)
     )
     assert state.state == "approved", state.reasons  # what was approved is what `plan` plans
 

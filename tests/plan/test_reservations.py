@@ -1,0 +1,92 @@
+"""`Reservations.of` holds exactly what the four `approved_*` maps of plan/current.py held
+before it (the old builders are kept here as the reference): each endpoint's sockets (a set's
+further NUMA nodes were `NAME_NODE` keys), its set's nodes, its port and instance ports, its
+Instinct GPUs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import pytest
+
+from epycd.host.facts import HostFacts
+from epycd.names import INSTANCE_SEPARATOR
+from epycd.plan.model import Plan
+from epycd.plan.reservations import Reservations
+from tests.plan.conftest import PlanWorkspace
+
+HostOf = Callable[..., HostFacts]
+
+
+def old_approved_sockets(approved: Mapping[str, Plan]) -> dict[str, int]:
+    """plan/current.py's `approved_sockets` before `Reservations`."""
+    held = {name: plan.socket for name, plan in approved.items() if not plan.gpus}
+    for name, plan in approved.items():
+        members = plan.instances.members if plan.instances is not None else []
+        nodes = sorted({(m.socket, node) for m in members for node in m.numa_nodes})
+        for socket, node in nodes[1:]:
+            held[f"{name}{INSTANCE_SEPARATOR}{node}"] = socket
+    return held
+
+
+def old_maps(approved: Mapping[str, Plan]) -> dict[str, object]:
+    return {
+        "sockets": old_approved_sockets(approved),
+        "gpus": {name: plan.gpus for name, plan in approved.items() if plan.gpus},
+        "ports": {name: plan.port for name, plan in approved.items()},
+        "instance_ports": {
+            name: [m.port for m in plan.instances.members]
+            for name, plan in approved.items()
+            if plan.instances is not None
+        },
+    }
+
+
+@pytest.fixture
+def approved(ws: PlanWorkspace, host_of: HostOf) -> dict[str, Plan]:
+    """A single CPU endpoint, a set spanning both sockets' nodes, an Instinct endpoint."""
+    ws.endpoint("big", 'instances = "auto"\nplacement = "host"\n')
+    ws.endpoint("one", "socket = 0\n")
+    results = ws.plan(host_of("genoa-9654-2s-nps4"))
+    plans = {name: results[name].plan for name in ("big", "one")}
+    assert all(plan is not None for plan in plans.values())
+    big, one = plans["big"], plans["one"]
+    assert big is not None and one is not None and big.instances is not None
+    gpu = one.model_copy(update={"gpus": [3, 5], "port": one.port + 100})
+    return {"big": big, "one": one, "gpu": gpu}
+
+
+@pytest.mark.parametrize(
+    "names", [("one",), ("big",), ("gpu",), ("big", "one"), ("big", "one", "gpu")]
+)
+def test_reservations_hold_what_the_old_maps_held(
+    approved: dict[str, Plan], names: tuple[str, ...]
+) -> None:
+    plans = {name: approved[name] for name in names}
+    old = old_maps(plans)
+    sockets = old["sockets"]
+    ports = old["ports"]
+    assert isinstance(sockets, dict) and isinstance(ports, dict)
+    reservations = Reservations.of(plans)
+
+    # allocate's reserved seats: the endpoint's socket, then one per further node.
+    seats = {name: [s for key, s in sockets.items() if key.split("_")[0] == name] for name in names}
+    assert reservations.seats() == {name: s for name, s in seats.items() if s}
+    for name in names:
+        assert reservations.socket_of(name) == sockets.get(name)
+        prefix = name + INSTANCE_SEPARATOR
+        own = [key for key in sockets if key.startswith(prefix)]
+        assert reservations.extra_nodes(name) == {int(key.removeprefix(prefix)) for key in own}
+        others = {s for key, s in sockets.items() if key != name and key not in own}
+        assert reservations.sockets_held_except(name) == others
+        assert reservations.ports_except(name) == {p for k, p in ports.items() if k != name}
+    assert reservations.ports() == ports
+    assert reservations.gpus() == old["gpus"]
+    assert reservations.gpus_except({"gpu"}) == {}
+    instance_ports = old["instance_ports"]
+    assert isinstance(instance_ports, dict)
+    listeners = reservations.listeners()
+    assert sorted(listeners) == sorted(p for ports in instance_ports.values() for p in ports)
+    assert all(
+        listeners[p].endpoint == name for name, ports in instance_ports.items() for p in ports
+    )
