@@ -13,12 +13,17 @@ functions): a module imports only from its own layer or the layers below it.
 docs/architecture.md explains each module and what crosses each boundary; its layer table
 must be this one and it must name every module (the last test), so the map moves with the
 code.
+
+Within and across layers, no module may take part in an import cycle (`KNOWN_CYCLES` holds
+today's, each deleted once broken), and none may grow past `MAX_MODULE_LINES` (`KNOWN_LARGE`
+holds today's, each deleted once split).
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,6 +50,23 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
 """(importing module, imported module) pairs that break the layering today. The test fails
 on an entry that is no longer needed, so each is deleted once its import is gone."""
+
+KNOWN_CYCLES: tuple[frozenset[str], ...] = (
+    frozenset({"epycd.host.detect", "epycd.host.pyheaders"}),
+)
+"""The import cycles (strongly connected components of the module graph) there are today.
+The tests fail on any other cycle, and on an entry that is no longer exactly a cycle: when
+one shrinks, replace its entry by what is left; when it is gone, delete it."""
+
+MAX_MODULE_LINES = 600
+KNOWN_LARGE: frozenset[str] = frozenset(
+    {
+        "epycd/supervisor.py",
+    }
+)
+"""Modules over `MAX_MODULE_LINES` today (paths from the repository root); each is deleted
+once split below it, and the tests fail on a module that is no longer here or no longer
+large."""
 
 LAYER_OF = {area: rank for rank, (_, areas) in enumerate(LAYERS) for area in areas}
 
@@ -127,6 +149,242 @@ def test_an_upward_import_is_found(tmp_path: Path, where: str, source: str) -> N
     [(module, imported)] = upward_imports(tmp_path)
     assert module == module_name(path, tmp_path)
     assert imported.split(".")[1] in {"cli", "status", "approval"}
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    """`if TYPE_CHECKING:` or `if typing.TYPE_CHECKING:`."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def runtime_import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import that runs, at the top or inside a function: all but the body of an
+    `if TYPE_CHECKING:` (its `else:` runs)."""
+    if isinstance(tree, ast.Import | ast.ImportFrom):
+        yield tree
+        return
+    if isinstance(tree, ast.If) and is_type_checking(tree.test):
+        for node in tree.orelse:
+            yield from runtime_import_nodes(node)
+        return
+    for child in ast.iter_child_nodes(tree):
+        yield from runtime_import_nodes(child)
+
+
+def epycd_modules(root: Path) -> dict[str, Path]:
+    """Module name -> its file, for every module under `root`/epycd."""
+    return {module_name(path, root): path for path in sorted((root / "epycd").rglob("*.py"))}
+
+
+def import_targets(
+    node: ast.Import | ast.ImportFrom, package: str, modules: dict[str, Path]
+) -> set[str]:
+    """The epycd modules one import statement runs: `from pkg import sub` is the submodule
+    when `sub` is one (else `pkg` itself), relative imports resolved against `package`."""
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names if alias.name in modules}
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        parents = parts[: len(parts) - node.level + 1]
+        base = ".".join([*parents, base]).rstrip(".")
+    found = set()
+    for alias in node.names:
+        sub = f"{base}.{alias.name}"
+        found.add(sub if sub in modules else base)
+    return {name for name in found if name in modules}
+
+
+def module_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the epycd modules it imports at run time (imports inside functions too)."""
+    modules = epycd_modules(root)
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        graph[module] = {
+            target
+            for node in runtime_import_nodes(ast.parse(path.read_text()))
+            for target in import_targets(node, package, modules)
+            if target != module
+        }
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: set[frozenset[str]] = set()
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.add(frozenset(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def describe(cycle: frozenset[str]) -> str:
+    return " <-> ".join(sorted(cycle))
+
+
+def cycle_drift(
+    root: Path, known: tuple[frozenset[str], ...]
+) -> tuple[set[frozenset[str]], set[frozenset[str]]]:
+    """(the cycles under `root` that `known` lacks, the `known` entries that are no longer
+    exactly a cycle there)."""
+    found = import_cycles(module_graph(root))
+    return found - set(known), set(known) - found
+
+
+def test_no_new_import_cycle() -> None:
+    new, _ = cycle_drift(REPO, KNOWN_CYCLES)
+    assert not new, "import cycles not in KNOWN_CYCLES (break them):\n" + "\n".join(
+        describe(cycle) for cycle in sorted(new, key=describe)
+    )
+
+
+def test_every_known_cycle_still_exists() -> None:
+    """An entry that is no longer exactly a cycle hides nothing: it must be edited (a cycle
+    that shrank) or deleted (one that is gone)."""
+    _, gone = cycle_drift(REPO, KNOWN_CYCLES)
+    assert not gone, "these KNOWN_CYCLES entries are no longer cycles, edit or delete them:\n" + (
+        "\n".join(describe(cycle) for cycle in sorted(gone, key=describe))
+    )
+
+
+def write_modules(root: Path, sources: dict[str, str]) -> None:
+    for where, source in sources.items():
+        path = root / where
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+
+
+@pytest.mark.parametrize(
+    "back",
+    [
+        "def f():\n    import epycd.plan.a\n",
+        "def f():\n    from epycd.plan import a\n",
+        "def f():\n    from epycd.plan.a import thing\n",
+        "def f():\n    from . import a\n",
+        "def f():\n    from .a import thing\n",
+    ],
+)
+def test_a_lazy_back_import_is_a_cycle(tmp_path: Path, back: str) -> None:
+    """A top-level import one way and an import inside a function the other way, in each
+    form the back import can take, is a cycle."""
+    write_modules(
+        tmp_path,
+        {
+            "epycd/__init__.py": "",
+            "epycd/plan/__init__.py": "",
+            "epycd/plan/a.py": "from epycd.plan.b import helper\nthing = 1\n",
+            "epycd/plan/b.py": back + "helper = 2\n",
+        },
+    )
+    assert import_cycles(module_graph(tmp_path)) == {frozenset({"epycd.plan.a", "epycd.plan.b"})}
+
+
+def test_a_broken_or_shrunk_cycle_is_a_stale_entry(tmp_path: Path) -> None:
+    """a -> b -> c -> a shrinks to a <-> b: the old entry is stale and the new one is new;
+    a known entry whose cycle is gone altogether is stale."""
+    write_modules(
+        tmp_path,
+        {
+            "epycd/__init__.py": "",
+            "epycd/a.py": "import epycd.b\n",
+            "epycd/b.py": "import epycd.c\ndef f():\n    import epycd.a\n",
+            "epycd/c.py": "",
+        },
+    )
+    was = frozenset({"epycd.a", "epycd.b", "epycd.c"})
+    gone = frozenset({"epycd.c", "epycd.d"})
+    new, stale = cycle_drift(tmp_path, (was, gone))
+    assert new == {frozenset({"epycd.a", "epycd.b"})}
+    assert stale == {was, gone}
+
+
+@pytest.mark.parametrize(
+    "submodule", ["from epycd.render import commands", "from . import commands"]
+)
+def test_a_submodule_import_is_no_cycle_with_its_package(tmp_path: Path, submodule: str) -> None:
+    """render/__init__ imports quadlet, and quadlet imports render's `commands` submodule:
+    that is an edge to render.commands, not back to render/__init__."""
+    write_modules(
+        tmp_path,
+        {
+            "epycd/__init__.py": "",
+            "epycd/render/__init__.py": "from epycd.render.quadlet import render_container\n",
+            "epycd/render/quadlet.py": f"{submodule}\nrender_container = commands\n",
+            "epycd/render/commands.py": "",
+        },
+    )
+    graph = module_graph(tmp_path)
+    assert graph["epycd.render.quadlet"] == {"epycd.render.commands"}
+    assert import_cycles(graph) == set()
+
+
+def test_type_checking_imports_are_no_cycle(tmp_path: Path) -> None:
+    """Imports under `if TYPE_CHECKING:` never run; its `else:` branch does."""
+    write_modules(
+        tmp_path,
+        {
+            "epycd/__init__.py": "",
+            "epycd/a.py": "import epycd.b\n",
+            "epycd/b.py": (
+                "import typing\nfrom typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from epycd.a import x\n"
+                "if typing.TYPE_CHECKING:\n    import epycd.a\nelse:\n    import epycd.c\n"
+            ),
+            "epycd/c.py": "",
+        },
+    )
+    graph = module_graph(tmp_path)
+    assert graph["epycd.b"] == {"epycd.c"}
+    assert import_cycles(graph) == set()
+
+
+def large_modules(root: Path) -> set[str]:
+    return {
+        path.relative_to(root).as_posix()
+        for path in (root / "epycd").rglob("*.py")
+        if len(path.read_text().splitlines()) > MAX_MODULE_LINES
+    }
+
+
+def test_no_new_large_module() -> None:
+    new = large_modules(REPO) - KNOWN_LARGE
+    assert not new, f"over {MAX_MODULE_LINES} lines, split them: {sorted(new)}"
+
+
+def test_every_known_large_module_is_still_large() -> None:
+    gone = KNOWN_LARGE - large_modules(REPO)
+    assert not gone, (
+        f"delete these from KNOWN_LARGE, they are {MAX_MODULE_LINES} lines or less (or gone): "
+        f"{sorted(gone)}"
+    )
 
 
 def test_the_architecture_document_shows_this_table() -> None:
