@@ -15,7 +15,7 @@ from pathlib import Path
 from epycd.host.cpuinfo import CpuIdentity, parse_cores, parse_identity
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import GpuFacts, HostFacts, NumaNode, RuntimeFacts, SocketTopology
-from epycd.host.files import parsed, read_optional, read_required
+from epycd.host.files import SYSTEMD_DEFAULT_PATH, parsed, read_optional, read_required
 from epycd.host.generation import Generation, classify, is_amd_epyc, is_supported
 from epycd.host.gpus import read_gpus, read_rocm_version, run_amd_smi
 from epycd.host.load import sample_socket_busy
@@ -170,8 +170,6 @@ def _host_facts(
     )
 
 
-SYSTEMD_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
-"""The PATH systemd gives a service: where torch's inductor looks for g++ when vLLM starts."""
 CXX_NAMES = ("g++", "c++")
 
 

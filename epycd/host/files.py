@@ -13,6 +13,10 @@ from epycd.errors import InputError
 T = TypeVar("T")
 
 ROOT_FIX = "point --root (EPYCD_HOST_ROOT) at a host root holding proc/ and sys/"
+SYSTEMD_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+"""The PATH systemd gives a service, whose folders are looked up under the root: where
+torch's inductor looks for g++ when vLLM starts (`detect.find_cxx`), and where
+`#!/usr/bin/env python3` finds its interpreter (`pyheaders`)."""
 
 
 def read_required(root: Path, relative: str) -> str:

@@ -25,8 +25,8 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
-from epycd.host.detect import SYSTEMD_DEFAULT_PATH
 from epycd.host.facts import HostVllmFacts, PythonHeaders
+from epycd.host.files import SYSTEMD_DEFAULT_PATH
 from epycd.readfile import STATE_MAX_BYTES, read_head, read_text
 
 MAX_LINKS = 32
