@@ -8,19 +8,20 @@ and plans are public; a plan never holds a secret, and its units are public anyw
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pwd
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError
 
+from epycd.approval.migrate import RECORD_FORMAT, parse_record
 from epycd.approval.shape import HostShape
 from epycd.errors import InputError
 from epycd.names import ENDPOINT_NAME_FIX, is_endpoint_name
 from epycd.plan.model import Plan
-from epycd.plan.tuning import VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
 from epycd.readfile import RECORD_MAX_BYTES, read_bytes
 from epycd.settings import Settings
 
@@ -45,7 +46,11 @@ class UnitRecord(BaseModel):
 
 
 class Approval(BaseModel):
-    format: Literal[1] = 1
+    """A record as today's code reads it. Records of older shapes reach it through
+    `epycd.approval.migrate` (`approval_from_json`), which writes down what each key added
+    since meant before it came: the model itself patches nothing."""
+
+    format: Literal[1] = RECORD_FORMAT
     endpoint: str
     unit_name: str
     fingerprint: str
@@ -63,31 +68,15 @@ class Approval(BaseModel):
         "(a host endpoint, a record older than the field)",
     )
 
-    @field_validator("plan", mode="before")
-    @classmethod
-    def _upgrade_plan(cls, value: object) -> object:
-        return upgraded_plan(value)
-
     def approved_units(self) -> dict[str, str]:
         return dict(self.plan.units)
 
 
-LEGACY_HOST = "0.0.0.0"
-"""Where plans approved before the plan had `host` listen: on every address."""
-
-
-def upgraded_plan(value: object) -> object:
-    """A plan as an older record stored it, with the keys added since set to what its
-    approved units do: no `host` (listened on all), no `omp_cpus` (OpenMP bound to every
-    pinned CPU), no `max_num_batched_tokens` (vLLM's own default)."""
-    if not isinstance(value, dict):
-        return value
-    plan = dict(value)
-    plan.setdefault("host", LEGACY_HOST)
-    if "cpus" in plan:
-        plan.setdefault("omp_cpus", plan["cpus"])
-    plan.setdefault("max_num_batched_tokens", VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS)
-    return plan
+def approval_from_json(text: str) -> Approval:
+    """A record's text, of any format and era this epyc-llm knows, as today's `Approval`
+    (`epycd.approval.migrate`): `json.JSONDecodeError`, `ValidationError`, or `InputError`
+    for a record of a newer format."""
+    return Approval.model_validate(parse_record(text))
 
 
 def sha256_text(text: str) -> str:
@@ -159,7 +148,8 @@ def damaged_fix(name: str) -> str:
 
 def load_approval(settings: Settings, name: str) -> Approval | None:
     """NAME's approval, None when it has none; an `InputError` naming the file and the fix
-    when the record is damaged (cut short, not UTF-8, not an approval's shape)."""
+    when the record is damaged (cut short, not UTF-8, not JSON, not an approval's shape) or
+    written by a newer epyc-llm (a format above `RECORD_FORMAT`). Never rewritten here."""
     path = approval_path(settings, name)
     try:
         data = read_bytes(path, RECORD_MAX_BYTES)
@@ -169,9 +159,13 @@ def load_approval(settings: Settings, name: str) -> Approval | None:
         raise InputError(f"unreadable: {exc.strerror}", file=path, fix=damaged_fix(name)) from None
     problem: str | None
     try:
-        approval = Approval.model_validate_json(data.decode("utf-8"))
+        approval = approval_from_json(data.decode("utf-8"))
     except UnicodeDecodeError:
         problem = "not UTF-8 text"
+    except json.JSONDecodeError as exc:
+        problem = f"not JSON: {exc}"
+    except InputError as exc:
+        raise InputError(exc.message, file=path, fix=f"{exc.fix}; or {damaged_fix(name)}") from None
     except ValidationError as exc:
         problem = exc.errors()[0]["msg"]
     else:

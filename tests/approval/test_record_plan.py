@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from epycd.approval.migrate import LEGACY_HOST
 from epycd.approval.record import (
-    LEGACY_HOST,
     Approval,
     Approver,
     approval_path,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from epycd.approval.record import upgraded_plan
+from epycd.approval.migrate import migrated_plan
 from epycd.plan.model import Plan
 from epycd.status.handoff import handoff
 from epycd.status.machine import EndpointStatus, counts_text, runtime_state
@@ -81,4 +81,4 @@ def test_the_handoff_counts_the_bound_threads_not_the_pinned_cpus() -> None:
     assert (done.threads, done.cpus) == (7, "0-7")
     legacy = plan.model_dump(mode="json")
     del legacy["omp_cpus"]  # a record approved before the bind list was its own field
-    assert handoff(Plan.model_validate(upgraded_plan(legacy))).threads == 8
+    assert handoff(Plan.model_validate(migrated_plan(legacy))).threads == 8

@@ -1,0 +1,277 @@
+"""The record migration (epycd/approval/migrate.py) against the stored records of every era
+(tests/approval/records/): each format-1 step is exactly what the records before its commit
+lack, the migrated records are complete (no model default fills a gap), a newer format is
+refused as such, garbage is a damaged record, and nothing is rewritten on load."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from epycd.approval import migrate as m
+from epycd.approval.record import Approval, approval_path, load_approval
+from epycd.approval.shape import HostShape
+from epycd.errors import InputError
+from epycd.model.facts import MemoryFit
+from epycd.plan.model import EndpointDecisions, Plan, Problem
+from epycd.readfile import RECORD_MAX_BYTES
+from epycd.settings import Settings
+from tests.approval.test_records import ERAS, FIXTURES, Fixture, era_number
+from tests.sandbox import REPO
+
+FIRST_ERA_WITH: dict[m.Step, str] = {
+    m.drop_exec_start_pre: "E2",
+    m.listen_host_all: "E3",
+    m.tuning_keys: "E4",
+    m.memory_keys: "E9",
+    m.home_read_paths: "E6",
+    m.device_keys: "E7",
+    m.instance_keys: "E8",
+    m.image_digest: "E11",
+    m.healing_none: "E12",
+}
+"""Each step -> the era of the commit it is named after: the first whose records have what
+it writes down (memory_keys: 74402cb's runtime_gb and process_gb, the last of its keys)."""
+
+
+def oldest(file: str, era: str | None = None) -> Fixture:
+    """The record `file` of `era`, by default of the oldest era that has it."""
+    return next(f for f in FIXTURES if f.file == file and era in (None, f.era))
+
+
+def test_every_format_1_step_is_tested() -> None:
+    assert set(FIRST_ERA_WITH) | {m.errors_as_problems} == set(m.FORMAT_1_STEPS)
+    assert m.STEPS == {m.RECORD_FORMAT: m.FORMAT_1_STEPS}
+
+
+@pytest.mark.parametrize("step", list(FIRST_ERA_WITH), ids=lambda s: s.__name__)
+def test_a_step_changes_exactly_the_records_before_its_commit(step: m.Step) -> None:
+    """Detected by key presence: a record from before the commit gets the key, a record
+    from its era on (which has it) is left as it is, and a second run changes nothing."""
+    first = era_number(FIRST_ERA_WITH[step])
+    for fixture in FIXTURES:
+        once = step(fixture.raw)
+        assert (once != fixture.raw) == (era_number(fixture.era) < first), fixture.id
+        assert step(once) == once, fixture.id
+
+
+def test_drop_exec_start_pre() -> None:
+    raw = oldest("cases-genoa-podman.json").raw
+    assert raw["plan"]["exec_start_pre"] and "exec_condition" not in raw["plan"]
+    plan = m.drop_exec_start_pre(raw)["plan"]
+    assert "exec_start_pre" not in plan
+    assert plan["exec_condition"] == []
+
+
+def test_listen_host_all() -> None:
+    raw = oldest("cases-host-vllm.json").raw
+    plan = m.listen_host_all(raw)["plan"]
+    assert (plan["host"], plan["api_key_file"]) == ("0.0.0.0", None)
+
+
+def test_tuning_keys() -> None:
+    raw = oldest("cases-host-vllm.json").raw
+    plan = m.tuning_keys(raw)["plan"]
+    assert plan["omp_cpus"] == raw["plan"]["cpus"] == "0-47"
+    assert {k: plan[k] for k in ("max_num_batched_tokens", "profile", "enforce_eager")} == {
+        "max_num_batched_tokens": 2048,
+        "profile": "balanced",
+        "enforce_eager": False,
+    }
+    assert (plan["limit_nofile"], plan["limit_memlock"]) == (65536, "infinity")
+
+
+def test_memory_keys_on_a_plan_and_each_member_of_a_set() -> None:
+    for fixture in (oldest("cases-milan-docker.json"), oldest("golden-instances-host-vllm.json")):
+        plan = m.memory_keys(fixture.raw)["plan"]
+        fits = [plan["memory"]]
+        if plan.get("instances"):
+            fits += [member["memory"] for member in plan["instances"]["members"]]
+        for fit in fits:
+            assert (fit["runtime_gb"], fit["process_gb"]) == (0.0, 0.0)
+            assert "kv_pool_cap_gb" in fit
+    e1 = m.memory_keys(oldest("cases-milan-docker.json").raw)["plan"]["memory"]
+    assert e1["kv_pool_cap_gb"] == 0
+
+
+def test_errors_as_problems() -> None:
+    """No stored record holds an error (approve refuses a plan with one), but E1-E4 plans
+    held them as strings: one is a refusal, as `Problem.legacy` says."""
+    raw = oldest("plans-chat.json").raw
+    assert raw["plan"]["errors"] == []
+    assert m.errors_as_problems(raw) == raw
+    legacy = {**raw, "plan": {**raw["plan"], "errors": ["socket 3 gone"]}}
+    [error] = m.errors_as_problems(legacy)["plan"]["errors"]
+    assert Problem.model_validate(error) == Problem.legacy("socket 3 gone")
+    assert (error["text"], error["exit_code"]) == ("socket 3 gone", 1)
+    assert m.errors_as_problems(m.errors_as_problems(legacy)) == m.errors_as_problems(legacy)
+
+
+def test_home_read_paths_device_instance_keys_image_digest_and_healing() -> None:
+    raw = oldest("cases-genoa-podman.json").raw
+    record = raw
+    for step in (m.home_read_paths, m.device_keys, m.instance_keys, m.image_digest):
+        record = step(record)
+    record = m.healing_none(record)
+    plan = record["plan"]
+    assert plan["home_read_paths"] == []
+    assert (plan["device"], plan["gpus"], plan["gfx_version"]) == ("cpu", [], None)
+    assert (plan["tensor_parallel_size"], plan["gpu_fit"]) == (1, None)
+    assert record["host_shape"]["gpus"] == {}
+    assert (plan["instance"], plan["instances"]) == (None, None)
+    assert record["image_digest"] is None
+    assert plan["healing"] is None
+
+
+def test_healing_none_on_each_member_of_a_set() -> None:
+    plan = m.healing_none(oldest("golden-instances-podman-nps4.json", "E8").raw)["plan"]
+    assert plan["healing"] is None
+    assert [member["healing"] for member in plan["instances"]["members"]] == [None] * 4
+
+
+def fields(model: type[BaseModel]) -> set[str]:
+    return set(model.model_fields)
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.id for f in FIXTURES])
+def test_a_migrated_record_is_complete_and_has_nothing_else(fixture: Fixture) -> None:
+    """Every field of the record's models is there after the steps, so no model default
+    fills a gap; and nothing is left that today's models would silently drop."""
+    record = m.migrate(fixture.raw)
+    assert isinstance(record, dict)
+    assert set(record) == fields(Approval)
+    assert set(record["host_shape"]) == fields(HostShape)
+    plans = [record["plan"], *(record["plan"]["instances"] or {}).get("members", [])]
+    for index, plan in enumerate(plans):
+        assert set(plan) == (fields(Plan) if index == 0 else fields(EndpointDecisions)), index
+        assert set(plan["memory"]) == fields(MemoryFit), index
+    assert Approval.model_validate(record).plan.endpoint == fixture.endpoint
+
+
+def test_the_newest_records_need_no_step() -> None:
+    for fixture in (f for f in FIXTURES if f.era == ERAS[-1]):
+        assert m.migrate(fixture.raw) == fixture.raw, fixture.id
+
+
+def test_migrated_plan_of_a_plan_alone() -> None:
+    plan = oldest("cases-host-vllm.json").raw["plan"]
+    upgraded = m.migrated_plan(plan)
+    assert (upgraded["host"], upgraded["omp_cpus"]) == ("0.0.0.0", plan["cpus"])
+    assert Plan.model_validate(upgraded).max_num_batched_tokens == 2048
+
+
+def settings(tmp_path: Path) -> Settings:
+    return Settings(
+        config_dir=tmp_path / "etc",
+        state_dir=tmp_path / "state",
+        unit_dir=tmp_path / "systemd",
+        quadlet_dir=tmp_path / "containers-systemd",
+    )
+
+
+def stored(tmp_path: Path, data: bytes, name: str = "qwen") -> tuple[Settings, Path]:
+    config = settings(tmp_path)
+    path = approval_path(config, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return config, path
+
+
+def test_a_newer_format_is_refused_as_such(tmp_path: Path) -> None:
+    raw = {**oldest("cases-genoa-podman.json", ERAS[-1]).raw, "format": m.RECORD_FORMAT + 1}
+    with pytest.raises(InputError, match=r"^written by a newer epyc-llm \(format 2") as direct:
+        m.migrate(raw)
+    assert direct.value.fix == "upgrade epyc-llm"
+    config, path = stored(tmp_path, json.dumps(raw).encode())
+    with pytest.raises(InputError) as loading:
+        load_approval(config, "qwen")
+    assert loading.value.file == str(path)
+    assert loading.value.message.startswith("written by a newer epyc-llm (format 2")
+    assert loading.value.fix is not None and loading.value.fix.startswith("upgrade epyc-llm")
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"\xff\xfe", "not UTF-8 text"),
+        (b"", "not JSON"),
+        (b'{"format": 1, "endpoint": "qwen"', "not JSON"),
+        (b"[1, 2]", "valid dictionary"),
+        (b'"qwen"', "valid dictionary"),
+        (b'{"format": "1", "endpoint": "qwen"}', "Input should be 1"),
+        (b'{"format": 0, "endpoint": "qwen"}', "Input should be 1"),
+        (b'{"endpoint": "qwen"}', "Field required"),
+    ],
+)
+def test_garbage_is_a_damaged_record(tmp_path: Path, data: bytes, problem: str) -> None:
+    config, path = stored(tmp_path, data)
+    with pytest.raises(InputError) as caught:
+        load_approval(config, "qwen")
+    assert caught.value.message.startswith("damaged approval record: ")
+    assert problem in caught.value.message
+    assert caught.value.file == str(path)
+    assert caught.value.fix == (
+        "`epycctl approve qwen` replaces it, or `epycctl remove qwen` deletes it"
+    )
+
+
+def test_a_cut_short_record_of_each_era_is_damaged(tmp_path: Path) -> None:
+    for era in ERAS:
+        fixture = oldest("cases-genoa-podman.json", era)
+        data = fixture.path.read_bytes()
+        config, _ = stored(tmp_path / era, data[: len(data) // 2])
+        with pytest.raises(InputError) as caught:
+            load_approval(config, "qwen")
+        assert caught.value.message.startswith("damaged approval record: not JSON: "), era
+
+
+def test_a_record_over_8_mib_is_not_read(tmp_path: Path) -> None:
+    raw = oldest("cases-genoa-podman.json").raw
+    padded = json.dumps(raw)[:-1] + ', "padding": "' + "x" * RECORD_MAX_BYTES + '"}'
+    config, path = stored(tmp_path, padded.encode())
+    with pytest.raises(InputError, match="larger than 8 MiB") as caught:
+        load_approval(config, "qwen")
+    assert caught.value.file == str(path)
+
+
+def test_loading_an_old_record_does_not_rewrite_it(tmp_path: Path) -> None:
+    fixture = oldest("cases-genoa-podman.json")
+    config, path = stored(tmp_path, fixture.path.read_bytes())
+    config = config.model_copy(
+        update={
+            "unit_dir": Path(fixture.root) / "systemd",
+            "quadlet_dir": Path(fixture.root) / "containers-systemd",
+        }
+    )
+    before = path.stat()
+    approval = load_approval(config, "qwen")
+    assert approval is not None and approval.plan.host == m.LEGACY_HOST
+    assert path.read_bytes() == fixture.path.read_bytes()
+    assert path.stat().st_mtime_ns == before.st_mtime_ns
+
+
+def test_a_record_without_format_is_format_1() -> None:
+    raw: dict[str, Any] = dict(oldest("cases-genoa-podman.json", ERAS[-1]).raw)
+    del raw["format"]
+    record = m.migrate(raw)
+    assert isinstance(record, dict)
+    assert Approval.model_validate(record).format == 1
+
+
+def test_the_unit_time_readers_load_no_renderer() -> None:
+    """The boot check, the crash recorder and the balancer's gate read records at every
+    start and stop: reading one (migration included) must not pull in the renderer."""
+    code = (
+        "import sys, epycd.approval.check, epycd.approval.crashloop, epycd.approval.ready;"
+        "print(sorted(m for m in sys.modules if m.startswith('epycd.render')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
+    )
+    assert done.stdout.strip() == "[]"
