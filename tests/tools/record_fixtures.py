@@ -99,6 +99,8 @@ ERAS: tuple[Era, ...] = (
     Era("E10", "9d62682", "no new key; vllm_args + [--stream-interval N]"),
     Era("E11", "a256ce0", "Approval + `image_digest`"),
     Era("E12", "b30f55f", "+ `healing`"),
+    # The newest era follows main: when a record's shape (or the renderer's output) changes,
+    # pin it to the last commit of its shape and add the next era after it.
     Era(
         "E13",
         "main",
