@@ -57,11 +57,7 @@ The tests fail on any other cycle, and on an entry that is no longer exactly a c
 one shrinks, replace its entry by what is left; when it is gone, delete it."""
 
 MAX_MODULE_LINES = 600
-KNOWN_LARGE: frozenset[str] = frozenset(
-    {
-        "epycd/supervisor.py",
-    }
-)
+KNOWN_LARGE: frozenset[str] = frozenset()
 """Modules over `MAX_MODULE_LINES` today (paths from the repository root); each is deleted
 once split below it, and the tests fail on a module that is no longer here or no longer
 large."""

@@ -1,5 +1,5 @@
 """Approval records of every era the product has written (tests/approval/records/, made by
-each era's own code: tests/tools/record_fixtures.py) still work with today's code:
+each era's own code: tests/dev/record_fixtures.py) still work with today's code:
 
 - each loads (`load_approval`, the bytes as they are on an admin's disk);
 - the boot check (`check_problems`, every unit's ExecCondition=) passes on the host it was

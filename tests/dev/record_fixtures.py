@@ -29,7 +29,7 @@ else), so that no temporary path ever enters a record and nothing in one is rewr
 paths, unit texts and their sha256 are as written. The tests map the unit files' install
 paths (`units[*].path`) from `BASE/NAME` to their own folder where they install them.
 
-    sudo PYTHONPATH=$PWD .venv/bin/python tests/tools/record_fixtures.py [E1 E5 ...]
+    sudo PYTHONPATH=$PWD .venv/bin/python tests/dev/record_fixtures.py [E1 E5 ...]
 
 Root only (BASE and the secrets); BASE must not exist and is removed afterwards. With no
 era named it makes them all, replacing each era's folder; README.md is written anew from
@@ -410,7 +410,7 @@ def write_readme(manifests: list[dict[str, Any]]) -> None:
 
 README = """# Approval records of every format the product has written
 
-Written by `tests/tools/record_fixtures.py` (its docstring says how); do not edit by hand.
+Written by `tests/dev/record_fixtures.py` (its docstring says how); do not edit by hand.
 Each `ERA-COMMIT/` folder holds the records that main-line commit's own code wrote, made
 the way its own tests approved plans, and a `manifest.json` saying where each comes from
 (the source, the case, the catalogue host of tests/hosts.py it was approved on, and the
