@@ -176,6 +176,13 @@ def healing_none(decisions: Decisions) -> Decisions:
     return defaults(decisions, {"healing": None})
 
 
+@each_decisions
+def invocation_none(decisions: Decisions) -> Decisions:
+    """Issue 28 B3: the typed vLLM invocation. None is a record from before it: its words are
+    its `vllm_args` (`epycd.plan.invocation.invocation_from_record` reads them once)."""
+    return defaults(decisions, {"invocation": None})
+
+
 FORMAT_1_STEPS: tuple[Step, ...] = (
     drop_exec_start_pre,
     listen_host_all,
@@ -187,6 +194,7 @@ FORMAT_1_STEPS: tuple[Step, ...] = (
     instance_keys,
     image_digest,
     healing_none,
+    invocation_none,
 )
 
 STEPS: dict[int, tuple[Step, ...]] = {1: FORMAT_1_STEPS}

@@ -35,6 +35,7 @@ FIRST_ERA_WITH: dict[m.Step, str] = {
     m.instance_keys: "E8",
     m.image_digest: "E11",
     m.healing_none: "E12",
+    m.invocation_none: "E14",
 }
 """Each step -> the era of the commit it is named after: the first whose records have what
 it writes down (memory_keys: 74402cb's runtime_gb and process_gb, the last of its keys)."""

@@ -103,10 +103,11 @@ ERAS: tuple[Era, ...] = (
     # pin it to the last commit of its shape and add the next era after it.
     Era(
         "E13",
-        "main",
-        "the current format: each instance's exec_condition has `--unit NAME_N`, healing "
-        "defaults changed, the renderer changed (7abb128, c72552a, 421d4cb, 14ce84c)",
+        "2c92031",
+        "each instance's exec_condition has `--unit NAME_N`, healing defaults changed, the "
+        "renderer changed (7abb128, c72552a, 421d4cb, 14ce84c)",
     ),
+    Era("E14", "main", "the current format: + `invocation` (the typed vLLM invocation)"),
 )
 
 CASE_HOSTS = {
