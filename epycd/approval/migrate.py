@@ -179,7 +179,7 @@ def healing_none(decisions: Decisions) -> Decisions:
 @each_decisions
 def invocation_none(decisions: Decisions) -> Decisions:
     """Issue 28 B3: the typed vLLM invocation. None is a record from before it: its words are
-    its `vllm_args` (`epycd.plan.invocation.invocation_from_record` reads them once)."""
+    its stored `vllm_args`, rendered as they are."""
     return defaults(decisions, {"invocation": None})
 
 

@@ -3,8 +3,9 @@ as fields and before any word of argv. The planner fills it (`serve_invocation`,
 decide_cpu and gpu_decide) and stores it as `EndpointDecisions.invocation`;
 `epycd.plan.argv` is the only builder of its words (`vllm_argv`, `bench_engine_argv`).
 
-`invocation_from_record` is the one reader of an argv: it derives the invocation of a record
-approved before the planner filled the field (its flat decisions and `vllm_args`).
+Nothing in the product reads an argv back (a record from before the field renders from its
+stored `vllm_args`); tests/render/argv_records.py derives invocations from argv to check
+`vllm_argv` against every planned and stored case.
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from epycd.sizes import GIB
 from epycd.spec.flags import ExtraFlags
 
 if TYPE_CHECKING:
-    from epycd.plan.model import EndpointDecisions
     from epycd.spec import EndpointSpec
 
 MAX_NUM_SEQS_FLAG = "--max-num-seqs"
@@ -137,83 +136,4 @@ def serve_invocation(
         chat_template=spec.chat_template or None,
         extra=spec.extra_flags,
         engine=engine,
-    )
-
-
-def _after(words: list[str], flag: str) -> str | None:
-    """The word after the first `flag` of `words` (the plan's own, exact spelling)."""
-    if flag not in words:
-        return None
-    index = words.index(flag)
-    return words[index + 1] if index + 1 < len(words) else None
-
-
-def invocation_from_record(decisions: EndpointDecisions) -> VllmInvocation:
-    """The invocation of one instance's flat decisions: an endpoint's own, or a member's of an
-    instance set (a set's own `vllm_args` are its first member's). The fields come from the
-    decisions; the argv, as the planner writes it, gives what never was a field. Its
-    `approved_argv` is None: for an argv of another shape (a hand-written one, or a record of
-    an older renderer) `epycd.plan.argv.vllm_argv` does not give the argv back, and the
-    caller keeps it there."""
-    argv = list(decisions.vllm_args)
-    serving = argv.index("--host") if "--host" in argv else len(argv)
-    planned, listen = argv[1:serving], argv[serving + 6 :]
-    revision = None
-    if listen[:1] == [REVISION_FLAG] and len(listen) > 1:
-        revision, listen = listen[1], listen[2:]
-    template = decisions.chat_template
-    if template is not None and listen[:2] == [CHAT_TEMPLATE_FLAG, template]:
-        listen = listen[2:]
-    return VllmInvocation(
-        model_arg=argv[0] if argv else decisions.model,
-        dtype=decisions.dtype,
-        max_model_len=decisions.max_model_len,
-        host=decisions.host,
-        port=decisions.port,
-        served_model_name=decisions.served_model_name,
-        revision=revision,
-        chat_template=template,
-        extra=ExtraFlags.of(listen),
-        engine=_rocm_engine(decisions, planned)
-        if decisions.device == "instinct"
-        else _cpu_engine(decisions, planned),
-    )
-
-
-def _cpu_engine(decisions: EndpointDecisions, planned: list[str]) -> CpuEngine:
-    interval = _after(planned, STREAM_INTERVAL_FLAG)
-    return CpuEngine(
-        omp_cpus=decisions.omp_cpus,
-        max_num_seqs=decisions.max_num_seqs,
-        max_num_batched_tokens=decisions.max_num_batched_tokens,
-        pass_batched_tokens=BATCHED_TOKENS_FLAG in planned,
-        kv_cache_memory_bytes=None
-        if KV_SPACE_ENV in decisions.env
-        else decisions.kv_cache_gb * GIB,
-        enforce_eager=decisions.enforce_eager,
-        stream_interval=int(interval) if interval and interval.isdecimal() else None,
-    )
-
-
-def _rocm_engine(decisions: EndpointDecisions, planned: list[str]) -> RocmEngine:
-    """The recipe's args are what lies between the plan's own flags: after the context and
-    max_num_seqs, before the tensor-parallel flags and --enforce-eager."""
-    rest = planned[4:]
-    seqs = decisions.max_num_seqs or None
-    if seqs is not None and rest[:2] == [MAX_NUM_SEQS_FLAG, str(seqs)]:
-        rest = rest[2:]
-    if decisions.enforce_eager and rest[-1:] == [ENFORCE_EAGER_FLAG]:
-        rest = rest[:-1]
-    tp = decisions.tensor_parallel_size
-    backend: Literal["mp"] | None = None
-    if tp > 1 and rest[-2:] == [EXECUTOR_BACKEND_FLAG, "mp"]:
-        backend, rest = "mp", rest[:-2]
-    if tp > 1 and rest[-2:] == [TENSOR_PARALLEL_FLAG, str(tp)]:
-        rest = rest[:-2]
-    return RocmEngine(
-        max_num_seqs=seqs,
-        recipe_args=rest,
-        tensor_parallel_size=tp,
-        distributed_executor_backend=backend,
-        enforce_eager=decisions.enforce_eager,
     )

@@ -27,13 +27,14 @@ from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.model import instinct
 from epycd.plan.argv import bench_engine_argv, vllm_argv
-from epycd.plan.invocation import CpuEngine, RocmEngine, VllmInvocation, invocation_from_record
+from epycd.plan.invocation import CpuEngine, RocmEngine, VllmInvocation
 from epycd.plan.model import EndpointDecisions, Plan
 from epycd.plan.result import EndpointResult
 from epycd.spec.flags import ExtraFlags
 from tests.hosts import CATALOGUE, FakeGpu, write_host
 from tests.instinct.conftest import DOCKER, workspace_in
 from tests.plan.conftest import PODMAN_5, PlanWorkspace, fake_host
+from tests.render.argv_records import invocation_from_record
 from tests.render.fixtures import CASES as HAND_WRITTEN
 from tests.render.fixtures import as_plan
 from tests.render.test_golden import CASES as GOLDEN_CASES
