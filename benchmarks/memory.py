@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from runs import fmt, new_report, parse_run, run_parser
-from serving import PLANNED, Bench, approve, configs, machine, model_path, parameters
+from serving import PLANNED, Bench, approve, configs, machine, model_path, one_instance, parameters
 
 from epycd.model.footprint import load_footprint
 from epycd.sizes import GIB
@@ -53,16 +53,17 @@ def run_case(
     extra = f'extra_args = ["--max-num-batched-tokens={batched}"]\n' if batched else ""
     name = f"mem-{size}-{batched or 'plan'}"
     plan, _ = approve(bench, name, model, extra)
-    config = next(c for c in configs(model, plan) if c.label == PLANNED)
+    decisions = one_instance(plan)
+    config = next(c for c in configs(model, decisions) if c.label == PLANNED)
     measured = bench.measure(model, size, config, concurrency)
     tokens = logged_kv_tokens(Path(measured.log))
-    memory = plan.memory
+    memory = decisions.memory
     kv_logged = round(tokens * memory.kv_bytes_per_token / GIB, 3) if tokens else None
     case = {
         "model": size,
         "parameters": parameters(model),
-        "batched_tokens": plan.max_num_batched_tokens,
-        "max_num_seqs": plan.max_num_seqs,
+        "batched_tokens": decisions.max_num_batched_tokens,
+        "max_num_seqs": decisions.max_num_seqs,
         "memory": memory.model_dump(mode="json"),
         "started": measured.started,
         "refusal": measured.refusal,

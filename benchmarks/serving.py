@@ -60,7 +60,7 @@ sys.path.insert(0, str(REPO))
 from runs import fmt, new_report, parse_run, run_parser  # noqa: E402
 
 from epycd.approval.record import load_approval  # noqa: E402
-from epycd.plan.model import Plan  # noqa: E402
+from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, Plan  # noqa: E402
 from epycd.render.balancer import haproxy_config  # noqa: E402
 from epycd.render.commands import supervisor, vllm_serve_on_host  # noqa: E402
 from epycd.settings import Settings  # noqa: E402
@@ -83,14 +83,15 @@ def load1() -> float:
 
 @dataclass
 class Config:
-    """One way of serving the model; `plan` set means it runs under the supervisor."""
+    """One way of serving the model; `decisions` set means it runs under the supervisor,
+    as the unit of that one vLLM process runs it."""
 
     label: str
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
     pin: list[str] = field(default_factory=list)
     served: str = ""
-    plan: Plan | None = None
+    decisions: CpuEndpoint | None = None
 
 
 @dataclass
@@ -204,8 +205,9 @@ class Bench:
         return Path(tempfile.mkstemp(prefix=f"{slug}-", suffix=".log", dir=self.work / "logs")[1])
 
     def spawn(self, config: Config, port: int, log: Path, notify: Path) -> subprocess.Popen[bytes]:
-        if config.plan is not None:
-            argv = [*config.pin, *supervisor(config.plan, vllm_serve_on_host(config.plan))]
+        if config.decisions is not None:
+            server = vllm_serve_on_host(config.decisions)
+            argv = [*config.pin, *supervisor(config.decisions, server)]
             extra = dict(config.env) | {"NOTIFY_SOCKET": str(notify)}
         else:
             argv = [*config.pin, str(self.vllm), "serve", *config.args, "--port", str(port)]
@@ -252,20 +254,20 @@ class Bench:
         return {key: data.get(key) for key in METRICS} | {"prompts": prompts, "load": load}
 
     def measure(self, model: Path, tag: str, config: Config, concurrencies: list[int]) -> Measured:
-        port = config.plan.port if config.plan is not None else free_port()
+        port = config.decisions.port if config.decisions is not None else free_port()
         log = self.log_path(tag, config)
         result = Measured(tag, config.label, False, load_at_start=load1(), log=str(log))
         with NotifySocket(self.work / f"notify-{os.getpid()}") as sock:
             t0 = time.monotonic()
             process = self.spawn(config, port, log, sock.path)
-            rss = PeakRss(process.pid, skip_root=config.plan is not None)
+            rss = PeakRss(process.pid, skip_root=config.decisions is not None)
             try:
                 if not wait_healthy(port, process):
                     result.refusal = refusal_line(log)
                     return result
                 result.started, result.startup_s = True, round(time.monotonic() - t0, 1)
-                if config.plan is not None:
-                    if sock.wait_for("READY=1", config.plan.start_timeout_s) is None:
+                if config.decisions is not None:
+                    if sock.wait_for("READY=1", config.decisions.start_timeout_s) is None:
                         result.started, result.refusal = False, f"no READY=1: see {log}"
                         return result
                     result.ready_s = round(time.monotonic() - t0, 1)
@@ -350,17 +352,25 @@ def approve(bench: Bench, name: str, model: Path, extra_toml: str = "") -> tuple
     approval = load_approval(settings, name)
     assert approval is not None
     plan = Plan.model_validate(approval.plan)
-    for argv in plan.exec_condition:
+    for argv in plan.decisions.exec_condition:
         subprocess.run(argv, env=env, check=True, capture_output=True)
     return plan, seconds
 
 
-def unit_pin(plan: Plan) -> list[str]:
+def one_instance(plan: Plan) -> CpuEndpoint:
+    """The decisions of an endpoint approved as one vLLM instance on CPUs."""
+    decisions = plan.decisions
+    if not isinstance(decisions, CpuEndpoint):
+        raise SystemExit(f"{plan.endpoint}: planned as {decisions.kind}, not one CPU instance")
+    return decisions
+
+
+def unit_pin(decisions: CpuEndpoint) -> list[str]:
     """What CPUAffinity= + NUMAPolicy=bind + NUMAMask= do to the unit's processes."""
-    nodes = ",".join(map(str, plan.numa_nodes))
+    nodes = ",".join(map(str, decisions.numa_nodes))
     if shutil.which("numactl"):
-        return ["numactl", f"--physcpubind={plan.cpus}", f"--membind={nodes}"]
-    return ["taskset", "-c", plan.cpus]
+        return ["numactl", f"--physcpubind={decisions.cpus}", f"--membind={nodes}"]
+    return ["taskset", "-c", decisions.cpus]
 
 
 def without_port(args: list[str]) -> list[str]:
@@ -370,34 +380,34 @@ def without_port(args: list[str]) -> list[str]:
     return args
 
 
-def plan_kv(plan: Plan) -> tuple[list[str], dict[str, str]]:
+def plan_kv(decisions: CpuEndpoint) -> tuple[list[str], dict[str, str]]:
     """The plan's KV size, passed the way the plan passes it to this vLLM."""
-    if "--kv-cache-memory-bytes" in plan.vllm_args:
-        at = plan.vllm_args.index("--kv-cache-memory-bytes")
-        return plan.vllm_args[at : at + 2], {}
-    return [], {"VLLM_CPU_KVCACHE_SPACE": plan.env["VLLM_CPU_KVCACHE_SPACE"]}
+    if "--kv-cache-memory-bytes" in decisions.vllm_args:
+        at = decisions.vllm_args.index("--kv-cache-memory-bytes")
+        return decisions.vllm_args[at : at + 2], {}
+    return [], {"VLLM_CPU_KVCACHE_SPACE": decisions.env["VLLM_CPU_KVCACHE_SPACE"]}
 
 
-def configs(model: Path, plan: Plan) -> list[Config]:
+def configs(model: Path, decisions: CpuEndpoint) -> list[Config]:
     served = str(model)
-    kv_args, kv_env = plan_kv(plan)
-    auto_env = dict(plan.env) | {"VLLM_CPU_OMP_THREADS_BIND": "auto"}
+    kv_args, kv_env = plan_kv(decisions)
+    auto_env = dict(decisions.env) | {"VLLM_CPU_OMP_THREADS_BIND": "auto"}
     return [
-        Config(PLANNED, [], env=dict(plan.env), pin=unit_pin(plan), plan=plan),
+        Config(PLANNED, [], env=dict(decisions.env), pin=unit_pin(decisions), decisions=decisions),
         Config("plain default", [served], served=served),
         Config("plain + plan KV", [served, *kv_args], env=kv_env, served=served),
         Config(
             "plan, vLLM auto bind",
-            without_port(plan.vllm_args),
+            without_port(decisions.vllm_args),
             env=auto_env,
-            served=plan.served_model_name,
+            served=decisions.served_model_name,
         ),
         Config(
             DIAGNOSTIC,
-            without_port(plan.vllm_args),
-            env=dict(plan.env),
-            pin=unit_pin(plan),
-            served=plan.served_model_name,
+            without_port(decisions.vllm_args),
+            env=dict(decisions.env),
+            pin=unit_pin(decisions),
+            served=decisions.served_model_name,
         ),
     ]
 
@@ -411,15 +421,15 @@ def instances_label(count: int) -> str:
     return f"planned, {count} instances + HAProxy"
 
 
-def spawn_haproxy(bench: Bench, plan: Plan) -> subprocess.Popen[bytes]:
+def spawn_haproxy(bench: Bench, decisions: InstanceSetEndpoint) -> subprocess.Popen[bytes]:
     """Debian's HAProxy from the test cache, in the foreground, with the plan's config."""
-    config = bench.work / f"haproxy-{plan.endpoint}.cfg"
-    config.write_text(haproxy_config(plan))
+    config = bench.work / f"haproxy-{decisions.endpoint}.cfg"
+    config.write_text(haproxy_config(decisions))
     binary = HAPROXY_ROOT / "usr" / "sbin" / "haproxy"
     if not os.access(binary, os.X_OK):
         raise SystemExit(f"{binary} is missing: run tests/bootstrap.sh (tests/tools/haproxy.sh)")
     env = {"LD_LIBRARY_PATH": str(HAPROXY_ROOT / "usr" / "lib" / "x86_64-linux-gnu")}
-    log = bench.work / "logs" / f"haproxy-{plan.endpoint}.log"
+    log = bench.work / "logs" / f"haproxy-{decisions.endpoint}.log"
     with log.open("wb") as out:
         return subprocess.Popen(
             [str(binary), "-f", str(config)],
@@ -432,17 +442,13 @@ def spawn_haproxy(bench: Bench, plan: Plan) -> subprocess.Popen[bytes]:
 
 
 def start_members(
-    bench: Bench, model: str, plan: Plan, stack: contextlib.ExitStack
+    bench: Bench, model: str, decisions: InstanceSetEndpoint, stack: contextlib.ExitStack
 ) -> tuple[list[subprocess.Popen[bytes]], str]:
     """Every instance as its unit runs it, up to READY=1; (processes, refusal)."""
-    assert plan.instances is not None
     processes = []
-    for member in plan.instances.members:
-        member_plan = Plan.model_validate(
-            {**member.model_dump(), "units": {}, "fingerprint": plan.fingerprint}
-        )
-        config = Config(member.unit_name, [], env=dict(member.env), pin=unit_pin(member_plan),
-                        plan=member_plan)  # fmt: skip
+    for member in decisions.members:
+        config = Config(member.unit_name, [], env=dict(member.env), pin=unit_pin(member),
+                        decisions=member)  # fmt: skip
         sock = stack.enter_context(NotifySocket(bench.work / f"notify-{member.instance}"))
         log = bench.log_path(model, config)
         process = bench.spawn(config, member.port, log, sock.path)
@@ -460,26 +466,29 @@ def measure_instances(bench: Bench, size: str, count: int, concurrency: int) -> 
     then `vllm bench serve` against the balancer's port."""
     model = model_path(size)
     plan, _ = approve(bench, f"bench-{size}-x{count}", model, f"instances = {count}\n")
-    if plan.instances is None:
-        raise SystemExit(f"instances = {count} planned one instance here: {plan.socket_reason}")
+    decisions = plan.decisions
+    if not isinstance(decisions, InstanceSetEndpoint):
+        raise SystemExit(
+            f"instances = {count} planned one instance here: {decisions.socket_reason}"
+        )
     label = instances_label(count)
     result = Measured(size, label, False, load_at_start=load1())
     with contextlib.ExitStack() as stack:
         t0 = time.monotonic()
-        processes, refusal = start_members(bench, size, plan, stack)
+        processes, refusal = start_members(bench, size, decisions, stack)
         rss = [PeakRss(p.pid, skip_root=True) for p in processes]
         try:
             if refusal:
                 result.refusal = refusal
                 return result
-            balancer = spawn_haproxy(bench, plan)
+            balancer = spawn_haproxy(bench, decisions)
             stack.callback(stop_group, balancer)
-            if not wait_healthy(plan.port, balancer):
+            if not wait_healthy(decisions.port, balancer):
                 result.refusal = "HAProxy did not answer /health"
                 return result
             result.started, result.startup_s = True, round(time.monotonic() - t0, 1)
-            config = Config(label, [], served=plan.served_model_name, plan=plan)
-            result.runs[concurrency] = bench.bench(plan.port, config, model, concurrency)
+            config = Config(label, [], served=decisions.served_model_name)
+            result.runs[concurrency] = bench.bench(decisions.port, config, model, concurrency)
             print(f"  {size} {label} c={concurrency}: {result.runs[concurrency]}", flush=True)
             return result
         finally:
@@ -568,9 +577,10 @@ def run_model(
 ) -> tuple[dict[str, Any], list[Measured]]:
     model = model_path(size)
     plan, approve_s = approve(bench, f"bench-{size}", model)
-    print(f"{size}: approved in {approve_s} s: {plan.vllm_args} {plan.env}", flush=True)
+    decisions = one_instance(plan)
+    print(f"{size}: approved in {approve_s} s: {decisions.vllm_args} {decisions.env}", flush=True)
     measured = []
-    by_label = {config.label: config for config in configs(model, plan)}
+    by_label = {config.label: config for config in configs(model, decisions)}
     for label in labels:
         config = by_label[label]
         result = bench.measure(model, size, config, concurrencies)
@@ -582,7 +592,7 @@ def run_model(
             result = bench.measure(model, size, by_label[again], lost)
             result.rerun = True
             measured.append(result)
-    dumped = plan.model_dump(mode="json")
+    dumped = decisions.model_dump(mode="json")
     keys = ("cpus", "omp_cpus", "numa_nodes", "env", "vllm_args", "kv_cache_gb", "max_num_seqs")
     summary = {key: dumped[key] for key in keys} | {"approve_s": approve_s}
     return summary | {"model": str(model), "parameters": parameters(model)}, measured

@@ -95,7 +95,7 @@ def endpoint_cpus(plans: Iterable[Plan], siblings: dict[int, list[int]]) -> set[
 
     cpus: set[int] = set()
     for plan in plans:
-        for cpu in parse_cpulist(plan.cpus):
+        for cpu in parse_cpulist(plan.decisions.cpus):
             cpus.add(cpu)
             cpus.update(siblings.get(cpu, []))
     return cpus
@@ -319,7 +319,7 @@ class Daemon:
             return self.settle_seconds
         longest = SETTLE_FLOOR_SECONDS
         for plan in self.approved_plans():
-            longest = max(longest, plan.start_timeout_s)
+            longest = max(longest, plan.decisions.start_timeout_s)
         return min(longest + SETTLE_MARGIN_SECONDS, SETTLE_CAP_SECONDS)
 
     def load(self) -> None:

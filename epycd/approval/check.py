@@ -39,7 +39,7 @@ from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts
 from epycd.host.pyheaders import python_headers
 from epycd.names import unit_name
-from epycd.plan.model import Plan
+from epycd.plan.model import CpuEndpoint, InstinctEndpoint, Plan, vllm_processes
 from epycd.plan.tuning import ENFORCE_EAGER, compile_gap
 from epycd.settings import Settings
 from epycd.spec.flags import ExtraFlags
@@ -65,10 +65,13 @@ def unit_changes(approval: Approval) -> list[str]:
 def socket_needs(plan: Plan) -> dict[int, float]:
     """Socket -> the memory the approved plan needs there: a multi-instance set's instances
     each hold their own weights and KV pool, on every socket they use (docs/instances.md)."""
-    if plan.instances is None:
-        return {plan.socket: plan.memory.required_gb}
+    decisions = plan.decisions
+    if isinstance(decisions, InstinctEndpoint):
+        return {decisions.socket: 0.0}
+    if isinstance(decisions, CpuEndpoint):
+        return {decisions.socket: decisions.memory.required_gb}
     needs: dict[int, float] = {}
-    for member in plan.instances.members:
+    for member in decisions.members:
         needs[member.socket] = needs.get(member.socket, 0.0) + member.memory.required_gb
     return needs
 
@@ -78,10 +81,13 @@ def compile_problem(plan: Plan, host: HostFacts, root: Path) -> str | None:
     lost a prerequisite since: the C++ compiler, or the serving interpreter's Python.h.
     An eager or a container endpoint needs neither; eager is --enforce-eager in any spelling
     of the endpoint file's grammar (`epycd.spec.flags`), as the plan's rule 4 reads it."""
-    eager = ExtraFlags.of(plan.vllm_args).given(ENFORCE_EAGER)
-    if plan.runtime != "host" or plan.vllm_executable is None or eager:
+    eager = all(
+        ExtraFlags.of(process.vllm_args).given(ENFORCE_EAGER)
+        for process in vllm_processes(plan.decisions)
+    )
+    if plan.decisions.runtime != "host" or plan.decisions.vllm_executable is None or eager:
         return None
-    gap = compile_gap(host.cxx_compiler, python_headers(root, plan.vllm_executable))
+    gap = compile_gap(host.cxx_compiler, python_headers(root, plan.decisions.vllm_executable))
     if gap is None:
         return None
     return (

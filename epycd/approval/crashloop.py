@@ -34,7 +34,7 @@ from epycd.approval.record import load_approval
 from epycd.atomic import unlink_durable, write_atomic
 from epycd.errors import EpycError, InputError, file_error
 from epycd.names import INSTANCE_SEPARATOR, unit_name
-from epycd.plan.model import EndpointDecisions, Healing, Plan
+from epycd.plan.model import EndpointDecisions, Healing, InstanceSetEndpoint, Plan
 from epycd.readfile import STATE_MAX_BYTES, read_bytes
 from epycd.settings import Settings, load_settings
 from epycd.supervisor import SupervisorStatus, read_status
@@ -119,7 +119,7 @@ def read_crash_record(settings: Settings, stem: str) -> CrashRecord | None:
 def unit_stems(plan: Plan) -> list[str]:
     """Every vLLM unit of an approved endpoint that can have a record: its own, and its
     instances' (a set's own unit is its balancer)."""
-    members = plan.instances.members if plan.instances is not None else []
+    members = plan.instance_set.members if plan.instance_set is not None else []
     return [plan.unit_name, *(member.unit_name for member in members)]
 
 
@@ -168,13 +168,14 @@ def why(status: SupervisorStatus | None) -> tuple[str, list[str]]:
 
 def target_of(plan: Plan, stem: str) -> EndpointDecisions | None:
     if stem == plan.unit_name:
-        return plan
-    members = plan.instances.members if plan.instances is not None else []
+        return plan.decisions
+    members = plan.instance_set.members if plan.instance_set is not None else []
     return next((member for member in members if member.unit_name == stem), None)
 
 
 def label(name: str, target: EndpointDecisions) -> str:
-    return name if target.instance is None else f"{name} instance {target.instance}"
+    instance = None if isinstance(target, InstanceSetEndpoint) else target.instance
+    return name if instance is None else f"{name} instance {instance}"
 
 
 def restart_text(healing: Healing) -> str:
@@ -203,7 +204,7 @@ def record_run(
     target = target_of(approval.plan, stem)
     if target is None:
         return [f"{stem}: not a unit of the approved endpoint {name}: nothing recorded"]
-    healing = target.healing or approval.plan.healing
+    healing = target.healing or approval.plan.decisions.healing
     if healing is None:
         return []
     status = read_status(Path(target.status_file)) if target.status_file else None

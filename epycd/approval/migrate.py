@@ -28,7 +28,7 @@ from typing import Any, Final
 from epycd.errors import InputError
 from epycd.plan.model import Problem
 
-RECORD_FORMAT: Final = 1
+RECORD_FORMAT: Final = 2
 """The format `approve` writes. A record says it in `format`."""
 
 Record = dict[str, Any]
@@ -183,6 +183,56 @@ def invocation_none(decisions: Decisions) -> Decisions:
     return defaults(decisions, {"invocation": None})
 
 
+PLAN_KEYS = ("units", "unit_dirs", "fingerprint", "inputs_fingerprint")
+"""What a plan holds beside its decisions (format 2: `plan.decisions`)."""
+SET_LEFTOVERS = (
+    "instance", "socket", "socket_reason", "cpus", "omp_cpus", "numa_nodes", "env",
+    "kv_cache_gb", "memory", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
+    "enforce_eager", "vllm_args", "invocation",
+)  # fmt: skip
+"""Format 1 kept these on a set's top level: member 0's words and env, and the members'
+union or worst; format 2 computes the aggregates from the members and has no member 0."""
+GPU_KEYS = ("gpus", "gfx_version", "tensor_parallel_size", "gpu_fit")
+CPU_ONLY_KEYS = ("omp_cpus", "max_num_batched_tokens", "memory")
+"""Format 1 gave an Instinct endpoint "" OpenMP CPUs, 0 batched tokens and a memory fit of
+VRAM figures with CPU zeros: its VRAM fit is `gpu_fit`."""
+
+
+def typed_decisions(flat: Decisions) -> Decisions:
+    """Format 1's flat decisions (one shape for every kind) as format 2's: `kind` says which,
+    and each kind keeps only its own keys."""
+    device = flat.get("device", "cpu")
+    instances = flat.get("instances")
+    rest = {k: v for k, v in flat.items() if k not in ("device", "instances")}
+    if isinstance(instances, dict):
+        members = instances.get("members")
+        if isinstance(members, list):
+            members = [typed_decisions(m) if isinstance(m, dict) else m for m in members]
+            instances = {**instances, "members": members}
+        drop = {*SET_LEFTOVERS, *GPU_KEYS}
+        return {
+            "kind": "set",
+            **{k: v for k, v in rest.items() if k not in drop},
+            "instances": instances,
+        }
+    if device == "instinct":
+        return {"kind": "instinct", **{k: v for k, v in rest.items() if k not in CPU_ONLY_KEYS}}
+    return {"kind": "cpu", **{k: v for k, v in rest.items() if k not in GPU_KEYS}}
+
+
+def typed_plan(record: Record) -> Record:
+    """Issue 28: one type per kind of endpoint. The plan holds `decisions` (with `kind`)
+    beside its units and fingerprints, instead of being flat decisions with them."""
+    plan = record.get("plan")
+    if isinstance(plan, dict) and "decisions" not in plan:
+        flat = {k: v for k, v in plan.items() if k not in PLAN_KEYS}
+        plan = {
+            "decisions": typed_decisions(flat),
+            **{k: v for k, v in plan.items() if k in PLAN_KEYS},
+        }
+    return {**record, "plan": plan, "format": 2}
+
+
 FORMAT_1_STEPS: tuple[Step, ...] = (
     drop_exec_start_pre,
     listen_host_all,
@@ -196,8 +246,9 @@ FORMAT_1_STEPS: tuple[Step, ...] = (
     healing_none,
     invocation_none,
 )
+"""What format-1 records of each era lack, in the order of the commits that added it."""
 
-STEPS: dict[int, tuple[Step, ...]] = {1: FORMAT_1_STEPS}
+STEPS: dict[int, tuple[Step, ...]] = {1: (*FORMAT_1_STEPS, typed_plan), 2: ()}
 """Format -> the steps that bring a record of that format to the next one (the last format:
 to today's shape). A record of format v goes through `STEPS[v]`, ... `STEPS[RECORD_FORMAT]`."""
 
@@ -229,6 +280,13 @@ def migrated_plan(plan: Decisions) -> Decisions:
     record = migrate({"format": 1, "plan": plan})
     assert isinstance(record, dict)
     result: Decisions = record["plan"]
+    return result
+
+
+def migrated_decisions(flat: Decisions) -> Decisions:
+    """Format 1's flat decisions (no units) in today's shape."""
+    plan = migrated_plan({**flat, "units": {}, "fingerprint": ""})
+    result: Decisions = plan["decisions"]
     return result
 
 

@@ -50,12 +50,12 @@ def settled_states(
 def ready_check(settings: Settings, name: str) -> tuple[int, str]:
     """(exit code, the one line to print)."""
     approval = load_approval(settings, name)
-    if approval is None or approval.plan.instances is None:
+    if approval is None or approval.plan.instance_set is None:
         raise InputError(
             f"no approved multi-instance endpoint {name}",
             fix=f"run `epycctl approve {name}`",
         )
-    chosen = approval.plan.instances
+    chosen = approval.plan.instance_set
     units = [f"{member.unit_name}.service" for member in chosen.members]
     states = settled_states(units, chosen.min_ready)
     ready = [unit for unit, state in states.items() if state == "active"]

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 StateName = Literal["pending-approval", "approved", "changed-needs-approval", "orphaned", "damaged"]
 
-VOLATILE_PLAN_KEYS = frozenset({"fingerprint", "units", "unit_dirs", "warnings", "socket_reason"})
+VOLATILE_PLAN_KEYS = frozenset({"fingerprint", "units", "unit_dirs"})
+VOLATILE_DECISION_KEYS = frozenset({"warnings", "socket_reason"})
 VOLATILE_MEMORY_KEYS = frozenset({"available_gb"})
 
 
@@ -67,9 +68,13 @@ class EndpointState(BaseModel):
 
 
 def comparable_plan(plan: Plan) -> dict[str, Any]:
-    """The plan's JSON without what moves on its own (busy %, available memory, wording)."""
-    kept = plan.model_dump(mode="json", exclude=set(VOLATILE_PLAN_KEYS))
-    kept["memory"] = {k: v for k, v in kept["memory"].items() if k not in VOLATILE_MEMORY_KEYS}
+    """The plan's JSON without what moves on its own (busy %, available memory, wording),
+    its decisions on the top level, as the diff has always shown them."""
+    kept = plan.decisions.model_dump(mode="json", exclude=set(VOLATILE_DECISION_KEYS))
+    kept |= plan.model_dump(mode="json", exclude={"decisions", *VOLATILE_PLAN_KEYS})
+    memory = kept.get("memory")  # an Instinct endpoint's fit is `gpu_fit`; a set's, its members'
+    if isinstance(memory, dict):
+        kept["memory"] = {k: v for k, v in memory.items() if k not in VOLATILE_MEMORY_KEYS}
     return kept
 
 

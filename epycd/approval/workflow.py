@@ -47,7 +47,13 @@ from epycd.errors import EpycError, InputError, Refusal, file_error
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
-from epycd.plan.model import Plan
+from epycd.plan.model import (
+    CpuEndpoint,
+    EndpointDecisions,
+    InstanceSetEndpoint,
+    InstinctEndpoint,
+    Plan,
+)
 from epycd.settings import Settings
 
 QUADLET_SUFFIX = ".container"
@@ -56,20 +62,30 @@ START_MARGIN_S = 30
 ACTIVE_STATES = frozenset({"active", "activating", "reloading", "deactivating"})
 
 
+def memory_short(decisions: EndpointDecisions) -> CpuEndpoint | None:
+    """The CPU instance that does not fit its socket's memory (a set's worst member)."""
+    if isinstance(decisions, InstinctEndpoint):
+        return None
+    instance = decisions.worst_member if isinstance(decisions, InstanceSetEndpoint) else decisions
+    return None if instance.memory.fits else instance
+
+
 def gate(plan: Plan, *, accept_unvalidated: bool) -> None:
     """Refuse (exit 1) a plan that must not be installed as it is."""
     fix = f"see `epycctl plan {plan.endpoint}`"
-    if plan.errors:
-        raise Refusal("the plan has errors: " + "; ".join(p.text for p in plan.errors), fix=fix)
-    if not plan.memory.fits:
+    if plan.decisions.errors:
         raise Refusal(
-            f"does not fit: needs {plan.memory.required_gb:g} GiB, socket {plan.socket} has "
-            f"{plan.memory.available_gb:g} GiB available",
-            fix=plan.memory.action or fix,
+            "the plan has errors: " + "; ".join(p.text for p in plan.decisions.errors), fix=fix
         )
-    if plan.requires_confirmation and not accept_unvalidated:
+    if (short := memory_short(plan.decisions)) is not None:
         raise Refusal(
-            "needs explicit consent: " + "; ".join(plan.confirmation_reasons),
+            f"does not fit: needs {short.memory.required_gb:g} GiB, socket {short.socket} has "
+            f"{short.memory.available_gb:g} GiB available",
+            fix=short.memory.action or fix,
+        )
+    if plan.decisions.requires_confirmation and not accept_unvalidated:
+        raise Refusal(
+            "needs explicit consent: " + "; ".join(plan.decisions.confirmation_reasons),
             fix="read the reasons, then approve with --accept-unvalidated",
         )
 
@@ -90,8 +106,8 @@ def make_approval(
         fingerprint=plan.fingerprint,
         approved_at=now or datetime.now(UTC),
         approver=approver,
-        accepted_unvalidated=accepted_unvalidated and plan.requires_confirmation,
-        endpoint_file_sha256=sha256_file(Path(plan.config_file)),
+        accepted_unvalidated=accepted_unvalidated and plan.decisions.requires_confirmation,
+        endpoint_file_sha256=sha256_file(Path(plan.decisions.config_file)),
         host_shape=host_shape(host),
         units={
             name: UnitRecord(path=str(targets[name]), sha256=sha256_text(text))
@@ -103,16 +119,16 @@ def make_approval(
 
 def pull_image(plan: Plan) -> None:
     """`podman pull` / `docker pull` with its progress on this terminal."""
-    if plan.runtime == "host" or not plan.image:
+    runtime, image = plan.decisions.runtime, plan.decisions.image
+    if runtime == "host" or not image:
         return
-    tool = shutil.which(plan.runtime)
+    tool = shutil.which(runtime)
     if tool is None:
-        raise Refusal(f"`{plan.runtime}` not found on PATH to pull {plan.image}")
-    done = subprocess.run([tool, "pull", plan.image], check=False)
+        raise Refusal(f"`{runtime}` not found on PATH to pull {image}")
+    done = subprocess.run([tool, "pull", image], check=False)
     if done.returncode != 0:
         raise Refusal(
-            f"`{plan.runtime} pull {plan.image}` failed (exit {done.returncode}); nothing "
-            "was installed",
+            f"`{runtime} pull {image}` failed (exit {done.returncode}); nothing was installed",
             fix="check the registry is reachable, or load the image and use --no-pull",
         )
 
@@ -122,12 +138,12 @@ def image_digest(plan: Plan) -> str | None:
     {{.Id}}`: the sha256 of the image's config, the same in podman and docker), recorded in
     the approval so that what it binds does not float with a later pull; None for a host
     endpoint, an image not present, or an engine that does not answer."""
-    if plan.runtime == "host" or not plan.image:
+    if plan.decisions.runtime == "host" or not plan.decisions.image:
         return None
-    tool = shutil.which(plan.runtime)
+    tool = shutil.which(plan.decisions.runtime)
     if tool is None:
         return None
-    argv = [tool, "image", "inspect", "--format", "{{.Id}}", plan.image]
+    argv = [tool, "image", "inspect", "--format", "{{.Id}}", plan.decisions.image]
     try:
         done = subprocess.run(
             argv, capture_output=True, text=True, timeout=INSPECT_TIMEOUT_S, check=False
@@ -245,8 +261,8 @@ def finish_or_undo(settings: Settings) -> None:
 
 def plan_ports(plan: Plan) -> set[int]:
     """The endpoint's port and, for a multi-instance endpoint, its instances' ports."""
-    members = plan.instances.members if plan.instances is not None else []
-    return {plan.port, *(member.port for member in members)}
+    members = plan.instance_set.members if plan.instance_set is not None else []
+    return {plan.decisions.port, *(member.port for member in members)}
 
 
 def overlap(plan: Plan, other: Plan) -> list[str]:
@@ -255,7 +271,7 @@ def overlap(plan: Plan, other: Plan) -> list[str]:
     shared_ports = sorted(plan_ports(plan) & plan_ports(other))
     if shared_ports:
         clashes.append(f"port {', '.join(map(str, shared_ports))}")
-    shared = set(parse_cpulist(plan.cpus)) & set(parse_cpulist(other.cpus))
+    shared = set(parse_cpulist(plan.decisions.cpus)) & set(parse_cpulist(other.decisions.cpus))
     if shared:
         clashes.append(f"CPUs {format_cpulist(sorted(shared))}")
     return clashes
@@ -297,7 +313,7 @@ def disable_dropped(
 def start_wait_s(approval: Approval) -> int:
     """How long `systemctl start` may block: the unit's own TimeoutStartSec (the plan's
     start timeout) and a margin for systemd's reply."""
-    return approval.plan.start_timeout_s + START_MARGIN_S
+    return approval.plan.decisions.start_timeout_s + START_MARGIN_S
 
 
 def start_approved(

@@ -42,7 +42,7 @@ from epycd.listen import local_url
 from epycd.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from epycd.plan.model import Plan
+    from epycd.plan.model import Plan, SingleEndpoint
 
 RESULT_IN_CONTAINER = "/epycd-bench"
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -89,10 +89,11 @@ def serve_bench_args(
     plan: Plan, concurrency: int, prompts: int, lengths: tuple[int, int], out: str
 ) -> list[str]:
     """`vllm bench serve` arguments against the endpoint, the result written to `out`."""
+    base = local_url(plan.decisions.host, plan.decisions.port)
     folder, _, file_name = out.rpartition("/")
     return [
-        "bench", "serve", "--backend", "vllm", "--base-url", local_url(plan.host, plan.port),
-        "--model", plan.served_model_name, "--tokenizer", plan.model,
+        "bench", "serve", "--backend", "vllm", "--base-url", base,
+        "--model", plan.decisions.served_model_name, "--tokenizer", plan.decisions.model,
         "--dataset-name", "random",
         "--random-input-len", str(lengths[0]), "--random-output-len", str(lengths[1]),
         "--ignore-eos", "--num-prompts", str(prompts), "--max-concurrency", str(concurrency),
@@ -103,18 +104,20 @@ def serve_bench_args(
 
 def bench_argv(plan: Plan, args: list[str], results: Path) -> list[str]:
     """The endpoint's own vLLM: the host venv, or the image on the host network."""
-    if plan.runtime == "host":
-        return [str(plan.vllm_executable), *args]
+    if plan.decisions.runtime == "host":
+        return [str(plan.decisions.vllm_executable), *args]
     mounts = [f"{results}:{RESULT_IN_CONTAINER}"]
-    if plan.hf_cache:
-        mounts.append(f"{plan.hf_cache.host_path}:{plan.hf_cache.container_path}")
-    mounts += [f"{m.host_path}:{m.container_path}:ro" for m in plan.extra_mounts]
-    argv = [plan.runtime, "run", "--rm", "--network=host", "--entrypoint", "vllm"]
-    if plan.api_key_file and args[:2] == ["bench", "serve"]:
+    if plan.decisions.hf_cache:
+        mounts.append(
+            f"{plan.decisions.hf_cache.host_path}:{plan.decisions.hf_cache.container_path}"
+        )
+    mounts += [f"{m.host_path}:{m.container_path}:ro" for m in plan.decisions.extra_mounts]
+    argv = [plan.decisions.runtime, "run", "--rm", "--network=host", "--entrypoint", "vllm"]
+    if plan.decisions.api_key_file and args[:2] == ["bench", "serve"]:
         argv.append(f"--env={API_KEY_ENV}")  # the name only: the value from bench_env
     for mount in mounts:
         argv += ["-v", mount]
-    return [*argv, str(plan.image), *args]
+    return [*argv, str(plan.decisions.image), *args]
 
 
 def answers(plan: Plan) -> bool:
@@ -127,17 +130,17 @@ def answers(plan: Plan) -> bool:
 
 
 def health_url(plan: Plan) -> str:
-    return f"{local_url(plan.host, plan.port)}/health"
+    return f"{local_url(plan.decisions.host, plan.decisions.port)}/health"
 
 
 def api_key(plan: Plan) -> str | None:
     """The endpoint's API key from its root-only api_key_file, read by the plan's own secret
     reader; None for an endpoint without one."""
-    if not plan.api_key_file:
+    if not plan.decisions.api_key_file:
         return None
     from epycd.plan.secrets import read_api_key
 
-    return read_api_key(Path(plan.api_key_file), Path(plan.config_file))
+    return read_api_key(Path(plan.decisions.api_key_file), Path(plan.decisions.config_file))
 
 
 def bench_env(key: str | None) -> dict[str, str]:
@@ -155,9 +158,18 @@ def require_ready(plan: Plan, name: str) -> None:
         )
 
 
-def engine_args(plan: Plan) -> list[str]:
+def offline_target(plan: Plan) -> SingleEndpoint:
+    """The vLLM process the offline benchmark runs as: the endpoint's own, or a set's first
+    instance (every member is sized alike; its own CPUs, nodes and environment)."""
+    from epycd.plan.model import InstanceSetEndpoint
+
+    decisions = plan.decisions
+    return decisions.members[0] if isinstance(decisions, InstanceSetEndpoint) else decisions
+
+
+def engine_args(process: SingleEndpoint) -> list[str]:
     """The endpoint's model and sizing flags (and --enforce-eager) from its serve arguments."""
-    serve = plan.vllm_args
+    serve = process.vllm_args
     args = ["--model", serve[0]]
     for index, word in enumerate(serve[:-1]):
         if word in ENGINE_FLAGS:
@@ -168,20 +180,21 @@ def engine_args(plan: Plan) -> list[str]:
 def throughput_argv(plan: Plan, prompts: int, lengths: tuple[int, int], results: Path) -> list[str]:
     """`vllm bench throughput` with the endpoint's sizing, pinned as its unit pins it; the
     result goes to `results`/offline.json."""
-    inside = results if plan.runtime == "host" else Path(RESULT_IN_CONTAINER)
+    process = offline_target(plan)
+    inside = results if process.runtime == "host" else Path(RESULT_IN_CONTAINER)
     out = f"{inside}/offline.json"
     args = [
-        "bench", "throughput", *engine_args(plan), "--dataset-name", "random",
+        "bench", "throughput", *engine_args(process), "--dataset-name", "random",
         "--input-len", str(lengths[0]), "--output-len", str(lengths[1]),
         "--num-prompts", str(prompts), "--seed", "0", "--output-json", out,
     ]  # fmt: skip
-    nodes = ",".join(map(str, plan.numa_nodes))
-    if plan.runtime == "host":
-        return [*numactl(plan.cpus, nodes), str(plan.vllm_executable), *args]
+    nodes = ",".join(map(str, process.numa_nodes))
+    if process.runtime == "host":
+        return [*numactl(process.cpus, nodes), str(process.vllm_executable), *args]
     argv = bench_argv(plan, args, results)
     run = argv.index("run") + 1
-    flags = [f"--cpuset-cpus={plan.cpus}", f"--cpuset-mems={nodes}", "--ipc=host"]
-    flags += [f"--env={key}={value}" for key, value in sorted(plan.env.items())]
+    flags = [f"--cpuset-cpus={process.cpus}", f"--cpuset-mems={nodes}", "--ipc=host"]
+    flags += [f"--env={key}={value}" for key, value in sorted(process.env.items())]
     return [*argv[:run], *flags, *argv[run:]]
 
 
@@ -206,8 +219,9 @@ def run_offline(
             fix=f"epycctl stop {name}, run the benchmark, then epycctl start {name}",
         )
     argv = throughput_argv(plan, prompts, lengths, results)
-    env = os.environ | plan.env if plan.runtime == "host" else None
-    seqs = plan.max_num_seqs
+    process = offline_target(plan)
+    env = os.environ | process.env if process.runtime == "host" else None
+    seqs = process.max_num_seqs
     started = time.monotonic()
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     out = results / "offline.json"
@@ -320,7 +334,7 @@ def approved_plan(settings: Settings, name: str) -> Plan:
 def offline_run(
     plan: Plan, name: str, prompts_per_concurrency: int, lengths: tuple[int, int]
 ) -> BenchRun:
-    prompts = max(8, prompts_per_concurrency * plan.max_num_seqs)
+    prompts = max(8, prompts_per_concurrency * plan.decisions.max_num_seqs)
     with tempfile.TemporaryDirectory(prefix="epycd-bench-") as folder:
         click.echo(f"offline: vllm bench throughput, {prompts} prompts ...", err=True)
         return run_offline(plan, name, prompts, lengths, Path(folder))
@@ -340,7 +354,7 @@ def serve_runs(
         for concurrency in concurrencies:
             prompts = max(8, prompts_per_concurrency * concurrency)
             file_name = f"c{concurrency}.json"
-            inside = results if plan.runtime == "host" else Path(RESULT_IN_CONTAINER)
+            inside = results if plan.decisions.runtime == "host" else Path(RESULT_IN_CONTAINER)
             args = serve_bench_args(plan, concurrency, prompts, lengths, f"{inside}/{file_name}")
             argv = bench_argv(plan, args, results)
             measured = run_one(argv, f"concurrency {concurrency}", results / file_name, key)

@@ -8,19 +8,17 @@ import click
 
 from epycd.cli.options import NonEmptyPath
 from epycd.cli.output import json_option, print_json
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import InstinctEndpoint
 from epycd.text import escaped
 
 
-def gpu_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
+def gpu_rows(decided: InstinctEndpoint) -> list[tuple[str, str]]:
     """`epycctl plan`'s rows for an Instinct endpoint: the VRAM fit, the GPUs and CPUs."""
     fit = decided.gpu_fit
     vram = (
         f"tensor parallel {fit.tensor_parallel_size}: weights {fit.weights_gb} + overhead "
         f"{fit.overhead_gb} of {fit.vram_gb} GiB per GPU, {fit.remaining_for_kv_gb} GiB left "
         f"for the KV cache ({fit.tier})"
-        if fit
-        else "unknown"
     )
     return [
         ("VRAM fit", vram),

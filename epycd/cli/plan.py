@@ -15,8 +15,9 @@ from epycd.cli.output import EXIT_OK, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
+from epycd.model.facts import MemoryFit
 from epycd.plan.current import LOAD_SAMPLE_SECONDS
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import CpuEndpoint, EndpointDecisions, InstanceSetEndpoint, InstinctEndpoint
 from epycd.plan.result import EndpointResult
 from epycd.settings import load_settings
 from epycd.text import escaped, escaped_lines
@@ -67,21 +68,86 @@ MEMORY_KEYS = (
 )
 
 
+INSTANCE_KEYS = (
+    "socket",
+    "socket_reason",
+    "cpus",
+    "omp_cpus",
+    "numa_nodes",
+    "env",
+    "kv_cache_gb",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enforce_eager",
+    "vllm_args",
+)
+"""The keys of one vLLM process: a set has no single value for `env`, `vllm_args`,
+`max_num_batched_tokens` and `enforce_eager` (null; each member has its own), and shows
+the union of its members' CPUs and nodes, the socket they share (null across sockets), and
+its tightest member's context, batch and KV pool."""
+GPU_KEYS = ("gpus", "gfx_version", "tensor_parallel_size")
+KIND_KEYS = ("kind", "device", "restart", "healing", *GPU_KEYS, "vram", "instances")
+"""Keys after `JSON_KEYS`: what kind of endpoint, how it heals, an Instinct endpoint's GPUs
+and VRAM fit (null on CPUs), a set's instances (null for one instance)."""
+
+
+def memory_json(fit: MemoryFit) -> dict[str, Any]:
+    dumped = fit.model_dump(mode="json")
+    keys = (*MEMORY_KEYS, "fits", "suggested_max_model_len", "action")
+    return {key: dumped[key] for key in keys}
+
+
+def decisions_json(decided: EndpointDecisions) -> dict[str, Any]:
+    """The plan keys of decisions, by kind (docs/architecture.md, "Plan keys")."""
+    dumped = decided.model_dump(mode="json")
+    data: dict[str, Any] = {key: dumped.get(key) for key in (*JSON_KEYS, *KIND_KEYS)}
+    data.update(
+        kind=decided.kind,
+        device="instinct" if isinstance(decided, InstinctEndpoint) else "cpu",
+    )
+    if isinstance(decided, InstanceSetEndpoint):
+        data.update({key: getattr(decided, key, None) for key in INSTANCE_KEYS})
+        data["memory"] = memory_json(decided.memory)
+        data["instances"] = instances_json(decided)
+        return data
+    if isinstance(decided, InstinctEndpoint):
+        data.update({key: dumped[key] for key in GPU_KEYS}, vram=dumped["gpu_fit"])
+        data.update(omp_cpus=None, max_num_batched_tokens=None, memory=None)
+        return data
+    data["memory"] = memory_json(decided.memory)
+    return data
+
+
+def instances_json(decided: InstanceSetEndpoint) -> dict[str, Any]:
+    """A set's layout, its balancer, and each member as a whole instance (its own port,
+    CPUs, nodes, env and args)."""
+    chosen = decided.instances
+    return {
+        "requested": chosen.requested,
+        "placement": chosen.placement,
+        "count": chosen.count,
+        "min_ready": chosen.min_ready,
+        "reasons": chosen.reasons,
+        "balancer": {
+            "kind": chosen.balancer,
+            "unit_name": decided.unit_name,
+            "host": decided.host,
+            "port": decided.port,
+        },
+        # the members' typed invocation is not a plan key: their vllm_args are its words
+        "members": [m.model_dump(mode="json", exclude={"invocation"}) for m in chosen.members],
+    }
+
+
 def plan_json(result: EndpointResult) -> dict[str, Any]:
     """The `plan` keys (docs/architecture.md, "Plan keys"); keys not decided (refused early)
     are null."""
-    decided: EndpointDecisions | None = result.plan or result.decisions
-    data: dict[str, Any] = dict.fromkeys(JSON_KEYS)
+    decided = result.plan.decisions if result.plan is not None else result.decisions
+    data: dict[str, Any] = dict.fromkeys((*JSON_KEYS, *KIND_KEYS))
     data["endpoint"] = result.endpoint
     if decided is not None:
-        dumped = decided.model_dump(mode="json")
-        data.update({key: dumped[key] for key in JSON_KEYS})
-        data["memory"] = {
-            **{key: dumped["memory"][key] for key in MEMORY_KEYS},
-            "fits": dumped["memory"]["fits"],
-            "suggested_max_model_len": dumped["memory"]["suggested_max_model_len"],
-            "action": dumped["memory"]["action"],
-        }
+        data.update(decisions_json(decided))
     else:
         if result.model_facts is not None:
             data["model"] = result.model_facts.model
@@ -99,10 +165,6 @@ def plan_json(result: EndpointResult) -> dict[str, Any]:
                 confirmation_reasons=route.confirmation_reasons,
                 warnings=route.warnings,
             )
-    if decided is not None and decided.instances is not None:
-        # the members' typed invocation is not a plan key: their vllm_args are its words
-        members = {"members": {"__all__": {"invocation"}}}
-        data["instances"] = decided.instances.model_dump(mode="json", exclude=members)
     data["errors"] = [problem.text for problem in result.errors]
     data["units"] = result.plan.units if result.plan else {}
     data["unit_dirs"] = result.plan.unit_dirs if result.plan else {}
@@ -135,9 +197,9 @@ def _hardware_text(host: HostFacts) -> str:
 
 def _instance_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
     """A multi-instance endpoint: the balancer, why this many, and each instance's place."""
-    chosen = decided.instances
-    if chosen is None:
+    if not isinstance(decided, InstanceSetEndpoint):
         return []
+    chosen = decided.instances
     rows = [
         (
             "Instances",
@@ -162,7 +224,7 @@ def _instance_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
 
 
 def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
-    decided = result.plan or result.decisions
+    decided = result.plan.decisions if result.plan is not None else result.decisions
     rows: list[tuple[str, str]] = []
     if decided is not None:
         rows += [
@@ -172,10 +234,12 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
             ("Path", _path_text(decided)),
             ("Precision", decided.dtype),
         ]
-        if decided.device == "instinct":
+        if isinstance(decided, InstinctEndpoint):
             from epycd.cli.instinct import gpu_rows
 
             rows += gpu_rows(decided)
+        elif isinstance(decided, InstanceSetEndpoint):
+            rows += _set_rows(decided)
         else:
             rows += _cpu_rows(decided)
         rows += [
@@ -199,7 +263,25 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
     return table(rows, header=("Item", "Value"))
 
 
-def _cpu_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
+def _set_rows(decided: InstanceSetEndpoint) -> list[tuple[str, str]]:
+    """A set's fit and context are its tightest member's (each member's own are in its
+    row); its CPUs and nodes are all of its members'."""
+    worst = decided.worst_member
+    fit, cpu, context = _cpu_rows(worst)
+    where = "across sockets" if decided.socket is None else f"socket {decided.socket}"
+    return [
+        (fit[0], f"tightest instance ({worst.instance}): {fit[1]}"),
+        (
+            cpu[0],
+            f"{where} ({decided.socket_reason}), pinned {decided.cpus}, OpenMP bind "
+            f"{decided.omp_cpus}, memory bound to NUMA nodes "
+            f"{','.join(map(str, decided.numa_nodes))}",
+        ),
+        (context[0], f"tightest instance ({worst.instance}): {context[1]}"),
+    ]
+
+
+def _cpu_rows(decided: CpuEndpoint) -> list[tuple[str, str]]:
     fit = decided.memory
     return [
         (
@@ -235,7 +317,7 @@ def show(result: EndpointResult, host: HostFacts) -> None:
         folder = result.plan.unit_dirs.get(file_name, "")
         click.echo(escaped_lines(f"\n# {Path(folder) / file_name}\n{text.rstrip()}"))
     click.echo(f"\nfingerprint {result.plan.fingerprint}")
-    if result.plan.requires_confirmation:
+    if result.plan.decisions.requires_confirmation:
         click.echo(f"approve with: epycctl approve {result.endpoint} --accept-unvalidated")
     else:
         click.echo(f"approve with: epycctl approve {result.endpoint}")

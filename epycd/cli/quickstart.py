@@ -306,7 +306,7 @@ def wait_and_hand_off(settings: Settings, approval: Approval, previous: Approval
     name = approval.endpoint
     status_file = supervisor_status_file(settings, approval.plan, name)
     service = main_service(approval)
-    timeout = approval.plan.start_timeout_s
+    timeout = approval.plan.decisions.start_timeout_s
     click.echo(f"waiting for {service} to pass the health gate (up to {timeout} s)")
     try:
         with StartProgress(service, status_file, click.echo):

@@ -20,7 +20,7 @@ from epycd.plan.invocation import (
     VllmInvocation,
     serve_invocation,
 )
-from epycd.plan.model import EndpointDecisions, HfCacheMount
+from epycd.plan.model import CpuEndpoint, HfCacheMount
 from epycd.plan.prepare import Prepared
 from epycd.plan.route import Route
 from epycd.plan.served import Placed, ServedModel, served_fields, served_model, service_fields
@@ -96,7 +96,7 @@ def decide(
     product_python: str,
     status_file: str,
     memory_share: float = 1.0,
-) -> EndpointDecisions:
+) -> CpuEndpoint:
     """Every decision for one placed endpoint (or one instance of it, with its share of the
     nodes' memory): sizing, mounts, served name, timeouts."""
     route = prepared.route
@@ -106,7 +106,7 @@ def decide(
     placed = Placed(placement.socket, placement.numa_nodes, port, warnings, _stock_notes(prepared))
     host_hf = chosen.hf if not chosen.containerized else None
     invocation = cpu_invocation(prepared, chosen, fit, sizing, port)
-    return EndpointDecisions(
+    return CpuEndpoint(
         **served_fields(prepared, chosen),
         **service_fields(prepared, chosen, placed, host, stack, product_python, status_file),
         backend=route.backend,

@@ -10,7 +10,14 @@ from typing import Any
 from epycd.errors import EpycError, Refusal
 from epycd.host.facts import HostFacts
 from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
-from epycd.plan.model import EndpointDecisions, Plan, Problem, UnitRenderer
+from epycd.plan.model import (
+    CpuEndpoint,
+    EndpointDecisions,
+    InstanceSetEndpoint,
+    Plan,
+    Problem,
+    UnitRenderer,
+)
 from epycd.plan.prepare import Prepared
 from epycd.plan.result import EndpointResult, failed
 from epycd.plan.sharing import Sharing
@@ -31,7 +38,7 @@ def finish(
     units, dirs = render(decisions, settings.unit_dir, settings.quadlet_dir)
     inputs = _inputs(prepared, stack, host, decisions, units, dirs)
     return Plan(
-        **decisions.model_dump(),
+        decisions=decisions,
         units=units,
         unit_dirs=dirs,
         fingerprint=fingerprint(inputs),
@@ -60,7 +67,10 @@ def _inputs(
 
 
 def unfit(
-    prepared: Prepared, decisions: EndpointDecisions, host: HostFacts, stack: Stack
+    prepared: Prepared,
+    decisions: CpuEndpoint | InstanceSetEndpoint,
+    host: HostFacts,
+    stack: Stack,
 ) -> EndpointResult:
     """The refusal of an endpoint that does not fit, with its inputs' fingerprint: memory
     short now is no drift of an approved endpoint whose inputs did not change."""

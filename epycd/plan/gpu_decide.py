@@ -10,7 +10,7 @@ The recipe's model data is `data/instinct-recipes.json` (`epycd.model.instinct`)
 from __future__ import annotations
 
 from epycd.host.cpulist import format_cpulist
-from epycd.model.facts import MemoryFit, ModelFacts
+from epycd.model.facts import ModelFacts
 from epycd.model.gpu_memory import GpuFit
 from epycd.model.instinct import (
     InstinctRecipes,
@@ -23,7 +23,7 @@ from epycd.paths import endpoint_status_file
 from epycd.plan.argv import vllm_argv
 from epycd.plan.gpu import GpuPlacement
 from epycd.plan.invocation import RocmEngine, VllmInvocation, serve_invocation
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import InstinctEndpoint
 from epycd.plan.prepare import Prepared
 from epycd.plan.served import (
     Placed,
@@ -117,25 +117,9 @@ def gpu_invocation(
     )
 
 
-def gpu_memory(facts: ModelFacts, fit: GpuFit, context: int) -> MemoryFit:
-    """The VRAM fit in the plan's memory figures: required and available are the GPUs'
-    VRAM (the boot check compares the socket's RAM only with CPU plans' needs)."""
-    tp = fit.tensor_parallel_size
-    kv = round(fit.remaining_for_kv_gb * tp, 2)
-    return MemoryFit(
-        weights_gb=round((facts.weights_bytes or 0) / GIB, 2),
-        kv_bytes_per_token=facts.kv_bytes_per_token,
-        context=context,
-        max_num_seqs=0,
-        kv_gb=kv,
-        kv_pool_gb=int(kv),
-        headroom_gb=fit.overhead_gb * tp,
-        required_gb=0.0,
-        available_gb=round(fit.vram_gb * tp, 2),
-        fits=True,
-        suggested_max_model_len=context,
-        action="",
-    )
+def gpu_kv_pool_gb(fit: GpuFit) -> int:
+    """The KV pool over all the endpoint's GPUs, whole GiB."""
+    return int(round(fit.remaining_for_kv_gb * fit.tensor_parallel_size, 2))
 
 
 def gpu_cpus(placement: GpuPlacement) -> str:
@@ -157,7 +141,7 @@ def _recipe_warnings(model: str, recipe: tuple[list[str], Recipe | None]) -> lis
 
 def decide_gpu(
     prepared: Prepared, share: Sharing, placement: GpuPlacement, port: int
-) -> EndpointDecisions:
+) -> InstinctEndpoint:
     spec, facts = prepared.spec, prepared.facts
     chosen = served_model(prepared, share.stack, share.hf_cache, containerized=True)
     context, context_warnings = gpu_context(spec, facts, placement.fit)
@@ -171,29 +155,24 @@ def decide_gpu(
         confirmation_reasons=placement.confirmation_reasons
         + consent_reasons(recipe[0], {}, where="the Instinct recipe's args"),
     )
-    memory = gpu_memory(facts, placement.fit, context)
     status = str(endpoint_status_file(share.settings.run_dir, prepared.result.name))
     python = share.product_python
     invocation = gpu_invocation(spec, placement, recipe, chosen, context, port)
-    return EndpointDecisions(
+    return InstinctEndpoint(
         **served_fields(prepared, chosen),
         **service_fields(prepared, chosen, placed, share.host, share.stack, python, status),
         backend="rocm",
         socket_reason=f"the NUMA node(s) of GPU(s) {','.join(map(str, placement.gpus))}: "
         + placement.reason,
         cpus=gpu_cpus(placement),
-        omp_cpus="",
         env=gpu_env(placement, recipe[1], spec),
-        kv_cache_gb=memory.kv_pool_gb,
-        memory=memory,
+        kv_cache_gb=gpu_kv_pool_gb(placement.fit),
         max_model_len=context,
         max_num_seqs=spec.max_num_seqs or 0,
-        max_num_batched_tokens=0,
         enforce_eager=placement.fit.tier == "tight",
         vllm_args=vllm_argv(invocation),
         invocation=invocation,
         run_flags=gpu_run_flags(),
-        device="instinct",
         gpus=placement.gpus,
         gfx_version=placement.gfx_version,
         tensor_parallel_size=placement.fit.tensor_parallel_size,

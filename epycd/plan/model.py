@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from epycd.errors import EpycError, Refusal
+from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
 from epycd.plan.invocation import VllmInvocation
@@ -100,9 +101,11 @@ class Healing(BaseModel):
     )
 
 
-class EndpointDecisions(BaseModel):
-    """Everything decided for one endpoint; no rendered text. Frozen: once decided, a field
-    is not reassigned (the planner appends its late errors to `errors`)."""
+class EndpointService(BaseModel):
+    """What every endpoint has, whatever runs it: the model it serves and how, the route
+    (backend, runtime, image), the unit the admin starts (`unit_name`: the instance's own, or
+    a set's balancer), where it listens, how it heals, and what the approver must review.
+    Frozen: once decided, a field is not reassigned (the planner appends late errors)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -121,43 +124,18 @@ class EndpointDecisions(BaseModel):
     vllm_executable: str | None = Field(default=None, description="host path only")
     vllm_version: str
     dtype: str
-    socket: int
-    socket_reason: str
-    cpus: str = Field(description="pinned set (cpuset): the instance's physical cores")
-    omp_cpus: str = Field(
-        description="VLLM_CPU_OMP_THREADS_BIND: the pinned set without the front end's first "
-        "core(s) (docs/tuning.md rule 1)"
-    )
-    numa_nodes: list[int]
-    env: dict[str, str] = Field(description="environment for vLLM; never a secret")
-    kv_cache_gb: int
-    memory: MemoryFit
     port: int
     host: str = Field(
         default="127.0.0.1",
-        description="the address vLLM listens on (--host); loopback unless "
-        "the endpoint file says otherwise",
+        description="the address the endpoint listens on (vLLM's --host, or a set's "
+        "balancer); loopback unless the endpoint file says otherwise",
     )
-    max_model_len: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
     profile: Literal["balanced", "latency", "throughput"] = "balanced"
-    enforce_eager: bool = Field(
-        default=False,
-        description="a host vLLM without a C++ compiler or its interpreter's Python headers "
-        "(docs/tuning.md rule 4)",
-    )
     limit_nofile: int = Field(
         default=LIMIT_NOFILE, description="LimitNOFILE= / --ulimit nofile (rule 5)"
     )
     limit_memlock: str = Field(
         default=LIMIT_MEMLOCK, description="LimitMEMLOCK= / --ulimit memlock (rule 5)"
-    )
-    vllm_args: list[str] = Field(description="arguments after `vllm serve`, model first")
-    invocation: VllmInvocation | None = Field(
-        default=None,
-        description="`vllm serve` typed; `vllm_args` are its words (epycd.plan.argv); "
-        "None only in an approval record written before the planner filled it",
     )
     run_flags: list[str] = Field(default_factory=list, description="container run flags")
     hf_cache: HfCacheMount | None = None
@@ -197,30 +175,64 @@ class EndpointDecisions(BaseModel):
     confirmation_reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     errors: list[Problem] = Field(default_factory=list)
-    device: Literal["cpu", "instinct"] = "cpu"
-    gpus: list[int] = Field(
-        default_factory=list, description="Instinct: the GPU indices (HIP_VISIBLE_DEVICES)"
-    )
-    gfx_version: str | None = Field(default=None, description="Instinct: the GPUs' gfx target")
-    tensor_parallel_size: int = 1
-    gpu_fit: GpuFit | None = Field(default=None, description="Instinct: the VRAM fit per GPU")
+
+
+class VllmProcess(BaseModel):
+    """One vLLM process: where it is pinned, its environment, its context and batch, and
+    `vllm serve` (typed in `invocation`, its words in `vllm_args`)."""
+
+    model_config = ConfigDict(frozen=True)
+
     instance: int | None = Field(
-        default=None, description="which instance of a set these decisions are (docs/instances.md)"
+        default=None, description="which instance of a set this is (docs/instances.md)"
     )
-    instances: InstanceSet | None = Field(
-        default=None, description="instances > 1: the instances behind the balancer"
+    socket: int
+    socket_reason: str
+    cpus: str = Field(description="pinned set (cpuset): the instance's physical cores")
+    numa_nodes: list[int]
+    env: dict[str, str] = Field(description="environment for vLLM; never a secret")
+    kv_cache_gb: int
+    max_model_len: int
+    max_num_seqs: int = Field(description="0: vLLM's default (an Instinct file without one)")
+    enforce_eager: bool = Field(
+        default=False,
+        description="CPU: a host vLLM without a C++ compiler or its interpreter's Python "
+        "headers (docs/tuning.md rule 4); Instinct: the VRAM fit's tight tier",
+    )
+    vllm_args: list[str] = Field(description="arguments after `vllm serve`, model first")
+    invocation: VllmInvocation | None = Field(
+        default=None,
+        description="`vllm serve` typed; `vllm_args` are its words (epycd.plan.argv); "
+        "None only in an approval record written before the planner filled it",
     )
 
-    @field_validator("errors", mode="before")
-    @classmethod
-    def _legacy_errors(cls, value: object) -> object:
-        return [Problem.legacy(item) for item in value] if isinstance(value, list) else value
+
+class CpuEndpoint(EndpointService, VllmProcess):
+    """An endpoint of one vLLM instance on CPUs, or one member of an instance set."""
+
+    kind: Literal["cpu"] = "cpu"
+    omp_cpus: str = Field(
+        description="VLLM_CPU_OMP_THREADS_BIND: the pinned set without the front end's first "
+        "core(s) (docs/tuning.md rule 1)"
+    )
+    max_num_batched_tokens: int
+    memory: MemoryFit = Field(description="the fit in the NUMA nodes' RAM")
+
+
+class InstinctEndpoint(EndpointService, VllmProcess):
+    """An endpoint of one vLLM instance on Instinct GPUs (docs/instinct.md); its CPUs are
+    the GPUs' NUMA node(s), for the host side of the engine."""
+
+    kind: Literal["instinct"] = "instinct"
+    gpus: list[int] = Field(description="the GPU indices (HIP_VISIBLE_DEVICES)")
+    gfx_version: str | None = Field(default=None, description="the GPUs' gfx target")
+    tensor_parallel_size: int = 1
+    gpu_fit: GpuFit = Field(description="the VRAM fit per GPU")
 
 
 class InstanceSet(BaseModel):
-    """An endpoint of several vLLM instances behind one balancer (docs/instances.md): the
-    endpoint's own decisions are the balancer's port and host and the union of the members'
-    CPUs and nodes; each member is a whole instance's decisions, on a loopback port."""
+    """The instances of a set behind its balancer (docs/instances.md): how many and why,
+    how many must be ready, and each member, a whole instance on a loopback port."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -230,10 +242,99 @@ class InstanceSet(BaseModel):
     min_ready: int = Field(description="instances that must pass the health gate")
     balancer: Literal["haproxy"] = "haproxy"
     reasons: list[str] = Field(description="why this many instances")
-    members: list[EndpointDecisions]
+    members: list[CpuEndpoint]
 
 
-class Plan(EndpointDecisions):
+class InstanceSetEndpoint(EndpointService):
+    """An endpoint of several CPU instances behind one balancer: its own unit, address and
+    healing are the balancer's; what the instances hold together (CPUs, nodes, memory) is
+    computed from the members, never stored twice."""
+
+    kind: Literal["set"] = "set"
+    instances: InstanceSet
+
+    @property
+    def members(self) -> list[CpuEndpoint]:
+        return self.instances.members
+
+    @property
+    def cpus(self) -> str:
+        return format_cpulist(sorted(c for m in self.members for c in parse_cpulist(m.cpus)))
+
+    @property
+    def omp_cpus(self) -> str:
+        return format_cpulist(sorted(c for m in self.members for c in parse_cpulist(m.omp_cpus)))
+
+    @property
+    def numa_nodes(self) -> list[int]:
+        return sorted({node for m in self.members for node in m.numa_nodes})
+
+    @property
+    def sockets(self) -> list[int]:
+        return sorted({m.socket for m in self.members})
+
+    @property
+    def socket_reason(self) -> str:
+        return f"{self.instances.count} instances: " + "; ".join(self.instances.reasons)
+
+    @property
+    def socket(self) -> int | None:
+        """The socket every member is on; None for a set across sockets."""
+        sockets = self.sockets
+        return sockets[0] if len(sockets) == 1 else None
+
+    @property
+    def max_model_len(self) -> int:
+        """The context every member serves."""
+        return min(m.max_model_len for m in self.members)
+
+    @property
+    def worst_member(self) -> CpuEndpoint:
+        """The member with the least room: the set is sized, and refused, by it."""
+        return min(self.members, key=lambda m: (m.memory.fits, m.max_num_seqs))
+
+    @property
+    def memory(self) -> MemoryFit:
+        return self.worst_member.memory
+
+    @property
+    def kv_cache_gb(self) -> int:
+        return self.worst_member.kv_cache_gb
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.worst_member.max_num_seqs
+
+
+SingleEndpoint = CpuEndpoint | InstinctEndpoint
+"""An endpoint that is one vLLM process (its unit runs it)."""
+
+EndpointDecisions = Annotated[
+    CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint, Field(discriminator="kind")
+]
+"""Everything decided for one endpoint, no rendered text: one type per kind of endpoint."""
+
+DECISIONS: TypeAdapter[CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint] = TypeAdapter(
+    EndpointDecisions
+)
+
+
+def vllm_processes(
+    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
+) -> list[SingleEndpoint]:
+    """The endpoint's vLLM processes: a set's members, or the endpoint itself."""
+    if isinstance(decisions, InstanceSetEndpoint):
+        return list(decisions.members)
+    return [decisions]
+
+
+class Plan(BaseModel):
+    """An endpoint's decisions, the units rendered from them and their fingerprints: what
+    `epycctl plan` shows and an approval record stores."""
+
+    model_config = ConfigDict(frozen=True)
+
+    decisions: EndpointDecisions
     units: dict[str, str] = Field(description="unit file name -> exact text")
     unit_dirs: dict[str, str] = Field(
         default_factory=dict, description="unit file name -> the folder it is installed in"
@@ -243,8 +344,32 @@ class Plan(EndpointDecisions):
         default="", description="over the shaping inputs only: what drift compares"
     )
 
+    @property
+    def endpoint(self) -> str:
+        return self.decisions.endpoint
 
-EndpointDecisions.model_rebuild()
+    @property
+    def unit_name(self) -> str:
+        return self.decisions.unit_name
+
+    @property
+    def instance_set(self) -> InstanceSet | None:
+        """The instances behind the balancer; None for an endpoint of one instance."""
+        decisions = self.decisions
+        return decisions.instances if isinstance(decisions, InstanceSetEndpoint) else None
+
+    @property
+    def gpus(self) -> list[int]:
+        """The Instinct GPUs the endpoint holds; none for a CPU endpoint."""
+        decisions = self.decisions
+        return decisions.gpus if isinstance(decisions, InstinctEndpoint) else []
+
+    @property
+    def fits(self) -> bool:
+        """The endpoint fits its memory (an Instinct endpoint was placed only where its VRAM
+        fit)."""
+        decisions = self.decisions
+        return isinstance(decisions, InstinctEndpoint) or decisions.memory.fits
 
 
 class RenderedUnits(NamedTuple):
@@ -256,7 +381,9 @@ class RenderedUnits(NamedTuple):
     """unit file name -> the folder it is installed in"""
 
 
-UnitRenderer = Callable[[EndpointDecisions, Path, Path], RenderedUnits]
+UnitRenderer = Callable[
+    [CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint, Path, Path], RenderedUnits
+]
 """(decisions, unit folder, Quadlet folder) -> the units. The planner is given one
 (`epycd.render.render_for_plan`) by the layer above, so the plan layer never imports the
 renderer that sits on top of it."""

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from epycd.errors import InputError, Refusal
-from epycd.host.cpulist import format_cpulist, parse_cpulist
+from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.listen import DEFAULT_HOST
 from epycd.names import instance_unit_name
@@ -21,7 +21,13 @@ from epycd.plan.alloc import Placement, cpu_nodes
 from epycd.plan.decide_cpu import decide
 from epycd.plan.healing import balancer_healing
 from epycd.plan.instances import Layout, Region, plan_layout, region_of
-from epycd.plan.model import EndpointDecisions, HfCacheMount, InstanceSet
+from epycd.plan.model import (
+    CpuEndpoint,
+    EndpointService,
+    HfCacheMount,
+    InstanceSet,
+    InstanceSetEndpoint,
+)
 from epycd.plan.ports import LAST_PORT, Listener
 from epycd.plan.prepare import Prepared
 from epycd.plan.served import exposure_reason
@@ -112,7 +118,7 @@ def decide_set(
     hf_cache: HfCacheMount,
     product_python: str,
     run_dir: Path,
-) -> EndpointDecisions:
+) -> CpuEndpoint | InstanceSetEndpoint:
     """The set's decisions: each instance decided on its slot, the balancer on `port`."""
     name, spec = prepared.result.name, prepared.spec
     layout = _layout(prepared, host, stack, parts)
@@ -125,7 +131,7 @@ def decide_set(
         return decide(prepared, placement=placement, port=port, status_file=status, **common)  # type: ignore[arg-type]
     loopback = replace(prepared, spec=spec.model_copy(update={"host": DEFAULT_HOST}))
     ports = instance_ports(port, layout.count, name, taken_ports, listeners)
-    members = []
+    members: list[CpuEndpoint] = []
     for slot, instance_port in zip(layout.slots, ports, strict=True):
         placement = Placement(socket=slot.socket, numa_nodes=slot.numa_nodes, cpus=slot.cpus,
                               reason=slot.reason)  # fmt: skip
@@ -151,12 +157,11 @@ def decide_set(
 
 
 def _set_decisions(
-    prepared: Prepared, layout: Layout, members: list[EndpointDecisions], port: int
-) -> EndpointDecisions:
+    prepared: Prepared, layout: Layout, members: list[CpuEndpoint], port: int
+) -> InstanceSetEndpoint:
+    """The balancer's endpoint: the service the members share, on the endpoint's own
+    address and port, with its own unit, approval check and healing."""
     spec, name = prepared.spec, prepared.result.name
-    cpus = sorted(cpu for m in members for cpu in parse_cpulist(m.cpus))
-    omp = sorted(cpu for m in members for cpu in parse_cpulist(m.omp_cpus))
-    worst = min(members, key=lambda m: (m.memory.fits, m.max_num_seqs))
     reasons = [r for r in members[0].confirmation_reasons if "listens on" not in r]
     if exposed := exposure_reason(spec, port):
         reasons.append(exposed)
@@ -169,26 +174,21 @@ def _set_decisions(
         reasons=layout.reasons,
         members=members,
     )
-    return members[0].model_copy(
-        update={
+    service = members[0].model_dump(include=set(EndpointService.model_fields))
+    start_timeout_s = max(m.start_timeout_s for m in members)
+    return InstanceSetEndpoint(
+        **{
+            **service,
             "unit_name": members[0].unit_name.rsplit("_", 1)[0],
-            "instance": None,
-            "socket_reason": f"{layout.count} instances: " + "; ".join(layout.reasons),
-            "cpus": format_cpulist(cpus),
-            "omp_cpus": format_cpulist(omp),
-            "numa_nodes": sorted({n for m in members for n in m.numa_nodes}),
-            "memory": worst.memory,
-            "kv_cache_gb": worst.kv_cache_gb,
-            "start_timeout_s": max(m.start_timeout_s for m in members),
-            "max_num_seqs": worst.max_num_seqs,
+            "start_timeout_s": start_timeout_s,
             "port": port,
             "host": spec.host,
             "status_file": None,
             "exec_condition": [approval_check_argv(members[0].product_python, name)],
-            "healing": balancer_healing(spec.restart, max(m.start_timeout_s for m in members)),
+            "healing": balancer_healing(spec.restart, start_timeout_s),
             "requires_confirmation": bool(reasons),
             "confirmation_reasons": reasons,
             "warnings": warnings,
-            "instances": instances,
-        }
+        },
+        instances=instances,
     )

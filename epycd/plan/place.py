@@ -21,7 +21,7 @@ from epycd.plan.finish import plan_result, unfit
 from epycd.plan.gpu import GpuPlacement, GpuRequest, cpu_host_view, gpu_nodes, place_gpus
 from epycd.plan.gpu_decide import decide_gpu
 from epycd.plan.instances import Region
-from epycd.plan.model import EndpointDecisions, HfCacheMount
+from epycd.plan.model import EndpointDecisions, HfCacheMount, InstinctEndpoint
 from epycd.plan.multi import decide_set, regions, wants_instances
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
 from epycd.plan.prepare import Prepared
@@ -64,7 +64,7 @@ def _plan_one(
         if exc.file is None:
             exc.file = str(prepared.result.path)
         return failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
-    if not decisions.memory.fits:
+    if not isinstance(decisions, InstinctEndpoint) and not decisions.memory.fits:
         return unfit(prepared, decisions, share.host, share.stack)
     return plan_result(prepared, decisions, share)
 

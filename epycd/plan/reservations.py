@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from epycd.plan.model import Plan
+from epycd.plan.model import EndpointDecisions, InstanceSetEndpoint, InstinctEndpoint, Plan
 from epycd.plan.ports import Listener
 
 
@@ -46,6 +46,16 @@ class Held:
         return {node for _, node in self._node_seats()[1:]}
 
 
+def held_socket(decisions: EndpointDecisions) -> int | None:
+    """The socket an approved plan keeps: a CPU endpoint's, a set's first (on its own socket
+    every member is on it); None for an Instinct endpoint, which holds GPUs."""
+    if isinstance(decisions, InstinctEndpoint):
+        return None
+    if isinstance(decisions, InstanceSetEndpoint):
+        return decisions.sockets[0]
+    return decisions.socket
+
+
 @dataclass(frozen=True)
 class Reservations:
     """Endpoint -> what its approved plan holds."""
@@ -59,18 +69,19 @@ class Reservations:
         `placement = "host"`, on the others) and its instances' ports."""
         held = {}
         for name, plan in approved.items():
-            members = plan.instances.members if plan.instances is not None else []
+            decisions = plan.decisions
+            members = decisions.members if isinstance(decisions, InstanceSetEndpoint) else []
             nodes: dict[int, tuple[int, ...]] = {}
             for member in members:
                 mine = {*nodes.get(member.socket, ()), *member.numa_nodes}
                 nodes[member.socket] = tuple(sorted(mine))
             held[name] = Held(
                 endpoint=name,
-                socket=None if plan.gpus else plan.socket,
+                socket=held_socket(decisions),
                 nodes=nodes,
-                port=plan.port,
+                port=decisions.port,
                 instance_ports=tuple(m.port for m in members),
-                gpus=tuple(plan.gpus),
+                gpus=tuple(decisions.gpus if isinstance(decisions, InstinctEndpoint) else ()),
             )
         return cls(held)
 

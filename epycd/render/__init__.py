@@ -22,9 +22,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from epycd.errors import EpycError
-from epycd.plan.model import EndpointDecisions, RenderedUnits
+from epycd.plan.model import (
+    EndpointDecisions,
+    InstanceSetEndpoint,
+    InstinctEndpoint,
+    RenderedUnits,
+)
 from epycd.render.balancer import render_balancer
-from epycd.render.gpu import check_gpu_decisions, is_gpu
+from epycd.render.gpu import check_gpu_decisions
 from epycd.render.policy import check_decisions, check_identity
 from epycd.render.quadlet import render_container
 from epycd.render.services import render_docker, render_host
@@ -38,10 +43,10 @@ def unit_file_name(decisions: EndpointDecisions) -> str:
 def render_units(decisions: EndpointDecisions) -> dict[str, str]:
     """File name -> exact text. Raises InputError (naming the file and key) on unsafe values.
     A multi-instance endpoint: every instance's units, then the balancer's."""
-    if decisions.instances is not None:
+    if isinstance(decisions, InstanceSetEndpoint):
         return _render_set(decisions)
     try:
-        if is_gpu(decisions):
+        if isinstance(decisions, InstinctEndpoint):
             check_gpu_decisions(decisions)
         else:
             check_decisions(decisions)
@@ -58,8 +63,7 @@ def render_units(decisions: EndpointDecisions) -> dict[str, str]:
     return {unit_file_name(decisions): text}
 
 
-def _render_set(decisions: EndpointDecisions) -> dict[str, str]:
-    assert decisions.instances is not None
+def _render_set(decisions: InstanceSetEndpoint) -> dict[str, str]:
     units: dict[str, str] = {}
     for member in decisions.instances.members:
         units.update(render_units(member))
@@ -77,7 +81,7 @@ def unit_dirs(
     decisions: EndpointDecisions, *, unit_dir: Path, quadlet_dir: Path
 ) -> dict[str, Path]:
     """File name -> the folder it is installed in (Quadlet's folder for `.container`)."""
-    if decisions.instances is not None:
+    if isinstance(decisions, InstanceSetEndpoint):
         dirs = {f"{decisions.unit_name}.service": unit_dir}
         for member in decisions.instances.members:
             dirs.update(unit_dirs(member, unit_dir=unit_dir, quadlet_dir=quadlet_dir))

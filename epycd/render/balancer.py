@@ -39,7 +39,7 @@ from __future__ import annotations
 from epycd.errors import InputError
 from epycd.listen import is_loopback
 from epycd.plan.healing import balancer_start_s
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint
 from epycd.render.healing import service_restart_lines, start_limit_lines
 from epycd.render.sandbox import COMMON_SANDBOX
 from epycd.render.syntax import check_printable, command_line, plain_value
@@ -60,11 +60,11 @@ and only for a connection that failed (`retry-on conn-failure`), never a request
 have run."""
 
 
-def member_service(member: EndpointDecisions) -> str:
+def member_service(member: CpuEndpoint) -> str:
     return f"{member.unit_name}.service"
 
 
-def haproxy_config(decisions: EndpointDecisions) -> str:
+def haproxy_config(decisions: InstanceSetEndpoint) -> str:
     """The whole haproxy.cfg: one frontend on the endpoint's address, one backend of the
     instances on loopback."""
     assert decisions.instances is not None
@@ -99,7 +99,7 @@ def haproxy_config(decisions: EndpointDecisions) -> str:
     return "\n".join(lines) + "\n"
 
 
-def config_credential(decisions: EndpointDecisions) -> str:
+def config_credential(decisions: InstanceSetEndpoint) -> str:
     """`SetCredential=` of the config: systemd C-unescapes it, so newlines are `\\n`; no
     value of it may hold a backslash or a specifier."""
     text = haproxy_config(decisions)
@@ -114,14 +114,14 @@ def config_credential(decisions: EndpointDecisions) -> str:
     return f"{CONFIG_CREDENTIAL}:" + text.replace("\n", "\\n")
 
 
-def ip_lines(decisions: EndpointDecisions) -> list[Line]:
+def ip_lines(decisions: InstanceSetEndpoint) -> list[Line]:
     """On loopback, the balancer talks to loopback only: its clients and its instances."""
     if not is_loopback(decisions.host):
         return []
     return [("IPAddressAllow", "localhost"), ("IPAddressDeny", "any")]
 
 
-def _dependencies(decisions: EndpointDecisions) -> list[Line]:
+def _dependencies(decisions: InstanceSetEndpoint) -> list[Line]:
     assert decisions.instances is not None
     members = " ".join(member_service(m) for m in decisions.instances.members)
     need = "Wants"
@@ -135,7 +135,7 @@ def _dependencies(decisions: EndpointDecisions) -> list[Line]:
     ]
 
 
-def restart_lines(decisions: EndpointDecisions) -> list[Line]:
+def restart_lines(decisions: InstanceSetEndpoint) -> list[Line]:
     """Restart= and RestartSec= from the balancer's healing (no watchdog: HAProxy does not
     ping one); before issue 27, Restart=on-failure alone."""
     if decisions.healing is None:
@@ -143,7 +143,7 @@ def restart_lines(decisions: EndpointDecisions) -> list[Line]:
     return service_restart_lines(decisions.healing)
 
 
-def render_balancer(decisions: EndpointDecisions) -> str:
+def render_balancer(decisions: InstanceSetEndpoint) -> str:
     assert decisions.instances is not None
     count = decisions.instances.count
     description = plain_value(
@@ -162,7 +162,7 @@ def render_balancer(decisions: EndpointDecisions) -> str:
     )
 
 
-def _service_lines(decisions: EndpointDecisions) -> list[Line]:
+def _service_lines(decisions: InstanceSetEndpoint) -> list[Line]:
     """[Service]: HAProxy under a dynamic user, sandboxed, reading its config from a
     credential; only a port below 1024 keeps the capability to bind it."""
     start = [HAPROXY, "-Ws", "-f", f"%d/{CONFIG_CREDENTIAL}"]

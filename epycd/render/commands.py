@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from epycd.host.cpulist import format_cpulist
 from epycd.listen import local_url
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import SingleEndpoint
 from epycd.render.policy import REQUIRED_RUN_FLAGS
 
 TOKEN_IN_CONTAINER = "/run/secrets/hf_token"
@@ -25,16 +25,16 @@ KEY_LAUNCHER = (
 The key stays out of the unit, the argv and `podman/docker inspect`."""
 
 
-def base_url(decisions: EndpointDecisions) -> str:
+def base_url(decisions: SingleEndpoint) -> str:
     return local_url(decisions.host, decisions.port)
 
 
-def gate_timeout(decisions: EndpointDecisions) -> int:
+def gate_timeout(decisions: SingleEndpoint) -> int:
     """The gate's own bound, inside TimeoutStartSec so the gate, not systemd, reports it."""
     return max(decisions.start_timeout_s - min(60, decisions.start_timeout_s // 10), 1)
 
 
-def vllm_serve_in_container(decisions: EndpointDecisions) -> list[str]:
+def vllm_serve_in_container(decisions: SingleEndpoint) -> list[str]:
     """The container's command; with an API key, the launcher runs `vllm serve` (and replaces
     an image entrypoint that is `vllm serve` itself: see `entrypoint_flags`)."""
     if decisions.api_key_file:
@@ -45,18 +45,18 @@ def vllm_serve_in_container(decisions: EndpointDecisions) -> list[str]:
     return [*prefix, *decisions.vllm_args]
 
 
-def entrypoint_flags(decisions: EndpointDecisions) -> list[str]:
+def entrypoint_flags(decisions: SingleEndpoint) -> list[str]:
     if decisions.api_key_file and decisions.image_entrypoint_is_vllm_serve:
         return ["--entrypoint=python3"]
     return []
 
 
-def vllm_serve_on_host(decisions: EndpointDecisions) -> list[str]:
+def vllm_serve_on_host(decisions: SingleEndpoint) -> list[str]:
     assert decisions.vllm_executable is not None
     return [decisions.vllm_executable, "serve", *decisions.vllm_args]
 
 
-def supervisor(decisions: EndpointDecisions, server: list[str]) -> list[str]:
+def supervisor(decisions: SingleEndpoint, server: list[str]) -> list[str]:
     argv = [
         decisions.product_python,
         "-m",
@@ -81,7 +81,7 @@ def supervisor(decisions: EndpointDecisions, server: list[str]) -> list[str]:
     return [*argv, "--", *server]
 
 
-def health_gate(decisions: EndpointDecisions) -> list[str]:
+def health_gate(decisions: SingleEndpoint) -> list[str]:
     return [
         decisions.product_python,
         "-m",
@@ -98,20 +98,20 @@ def health_gate(decisions: EndpointDecisions) -> list[str]:
     ]
 
 
-def health_probe(decisions: EndpointDecisions) -> str:
+def health_probe(decisions: SingleEndpoint) -> str:
     """podman's --health-cmd in exec (JSON array) form: Python's urllib, no curl, no shell."""
     code = f"import urllib.request as r; r.urlopen('{base_url(decisions)}/health', timeout=5)"
     return f'["python3", "-c", "{code}"]'
 
 
-def container_env(decisions: EndpointDecisions) -> list[tuple[str, str]]:
+def container_env(decisions: SingleEndpoint) -> list[tuple[str, str]]:
     env = dict(decisions.env)
     if decisions.hf_token_file:
         env["HF_TOKEN_PATH"] = TOKEN_IN_CONTAINER
     return sorted(env.items())
 
 
-def ulimit_flags(decisions: EndpointDecisions) -> list[str]:
+def ulimit_flags(decisions: SingleEndpoint) -> list[str]:
     """The unit's limits inside the container: the engine, not systemd, sets a container's
     rlimits (docs/tuning.md rule 5)."""
     memlock = "-1" if decisions.limit_memlock == "infinity" else decisions.limit_memlock
@@ -121,12 +121,12 @@ def ulimit_flags(decisions: EndpointDecisions) -> list[str]:
     ]
 
 
-def extra_run_flags(decisions: EndpointDecisions) -> list[str]:
+def extra_run_flags(decisions: SingleEndpoint) -> list[str]:
     extra = [flag for flag in decisions.run_flags if flag not in REQUIRED_RUN_FLAGS]
     return [*extra, *entrypoint_flags(decisions)]
 
 
-def container_mounts(decisions: EndpointDecisions) -> list[str]:
+def container_mounts(decisions: SingleEndpoint) -> list[str]:
     """`-v`/`Volume=` values: HOST:CONTAINER[:ro]."""
     mounts = []
     if decisions.hf_cache:
@@ -141,7 +141,7 @@ def container_mounts(decisions: EndpointDecisions) -> list[str]:
     return mounts
 
 
-def docker_run(decisions: EndpointDecisions) -> list[str]:
+def docker_run(decisions: SingleEndpoint) -> list[str]:
     """`--pull=never` (docker >= 20.10), as Quadlet's `Pull=never`: approve pulls; a start
     never waits on a registry nor takes a newer image under the approved tag."""
     assert decisions.image is not None
@@ -166,5 +166,5 @@ def docker_run(decisions: EndpointDecisions) -> list[str]:
     return [*argv, decisions.image, *vllm_serve_in_container(decisions)]
 
 
-def numa_list(decisions: EndpointDecisions) -> str:
+def numa_list(decisions: SingleEndpoint) -> str:
     return format_cpulist(decisions.numa_nodes)

@@ -14,7 +14,13 @@ from epycd.errors import InputError
 from epycd.host.cpulist import parse_cpulist
 from epycd.listen import listen_address
 from epycd.names import ENDPOINT_NAME_RULE, instance_unit_name, is_endpoint_name, unit_name
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import (
+    CpuEndpoint,
+    EndpointDecisions,
+    EndpointService,
+    InstanceSetEndpoint,
+    SingleEndpoint,
+)
 from epycd.render.syntax import check_printable, executable
 from epycd.spec.policy import arg_refusal, env_refusal
 from epycd.stack import shipped_stack
@@ -65,7 +71,7 @@ def _flag_name(arg: str) -> str:
     return arg.split("=", 1)[0]
 
 
-def _refuse(decisions: EndpointDecisions, key: str, message: str, fix: str) -> InputError:
+def _refuse(decisions: EndpointService, key: str, message: str, fix: str) -> InputError:
     return InputError(message, file=decisions.config_file, key=key, fix=fix)
 
 
@@ -82,10 +88,11 @@ def check_identity(decisions: EndpointDecisions) -> None:
             f"{decisions.endpoint!r} is not a valid endpoint name",
             f"name the file {ENDPOINT_NAME_RULE}.toml",
         )
+    instance = None if isinstance(decisions, InstanceSetEndpoint) else decisions.instance
     expected = (
         unit_name(decisions.endpoint)
-        if decisions.instance is None
-        else instance_unit_name(decisions.endpoint, decisions.instance)
+        if instance is None
+        else instance_unit_name(decisions.endpoint, instance)
     )
     if decisions.unit_name != expected:
         raise _refuse(
@@ -107,7 +114,7 @@ def check_identity(decisions: EndpointDecisions) -> None:
     check_healing(decisions)
 
 
-def check_healing(decisions: EndpointDecisions) -> None:
+def check_healing(decisions: EndpointService) -> None:
     """Every figure of `healing` positive (systemd reads 0 as "off" or refuses it), and no
     watchdog on podman, whose main process never pings one: systemd would kill a healthy
     container every `watchdog_s` (docs/healing.md)."""
@@ -128,7 +135,7 @@ def check_healing(decisions: EndpointDecisions) -> None:
         )
 
 
-def check_pinning(decisions: EndpointDecisions) -> None:
+def check_pinning(decisions: CpuEndpoint) -> None:
     try:
         cpus = parse_cpulist(decisions.cpus)
     except ValueError:
@@ -148,7 +155,7 @@ def check_pinning(decisions: EndpointDecisions) -> None:
     check_kv_pool(decisions)
 
 
-def check_bind(decisions: EndpointDecisions, cpus: list[int]) -> None:
+def check_bind(decisions: CpuEndpoint, cpus: list[int]) -> None:
     """The OpenMP bind is the plan's `omp_cpus`, inside the pinned set, and leaves a core to
     the front end unless the instance has one core (docs/tuning.md rule 1)."""
     bind = decisions.env.get("VLLM_CPU_OMP_THREADS_BIND", "")
@@ -176,7 +183,7 @@ def check_bind(decisions: EndpointDecisions, cpus: list[int]) -> None:
         )
 
 
-def check_kv_pool(decisions: EndpointDecisions) -> None:
+def check_kv_pool(decisions: CpuEndpoint) -> None:
     """The pool is given once: whole GiB in the legacy variable, or bytes in the flag."""
     kv = decisions.env.get("VLLM_CPU_KVCACHE_SPACE")
     flags = [a for a in decisions.vllm_args if _flag_name(a) == KV_BYTES_FLAG]
@@ -196,7 +203,7 @@ def check_kv_pool(decisions: EndpointDecisions) -> None:
         )
 
 
-def check_env(decisions: EndpointDecisions) -> None:
+def check_env(decisions: SingleEndpoint) -> None:
     for name in REQUIRED_ENV:
         if name not in decisions.env:
             raise _refuse(decisions, f"env.{name}", f"{name} is not set", "plan the endpoint again")
@@ -230,7 +237,7 @@ def check_env(decisions: EndpointDecisions) -> None:
         )
 
 
-def check_args(decisions: EndpointDecisions) -> None:
+def check_args(decisions: SingleEndpoint) -> None:
     check_vllm_args(decisions, FLAGS_THE_PLAN_PASSES)
     for index, flag in enumerate(decisions.run_flags):
         why = FORBIDDEN_RUN_FLAGS.get(_flag_name(flag))
@@ -238,7 +245,7 @@ def check_args(decisions: EndpointDecisions) -> None:
             raise _refuse(decisions, f"run_flags[{index}]", f"{flag}: {why}", f"remove {flag}")
 
 
-def check_vllm_args(decisions: EndpointDecisions, passed: Collection[str]) -> None:
+def check_vllm_args(decisions: SingleEndpoint, passed: Collection[str]) -> None:
     """No argument the endpoint file must not pass reaches vLLM; `passed` are the flags the
     plan itself sets."""
     for index, arg in enumerate(decisions.vllm_args):
@@ -253,7 +260,7 @@ def check_vllm_args(decisions: EndpointDecisions, passed: Collection[str]) -> No
             )
 
 
-def check_runtime(decisions: EndpointDecisions) -> None:
+def check_runtime(decisions: SingleEndpoint) -> None:
     if decisions.runtime == "host":
         if not decisions.vllm_executable:
             raise _refuse(
@@ -289,7 +296,7 @@ def check_runtime(decisions: EndpointDecisions) -> None:
         check_plain_path(decisions, key, path)
 
 
-def secret_files(decisions: EndpointDecisions) -> list[tuple[str, str]]:
+def secret_files(decisions: SingleEndpoint) -> list[tuple[str, str]]:
     """The secret files a unit loads as credentials or mounts: (key, path)."""
     files = [("hf_token_file", decisions.hf_token_file), ("api_key_file", decisions.api_key_file)]
     return [(key, path) for key, path in files if path]
@@ -300,7 +307,7 @@ def _is_fully_qualified(image: str) -> bool:
     return bool(slash) and ("." in first or ":" in first or first == "localhost")
 
 
-def check_plain_path(decisions: EndpointDecisions, key: str, path: str) -> None:
+def check_plain_path(decisions: SingleEndpoint, key: str, path: str) -> None:
     """A mounted or credential path: `-v`/`Volume=`/`LoadCredential=` split at `:` and `,`,
     and Quadlet copies `Volume=` into the unit without quoting."""
     bad = PLAIN_PATH_FORBIDDEN.search(path)
@@ -314,7 +321,7 @@ def check_plain_path(decisions: EndpointDecisions, key: str, path: str) -> None:
         )
 
 
-def check_decisions(decisions: EndpointDecisions) -> None:
+def check_decisions(decisions: CpuEndpoint) -> None:
     """Raise InputError on the first rule these decisions break."""
     check_identity(decisions)
     check_env(decisions)

@@ -7,7 +7,7 @@ is not sandboxed, since its main process is podman (epycd.render.sandbox.QUADLET
 from __future__ import annotations
 
 from epycd.names import unit_name
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import SingleEndpoint
 from epycd.render import commands, gpu
 from epycd.render.healing import (
     crash_recorder_lines,
@@ -29,10 +29,10 @@ HEALTH_TIMEOUT = "10s"
 HEALTH_RETRIES = "3"
 
 
-def describe(decisions: EndpointDecisions) -> str:
+def describe(decisions: SingleEndpoint) -> str:
     """The unit's Description, before escaping."""
     where = f"socket {decisions.socket}"
-    if decisions.device == "instinct":
+    if gpu.is_gpu(decisions):
         where = f"Instinct GPU {','.join(map(str, decisions.gpus))}"
     return (
         f"epyc-llm {decisions.endpoint}"
@@ -41,14 +41,14 @@ def describe(decisions: EndpointDecisions) -> str:
     )
 
 
-def part_of(decisions: EndpointDecisions) -> list[Line]:
+def part_of(decisions: SingleEndpoint) -> list[Line]:
     """An instance of a multi-instance endpoint stops and restarts with its balancer."""
     if decisions.instance is None:
         return []
     return [("PartOf", f"{unit_name(decisions.endpoint)}.service")]
 
 
-def description(decisions: EndpointDecisions) -> str:
+def description(decisions: SingleEndpoint) -> str:
     return plain_value(describe(decisions), "model")
 
 
@@ -56,7 +56,7 @@ def _words(args: list[str], what: str) -> str:
     return " ".join(quadlet_argument(arg, f"{what}[{index}]") for index, arg in enumerate(args))
 
 
-def container_lines(decisions: EndpointDecisions) -> list[Line]:
+def container_lines(decisions: SingleEndpoint) -> list[Line]:
     assert decisions.image is not None
     podman_args = [
         "--ipc=host",
@@ -102,7 +102,7 @@ def container_lines(decisions: EndpointDecisions) -> list[Line]:
     return lines
 
 
-def service_lines(decisions: EndpointDecisions) -> list[Line]:
+def service_lines(decisions: SingleEndpoint) -> list[Line]:
     lines: list[Line] = [("TimeoutStartSec", str(decisions.start_timeout_s))]
     lines += limit_lines(decisions)
     lines += restart_lines(decisions)
@@ -116,7 +116,7 @@ def service_lines(decisions: EndpointDecisions) -> list[Line]:
     return lines + crash_recorder_lines(decisions)
 
 
-def api_key_credential(decisions: EndpointDecisions) -> list[Line]:
+def api_key_credential(decisions: SingleEndpoint) -> list[Line]:
     """The API key reaches the health gate as a credential (vLLM reads the mounted file)."""
     if not decisions.api_key_file:
         return []
@@ -124,7 +124,7 @@ def api_key_credential(decisions: EndpointDecisions) -> list[Line]:
     return [("LoadCredential", f"{commands.API_KEY_CREDENTIAL}:{path}")]
 
 
-def limit_lines(decisions: EndpointDecisions) -> list[Line]:
+def limit_lines(decisions: SingleEndpoint) -> list[Line]:
     """Open files and locked memory as vLLM wants them (docs/tuning.md rule 5)."""
     return [
         ("LimitNOFILE", str(decisions.limit_nofile)),
@@ -132,7 +132,7 @@ def limit_lines(decisions: EndpointDecisions) -> list[Line]:
     ]
 
 
-def render_container(decisions: EndpointDecisions) -> str:
+def render_container(decisions: SingleEndpoint) -> str:
     return unit_text(
         decisions.endpoint,
         [

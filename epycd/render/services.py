@@ -7,7 +7,7 @@ full privileges (`+`): it reads the root-only approval records and secret files.
 
 from __future__ import annotations
 
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import SingleEndpoint
 from epycd.render import commands, sandbox
 from epycd.render.healing import crash_recorder_lines, restart_lines, start_limit_lines
 from epycd.render.quadlet import api_key_credential, description, limit_lines, part_of
@@ -15,7 +15,7 @@ from epycd.render.syntax import command_line, env_assignment, plain_value
 from epycd.render.text import Line, Section, unit_text
 
 
-def _unit_section(decisions: EndpointDecisions, after: str) -> Section:
+def _unit_section(decisions: SingleEndpoint, after: str) -> Section:
     return (
         "Unit",
         [
@@ -28,7 +28,7 @@ def _unit_section(decisions: EndpointDecisions, after: str) -> Section:
     )
 
 
-def _service_head(decisions: EndpointDecisions) -> list[Line]:
+def _service_head(decisions: SingleEndpoint) -> list[Line]:
     lines: list[Line] = [
         ("Type", "notify"),
         ("NotifyAccess", "main"),
@@ -43,7 +43,7 @@ def _service_head(decisions: EndpointDecisions) -> list[Line]:
     return lines
 
 
-def render_docker(decisions: EndpointDecisions) -> str:
+def render_docker(decisions: SingleEndpoint) -> str:
     service = _service_head(decisions)
     service += [
         ("ExecStartPre", "-" + _docker_rm(decisions)),
@@ -65,12 +65,12 @@ def render_docker(decisions: EndpointDecisions) -> str:
     )
 
 
-def _docker_rm(decisions: EndpointDecisions) -> str:
+def _docker_rm(decisions: SingleEndpoint) -> str:
     """`docker` by name: systemd finds it in its fixed search path (the `-` forgives absence)."""
     return f"{commands.DOCKER} rm -f {decisions.unit_name}"
 
 
-def host_env(decisions: EndpointDecisions) -> list[str]:
+def host_env(decisions: SingleEndpoint) -> list[str]:
     env = dict(sorted(decisions.env.items()))
     hf_home = sandbox.hf_home(decisions)
     if hf_home is not None:
@@ -81,7 +81,7 @@ def host_env(decisions: EndpointDecisions) -> list[str]:
     return assignments + sandbox.cache_environment(decisions)
 
 
-def render_host(decisions: EndpointDecisions) -> str:
+def render_host(decisions: SingleEndpoint) -> str:
     service = _service_head(decisions)
     service.append(
         (

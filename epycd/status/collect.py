@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def supervisor_status_file(settings: Settings, plan: Plan | None, name: str) -> Path:
-    given = plan.status_file if plan else None
+    given = plan.decisions.status_file if plan else None
     return Path(given) if given else settings.run_dir / f"{name}.json"
 
 
@@ -79,11 +79,11 @@ def crash_records(settings: Settings, plan: Plan | None) -> dict[str, CrashRecor
 
 def member_supervisors(plan: Plan | None) -> dict[str, SupervisorStatus | None]:
     """A multi-instance endpoint: each instance's service -> its supervisor's status file."""
-    if plan is None or plan.instances is None:
+    if plan is None or plan.instance_set is None:
         return {}
     return {
         f"{m.unit_name}.service": read_supervisor(Path(m.status_file)) if m.status_file else None
-        for m in plan.instances.members
+        for m in plan.instance_set.members
     }
 
 

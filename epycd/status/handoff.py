@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from epycd.listen import DEFAULT_HOST, local_url
-from epycd.plan.model import Plan
+from epycd.plan.model import EndpointDecisions, InstinctEndpoint, Plan
 
 HANDOFF_MAX_TOKENS = 128
 
@@ -96,11 +96,19 @@ def cpu_count(cpus: str) -> int:
     return len(parse_cpulist(cpus)) if cpus else 0
 
 
+def omp_cpus(decisions: EndpointDecisions) -> str:
+    """The CPUs vLLM's OpenMP threads run on; none are bound for an Instinct endpoint."""
+    return "" if isinstance(decisions, InstinctEndpoint) else decisions.omp_cpus
+
+
 def handoff(plan: Plan) -> Handoff:
     """The hand-off of a ready endpoint, from its approved plan. Pure."""
-    url = base_url(plan.port, plan.host)
-    key_file = plan.api_key_file
-    served, primary = plan.served_model_name or plan.model, plan.primary_endpoint
+    url = base_url(plan.decisions.port, plan.decisions.host)
+    key_file = plan.decisions.api_key_file
+    served, primary = (
+        plan.decisions.served_model_name or plan.decisions.model,
+        plan.decisions.primary_endpoint,
+    )
     if primary == "chat_completions":
         why = "the model has a chat template: chat messages on /v1/chat/completions"
     else:
@@ -110,17 +118,17 @@ def handoff(plan: Plan) -> Handoff:
         served_model_name=served,
         endpoint=primary_path(primary),
         why=why,
-        runtime=plan.runtime,
-        port=plan.port,
-        host=plan.host,
+        runtime=plan.decisions.runtime,
+        port=plan.decisions.port,
+        host=plan.decisions.host,
         api_key_file=key_file,
-        threads=cpu_count(plan.omp_cpus),
+        threads=cpu_count(omp_cpus(plan.decisions)),
         gpus=",".join(map(str, plan.gpus)),
-        kv_cache_gb=plan.kv_cache_gb,
-        max_model_len=plan.max_model_len,
-        socket=plan.socket,
-        numa_nodes=list(plan.numa_nodes),
-        cpus=plan.cpus,
+        kv_cache_gb=plan.decisions.kv_cache_gb,
+        max_model_len=plan.decisions.max_model_len,
+        socket=plan.decisions.socket,
+        numa_nodes=list(plan.decisions.numa_nodes),
+        cpus=plan.decisions.cpus,
         stop=f"epycctl stop {plan.endpoint}",
         curl=ready_curl(url, served, primary, key_file),
         python=openai_example(url, served, primary, key_file),

@@ -46,9 +46,9 @@ class InstanceStatus(BaseModel):
 
 def member_units(plan: Plan | None) -> list[str]:
     """The instances' services, for `systemctl show` (Quadlet names them the same)."""
-    if plan is None or plan.instances is None:
+    if plan is None or plan.instance_set is None:
         return []
-    return [f"{member.unit_name}.service" for member in plan.instances.members]
+    return [f"{member.unit_name}.service" for member in plan.instance_set.members]
 
 
 def instance_statuses(
@@ -59,9 +59,9 @@ def instance_statuses(
     crashes: Mapping[str, CrashRecord | None] | None = None,
     now: datetime | None = None,
 ) -> list[InstanceStatus]:
-    assert plan.instances is not None
+    assert plan.instance_set is not None
     out = []
-    for member in plan.instances.members:
+    for member in plan.instance_set.members:
         unit = f"{member.unit_name}.service"
         state, phase, reason, _ = runtime_state(
             units.get(unit) or UnitState(unit=unit), supervisors.get(unit)
@@ -89,7 +89,7 @@ def instance_statuses(
 
 def set_state(plan: Plan, balancer_state: str, instances: list[InstanceStatus]) -> tuple[str, str]:
     """(state, reason) of the endpoint from its balancer's state and its instances'."""
-    assert plan.instances is not None
+    assert plan.instance_set is not None
     ready = [i for i in instances if i.state == "ready"]
     if balancer_state != "ready" or len(ready) == len(instances):
         return balancer_state, ""
@@ -97,10 +97,10 @@ def set_state(plan: Plan, balancer_state: str, instances: list[InstanceStatus]) 
     reason = f"{len(ready)} of {len(instances)} instances ready"
     if not ready:
         return NO_INSTANCE, (
-            f"{reason}, fewer than min_ready = {plan.instances.min_ready}: the balancer has "
+            f"{reason}, fewer than min_ready = {plan.instance_set.min_ready}: the balancer has "
             f"nothing to send requests to; instance(s) {down}"
         )
     reason += f"; the balancer sends nothing to instance(s) {down}"
-    if len(ready) < plan.instances.min_ready:
-        reason += f"; fewer than min_ready = {plan.instances.min_ready}"
+    if len(ready) < plan.instance_set.min_ready:
+        reason += f"; fewer than min_ready = {plan.instance_set.min_ready}"
     return DEGRADED, reason

@@ -132,18 +132,18 @@ def described_plan(plan: Plan | None) -> dict[str, Any]:
     if plan is None:
         return {}
     return {
-        "model": plan.model,
-        "served_model_name": plan.served_model_name,
-        "port": plan.port,
-        "socket": plan.socket,
-        "cpus": plan.cpus,
-        "numa_nodes": plan.numa_nodes,
-        "kv_cache_gb": plan.kv_cache_gb,
-        "max_model_len": plan.max_model_len,
-        "url": base_url(plan.port, plan.host),
-        "runtime": plan.runtime,
-        "image": plan.image,
-        "primary_endpoint": plan.primary_endpoint,
+        "model": plan.decisions.model,
+        "served_model_name": plan.decisions.served_model_name,
+        "port": plan.decisions.port,
+        "socket": plan.decisions.socket,
+        "cpus": plan.decisions.cpus,
+        "numa_nodes": plan.decisions.numa_nodes,
+        "kv_cache_gb": plan.decisions.kv_cache_gb,
+        "max_model_len": plan.decisions.max_model_len,
+        "url": base_url(plan.decisions.port, plan.decisions.host),
+        "runtime": plan.decisions.runtime,
+        "image": plan.decisions.image,
+        "primary_endpoint": plan.decisions.primary_endpoint,
     }
 
 
@@ -224,7 +224,7 @@ def endpoint_status(
             f"not healthy: {supervisor.unhealthy}; systemd's watchdog restarts it unless it "
             "recovers"
         )
-    if approval is not None and approval.plan.instances is not None:
+    if approval is not None and approval.plan.instance_set is not None:
         _set_status(
             status, approval.plan, members or {}, member_supervisors or {}, crashes or {}, now
         )
@@ -237,13 +237,13 @@ def _set_failures(
     status: EndpointStatus, plan: Plan, crashes: Mapping[str, CrashRecord | None], now: datetime
 ) -> None:
     """`restarts` and `last_failure` over every unit of the endpoint (a set's instances)."""
-    members = {m.unit_name: m for m in (plan.instances.members if plan.instances else [])}
+    members = {m.unit_name: m for m in (plan.instance_set.members if plan.instance_set else [])}
     failures: list[Failure] = []
     last: list[Failure] = []
     for stem in unit_stems(plan):
         record = crashes.get(stem)
-        healing = members[stem].healing if stem in members else plan.healing
-        failures += recent(record, healing or plan.healing, now)
+        healing = members[stem].healing if stem in members else plan.decisions.healing
+        failures += recent(record, healing or plan.decisions.healing, now)
         if record is not None and record.failures:
             last.append(record.failures[-1])
     status.restarts = len(failures)

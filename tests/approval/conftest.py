@@ -33,7 +33,7 @@ class ApprovalSandbox(CliSandbox):
     def set_plans(self, *plans: Plan) -> None:
         self.plans = {plan.endpoint: plan for plan in plans}
         for plan in plans:
-            Path(plan.config_file).write_text(f'model = "{plan.model}"\n')
+            Path(plan.decisions.config_file).write_text(f'model = "{plan.decisions.model}"\n')
         write_plan_file(self.plan_file, self.plans, self.host())
 
     def environ(self, *, system_path: bool = True, **extra: str) -> dict[str, str]:

@@ -37,7 +37,7 @@ def planned(settings: Settings, name: str) -> tuple[EndpointResult, HostFacts]:
     if name not in data["plans"]:
         raise InputError("no such endpoint file", file=settings.config_dir / f"{name}.toml")
     plan = Plan.model_validate(data["plans"][name])
-    result = EndpointResult(endpoint=name, config_file=plan.config_file, plan=plan)
+    result = EndpointResult(endpoint=name, config_file=plan.decisions.config_file, plan=plan)
     return result, HostFacts.model_validate(data["host"])
 
 

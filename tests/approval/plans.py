@@ -11,7 +11,8 @@ from typing import Any
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit
-from epycd.plan.model import Plan
+from epycd.model.gpu_memory import GpuFit
+from epycd.plan.model import CpuEndpoint, InstinctEndpoint, Plan, Problem
 from epycd.plan.tuning import omp_bind
 
 PLAN_FILE_ENV = "EPYCD_TEST_PLAN_FILE"
@@ -118,12 +119,16 @@ def make_plan(
         "confirmation_reasons": ["stock vLLM path on a Milan host"]
         if requires_confirmation
         else [],
-        "errors": errors or [],
+        "errors": [Problem.legacy(error) for error in errors or []],
         "units": units,
     }
     shaping = json.dumps({k: v for k, v in data.items() if k != "socket_reason"}, default=str)
-    data["fingerprint"] = hashlib.sha256(shaping.encode()).hexdigest()
-    return Plan.model_validate(data)
+    units = data.pop("units")
+    return Plan(
+        decisions=CpuEndpoint.model_validate(data),
+        units=units,
+        fingerprint=hashlib.sha256(shaping.encode()).hexdigest(),
+    )
 
 
 def write_plan_file(path: Path, plans: dict[str, Plan], host: HostFacts) -> Path:
@@ -136,3 +141,22 @@ def write_plan_file(path: Path, plans: dict[str, Plan], host: HostFacts) -> Path
         )
     )
     return path
+
+
+def on_gpus(plan: Plan, gpus: list[int]) -> Plan:
+    """The CPU plan as an Instinct endpoint's on `gpus`, on a port of its own."""
+    decisions = plan.decisions
+    assert isinstance(decisions, CpuEndpoint)
+    service = decisions.model_dump(exclude={"kind", "omp_cpus", "max_num_batched_tokens", "memory"})
+    fit = GpuFit(
+        tensor_parallel_size=len(gpus),
+        vram_gb=192.0,
+        weights_gb=0.6,
+        overhead_gb=4.0,
+        remaining_for_kv_gb=187.4,
+        tier="safe",
+    )
+    instinct = InstinctEndpoint.model_validate(
+        {**service, "gpus": gpus, "port": decisions.port + 100, "gpu_fit": fit}
+    )
+    return plan.model_copy(update={"decisions": instinct})

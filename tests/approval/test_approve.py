@@ -35,7 +35,7 @@ def test_approve_no_start_writes_units_and_approval(env: ApprovalSandbox) -> Non
     assert approval.fingerprint == plan.fingerprint
     assert approval.approver.uid == os.geteuid()
     assert approval.units["epyc-llm-chat.service"].sha256 == sha256_text(service.read_text())
-    assert approval.plan.cpus == plan.cpus
+    assert approval.plan.decisions.cpus == plan.decisions.cpus
     assert approval.host_shape.socket(0) is not None
     assert approval.host_shape.socket(0).physical_cores == 96  # type: ignore[union-attr]
     assert env.systemctl_calls() == []
@@ -225,8 +225,8 @@ def test_approve_quadlet_pulls_and_starts_the_generated_service(env: ApprovalSan
     done = env.epycctl("approve", "chat", "--yes")
     assert done.returncode == 0, done.stderr
     assert pulls.read_text().splitlines() == [
-        f"pull {plan.image}",
-        f"image inspect --format {{{{.Id}}}} {plan.image}",  # the digest for the record
+        f"pull {plan.decisions.image}",
+        f"image inspect --format {{{{.Id}}}} {plan.decisions.image}",  # the digest for the record
     ]
     assert (env.settings.quadlet_dir / "epyc-llm-chat.container").exists()
     assert env.systemctl_calls() == ["daemon-reload", "restart epyc-llm-chat.service"]

@@ -23,7 +23,7 @@ import pytest
 from epycd.plan.model import HfCacheMount
 from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
-from tests.render.fixtures import as_plan, genoa_podman
+from tests.render.fixtures import as_plan, genoa_podman, with_decisions
 
 FAKE_VLLM = """#!{python}
 import json, os, sys
@@ -75,7 +75,7 @@ def approve_host_endpoint(
     vllm.chmod(0o755)
     plan = make_plan("chat", env.host(), env.settings.config_dir, port=port)
     update = {"vllm_executable": str(vllm), "served_model_name": "tiny", **update}
-    plan = plan.model_copy(update=update)
+    plan = with_decisions(plan, **update)
     env.set_plans(plan)
     done = env.epycctl("approve", "chat", "--yes", "--no-start")
     assert done.returncode == 0, done.stderr
@@ -180,9 +180,9 @@ def test_a_container_endpoint_is_measured_by_the_vllm_in_its_image(tmp_path: Pat
     argv = bench_argv(plan, args, tmp_path)
     assert argv[:6] == ["podman", "run", "--rm", "--network=host", "--entrypoint", "vllm"]
     assert f"{tmp_path}:/epycd-bench" in argv and "/srv/hf:/root/.cache/huggingface" in argv
-    assert argv[argv.index(str(plan.image)) + 1 :][:2] == ["bench", "serve"]
+    assert argv[argv.index(str(plan.decisions.image)) + 1 :][:2] == ["bench", "serve"]
     offline = throughput_argv(plan, 16, (128, 128), tmp_path)
     assert "--cpuset-cpus=98-191" in offline and "--cpuset-mems=4,5" in offline
     assert "--env=VLLM_CPU_OMP_THREADS_BIND=99-191" in offline
-    assert offline.index("--cpuset-cpus=98-191") < offline.index(str(plan.image))
+    assert offline.index("--cpuset-cpus=98-191") < offline.index(str(plan.decisions.image))
     assert offline[offline.index("--output-json") + 1] == "/epycd-bench/offline.json"

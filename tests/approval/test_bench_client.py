@@ -117,7 +117,7 @@ def key_file() -> Iterator[Path]:
 def approve(env: ApprovalSandbox, port: int, **update: object) -> Path:
     """test_bench's endpoint with this module's stand-in, under its own served name."""
     default = make_plan("chat", env.host(), env.settings.config_dir, port=port)
-    served = update.pop("served_model_name", default.served_model_name)
+    served = update.pop("served_model_name", default.decisions.served_model_name)
     return approve_host_endpoint(env, port, FAKE_VLLM, served_model_name=served, **update)
 
 
@@ -173,7 +173,7 @@ def test_a_container_endpoint_passes_the_key_by_name(tmp_path: Path) -> None:
     )  # fmt: skip
     argv = bench_argv(plan, serve_bench_args(plan, 4, 16, (8, 8), "/epycd-bench/c4.json"), tmp_path)
     assert "--env=OPENAI_API_KEY" in argv and argv.index("--env=OPENAI_API_KEY") < argv.index(
-        str(plan.image)
+        str(plan.decisions.image)
     )
     assert argv[argv.index("--base-url") + 1] == "http://[::1]:8001"
     assert bench_env(KEY)["OPENAI_API_KEY"] == KEY

@@ -14,6 +14,7 @@ from epycd.plan.model import Plan
 from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
 from tests.hosts import CATALOGUE, write_host, write_proc_stat, write_python, write_venv_vllm
+from tests.render.fixtures import cpu_decisions
 
 APPROVED = CATALOGUE["genoa-9654-2s-nps1"]
 
@@ -165,7 +166,9 @@ def test_an_eager_host_vllm_needs_neither(env: ApprovalSandbox, flag: str, plann
     """Eager by the plan (rule 4), or by the endpoint file's own flag in any spelling."""
     header = with_python(env)
     plan = make_plan("chat", env.host(), env.settings.config_dir)
-    eager = plan.model_copy(update={"vllm_args": [*plan.vllm_args, flag], "enforce_eager": planned})
+    decisions = cpu_decisions(plan)
+    words = {"vllm_args": [*decisions.vllm_args, flag], "enforce_eager": planned}
+    eager = plan.model_copy(update={"decisions": decisions.model_copy(update=words)})
     approve_chat(env, plan=eager)
     header.unlink()
     (env.host_root / "usr/bin/g++").unlink()

@@ -18,6 +18,7 @@ from epycd.plan.model import Healing, Plan
 from epycd.supervisor import SupervisorStatus, write_status
 from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
+from tests.render.fixtures import with_decisions
 
 UNIT = "epyc-llm-chat"
 HEALING = Healing(
@@ -38,7 +39,7 @@ LOAD_ERROR = [
 def approve(env: ApprovalSandbox, healing: Healing | None = HEALING) -> Plan:
     plan = make_plan("chat", env.host(), env.settings.config_dir)
     status_file = str(endpoint_status_file(env.settings.run_dir, "chat"))
-    plan = plan.model_copy(update={"healing": healing, "status_file": status_file})
+    plan = with_decisions(plan, healing=healing, status_file=status_file)
     env.set_plans(plan)
     done = env.epycctl("approve", "chat", "--yes", "--no-start")
     assert done.returncode == 0, done.stderr

@@ -6,6 +6,7 @@ refused as such, garbage is a damaged record, and nothing is rewritten on load."
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from epycd.approval.record import Approval, approval_path, load_approval
 from epycd.approval.shape import HostShape
 from epycd.errors import InputError
 from epycd.model.facts import MemoryFit
-from epycd.plan.model import EndpointDecisions, Plan, Problem
+from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, InstinctEndpoint, Plan, Problem
 from epycd.readfile import RECORD_MAX_BYTES
 from epycd.settings import Settings
 from tests.approval.test_records import ERAS, FIXTURES, Fixture, era_number
@@ -48,7 +49,7 @@ def oldest(file: str, era: str | None = None) -> Fixture:
 
 def test_every_format_1_step_is_tested() -> None:
     assert set(FIRST_ERA_WITH) | {m.errors_as_problems} == set(m.FORMAT_1_STEPS)
-    assert m.STEPS == {m.RECORD_FORMAT: m.FORMAT_1_STEPS}
+    assert {1: (*m.FORMAT_1_STEPS, m.typed_plan), m.RECORD_FORMAT: ()} == m.STEPS
 
 
 @pytest.mark.parametrize("step", list(FIRST_ERA_WITH), ids=lambda s: s.__name__)
@@ -136,6 +137,13 @@ def test_healing_none_on_each_member_of_a_set() -> None:
     assert [member["healing"] for member in plan["instances"]["members"]] == [None] * 4
 
 
+KINDS: dict[str, type[BaseModel]] = {
+    "cpu": CpuEndpoint,
+    "instinct": InstinctEndpoint,
+    "set": InstanceSetEndpoint,
+}
+
+
 def fields(model: type[BaseModel]) -> set[str]:
     return set(model.model_fields)
 
@@ -148,10 +156,13 @@ def test_a_migrated_record_is_complete_and_has_nothing_else(fixture: Fixture) ->
     assert isinstance(record, dict)
     assert set(record) == fields(Approval)
     assert set(record["host_shape"]) == fields(HostShape)
-    plans = [record["plan"], *(record["plan"]["instances"] or {}).get("members", [])]
-    for index, plan in enumerate(plans):
-        assert set(plan) == (fields(Plan) if index == 0 else fields(EndpointDecisions)), index
-        assert set(plan["memory"]) == fields(MemoryFit), index
+    assert set(record["plan"]) == fields(Plan)
+    decisions = record["plan"]["decisions"]
+    members = decisions["instances"]["members"] if decisions["kind"] == "set" else []
+    for index, each in enumerate([decisions, *members]):
+        assert set(each) == fields(KINDS[each["kind"]]), index
+        if each["kind"] == "cpu":
+            assert set(each["memory"]) == fields(MemoryFit), index
     assert Approval.model_validate(record).plan.endpoint == fixture.endpoint
 
 
@@ -163,8 +174,10 @@ def test_the_newest_records_need_no_step() -> None:
 def test_migrated_plan_of_a_plan_alone() -> None:
     plan = oldest("cases-host-vllm.json").raw["plan"]
     upgraded = m.migrated_plan(plan)
-    assert (upgraded["host"], upgraded["omp_cpus"]) == ("0.0.0.0", plan["cpus"])
-    assert Plan.model_validate(upgraded).max_num_batched_tokens == 2048
+    flat = upgraded["decisions"]
+    assert (flat["host"], flat["omp_cpus"]) == ("0.0.0.0", plan["cpus"])
+    decisions = Plan.model_validate(upgraded).decisions
+    assert isinstance(decisions, CpuEndpoint) and decisions.max_num_batched_tokens == 2048
 
 
 def settings(tmp_path: Path) -> Settings:
@@ -186,14 +199,15 @@ def stored(tmp_path: Path, data: bytes, name: str = "qwen") -> tuple[Settings, P
 
 def test_a_newer_format_is_refused_as_such(tmp_path: Path) -> None:
     raw = {**oldest("cases-genoa-podman.json", ERAS[-1]).raw, "format": m.RECORD_FORMAT + 1}
-    with pytest.raises(InputError, match=r"^written by a newer epyc-llm \(format 2") as direct:
+    newer = rf"^written by a newer epyc-llm \(format {m.RECORD_FORMAT + 1}"
+    with pytest.raises(InputError, match=newer) as direct:
         m.migrate(raw)
     assert direct.value.fix == "upgrade epyc-llm"
     config, path = stored(tmp_path, json.dumps(raw).encode())
     with pytest.raises(InputError) as loading:
         load_approval(config, "qwen")
     assert loading.value.file == str(path)
-    assert loading.value.message.startswith("written by a newer epyc-llm (format 2")
+    assert re.match(newer, loading.value.message)
     assert loading.value.fix is not None and loading.value.fix.startswith("upgrade epyc-llm")
 
 
@@ -205,8 +219,8 @@ def test_a_newer_format_is_refused_as_such(tmp_path: Path) -> None:
         (b'{"format": 1, "endpoint": "qwen"', "not JSON"),
         (b"[1, 2]", "valid dictionary"),
         (b'"qwen"', "valid dictionary"),
-        (b'{"format": "1", "endpoint": "qwen"}', "Input should be 1"),
-        (b'{"format": 0, "endpoint": "qwen"}', "Input should be 1"),
+        (b'{"format": "1", "endpoint": "qwen"}', f"Input should be {m.RECORD_FORMAT}"),
+        (b'{"format": 0, "endpoint": "qwen"}', f"Input should be {m.RECORD_FORMAT}"),
         (b'{"endpoint": "qwen"}', "Field required"),
     ],
 )
@@ -252,7 +266,7 @@ def test_loading_an_old_record_does_not_rewrite_it(tmp_path: Path) -> None:
     )
     before = path.stat()
     approval = load_approval(config, "qwen")
-    assert approval is not None and approval.plan.host == m.LEGACY_HOST
+    assert approval is not None and approval.plan.decisions.host == m.LEGACY_HOST
     assert path.read_bytes() == fixture.path.read_bytes()
     assert path.stat().st_mtime_ns == before.st_mtime_ns
 
@@ -262,7 +276,8 @@ def test_a_record_without_format_is_format_1() -> None:
     del raw["format"]
     record = m.migrate(raw)
     assert isinstance(record, dict)
-    assert Approval.model_validate(record).format == 1
+    assert record["format"] == m.RECORD_FORMAT
+    assert Approval.model_validate(record).plan.decisions.kind == "cpu"
 
 
 def test_the_unit_time_readers_load_no_renderer() -> None:

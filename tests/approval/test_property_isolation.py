@@ -41,6 +41,7 @@ from epycd.status.units import UnitState
 from tests.approval.conftest import ApprovalSandbox
 from tests.approval.planned_epycctl import planned
 from tests.approval.plans import PLAN_FILE_ENV, make_plan
+from tests.render.fixtures import with_decisions
 
 CASES = int(os.environ.get("EPYC_PROPERTY_CASES", "2000"))
 """The issue asks for at least 2000; fewer only to try the test out."""
@@ -127,13 +128,9 @@ class World:
         host, config = env.host(), settings.config_dir
         self.host = host
         env.set_plans(
-            make_plan("alpha", host, config, socket=0, port=8000).model_copy(
-                update={"cpus": "0-47"}
-            ),
+            with_decisions(make_plan("alpha", host, config, socket=0, port=8000), cpus="0-47"),
             make_plan("beta", host, config, socket=1, port=8001),
-            make_plan("gamma", host, config, socket=0, port=8002).model_copy(
-                update={"cpus": "48-95"}
-            ),
+            with_decisions(make_plan("gamma", host, config, socket=0, port=8002), cpus="48-95"),
         )
         self.runner = CliRunner()
         self.good: dict[str, bytes] = {}

@@ -101,7 +101,7 @@ def test_volatile_figures_are_not_drift_but_the_host_shape_is(env: ApprovalSandb
     [replanned] = plan_all(settings, short, render=render_for_plan, sources=NO_LISTENERS)
     approval = load_approval(settings, "chat")
     assert approval is not None and replanned.plan is not None
-    assert replanned.plan.kv_cache_gb < approval.plan.kv_cache_gb
+    assert replanned.plan.decisions.kv_cache_gb < approval.plan.decisions.kv_cache_gb
     assert replanned.plan.fingerprint != approval.fingerprint
     [state] = endpoint_states_of(settings, [replanned])
     assert state.state == "approved", state.reasons
@@ -124,13 +124,15 @@ def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: ApprovalSan
     done = real_epycctl(env, "approve", "b", "--yes", "--no-start", *CONSENT)
     assert done.returncode == 0, done.stdout + done.stderr
     approval = load_approval(env.settings, "b")
-    assert approval is not None and approval.plan.socket == 0
+    assert approval is not None and approval.plan.decisions.socket == 0
 
     (config / "a.toml").write_text(body + "port = 8100\n")
     settings, host = env.settings, env.host()
     first = plan_all(settings, host, render=render_for_plan, sources=NO_LISTENERS)
     by_name = {r.endpoint: r for r in first}
-    assert by_name["a"].plan is not None and by_name["a"].plan.socket == 0  # name order alone
+    assert (
+        by_name["a"].plan is not None and by_name["a"].plan.decisions.socket == 0
+    )  # name order alone
 
     kept = plan_all(
         settings,
@@ -140,8 +142,8 @@ def test_a_new_endpoint_file_does_not_move_an_approved_endpoint(env: ApprovalSan
         sources=NO_LISTENERS,
     )
     by_name = {r.endpoint: r for r in kept}
-    assert by_name["b"].plan is not None and by_name["b"].plan.socket == 0
-    assert by_name["a"].plan is not None and by_name["a"].plan.socket == 1
+    assert by_name["b"].plan is not None and by_name["b"].plan.decisions.socket == 0
+    assert by_name["a"].plan is not None and by_name["a"].plan.decisions.socket == 1
     states = {s.endpoint: s.state for s in endpoint_states_of(settings, kept)}
     assert states == {"a": "pending-approval", "b": "approved"}
 
@@ -199,6 +201,6 @@ def test_a_stock_host_vllm_on_a_zentorch_host_is_consent_not_a_dead_end(
     assert done.returncode == 0, done.stdout + done.stderr
     approval = load_approval(env.settings, "plain")
     assert approval is not None and approval.accepted_unvalidated
-    assert approval.plan.backend == "stock"
+    assert approval.plan.decisions.backend == "stock"
     service = Path(approval.units["epyc-llm-plain.service"].path).read_text()
     assert str(stock) in service

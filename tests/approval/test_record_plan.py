@@ -1,5 +1,6 @@
 """The approval record holds the approved plan as a typed `Plan`: it round-trips through the
-record's JSON unchanged, and a record written before a field existed still loads."""
+record's JSON unchanged, and one that lacks a field it needs is damaged. Records written
+before a field existed are tests/approval/test_migrate.py's, on stored records of every era."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from epycd.approval.migrate import LEGACY_HOST
 from epycd.approval.record import (
     Approval,
     Approver,
@@ -19,7 +19,6 @@ from epycd.approval.workflow import make_approval
 from epycd.atomic import write_atomic
 from epycd.errors import InputError
 from epycd.plan.model import Plan
-from epycd.plan.tuning import VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
 from epycd.render import render_units
 from tests.approval.conftest import ApprovalSandbox
 from tests.render.fixtures import CASES, as_plan
@@ -59,28 +58,11 @@ def test_a_plan_comes_back_from_its_record_unchanged(env: ApprovalSandbox, case:
     assert loaded.approved_units() == plan.units
 
 
-def test_a_record_from_before_host_omp_cpus_and_batched_tokens_loads(env: ApprovalSandbox) -> None:
-    plan = rendered_plan("host-vllm", env)
-    path = approval_path(env.settings, write_record(env, plan).endpoint)
-    record = json.loads(path.read_text())
-    for key in ("host", "omp_cpus", "max_num_batched_tokens"):
-        del record["plan"][key]
-    path.write_text(json.dumps(record))
-    loaded = load_approval(env.settings, plan.endpoint)
-    assert loaded is not None
-    assert loaded.plan.host == LEGACY_HOST
-    assert loaded.plan.omp_cpus == plan.cpus != plan.omp_cpus
-    assert loaded.plan.max_num_batched_tokens == VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
-    assert loaded.plan.model_dump(exclude={"host", "omp_cpus", "max_num_batched_tokens"}) == (
-        plan.model_dump(exclude={"host", "omp_cpus", "max_num_batched_tokens"})
-    )
-
-
 def test_a_record_whose_plan_lacks_a_needed_field_is_damaged(env: ApprovalSandbox) -> None:
     plan = rendered_plan("genoa-podman", env)
     path = approval_path(env.settings, write_record(env, plan).endpoint)
     record = json.loads(path.read_text())
-    del record["plan"]["port"]
+    del record["plan"]["decisions"]["port"]
     path.write_text(json.dumps(record))
     with pytest.raises(InputError, match="damaged approval record"):
         load_approval(env.settings, plan.endpoint)
@@ -89,10 +71,4 @@ def test_a_record_whose_plan_lacks_a_needed_field_is_damaged(env: ApprovalSandbo
 def test_the_approved_plan_is_frozen() -> None:
     plan = as_plan(CASES["genoa-podman"]())
     with pytest.raises(ValueError, match="frozen"):
-        plan.port = 1  # type: ignore[misc]
-
-
-def test_errors_a_plan_held_as_strings_load_as_problems() -> None:
-    legacy = as_plan(CASES["host-vllm"]()).model_dump(mode="json") | {"errors": ["socket 3 gone"]}
-    [error] = Plan.model_validate(legacy).errors
-    assert (error.text, error.message, error.exit_code) == ("socket 3 gone", "socket 3 gone", 1)
+        plan.decisions.port = 1  # type: ignore[misc]

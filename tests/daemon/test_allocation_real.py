@@ -23,6 +23,6 @@ def test_an_approved_endpoint_not_running_keeps_its_port_and_socket(ws: DaemonSa
     rows = {row["name"]: row for row in json.loads(done.stdout)["endpoints"]}
     assert rows["b"]["state"] == "approved", rows["b"]["reasons"]
     assert rows["a"]["state"] == "pending-approval"
-    assert rows["a"]["port"] != approved.port
-    assert rows["a"]["socket"] != approved.socket
+    assert rows["a"]["port"] != approved.decisions.port
+    assert rows["a"]["socket"] != approved.decisions.socket
     ws.approve("a")

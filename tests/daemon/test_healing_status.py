@@ -60,7 +60,7 @@ def status_json(ws: DaemonSandbox, name: str) -> dict[str, Any]:
 def test_restarts_then_crash_loop_in_status_and_start_clears_it(ws: DaemonSandbox) -> None:
     ws.endpoint("chat")
     approval = ws.approve("chat")
-    healing = approval.plan.healing
+    healing = approval.plan.decisions.healing
     assert healing is not None and healing.start_limit_burst == 3, healing
     ws.set_unit(UNIT, "active")
     ws.supervisor_says("chat", "ready", phase="request")
@@ -130,8 +130,8 @@ def test_restarts_then_crash_loop_in_status_and_start_clears_it(ws: DaemonSandbo
 def test_an_instance_in_a_crash_loop_and_a_set_with_none_ready(ws: DaemonSandbox) -> None:
     ws.endpoint("pair", "instances = 2\n")
     approval = ws.approve("pair")
-    assert approval.plan.instances is not None
-    members = approval.plan.instances.members
+    assert approval.plan.instance_set is not None
+    members = approval.plan.instance_set.members
     for unit in (BALANCER, *INSTANCES):
         ws.set_unit(unit, "active")
     second = members[1]
@@ -157,7 +157,7 @@ def test_an_instance_in_a_crash_loop_and_a_set_with_none_ready(ws: DaemonSandbox
     text = ws.epycctl("status", "pair").stdout
     assert f"instance 2 {INSTANCES[1]}: crash-loop" in text and "restarts 3" in text
 
-    condition = f"{approval.plan.product_python} -m epycd.approval.check pair"
+    condition = f"{approval.plan.decisions.product_python} -m epycd.approval.check pair"
     assert (
         f"ExecCondition=+{condition} --unit epyc-llm-pair_2\n" in approval.plan.units[INSTANCES[1]]
     ), "the instance's own check names its unit"

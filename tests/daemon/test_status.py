@@ -41,7 +41,7 @@ def test_approved_installed_not_started(ws: DaemonSandbox) -> None:
     [chat] = status_json(ws).values()
     assert chat["state"] == "approved"
     assert chat["reason"] == "installed, not started"
-    assert chat["port"] == approval.plan.port
+    assert chat["port"] == approval.plan.decisions.port
     assert chat["approved_by"] == approval.approver.describe()
     assert any(
         call.startswith("show --property=") and UNIT in call for call in ws.systemctl_calls()
@@ -67,16 +67,16 @@ def test_ready_has_the_handoff(ws: DaemonSandbox) -> None:
     assert chat["state"] == "ready"
     handoff = chat["handoff"]
     assert isinstance(handoff, dict)
-    port = approval.plan.port
+    port = approval.plan.decisions.port
     assert handoff["base_url"] == f"http://127.0.0.1:{port}/v1"
-    assert handoff["served_model_name"] == approval.plan.served_model_name
+    assert handoff["served_model_name"] == approval.plan.decisions.served_model_name
     assert handoff["endpoint"] == "/v1/chat/completions"
     assert "chat template" in handoff["why"]
     assert (handoff["runtime"], handoff["port"]) == ("host", port)
     # 96 pinned cores, 2 of them left to the front end (docs/tuning.md rule 1)
     assert handoff["threads"] == 94 and handoff["cpus"] == "0-95"
-    assert handoff["kv_cache_gb"] == approval.plan.kv_cache_gb
-    assert handoff["max_model_len"] == approval.plan.max_model_len
+    assert handoff["kv_cache_gb"] == approval.plan.decisions.kv_cache_gb
+    assert handoff["max_model_len"] == approval.plan.decisions.max_model_len
     assert handoff["stop"] == "epycctl stop chat"
     assert "/v1/chat/completions" in handoff["curl"]
     assert 'api_key="EMPTY"' in handoff["python"]
@@ -137,7 +137,7 @@ def test_changed_needs_approval_has_the_diff_and_keeps_the_approved_columns(
     assert chat["state"] == "changed-needs-approval"
     diff = str(chat["diff"])
     assert '+  "max_model_len": 2048' in diff and "--max-model-len 2048" in diff
-    assert chat["max_model_len"] == approval.plan.max_model_len != 2048
+    assert chat["max_model_len"] == approval.plan.decisions.max_model_len != 2048
     assert f"{UNIT} is running the approved units" in chat["reasons"]  # type: ignore[operator]
     assert chat["handoff"] is None
 

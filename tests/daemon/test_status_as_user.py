@@ -38,7 +38,7 @@ def token_file_is_not_a_change(ws: DaemonSandbox, token: Path) -> None:
     [root_row] = json.loads(as_root.stdout)["endpoints"]
     [user_row] = json.loads(as_user.stdout)["endpoints"]
     assert root_row["state"] == user_row["state"] == "approved"
-    assert user_row["port"] == approval.plan.port
+    assert user_row["port"] == approval.plan.decisions.port
     assert user_row["diff"] is None
     assert any(str(token) in reason and "root-only" in reason for reason in user_row["reasons"])
     assert "hf_not_a_real_token" not in as_user.stdout + as_user.stderr

@@ -50,8 +50,8 @@ def test_ready_then_degraded_when_an_instance_fails(ws: DaemonSandbox) -> None:
     instances = pair["instances"]
     assert isinstance(instances, list)
     assert [(i["unit"], i["state"]) for i in instances] == [(u, "ready") for u in INSTANCES]
-    assert approval.plan.instances is not None
-    assert [i["port"] for i in instances] == [m.port for m in approval.plan.instances.members]
+    assert approval.plan.instance_set is not None
+    assert [i["port"] for i in instances] == [m.port for m in approval.plan.instance_set.members]
 
     ws.set_unit(INSTANCES[1], "failed", "exit-code")
     pair = status_of(ws, "pair")
@@ -85,9 +85,8 @@ def test_the_balancer_starts_only_with_min_ready_instances_up(
     ws.endpoint("pair", f"instances = 2\nmin_ready = {min_ready}\n")
     approval = ws.approve("pair")
     balancer = approval.plan.units[BALANCER]
-    assert f"ExecStartPre=+{approval.plan.product_python} -m epycd.approval.ready pair" in (
-        balancer
-    )
+    python = approval.plan.decisions.product_python
+    assert f"ExecStartPre=+{python} -m epycd.approval.ready pair" in balancer
     ws.set_unit(INSTANCES[0], "active")
     ws.set_unit(INSTANCES[1], "failed", "exit-code")
     done = ws.epycctl("pair", module="epycd.approval.ready")

@@ -79,6 +79,8 @@ def test_the_handoff_counts_the_bound_threads_not_the_pinned_cpus() -> None:
     plan = as_plan(milan_docker(), cpus="0-7", omp_cpus="1-7")
     done = handoff(plan)
     assert (done.threads, done.cpus) == (7, "0-7")
-    legacy = plan.model_dump(mode="json")
+    stored = plan.model_dump(mode="json")
+    legacy = {**stored.pop("decisions"), **stored}  # format 1: the decisions flat in the plan
+    del legacy["kind"]
     del legacy["omp_cpus"]  # a record approved before the bind list was its own field
     assert handoff(Plan.model_validate(migrated_plan(legacy))).threads == 8

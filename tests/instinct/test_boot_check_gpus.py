@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.approval.conftest import ApprovalSandbox, make_env
-from tests.approval.plans import make_plan
+from tests.approval.plans import make_plan, on_gpus
 from tests.hosts import CATALOGUE, FakeGpu, write_host
 
 GPU_HOST = CATALOGUE["genoa-2s-8x-mi300x"]
@@ -27,8 +27,7 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ApprovalSandbox:
 
 
 def approve(env: ApprovalSandbox, gpus: list[int]) -> None:
-    plans = [make_plan("gpu", env.host(), env.settings.config_dir, socket=0, port=8000)]
-    plans[0] = plans[0].model_copy(update={"device": "instinct", "gpus": gpus})
+    plans = [on_gpus(make_plan("gpu", env.host(), env.settings.config_dir, socket=0), gpus)]
     plans.append(make_plan("cpu", env.host(), env.settings.config_dir, socket=1, port=8001))
     env.set_plans(*plans)
     for name in ("gpu", "cpu"):

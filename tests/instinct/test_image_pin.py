@@ -41,9 +41,9 @@ def test_the_shipped_image_is_pinned_and_renders_as_such(
     ws.endpoint("gpu", 'device = "instinct"\nmodel = "Qwen/Qwen3-0.6B"\ngpus = [4]\n')
     result = ws.plan(host)["gpu"]
     assert result.plan is not None, [p.text for p in result.errors]
-    assert result.plan.image == PINNED
+    assert result.plan.decisions.image == PINNED
     assert f"Image={PINNED}\n" in result.plan.units["epyc-llm-gpu.container"]
-    assert not any("not pinned" in warning for warning in result.plan.warnings)
+    assert not any("not pinned" in warning for warning in result.plan.decisions.warnings)
 
 
 def test_floating_references() -> None:

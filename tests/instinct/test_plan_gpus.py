@@ -10,11 +10,12 @@ from pathlib import Path
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.healing import healing_for
-from epycd.plan.model import Plan
+from epycd.plan.model import CpuEndpoint, Plan
 from epycd.plan.result import EndpointResult
 from tests.hosts import CATALOGUE, MI210, FakeGpu, HostShape, gpus_on_nodes
 from tests.instinct.conftest import DOCKER
-from tests.plan.conftest import PlanWorkspace
+from tests.plan.conftest import PlanWorkspace, instinct
+from tests.plan.conftest import cpu as cpu_decisions
 
 HostOf = Callable[..., HostFacts]
 LLAMA_70B = 'model = "meta-llama/Llama-3.1-70B-Instruct"\n'
@@ -46,7 +47,8 @@ def test_mi300x_gpu_and_cpu_endpoints_share_no_core(ws: PlanWorkspace, host_of: 
     ws.endpoint("gpu2", GPU + QWEN + "gpus = [5]\n")
     ws.endpoint("cpu", QWEN)
     results = ws.plan(host)
-    gpu, gpu2, cpu = (planned(results[n]) for n in ("gpu", "gpu2", "cpu"))
+    gpu, gpu2 = (instinct(planned(results[n])) for n in ("gpu", "gpu2"))
+    cpu = cpu_decisions(planned(results["cpu"]))
     assert (gpu.gpus, gpu.tensor_parallel_size, gpu.numa_nodes) == ([0], 1, [0])
     assert (gpu2.gpus, gpu2.numa_nodes, gpu2.socket) == ([5], [5], 1)
     assert set(parse_cpulist(gpu.cpus)) == node_cpus(host, [0])
@@ -79,16 +81,22 @@ def test_mi355x_explicit_pair_tensor_parallel_2(ws: PlanWorkspace, host_of: Host
     host = host_of("turin-2s-8x-mi355x", DOCKER)
     ws.endpoint("llama", GPU + LLAMA_70B + token(ws) + "gpus = [2, 3]\n")
     plan = planned(ws.plan(host)["llama"])
-    assert (plan.gpus, plan.tensor_parallel_size, plan.numa_nodes, plan.socket) == (
+    decisions = instinct(plan)
+    assert (
+        decisions.gpus,
+        decisions.tensor_parallel_size,
+        decisions.numa_nodes,
+        decisions.socket,
+    ) == (
         [2, 3],
         2,
         [0],
         0,
     )
-    assert plan.runtime == "docker" and plan.gfx_version == "gfx950"
-    assert plan.env["HIP_VISIBLE_DEVICES"] == "2,3"
-    assert "VLLM_ROCM_USE_AITER_FP4BMM" not in plan.env
-    args = plan.vllm_args
+    assert decisions.runtime == "docker" and decisions.gfx_version == "gfx950"
+    assert decisions.env["HIP_VISIBLE_DEVICES"] == "2,3"
+    assert "VLLM_ROCM_USE_AITER_FP4BMM" not in decisions.env
+    args = decisions.vllm_args
     assert args[args.index("--tensor-parallel-size") + 1] == "2"
     text = next(iter(plan.units.values()))
     for flag in ("--device=/dev/kfd", "--device=/dev/dri", "--group-add=video",
@@ -103,12 +111,18 @@ def test_instinct_endpoints_heal_like_cpu_endpoints(ws: PlanWorkspace, host_of: 
     that kills the container; both restart on failure within their own start budget."""
     ws.endpoint("gpu", GPU + QWEN)
     podman = planned(ws.plan(host_of("genoa-2s-8x-mi300x"))["gpu"])
-    assert podman.runtime == "podman"
-    assert podman.healing == healing_for("on-failure", podman.start_timeout_s, supervised=False)
+    on_podman = instinct(podman)
+    assert on_podman.runtime == "podman"
+    assert on_podman.healing == healing_for(
+        "on-failure", on_podman.start_timeout_s, supervised=False
+    )
     assert "HealthOnFailure=kill" in podman.units["epyc-llm-gpu.container"]
     docker = planned(ws.plan(host_of("turin-2s-8x-mi355x", DOCKER))["gpu"])
-    assert docker.runtime == "docker"
-    assert docker.healing == healing_for("on-failure", docker.start_timeout_s, supervised=True)
+    on_docker = instinct(docker)
+    assert on_docker.runtime == "docker"
+    assert on_docker.healing == healing_for(
+        "on-failure", on_docker.start_timeout_s, supervised=True
+    )
     text = docker.units["epyc-llm-gpu.service"]
     assert "\nWatchdogSec=30s\n" in text and " --stall-timeout 120 -- " in text
 
@@ -119,7 +133,7 @@ def test_auto_tensor_parallel_is_the_smallest_power_of_two_that_fits(
     """Llama 3.1 70B (131.4 GiB) on 64 GiB MI210s: TP 2 leaves no room, TP 4 does."""
     four = replace(CATALOGUE["genoa-1x-mi210"], gpus=gpus_on_nodes(MI210, [0, 0, 0, 0]))
     ws.endpoint("llama", GPU + LLAMA_70B + token(ws))
-    plan = planned(ws.plan(shape_host(four))["llama"])
+    plan = instinct(planned(ws.plan(shape_host(four))["llama"]))
     assert (plan.tensor_parallel_size, plan.gpus) == (4, [0, 1, 2, 3])
     assert plan.gpu_fit is not None and plan.gpu_fit.tier == "safe"
     assert plan.env["HIP_VISIBLE_DEVICES"] == "0,1,2,3"
@@ -148,7 +162,7 @@ def test_tight_vram_starts_eager(
     """Llama 3.1 8B (15 GiB) on a 22 GiB GPU: 3 GiB left for KV, between 2 and 6."""
     small = replace(CATALOGUE["genoa-1x-mi210"], gpus=(FakeGpu(90402, 22, 0),))
     ws.endpoint("llama", GPU + 'model = "meta-llama/Llama-3.1-8B-Instruct"\n' + token(ws))
-    plan = planned(ws.plan(shape_host(small))["llama"])
+    plan = instinct(planned(ws.plan(shape_host(small))["llama"]))
     assert plan.gpu_fit is not None and plan.gpu_fit.tier == "tight"
     assert "--enforce-eager" in plan.vllm_args
     assert any("--enforce-eager" in w for w in plan.warnings)
@@ -175,7 +189,7 @@ def test_a_model_that_is_no_llm_endpoint_is_refused_with_an_alternative(
 
 def test_mi210_needs_consent(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("qwen", GPU + QWEN)
-    plan = planned(ws.plan(host_of("genoa-1x-mi210"))["qwen"])
+    plan = instinct(planned(ws.plan(host_of("genoa-1x-mi210"))["qwen"]))
     assert plan.requires_confirmation
     assert any("gfx90a" in reason for reason in plan.confirmation_reasons)
 
@@ -185,7 +199,7 @@ def test_no_gpu_host_refuses_an_instinct_endpoint(ws: PlanWorkspace, host_of: Ho
     ws.endpoint("cpu", QWEN)
     results = ws.plan(host_of("genoa-9654-2s-nps4"))
     assert "no AMD GPU on this host" in refused(results["gpu"])
-    assert planned(results["cpu"]).device == "cpu"
+    assert isinstance(planned(results["cpu"]).decisions, CpuEndpoint)
 
 
 def test_a_gpu_that_does_not_exist(ws: PlanWorkspace, host_of: HostOf) -> None:
@@ -247,6 +261,6 @@ def test_approved_gpu_endpoints_keep_their_gpus_and_nodes(
     results = ws.plan(host, approved_gpus={"b-approved": [3], "gone": [0]})
     assert planned(results["b-approved"]).gpus == [3]
     assert planned(results["a-new"]).gpus == [1]
-    cpu = planned(results["cpu"])
+    cpu = cpu_decisions(planned(results["cpu"]))
     assert cpu.numa_nodes == [2]
     assert not set(parse_cpulist(cpu.cpus)) & node_cpus(host, [0, 1, 3])

@@ -15,7 +15,13 @@ from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, PodmanFacts, RuntimeFacts
 from epycd.plan.argv import vllm_argv
 from epycd.plan.build import PlanSources, plan_all
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import (
+    CpuEndpoint,
+    InstanceSetEndpoint,
+    InstinctEndpoint,
+    Plan,
+    vllm_processes,
+)
 from epycd.plan.reservations import Held, Reservations
 from epycd.plan.result import EndpointResult
 from epycd.render import render_for_plan
@@ -111,13 +117,42 @@ class PlanWorkspace:
         return {result.endpoint: result for result in results}
 
 
-def assert_invocations(decisions: EndpointDecisions) -> None:
+def assert_invocations(plan: Plan) -> None:
     """Every planned instance, a set's members included, has its typed invocation, and its
     `vllm_args` are that invocation's words (issue 28 B3)."""
-    members = decisions.instances.members if decisions.instances else []
-    for each in [decisions, *members]:
+    for each in vllm_processes(plan.decisions):
         assert each.invocation is not None, each.unit_name
         assert vllm_argv(each.invocation) == each.vllm_args, each.unit_name
+
+
+Planned = Plan | CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint | None
+"""A plan, or the decisions of one (an `EndpointResult`'s `plan` or `decisions`)."""
+
+
+def _decisions(planned: Planned) -> CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint:
+    assert planned is not None
+    return planned.decisions if isinstance(planned, Plan) else planned
+
+
+def cpu(planned: Planned) -> CpuEndpoint:
+    """The decisions, which must be those of one vLLM instance on CPUs."""
+    decisions = _decisions(planned)
+    assert isinstance(decisions, CpuEndpoint), decisions.kind
+    return decisions
+
+
+def instinct(planned: Planned) -> InstinctEndpoint:
+    """The decisions, which must be those of an endpoint on Instinct GPUs."""
+    decisions = _decisions(planned)
+    assert isinstance(decisions, InstinctEndpoint), decisions.kind
+    return decisions
+
+
+def instance_set(planned: Planned) -> InstanceSetEndpoint:
+    """The decisions, which must be those of an instance set behind its balancer."""
+    decisions = _decisions(planned)
+    assert isinstance(decisions, InstanceSetEndpoint), decisions.kind
+    return decisions
 
 
 HELD_MAPS = ("approved_sockets", "approved_ports", "approved_gpus", "approved_instance_ports")

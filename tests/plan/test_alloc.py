@@ -8,7 +8,7 @@ from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.result import EndpointResult
 from tests.hosts import CATALOGUE
-from tests.plan.conftest import PlanWorkspace
+from tests.plan.conftest import PlanWorkspace, cpu
 
 HostOf = Callable[..., HostFacts]
 
@@ -17,7 +17,7 @@ def planned(results: dict[str, EndpointResult]) -> dict[str, tuple[int, list[int
     out = {}
     for name, result in results.items():
         assert result.plan is not None, [p.text for p in result.errors]
-        plan = result.plan
+        plan = cpu(result.plan)
         out[name] = (plan.socket, plan.numa_nodes, set(parse_cpulist(plan.cpus)))
     return out
 
@@ -27,8 +27,9 @@ def test_socket_1_of_dual_genoa_nps4_gets_its_physical_cores_and_nodes_4_to_7(
 ) -> None:
     ws.endpoint("llm", "socket = 1\n")
     host = host_of("genoa-9654-2s-nps4")
-    plan = ws.plan(host)["llm"].plan
-    assert plan is not None
+    whole_plan = ws.plan(host)["llm"].plan
+    assert whole_plan is not None
+    plan = cpu(whole_plan)
     assert plan.socket == 1 and plan.numa_nodes == [4, 5, 6, 7]
     expected = parse_cpulist(host.socket(1).physical_cpus)
     assert parse_cpulist(plan.cpus) == expected and len(expected) == 96
@@ -38,14 +39,14 @@ def test_socket_1_of_dual_genoa_nps4_gets_its_physical_cores_and_nodes_4_to_7(
     assert parse_cpulist(plan.omp_cpus) == expected[:-2], "96 cores leave 2 to the front end"
     assert plan.socket_reason == "forced by socket = 1"
     assert any("NPS4" in w for w in plan.warnings)
-    container = plan.units["epyc-llm-llm.container"]
+    container = whole_plan.units["epyc-llm-llm.container"]
     assert f"--cpuset-cpus={plan.cpus}" in container and "--cpuset-mems=4-7" in container
 
 
 def test_single_socket_is_socket_0(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm")
-    plan = ws.plan(host_of("bergamo-9754"))["llm"].plan
-    assert plan is not None and plan.socket == 0 and plan.socket_reason == "single socket"
+    plan = cpu(ws.plan(host_of("bergamo-9754"))["llm"].plan)
+    assert plan.socket == 0 and plan.socket_reason == "single socket"
     assert not any("NPS" in w for w in plan.warnings)
 
 
@@ -61,16 +62,16 @@ def test_load_aware_choice(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm")
     host = host_of("genoa-9654-2s-nps1")
     both_idle = host.model_copy(update={"socket_busy_pct": {0: 3.0, 1: 1.0}})
-    plan = ws.plan(both_idle)["llm"].plan
-    assert plan is not None and plan.socket == 0 and "idle" in plan.socket_reason
+    plan = cpu(ws.plan(both_idle)["llm"].plan)
+    assert plan.socket == 0 and "idle" in plan.socket_reason
 
     zero_busy = host.model_copy(update={"socket_busy_pct": {0: 60.0, 1: 2.0}})
-    plan = ws.plan(zero_busy)["llm"].plan
-    assert plan is not None and plan.socket == 1 and not plan.warnings[2:]
+    plan = cpu(ws.plan(zero_busy)["llm"].plan)
+    assert plan.socket == 1 and not plan.warnings[2:]
 
     all_busy = host.model_copy(update={"socket_busy_pct": {0: 90.0, 1: 40.0}})
-    plan = ws.plan(all_busy)["llm"].plan
-    assert plan is not None and plan.socket == 1
+    plan = cpu(ws.plan(all_busy)["llm"].plan)
+    assert plan.socket == 1
     assert any("every socket is busy" in w for w in plan.warnings)
 
 
@@ -111,8 +112,7 @@ def test_three_endpoints_split_nps4_sockets_by_numa_node(
         node_cpus = {c for n in node_list for c in host.node(n).cpus}
         assert cpu_set == node_cpus & set(parse_cpulist(host.socket(socket).physical_cpus))
         assert set(node_list) <= set(host.socket(socket).numa_nodes)
-        plan = results[name].plan
-        assert plan is not None
+        plan = cpu(results[name].plan)
         node_total = sum(host.node(n).memory_total_bytes for n in node_list) / 1024**3
         assert plan.memory.available_gb < node_total
     shared = [name for name, (s, _, _) in got.items() if [x[0] for x in got.values()].count(s) == 2]

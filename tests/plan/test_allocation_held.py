@@ -10,7 +10,7 @@ from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.ports import Listener
 from epycd.plan.result import EndpointResult
-from tests.plan.conftest import PlanWorkspace, write_model
+from tests.plan.conftest import PlanWorkspace, cpu, write_model
 from tests.plan.test_sizing import BIG
 
 HostOf = Callable[..., HostFacts]
@@ -21,7 +21,8 @@ HUGE = {**BIG, "num_hidden_layers": 240}
 
 def placed(result: EndpointResult) -> tuple[int, int, set[int]]:
     assert result.plan is not None, [p.text for p in result.errors]
-    return result.plan.socket, result.plan.port, set(parse_cpulist(result.plan.cpus))
+    decisions = cpu(result.plan)
+    return decisions.socket, decisions.port, set(parse_cpulist(decisions.cpus))
 
 
 def test_a_new_file_does_not_take_the_port_of_an_approved_endpoint_not_running(
@@ -52,7 +53,7 @@ def test_an_approved_endpoint_without_a_plan_now_still_holds_its_socket_and_port
     )
     _socket, port, _cpus = placed(results["a"])
     assert port == FIRST_PORT + 2
-    assert results["a"].plan is not None and len(results["a"].plan.numa_nodes) == 2
+    assert len(cpu(results["a"].plan).numa_nodes) == 2
 
 
 def test_asking_for_an_approved_endpoints_port_or_socket_is_refused_naming_it(

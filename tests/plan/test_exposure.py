@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from epycd.host.facts import HostFacts
-from tests.plan.conftest import PlanWorkspace, fake_host
+from tests.plan.conftest import PlanWorkspace, cpu, fake_host
 from tests.sandbox import run_python
 from tests.secrets import root_folder, write_secret
 
@@ -39,13 +39,14 @@ def key_file(ws: PlanWorkspace, text: str = KEY + "\n", mode: int = 0o600) -> Pa
 
 def test_an_endpoint_listens_on_loopback_by_default(ws: PlanWorkspace, host: HostFacts) -> None:
     ws.endpoint("chat")
-    plan = ws.plan(host)["chat"].plan
-    assert plan is not None
+    whole_plan = ws.plan(host)["chat"].plan
+    assert whole_plan is not None
+    plan = cpu(whole_plan)
     assert plan.host == "127.0.0.1"
     at = plan.vllm_args.index("--host")
     assert plan.vllm_args[at + 1] == "127.0.0.1"
     assert not plan.requires_confirmation
-    assert "--host 127.0.0.1" in next(iter(plan.units.values()))
+    assert "--host 127.0.0.1" in next(iter(whole_plan.units.values()))
 
 
 @pytest.mark.parametrize("address", ["0.0.0.0", "::", "192.0.2.10"])
@@ -53,8 +54,8 @@ def test_listening_beyond_loopback_without_a_key_needs_consent(
     ws: PlanWorkspace, host: HostFacts, address: str
 ) -> None:
     ws.endpoint("chat", f'host = "{address}"\n')
-    plan = ws.plan(host)["chat"].plan
-    assert plan is not None and plan.host == address
+    plan = cpu(ws.plan(host)["chat"].plan)
+    assert plan.host == address
     assert plan.requires_confirmation
     [reason] = [r for r in plan.confirmation_reasons if "API key" in r]
     assert address in reason and "api_key_file" in reason
@@ -65,12 +66,13 @@ def test_listening_beyond_loopback_with_a_key_needs_no_consent(
 ) -> None:
     path = key_file(ws)
     ws.endpoint("chat", f'host = "0.0.0.0"\napi_key_file = "{path}"\n')
-    plan = ws.plan(host)["chat"].plan
-    assert plan is not None
+    whole_plan = ws.plan(host)["chat"].plan
+    assert whole_plan is not None
+    plan = cpu(whole_plan)
     assert not plan.requires_confirmation, plan.confirmation_reasons
     assert plan.api_key_file == str(path)
-    assert KEY not in plan.model_dump_json()
-    unit = next(iter(plan.units.values()))
+    assert KEY not in whole_plan.model_dump_json()
+    unit = next(iter(whole_plan.units.values()))
     assert KEY not in unit and f"{path}:/run/secrets/api_key:ro" in unit
 
 
@@ -117,7 +119,7 @@ NOBODY = 65534
 PLAN_AS_NOBODY = """
 import sys
 from pathlib import Path
-from tests.plan.conftest import PlanWorkspace, fake_host
+from tests.plan.conftest import PlanWorkspace, cpu, fake_host
 ws = PlanWorkspace.__new__(PlanWorkspace)
 root = Path(sys.argv[1])
 ws.tmp, ws.config_dir, ws.hf_home = root, root / "etc-epyc-llm", root / "hf"

@@ -106,7 +106,7 @@ def test_model_facts_revision_moves_it(ws: PlanWorkspace, tmp_path: Path) -> Non
         spec_sha256="0" * 64,
         stack_sha256="1" * 64,
         host=host,
-        decisions=plan.plan,
+        decisions=plan.plan.decisions,
     )
     moved = plan.model_facts.model_copy(update={"revision": "another-commit"})
     first = fingerprint(fingerprint_inputs(model=plan.model_facts, **base))  # type: ignore[arg-type]
@@ -126,7 +126,7 @@ def test_the_hash_is_over_canonical_json_of_the_inputs(ws: PlanWorkspace, tmp_pa
         stack_sha256=shipped_stack().content_sha256,
         model=result.model_facts,
         host=host,
-        decisions=result.plan,
+        decisions=result.plan.decisions,
     )
     assert fingerprint(inputs) == result.plan.fingerprint
     text = canonical_json(inputs)

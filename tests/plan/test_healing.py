@@ -85,15 +85,19 @@ def test_the_planner_heals_every_path_by_default(
     supervised: bool,
 ) -> None:
     plan = _plan(ws, host_of(host, runtimes), text)
-    assert plan.restart == "on-failure"
-    assert plan.healing == healing_for("on-failure", plan.start_timeout_s, supervised=supervised)
-    assert (plan.runtime == "podman") == (not supervised)
+    assert plan.decisions.restart == "on-failure"
+    assert plan.decisions.healing == healing_for(
+        "on-failure", plan.decisions.start_timeout_s, supervised=supervised
+    )
+    assert (plan.decisions.runtime == "podman") == (not supervised)
 
 
 def test_restart_no_in_the_file_is_in_both_fields(ws: PlanWorkspace, host_of: HostOf) -> None:
     plan = _plan(ws, host_of("genoa-9654-2s-nps4"), HOST_VLLM + 'restart = "no"\n')
-    assert plan.restart == "no"
-    assert plan.healing == healing_for("no", plan.start_timeout_s, supervised=True)
+    assert plan.decisions.restart == "no"
+    assert plan.decisions.healing == healing_for(
+        "no", plan.decisions.start_timeout_s, supervised=True
+    )
 
 
 @pytest.mark.parametrize(("text", "supervised"), [("", False), (HOST_VLLM, True)])
@@ -101,11 +105,11 @@ def test_each_instance_heals_by_its_runtime_and_the_balancer_by_its_own(
     ws: PlanWorkspace, host_of: HostOf, text: str, supervised: bool
 ) -> None:
     plan = _plan(ws, host_of("vm-zen5-24g"), text + "instances = 2\n", name="pair")
-    assert plan.instances is not None
-    assert plan.healing == balancer_healing(
-        "on-failure", max(m.start_timeout_s for m in plan.instances.members)
+    assert plan.instance_set is not None
+    assert plan.decisions.healing == balancer_healing(
+        "on-failure", max(m.start_timeout_s for m in plan.instance_set.members)
     )
-    for member in plan.instances.members:
+    for member in plan.instance_set.members:
         assert member.healing == healing_for(
             "on-failure", member.start_timeout_s, supervised=supervised
         )
@@ -115,7 +119,9 @@ def test_restart_no_reaches_the_instances_and_the_balancer(
     ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     plan = _plan(ws, host_of("vm-zen5-24g"), 'instances = 2\nrestart = "no"\n', name="pair")
-    assert plan.instances is not None
-    assert plan.healing == balancer_healing("no", plan.instances.members[0].start_timeout_s)
-    assert {m.restart for m in plan.instances.members} == {"no"}
-    assert {m.healing.restart for m in plan.instances.members if m.healing} == {"no"}
+    assert plan.instance_set is not None
+    assert plan.decisions.healing == balancer_healing(
+        "no", plan.instance_set.members[0].start_timeout_s
+    )
+    assert {m.restart for m in plan.instance_set.members} == {"no"}
+    assert {m.healing.restart for m in plan.instance_set.members if m.healing} == {"no"}

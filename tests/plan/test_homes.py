@@ -11,7 +11,7 @@ from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.plan.hfcache import ENDPOINT_HF_HOME, host_hf_home
 from epycd.plan.homes import home_read_paths, in_a_home
 from epycd.plan.model import HfCacheMount
-from tests.plan.conftest import PlanWorkspace
+from tests.plan.conftest import PlanWorkspace, cpu
 
 
 def venv(root: Path, base_bin: str) -> str:
@@ -50,14 +50,16 @@ def test_the_planner_moves_the_hf_cache_and_says_so(
 
     from tests.plan.test_model_paths import hub_from
 
-    plan = ws.plan(
+    whole_plan = ws.plan(
         host_of("genoa-9654-2s-nps1"),
         inspect=hub_from(ws.model),
         probe=zen,
         environ={"HF_HOME": "/root/.cache/huggingface"},
     )["qwen"].plan
-    assert plan is not None and plan.env["HF_HOME"] == ENDPOINT_HF_HOME
+    assert whole_plan is not None
+    plan = cpu(whole_plan)
+    assert plan.env["HF_HOME"] == ENDPOINT_HF_HOME
     assert any("out of the endpoint's reach" in warning for warning in plan.warnings)
-    unit = next(iter(plan.units.values()))
+    unit = next(iter(whole_plan.units.values()))
     assert "CacheDirectory=epyc-llm/endpoints/qwen epyc-llm/huggingface" in unit
     assert plan.status_file == str(ws.settings.run_dir / "endpoints" / "qwen" / "status.json")

@@ -19,12 +19,12 @@ from epycd.host.cpulist import parse_cpulist
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.plan.instances import HOST_RESERVED_CORES, SWEET_SPOT_CORES
-from epycd.plan.model import EndpointDecisions, InstanceSet, Plan
+from epycd.plan.model import CpuEndpoint, InstanceSet, InstinctEndpoint, Plan
 from epycd.plan.ports import endpoint_of_pid
 from epycd.plan.reservations import Reservations
 from epycd.render.balancer import haproxy_config
 from tests.hosts import CATALOGUE, write_host
-from tests.plan.conftest import PODMAN_5, PlanWorkspace, write_model
+from tests.plan.conftest import PODMAN_5, PlanWorkspace, cpu, instance_set, write_model
 from tests.sandbox import run_python
 
 HostOf = Callable[..., HostFacts]
@@ -39,11 +39,11 @@ def _plan(ws: PlanWorkspace, host: HostFacts, text: str, name: str = "big") -> P
 
 
 def _set(plan: Plan) -> InstanceSet:
-    assert plan.instances is not None
-    return plan.instances
+    assert plan.instance_set is not None
+    return plan.instance_set
 
 
-def _members(plan: Plan) -> list[EndpointDecisions]:
+def _members(plan: Plan) -> list[CpuEndpoint]:
     return _set(plan).members
 
 
@@ -64,7 +64,7 @@ def _check_set(plan: Plan, host: HostFacts) -> None:
         assert front_end and min(front_end) > max(omp)
         assert member.env["VLLM_CPU_OMP_THREADS_BIND"] == member.omp_cpus
         assert member.memory.fits
-        assert member.host == "127.0.0.1" and member.port != plan.port
+        assert member.host == "127.0.0.1" and member.port != plan.decisions.port
         assert f"--port {member.port}" in " ".join(member.vllm_args)
     assert len({m.port for m in _members(plan)}) == len(_members(plan))
 
@@ -81,7 +81,8 @@ def test_genoa_nps1_two_sockets_takes_amds_recipe_evenly(
     assert all(len(m.numa_nodes) == 1 for m in members)
     assert any("floor((192 cores - 16) / 32) = 5" in r for r in _set(plan).reasons)
     _check_set(plan, host)
-    assert "share" not in plan.socket_reason and "2 per" not in plan.socket_reason
+    reason = plan.decisions.socket_reason
+    assert "share" not in reason and "2 per" not in reason
     node_available = host.node(0).memory_available_bytes / 2**30
     assert members[0].memory.available_gb <= node_available / 2 + 0.1
 
@@ -127,19 +128,19 @@ def test_small_vm_auto_is_one_plain_endpoint(
 ) -> None:
     plain = _plan(ws, host_of(host_name), "", name="plain")
     plan = _plan(ws, host_of(host_name), 'instances = "auto"\n')
-    assert plan.instances is None
+    assert plan.instance_set is None
     assert list(plan.units) == ["epyc-llm-big.container"]
-    assert plan.cpus == plain.cpus and plan.omp_cpus == plain.omp_cpus
-    assert "= 0 instance(s)" in plan.socket_reason
+    assert cpu(plan).cpus == cpu(plain).cpus and cpu(plan).omp_cpus == cpu(plain).omp_cpus
+    assert "= 0 instance(s)" in plan.decisions.socket_reason
 
 
 def test_default_is_unchanged(ws: PlanWorkspace, host_of: HostOf) -> None:
     host = host_of("genoa-9654-2s-nps1")
     before = _plan(ws, host, "")
     after = _plan(ws, host, 'instances = 1\nplacement = "socket"\n')
-    assert before.instances is None and after.instances is None
+    assert before.instance_set is None and after.instance_set is None
     assert after.units == before.units
-    assert after.socket_reason == before.socket_reason
+    assert after.decisions.socket_reason == before.decisions.socket_reason
 
 
 def test_memory_cuts_auto_instances(ws: PlanWorkspace, tmp_path: Path) -> None:
@@ -150,11 +151,13 @@ def test_memory_cuts_auto_instances(ws: PlanWorkspace, tmp_path: Path) -> None:
     big.update(hidden_size=8192, intermediate_size=28672, num_hidden_layers=20)
     model = write_model(tmp_path / "models" / "big", big)
     plan = _plan(ws, host, f'model = "{model}"\ninstances = "auto"\n')
-    reasons = plan.instances.reasons if plan.instances else [plan.socket_reason]
+    chosen = plan.instance_set
+    reasons = chosen.reasons if chosen else [plan.decisions.socket_reason]
     assert any("do not fit" in r for r in reasons), reasons
-    count = len(plan.instances.members) if plan.instances else 1
+    count = len(chosen.members) if chosen else 1
     assert count < 3  # 3 by cores
-    assert plan.memory.fits
+    decisions = plan.decisions
+    assert not isinstance(decisions, InstinctEndpoint) and decisions.memory.fits
 
 
 def test_two_one_core_instances_on_two_cores(ws: PlanWorkspace, host_of: HostOf) -> None:
@@ -165,7 +168,7 @@ def test_two_one_core_instances_on_two_cores(ws: PlanWorkspace, host_of: HostOf)
         ("0", "0", 18512),
         ("1", "1", 18513),
     ]
-    assert any("front end shares the OpenMP core" in w for w in plan.warnings)
+    assert any("front end shares the OpenMP core" in w for w in plan.decisions.warnings)
     assert sorted(plan.units) == [
         "epyc-llm-big.service",
         "epyc-llm-big_1.container",
@@ -174,7 +177,7 @@ def test_two_one_core_instances_on_two_cores(ws: PlanWorkspace, host_of: HostOf)
     balancer = plan.units["epyc-llm-big.service"]
     assert "Wants=epyc-llm-big_1.service epyc-llm-big_2.service" in balancer
     assert "Requires=" not in balancer
-    config = haproxy_config(plan)
+    config = haproxy_config(instance_set(plan))
     assert "balance leastconn" in config and "option httpchk GET /health" in config
     assert "bind 127.0.0.1:18511" in config
     assert "server instance-2 127.0.0.1:18513" in config
@@ -192,7 +195,7 @@ def test_min_ready_below_count_only_changes_the_ready_check(
     assert "Wants=epyc-llm-big_1.service epyc-llm-big_2.service" in balancer
     assert "Requires=" not in balancer
     assert "ExecStartPre=+" in balancer and "-m epycd.approval.ready big" in balancer
-    assert plan.instances is not None and plan.instances.min_ready == 1
+    assert plan.instance_set is not None and plan.instance_set.min_ready == 1
 
 
 @pytest.mark.parametrize(
@@ -255,7 +258,9 @@ def test_instance_ports_keep_off_other_endpoints_ports(ws: PlanWorkspace, host_o
     plan, other = results["big"].plan, results["other"].plan
     assert plan is not None and other is not None
     assert [m.port for m in _members(plan)] == [18512, 18514]
-    moved = other.model_copy(update={"port": 18514})
+    moved = other.model_copy(
+        update={"decisions": other.decisions.model_copy(update={"port": 18514})}
+    )
     assert overlap(plan, moved) == ["port 18514"]
     assert overlap(plan, other) == []
 
@@ -274,7 +279,7 @@ def test_plan_table_and_json_show_the_layout(ws: PlanWorkspace, host_of: HostOf)
     assert [m["numa_nodes"] for m in data["instances"]["members"]] == [[0], [1], [2], [3]]
     single = ws.endpoint("one", "")
     assert single.exists()
-    assert "instances" not in plan_json(ws.plan(host)["one"])
+    assert plan_json(ws.plan(host)["one"])["instances"] is None
 
 
 def test_approved_instance_ports_stay_the_sets(ws: PlanWorkspace, host_of: HostOf) -> None:
@@ -285,18 +290,20 @@ def test_approved_instance_ports_stay_the_sets(ws: PlanWorkspace, host_of: HostO
     first = ws.plan(host)["big"].plan
     assert first is not None
     held = [m.port for m in _members(first)]
+    socket = first.decisions.socket
+    assert socket is not None
     ws.endpoint("new", "")
     ws.endpoint("pinned", f"port = {held[1]}\n")
     results = ws.plan(
         host,
-        approved_sockets={"big": first.socket},
-        approved_ports={"big": first.port},
+        approved_sockets={"big": socket},
+        approved_ports={"big": first.decisions.port},
         approved_instance_ports={"big": held},
     )
     again, new = results["big"].plan, results["new"].plan
     assert again is not None and new is not None
     assert [m.port for m in _members(again)] == held
-    assert new.port not in held
+    assert new.decisions.port not in held
     errors = [e.text for e in results["pinned"].errors]
     assert any("an instance of approved endpoint big" in e for e in errors), errors
 
@@ -360,4 +367,5 @@ def test_the_boot_check_covers_every_socket_of_a_set(ws: PlanWorkspace, host_of:
     ]
     assert [needs[0], needs[1]] == per_socket
     single = _plan(ws, host, "", name="one")
-    assert socket_needs(single) == {single.socket: single.memory.required_gb}
+    one = cpu(single)
+    assert socket_needs(single) == {one.socket: one.memory.required_gb}

@@ -82,8 +82,8 @@ def test_the_consent_is_shown_in_the_plan_and_asked_at_approval(ws: PlanWorkspac
         '[env]\nVLLM_DEBUG_LOG_API_SERVER_RESPONSE = "1"\n',
     )
     plan = ws.plan(fake_host(ws.tmp, "this-machine-genoa-vm"))["c"].plan
-    assert plan is not None and plan.requires_confirmation
-    shown = "\n".join(plan.confirmation_reasons)
+    assert plan is not None and plan.decisions.requires_confirmation
+    shown = "\n".join(plan.decisions.confirmation_reasons)
     assert "extra_args --trust-remote-code: it runs the model repository's own" in shown
     assert "extra_args --otlp-traces-endpoint http://otel:4317: it sends a trace" in shown
     assert "env VLLM_DEBUG_LOG_API_SERVER_RESPONSE=1" in shown

@@ -12,7 +12,7 @@ import pytest
 from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.model.check import inspect_model
 from epycd.model.facts import ModelFacts
-from tests.plan.conftest import PlanWorkspace, write_model
+from tests.plan.conftest import PlanWorkspace, cpu, write_model
 from tests.secrets import root_folder, write_secret
 
 HostOf = Callable[..., HostFacts]
@@ -38,10 +38,13 @@ def test_hub_id_in_a_container_mounts_the_resolved_hf_cache(
     link = tmp_path / "hf-link"
     link.symlink_to(real)
     ws.endpoint("qwen", 'model = "Qwen/Qwen3-0.6B"\n')
-    plan = ws.plan(
-        host_of("genoa-9654-2s-nps1"), inspect=hub_from(ws.model), environ={"HF_HOME": str(link)}
-    )["qwen"].plan
-    assert plan is not None
+    plan = cpu(
+        ws.plan(
+            host_of("genoa-9654-2s-nps1"),
+            inspect=hub_from(ws.model),
+            environ={"HF_HOME": str(link)},
+        )["qwen"].plan
+    )
     assert plan.hf_cache is not None and plan.hf_cache.host_path == str(real)
     assert plan.hf_cache.container_path == "/root/.cache/huggingface"
     assert plan.vllm_args[0] == "Qwen/Qwen3-0.6B"
@@ -58,8 +61,10 @@ def test_hf_cache_on_nfs_is_flagged(ws: PlanWorkspace, host_of: HostOf, tmp_path
         f"/dev/sda1 / ext4 rw 0 0\nfiler:/export/home {tmp_path / 'home'} nfs4 rw,relatime 0 0\n"
     )
     ws.endpoint("qwen", 'model = "Qwen/Qwen3-0.6B"\n')
-    plan = ws.plan(host, inspect=hub_from(ws.model), environ={"HF_HOME": str(cache)})["qwen"].plan
-    assert plan is not None and plan.hf_cache is not None and plan.hf_cache.on_nfs
+    plan = cpu(
+        ws.plan(host, inspect=hub_from(ws.model), environ={"HF_HOME": str(cache)})["qwen"].plan
+    )
+    assert plan.hf_cache is not None and plan.hf_cache.on_nfs
     assert any("network filesystem" in w for w in plan.warnings)
 
 
@@ -71,10 +76,10 @@ def test_hub_id_on_the_host_path_sets_hf_home(ws: PlanWorkspace, host_of: HostOf
             path=executable, present=True, version="0.25.1", platform="ZenCpuPlatform"
         )
 
-    plan = ws.plan(host_of("genoa-9654-2s-nps1"), inspect=hub_from(ws.model), probe=zen)[
-        "qwen"
-    ].plan
-    assert plan is not None and plan.env["HF_HOME"] == str(ws.hf_home)
+    plan = cpu(
+        ws.plan(host_of("genoa-9654-2s-nps1"), inspect=hub_from(ws.model), probe=zen)["qwen"].plan
+    )
+    assert plan.env["HF_HOME"] == str(ws.hf_home)
 
 
 def test_local_folder_in_a_container_is_mounted_read_only_at_its_path(
@@ -83,15 +88,16 @@ def test_local_folder_in_a_container_is_mounted_read_only_at_its_path(
     link = tmp_path / "current-model"
     link.symlink_to(ws.model)
     ws.endpoint("local", f'model = "{link}"\n')
-    plan = ws.plan(host_of("genoa-9654-2s-nps1"))["local"].plan
-    assert plan is not None
+    whole_plan = ws.plan(host_of("genoa-9654-2s-nps1"))["local"].plan
+    assert whole_plan is not None
+    plan = cpu(whole_plan)
     real = os.path.realpath(link)
     assert [(m.host_path, m.container_path, m.read_only) for m in plan.extra_mounts] == [
         (real, real, True)
     ]
     assert plan.vllm_args[0] == real and plan.hf_cache is None
     assert plan.served_model_name == "local"
-    assert f"{real}:{real}" in plan.units["epyc-llm-local.container"]
+    assert f"{real}:{real}" in whole_plan.units["epyc-llm-local.container"]
 
 
 def test_base_model_without_template_serves_completions(
@@ -99,8 +105,8 @@ def test_base_model_without_template_serves_completions(
 ) -> None:
     base = write_model(tmp_path / "models" / "base", chat=False)
     ws.endpoint("base", f'model = "{base}"\n')
-    plan = ws.plan(host_of("genoa-9654-2s-nps1"))["base"].plan
-    assert plan is not None and plan.primary_endpoint == "completions"
+    plan = cpu(ws.plan(host_of("genoa-9654-2s-nps1"))["base"].plan)
+    assert plan.primary_endpoint == "completions"
 
 
 def test_chat_template_file_is_passed_and_mounted(
@@ -110,8 +116,8 @@ def test_chat_template_file_is_passed_and_mounted(
     template = tmp_path / "chatml.jinja"
     template.write_text("{{ messages }}")
     ws.endpoint("chat", f'model = "{base}"\nchat_template = "{template}"\n')
-    plan = ws.plan(host_of("genoa-9654-2s-nps1"))["chat"].plan
-    assert plan is not None and plan.primary_endpoint == "chat_completions"
+    plan = cpu(ws.plan(host_of("genoa-9654-2s-nps1"))["chat"].plan)
+    assert plan.primary_endpoint == "chat_completions"
     at = plan.vllm_args.index("--chat-template")
     assert plan.vllm_args[at + 1] == str(template)
     assert str(template) in [m.container_path for m in plan.extra_mounts]
@@ -155,20 +161,22 @@ def test_gated_model_needs_a_token_file(ws: PlanWorkspace, host_of: HostOf, secr
         seen.append(kwargs["token"])
         return hub_from(ws.model, gated=True)(model, **kwargs)
 
-    plan = ws.plan(host, inspect=recording)["llama"].plan
-    assert plan is not None and seen == ["hf_secret_value"]
+    whole_plan = ws.plan(host, inspect=recording)["llama"].plan
+    assert whole_plan is not None
+    plan = cpu(whole_plan)
+    assert seen == ["hf_secret_value"]
     assert plan.hf_token_file == str(token)
-    for text in plan.units.values():
+    for text in whole_plan.units.values():
         assert "hf_secret_value" not in text
-    assert "hf_secret_value" not in plan.model_dump_json()
+    assert "hf_secret_value" not in whole_plan.model_dump_json()
 
 
 def test_unknown_gating_of_a_gated_family_warns(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llama", 'model = "meta-llama/Llama-3.2-1B"\n')
-    plan = ws.plan(host_of("genoa-9654-2s-nps1"), inspect=hub_from(ws.model, gated=None))[
-        "llama"
-    ].plan
-    assert plan is not None and any("Llama" in w for w in plan.warnings)
+    plan = cpu(
+        ws.plan(host_of("genoa-9654-2s-nps1"), inspect=hub_from(ws.model, gated=None))["llama"].plan
+    )
+    assert any("Llama" in w for w in plan.warnings)
 
 
 def test_a_token_file_holding_an_assignment_is_refused(

@@ -13,31 +13,39 @@ from epycd.host.facts import HostFacts
 from epycd.names import INSTANCE_SEPARATOR
 from epycd.plan.model import Plan
 from epycd.plan.reservations import Reservations
-from tests.plan.conftest import PlanWorkspace
+from tests.approval.plans import on_gpus
+from tests.plan.conftest import PlanWorkspace, cpu
 
 HostOf = Callable[..., HostFacts]
 
 
 def old_approved_sockets(approved: Mapping[str, Plan]) -> dict[str, int]:
     """plan/current.py's `approved_sockets` before `Reservations`."""
-    held = {name: plan.socket for name, plan in approved.items() if not plan.gpus}
+    held = {name: _socket(plan) for name, plan in approved.items() if not plan.gpus}
     for name, plan in approved.items():
-        members = plan.instances.members if plan.instances is not None else []
+        members = plan.instance_set.members if plan.instance_set is not None else []
         nodes = sorted({(m.socket, node) for m in members for node in m.numa_nodes})
         for socket, node in nodes[1:]:
             held[f"{name}{INSTANCE_SEPARATOR}{node}"] = socket
     return held
 
 
+def _socket(plan: Plan) -> int:
+    """A CPU plan's socket; a set's was its first member's (which the set is planned from)."""
+    if plan.instance_set is not None:
+        return plan.instance_set.members[0].socket
+    return cpu(plan).socket
+
+
 def old_maps(approved: Mapping[str, Plan]) -> dict[str, object]:
     return {
         "sockets": old_approved_sockets(approved),
         "gpus": {name: plan.gpus for name, plan in approved.items() if plan.gpus},
-        "ports": {name: plan.port for name, plan in approved.items()},
+        "ports": {name: plan.decisions.port for name, plan in approved.items()},
         "instance_ports": {
-            name: [m.port for m in plan.instances.members]
+            name: [m.port for m in plan.instance_set.members]
             for name, plan in approved.items()
-            if plan.instances is not None
+            if plan.instance_set is not None
         },
     }
 
@@ -51,9 +59,8 @@ def approved(ws: PlanWorkspace, host_of: HostOf) -> dict[str, Plan]:
     plans = {name: results[name].plan for name in ("big", "one")}
     assert all(plan is not None for plan in plans.values())
     big, one = plans["big"], plans["one"]
-    assert big is not None and one is not None and big.instances is not None
-    gpu = one.model_copy(update={"gpus": [3, 5], "port": one.port + 100})
-    return {"big": big, "one": one, "gpu": gpu}
+    assert big is not None and one is not None and big.instance_set is not None
+    return {"big": big, "one": one, "gpu": on_gpus(one, [3, 5])}
 
 
 @pytest.mark.parametrize(

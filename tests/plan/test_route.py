@@ -8,7 +8,7 @@ import pytest
 
 from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, PodmanFacts, RuntimeFacts
 from epycd.stack import shipped_stack
-from tests.plan.conftest import PlanWorkspace
+from tests.plan.conftest import PlanWorkspace, cpu
 
 STACK = shipped_stack()
 HostOf = Callable[..., HostFacts]
@@ -23,8 +23,7 @@ def probe_says(platform: str, version: str = "0.25.1") -> Callable[[str], HostVl
 
 def test_genoa_takes_the_validated_zentorch_image(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm")
-    plan = ws.plan(host_of("genoa-9654-2s-nps1"))["llm"].plan
-    assert plan is not None
+    plan = cpu(ws.plan(host_of("genoa-9654-2s-nps1"))["llm"].plan)
     assert (plan.backend, plan.runtime, plan.image) == ("zentorch", "podman", STACK.image)
     assert not plan.image_entrypoint_is_vllm_serve
     assert not plan.requires_confirmation and plan.confirmation_reasons == []
@@ -36,14 +35,13 @@ def test_turin_and_venice_on_the_pinned_stack_need_no_consent(
     ws: PlanWorkspace, host_of: HostOf, name: str
 ) -> None:
     ws.endpoint("llm")
-    plan = ws.plan(host_of(name))["llm"].plan
-    assert plan is not None and plan.backend == "zentorch" and not plan.requires_confirmation
+    plan = cpu(ws.plan(host_of(name))["llm"].plan)
+    assert plan.backend == "zentorch" and not plan.requires_confirmation
 
 
 def test_milan_gets_the_stock_image_with_consent(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm")
-    plan = ws.plan(host_of("milan-7763-2s"))["llm"].plan
-    assert plan is not None
+    plan = cpu(ws.plan(host_of("milan-7763-2s"))["llm"].plan)
     assert plan.backend == "stock"
     assert plan.image == "docker.io/vllm/vllm-openai-cpu:v0.25.1-x86_64"
     assert plan.image_entrypoint_is_vllm_serve
@@ -57,8 +55,7 @@ def test_bf16_outside_genoa_turin_venice_is_unvalidated_zentorch(
     ws: PlanWorkspace, host_of: HostOf, name: str
 ) -> None:
     ws.endpoint("llm")
-    plan = ws.plan(host_of(name))["llm"].plan
-    assert plan is not None
+    plan = cpu(ws.plan(host_of(name))["llm"].plan)
     assert plan.backend == "zentorch" and plan.image == STACK.image
     assert plan.requires_confirmation
     assert "not validated" in plan.confirmation_reasons[0]
@@ -68,8 +65,7 @@ def test_bergamo_may_choose_the_stock_image_with_consent(
     ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     ws.endpoint("llm", 'image = "vllm/vllm-openai-cpu:latest-x86_64"\n')
-    plan = ws.plan(host_of("bergamo-9754"))["llm"].plan
-    assert plan is not None
+    plan = cpu(ws.plan(host_of("bergamo-9754"))["llm"].plan)
     assert plan.backend == "stock" and plan.requires_confirmation
     assert plan.image == "docker.io/vllm/vllm-openai-cpu:latest-x86_64"
     assert plan.image_entrypoint_is_vllm_serve
@@ -94,14 +90,14 @@ def test_stock_image_on_genoa_is_blocked(ws: PlanWorkspace, host_of: HostOf) -> 
 
 def test_host_vllm_on_the_zen_platform_proceeds(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm", 'runtime = "host"\nvllm = "/opt/zen/bin/vllm"\n')
-    plan = ws.plan(host_of("genoa-9654-2s-nps1"), probe=probe_says("ZenCpuPlatform"))["llm"].plan
-    assert plan is not None
+    planned = ws.plan(host_of("genoa-9654-2s-nps1"), probe=probe_says("ZenCpuPlatform"))["llm"]
+    plan = cpu(planned.plan)
     assert (plan.runtime, plan.backend, plan.image) == ("host", "zentorch", None)
     assert plan.vllm_executable == "/opt/zen/bin/vllm"
     assert plan.run_flags == [] and plan.hf_cache is None
     assert "HF_HOME" not in plan.env and plan.extra_mounts == []
     assert plan.vllm_args[0] == str(ws.model)
-    assert list(plan.units) == ["epyc-llm-llm.service"]
+    assert planned.plan is not None and list(planned.plan.units) == ["epyc-llm-llm.service"]
 
 
 @pytest.mark.parametrize("name", ["genoa-9654-2s-nps1", "turin-9965", "venice-256c"])
@@ -112,8 +108,8 @@ def test_host_vllm_on_the_stock_platform_is_stock_with_consent_on_a_zentorch_hos
     that zentorch is off, what that costs and how to get it."""
     ws.endpoint("llm", 'runtime = "host"\nvllm = "/opt/plain/bin/vllm"\n')
     result = ws.plan(host_of(name), probe=probe_says("CpuPlatform", "0.25.1"))["llm"]
-    plan = result.plan
-    assert plan is not None, [e.text for e in result.errors]
+    assert result.plan is not None, [e.text for e in result.errors]
+    plan = cpu(result.plan)
     assert (plan.runtime, plan.backend) == ("host", "stock")
     assert plan.requires_confirmation
     [reason] = plan.confirmation_reasons
@@ -128,8 +124,10 @@ def test_host_vllm_on_the_stock_platform_is_stock_with_consent_on_milan(
     ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     ws.endpoint("llm", 'runtime = "host"\nvllm = "/opt/plain/bin/vllm"\n')
-    plan = ws.plan(host_of("milan-7763-2s"), probe=probe_says("CpuPlatform", "0.29.0"))["llm"].plan
-    assert plan is not None and plan.backend == "stock" and plan.requires_confirmation
+    plan = cpu(
+        ws.plan(host_of("milan-7763-2s"), probe=probe_says("CpuPlatform", "0.29.0"))["llm"].plan
+    )
+    assert plan.backend == "stock" and plan.requires_confirmation
     assert plan.vllm_version == "0.29.0"
     assert any("not the pinned vLLM 0.25.1" in w for w in plan.warnings)
 
@@ -137,11 +135,11 @@ def test_host_vllm_on_the_stock_platform_is_stock_with_consent_on_milan(
 def test_venice_off_the_pinned_vllm_needs_consent(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm", 'runtime = "host"\nvllm = "/opt/zen/bin/vllm"\n')
     venice = host_of("venice-256c")
-    plan = ws.plan(venice, probe=probe_says("ZenCpuPlatform", "0.26.0"))["llm"].plan
-    assert plan is not None and plan.requires_confirmation
+    plan = cpu(ws.plan(venice, probe=probe_says("ZenCpuPlatform", "0.26.0"))["llm"].plan)
+    assert plan.requires_confirmation
     assert "Venice" in plan.confirmation_reasons[0]
-    pinned = ws.plan(venice, probe=probe_says("ZenCpuPlatform", "0.25.1+cpu"))["llm"].plan
-    assert pinned is not None and not pinned.requires_confirmation
+    pinned = cpu(ws.plan(venice, probe=probe_says("ZenCpuPlatform", "0.25.1+cpu"))["llm"].plan)
+    assert not pinned.requires_confirmation
 
 
 AUTO_CASES = [
@@ -160,8 +158,8 @@ def test_auto_runtime_prefers_quadlet_then_docker_then_host(
 ) -> None:
     ws.endpoint("llm", 'vllm = "/opt/zen/bin/vllm"\n')
     result = ws.plan(host_of("genoa-9654-2s-nps1", runtimes), probe=probe_says("ZenCpuPlatform"))
-    plan = result["llm"].plan
-    assert plan is not None and plan.runtime == expected
+    plan = cpu(result["llm"].plan)
+    assert plan.runtime == expected
 
 
 def test_no_runtime_at_all_is_refused_with_the_one_time_fix(

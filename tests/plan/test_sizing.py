@@ -9,7 +9,7 @@ from pathlib import Path
 from epycd.host.facts import HostFacts
 from epycd.model.memory import kv_pool_gib
 from epycd.stack import shipped_stack
-from tests.plan.conftest import QWEN3_0_6B_CONFIG, PlanWorkspace, write_model
+from tests.plan.conftest import QWEN3_0_6B_CONFIG, PlanWorkspace, cpu, write_model
 
 HostOf = Callable[..., HostFacts]
 GIB = 1024**3
@@ -23,8 +23,8 @@ def test_fit_uses_the_nodes_memory_not_proc_meminfo(ws: PlanWorkspace, host_of: 
     host = host_of("this-machine-genoa-vm")
     assert host.memory_gb > 20 and host.nodes[0].memory_total_bytes < 11 * GIB
     ws.endpoint("llm", "max_model_len = 4096\n")
-    plan = ws.plan(host)["llm"].plan
-    assert plan is not None and plan.memory.fits
+    plan = cpu(ws.plan(host)["llm"].plan)
+    assert plan.memory.fits
     node = host.nodes[0]
     assert plan.memory.available_gb == round(node.memory_available_bytes / GIB, 2)
     assert plan.kv_cache_gb <= kv_pool_gib(node.memory_total_bytes / GIB)
@@ -38,13 +38,12 @@ def test_fit_uses_the_nodes_memory_not_proc_meminfo(ws: PlanWorkspace, host_of: 
 def test_short_first_node_still_plans_and_says_so(ws: PlanWorkspace, host_of: HostOf) -> None:
     host = host_of("this-machine-genoa-vm")
     ws.endpoint("llm", "max_model_len = 4096\n")
-    roomy = ws.plan(host)["llm"].plan
-    assert roomy is not None
+    roomy = cpu(ws.plan(host)["llm"].plan)
     free = int((5 + roomy.memory.runtime_gb) * GIB)  # 5 GiB beside vLLM's own processes
     node = host.nodes[0].model_copy(update={"memory_available_bytes": free})
     short = host.model_copy(update={"nodes": [node]})
-    plan = ws.plan(short)["llm"].plan
-    assert plan is not None and plan.memory.fits
+    plan = cpu(ws.plan(short)["llm"].plan)
+    assert plan.memory.fits
     assert plan.memory.kv_pool_cap_gb < kv_pool_gib(node.memory_total_bytes / GIB)
     assert plan.max_num_seqs < 128
     assert any("max_num_seqs is" in w and "profile's 128" in w for w in plan.warnings)
@@ -57,8 +56,8 @@ def test_a_model_too_big_for_the_socket_is_refused_with_the_sizing(
     path = ws.endpoint("big", f'model = "{big}"\n')
     result = ws.plan(host_of("this-machine-genoa-vm"))["big"]
     assert result.exit_code == 1 and result.plan is None
-    assert result.decisions is not None and not result.decisions.memory.fits
-    assert result.decisions.memory.weights_gb > 100
+    assert not cpu(result.decisions).memory.fits
+    assert cpu(result.decisions).memory.weights_gb > 100
     error = result.errors[0]
     assert (error.file, error.key) == (str(path), "max_model_len")
     assert "does not fit" in error.message and "smaller" in (error.fix or "")
@@ -69,8 +68,8 @@ def test_a_context_too_long_for_the_pool_suggests_a_shorter_one(
 ) -> None:
     ws.endpoint("long", "max_model_len = 40960\nmax_num_seqs = 64\n")
     result = ws.plan(host_of("this-machine-genoa-vm"))["long"]
-    assert result.exit_code == 1 and result.decisions is not None
-    suggested = result.decisions.memory.suggested_max_model_len
+    assert result.exit_code == 1
+    suggested = cpu(result.decisions).memory.suggested_max_model_len
     assert suggested is not None and 0 < suggested < 40960
     assert str(suggested) in (result.errors[0].fix or "")
 
@@ -80,8 +79,8 @@ def test_the_same_model_fits_a_big_socket(
 ) -> None:
     big = write_model(tmp_path / "models" / "big", BIG)
     ws.endpoint("big", f'model = "{big}"\n')
-    plan = ws.plan(host_of("genoa-9654-2s-nps1"))["big"].plan
-    assert plan is not None and plan.memory.fits
+    plan = cpu(ws.plan(host_of("genoa-9654-2s-nps1"))["big"].plan)
+    assert plan.memory.fits
     stack = shipped_stack()
     weights_gib = math.ceil(plan.memory.weights_gb)
     assert plan.start_timeout_s == (
@@ -97,9 +96,9 @@ def test_default_context_is_the_stack_default_capped_by_the_model(
     ws.endpoint("default")
     ws.endpoint("short", f'model = "{short}"\nmax_model_len = 8192\n')
     results = ws.plan(host_of("genoa-9654-2s-nps1"))
-    default, capped = results["default"].plan, results["short"].plan
-    assert default is not None and default.max_model_len == 4096
-    assert capped is not None and capped.max_model_len == 2048
+    default, capped = cpu(results["default"].plan), cpu(results["short"].plan)
+    assert default.max_model_len == 4096
+    assert capped.max_model_len == 2048
     assert any("capped" in w for w in capped.warnings)
 
 
@@ -110,8 +109,8 @@ def test_env_and_args_the_plan_writes(ws: PlanWorkspace, host_of: HostOf) -> Non
         'throughput_flags = true\nrestart = "on-failure"\n'
         'extra_args = ["--enforce-eager"]\n[env]\nVLLM_LOGGING_LEVEL = "DEBUG"\n',
     )
-    plan = ws.plan(host_of("genoa-9654-2s-nps1"))["llm"].plan
-    assert plan is not None
+    planned = ws.plan(host_of("genoa-9654-2s-nps1"))["llm"].plan
+    plan = cpu(planned)
     assert plan.env == {
         "VLLM_CPU_OMP_THREADS_BIND": plan.omp_cpus,
         "VLLM_CPU_KVCACHE_SPACE": str(plan.kv_cache_gb),
@@ -129,7 +128,8 @@ def test_env_and_args_the_plan_writes(ws: PlanWorkspace, host_of: HostOf) -> Non
     assert not any(a.startswith("--device") for a in plan.vllm_args)
     assert "OMP_NUM_THREADS" not in plan.env
     assert plan.run_flags == ["--ipc=host", "--network=host", "--cap-add=SYS_NICE"]
-    text = plan.units["epyc-llm-llm.container"]
+    assert planned is not None
+    text = planned.units["epyc-llm-llm.container"]
     assert "--shm-size" not in text and "TORCHINDUCTOR_FREEZING=1" in text
 
 
@@ -140,8 +140,8 @@ def test_a_socket_1_gib_too_small_for_the_servers_footprint_is_refused_with_the_
     than that plus vLLM's own measured processes (data/footprint): refused, with the figures.
     Before, the runtime was not counted and this socket "fit"."""
     ws.endpoint("llm", "max_model_len = 4096\n")
-    roomy = ws.plan(host_of("this-machine-genoa-vm"))["llm"].plan
-    assert roomy is not None and roomy.memory.runtime_gb > 1.0
+    roomy = cpu(ws.plan(host_of("this-machine-genoa-vm"))["llm"].plan)
+    assert roomy.memory.runtime_gb > 1.0
     fit = roomy.memory
     footprint = fit.weights_gb + fit.runtime_gb + 1  # the smallest pool is 1 GiB
     socket = footprint + 2.0 - 1.0  # headroom of a socket under 20 GiB: 2 GiB
@@ -154,7 +154,7 @@ def test_a_socket_1_gib_too_small_for_the_servers_footprint_is_refused_with_the_
     small = host.model_copy(update={"nodes": [node]})
     result = ws.plan(small)["llm"]
     assert result.exit_code == 1 and result.plan is None
-    assert result.decisions is not None and not result.decisions.memory.fits
+    assert not cpu(result.decisions).memory.fits
     message, fix = result.errors[0].message, result.errors[0].fix or ""
     assert f"vLLM's own {fit.runtime_gb}" in message and f"weights {fit.weights_gb}" in message
     assert f"{socket:.2f} GiB available" in fix and "vLLM's own processes" in fix

@@ -15,10 +15,10 @@ import pytest
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
-from epycd.plan.model import Plan
+from epycd.plan.model import CpuEndpoint, Plan
 from epycd.spec import parse_endpoint
 from tests.hosts import CATALOGUE, write_host, write_python, write_venv_vllm, write_vllm_script
-from tests.plan.conftest import PODMAN_5, PlanWorkspace
+from tests.plan.conftest import PODMAN_5, PlanWorkspace, cpu
 
 GIB = 1024**3
 HostOf = Callable[..., HostFacts]
@@ -50,12 +50,17 @@ def plans(ws: PlanWorkspace, host: HostFacts, **kwargs: object) -> dict[str, Pla
     return found
 
 
+def decided(ws: PlanWorkspace, host: HostFacts, **kwargs: object) -> dict[str, CpuEndpoint]:
+    """The decisions of `plans`: every endpoint here is one vLLM instance on CPUs."""
+    return {name: cpu(plan) for name, plan in plans(ws, host, **kwargs).items()}
+
+
 def expected_front_end(cores: int) -> int:
     """docs/tuning.md rule 1, written apart from the product's code."""
     return 0 if cores == 1 else 2 if cores >= 64 else 1
 
 
-def check_bind(plan: Plan, host: HostFacts) -> None:
+def check_bind(plan: CpuEndpoint, host: HostFacts) -> None:
     pinned = parse_cpulist(plan.cpus)
     bind = parse_cpulist(plan.env["VLLM_CPU_OMP_THREADS_BIND"])
     physical = set(parse_cpulist(host.socket(plan.socket).physical_cpus))
@@ -74,17 +79,18 @@ def test_the_bind_leaves_the_front_end_cores_within_the_pinned_set(
     for index in range(host.sockets):
         ws.endpoint(f"e{index}")
     for plan in plans(ws, host).values():
-        check_bind(plan, host)
+        decisions = cpu(plan)
+        check_bind(decisions, host)
         [unit] = plan.units.values()
-        assert f"--cpuset-cpus={plan.cpus} " in unit, "the cpuset stays the instance's CPUs"
-        assert f"VLLM_CPU_OMP_THREADS_BIND={plan.omp_cpus}\n" in unit
+        assert f"--cpuset-cpus={decisions.cpus} " in unit, "the cpuset stays the instance's CPUs"
+        assert f"VLLM_CPU_OMP_THREADS_BIND={decisions.omp_cpus}\n" in unit
 
 
 def test_nps4_instances_of_24_cores_each_leave_one(ws: PlanWorkspace, host_of: HostOf) -> None:
     host = host_of("genoa-9654-2s-nps4")
     for index in range(8):
         ws.endpoint(f"e{index}")
-    found = plans(ws, host)
+    found = decided(ws, host)
     assert len(found) == 8
     for plan in found.values():
         check_bind(plan, host)
@@ -101,7 +107,7 @@ def test_a_one_core_instance_binds_its_core(ws: PlanWorkspace, tmp_path: Path) -
         update={"runtimes": RuntimeFacts(podman=PODMAN_5)}
     )
     ws.endpoint("llm")
-    plan = plans(ws, host)["llm"]
+    plan = decided(ws, host)["llm"]
     assert plan.omp_cpus == plan.cpus == "0"
 
 
@@ -112,7 +118,7 @@ def test_the_two_core_vm_holds_one_core_back_and_batches_like_vllm(
     front end; 4096-token Qwen3-0.6B sequences (448 MiB of KV each) fit the cap 11 times."""
     host = host_of("this-machine-genoa-vm")
     ws.endpoint("llm")
-    plan = plans(ws, host)["llm"]
+    plan = decided(ws, host)["llm"]
     assert (plan.cpus, plan.omp_cpus) == ("0-1", "0")
     assert plan.max_num_seqs > 1
     assert plan.max_num_batched_tokens == 2048
@@ -128,7 +134,7 @@ def test_the_pool_and_the_sequences_fit_the_nodes(
 ) -> None:
     host = host_of(name)
     ws.endpoint("llm", f'profile = "{profile}"\n')
-    plan = plans(ws, host)["llm"]
+    plan = decided(ws, host)["llm"]
     assert plan.profile == profile
     available = sum(host.node(n).memory_available_bytes for n in plan.numa_nodes)
     weights = plan.memory.weights_gb * GIB
@@ -150,10 +156,10 @@ def test_balanced_and_throughput_never_go_below_vllms_defaults_where_memory_allo
 ) -> None:
     host = host_of(name)
     ws.endpoint("llm", "max_model_len = 2048\n")
-    balanced = plans(ws, host)["llm"]
+    balanced = decided(ws, host)["llm"]
     assert (balanced.max_num_seqs, balanced.max_num_batched_tokens) == (128, 2048)
     ws.endpoint("llm", 'max_model_len = 2048\nprofile = "throughput"\n')
-    throughput = plans(ws, host)["llm"]
+    throughput = decided(ws, host)["llm"]
     assert (throughput.max_num_seqs, throughput.max_num_batched_tokens) == (256, 4096)
 
 
@@ -162,7 +168,7 @@ def test_latency_batches_fewer_sequences_in_shorter_steps(
 ) -> None:
     ws.endpoint("fast", 'profile = "latency"\nmax_model_len = 2048\n')
     ws.endpoint("wide", "max_model_len = 2048\n")
-    found = plans(ws, host_of("genoa-9654-2s-nps1"))
+    found = decided(ws, host_of("genoa-9654-2s-nps1"))
     assert found["fast"].max_num_seqs < found["wide"].max_num_seqs
     assert found["fast"].max_num_batched_tokens <= found["wide"].max_num_batched_tokens
     assert found["fast"].kv_cache_gb < found["wide"].kv_cache_gb
@@ -170,7 +176,7 @@ def test_latency_batches_fewer_sequences_in_shorter_steps(
 
 def test_an_explicit_max_num_seqs_is_kept(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm", "max_num_seqs = 3\n")
-    plan = plans(ws, host_of("genoa-9654-2s-nps1"))["llm"]
+    plan = decided(ws, host_of("genoa-9654-2s-nps1"))["llm"]
     assert plan.max_num_seqs == 3 and plan.max_num_batched_tokens == 2048
 
 
@@ -189,7 +195,7 @@ def host_endpoint(ws: PlanWorkspace, extra: str = "") -> None:
 
 def test_vllm_032_takes_the_pool_in_bytes(ws: PlanWorkspace, host_of: HostOf) -> None:
     host_endpoint(ws)
-    plan = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
+    plan = decided(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
     args = plan.vllm_args
     assert args[args.index("--kv-cache-memory-bytes") + 1] == str(plan.kv_cache_gb * GIB)
     assert "VLLM_CPU_KVCACHE_SPACE" not in plan.env
@@ -200,7 +206,7 @@ def test_older_vllm_and_the_pinned_image_take_the_gib_variable(
 ) -> None:
     host_endpoint(ws)
     ws.endpoint("box")
-    found = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.25.1"))
+    found = decided(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.25.1"))
     for plan in found.values():
         assert plan.env["VLLM_CPU_KVCACHE_SPACE"] == str(plan.kv_cache_gb)
         assert "--kv-cache-memory-bytes" not in plan.vllm_args
@@ -216,7 +222,7 @@ def test_the_fake_hosts_have_a_compiler_where_a_host_vllm_compiles(host_of: Host
 
 def test_a_host_vllm_with_a_compiler_compiles(ws: PlanWorkspace, host_of: HostOf) -> None:
     host_endpoint(ws)
-    plan = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
+    plan = decided(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
     assert not plan.enforce_eager and "--enforce-eager" not in plan.vllm_args
 
 
@@ -225,7 +231,7 @@ def test_no_compiler_balanced_runs_eager_and_says_the_cost(
 ) -> None:
     host_endpoint(ws)
     host = without_cxx(host_of("genoa-9654-2s-nps1"))
-    plan = plans(ws, host, probe=probe_says("0.32.0"))["llm"]
+    plan = decided(ws, host, probe=probe_says("0.32.0"))["llm"]
     assert plan.enforce_eager and "--enforce-eager" in plan.vllm_args
     assert any("fewer tokens/s" in w and "apt-get install g++" in w for w in plan.warnings)
 
@@ -241,7 +247,7 @@ def test_no_compiler_throughput_is_refused_with_the_fix(ws: PlanWorkspace, host_
 
 def test_containers_carry_their_own_compiler(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("llm", 'profile = "throughput"\n')
-    plan = plans(ws, without_cxx(host_of("genoa-9654-2s-nps1")))["llm"]
+    plan = decided(ws, without_cxx(host_of("genoa-9654-2s-nps1")))["llm"]
     assert not plan.enforce_eager and "--enforce-eager" not in plan.vllm_args
 
 
@@ -276,7 +282,7 @@ def test_a_host_vllm_whose_python_has_its_headers_compiles(
 ) -> None:
     host, root = python_host(ws, host_of, headers=True, vllm=vllm)
     ws.endpoint("llm", f'runtime = "host"\nvllm = "{vllm}"\nprofile = "throughput"\n')
-    plan = plans(ws, host, probe=probe_says("0.32.0"), host_root=root)["llm"]
+    plan = decided(ws, host, probe=probe_says("0.32.0"), host_root=root)["llm"]
     assert not plan.enforce_eager and "--enforce-eager" not in plan.vllm_args
     assert not any("Python.h" in w for w in plan.warnings)
 
@@ -290,8 +296,9 @@ def test_no_python_headers_balanced_runs_eager_and_names_the_fix(
     assert host.cxx_compiler == "/usr/bin/g++"
     ws.endpoint("llm", f'runtime = "host"\nvllm = "{vllm}"\n')
     plan = plans(ws, host, probe=probe_says("0.32.0"), host_root=root)["llm"]
-    assert plan.enforce_eager and "--enforce-eager" in plan.vllm_args
-    assert NO_HEADERS.format(vllm=vllm) in plan.warnings
+    decisions = cpu(plan)
+    assert decisions.enforce_eager and "--enforce-eager" in decisions.vllm_args
+    assert NO_HEADERS.format(vllm=vllm) in decisions.warnings
     assert " --enforce-eager " in plan.units["epyc-llm-llm.service"]
 
 
@@ -315,7 +322,7 @@ def test_no_python_headers_throughput_is_refused_with_the_fix(
 def test_no_compiler_and_no_headers_name_both(ws: PlanWorkspace, host_of: HostOf) -> None:
     host, root = python_host(ws, host_of, headers=False)
     ws.endpoint("llm", f'runtime = "host"\nvllm = "{RUNTIME_VLLM}"\n')
-    plan = plans(ws, without_cxx(host), probe=probe_says("0.32.0"), host_root=root)["llm"]
+    plan = decided(ws, without_cxx(host), probe=probe_says("0.32.0"), host_root=root)["llm"]
     assert plan.enforce_eager
     [warning] = [w for w in plan.warnings if "--enforce-eager" in w]
     assert warning.startswith(
@@ -328,7 +335,7 @@ def test_no_compiler_and_no_headers_name_both(ws: PlanWorkspace, host_of: HostOf
 def test_no_compiler_alone_keeps_its_message(ws: PlanWorkspace, host_of: HostOf) -> None:
     host, root = python_host(ws, host_of, headers=True)
     ws.endpoint("llm", f'runtime = "host"\nvllm = "{RUNTIME_VLLM}"\n')
-    plan = plans(ws, without_cxx(host), probe=probe_says("0.32.0"), host_root=root)["llm"]
+    plan = decided(ws, without_cxx(host), probe=probe_says("0.32.0"), host_root=root)["llm"]
     assert plan.enforce_eager
     assert (
         "no C++ compiler (g++ or c++) on the service's PATH: vLLM runs eager (--enforce-eager): "
@@ -347,7 +354,7 @@ def test_an_explicit_enforce_eager_is_not_checked(
         f'runtime = "host"\nvllm = "{RUNTIME_VLLM}"\nprofile = "throughput"\n'
         f'extra_args = ["{flag}"]\n',
     )
-    plan = plans(ws, host, probe=probe_says("0.32.0"), host_root=root)["llm"]
+    plan = decided(ws, host, probe=probe_says("0.32.0"), host_root=root)["llm"]
     assert not plan.enforce_eager and "--enforce-eager" not in plan.vllm_args[:-1]
     assert plan.vllm_args[-1] == flag
     assert not any("Python.h" in w for w in plan.warnings)
@@ -356,7 +363,7 @@ def test_an_explicit_enforce_eager_is_not_checked(
 def test_containers_carry_their_own_headers(ws: PlanWorkspace, host_of: HostOf) -> None:
     host, root = python_host(ws, host_of, headers=False)
     ws.endpoint("llm", 'profile = "throughput"\n')
-    plan = plans(ws, host, host_root=root)["llm"]
+    plan = decided(ws, host, host_root=root)["llm"]
     assert plan.runtime == "podman" and not plan.enforce_eager
 
 
@@ -372,7 +379,7 @@ def test_the_embedded_runtime_without_headers_runs_eager(
     ws.settings = ws.settings.model_copy(update={"runtime_dir": runtime})
     ws.endpoint("llm")
     host = host_of("genoa-9654-2s-nps1", RuntimeFacts())
-    plan = plans(ws, host, probe=probe_says("0.32.0"), host_root=Path("/"))["llm"]
+    plan = decided(ws, host, probe=probe_says("0.32.0"), host_root=Path("/"))["llm"]
     assert (plan.runtime, plan.vllm_executable, plan.enforce_eager) == ("host", vllm, True)
     assert (
         f"no Python headers (Python.h) for {base}, which serves {vllm}: vLLM's compile step "
@@ -393,7 +400,7 @@ def test_every_unit_kind_carries_the_limits(ws: PlanWorkspace, host_of: HostOf) 
     assert "--ulimit=nofile=65536:65536 --ulimit=memlock=-1:-1" in container
 
 
-def stream_interval_of(plan: Plan) -> int:
+def stream_interval_of(plan: CpuEndpoint) -> int:
     """What vLLM will use: the flag's value, or its own default of 1 without it."""
     args = plan.vllm_args
     if "--stream-interval" not in args:
@@ -408,7 +415,7 @@ def test_the_profile_sets_the_tokens_per_streamed_chunk(
     ws: PlanWorkspace, host_of: HostOf, profile: str, interval: int
 ) -> None:
     host_endpoint(ws, f'profile = "{profile}"\n')
-    plan = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
+    plan = decided(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
     assert stream_interval_of(plan) == interval
     assert plan.vllm_args.count("--stream-interval") <= 1
 
@@ -417,18 +424,18 @@ def test_a_vllm_without_the_stream_interval_flag_gets_none(
     ws: PlanWorkspace, host_of: HostOf
 ) -> None:
     host_endpoint(ws, 'profile = "throughput"\n')
-    plan = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.11.0"))["llm"]
+    plan = decided(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.11.0"))["llm"]
     assert "--stream-interval" not in plan.vllm_args
 
 
 def test_the_pinned_image_streams_in_chunks_too(ws: PlanWorkspace, host_of: HostOf) -> None:
     ws.endpoint("box")
-    plan = plans(ws, host_of("genoa-9654-2s-nps1"))["box"]
+    plan = decided(ws, host_of("genoa-9654-2s-nps1"))["box"]
     assert stream_interval_of(plan) == 4
 
 
 def test_an_explicit_stream_interval_is_kept(ws: PlanWorkspace, host_of: HostOf) -> None:
     host_endpoint(ws, 'extra_args = ["--stream-interval", "1"]\n')
-    plan = plans(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
+    plan = decided(ws, host_of("genoa-9654-2s-nps1"), probe=probe_says("0.32.0"))["llm"]
     assert plan.vllm_args.count("--stream-interval") == 1
     assert stream_interval_of(plan) == 1

@@ -42,7 +42,7 @@ def test_host_and_docker_services_verify(
     ws.endpoint("host-a", "")
     ws.endpoint("host-b", "socket = 1\n")
     for plan in all_plans(ws, host_of("milan-7763-2s", DOCKER)):
-        assert plan.runtime == "docker"
+        assert plan.decisions.runtime == "docker"
         units.update({f"docker-{name}": text for name, text in plan.units.items()})
     assert len(units) == 4 and all(name.endswith(".service") for name in units)
     verify(write_units(tmp_path / "units", units))

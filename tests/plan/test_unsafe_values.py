@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from epycd.host.facts import HostFacts
 from epycd.plan.result import EndpointResult
 from epycd.spec.policy import env_refusal
-from tests.plan.conftest import PlanWorkspace, fake_host
+from tests.plan.conftest import PlanWorkspace, cpu, fake_host
 
 TEXT = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"])
@@ -77,8 +77,9 @@ def test_values_are_refused_or_add_no_directive(
             assert problem.key and problem.key.split("[")[0].split(".")[0] in table
         return
     plan = result.plan
-    assert served in plan.vllm_args and arg in plan.vllm_args
-    assert plan.env[env_key] == env_value
+    decisions = cpu(plan)
+    assert served in decisions.vllm_args and arg in decisions.vllm_args
+    assert decisions.env[env_key] == env_value
     for value in (served, arg, env_value):
         assert not any(ch in value for ch in "\n\r\x00")
     assert directives(plan.units) == baseline()

@@ -137,7 +137,7 @@ def test_start_waits_and_hands_off(sandbox: CliSandbox) -> None:
     assert "daemon-reload" in calls
     assert "enable epyc-llm-default.service" in calls
     assert "restart epyc-llm-default.service" in calls
-    port = approval.plan.port
+    port = approval.plan.decisions.port
     assert "default is ready." in out
     assert f"http://127.0.0.1:{port}/v1" in out
     assert re.search(r"Served model +default +\(the id in /v1/models\)", out)

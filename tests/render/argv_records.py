@@ -20,7 +20,7 @@ from epycd.plan.invocation import (
     RocmEngine,
     VllmInvocation,
 )
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import CpuEndpoint, InstinctEndpoint, SingleEndpoint
 from epycd.sizes import GIB
 from epycd.spec.flags import ExtraFlags
 
@@ -33,9 +33,9 @@ def _after(words: list[str], flag: str) -> str | None:
     return words[index + 1] if index + 1 < len(words) else None
 
 
-def invocation_from_record(decisions: EndpointDecisions) -> VllmInvocation:
+def invocation_from_record(decisions: SingleEndpoint) -> VllmInvocation:
     """The invocation of one instance's flat decisions: an endpoint's own, or a member's of an
-    instance set (a set's own `vllm_args` are its first member's). The fields come from the
+    instance set. The fields come from the
     decisions; the argv, as the planner writes it, gives what never was a field. Its
     `approved_argv` is None: for an argv of another shape (a hand-written one, or a record of
     an older renderer) `epycd.plan.argv.vllm_argv` does not give the argv back, and the
@@ -60,12 +60,12 @@ def invocation_from_record(decisions: EndpointDecisions) -> VllmInvocation:
         chat_template=template,
         extra=ExtraFlags.of(listen),
         engine=_rocm_engine(decisions, planned)
-        if decisions.device == "instinct"
+        if isinstance(decisions, InstinctEndpoint)
         else _cpu_engine(decisions, planned),
     )
 
 
-def _cpu_engine(decisions: EndpointDecisions, planned: list[str]) -> CpuEngine:
+def _cpu_engine(decisions: CpuEndpoint, planned: list[str]) -> CpuEngine:
     interval = _after(planned, STREAM_INTERVAL_FLAG)
     return CpuEngine(
         omp_cpus=decisions.omp_cpus,
@@ -80,7 +80,7 @@ def _cpu_engine(decisions: EndpointDecisions, planned: list[str]) -> CpuEngine:
     )
 
 
-def _rocm_engine(decisions: EndpointDecisions, planned: list[str]) -> RocmEngine:
+def _rocm_engine(decisions: InstinctEndpoint, planned: list[str]) -> RocmEngine:
     """The recipe's args are what lies between the plan's own flags: after the context and
     max_num_seqs, before the tensor-parallel flags and --enforce-eager."""
     rest = planned[4:]

@@ -12,7 +12,14 @@ from pathlib import Path
 
 from epycd.model.facts import MemoryFit
 from epycd.plan.healing import healing_for
-from epycd.plan.model import EndpointDecisions, HfCacheMount, Plan, Restart
+from epycd.plan.model import (
+    CpuEndpoint,
+    EndpointDecisions,
+    HfCacheMount,
+    InstanceSetEndpoint,
+    Plan,
+    Restart,
+)
 from epycd.plan.unit_commands import approval_check_argv
 
 PRODUCT_PYTHON = "/opt/epyc-llm/venv/bin/python"
@@ -47,7 +54,7 @@ def _approval_check(name: str) -> list[str]:
     return approval_check_argv(PRODUCT_PYTHON, name)
 
 
-def _base(name: str, **changes: object) -> EndpointDecisions:
+def _base(name: str, **changes: object) -> CpuEndpoint:
     fields: dict[str, object] = {
         "endpoint": name,
         "unit_name": f"epyc-llm-{name}",
@@ -101,18 +108,18 @@ def _base(name: str, **changes: object) -> EndpointDecisions:
         "restart": "on-failure",
     }
     fields.update(changes)
-    decisions = EndpointDecisions.model_validate(fields)
+    decisions = CpuEndpoint.model_validate(fields)
     return with_restart(decisions, decisions.restart) if "healing" not in changes else decisions
 
 
-def with_restart(decisions: EndpointDecisions, restart: Restart) -> EndpointDecisions:
+def with_restart(decisions: CpuEndpoint, restart: Restart) -> CpuEndpoint:
     """`restart` and the healing the planner gives it (epycd.plan.served.service_fields)."""
     supervised = decisions.runtime != "podman"
     healing = healing_for(restart, decisions.start_timeout_s, supervised=supervised)
     return decisions.model_copy(update={"restart": restart, "healing": healing})
 
 
-def genoa_podman() -> EndpointDecisions:
+def genoa_podman() -> CpuEndpoint:
     """Socket 1 of a dual Genoa NPS4 on podman 5 (Notify=healthy), throughput flags on."""
     decisions = _base("qwen")
     env = {
@@ -124,14 +131,14 @@ def genoa_podman() -> EndpointDecisions:
     return decisions.model_copy(update={"env": env})
 
 
-def podman_before_5() -> EndpointDecisions:
+def podman_before_5() -> CpuEndpoint:
     """podman 4.4-4.x: no Notify=healthy, the health gate runs as ExecStartPost."""
     return _base("qwen-old", podman_notify_healthy=False, port=8001).model_copy(
         update={"vllm_args": _args_with_port(8001)}
     )
 
 
-def milan_docker() -> EndpointDecisions:
+def milan_docker() -> CpuEndpoint:
     """Stock image on docker (its entrypoint is `vllm serve`), socket 0 of one Milan."""
     return _base(
         "olmo",
@@ -166,7 +173,7 @@ def milan_docker() -> EndpointDecisions:
     )
 
 
-def host_vllm(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecisions:
+def host_vllm(vllm: str = "/opt/vllm-env/bin/vllm") -> CpuEndpoint:
     """A host vLLM from a venv, pinned with CPUAffinity=/NUMAMask=."""
     return _base(
         "host-qwen",
@@ -187,7 +194,7 @@ def host_vllm(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecisions:
     )
 
 
-def gated_with_token() -> EndpointDecisions:
+def gated_with_token() -> CpuEndpoint:
     """A gated model: the token file reaches the process, never the unit."""
     return _base(
         "llama",
@@ -207,7 +214,7 @@ def gated_with_token() -> EndpointDecisions:
     )
 
 
-def host_with_token(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecisions:
+def host_with_token(vllm: str = "/opt/vllm-env/bin/vllm") -> CpuEndpoint:
     """The host path with `restart = "no"`: Restart=no, the watchdog kept."""
     name = "host-llama"
     return with_restart(host_vllm(vllm), "no").model_copy(
@@ -226,7 +233,7 @@ def _args_with_port(port: int, host: str = "127.0.0.1") -> list[str]:
     return ["Qwen/Qwen3-0.6B", "--dtype", "bfloat16", "--host", host, "--port", str(port)]
 
 
-def _renamed(decisions: EndpointDecisions, name: str, **changes: object) -> EndpointDecisions:
+def _renamed(decisions: CpuEndpoint, name: str, **changes: object) -> CpuEndpoint:
     return decisions.model_copy(
         update={
             "endpoint": name,
@@ -239,13 +246,13 @@ def _renamed(decisions: EndpointDecisions, name: str, **changes: object) -> Endp
     )
 
 
-def podman_before_5_with_key() -> EndpointDecisions:
+def podman_before_5_with_key() -> CpuEndpoint:
     """An API key on podman < 5: the container reads the mounted key file into VLLM_API_KEY;
     the ExecStartPost gate reads the credential."""
     return _renamed(podman_before_5(), "qwen-key", api_key_file="/etc/epyc-llm/secrets/qwen.key")
 
 
-def docker_exposed_with_key() -> EndpointDecisions:
+def docker_exposed_with_key() -> CpuEndpoint:
     """Every interface, with an API key, on the stock image whose entrypoint is replaced."""
     decisions = milan_docker()
     args = [arg if arg != "127.0.0.1" else "0.0.0.0" for arg in decisions.vllm_args]
@@ -258,7 +265,7 @@ def docker_exposed_with_key() -> EndpointDecisions:
     )
 
 
-def host_ipv6_with_key(vllm: str = "/opt/vllm-env/bin/vllm") -> EndpointDecisions:
+def host_ipv6_with_key(vllm: str = "/opt/vllm-env/bin/vllm") -> CpuEndpoint:
     """Every IPv6 interface, with an API key the supervisor hands to vLLM."""
     return _renamed(
         host_vllm(vllm),
@@ -282,7 +289,7 @@ CASES = {
 }
 
 
-def runnable(decisions: EndpointDecisions, python: str, vllm: Path) -> EndpointDecisions:
+def runnable(decisions: CpuEndpoint, python: str, vllm: Path) -> CpuEndpoint:
     """The same decisions with executables that exist on this machine."""
     pre = [[python, *argv[1:]] for argv in decisions.exec_condition]
     update: dict[str, object] = {"product_python": python, "exec_condition": pre}
@@ -294,5 +301,25 @@ def runnable(decisions: EndpointDecisions, python: str, vllm: Path) -> EndpointD
 def as_plan(decisions: EndpointDecisions, **changes: object) -> Plan:
     """The decisions as a plan (no units rendered) with `changes` applied, for the code that
     reads an approved plan."""
-    fields = {**decisions.model_dump(), "units": {}, "fingerprint": "0" * 64, **changes}
-    return Plan.model_validate(fields)
+    plan_keys = set(Plan.model_fields) - {"decisions"}
+    fields: dict[str, object] = {"units": {}, "fingerprint": "0" * 64}
+    fields |= {key: value for key, value in changes.items() if key in plan_keys}
+    update = {key: value for key, value in changes.items() if key not in plan_keys}
+    return Plan.model_validate({**fields, "decisions": decisions.model_copy(update=update)})
+
+
+def set_decisions(plan: Plan) -> InstanceSetEndpoint:
+    """The plan's decisions, which must be an instance set's."""
+    assert isinstance(plan.decisions, InstanceSetEndpoint), plan.decisions.kind
+    return plan.decisions
+
+
+def cpu_decisions(plan: Plan) -> CpuEndpoint:
+    """The plan's decisions, which must be a single CPU endpoint's."""
+    assert isinstance(plan.decisions, CpuEndpoint), plan.decisions.kind
+    return plan.decisions
+
+
+def with_decisions(plan: Plan, **update: object) -> Plan:
+    """The plan with `update` applied to its decisions (units not rendered again)."""
+    return plan.model_copy(update={"decisions": plan.decisions.model_copy(update=update)})

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from epycd.cli.bench import engine_args
+from epycd.cli.bench import engine_args, offline_target
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.model import instinct
 from epycd.plan.argv import bench_engine_argv, vllm_argv
 from epycd.plan.invocation import CpuEngine, RocmEngine, VllmInvocation
-from epycd.plan.model import EndpointDecisions, Plan
+from epycd.plan.model import CpuEndpoint, InstinctEndpoint, Plan, SingleEndpoint, vllm_processes
 from epycd.plan.result import EndpointResult
 from epycd.spec.flags import ExtraFlags
 from tests.hosts import CATALOGUE, FakeGpu, write_host
@@ -36,15 +36,14 @@ from tests.instinct.conftest import DOCKER, workspace_in
 from tests.plan.conftest import PODMAN_5, PlanWorkspace, fake_host
 from tests.render.argv_records import invocation_from_record
 from tests.render.fixtures import CASES as HAND_WRITTEN
-from tests.render.fixtures import as_plan
 from tests.render.test_golden import CASES as GOLDEN_CASES
 from tests.render.test_golden import PRODUCT_PYTHON, case_folder, plan_results
 from tests.secrets import root_folder
 
 
-def instances(plan: Plan) -> list[EndpointDecisions]:
+def instances(plan: Plan) -> list[SingleEndpoint]:
     """The decisions of each vLLM process: a set's members, or the endpoint's own."""
-    return list(plan.instances.members) if plan.instances else [plan]
+    return vllm_processes(plan.decisions)
 
 
 def assert_reproduced(plan: Plan, bench_reads_more: tuple[str, ...] = ()) -> list[VllmInvocation]:
@@ -55,11 +54,14 @@ def assert_reproduced(plan: Plan, bench_reads_more: tuple[str, ...] = ()) -> lis
         invocation = invocation_from_record(decisions)
         assert invocation.approved_argv is None
         assert vllm_argv(invocation) == decisions.vllm_args, decisions.unit_name
-        today = engine_args(as_plan(decisions))
+        today = engine_args(decisions)
         assert bench_engine_argv(invocation) == [*today, *bench_reads_more]
         invocations.append(invocation)
-    # a set's own argv is its first member's: the bench runs that one today
-    assert bench_engine_argv(invocations[0]) == [*engine_args(plan), *bench_reads_more]
+    # the offline bench of a set runs its first member
+    assert bench_engine_argv(invocations[0]) == [
+        *engine_args(offline_target(plan)),
+        *bench_reads_more,
+    ]
     return invocations
 
 
@@ -213,7 +215,8 @@ def test_instinct_tight_vram_with_max_num_seqs_and_extra_args(ws: PlanWorkspace)
         f'hf_token_file = "{ws.tmp / "secrets" / "hf.token"}"\n'
         f'chat_template = "{template(ws)}"\nextra_args = ["--kv-cache-dtype", "fp8"]\n',
     )
-    assert plan.gpu_fit is not None and plan.gpu_fit.tier == "tight"
+    assert isinstance(plan.decisions, InstinctEndpoint)
+    assert plan.decisions.gpu_fit.tier == "tight"
     [inv] = assert_reproduced(plan)
     assert isinstance(inv.engine, RocmEngine) and inv.engine.enforce_eager and inv.eager
     assert inv.engine.max_num_seqs == 16 and inv.engine.recipe_args
@@ -277,10 +280,11 @@ def test_the_bench_reads_the_files_flags_in_every_spelling(ws: PlanWorkspace) ->
         'extra_args = ["--max_num_batched_tokens=8192", "--enforce_eager"]\n',
     )
     [inv] = [invocation_from_record(d) for d in instances(plan)]
-    assert vllm_argv(inv) == plan.vllm_args
+    assert isinstance(plan.decisions, CpuEndpoint)
+    assert vllm_argv(inv) == plan.decisions.vllm_args
     assert isinstance(inv.engine, CpuEngine) and inv.engine.pass_batched_tokens
     assert not inv.engine.enforce_eager and inv.eager
-    today = engine_args(plan)
+    today = engine_args(plan.decisions)
     assert bench_engine_argv(inv) == [
         *today,
         "--max-num-batched-tokens",

@@ -22,6 +22,7 @@ from epycd.plan.ports import listening_ports
 from epycd.render.balancer import HAPROXY, haproxy_config
 from tests.health.realvllm import free_port
 from tests.plan.conftest import PODMAN_5, PlanWorkspace, fake_host
+from tests.render.fixtures import set_decisions
 from tests.render.realtools import quadlet_dryrun, verify, write_units
 from tests.render.realtools import test_cache as cache_root
 from tests.render.test_security import review
@@ -72,7 +73,7 @@ def planned(
 
     result = ws.plan(host, probe=probe, product_python=python, **plan_args)["multi"]
     assert result.plan is not None, [e.text for e in result.errors]
-    assert result.plan.instances is not None
+    assert result.plan.instance_set is not None
     return result.plan
 
 
@@ -87,7 +88,7 @@ def host_set(tmp_path: Path, product_python: str, real_vllm: Path) -> Plan:
 
 
 def test_the_real_haproxy_accepts_the_configuration(host_set: Plan, tmp_path: Path) -> None:
-    config = haproxy_config(host_set)
+    config = haproxy_config(set_decisions(host_set))
     assert CREDENTIAL.search(host_set.units["epyc-llm-multi.service"])
     unit_config = CREDENTIAL.search(host_set.units["epyc-llm-multi.service"])
     assert unit_config is not None and unit_config.group(1).replace("\\n", "\n") == config
@@ -189,12 +190,12 @@ def test_the_real_haproxy_spreads_and_routes_around_a_dead_instance(
         listeners=listening_ports(),
     )  # fmt: skip
     binary, env = cached_haproxy()
-    (tmp_path / "haproxy.cfg").write_text(haproxy_config(plan))
+    (tmp_path / "haproxy.cfg").write_text(haproxy_config(set_decisions(plan)))
     (tmp_path / "backend.py").write_text(BACKEND)
-    assert plan.instances is not None
+    assert plan.instance_set is not None
     backends = [
         subprocess.Popen([sys.executable, str(tmp_path / "backend.py"), str(m.port), str(i)])
-        for i, m in enumerate(plan.instances.members, 1)
+        for i, m in enumerate(plan.instance_set.members, 1)
     ]
     balancer = subprocess.Popen(
         [str(binary), "-f", str(tmp_path / "haproxy.cfg")],

@@ -98,7 +98,7 @@ def plan_output(result: EndpointResult) -> dict[str, Any]:
 def offline_bench(plan: Plan, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """`bench NAME --offline`'s command with its default options."""
     monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: name)
-    prompts = max(8, PROMPTS_PER_SEQUENCE * plan.max_num_seqs)
+    prompts = max(8, PROMPTS_PER_SEQUENCE * plan.decisions.max_num_seqs)
     return throughput_argv(plan, prompts, LENGTHS, RESULTS)
 
 

@@ -17,7 +17,7 @@ from epycd.plan.model import EndpointDecisions, Plan
 from epycd.render import render_units
 from epycd.render.balancer import haproxy_config
 from tests.plan.conftest import PlanWorkspace
-from tests.render.fixtures import CASES, PRODUCT_PYTHON, runnable, with_restart
+from tests.render.fixtures import CASES, PRODUCT_PYTHON, runnable, set_decisions, with_restart
 from tests.render.realtools import quadlet_dryrun, verify, write_units
 
 HostOf = Callable[..., HostFacts]
@@ -147,7 +147,7 @@ def _set(ws: PlanWorkspace, host_of: HostOf, text: str) -> Plan:
     """A set of two podman instances on the 2-core VM."""
     ws.endpoint("pair", text)
     result = ws.plan(host_of("vm-zen5-24g"))["pair"]
-    assert result.plan is not None and result.plan.instances is not None, result.errors
+    assert result.plan is not None and result.plan.instance_set is not None, result.errors
     return result.plan
 
 
@@ -158,12 +158,18 @@ def test_an_instance_records_and_checks_its_own_unit(ws: PlanWorkspace, host_of:
     for index in (1, 2):
         text = plan.units[f"epyc-llm-pair_{index}.container"]
         service = healing_lines(text)["Service"]
-        assert service[-1] == recorder("pair", f"epyc-llm-pair_{index}", plan.product_python)
-        check = f"{plan.product_python} -m epycd.approval.check pair --unit epyc-llm-pair_{index}"
+        assert service[-1] == recorder(
+            "pair", f"epyc-llm-pair_{index}", plan.decisions.product_python
+        )
+        python = plan.decisions.product_python
+        check = f"{python} -m epycd.approval.check pair --unit epyc-llm-pair_{index}"
         assert ("ExecCondition", check) in sections(text)["Service"]
         assert ("PartOf", "epyc-llm-pair.service") in sections(text)["Unit"]
     balancer = sections(plan.units["epyc-llm-pair.service"])["Service"]
-    assert ("ExecCondition", f"+{plan.product_python} -m epycd.approval.check pair") in balancer
+    assert (
+        "ExecCondition",
+        f"+{plan.decisions.product_python} -m epycd.approval.check pair",
+    ) in balancer
 
 
 def test_the_balancer_wants_its_instances_and_restarts_on_its_own_budget(
@@ -175,9 +181,11 @@ def test_the_balancer_wants_its_instances_and_restarts_on_its_own_budget(
     members = "epyc-llm-pair_1.service epyc-llm-pair_2.service"
     assert ("Wants", members) in unit
     assert not [key for key, _ in unit if key in ("Requires", "BindsTo", "Requisite")]
-    budget = balancer_start_s(plan.start_timeout_s)
-    assert plan.instances is not None
-    assert plan.start_timeout_s == max(m.start_timeout_s for m in plan.instances.members)
+    budget = balancer_start_s(plan.decisions.start_timeout_s)
+    assert plan.instance_set is not None
+    assert plan.decisions.start_timeout_s == max(
+        m.start_timeout_s for m in plan.instance_set.members
+    )
     assert healing_lines(text) == {
         "Unit": [
             ("StartLimitIntervalSec", f"{start_limit_interval_s(budget)}s"),
@@ -201,7 +209,7 @@ def test_a_balancer_before_issue_27_requires_its_instances(
     plan = _set(ws, host_of, "instances = 2\n")
     [text] = [
         t
-        for name, t in render_units(plan.model_copy(update={"healing": None})).items()
+        for name, t in render_units(plan.decisions.model_copy(update={"healing": None})).items()
         if name == "epyc-llm-pair.service"
     ]
     unit = sections(text)["Unit"]
@@ -213,7 +221,7 @@ def test_a_balancer_before_issue_27_requires_its_instances(
 def test_haproxy_retries_a_failed_connection_elsewhere_and_marks_the_instance_down(
     ws: PlanWorkspace, host_of: HostOf
 ) -> None:
-    config = haproxy_config(_set(ws, host_of, "instances = 2\n"))
+    config = haproxy_config(set_decisions(_set(ws, host_of, "instances = 2\n")))
     backend = config.split("\nbackend instances\n")[1]
     lines = [line.strip() for line in backend.splitlines()]
     assert lines[:4] == ["balance leastconn", "retries 3", "option redispatch 1",

@@ -126,7 +126,7 @@ def test_fake_host_plans_pass_systemd_analyze_security(
     units = {}
     for name, plan in plans.items():
         assert plan is not None
-        assert_confined(plan, tmp_path / name)
+        assert_confined(plan.decisions, tmp_path / name)
         units[name] = next(iter(plan.units.values()))
     assert "IPAddressDeny=any" in units["local"] and f"User={PRODUCT_USER}" in units["local"]
     assert "IPAddressDeny" not in units["open"]
