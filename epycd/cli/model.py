@@ -14,7 +14,7 @@ from epycd.errors import InputError
 from epycd.model.check import inspect_model
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.footprint import runtime_gib
-from epycd.model.memory import fit_memory
+from epycd.plan.sizing import fit_socket
 from epycd.plan.tuning import batch_target, batched_tokens
 from epycd.sizes import GIB
 from epycd.text import escaped
@@ -168,7 +168,7 @@ def estimate(
         batched_tokens(target, max_num_seqs or target.max_num_seqs),
     )
     facts.warnings += footprint_warnings
-    fit = fit_memory(
+    fit = fit_socket(
         weights_bytes=facts.weights_bytes,
         kv_bytes_per_token=facts.kv_bytes_per_token,
         max_position_embeddings=facts.max_position_embeddings,

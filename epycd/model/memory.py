@@ -4,50 +4,26 @@
 Weights, the KV pool vLLM is given, vLLM's own runtime (its processes beside weights and KV,
 measured: `epycd.model.footprint`, issue 17) and the OS headroom must add up inside the chosen
 socket's memory (the recipe checked total host RAM and forgot the pool it pre-allocates). The
-first three are the server's process tree at its peak (`process_gb`). The KV pool cap is the
-tuner's (`kv_pool_gib`), cut down to what is free beside the tree's other parts and headroom,
-and to what the socket's first NUMA node has free (vLLM checks the pool against that node).
-Inside that cap the pool is what the sequences need (issue 12, docs/tuning.md rule 3):
-max_num_seqs x context x KV bytes per token plus `KV_MARGIN`, in whole GiB, at least one
-full-context sequence. Without an explicit max_num_seqs, the profile's target is cut to the
-full-context sequences the cap holds (rule 2).
+first three are the server's process tree at its peak (`process_gb`). This module holds the
+arithmetic: the context (`context_length`), the sum against the memory available and what to
+change when it fails (`fit_memory`). How big the pool, its cap and the headroom are is the
+tuner's decision (`epycd.plan.tuning`, docs/tuning.md rules 2 and 3), given here as inputs
+(`PoolSize`, the cap, the headroom).
 """
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from epycd.errors import InputError
 from epycd.model.facts import MemoryFit
 from epycd.sizes import GIB
 
-KV_MARGIN = 0.10
-"""Over the sequences' own KV: vLLM rounds every sequence up to whole KV blocks and keeps
-blocks for prefix caching; 10 % covers a 4096-token sequence's last partial 128-token block
-three times over."""
 DEFAULT_MAX_MODEL_LEN: int | None = None
 """None: the model's full context, which is what `vllm serve` uses without --max-model-len."""
 LENGTH_STEP = 256
 MIN_POOL_GIB = 1
-
-
-def kv_pool_gib(socket_total_gib: float) -> int:
-    """The tuner's KV pool: half of a small socket (<= 32 GiB), else min(40 %, total - 16)."""
-    if socket_total_gib <= 32:
-        pool = socket_total_gib / 2
-    else:
-        pool = min(0.4 * socket_total_gib, socket_total_gib - 16)
-    return max(MIN_POOL_GIB, math.floor(pool))
-
-
-def headroom_gib(socket_total_gib: float) -> float:
-    """The OS's share, apart from the server's tree: 10 % of the socket, 2 to 16 GiB.
-
-    The recipe reserves a flat 16 GB, which on a 16-32 GiB socket leaves nothing for weights
-    and KV; 10 % keeps small sockets usable and reaches the recipe's 16 GiB from 160 GiB up.
-    """
-    return min(16.0, max(2.0, 0.1 * socket_total_gib))
+"""The smallest KV pool: vLLM is given it in whole GiB, and a pool of 0 is none."""
 
 
 def context_length(max_model_len: int | None, max_position_embeddings: int | None) -> int:
@@ -62,79 +38,29 @@ def context_length(max_model_len: int | None, max_position_embeddings: int | Non
     return min(candidates)
 
 
-def fit_memory(
-    *,
-    weights_bytes: int,
-    kv_bytes_per_token: int,
-    max_position_embeddings: int | None,
-    max_model_len: int | None,
-    max_num_seqs: int | None,
-    socket_total_gib: float,
-    socket_available_gib: float,
-    runtime_gib: float,
-    first_node_available_gib: float | None = None,
-    target_seqs: int = 1,
-) -> MemoryFit:
-    """The fit of weights + KV pool + runtime + headroom in one socket, and what to change if
-    it fails. `runtime_gib` is vLLM's own processes (`Footprint.runtime_gib`).
-
-    `max_num_seqs` None: `target_seqs` (the profile's), or fewer when the pool cap holds fewer
-    full-context sequences, never below 1. `first_node_available_gib` is the free memory of
-    the socket's first NUMA node; the weights' share on it is taken in proportion to that
-    node's part of the socket's free memory.
-    """
-    _check_counts(max_num_seqs, max_model_len)
-    context = context_length(max_model_len, max_position_embeddings)
-    weights = weights_bytes / GIB
-    headroom = headroom_gib(socket_total_gib)
-    cap = pool_cap_gib(weights + runtime_gib, headroom, socket_total_gib, socket_available_gib,
-                       first_node_available_gib)  # fmt: skip
-    sized = _size_pool(cap, kv_bytes_per_token, context, max_num_seqs, target_seqs)
-    return _memory_fit(
-        sized,
-        cap=cap,
-        weights=weights,
-        runtime=runtime_gib,
-        headroom=headroom,
-        available=socket_available_gib,
-        kv_bytes_per_token=kv_bytes_per_token,
-        context=context,
-    )
-
-
-def _check_counts(max_num_seqs: int | None, max_model_len: int | None) -> None:
+def check_counts(max_num_seqs: int | None, max_model_len: int | None) -> None:
     if max_num_seqs is not None and max_num_seqs < 1:
         raise InputError("must be at least 1", key="max_num_seqs", fix="use 1 or more")
     if max_model_len is not None and max_model_len < 1:
         raise InputError("must be at least 1", key="max_model_len", fix="use a positive length")
 
 
-class _PoolSize(NamedTuple):
+class PoolSize(NamedTuple):
+    """The sequences and the KV pool the tuner chose inside its cap
+    (`epycd.plan.tuning.size_pool`)."""
+
     max_num_seqs: int
     kv_needed_gib: float
     fits: bool
     pool_gib: int
     """Inside the cap when the sequences fit, else the cap."""
     wanted_pool_gib: int
-    """What the sequences need with `KV_MARGIN`, in whole GiB, at least `MIN_POOL_GIB`."""
+    """What the sequences need with the tuner's margin, in whole GiB, at least
+    `MIN_POOL_GIB`."""
 
 
-def _size_pool(
-    cap: int, kv_bytes_per_token: int, context: int, max_num_seqs: int | None, target_seqs: int
-) -> _PoolSize:
-    """The sequences and the KV pool inside `cap` (docs/tuning.md rules 2 and 3)."""
-    sequence_gib = kv_bytes_per_token * context * (1 + KV_MARGIN) / GIB
-    if max_num_seqs is None:
-        max_num_seqs = max(1, min(target_seqs, math.floor(max(cap, 0) / sequence_gib)))
-    kv_needed = kv_bytes_per_token * context * max_num_seqs / GIB
-    fits = cap >= MIN_POOL_GIB and kv_needed <= cap
-    wanted_pool = max(MIN_POOL_GIB, math.ceil(sequence_gib * max_num_seqs))
-    pool = min(cap, wanted_pool) if fits else cap
-    return _PoolSize(max_num_seqs, kv_needed, fits, pool, wanted_pool)
-
-
-def _memory_fit(
-    sized: _PoolSize,
+def fit_memory(
+    sized: PoolSize,
     *,
     cap: int,
     weights: float,
@@ -144,7 +70,10 @@ def _memory_fit(
     kv_bytes_per_token: int,
     context: int,
 ) -> MemoryFit:
-    """The fit and, when it fails, what to change."""
+    """The fit of weights + KV pool + runtime + headroom in the `available` GiB, and what to
+    change if it fails: the arithmetic of the pool the tuner sized inside `cap` and of its
+    headroom (`epycd.plan.tuning.kv_pool`). `runtime` is vLLM's own processes
+    (`Footprint.runtime_gib`), `weights` the weights in GiB."""
     process = weights + (sized.pool_gib if sized.fits else sized.wanted_pool_gib) + runtime
     suggested, action = _advice(
         fits=sized.fits,
@@ -174,23 +103,6 @@ def _memory_fit(
         suggested_max_model_len=suggested,
         action=action,
     )
-
-
-def pool_cap_gib(
-    resident: float,
-    headroom: float,
-    socket_total_gib: float,
-    socket_available_gib: float,
-    first_node_available_gib: float | None,
-) -> int:
-    """The most the KV pool may take: the tuner's share, what is free beside what the server
-    holds before its pool (`resident`: weights and runtime) and the headroom, and what the
-    first node has free beside its share of that."""
-    cap = min(kv_pool_gib(socket_total_gib), math.floor(socket_available_gib - resident - headroom))
-    if first_node_available_gib is not None and socket_available_gib > 0:
-        share = resident * min(1.0, first_node_available_gib / socket_available_gib)
-        cap = min(cap, math.floor(first_node_available_gib - share))
-    return cap
 
 
 def _advice(

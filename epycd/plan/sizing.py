@@ -2,7 +2,10 @@
 docs/tuning.md (`tune`: OpenMP bind, the profile's batch target, compile or eager; the
 batched tokens, `batched_tokens`) and the memory fit of its NUMA nodes (`size_memory`),
 with their warnings. vLLM allocates the KV pool on the node of the first bound CPU
-(`node_memory`)."""
+(`node_memory`).
+
+The memory fit is `fit_socket`: the tuner's pool and headroom (`epycd.plan.tuning.kv_pool`)
+and the arithmetic (`epycd.model.memory.fit_memory`)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from dataclasses import dataclass
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.footprint import runtime_gib
-from epycd.model.memory import fit_memory
+from epycd.model.memory import check_counts, context_length, fit_memory
 from epycd.plan import tuning
 from epycd.plan.alloc import Placement
 from epycd.plan.prepare import Prepared
@@ -94,6 +97,52 @@ def _fewer_seqs_warning(
     )
 
 
+def fit_socket(
+    *,
+    weights_bytes: int,
+    kv_bytes_per_token: int,
+    max_position_embeddings: int | None,
+    max_model_len: int | None,
+    max_num_seqs: int | None,
+    socket_total_gib: float,
+    socket_available_gib: float,
+    runtime_gib: float,
+    first_node_available_gib: float | None = None,
+    target_seqs: int = 1,
+) -> MemoryFit:
+    """The fit of weights + KV pool + runtime + headroom in one socket (or an instance's
+    nodes), and what to change if it fails. `runtime_gib` is vLLM's own processes
+    (`Footprint.runtime_gib`).
+
+    `max_num_seqs` None: `target_seqs` (the profile's), or fewer when the pool cap holds fewer
+    full-context sequences, never below 1. `first_node_available_gib` is the free memory of
+    the socket's first NUMA node; the weights' share on it is taken in proportion to that
+    node's part of the socket's free memory.
+    """
+    check_counts(max_num_seqs, max_model_len)
+    context = context_length(max_model_len, max_position_embeddings)
+    pool = tuning.kv_pool(
+        resident_gib=weights_bytes / GIB + runtime_gib,
+        kv_bytes_per_token=kv_bytes_per_token,
+        context=context,
+        max_num_seqs=max_num_seqs,
+        target_seqs=target_seqs,
+        socket_total_gib=socket_total_gib,
+        socket_available_gib=socket_available_gib,
+        first_node_available_gib=first_node_available_gib,
+    )
+    return fit_memory(
+        pool.size,
+        cap=pool.cap_gib,
+        weights=weights_bytes / GIB,
+        runtime=runtime_gib,
+        headroom=pool.headroom_gib,
+        available=socket_available_gib,
+        kv_bytes_per_token=kv_bytes_per_token,
+        context=context,
+    )
+
+
 def size_memory(
     prepared: Prepared,
     host: HostFacts,
@@ -113,7 +162,7 @@ def size_memory(
         prepared.route.vllm_version, facts.weights_bytes or 0, most_batched
     )
     warnings += footprint_warnings
-    fit = fit_memory(
+    fit = fit_socket(
         weights_bytes=facts.weights_bytes or 0,
         kv_bytes_per_token=facts.kv_bytes_per_token,
         max_position_embeddings=facts.max_position_embeddings,

@@ -1,18 +1,22 @@
 """The tuning rules of issue 12, each with its evidence in docs/tuning.md (rule numbers match).
 
-Pure functions of the instance's cores, the memory fit, the probed vLLM version, the host's
-C++ compiler and the serving interpreter's Python headers; `tune` and `size`
-(epycd.plan.sizing) apply them.
+Pure functions of the instance's cores, its memory, the memory fit, the probed vLLM version,
+the host's C++ compiler and the serving interpreter's Python headers; `tune`, `size` and
+`fit_socket` (epycd.plan.sizing) apply them. The KV pool's size, its cap and the OS headroom
+(rules 2 and 3: `kv_pool`) are decided here; `epycd.model.memory` adds them up.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from epycd.errors import Refusal
 from epycd.host.facts import PythonHeaders
+from epycd.model.memory import MIN_POOL_GIB, PoolSize
+from epycd.sizes import GIB
 from epycd.spec.flags import ExtraFlags
 
 Profile = Literal["balanced", "latency", "throughput"]
@@ -31,6 +35,11 @@ VLLM_OFFLINE_MAX_NUM_BATCHED_TOKENS = 4096
 LATENCY_TOKENS_PER_CORE = 256
 """Rule 2, latency: prefill tokens per compute core in one step, so that a step (and the
 decode of every running sequence behind it) stays short on a small instance."""
+
+KV_MARGIN = 0.10
+"""Rule 3: over the sequences' own KV: vLLM rounds every sequence up to whole KV blocks and
+keeps blocks for prefix caching; 10 % covers a 4096-token sequence's last partial 128-token
+block three times over."""
 
 KV_BYTES_FLAG_SINCE = (0, 32, 0)
 """Rule 3: the first vLLM version whose CPU worker is verified (vllm/platforms/cpu.py,
@@ -92,6 +101,87 @@ def batch_target(profile: Profile, compute_cores: int) -> BatchTarget:
 def batched_tokens(target: BatchTarget, max_num_seqs: int) -> int:
     """vLLM refuses max_num_batched_tokens below max_num_seqs."""
     return max(target.max_num_batched_tokens, max_num_seqs)
+
+
+def kv_pool_gib(socket_total_gib: float) -> int:
+    """Rule 3: the tuner's KV pool share: half of a small socket (<= 32 GiB), else
+    min(40 %, total - 16)."""
+    if socket_total_gib <= 32:
+        pool = socket_total_gib / 2
+    else:
+        pool = min(0.4 * socket_total_gib, socket_total_gib - 16)
+    return max(MIN_POOL_GIB, math.floor(pool))
+
+
+def headroom_gib(socket_total_gib: float) -> float:
+    """The OS's share, apart from the server's tree: 10 % of the socket, 2 to 16 GiB.
+
+    The recipe reserves a flat 16 GB, which on a 16-32 GiB socket leaves nothing for weights
+    and KV; 10 % keeps small sockets usable and reaches the recipe's 16 GiB from 160 GiB up.
+    """
+    return min(16.0, max(2.0, 0.1 * socket_total_gib))
+
+
+def pool_cap_gib(
+    resident: float,
+    headroom: float,
+    socket_total_gib: float,
+    socket_available_gib: float,
+    first_node_available_gib: float | None,
+) -> int:
+    """Rule 3: the most the KV pool may take: the tuner's share, what is free beside what the
+    server holds before its pool (`resident`: weights and runtime) and the headroom, and what
+    the first node has free beside its share of that (vLLM checks the pool against it)."""
+    cap = min(kv_pool_gib(socket_total_gib), math.floor(socket_available_gib - resident - headroom))
+    if first_node_available_gib is not None and socket_available_gib > 0:
+        share = resident * min(1.0, first_node_available_gib / socket_available_gib)
+        cap = min(cap, math.floor(first_node_available_gib - share))
+    return cap
+
+
+def size_pool(
+    cap: int, kv_bytes_per_token: int, context: int, max_num_seqs: int | None, target_seqs: int
+) -> PoolSize:
+    """Rules 2 and 3: the sequences and the KV pool inside `cap`. The pool is what the
+    sequences need plus `KV_MARGIN`, in whole GiB, at least `MIN_POOL_GIB`; without an
+    explicit max_num_seqs, the profile's `target_seqs` is cut to the full-context sequences
+    the cap holds, never below 1."""
+    sequence_gib = kv_bytes_per_token * context * (1 + KV_MARGIN) / GIB
+    if max_num_seqs is None:
+        max_num_seqs = max(1, min(target_seqs, math.floor(max(cap, 0) / sequence_gib)))
+    kv_needed = kv_bytes_per_token * context * max_num_seqs / GIB
+    fits = cap >= MIN_POOL_GIB and kv_needed <= cap
+    wanted_pool = max(MIN_POOL_GIB, math.ceil(sequence_gib * max_num_seqs))
+    pool = min(cap, wanted_pool) if fits else cap
+    return PoolSize(max_num_seqs, kv_needed, fits, pool, wanted_pool)
+
+
+@dataclass(frozen=True)
+class KvPool:
+    """Rules 2 and 3 on one socket's (or instance's) memory, in GiB."""
+
+    headroom_gib: float
+    cap_gib: int
+    size: PoolSize
+
+
+def kv_pool(
+    *,
+    resident_gib: float,
+    kv_bytes_per_token: int,
+    context: int,
+    max_num_seqs: int | None,
+    target_seqs: int,
+    socket_total_gib: float,
+    socket_available_gib: float,
+    first_node_available_gib: float | None,
+) -> KvPool:
+    """The headroom, the pool's cap and the sequences and pool inside it."""
+    headroom = headroom_gib(socket_total_gib)
+    cap = pool_cap_gib(resident_gib, headroom, socket_total_gib, socket_available_gib,
+                       first_node_available_gib)  # fmt: skip
+    return KvPool(headroom, cap, size_pool(cap, kv_bytes_per_token, context, max_num_seqs,
+                                           target_seqs))  # fmt: skip
 
 
 def version_tuple(version: str | None) -> tuple[int, ...] | None:

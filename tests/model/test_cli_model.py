@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 
 from epycd.cli import main
 from epycd.host.detect import detect_host
-from epycd.model.memory import headroom_gib, kv_pool_gib
+from epycd.plan.tuning import headroom_gib, kv_pool_gib
 from tests.hosts import make_host
 from tests.model.models import LLAMA_8B_TOTAL_SIZE
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from epycd.errors import InputError
 from epycd.model.facts import MemoryFit
-from epycd.model.memory import KV_MARGIN, fit_memory, headroom_gib, kv_pool_gib
+from epycd.plan.sizing import fit_socket
+from epycd.plan.tuning import KV_MARGIN, headroom_gib, kv_pool_gib
 from epycd.sizes import GIB
 from tests.model.models import LLAMA_8B_TOTAL_SIZE, LLAMA_70B_TOTAL_SIZE
 
@@ -33,7 +34,7 @@ an idle 64 GiB socket, vLLM's own processes not counted."""
 
 
 def fit_with(**changes: Any) -> MemoryFit:
-    return fit_memory(**{**LLAMA_8B_ON_64_GIB, **changes})
+    return fit_socket(**{**LLAMA_8B_ON_64_GIB, **changes})
 
 
 def socket_of(gib: float) -> dict[str, float]:
