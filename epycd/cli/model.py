@@ -13,9 +13,8 @@ from epycd.cli.output import EXIT_NO, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.model.check import inspect_model
 from epycd.model.facts import MemoryFit, ModelFacts
-from epycd.model.footprint import runtime_gib
-from epycd.plan.sizing import fit_socket
-from epycd.plan.tuning import batch_target, batched_tokens
+from epycd.plan.sizing import SizingRequest, fit_request
+from epycd.plan.tuning import DEFAULT_PROFILE, batch_target
 from epycd.sizes import GIB
 from epycd.text import escaped
 
@@ -161,25 +160,21 @@ def estimate(
             fix="use a model with safetensors weights",
         )
     total, available, first_node, note = _socket_memory(socket_gb)
-    target = batch_target("balanced", 1)
-    runtime, footprint_warnings = runtime_gib(
-        facts.support.vllm_version,
-        facts.weights_bytes,
-        batched_tokens(target, max_num_seqs or target.max_num_seqs),
+    fit, footprint_warnings = fit_request(
+        SizingRequest(
+            vllm_version=facts.support.vllm_version,
+            weights_bytes=facts.weights_bytes,
+            kv_bytes_per_token=facts.kv_bytes_per_token,
+            max_position_embeddings=facts.max_position_embeddings,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            target=batch_target(DEFAULT_PROFILE, 1),  # a balanced plan's, whatever its cores
+            total_gib=total,
+            available_gib=available,
+            first_node_available_gib=first_node,
+        )
     )
     facts.warnings += footprint_warnings
-    fit = fit_socket(
-        weights_bytes=facts.weights_bytes,
-        kv_bytes_per_token=facts.kv_bytes_per_token,
-        max_position_embeddings=facts.max_position_embeddings,
-        max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs,
-        socket_total_gib=total,
-        socket_available_gib=available,
-        runtime_gib=runtime,
-        first_node_available_gib=first_node,
-        target_seqs=target.max_num_seqs,
-    )
     if as_json:
         print_json(estimate_json(facts, fit, note))
     else:

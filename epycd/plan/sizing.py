@@ -4,11 +4,14 @@ batched tokens, `batched_tokens`) and the memory fit of its NUMA nodes (`size_me
 with their warnings. vLLM allocates the KV pool on the node of the first bound CPU
 (`node_memory`).
 
-The memory fit is `fit_socket`: the tuner's pool and headroom (`epycd.plan.tuning.kv_pool`)
-and the arithmetic (`epycd.model.memory.fit_memory`)."""
+The memory fit is one step, `fit_request` (vLLM's own processes at the batch, then
+`fit_socket`: the tuner's pool and headroom, `epycd.plan.tuning.kv_pool`, and the
+arithmetic, `epycd.model.memory.fit_memory`), which the plan, the instance layout and
+`epycctl estimate` all call."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from epycd.host.facts import HostFacts
@@ -143,6 +146,48 @@ def fit_socket(
     )
 
 
+@dataclass(frozen=True)
+class SizingRequest:
+    """What the memory fit of one endpoint (or instance) takes: the model's figures, the
+    lengths asked for, the batch target and the memory it may use (GiB). The plan makes it
+    from the endpoint file and its nodes (`size_memory`), `epycctl estimate` from its options
+    and a socket."""
+
+    vllm_version: str
+    weights_bytes: int
+    kv_bytes_per_token: int
+    max_position_embeddings: int | None
+    max_model_len: int | None
+    max_num_seqs: int | None
+    target: tuning.BatchTarget
+    total_gib: float
+    available_gib: float
+    first_node_available_gib: float | None
+    extra_args: Sequence[str] = ()
+    """The endpoint file's extra_args: its own `--max-num-batched-tokens` sizes the batch."""
+
+
+def fit_request(request: SizingRequest) -> tuple[MemoryFit, list[str]]:
+    """The fit at vLLM's own processes for the largest batch (`runtime_gib`), and the
+    footprint's warnings."""
+    seqs = request.max_num_seqs or request.target.max_num_seqs
+    most_batched = _batched_tokens(request.extra_args, request.target, seqs)
+    runtime, warnings = runtime_gib(request.vllm_version, request.weights_bytes, most_batched)
+    fit = fit_socket(
+        weights_bytes=request.weights_bytes,
+        kv_bytes_per_token=request.kv_bytes_per_token,
+        max_position_embeddings=request.max_position_embeddings,
+        max_model_len=request.max_model_len,
+        max_num_seqs=request.max_num_seqs,
+        socket_total_gib=request.total_gib,
+        socket_available_gib=request.available_gib,
+        runtime_gib=runtime,
+        first_node_available_gib=request.first_node_available_gib,
+        target_seqs=request.target.max_num_seqs,
+    )
+    return fit, warnings
+
+
 def size_memory(
     prepared: Prepared,
     host: HostFacts,
@@ -157,23 +202,22 @@ def size_memory(
     facts, spec = prepared.facts, prepared.spec
     memory = node_memory(host, placement, bind, memory_share)
     warnings = _model_size_warnings(spec, facts)
-    most_batched = batched_tokens(spec, target, spec.max_num_seqs or target.max_num_seqs)
-    runtime, footprint_warnings = runtime_gib(
-        prepared.route.vllm_version, facts.weights_bytes or 0, most_batched
+    fit, footprint_warnings = fit_request(
+        SizingRequest(
+            vllm_version=prepared.route.vllm_version,
+            weights_bytes=facts.weights_bytes or 0,
+            kv_bytes_per_token=facts.kv_bytes_per_token,
+            max_position_embeddings=facts.max_position_embeddings,
+            max_model_len=spec.max_model_len or stack.defaults.max_model_len,
+            max_num_seqs=spec.max_num_seqs,
+            target=target,
+            total_gib=memory.total,
+            available_gib=memory.available,
+            first_node_available_gib=memory.first_available,
+            extra_args=spec.extra_args,
+        )
     )
     warnings += footprint_warnings
-    fit = fit_socket(
-        weights_bytes=facts.weights_bytes or 0,
-        kv_bytes_per_token=facts.kv_bytes_per_token,
-        max_position_embeddings=facts.max_position_embeddings,
-        max_model_len=spec.max_model_len or stack.defaults.max_model_len,
-        max_num_seqs=spec.max_num_seqs,
-        socket_total_gib=memory.total,
-        socket_available_gib=memory.available,
-        runtime_gib=runtime,
-        first_node_available_gib=memory.first_available,
-        target_seqs=target.max_num_seqs,
-    )
     if fewer := _fewer_seqs_warning(spec, placement, target, fit, memory):
         warnings.append(fewer)
     return fit, warnings
@@ -191,7 +235,11 @@ def user_flag(extra_args: list[str], flag: str) -> str | None:
 
 def batched_tokens(spec: EndpointSpec, target: tuning.BatchTarget, seqs: int) -> int:
     """Rule 2's size, or the endpoint file's own `--max-num-batched-tokens` in extra_args."""
-    given = user_flag(spec.extra_args, BATCHED_TOKENS_FLAG)
+    return _batched_tokens(spec.extra_args, target, seqs)
+
+
+def _batched_tokens(extra_args: Sequence[str], target: tuning.BatchTarget, seqs: int) -> int:
+    given = user_flag(list(extra_args), BATCHED_TOKENS_FLAG)
     return int(given) if given and given.isdecimal() else tuning.batched_tokens(target, seqs)
 
 
