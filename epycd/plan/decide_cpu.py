@@ -24,7 +24,7 @@ from epycd.plan.model import CpuEndpoint, HfCacheMount
 from epycd.plan.prepare import Prepared
 from epycd.plan.route import Route
 from epycd.plan.served import Placed, ServedModel, served_fields, served_model, service_fields
-from epycd.plan.sizing import Sizing, size, user_flag
+from epycd.plan.sizing import Sizing, size
 from epycd.sizes import GIB
 from epycd.stack import Stack
 
@@ -47,19 +47,17 @@ def cpu_invocation(
     prepared: Prepared, chosen: ServedModel, fit: MemoryFit, sizing: Sizing, port: int
 ) -> VllmInvocation:
     """The CPU engine of docs/tuning.md's rules, a flag the endpoint file gives itself left
-    to the file."""
-    extra = prepared.spec.extra_args
+    to the file (in any spelling of its grammar, `epycd.spec.flags`)."""
+    extra = prepared.spec.extra_flags
     interval = sizing.stream_interval
     engine = CpuEngine(
         omp_cpus=format_cpulist(sizing.bind),
         max_num_seqs=fit.max_num_seqs,
         max_num_batched_tokens=sizing.batched_tokens,
-        pass_batched_tokens=user_flag(extra, BATCHED_TOKENS_FLAG) is None,
+        pass_batched_tokens=not extra.given(BATCHED_TOKENS_FLAG),
         kv_cache_memory_bytes=fit.kv_pool_gb * GIB if sizing.kv_bytes_flag else None,
         enforce_eager=sizing.enforce_eager,
-        stream_interval=interval
-        if interval and user_flag(extra, STREAM_INTERVAL_FLAG) is None
-        else None,
+        stream_interval=interval if interval and not extra.given(STREAM_INTERVAL_FLAG) else None,
     )
     return serve_invocation(
         prepared.spec,

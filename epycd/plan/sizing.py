@@ -20,12 +20,12 @@ from epycd.model.footprint import runtime_gib
 from epycd.model.memory import check_counts, context_length, fit_memory
 from epycd.plan import tuning
 from epycd.plan.alloc import Placement
+from epycd.plan.invocation import BATCHED_TOKENS_FLAG
 from epycd.plan.prepare import Prepared
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec
+from epycd.spec.flags import ExtraFlags
 from epycd.stack import Stack
-
-BATCHED_TOKENS_FLAG = "--max-num-batched-tokens"
 
 
 def _first_node(host: HostFacts, placement: Placement, bind: list[int]) -> int:
@@ -223,23 +223,14 @@ def size_memory(
     return fit, warnings
 
 
-def user_flag(extra_args: list[str], flag: str) -> str | None:
-    """The value the endpoint file's extra_args give `flag` (`--flag V` or `--flag=V`)."""
-    for index, arg in enumerate(extra_args):
-        if arg == flag and index + 1 < len(extra_args):
-            return extra_args[index + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
 def batched_tokens(spec: EndpointSpec, target: tuning.BatchTarget, seqs: int) -> int:
-    """Rule 2's size, or the endpoint file's own `--max-num-batched-tokens` in extra_args."""
+    """Rule 2's size, or the endpoint file's own `--max-num-batched-tokens` in extra_args, in
+    any spelling of its grammar (`epycd.spec.flags`)."""
     return _batched_tokens(spec.extra_args, target, seqs)
 
 
 def _batched_tokens(extra_args: Sequence[str], target: tuning.BatchTarget, seqs: int) -> int:
-    given = user_flag(list(extra_args), BATCHED_TOKENS_FLAG)
+    given = ExtraFlags.of(extra_args).value(BATCHED_TOKENS_FLAG)
     return int(given) if given and given.isdecimal() else tuning.batched_tokens(target, seqs)
 
 

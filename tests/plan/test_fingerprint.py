@@ -156,7 +156,7 @@ PINNED: dict[str, dict[str, Pinned]] = {
     "extra-args-consent": {
         "qwen": Pinned(
             "cb055a7d46f52fd1ec91e8ddb8f739bbcadc8d72474ef1b34271c137b20abbd4",
-            "637f85e5b19c027b71b7385a694894942285c0f7058aa1c2e7bd04689404d5f2",
+            "9d8645756467139ffedc9e676e2fb5b68bcdb52bb79ca10df3a192599f2f722f",
         ),
     },
     "gated-podman-token": {

@@ -90,9 +90,9 @@ GOLDEN_SHAPES = {
 }
 """Each golden endpoint: its engine, its vLLM instances, its tensor-parallel size."""
 BENCH_READS_MORE = {"extra-args-consent": ("--max-num-batched-tokens", "4096")}
-"""On purpose: the file's `--max_num_batched_tokens=4096`, which vLLM serves with (it comes
-after the plan's own flag, which plan/build.py user_flag passes as it does not see it), and
-which today's bench (engine_args: exact `--flag value` words) does not pass."""
+"""On purpose: the file's `--max_num_batched_tokens=4096`, which vLLM serves with (the plan
+passes no batch size of its own), and which today's bench (engine_args: exact `--flag value`
+words) does not pass."""
 
 
 @pytest.mark.parametrize("case", GOLDEN_CASES)
@@ -271,8 +271,7 @@ def test_instinct_on_docker(ws: PlanWorkspace) -> None:
 def test_the_bench_reads_the_files_flags_in_every_spelling(ws: PlanWorkspace) -> None:
     """`--max_num_batched_tokens=8192` and `--enforce_eager`: vLLM serves with both, and so
     does the bench now (today's engine_args sees only the exact `--flag value` words). The
-    plan still passes its own batch size too (build.py user_flag, until B3): vLLM keeps the
-    file's, the last one, in both."""
+    plan reads the file's batch size in the same grammar and passes none of its own."""
     plan = plan_one(
         ws,
         genoa(ws),
@@ -282,7 +281,8 @@ def test_the_bench_reads_the_files_flags_in_every_spelling(ws: PlanWorkspace) ->
     [inv] = [invocation_from_record(d) for d in instances(plan)]
     assert isinstance(plan.decisions, CpuEndpoint)
     assert vllm_argv(inv) == plan.decisions.vllm_args
-    assert isinstance(inv.engine, CpuEngine) and inv.engine.pass_batched_tokens
+    assert isinstance(inv.engine, CpuEngine) and not inv.engine.pass_batched_tokens
+    assert inv.engine.max_num_batched_tokens == 8192
     assert not inv.engine.enforce_eager and inv.eager
     today = engine_args(plan.decisions)
     assert bench_engine_argv(inv) == [
