@@ -8,12 +8,13 @@ write a unit that breaks vLLM, leaks a secret or mis-pins the instance.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from epycd.errors import InputError
 from epycd.host.cpulist import parse_cpulist
 from epycd.listen import listen_address
 from epycd.names import ENDPOINT_NAME_RULE, instance_unit_name, is_endpoint_name, unit_name
+from epycd.plan.invocation import CpuEngine, RocmEngine
 from epycd.plan.model import (
     CpuEndpoint,
     EndpointDecisions,
@@ -22,6 +23,7 @@ from epycd.plan.model import (
     SingleEndpoint,
 )
 from epycd.render.syntax import check_printable, executable
+from epycd.spec.flags import ExtraFlags, flag_name, names
 from epycd.spec.policy import arg_refusal, env_refusal
 from epycd.stack import shipped_stack
 
@@ -52,8 +54,9 @@ FLAGS_THE_PLAN_PASSES = frozenset(
         "--revision",
     }
 )
-"""The plan passes these itself; every other variable and flag is held to the endpoint
-file's rules (epycd.spec.policy.env_refusal, arg_refusal) once more."""
+"""The plan passes these flags itself (and the variables of ENV_THE_PLAN_SETS); every other
+variable and the endpoint file's own flags are held to its rules (epycd.spec.policy
+env_refusal, arg_refusal) once more, and the file's flags may not give one of these."""
 REQUIRED_RUN_FLAGS = tuple(shipped_stack().run_flags)
 """The container run flags every plan passes: the stack's (data/epyc.json)."""
 FORBIDDEN_RUN_FLAGS = {
@@ -67,8 +70,14 @@ FORBIDDEN_RUN_FLAGS = {
 }
 
 
-def _flag_name(arg: str) -> str:
-    return arg.split("=", 1)[0]
+def pre_invocation_flags(decisions: SingleEndpoint) -> ExtraFlags:
+    """LEGACY: the one reader of decisions without `invocation`, approval records written
+    before it (eras E1-E13, tests/approval/records) and hand-made decisions. Such a record
+    holds `vllm serve`'s words and no typed invocation, so the KV pool's bytes flag, the
+    endpoint file's own flags and an --enforce-eager given by the file are in those words and
+    nowhere else: they are read with the one grammar of flags (epycd.spec.flags). Decisions
+    with `invocation` are read from its fields; the renderer emits either's words as stored."""
+    return ExtraFlags.of(decisions.vllm_args)
 
 
 def _refuse(decisions: EndpointService, key: str, message: str, fix: str) -> InputError:
@@ -183,11 +192,20 @@ def check_bind(decisions: CpuEndpoint, cpus: list[int]) -> None:
         )
 
 
+def kv_bytes_given(decisions: CpuEndpoint) -> bool:
+    """Whether vLLM gets the KV pool in bytes (--kv-cache-memory-bytes): the CPU engine's
+    `kv_cache_memory_bytes`, or the flag in a record's words (`pre_invocation_flags`)."""
+    invocation = decisions.invocation
+    if invocation is None:
+        return pre_invocation_flags(decisions).given(KV_BYTES_FLAG)
+    engine = invocation.engine
+    return isinstance(engine, CpuEngine) and engine.kv_cache_memory_bytes is not None
+
+
 def check_kv_pool(decisions: CpuEndpoint) -> None:
     """The pool is given once: whole GiB in the legacy variable, or bytes in the flag."""
     kv = decisions.env.get("VLLM_CPU_KVCACHE_SPACE")
-    flags = [a for a in decisions.vllm_args if _flag_name(a) == KV_BYTES_FLAG]
-    if (kv is None) == (not flags):
+    if (kv is None) != kv_bytes_given(decisions):
         raise _refuse(
             decisions,
             "env.VLLM_CPU_KVCACHE_SPACE",
@@ -240,21 +258,54 @@ def check_env(decisions: SingleEndpoint) -> None:
 def check_args(decisions: SingleEndpoint) -> None:
     check_vllm_args(decisions, FLAGS_THE_PLAN_PASSES)
     for index, flag in enumerate(decisions.run_flags):
-        why = FORBIDDEN_RUN_FLAGS.get(_flag_name(flag))
+        why = FORBIDDEN_RUN_FLAGS.get(flag_name(flag) or flag)
         if why and flag not in REQUIRED_RUN_FLAGS:
             raise _refuse(decisions, f"run_flags[{index}]", f"{flag}: {why}", f"remove {flag}")
 
 
 def check_vllm_args(decisions: SingleEndpoint, passed: Collection[str]) -> None:
     """No argument the endpoint file must not pass reaches vLLM; `passed` are the flags the
-    plan itself sets."""
-    for index, arg in enumerate(decisions.vllm_args):
+    plan itself passes. Checked are the words that are not the plan's own: the file's
+    (`invocation.extra`, keyed `extra_args[i]`) and an Instinct recipe's (`recipe_args[i]`),
+    each held to `arg_refusal`, and the file's may not give a flag of `passed`. A record
+    without `invocation` has only its whole argv (`pre_invocation_flags`, keyed
+    `vllm_args[i]`), in which the words of `passed` are the plan's and allowed."""
+    invocation = decisions.invocation
+    if invocation is None:
+        words = pre_invocation_flags(decisions).words
+        _check_words(decisions, "vllm_args", words, allowed=passed)
+        return
+    extra = invocation.extra
+    _check_words(decisions, "extra_args", extra.words)
+    for flag in extra.flags:
+        owned = next((p for p in sorted(passed) if names(flag.name, p)), None)
+        if owned is not None:
+            raise _refuse(
+                decisions,
+                f"extra_args[{flag.position}]",
+                f"{extra.words[flag.position]!r} must not reach vLLM ({owned}: the plan "
+                "passes it itself)",
+                "remove it",
+            )
+    if isinstance(invocation.engine, RocmEngine):
+        _check_words(decisions, "recipe_args", invocation.engine.recipe_args)
+
+
+def _check_words(
+    decisions: SingleEndpoint,
+    key: str,
+    words: Sequence[str],
+    allowed: Collection[str] = (),
+) -> None:
+    """Each word held to `arg_refusal`, but a flag of `allowed` as the plan writes it (the
+    flag's own word, its value the next)."""
+    for index, arg in enumerate(words):
         refusal = arg_refusal(arg)
-        if refusal and _flag_name(arg) not in passed:
+        if refusal and arg not in allowed:
             shown = "a secret" if refusal.secret else repr(arg)
             raise _refuse(
                 decisions,
-                f"vllm_args[{index}]",
+                f"{key}[{index}]",
                 f"{shown} must not reach vLLM ({refusal.why})",
                 refusal.fix,
             )

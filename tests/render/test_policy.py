@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from epycd.errors import InputError
-from epycd.render import commands, render_units
+from epycd.plan.invocation import CpuEngine, RocmEngine
+from epycd.plan.model import EndpointDecisions
+from epycd.render import commands, policy, render_units
+from epycd.spec.flags import ExtraFlags
+from tests.render.argv_records import invocation_from_record
 from tests.render.fixtures import genoa_podman, host_vllm, milan_docker
 
 ALL = [genoa_podman, milan_docker, host_vllm]
@@ -188,3 +193,76 @@ def test_the_flags_the_plan_passes_itself_render(factory: Any) -> None:
     args = factory().vllm_args
     assert "--port" in args and "--host" in args
     assert render_units(factory())
+
+
+# Decisions with their typed invocation, as the planner makes them (issue 28 B4): the checks
+# read the file's own words (`invocation.extra`) and the engine, not the argv.
+
+
+def typed(
+    factory: Callable[[], EndpointDecisions] = genoa_podman, **changes: Any
+) -> EndpointDecisions:
+    """A hand-written fixture with the invocation its argv gives, its words kept as approved
+    (their older order has the plan's flags after the rest: no file's words), `changes` to
+    it."""
+    decisions: EndpointDecisions = factory()
+    kept = {"approved_argv": list(decisions.vllm_args), "extra": ExtraFlags()}
+    invocation = invocation_from_record(decisions).model_copy(update=kept | changes)
+    return decisions.model_copy(update={"invocation": invocation})
+
+
+def _refused_typed(decisions: EndpointDecisions, key: str) -> InputError:
+    with pytest.raises(InputError) as caught:
+        render_units(decisions)
+    assert (caught.value.key, caught.value.file) == (key, decisions.config_file)
+    return caught.value
+
+
+@pytest.mark.parametrize("factory", ALL)
+def test_a_typed_record_renders(factory: Any) -> None:
+    assert render_units(typed(factory)) == render_units(factory())
+
+
+@pytest.mark.parametrize(
+    "arg", ["--device=cpu", "--port=9000", "--max_model_len=8", "--api-key=k3y", "--hf-tok"]
+)
+def test_the_files_own_words_are_checked(arg: str) -> None:
+    extra = ExtraFlags.of(["--enable-prefix-caching", arg])
+    error = _refused_typed(typed(extra=extra), "extra_args[1]")
+    assert "k3y" not in str(error)
+
+
+def test_the_file_may_not_give_a_flag_the_plan_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Even were arg_refusal to let it through: the plan's own flags are not the file's."""
+    monkeypatch.setattr(policy, "arg_refusal", lambda arg: None)
+    extra = ExtraFlags.of(["--seed", "7", "--max-num-seq=4"])
+    error = _refused_typed(typed(extra=extra), "extra_args[2]")
+    assert "--max-num-seqs: the plan passes it itself" in error.message
+
+
+def test_the_argv_of_a_typed_record_is_not_read_for_the_files_words() -> None:
+    """Its argv is emitted as stored; what the file gave is `invocation.extra`."""
+    decisions = typed(extra=ExtraFlags.of(["--enable-prefix-caching"]))
+    assert render_units(decisions)
+
+
+def test_an_instinct_recipes_words_are_checked() -> None:
+    engine = RocmEngine(recipe_args=["--block-size", "1", "--gpu-memory-utilization=1"])
+    decisions = typed(engine=engine)
+    with pytest.raises(InputError) as caught:
+        policy.check_vllm_args(decisions, policy.FLAGS_THE_PLAN_PASSES)
+    assert caught.value.key == "recipe_args[2]"
+
+
+def test_the_kv_pool_in_bytes_is_the_engines() -> None:
+    """genoa_podman's pool is the GiB variable: the engine may not give bytes as well; the
+    host fixture's is bytes: without them in the engine, the pool is not given."""
+    gib = typed()
+    assert gib.invocation is not None and isinstance(gib.invocation.engine, CpuEngine)
+    both = gib.invocation.engine.model_copy(update={"kv_cache_memory_bytes": 64 * 1024**3})
+    _refused_typed(typed(engine=both), "env.VLLM_CPU_KVCACHE_SPACE")
+    host = typed(host_vllm)
+    assert host.invocation is not None and isinstance(host.invocation.engine, CpuEngine)
+    assert host.invocation.engine.kv_cache_memory_bytes
+    none = host.invocation.engine.model_copy(update={"kv_cache_memory_bytes": None})
+    _refused_typed(typed(host_vllm, engine=none), "env.VLLM_CPU_KVCACHE_SPACE")
