@@ -39,10 +39,10 @@ from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts
 from epycd.host.pyheaders import python_headers
 from epycd.names import unit_name
-from epycd.plan.model import CpuEndpoint, InstinctEndpoint, Plan, vllm_processes
+from epycd.plan.model import CpuEndpoint, InstinctEndpoint, Plan, SingleEndpoint, vllm_processes
 from epycd.plan.tuning import ENFORCE_EAGER, compile_gap
+from epycd.render.policy import pre_invocation_flags
 from epycd.settings import Settings
-from epycd.spec.flags import ExtraFlags
 
 
 def stop_marker(settings: Settings, name: str) -> Path:
@@ -76,15 +76,20 @@ def socket_needs(plan: Plan) -> dict[int, float]:
     return needs
 
 
+def runs_eager(process: SingleEndpoint) -> bool:
+    if process.invocation is not None:
+        return process.invocation.eager
+    return process.enforce_eager or pre_invocation_flags(process).given(ENFORCE_EAGER)
+
+
 def compile_problem(plan: Plan, host: HostFacts, root: Path) -> str | None:
     """A host vLLM approved compiled (its args without --enforce-eager) whose compile step
     lost a prerequisite since: the C++ compiler, or the serving interpreter's Python.h.
-    An eager or a container endpoint needs neither; eager is --enforce-eager in any spelling
-    of the endpoint file's grammar (`epycd.spec.flags`), as the plan's rule 4 reads it."""
-    eager = all(
-        ExtraFlags.of(process.vllm_args).given(ENFORCE_EAGER)
-        for process in vllm_processes(plan.decisions)
-    )
+    An eager or a container endpoint needs neither: eager is the invocation's (the plan's
+    rule 4, or --enforce-eager in the endpoint file's words); a record from before the typed
+    invocation says it in `enforce_eager` or, for the file's flag, in its words only. A set
+    runs eager when every instance does."""
+    eager = all(runs_eager(process) for process in vllm_processes(plan.decisions))
     if plan.decisions.runtime != "host" or plan.decisions.vllm_executable is None or eager:
         return None
     gap = compile_gap(host.cxx_compiler, python_headers(root, plan.decisions.vllm_executable))

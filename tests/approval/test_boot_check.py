@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from epycd.plan.invocation import CpuEngine, VllmInvocation
 from epycd.plan.model import Plan
+from epycd.spec.flags import ExtraFlags
 from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
 from tests.hosts import CATALOGUE, write_host, write_proc_stat, write_python, write_venv_vllm
@@ -174,6 +176,42 @@ def test_an_eager_host_vllm_needs_neither(env: ApprovalSandbox, flag: str, plann
     (env.host_root / "usr/bin/g++").unlink()
     done = boot_check(env, "chat", env.host_root)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "planned", "argv", "runs"),
+    [
+        (["--enforce_eager"], False, [], True),
+        ([], True, [], True),
+        ([], False, ["--enforce-eager"], False),
+    ],
+)
+def test_a_typed_plans_eager_is_its_invocations(
+    env: ApprovalSandbox, extra: list[str], planned: bool, argv: list[str], runs: bool
+) -> None:
+    """With the typed invocation, eager is `invocation.eager` (the engine's, or the file's
+    flag in `extra`): the argv is not read back (its last case says eager, the invocation
+    does not, and the check holds to the invocation)."""
+    header = with_python(env)
+    plan = make_plan("chat", env.host(), env.settings.config_dir)
+    invocation = VllmInvocation(
+        model_arg=plan.vllm_args[0], dtype=plan.dtype, max_model_len=plan.max_model_len,
+        host=plan.host, port=plan.port, served_model_name=plan.served_model_name,
+        extra=ExtraFlags.of(extra), approved_argv=[*plan.vllm_args, *argv],
+        engine=CpuEngine(omp_cpus=plan.omp_cpus, max_num_seqs=plan.max_num_seqs,
+                         max_num_batched_tokens=plan.max_num_batched_tokens,
+                         enforce_eager=planned),
+    )  # fmt: skip
+    typed = plan.model_copy(
+        update={"vllm_args": [*plan.vllm_args, *argv], "invocation": invocation}
+    )
+    approve_chat(env, plan=typed)
+    header.unlink()
+    done = boot_check(env, "chat", env.host_root)
+    if runs:
+        assert done.returncode == 0, done.stderr
+    else:
+        assert "compile prerequisite gone since approval" in refused_line(done)
 
 
 def test_a_container_endpoint_needs_neither(env: ApprovalSandbox) -> None:
