@@ -50,15 +50,6 @@ API_KEY_ENV = "OPENAI_API_KEY"
 PROGRESS_INTERVAL_S = 1.0
 BENCH_TIMEOUT_S = 3600
 METRICS = ("completed", "duration", "output_throughput", "mean_ttft_ms", "mean_tpot_ms")
-ENGINE_FLAGS = (
-    "--dtype",
-    "--max-model-len",
-    "--max-num-seqs",
-    "--max-num-batched-tokens",
-    "--kv-cache-memory-bytes",
-    "--revision",
-)
-"""The endpoint's sizing, taken from its `vllm serve` arguments for `vllm bench throughput`."""
 
 
 class BenchRun(BaseModel):
@@ -168,13 +159,19 @@ def offline_target(plan: Plan) -> SingleEndpoint:
 
 
 def engine_args(process: SingleEndpoint) -> list[str]:
-    """The endpoint's model and sizing flags (and --enforce-eager) from its serve arguments."""
-    serve = process.vllm_args
-    args = ["--model", serve[0]]
-    for index, word in enumerate(serve[:-1]):
-        if word in ENGINE_FLAGS:
-            args += [word, serve[index + 1]]
-    return args + (["--enforce-eager"] if "--enforce-eager" in serve else [])
+    """The engine arguments of the process the offline benchmark runs: `bench_engine_argv`
+    of its typed invocation. A record from before the invocation has only its words
+    (`pre_invocation_flags`): its model, then the sizing flags of `BENCH_ENGINE_FLAGS` and
+    --enforce-eager they give."""
+    from epycd.plan.argv import bench_engine_argv, bench_sizing_argv
+    from epycd.plan.invocation import ENFORCE_EAGER_FLAG
+    from epycd.render.policy import pre_invocation_flags
+
+    if process.invocation is not None:
+        return bench_engine_argv(process.invocation)
+    flags = pre_invocation_flags(process)
+    args = ["--model", flags.words[0], *bench_sizing_argv(flags)]
+    return args + ([ENFORCE_EAGER_FLAG] if flags.given(ENFORCE_EAGER_FLAG) else [])
 
 
 def throughput_argv(plan: Plan, prompts: int, lengths: tuple[int, int], results: Path) -> list[str]:

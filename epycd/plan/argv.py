@@ -43,6 +43,9 @@ BENCH_ENGINE_FLAGS = (
     REVISION_FLAG,
 )
 """The endpoint's sizing `vllm bench throughput` runs with, as `vllm serve` gets it."""
+SERVE_ONLY_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "--tool-parser-plugin")
+"""An Instinct recipe's flags that only `vllm serve`'s API server reads (tool calling):
+`vllm bench throughput` takes the engine's flags and refuses these."""
 
 
 def vllm_argv(inv: VllmInvocation) -> list[str]:
@@ -94,7 +97,8 @@ def _serving_args(inv: VllmInvocation) -> list[str]:
 def bench_engine_argv(inv: VllmInvocation) -> list[str]:
     """The engine arguments of `vllm bench throughput` (`epycctl bench --offline`): the model
     and the sizing the endpoint serves with (`BENCH_ENGINE_FLAGS`), in `vllm serve`'s order,
-    a batch size or other sizing flag of the recipe's or the endpoint file's included, then
+    a sizing flag of the endpoint file's included; on Instinct the recipe's engine flags (all
+    but `SERVE_ONLY_FLAGS`), the tensor parallel size and the executor backend; then
     --enforce-eager when vLLM runs eager."""
     engine = inv.engine
     args = ["--model", inv.model_arg, "--dtype", inv.dtype]
@@ -108,14 +112,29 @@ def bench_engine_argv(inv: VllmInvocation) -> list[str]:
     else:
         if engine.max_num_seqs is not None:
             args += [MAX_NUM_SEQS_FLAG, str(engine.max_num_seqs)]
-        args += _sizing(engine.recipe_flags)
+        args += _engine_words(engine.recipe_flags)
+        if engine.tensor_parallel_size > 1:
+            args += [TENSOR_PARALLEL_FLAG, str(engine.tensor_parallel_size)]
+        if engine.distributed_executor_backend is not None:
+            args += [EXECUTOR_BACKEND_FLAG, engine.distributed_executor_backend]
     if inv.revision is not None:
         args += [REVISION_FLAG, inv.revision]
-    args += _sizing(inv.extra)
+    args += bench_sizing_argv(inv.extra)
     return args + ([ENFORCE_EAGER_FLAG] if inv.eager else [])
 
 
-def _sizing(flags: ExtraFlags) -> list[str]:
+def _engine_words(flags: ExtraFlags) -> list[str]:
+    """The words of `flags` but the `SERVE_ONLY_FLAGS` and their values."""
+    dropped = set()
+    for flag in flags.flags:
+        if any(names(flag.name, serve_only) for serve_only in SERVE_ONLY_FLAGS):
+            dropped.add(flag.position)
+            if flag.value is not None and "=" not in flags.words[flag.position]:
+                dropped.add(flag.position + 1)
+    return [word for index, word in enumerate(flags.words) if index not in dropped]
+
+
+def bench_sizing_argv(flags: ExtraFlags) -> list[str]:
     """The `BENCH_ENGINE_FLAGS` the words give a whole value, each spelled as vLLM names it."""
     args = []
     for flag in flags.flags:

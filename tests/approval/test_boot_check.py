@@ -16,7 +16,7 @@ from epycd.spec.flags import ExtraFlags
 from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
 from tests.hosts import CATALOGUE, write_host, write_proc_stat, write_python, write_venv_vllm
-from tests.render.fixtures import cpu_decisions
+from tests.render.fixtures import cpu_decisions, with_decisions
 
 APPROVED = CATALOGUE["genoa-9654-2s-nps1"]
 
@@ -194,17 +194,16 @@ def test_a_typed_plans_eager_is_its_invocations(
     does not, and the check holds to the invocation)."""
     header = with_python(env)
     plan = make_plan("chat", env.host(), env.settings.config_dir)
+    d = cpu_decisions(plan)
     invocation = VllmInvocation(
-        model_arg=plan.vllm_args[0], dtype=plan.dtype, max_model_len=plan.max_model_len,
-        host=plan.host, port=plan.port, served_model_name=plan.served_model_name,
-        extra=ExtraFlags.of(extra), approved_argv=[*plan.vllm_args, *argv],
-        engine=CpuEngine(omp_cpus=plan.omp_cpus, max_num_seqs=plan.max_num_seqs,
-                         max_num_batched_tokens=plan.max_num_batched_tokens,
+        model_arg=d.vllm_args[0], dtype=d.dtype, max_model_len=d.max_model_len,
+        host=d.host, port=d.port, served_model_name=d.served_model_name,
+        extra=ExtraFlags.of(extra), approved_argv=[*d.vllm_args, *argv],
+        engine=CpuEngine(omp_cpus=d.omp_cpus, max_num_seqs=d.max_num_seqs,
+                         max_num_batched_tokens=d.max_num_batched_tokens,
                          enforce_eager=planned),
     )  # fmt: skip
-    typed = plan.model_copy(
-        update={"vllm_args": [*plan.vllm_args, *argv], "invocation": invocation}
-    )
+    typed = with_decisions(plan, vllm_args=[*d.vllm_args, *argv], invocation=invocation)
     approve_chat(env, plan=typed)
     header.unlink()
     done = boot_check(env, "chat", env.host_root)

@@ -5,9 +5,10 @@ For every endpoint the real planner plans here (each golden case, instance-set m
 Instinct endpoints included, and the cases below for what the goldens lack: a revision, a
 chat template, extra_args, eager by rule 4 or by the recipe's tight VRAM, the stream
 interval, a MoE recipe over several GPUs), `invocation_from_record` derives the invocation from the
-flat decisions, `vllm_argv` gives back `vllm_args` exactly, and `bench_engine_argv` what
-`epycctl bench --offline` runs today (`epycd.cli.bench.engine_args`; it differs only where
-the endpoint file spells a sizing flag otherwise, on purpose: see the bench test below).
+flat decisions, `vllm_argv` gives back `vllm_args` exactly, `bench_engine_argv` gives what
+the stored invocation gives, and `epycctl bench --offline` runs it (`epycd.cli.bench
+.engine_args`: the stored invocation's, a set's first member's; it no longer reads the argv,
+see the bench tests below).
 This table is the safety net for wiring the invocation into the planner and the units
 (issue 28 B3/B4). The renderer's hand-written decisions (tests/render/fixtures.py) have an
 argv of an older order, which a record keeps as it is (`approved_argv`).
@@ -36,6 +37,7 @@ from tests.instinct.conftest import DOCKER, workspace_in
 from tests.plan.conftest import PODMAN_5, PlanWorkspace, fake_host
 from tests.render.argv_records import invocation_from_record
 from tests.render.fixtures import CASES as HAND_WRITTEN
+from tests.render.fixtures import cpu_decisions
 from tests.render.test_golden import CASES as GOLDEN_CASES
 from tests.render.test_golden import PRODUCT_PYTHON, case_folder, plan_results
 from tests.secrets import root_folder
@@ -46,22 +48,20 @@ def instances(plan: Plan) -> list[SingleEndpoint]:
     return vllm_processes(plan.decisions)
 
 
-def assert_reproduced(plan: Plan, bench_reads_more: tuple[str, ...] = ()) -> list[VllmInvocation]:
-    """Each instance's invocation gives back its argv, and the bench its engine arguments
-    (and `bench_reads_more`: what it reads of the file's flags that today's bench misses)."""
+def assert_reproduced(plan: Plan) -> list[VllmInvocation]:
+    """Each instance's invocation gives back its argv and the stored invocation's bench
+    arguments, which the bench runs (a set's first member's)."""
     invocations = []
     for decisions in instances(plan):
         invocation = invocation_from_record(decisions)
         assert invocation.approved_argv is None
         assert vllm_argv(invocation) == decisions.vllm_args, decisions.unit_name
-        today = engine_args(decisions)
-        assert bench_engine_argv(invocation) == [*today, *bench_reads_more]
+        assert decisions.invocation is not None
+        bench = bench_engine_argv(decisions.invocation)
+        assert bench_engine_argv(invocation) == bench == engine_args(decisions)
         invocations.append(invocation)
     # the offline bench of a set runs its first member
-    assert bench_engine_argv(invocations[0]) == [
-        *engine_args(offline_target(plan)),
-        *bench_reads_more,
-    ]
+    assert engine_args(offline_target(plan)) == bench_engine_argv(invocations[0])
     return invocations
 
 
@@ -89,10 +89,6 @@ GOLDEN_SHAPES = {
     "podman-before-5-key": [("qwen-key", "cpu", 1, 1)],
 }
 """Each golden endpoint: its engine, its vLLM instances, its tensor-parallel size."""
-BENCH_READS_MORE = {"extra-args-consent": ("--max-num-batched-tokens", "4096")}
-"""On purpose: the file's `--max_num_batched_tokens=4096`, which vLLM serves with (the plan
-passes no batch size of its own), and which today's bench (engine_args: exact `--flag value`
-words) does not pass."""
 
 
 @pytest.mark.parametrize("case", GOLDEN_CASES)
@@ -101,7 +97,7 @@ def test_every_golden_argv(case: str, tmp_path: Path, monkeypatch: pytest.Monkey
         results = plan_results(case, folder, monkeypatch)
     shapes = []
     for name, result in sorted(results.items()):
-        invocations = assert_reproduced(planned(result), BENCH_READS_MORE.get(case, ()))
+        invocations = assert_reproduced(planned(result))
         engine = invocations[0].engine
         tp = engine.tensor_parallel_size if isinstance(engine, RocmEngine) else 1
         shapes.append((name, engine.kind, len(invocations), tp))
@@ -256,6 +252,12 @@ def test_instinct_moe_recipe_over_two_gpus(
     assert inv.engine.recipe_args == [
         "--block-size", "1", "--tool-call-parser", "hermes", "--enable-auto-tool-choice",
     ]  # fmt: skip
+    # the bench gets the recipe's engine flags, not its API server's (tool calling), and
+    # the GPUs' tensor parallelism and backend
+    assert engine_args(offline_target(plan))[6:] == [
+        "--block-size", "1", "--tensor-parallel-size", "2",
+        "--distributed-executor-backend", "mp",
+    ]  # fmt: skip
 
 
 def test_instinct_on_docker(ws: PlanWorkspace) -> None:
@@ -265,12 +267,13 @@ def test_instinct_on_docker(ws: PlanWorkspace) -> None:
     assert inv.revision == "main" and inv.extra.words == ("--seed", "7")
 
 
-# What the bench reads differently from today, on purpose: every spelling of the grammar.
+# What the bench reads differently from the argv it read before, on purpose: every spelling of
+# the grammar, and an Instinct recipe's engine flags with the tensor parallel size.
 
 
 def test_the_bench_reads_the_files_flags_in_every_spelling(ws: PlanWorkspace) -> None:
     """`--max_num_batched_tokens=8192` and `--enforce_eager`: vLLM serves with both, and so
-    does the bench now (today's engine_args sees only the exact `--flag value` words). The
+    does the bench now (reading the argv it saw only the exact `--flag value` words). The
     plan reads the file's batch size in the same grammar and passes none of its own."""
     plan = plan_one(
         ws,
@@ -284,13 +287,16 @@ def test_the_bench_reads_the_files_flags_in_every_spelling(ws: PlanWorkspace) ->
     assert isinstance(inv.engine, CpuEngine) and not inv.engine.pass_batched_tokens
     assert inv.engine.max_num_batched_tokens == 8192
     assert not inv.engine.enforce_eager and inv.eager
-    today = engine_args(plan.decisions)
-    assert bench_engine_argv(inv) == [
-        *today,
-        "--max-num-batched-tokens",
-        "8192",
-        "--enforce-eager",
-    ]
+    kv = str(inv.engine.kv_cache_memory_bytes)
+    decisions = cpu_decisions(plan)
+    assert engine_args(decisions) == bench_engine_argv(inv) == [
+        "--model", "Qwen/Qwen3-0.6B", "--dtype", "bfloat16", "--max-model-len", "4096",
+        "--max-num-seqs", str(inv.engine.max_num_seqs), "--kv-cache-memory-bytes", kv,
+        "--max-num-batched-tokens", "8192", "--enforce-eager",
+    ]  # fmt: skip
+    # a record from before the invocation: its words, read with the same grammar
+    before = decisions.model_copy(update={"invocation": None})
+    assert engine_args(before) == bench_engine_argv(inv)
 
 
 # The hand-written decisions of the renderer's tests (tests/render/fixtures.py).
@@ -329,5 +335,6 @@ def test_the_instinct_order_with_every_flag() -> None:
     ]  # fmt: skip
     assert bench_engine_argv(invocation) == [
         "--model", "m", "--dtype", "bfloat16", "--max-model-len", "8192", "--max-num-seqs", "4",
-        "--revision", "r", "--enforce-eager",
+        "--block-size", "1", "--tensor-parallel-size", "2", "--distributed-executor-backend",
+        "mp", "--revision", "r", "--enforce-eager",
     ]  # fmt: skip

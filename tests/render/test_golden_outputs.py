@@ -21,8 +21,8 @@ than its balancer's are member 0's (vllm_args with member 0's `--port`, env, soc
 max_model_len...) and `instances` is every member's whole decisions; an Instinct endpoint has
 no device, gpus or tensor_parallel_size key, and its CPU-only memory keys are 0. A set's
 benchmark runs member 0's flags (and environment) pinned to every member's CPUs; an Instinct
-endpoint's runs without its recipe's flags (--tensor-parallel-size included) and without the
-GPUs' devices in the container, with 8 prompts (its max_num_seqs is 0).
+endpoint's runs with its recipe's engine flags and --tensor-parallel-size (issue 28 B4) but
+without the GPUs' devices in the container, with 8 prompts (its max_num_seqs is 0).
 `UPDATE_GOLDEN=1` writes the files anew: review the diff before committing it.
 """
 

@@ -9,7 +9,7 @@ import pytest
 
 from epycd.errors import InputError
 from epycd.plan.invocation import CpuEngine, RocmEngine
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import CpuEndpoint
 from epycd.render import commands, policy, render_units
 from epycd.spec.flags import ExtraFlags
 from tests.render.argv_records import invocation_from_record
@@ -199,19 +199,17 @@ def test_the_flags_the_plan_passes_itself_render(factory: Any) -> None:
 # read the file's own words (`invocation.extra`) and the engine, not the argv.
 
 
-def typed(
-    factory: Callable[[], EndpointDecisions] = genoa_podman, **changes: Any
-) -> EndpointDecisions:
+def typed(factory: Callable[[], CpuEndpoint] = genoa_podman, **changes: Any) -> CpuEndpoint:
     """A hand-written fixture with the invocation its argv gives, its words kept as approved
     (their older order has the plan's flags after the rest: no file's words), `changes` to
     it."""
-    decisions: EndpointDecisions = factory()
+    decisions = factory()
     kept = {"approved_argv": list(decisions.vllm_args), "extra": ExtraFlags()}
     invocation = invocation_from_record(decisions).model_copy(update=kept | changes)
     return decisions.model_copy(update={"invocation": invocation})
 
 
-def _refused_typed(decisions: EndpointDecisions, key: str) -> InputError:
+def _refused_typed(decisions: CpuEndpoint, key: str) -> InputError:
     with pytest.raises(InputError) as caught:
         render_units(decisions)
     assert (caught.value.key, caught.value.file) == (key, decisions.config_file)
