@@ -3,9 +3,11 @@ as fields and before any word of argv. The planner fills it (`serve_invocation`,
 decide_cpu and gpu_decide) and stores it as `EndpointDecisions.invocation`;
 `epycd.plan.argv` is the only builder of its words (`vllm_argv`, `bench_engine_argv`).
 
-Nothing in the product reads an argv back (a record from before the field renders from its
-stored `vllm_args`); tests/render/argv_records.py derives invocations from argv to check
-`vllm_argv` against every planned and stored case.
+Nothing in the product reads an argv back: the renderer's checks, the boot check and
+`epycctl bench` read these fields. A record from before the field renders from its stored
+`vllm_args`, and `epycd.render.policy.pre_invocation_flags`, the one legacy reader, reads
+its words for what only they hold. tests/render/argv_records.py derives invocations from
+argv to check `vllm_argv` against every planned and stored case.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from epycd.render.policy import (
     _refuse,
     check_identity,
     check_runtime,
-    check_vllm_args,
+    check_serve_args,
 )
 from epycd.render.text import Line
 from epycd.spec.policy import env_refusal
@@ -111,4 +111,4 @@ def _check_env(decisions: InstinctEndpoint) -> None:
 
 
 def _check_args(decisions: InstinctEndpoint) -> None:
-    check_vllm_args(decisions, FLAGS_THE_PLAN_PASSES | set(PLAN_GPU_FLAGS))
+    check_serve_args(decisions, FLAGS_THE_PLAN_PASSES | set(PLAN_GPU_FLAGS))

@@ -256,14 +256,14 @@ def check_env(decisions: SingleEndpoint) -> None:
 
 
 def check_args(decisions: SingleEndpoint) -> None:
-    check_vllm_args(decisions, FLAGS_THE_PLAN_PASSES)
+    check_serve_args(decisions, FLAGS_THE_PLAN_PASSES)
     for index, flag in enumerate(decisions.run_flags):
         why = FORBIDDEN_RUN_FLAGS.get(flag_name(flag) or flag)
         if why and flag not in REQUIRED_RUN_FLAGS:
             raise _refuse(decisions, f"run_flags[{index}]", f"{flag}: {why}", f"remove {flag}")
 
 
-def check_vllm_args(decisions: SingleEndpoint, passed: Collection[str]) -> None:
+def check_serve_args(decisions: SingleEndpoint, passed: Collection[str]) -> None:
     """No argument the endpoint file must not pass reaches vLLM; `passed` are the flags the
     plan itself passes. Checked are the words that are not the plan's own: the file's
     (`invocation.extra`, keyed `extra_args[i]`) and an Instinct recipe's (`recipe_args[i]`),

@@ -248,7 +248,7 @@ def test_an_instinct_recipes_words_are_checked() -> None:
     engine = RocmEngine(recipe_args=["--block-size", "1", "--gpu-memory-utilization=1"])
     decisions = typed(engine=engine)
     with pytest.raises(InputError) as caught:
-        policy.check_vllm_args(decisions, policy.FLAGS_THE_PLAN_PASSES)
+        policy.check_serve_args(decisions, policy.FLAGS_THE_PLAN_PASSES)
     assert caught.value.key == "recipe_args[2]"
 
 
