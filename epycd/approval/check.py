@@ -39,9 +39,15 @@ from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts
 from epycd.host.pyheaders import python_headers
 from epycd.names import unit_name
-from epycd.plan.model import CpuEndpoint, InstinctEndpoint, Plan, SingleEndpoint, vllm_processes
+from epycd.plan.model import (
+    CpuEndpoint,
+    InstinctEndpoint,
+    Plan,
+    SingleEndpoint,
+    pre_invocation_flags,
+    vllm_processes,
+)
 from epycd.plan.tuning import ENFORCE_EAGER, compile_gap
-from epycd.render.policy import pre_invocation_flags
 from epycd.settings import Settings
 
 

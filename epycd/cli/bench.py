@@ -165,7 +165,7 @@ def engine_args(process: SingleEndpoint) -> list[str]:
     --enforce-eager they give."""
     from epycd.plan.argv import bench_engine_argv, bench_sizing_argv
     from epycd.plan.invocation import ENFORCE_EAGER_FLAG
-    from epycd.render.policy import pre_invocation_flags
+    from epycd.plan.model import pre_invocation_flags
 
     if process.invocation is not None:
         return bench_engine_argv(process.invocation)

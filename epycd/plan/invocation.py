@@ -5,7 +5,7 @@ decide_cpu and gpu_decide) and stores it as `EndpointDecisions.invocation`;
 
 Nothing in the product reads an argv back: the renderer's checks, the boot check and
 `epycctl bench` read these fields. A record from before the field renders from its stored
-`vllm_args`, and `epycd.render.policy.pre_invocation_flags`, the one legacy reader, reads
+`vllm_args`, and `epycd.plan.model.pre_invocation_flags`, the one legacy reader, reads
 its words for what only they hold. tests/render/argv_records.py derives invocations from
 argv to check `vllm_argv` against every planned and stored case.
 """

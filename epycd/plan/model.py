@@ -19,6 +19,7 @@ from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
 from epycd.plan.invocation import VllmInvocation
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
+from epycd.spec.flags import ExtraFlags
 
 Backend = Literal["zentorch", "stock", "rocm"]
 Runtime = Literal["podman", "docker", "host"]
@@ -228,6 +229,16 @@ class InstinctEndpoint(EndpointService, VllmProcess):
     gfx_version: str | None = Field(default=None, description="the GPUs' gfx target")
     tensor_parallel_size: int = 1
     gpu_fit: GpuFit = Field(description="the VRAM fit per GPU")
+
+
+def pre_invocation_flags(decisions: VllmProcess) -> ExtraFlags:
+    """LEGACY: the one reader of decisions without `invocation`, approval records written
+    before it (eras E1-E13, tests/approval/records) and hand-made decisions. Such a record
+    holds `vllm serve`'s words and no typed invocation, so the KV pool's bytes flag, the
+    endpoint file's own flags and an --enforce-eager given by the file are in those words and
+    nowhere else: they are read with the one grammar of flags (epycd.spec.flags). Decisions
+    with `invocation` are read from its fields; the renderer emits either's words as stored."""
+    return ExtraFlags.of(decisions.vllm_args)
 
 
 class InstanceSet(BaseModel):

@@ -21,9 +21,10 @@ from epycd.plan.model import (
     EndpointService,
     InstanceSetEndpoint,
     SingleEndpoint,
+    pre_invocation_flags,
 )
 from epycd.render.syntax import check_printable, executable
-from epycd.spec.flags import ExtraFlags, flag_name, names
+from epycd.spec.flags import flag_name, names
 from epycd.spec.policy import arg_refusal, env_refusal
 from epycd.stack import shipped_stack
 
@@ -68,16 +69,6 @@ FORBIDDEN_RUN_FLAGS = {
     "--network": "the container runs with --network=host",
     "--net": "the container runs with --network=host",
 }
-
-
-def pre_invocation_flags(decisions: SingleEndpoint) -> ExtraFlags:
-    """LEGACY: the one reader of decisions without `invocation`, approval records written
-    before it (eras E1-E13, tests/approval/records) and hand-made decisions. Such a record
-    holds `vllm serve`'s words and no typed invocation, so the KV pool's bytes flag, the
-    endpoint file's own flags and an --enforce-eager given by the file are in those words and
-    nowhere else: they are read with the one grammar of flags (epycd.spec.flags). Decisions
-    with `invocation` are read from its fields; the renderer emits either's words as stored."""
-    return ExtraFlags.of(decisions.vllm_args)
 
 
 def _refuse(decisions: EndpointService, key: str, message: str, fix: str) -> InputError:
