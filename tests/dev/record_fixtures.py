@@ -107,7 +107,13 @@ ERAS: tuple[Era, ...] = (
         "each instance's exec_condition has `--unit NAME_N`, healing defaults changed, the "
         "renderer changed (7abb128, c72552a, 421d4cb, 14ce84c)",
     ),
-    Era("E14", "main", "the current format: + `invocation` (the typed vLLM invocation)"),
+    Era("E14", "b2dcb00", "+ `invocation` (the typed vLLM invocation)"),
+    Era(
+        "E15",
+        "main",
+        "the current format, 2: the plan holds `decisions` of one kind (`kind`: cpu, "
+        "instinct, set) beside its units and fingerprints",
+    ),
 )
 
 CASE_HOSTS = {
@@ -419,8 +425,8 @@ folder its files lived in). `expected-render/` is not generated here: it is what
 `render_units` makes of each record's plan (tests/approval/test_records.py,
 `UPDATE_RECORD_RENDER=1` rewrites it).
 
-Every record says `format: 1`; the shape changed at each era below (main-line commits
-only; branch-only states never reached an admin's disk).
+Records up to E14 say `format: 1`, from E15 `format: 2`; the shape changed at each era
+below (main-line commits only; branch-only states never reached an admin's disk).
 
 | era | folder | date | what changed in a stored record | records |
 |-----|--------|------|---------------------------------|---------|
