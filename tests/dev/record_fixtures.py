@@ -320,7 +320,8 @@ class Maker:
             settings = self.settings(root)
             host = self.host(root, PLANS_HOST)
             plan = plans.make_plan(endpoint, host, settings.config_dir, runtime=runtime)
-            Path(plan.config_file).write_text(f'model = "{plan.model}"\n')
+            decisions = getattr(plan, "decisions", plan)  # a composed Plan from E15 on
+            Path(decisions.config_file).write_text(f'model = "{decisions.model}"\n')
             self.approve(
                 name,
                 root,
