@@ -52,12 +52,58 @@ def test_every_format_1_step_is_tested() -> None:
     assert {1: (*m.FORMAT_1_STEPS, m.typed_plan), m.RECORD_FORMAT: ()} == m.STEPS
 
 
+FORMAT_1 = [f for f in FIXTURES if m.record_format(f.raw) == 1]
+"""The records of E1-E14: format 1's steps are for them (`migrate` runs no step of a format
+on a record of a later one)."""
+
+
+def test_records_are_format_1_up_to_e14_and_format_2_from_e15() -> None:
+    for fixture in FIXTURES:
+        assert m.record_format(fixture.raw) == (1 if era_number(fixture.era) <= 14 else 2)
+
+
+def test_typed_plan_moves_every_format_1_plan_and_only_those() -> None:
+    """Every format-1 record's flat plan becomes `decisions` of its kind beside its units
+    (data moved, nothing re-derived); a second run, and a format-2 record, are left as they
+    are."""
+    for fixture in FORMAT_1:
+        record = fixture.raw
+        for step in m.FORMAT_1_STEPS:
+            record = step(record)
+        typed = m.typed_plan(record)
+        flat, plan = record["plan"], typed["plan"]
+        assert typed["format"] == 2 and m.typed_plan(typed) == typed, fixture.id
+        assert {k: plan[k] for k in m.PLAN_KEYS if k in plan} == {
+            k: flat[k] for k in m.PLAN_KEYS if k in flat
+        }, fixture.id
+        decisions = plan["decisions"]
+        kind = "set" if flat["instances"] else "instinct" if flat["device"] == "instinct" else "cpu"
+        assert decisions["kind"] == kind, fixture.id
+        for key, value in decisions.items():
+            assert key == "kind" or flat[key] == value or key == "instances", (fixture.id, key)
+    for fixture in FIXTURES:
+        if m.record_format(fixture.raw) == 2:
+            assert m.typed_plan(fixture.raw) == fixture.raw, fixture.id
+
+
+def test_a_set_keeps_its_members_and_drops_member_0s_words() -> None:
+    raw = oldest("golden-instances-podman-nps4.json", "E14").raw
+    flat = raw["plan"]
+    decisions = m.typed_plan(raw)["plan"]["decisions"]
+    assert not {"vllm_args", "env", "socket", "cpus", "memory", "invocation"} & set(decisions)
+    members = decisions["instances"]["members"]
+    assert [m_["vllm_args"] for m_ in members] == [
+        m_["vllm_args"] for m_ in flat["instances"]["members"]
+    ]
+    assert {member["kind"] for member in members} == {"cpu"}
+
+
 @pytest.mark.parametrize("step", list(FIRST_ERA_WITH), ids=lambda s: s.__name__)
 def test_a_step_changes_exactly_the_records_before_its_commit(step: m.Step) -> None:
     """Detected by key presence: a record from before the commit gets the key, a record
     from its era on (which has it) is left as it is, and a second run changes nothing."""
     first = era_number(FIRST_ERA_WITH[step])
-    for fixture in FIXTURES:
+    for fixture in FORMAT_1:
         once = step(fixture.raw)
         assert (once != fixture.raw) == (era_number(fixture.era) < first), fixture.id
         assert step(once) == once, fixture.id
