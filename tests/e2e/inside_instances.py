@@ -72,7 +72,7 @@ def chats(check: str, count: int) -> None:
 
 def members() -> list[int]:
     approval = json.loads(Path(f"/var/lib/epyc-llm/approvals/{NAME}.json").read_text())
-    return [int(m["port"]) for m in approval["plan"]["instances"]["members"]]
+    return [int(m["port"]) for m in approval["plan"]["decisions"]["instances"]["members"]]
 
 
 def units(check: str) -> None:
@@ -111,7 +111,7 @@ def phase_install() -> None:
 
 def member_status(index: int) -> dict[str, Any]:
     approval = json.loads(Path(f"/var/lib/epyc-llm/approvals/{NAME}.json").read_text())
-    member = approval["plan"]["instances"]["members"][index]
+    member = approval["plan"]["decisions"]["instances"]["members"][index]
     return base.read_json(Path(member["status_file"])) or {}
 
 
