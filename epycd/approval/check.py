@@ -43,11 +43,9 @@ from epycd.plan.model import (
     CpuEndpoint,
     InstinctEndpoint,
     Plan,
-    SingleEndpoint,
-    pre_invocation_flags,
     vllm_processes,
 )
-from epycd.plan.tuning import ENFORCE_EAGER, compile_gap
+from epycd.plan.tuning import compile_gap
 from epycd.settings import Settings
 
 
@@ -82,12 +80,6 @@ def socket_needs(plan: Plan) -> dict[int, float]:
     return needs
 
 
-def runs_eager(process: SingleEndpoint) -> bool:
-    if process.invocation is not None:
-        return process.invocation.eager
-    return process.enforce_eager or pre_invocation_flags(process).given(ENFORCE_EAGER)
-
-
 def compile_problem(plan: Plan, host: HostFacts, root: Path) -> str | None:
     """A host vLLM approved compiled (its args without --enforce-eager) whose compile step
     lost a prerequisite since: the C++ compiler, or the serving interpreter's Python.h.
@@ -95,7 +87,7 @@ def compile_problem(plan: Plan, host: HostFacts, root: Path) -> str | None:
     rule 4, or --enforce-eager in the endpoint file's words); a record from before the typed
     invocation says it in `enforce_eager` or, for the file's flag, in its words only. A set
     runs eager when every instance does."""
-    eager = all(runs_eager(process) for process in vllm_processes(plan.decisions))
+    eager = all(process.runs_eager for process in vllm_processes(plan.decisions))
     if plan.decisions.runtime != "host" or plan.decisions.vllm_executable is None or eager:
         return None
     gap = compile_gap(host.cxx_compiler, python_headers(root, plan.decisions.vllm_executable))

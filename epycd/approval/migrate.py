@@ -283,13 +283,6 @@ def migrated_plan(plan: Decisions) -> Decisions:
     return result
 
 
-def migrated_decisions(flat: Decisions) -> Decisions:
-    """Format 1's flat decisions (no units) in today's shape."""
-    plan = migrated_plan({**flat, "units": {}, "fingerprint": ""})
-    result: Decisions = plan["decisions"]
-    return result
-
-
 def parse_record(text: str) -> object:
     """The record's JSON, migrated (`json.JSONDecodeError` when it is not JSON)."""
     return migrate(json.loads(text))

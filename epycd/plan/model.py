@@ -11,13 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field
 
 from epycd.errors import EpycError, Refusal
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
-from epycd.plan.invocation import VllmInvocation
+from epycd.plan.invocation import ENFORCE_EAGER_FLAG, VllmInvocation
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
 from epycd.spec.flags import ExtraFlags
 
@@ -207,6 +207,15 @@ class VllmProcess(BaseModel):
         "None only in an approval record written before the planner filled it",
     )
 
+    @property
+    def runs_eager(self) -> bool:
+        """vLLM runs eager: the invocation's (the plan's rule 4, or --enforce-eager in the
+        endpoint file's words); a record from before the invocation says it in
+        `enforce_eager` or, for the file's flag, in its words only (`pre_invocation_flags`)."""
+        if self.invocation is not None:
+            return self.invocation.eager
+        return self.enforce_eager or pre_invocation_flags(self).given(ENFORCE_EAGER_FLAG)
+
 
 class CpuEndpoint(EndpointService, VllmProcess):
     """An endpoint of one vLLM instance on CPUs, or one member of an instance set."""
@@ -325,10 +334,6 @@ EndpointDecisions = Annotated[
 ]
 """Everything decided for one endpoint, no rendered text: one type per kind of endpoint."""
 
-DECISIONS: TypeAdapter[CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint] = TypeAdapter(
-    EndpointDecisions
-)
-
 
 def vllm_processes(
     decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
@@ -374,13 +379,6 @@ class Plan(BaseModel):
         """The Instinct GPUs the endpoint holds; none for a CPU endpoint."""
         decisions = self.decisions
         return decisions.gpus if isinstance(decisions, InstinctEndpoint) else []
-
-    @property
-    def fits(self) -> bool:
-        """The endpoint fits its memory (an Instinct endpoint was placed only where its VRAM
-        fit)."""
-        decisions = self.decisions
-        return isinstance(decisions, InstinctEndpoint) or decisions.memory.fits
 
 
 class RenderedUnits(NamedTuple):
