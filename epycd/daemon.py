@@ -9,6 +9,11 @@ ready or has failed, with STATUS= counts, and keeps `RUN_DIR/status.json` curren
 endpoint leaves ready (or degraded), enters a crash loop, or comes back to ready after that,
 it logs one line: the endpoint, old -> new state and the reason (`transitions`).
 
+It serves Prometheus metrics at `metrics_listen` (`epycd.metrics`, from its own thread:
+each scrape reads the latest status and the instances' own /metrics then), and at each
+refresh reads the serving instances' /metrics for the last minute of load that
+`epycctl status NAME` shows.
+
 One thread. It sleeps on an Event that the signal handlers set, with timeouts: the config
 folder is polled by its names, sizes and mtimes (cheap stat calls), the units' states by one
 `systemctl show` per refresh. The endpoints are their own units: SIGTERM stops only this
@@ -36,6 +41,8 @@ import click
 from epycd.approval.crashloop import failure_text
 from epycd.cli.options import FiniteFloatRange
 from epycd.errors import EpycError
+from epycd.metrics.load import LoadWindow
+from epycd.metrics.server import MetricsServer
 from epycd.notify import Notifier
 from epycd.plan.model import Plan
 from epycd.settings import Settings, load_settings
@@ -200,6 +207,9 @@ class Daemon:
         self.last_status_line = ""
         self.states: dict[str, str] = {}
         self.left_serving: set[str] = set()
+        self.approved: dict[str, Plan] = {}
+        self.loads = LoadWindow()
+        self.metrics = MetricsServer(self.metrics_source)
 
     # --- signals ---------------------------------------------------------------------
 
@@ -262,6 +272,24 @@ class Daemon:
             return
         for line in transitions(self.states, self.statuses, self.left_serving):
             log.warning("%s", escaped(line))
+        self.read_load()
+
+    def read_load(self) -> None:
+        """The serving instances' load, added to the window and to their statuses."""
+        from epycd.metrics.scrape import read_all, targets
+
+        serving = [
+            self.approved[status.name]
+            for status in self.statuses
+            if status.state in SERVING and status.name in self.approved
+        ]
+        self.loads.add(read_all(targets(serving)), time.monotonic())
+        for status in self.statuses:
+            status.load = self.loads.loads(status.name) if status.state in SERVING else []
+
+    def metrics_source(self) -> tuple[list[EndpointStatus], dict[str, Plan]]:
+        """What a scrape reads: replaced, never changed in place, by the daemon's thread."""
+        return self.statuses, self.approved
 
     def approved_plans(self) -> list[Plan]:
         """The approved plans that can be read (a broken record is reported by status)."""
@@ -279,7 +307,7 @@ class Daemon:
         return plans
 
     def pin_self(self) -> None:
-        plans = self.approved_plans()
+        plans = list(self.approved.values())
         plans += [p for p in self.planned.values() if isinstance(p, Plan)]
         cpus = spare_cpus(self.allowed_cpus, endpoint_cpus(plans, self.siblings))
         if cpus != set(os.sched_getaffinity(0)):
@@ -318,13 +346,14 @@ class Daemon:
         if self.settle_seconds is not None:
             return self.settle_seconds
         longest = SETTLE_FLOOR_SECONDS
-        for plan in self.approved_plans():
+        for plan in self.approved.values():
             longest = max(longest, plan.decisions.start_timeout_s)
         return min(longest + SETTLE_MARGIN_SECONDS, SETTLE_CAP_SECONDS)
 
     def load(self) -> None:
         """Plan, refresh, pin, reconcile: what happens at start, on SIGHUP and on change."""
         self.plan()
+        self.approved = {plan.decisions.endpoint: plan for plan in self.approved_plans()}
         self.refresh()
         self.pin_self()
         self.reconcile()
@@ -402,6 +431,7 @@ class Daemon:
             self.settings = load_settings()
         except EpycError as exc:
             log.error("keeping the previous settings: %s", exc)
+        self.metrics.apply(self.settings.metrics_listen)
         self.load()
         self.settle()
         if not self.stop_requested:
@@ -410,6 +440,7 @@ class Daemon:
     def run(self) -> int:
         self.install_signals()
         self.notifier.status("planning the endpoints")
+        self.metrics.apply(self.settings.metrics_listen)
         self.recover()
         self.load()
         self.settle()
@@ -433,6 +464,7 @@ class Daemon:
                 last_refresh = time.monotonic()
             self.sleep(self.poll_seconds)
         self.notifier.stopping("stopping epycd; the endpoints keep running")
+        self.metrics.stop()
         log.info("stopping; the endpoints are their own units and keep running")
         return 0
 

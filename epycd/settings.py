@@ -33,6 +33,35 @@ def _absolute(path: Path) -> Path:
 AbsolutePath = Annotated[Path, AfterValidator(_absolute)]
 
 
+def _listen_address(value: str) -> str:
+    """`ADDRESS:PORT` (an IPv6 address in brackets), or "" for none."""
+    if value:
+        parse_listen(value)
+    return value
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """(address, port) of `ADDRESS:PORT`; ValueError saying what is wrong."""
+    import ipaddress
+
+    address, colon, port_text = value.rpartition(":")
+    if not colon or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(
+            f'{value!r} is not ADDRESS:PORT (e.g. 127.0.0.1:9464, [::1]:9464; "" for none)'
+        )
+    bare = address[1:-1] if address.startswith("[") and address.endswith("]") else address
+    try:
+        ip = ipaddress.ip_address(bare)
+    except ValueError:
+        raise ValueError(f"{address!r} in {value!r} is not an IP address") from None
+    if ip.version == 6 and bare == address:
+        raise ValueError(f"write an IPv6 address in brackets: [{bare}]:{port_text}")
+    return bare, int(port_text)
+
+
+ListenAddress = Annotated[str, AfterValidator(_listen_address)]
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="EPYCD_", extra="forbid")
 
@@ -47,6 +76,10 @@ class Settings(BaseSettings):
     bin/vllm where no container runtime (and no other host vLLM) is present."""
     admin_group: str | None = None
     """Members of this group may approve, stop, start and remove besides root."""
+    metrics_listen: ListenAddress = "127.0.0.1:9464"
+    """Where epycd serves Prometheus metrics at /metrics (docs/metrics.md); "" serves none.
+    epycd.service lets it bind only loopback port 9464: another address or port needs a
+    drop-in (`SocketBindAllow=`, `IPAddressAllow=`)."""
 
     @classmethod
     def settings_customise_sources(

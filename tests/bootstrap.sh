@@ -14,6 +14,7 @@ mkdir -p "$EPYC_TEST_CACHE"
 TOOLS=(
     quadlet.sh          # -
     haproxy.sh          # -
+    prometheus.sh       # -
     rootfs.sh           # -
     engine_rootfs.sh    # -
     vllm_venv.sh        # - (packaging/vllm-runtime.sh)

@@ -1,7 +1,8 @@
 """The layering of epycd/, enforced by walking every import (ast, including imports inside
 functions): a module imports only from its own layer or the layers below it.
 
-    7 commands          cli, daemon, __main__
+    8 commands          cli, daemon, __main__
+    7 metrics           metrics
     6 status            status
     5 render, approval  render, approval
     4 plan              plan
@@ -43,6 +44,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("plan", frozenset({"plan"})),
     ("render, approval", frozenset({"render", "approval"})),
     ("status", frozenset({"status"})),
+    ("metrics", frozenset({"metrics"})),
     ("commands", frozenset({"cli", "daemon", "__main__"})),
 )
 """Lowest first. An area is `epycd.AREA` (a module or a package)."""

@@ -42,6 +42,34 @@ class InstanceStatus(BaseModel):
     numa_nodes: list[int]
     restarts: int = Field(default=0, description="failed runs within the start limit interval")
     last_failure: Failure | None = None
+    socket: int | None = None
+    ready_since: datetime | None = None
+    startup_seconds: float | None = None
+
+
+class InstanceLoad(BaseModel):
+    """One instance's live load (`load` in `epycctl status --json`), from the last minute of
+    its /metrics that epycd keeps (`epycd.metrics.load`)."""
+
+    instance: int
+    running: float = Field(description="requests in the engine's batch")
+    waiting: float = Field(description="requests queued for the batch")
+    kv_cache_usage: float = Field(description="fraction of the KV cache pool in use, 0 to 1")
+    tokens_per_second: float | None = Field(
+        description="prompt + generation tokens per second over the window; null with one "
+        "reading so far"
+    )
+    window_seconds: float = Field(description="the span of the readings behind tokens/s")
+
+
+def readiness(supervisor: SupervisorStatus) -> tuple[datetime | None, float | None]:
+    """When a ready supervisor became ready, and how long its start-up took."""
+    try:
+        since: datetime | None = datetime.fromisoformat(supervisor.since)
+    except ValueError:
+        since = None
+    seconds = round(sum(supervisor.seconds.values()), 3) if supervisor.seconds else None
+    return since, seconds
 
 
 def member_units(plan: Plan | None) -> list[str]:
@@ -70,6 +98,8 @@ def instance_statuses(
         if record is not None and record.verdict is not None:
             state, phase, reason = CRASH_LOOP, None, verdict_text(plan.endpoint, record.verdict)
         failures = recent(record, member.healing, now) if now is not None else []
+        supervisor = supervisors.get(unit)
+        since, seconds = readiness(supervisor) if state == "ready" and supervisor else (None, None)
         out.append(
             InstanceStatus(
                 instance=member.instance or 0,
@@ -82,6 +112,9 @@ def instance_statuses(
                 numa_nodes=member.numa_nodes,
                 restarts=len(failures),
                 last_failure=record.failures[-1] if record and record.failures else None,
+                socket=member.socket,
+                ready_since=since,
+                startup_seconds=seconds,
             )
         )
     return out

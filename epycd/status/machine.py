@@ -42,8 +42,10 @@ from epycd.status.handoff import Handoff, base_url, handoff
 from epycd.status.instances import (
     DEGRADED,
     NO_INSTANCE,
+    InstanceLoad,
     InstanceStatus,
     instance_statuses,
+    readiness,
     set_state,
 )
 from epycd.status.stop import STOPPED, StopMarker
@@ -119,6 +121,16 @@ class EndpointStatus(BaseModel):
     )
     crash_loop: Verdict | None = Field(
         default=None, description="state crash-loop: since, failures, the last, its first error"
+    )
+    ready_since: datetime | None = Field(
+        default=None, description="state ready: when its supervisor saw it ready"
+    )
+    startup_seconds: float | None = Field(
+        default=None, description="state ready: its last start-up, the health gate's phases"
+    )
+    load: list[InstanceLoad] = Field(
+        default_factory=list,
+        description="ready or degraded: each instance's live load, from the daemon (epycd)",
     )
 
     @property
@@ -219,6 +231,8 @@ def endpoint_status(
     state_name, phase, reason, tail = runtime_state(unit, supervisor)
     status.state, status.phase, status.reason, status.log_tail = state_name, phase, reason, tail
     status.reasons = [] if state_name != "approved" else status.reasons
+    if state_name == "ready" and supervisor is not None:
+        status.ready_since, status.startup_seconds = readiness(supervisor)
     if state_name == "ready" and supervisor is not None and supervisor.unhealthy:
         status.reason = (
             f"not healthy: {supervisor.unhealthy}; systemd's watchdog restarts it unless it "

@@ -1,0 +1,119 @@
+"""epycd's own series, from the endpoints' status and their approved plans. Pure.
+
+Per endpoint: its state (one series per state, 1 for the one it is in), its instances
+and how many are ready, and the failed runs systemd restarted (within the start limit
+interval, as `epycctl status` counts them). Per vLLM instance, labelled like its own
+series (`epycd.metrics.scrape.LABELS`): when it became ready and its last start-up, and
+the plan's sizing (cores, KV pool, max_num_seqs, context).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from epycd.host.cpulist import parse_cpulist
+from epycd.metrics.scrape import LABELS, Reading, Target, targets
+from epycd.plan.model import Plan, SingleEndpoint, vllm_processes
+from epycd.sizes import GIB
+from epycd.status.machine import COUNT_WORDS, EndpointStatus
+
+STATES = tuple(kind for kind, _word in COUNT_WORDS)
+"""Every state an endpoint can be in (`failed:PHASE` counts as `failed`)."""
+PREFIX = "epyc_llm_"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One vLLM process of an approved endpoint, with its status where there is one."""
+
+    target: Target
+    process: SingleEndpoint
+    ready: bool
+    ready_since: datetime | None
+    startup_seconds: float | None
+
+
+def instances(status: EndpointStatus, plan: Plan) -> Iterator[Instance]:
+    by_number = {entry.instance: entry for entry in status.instances}
+    processes = vllm_processes(plan.decisions)
+    for target, process in zip(targets([plan]), processes, strict=True):
+        entry = by_number.get(int(target.vllm_instance))
+        if entry is not None:
+            yield Instance(
+                target, process, entry.state == "ready", entry.ready_since, entry.startup_seconds
+            )
+        elif plan.instance_set is None:
+            ready = status.state == "ready"
+            yield Instance(target, process, ready, status.ready_since, status.startup_seconds)
+        else:
+            yield Instance(target, process, False, None, None)
+
+
+def gauge(name: str, documentation: str, labels: Sequence[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, documentation, labels=list(labels))
+
+
+def endpoint_series(
+    statuses: Sequence[EndpointStatus], plans: Mapping[str, Plan], now: datetime
+) -> list[Metric]:
+    """The series of every endpoint `statuses` lists; `plans` are the approved ones."""
+    state = gauge("endpoint_state", "1 for the state the endpoint is in", ("endpoint", "state"))
+    count = gauge("endpoint_instances", "vLLM instances of the approved plan", ("endpoint",))
+    ready = gauge("endpoint_instances_ready", "vLLM instances ready", ("endpoint",))
+    restarts = gauge(
+        "endpoint_restarts",
+        "failed runs of its units that systemd restarted, within the start limit interval",
+        ("endpoint",),
+    )
+    since = gauge(
+        "instance_ready_since_timestamp_seconds", "when the instance became ready", LABELS
+    )
+    age = gauge("instance_seconds_since_ready", "seconds since the instance became ready", LABELS)
+    startup = gauge(
+        "instance_startup_seconds", "the last start-up: load, /v1/models, one request", LABELS
+    )
+    cores = gauge("plan_cores", "CPUs the instance is pinned to", LABELS)
+    kv = gauge("plan_kv_cache_bytes", "the KV cache pool the plan gives vLLM", LABELS)
+    seqs = gauge("plan_max_num_seqs", "max_num_seqs the plan gives vLLM (0: vLLM's)", LABELS)
+    context = gauge("plan_max_model_len", "the context length the plan gives vLLM", LABELS)
+    for status in statuses:
+        for kind in STATES:
+            state.add_metric([status.name, kind], float(status.kind == kind))
+        plan = plans.get(status.name)
+        if plan is None:
+            continue
+        restarts.add_metric([status.name], status.restarts)
+        found = list(instances(status, plan))
+        count.add_metric([status.name], len(found))
+        ready.add_metric([status.name], sum(instance.ready for instance in found))
+        for instance in found:
+            values = list(instance.target.labels.values())
+            process = instance.process
+            cores.add_metric(values, len(parse_cpulist(process.cpus)))
+            kv.add_metric(values, process.kv_cache_gb * GIB)
+            seqs.add_metric(values, process.max_num_seqs)
+            context.add_metric(values, process.max_model_len)
+            if instance.ready and instance.ready_since is not None:
+                since.add_metric(values, instance.ready_since.timestamp())
+                age.add_metric(values, max((now - instance.ready_since).total_seconds(), 0.0))
+            if instance.ready and instance.startup_seconds is not None:
+                startup.add_metric(values, instance.startup_seconds)
+    return [state, count, ready, restarts, since, age, startup, cores, kv, seqs, context]
+
+
+def reading_series(readings: Sequence[Reading]) -> list[Metric]:
+    """Whether each instance answered its /metrics, and how long it took."""
+    up = gauge("instance_up", "1 when the instance's own /metrics answered in time", LABELS)
+    took = gauge(
+        "instance_scrape_duration_seconds", "how long the instance's /metrics took", LABELS
+    )
+    for reading in readings:
+        values = list(reading.target.labels.values())
+        up.add_metric(values, float(reading.up))
+        took.add_metric(values, round(reading.seconds, 6))
+    return [up, took]

@@ -1,0 +1,94 @@
+"""Real local HTTP peers for the scrape: an instance answering a recorded vLLM exposition,
+one that accepts and never answers, one that trickles its answer, and a closed port."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+RECORDED = Path(__file__).with_name("vllm-0.32.0-metrics.txt")
+"""/metrics of the real vLLM 0.32.0 CPU server of the test venv serving the tiny model,
+after three chat completions (`curl -s 127.0.0.1:PORT/metrics`)."""
+
+
+def recorded() -> str:
+    return RECORDED.read_text()
+
+
+@contextlib.contextmanager
+def answering(body: Callable[[], str] = recorded) -> Iterator[int]:
+    """A server on 127.0.0.1 answering GET /metrics with `body()`; yields its port."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = body().encode()
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def hung() -> Iterator[int]:
+    """A port whose connections are accepted by the kernel and never answered (a frozen
+    server: its listen backlog takes the connection, nobody reads the request)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def trickling() -> Iterator[int]:
+    """A server that sends its headers, then one byte of the body every 50 ms, forever."""
+    stop = threading.Event()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+
+    def talk(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+            while not stop.is_set():
+                conn.sendall(b"#")
+                time.sleep(0.05)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while not stop.is_set():
+                conn, _ = sock.accept()
+                threading.Thread(target=talk, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        stop.set()
+        sock.close()
+
+
+def closed_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
