@@ -97,7 +97,10 @@ class CliSandbox:
             (base / key).mkdir(parents=True)
         (base / "bin").mkdir()
         folders = {f"EPYCD_{key.upper()}": str(base / key) for key in EPYCD_DIRS}
-        return cls(tmp=base, vars=folders | variables, bin_dir=base / "bin")
+        # a daemon a test runs serves no metrics unless the test says where: the default
+        # port is this machine's, and the e2e machines share its network
+        quiet = {"EPYCD_METRICS_LISTEN": ""}
+        return cls(tmp=base, vars=folders | quiet | variables, bin_dir=base / "bin")
 
     @property
     def host_root(self) -> Path:

@@ -37,6 +37,8 @@ BAD_FILES: dict[str, tuple[bytes, str]] = {
     "wrong type": (b"admin_group = 3\n", "admin_group"),
     "bad TOML": (b"admin_group = \n", "not valid TOML"),
     "non-UTF-8": (b"admin_group = '\xff'\n", "not UTF-8"),
+    "no port": (b"metrics_listen = '0.0.0.0'\n", "metrics_listen: Value error, '0.0.0.0' is not"),
+    "IPv6 bare": (b"metrics_listen = '::1:9464'\n", "[::1]:9464"),
 }
 
 
@@ -53,6 +55,7 @@ def folder(env: ApprovalSandbox, name: str) -> Path:
 
 def bad_conf(env: ApprovalSandbox, kind: str) -> tuple[Path, str]:
     content, said = BAD_FILES[kind]
+    env.vars.pop("EPYCD_METRICS_LISTEN", None)  # the file's value, not the sandbox's, is read
     conf = folder(env, "config_dir") / "epycd.conf"
     conf.write_bytes(content)
     return conf, said
@@ -77,7 +80,7 @@ def test_every_command_reports_a_bad_epycd_conf(env: ApprovalSandbox, kind: str)
     assert not any(folder(env, "unit_dir").iterdir())
 
 
-@pytest.mark.parametrize("kind", ["unknown key", "non-UTF-8"])
+@pytest.mark.parametrize("kind", ["unknown key", "non-UTF-8", "no port"])
 @pytest.mark.parametrize(
     ("module", "argv"),
     [

@@ -14,11 +14,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from epycd.daemon import endpoint_cpus, spare_cpus
-from tests.daemon.conftest import DaemonSandbox
+from epycd.metrics.load import parse_sample
+from tests.daemon.conftest import DaemonSandbox, free_port
 from tests.health.notifysock import NotifySocket
+from tests.metrics.servers import answering, recorded
 from tests.render.fixtures import as_plan, milan_docker
 from tests.sandbox import REPO
 
@@ -114,6 +118,42 @@ def test_ready_after_the_endpoint_is_ready_then_polling_sighup_and_sigterm(
         stop_daemon(process, sock)
     assert ws.units()[CHAT]["ActiveState"] == "active"  # the endpoint keeps running
     assert [c for c in ws.systemctl_calls() if c.startswith("stop")] == []
+
+
+def test_it_serves_metrics_and_keeps_the_serving_instances_load(ws: DaemonSandbox) -> None:
+    """The real daemon on metrics_listen: its series for the ready endpoint, the instance's
+    own (a local server answering real vLLM's recorded /metrics on the endpoint's port,
+    started after READY=1 so that the plan does not see its port taken), and the load in
+    status.json."""
+    ws.endpoint("chat")
+    approval = ws.approve("chat")
+    ws.supervisor_says("chat", "ready", phase="request", seconds={"health": 30.5, "request": 1})
+    ws.set_unit(CHAT, "active")
+    listen = f"127.0.0.1:{free_port()}"
+    with daemon(ws, EPYCD_METRICS_LISTEN=listen) as (process, sock):
+        assert sock.wait_for("READY=1", WAIT) is not None
+        with answering(port=approval.plan.decisions.port):
+            deadline = time.monotonic() + WAIT
+            while not by_name(status_file(ws))["chat"]["load"] and time.monotonic() < deadline:
+                time.sleep(0.2)
+            [load] = by_name(status_file(ws))["chat"]["load"]
+            text = httpx.get(f"http://{listen}/metrics", timeout=5).text
+        stop_daemon(process, sock)
+    recorded_sample = parse_sample(recorded(), at=0)
+    assert (load["running"], load["waiting"], load["kv_cache_usage"]) == (
+        recorded_sample.running,
+        recorded_sample.waiting,
+        recorded_sample.kv_cache_usage,
+    )
+    found = {
+        (s.name, s.labels.get("endpoint"), s.labels.get("state")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert found[("epyc_llm_endpoint_state", "chat", "ready")] == 1
+    assert found[("epyc_llm_instance_up", "chat", None)] == 1
+    assert found[("epyc_llm_instance_startup_seconds", "chat", None)] == 31.5
+    assert found[("vllm_generation_tokens_total", "chat", None)] > 0
 
 
 def test_stopped_changed_and_failed_endpoints_are_not_started(ws: DaemonSandbox) -> None:

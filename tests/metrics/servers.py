@@ -21,8 +21,9 @@ def recorded() -> str:
 
 
 @contextlib.contextmanager
-def answering(body: Callable[[], str] = recorded) -> Iterator[int]:
-    """A server on 127.0.0.1 answering GET /metrics with `body()`; yields its port."""
+def answering(body: Callable[[], str] = recorded, port: int = 0) -> Iterator[int]:
+    """A server on 127.0.0.1 (`port`, or any free one) answering GET /metrics with
+    `body()`; yields its port."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -36,7 +37,7 @@ def answering(body: Callable[[], str] = recorded) -> Iterator[int]:
         def log_message(self, *_args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
