@@ -49,6 +49,10 @@ NAME = "tiny"
 NEVER = "never"
 PORT = 18311
 NEVER_PORT = 18312
+METRICS_PORT = 9464
+"""epycd's metrics_listen default: the machine shares this machine's network."""
+PROMETHEUS_PORT = 19090
+PROMETHEUS = CACHE / "prometheus" / "root" / "usr" / "bin"
 FAKE_HOST = "/fakehost"
 IDENTITY_ROOT = "/epyc-identity"
 MODEL_DIR = "/srv/models/tiny"
@@ -217,7 +221,9 @@ def require_tools() -> tuple[Path, Path]:
     vllm = vllm_executable()
     if not (VENV / "pyvenv.cfg").is_file():
         pytest.fail(f"no vLLM venv in {VENV}: {BOOTSTRAP_HINT}")
-    for port in (PORT, NEVER_PORT):
+    if not (PROMETHEUS / "prometheus").is_file():
+        pytest.fail(f"Debian's prometheus is missing ({PROMETHEUS}): run tests/bootstrap.sh")
+    for port in (PORT, NEVER_PORT, METRICS_PORT, PROMETHEUS_PORT):
         if not port_free(port):
             pytest.fail(f"port {port} is in use on this machine; the container shares its network")
     return vllm, tiny_model()
@@ -256,6 +262,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         "name": NAME,
         "never": NEVER,
         "port": PORT,
+        "prometheus_port": PROMETHEUS_PORT,
         "served": NAME,
         "client_python": str(VENV / "bin" / "python"),
         "fake_host": FAKE_HOST,
@@ -278,6 +285,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         f"--bind={PIP_CACHE}:/var/cache/e2e-pip",
         "--bind-ro=/etc/ssl/certs",
         f"--bind-ro={VENV}",
+        f"--bind-ro={PROMETHEUS}:/opt/prometheus",
         *([f"--bind-ro={STOCK_VLLM}"] if FORCE_STOCK else []),
     ]
     home = interpreter_home(VENV)

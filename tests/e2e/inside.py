@@ -19,6 +19,7 @@ import threading
 import time
 import traceback
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,10 @@ ENV = {
     "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     "SYSTEMD_PAGER": "",
 }
+METRICS = "http://127.0.0.1:9464/metrics"
+"""epycd's /metrics at its default metrics_listen."""
+PROMETHEUS = Path("/opt/prometheus")
+"""Debian's prometheus and promtool (tests/tools/prometheus.sh), bound read-only."""
 T0 = time.monotonic()
 FAULT_TIMEOUT_S = 400
 CRASH_LOOP_QUIET_S = 20
@@ -332,6 +337,8 @@ def engine_fault(check: str, sig: signal.Signals, whole_engine: bool) -> None:
     started = time.monotonic()
     for pid in victims:
         os.kill(pid, sig)
+    if sig == signal.SIGSTOP:
+        metrics_while_stopped()
     with Timeline(f"{check}_timeline", (UNIT,), every=1):
         back = wait_until(
             f"ready again after {sig.name}",
@@ -352,6 +359,139 @@ def engine_fault(check: str, sig: signal.Signals, whole_engine: bool) -> None:
     )
     epycctl_status(f"{check}_status", NAME)
     chat(f"{check}_chat")
+
+
+def epycd_metrics() -> tuple[float, str | None, str]:
+    """(seconds, text, error) of one GET of epycd's /metrics."""
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(METRICS, timeout=10) as reply:
+            text: str | None = reply.read().decode()
+            error = ""
+    except OSError as exc:
+        text, error = None, f"{type(exc).__name__}: {exc}"
+    return round(time.monotonic() - started, 3), text, error
+
+
+def sample_values(text: str | None, name: str) -> list[str]:
+    """The lines of `name`'s samples for the endpoint, as the exposition has them."""
+    return [
+        line
+        for line in (text or "").splitlines()
+        if line.startswith(name + "{") and f'endpoint="{NAME}"' in line
+    ]
+
+
+def prometheus_query(expr: str) -> Any:
+    port = CONFIG["prometheus_port"]
+    query = urllib.parse.urlencode({"query": expr})
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/api/v1/query?{query}", timeout=10
+        ) as reply:
+            return json.loads(reply.read())["data"]["result"]
+    except (OSError, ValueError, KeyError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+PROMETHEUS_CONFIG = """\
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: epyc-llm
+    static_configs:
+      - targets: ["127.0.0.1:9464"]
+"""
+TOKENS = f'sum(vllm_generation_tokens_total{{endpoint="{NAME}"}})'
+
+
+def first_value(result: Any) -> float | None:
+    try:
+        return float(result[0]["value"][1])
+    except (TypeError, LookupError, ValueError):
+        return None
+
+
+def prometheus_scrape() -> None:
+    """Debian's Prometheus, on loopback, scrapes epycd every second while the endpoint
+    serves chats: the endpoint's series with their labels, and its token counter before
+    and after the chats. promtool checks one scrape of epycd's /metrics."""
+    seconds, text, error = epycd_metrics()
+    promtool = subprocess.run(
+        [str(PROMETHEUS / "promtool"), "check", "metrics"],
+        input=text or "", capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    record(
+        "epycd_metrics",
+        seconds=seconds,
+        error=error,
+        bytes=len(text or ""),
+        promtool_rc=promtool.returncode,
+        promtool_output=(promtool.stdout + promtool.stderr)[-3000:],
+    )
+    work = Path("/var/tmp/prometheus")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "prometheus.yml").write_text(PROMETHEUS_CONFIG)
+    server = subprocess.Popen(
+        [str(PROMETHEUS / "prometheus"), f"--config.file={work / 'prometheus.yml'}",
+         f"--storage.tsdb.path={work / 'data'}",
+         f"--web.listen-address=127.0.0.1:{CONFIG['prometheus_port']}"],
+        stdout=subprocess.DEVNULL, stderr=(work / "prometheus.log").open("wb"),
+    )  # fmt: skip
+    try:
+        scraped = wait_until(
+            "Prometheus has a scrape of the endpoint's tokens",
+            lambda: first_value(prometheus_query(TOKENS)) is not None,
+            90,
+        )
+        before = first_value(prometheus_query(TOKENS))
+        for number in range(3):
+            chat(f"prometheus_chat_{number}")
+        grown = wait_until(
+            "Prometheus sees the tokens grow",
+            lambda: (first_value(prometheus_query(TOKENS)) or 0) > (before or 0),
+            30,
+        )
+        record(
+            "prometheus",
+            scraped=scraped,
+            grown=grown,
+            before=before,
+            after=first_value(prometheus_query(TOKENS)),
+            target_up=prometheus_query('up{job="epyc-llm"}'),
+            state=prometheus_query(f'epyc_llm_endpoint_state{{endpoint="{NAME}"}} == 1'),
+            instance_up=prometheus_query(f'epyc_llm_instance_up{{endpoint="{NAME}"}}'),
+            running=prometheus_query(f'vllm_num_requests_running{{endpoint="{NAME}"}}'),
+            names=prometheus_query(f'count by (__name__) ({{endpoint="{NAME}"}})'),
+            log=(work / "prometheus.log").read_text()[-2000:],
+        )
+    finally:
+        server.terminate()
+        server.wait(30)
+    wait_until(
+        "epycctl status shows the load with tokens/s",
+        lambda: any(
+            load.get("tokens_per_second")
+            for load in endpoint_entry(epycctl_status("status_load", NAME), NAME).get("load", [])
+        ),
+        60,
+        every=5,
+    )
+
+
+def metrics_while_stopped() -> None:
+    """One scrape of epycd while the whole engine is stopped (SIGSTOP): bounded, and the
+    instance reads as down."""
+    time.sleep(1)
+    seconds, text, error = epycd_metrics()
+    record(
+        "metrics_while_stopped",
+        seconds=seconds,
+        error=error,
+        up=sample_values(text, "epyc_llm_instance_up"),
+        vllm_samples=len(sample_values(text, "vllm_num_requests_running")),
+    )
 
 
 def wait_for_unit_to_settle(timeout: float) -> bool:
@@ -460,6 +600,7 @@ def phase_reboot() -> None:
     files_state("files")
     record_processes()
     chat("chat")
+    prometheus_scrape()
     journal("journal_epycd", "epycd.service")
     reload_daemon()
     epycctl_status("status_after_reload", NAME)

@@ -7,8 +7,10 @@ install         install.sh (with the user epyc-llm); the model given to its grou
                 as epyc-llm; a chat completion; status ready with the URL; a file never
                 approved is never installed; systemd-analyze security <= 4.5 on both units
 reboot          ready again with no new approval; epycd READY only after the endpoint settled;
+                Debian's Prometheus scrapes epycd while chats are served (issue 29);
                 `systemctl reload epycd` works under its sandbox;
-                kill -9 of vLLM, then SIGSTOP of vLLM: restarted with no action (issue 27);
+                kill -9 of vLLM, then SIGSTOP of vLLM: restarted with no action (issue 27),
+                epycd's /metrics saying it is down meanwhile;
                 editing the file is not applied: status changed-needs-approval
 edited-reboot   the old approved units still serve; restore the file; `epycctl stop`
 stopped-reboot  not started at boot; the weights broken; `epycctl start`: crash-loop
@@ -202,6 +204,47 @@ def test_reboot_serves_again_without_a_new_approval(
         before["unit_sha"],
         before["approval_sha"],
     )
+
+
+def test_prometheus_scrapes_the_endpoint_and_its_tokens_grow(
+    machine: Machine, plan: dict[str, Any]
+) -> None:
+    """Debian's Prometheus scrapes epycd under its sandbox while the endpoint serves chats."""
+    boot = machine.boot("reboot")
+    scrape = boot.one("epycd_metrics")
+    assert scrape["error"] == "" and scrape["seconds"] < 1.0, scrape
+    assert scrape["promtool_rc"] == 0, scrape["promtool_output"]
+    prometheus = boot.one("prometheus")
+    assert prometheus["scraped"] and prometheus["grown"], prometheus
+    assert prometheus["after"] > prometheus["before"], prometheus
+    [target] = prometheus["target_up"]
+    assert target["value"][1] == "1", target
+    [state] = prometheus["state"]
+    assert state["metric"]["state"] == "ready", state
+    labels = {
+        "endpoint": NAME,
+        "vllm_instance": "0",
+        "socket": str(plan["socket"]),
+        "numa_node": ",".join(map(str, plan["numa_nodes"])),
+    }
+    for series in (prometheus["instance_up"], prometheus["running"]):
+        [sample] = series
+        assert {k: sample["metric"].get(k) for k in labels} == labels, sample
+    assert prometheus["instance_up"][0]["value"][1] == "1"
+    names = {entry["metric"]["__name__"] for entry in prometheus["names"]}
+    for name in ("vllm_time_to_first_token_seconds_bucket", "vllm_kv_cache_usage_perc",
+                 "epyc_llm_plan_kv_cache_bytes", "epyc_llm_instance_startup_seconds"):  # fmt: skip
+        assert name in names, sorted(names)
+    loads = endpoint(boot.one("status_load")["status"], NAME)["load"]
+    assert loads and loads[0]["tokens_per_second"] > 0, loads
+
+
+def test_a_stopped_engine_reads_as_down_within_a_second(machine: Machine) -> None:
+    stopped = machine.boot("reboot").one("metrics_while_stopped")
+    assert stopped["error"] == "" and stopped["seconds"] < 1.0, stopped
+    [up] = stopped["up"]
+    assert up.endswith(" 0.0"), up
+    assert stopped["vllm_samples"] == 0, stopped
 
 
 def test_reload_works_under_the_sandbox(machine: Machine) -> None:
