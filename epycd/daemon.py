@@ -44,6 +44,7 @@ from epycd.errors import EpycError
 from epycd.metrics.load import LoadWindow
 from epycd.metrics.server import MetricsServer
 from epycd.notify import Notifier
+from epycd.paths import DAEMON_STATUS_FILE
 from epycd.plan.model import Plan
 from epycd.settings import Settings, load_settings
 from epycd.status.machine import EndpointStatus
@@ -52,7 +53,8 @@ from epycd.text import escaped
 
 log = logging.getLogger("epycd")
 
-STATUS_FILE = "status.json"
+STATUS_FILE = DAEMON_STATUS_FILE
+
 POLL_SECONDS = 3.0
 REFRESH_SECONDS = 10.0
 SETTLE_POLL_SECONDS = 2.0

@@ -31,3 +31,8 @@ def endpoint_status_file(run_dir: Path, name: str) -> Path:
     """The endpoint supervisor's status file, in a folder of the endpoint's own: its unit
     makes that folder (and nothing else of the run folder) writable for the endpoint's user."""
     return run_dir / "endpoints" / name / "status.json"
+
+
+DAEMON_STATUS_FILE = "status.json"
+"""epycd's own status in RUN_DIR: its pid and every endpoint's status, with the serving
+instances' load (`epycd.status.daemon_file` reads it for `epycctl status NAME`)."""

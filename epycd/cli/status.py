@@ -22,10 +22,13 @@ from epycd.cli.output import ActionReport, json_option, print_json, table
 from epycd.errors import InputError, Refusal
 from epycd.settings import Settings, load_settings
 from epycd.status.handoff import Handoff
+from epycd.status.instances import InstanceLoad
 from epycd.status.machine import EndpointStatus
 from epycd.text import escaped, escaped_lines
 
 JOURNAL_TAIL_LINES = 20
+SERVING = frozenset({"ready", "degraded"})
+NEEDS_DAEMON = "tokens/s: needs epycd running (it keeps the last minute)"
 
 
 def checked_settings(name: str | None) -> Settings:
@@ -59,6 +62,52 @@ def current_statuses(settings: Settings) -> list[EndpointStatus]:
         if status.kind == "failed" and not status.log_tail:
             status.log_tail = journal_tail(status.unit)
     return statuses
+
+
+def loads_read_now(
+    settings: Settings, name: str
+) -> tuple[list[InstanceLoad], list[tuple[int, str]]]:
+    """NAME's instances' load from their /metrics read once now, when no epycd keeps it:
+    requests and KV usage as they are; tokens/s needs two readings (None). Also the
+    instances that gave none, and why."""
+    import time
+
+    from epycd.approval.record import readable_approval
+    from epycd.metrics.load import load_of, parse_sample
+    from epycd.metrics.scrape import read_all, targets
+
+    approval = readable_approval(settings, name)
+    if approval is None:
+        return [], []
+    loads, unread = [], []
+    for reading in read_all(targets([approval.plan])):
+        instance = int(reading.target.vllm_instance)
+        try:
+            if reading.text is None:
+                raise ValueError(reading.error)
+            sample = parse_sample(reading.text, time.monotonic())
+        except ValueError as exc:
+            unread.append((instance, f"no load: {reading.target.url}: {exc}"))
+            continue
+        loads.append(load_of(instance, [sample]))
+    return loads, unread
+
+
+def add_loads(
+    settings: Settings, statuses: list[EndpointStatus], name: str | None
+) -> tuple[bool, list[tuple[int, str]]]:
+    """The serving endpoints' load as the running epycd keeps it; for NAME without one, its
+    /metrics read now. Whether the load is epycd's, and NAME's instances that gave none."""
+    from epycd.status.daemon_file import daemon_loads
+
+    kept = daemon_loads(settings)
+    for item in statuses:
+        item.load = kept.get(item.name, []) if item.state in SERVING else []
+    serving = [item for item in statuses if item.name == name and item.state in SERVING]
+    if not serving or serving[0].load:
+        return True, []
+    serving[0].load, unread = loads_read_now(settings, serving[0].name)
+    return False, unread
 
 
 def unknown_endpoint(settings: Settings, name: str) -> InputError:
@@ -119,7 +168,39 @@ def handoff_text(handoff: Handoff) -> str:
     )
 
 
-def details(status: EndpointStatus) -> str:
+def load_text(load: InstanceLoad, from_daemon: bool) -> str:
+    text = (
+        f"running {load.running:g}, waiting {load.waiting:g}, "
+        f"KV {load.kv_cache_usage * 100:.0f} %, "
+    )
+    if load.tokens_per_second is not None:
+        return text + f"{load.tokens_per_second:g} tokens/s (last {load.window_seconds:g} s)"
+    if from_daemon:
+        return text + "tokens/s: after epycd's next reading (one so far)"
+    return text + NEEDS_DAEMON
+
+
+def load_lines(
+    status: EndpointStatus, from_daemon: bool, unread: list[tuple[int, str]]
+) -> list[str]:
+    """The load of a serving endpoint: one line for a single endpoint, one per instance for
+    a set; `unread` are the instances read now that gave none, and why."""
+    if status.state not in SERVING:
+        return []
+    entries = sorted(
+        [(load.instance, load_text(load, from_daemon)) for load in status.load] + unread
+    )
+    source = "" if from_daemon else " (read now)"
+    if not status.instances and len(entries) == 1:
+        return [f"  load{source}: {entries[0][1]}"]
+    if not entries:
+        return []
+    return [f"  load{source}:"] + [f"    instance {n}: {text}" for n, text in entries]
+
+
+def details(
+    status: EndpointStatus, from_daemon: bool = True, unread: list[tuple[int, str]] | None = None
+) -> str:
     lines = [f"\n{status.name}: {status.state} (unit {status.unit}: {status.unit_state})"]
     if status.reason:
         lines.append(f"  {status.reason}")
@@ -133,6 +214,7 @@ def details(status: EndpointStatus) -> str:
             + (f": {i.reason}" if i.reason else "")
             for i in status.instances
         ]
+    lines += load_lines(status, from_daemon, unread or [])
     if status.crash_loop and status.crash_loop.first_error:
         lines.append("  first error of the last run:")
         lines += [f"    {line}" for line in status.crash_loop.first_error]
@@ -169,6 +251,7 @@ def status(name: str | None, as_json: bool) -> None:
     if name is None and len(statuses) > 1:
         for item in statuses:
             item.handoff = None
+    from_daemon, unread = add_loads(settings, statuses, name)
     if as_json:
         data: dict[str, object] = {"endpoints": [s.model_dump(mode="json") for s in statuses]}
         if name is not None:
@@ -183,7 +266,7 @@ def status(name: str | None, as_json: bool) -> None:
     click.echo(table([row(s) for s in statuses], header=header))
     for item in statuses:
         if name is not None or len(statuses) == 1 or item.state != "ready":
-            click.echo(escaped_lines(details(item)))
+            click.echo(escaped_lines(details(item, from_daemon, unread)))
     last = last_bench(settings, name) if name is not None else None
     if last is not None:
         click.echo(f"\nlast bench ({last.measured_at:%Y-%m-%d %H:%M} UTC, "

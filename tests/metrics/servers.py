@@ -93,3 +93,45 @@ def closed_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+CGROUP_HIERARCHIES = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+"""cgroup v1's pids hierarchy, or the unified (v2) one."""
+
+
+@contextlib.contextmanager
+def in_unit(unit: str, body: Path, port: int) -> Iterator[int]:
+    """A server answering GET /metrics with the file `body` (read at each request) on
+    127.0.0.1:`port`, as a process of its own in a cgroup named after `unit`, as systemd
+    runs an endpoint's vLLM: the planner then knows the port for the endpoint's own
+    (`epycd.plan.ports.endpoint_of_pid`), not another process's. Yields its pid."""
+    import subprocess
+    import sys
+    import tempfile
+
+    hierarchy = next((h for h in CGROUP_HIERARCHIES if (h / "cgroup.procs").is_file()), None)
+    assert hierarchy is not None, "no cgroup hierarchy under /sys/fs/cgroup"
+    parent = Path(tempfile.mkdtemp(prefix="epycd-test-", dir=hierarchy))
+    group = parent / unit
+    group.mkdir()
+    script = (
+        "import sys, time\nfrom pathlib import Path\nfrom tests.metrics.servers import answering\n"
+        "with answering(Path(sys.argv[1]).read_text, port=int(sys.argv[2])):\n"
+        "    print('listening', flush=True)\n    time.sleep(600)\n"
+    )
+    repo = str(Path(__file__).resolve().parents[2])
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, str(body), str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": repo, "PATH": "/usr/bin:/bin"},
+    )
+    try:
+        (group / "cgroup.procs").write_text(str(process.pid))
+        assert process.stdout is not None and process.stdout.readline() == "listening\n"
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+        group.rmdir()
+        parent.rmdir()
