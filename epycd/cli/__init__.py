@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("epycd.cli.quickstart", "quickstart"),
     "bench": ("epycd.cli.bench", "bench"),
     "instinct-recipes": ("epycd.cli.instinct", "instinct_recipes"),
+    "metrics": ("epycd.cli.metrics", "metrics"),
 }
 
 
