@@ -1,0 +1,161 @@
+"""Journal events: what happened to an endpoint, with a stable `MESSAGE_ID` an admin can
+search for (`journalctl MESSAGE_ID=...`) and structured fields (ENDPOINT, INSTANCE, STATE,
+REASON). The README's "Journal events" table lists the ids; they never change.
+
+`journal_fields` builds an entry (pure); `emit` sends it to journald natively (with the
+`cysystemd` package), and never fails its caller: without a journald socket it does
+nothing. `epycctl` prints what it prints and emits as well. The daemon's stderr already goes
+to the journal under systemd, so `log_event` sends an event natively when stderr is the
+journal (`journal_is_stderr`, systemd's `JOURNAL_STREAM` check) and logs the same line to
+stderr otherwise: each event is in the journal once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from enum import StrEnum
+
+
+class Event(StrEnum):
+    APPROVE = "approve"
+    INSTALL = "install"
+    START = "start"
+    READY = "ready"
+    UNHEALTHY = "unhealthy"
+    RESTART = "restart"
+    DRIFT = "drift"
+    STOP = "stop"
+    REMOVE = "remove"
+
+
+MESSAGE_IDS: dict[Event, str] = {
+    Event.APPROVE: "f85923999f9d486a97d89ee00599e855",
+    Event.INSTALL: "1175226463dd42fe921cdf42122e82bf",
+    Event.START: "3a6c47dc67004e79b62d4efb0bad3fe0",
+    Event.READY: "cc2d0e9a26fe4dc5b6283a6d18abda1b",
+    Event.UNHEALTHY: "37739e4066f24c5584d66d991f40fd7f",
+    Event.RESTART: "074e6b34bab949dea98a2436dc69ea01",
+    Event.DRIFT: "05d6eb635a864bd9b4348322600ac566",
+    Event.STOP: "da76d893c1e647f1bdae86c5100153b5",
+    Event.REMOVE: "eecf738f5fbc49ae90c84a5ad2ac4d08",
+}
+"""An admin contract: written once, never changed (README, "Journal events")."""
+
+WARNING, NOTICE, INFO = 4, 5, 6
+"""syslog priorities (journald's PRIORITY=)."""
+PRIORITIES: dict[Event, int] = {Event.UNHEALTHY: WARNING, Event.RESTART: WARNING}
+PRIORITIES[Event.DRIFT] = NOTICE
+
+EPYCD = "epycd"
+EPYCCTL = "epycctl"
+IDENTIFIERS = frozenset({EPYCD, EPYCCTL})
+"""SYSLOG_IDENTIFIER: the daemon or the admin's CLI."""
+
+
+def priority(event: Event) -> int:
+    return PRIORITIES.get(event, INFO)
+
+
+def journal_fields(
+    event: Event,
+    endpoint: str,
+    message: str,
+    *,
+    identifier: str,
+    instance: int | None = None,
+    state: str | None = None,
+    reason: str | None = None,
+) -> dict[str, str]:
+    """The journal entry of one event (field name -> value); INSTANCE, STATE and REASON
+    only when given. Pure."""
+    if identifier not in IDENTIFIERS:
+        raise ValueError(f"unknown SYSLOG_IDENTIFIER {identifier!r}")
+    fields = {
+        "MESSAGE": message,
+        "MESSAGE_ID": MESSAGE_IDS[event],
+        "PRIORITY": str(priority(event)),
+        "SYSLOG_IDENTIFIER": identifier,
+        "ENDPOINT": endpoint,
+    }
+    optional = {"INSTANCE": instance, "STATE": state, "REASON": reason}
+    fields.update({key: str(value) for key, value in optional.items() if value is not None})
+    return fields
+
+
+def send(fields: Mapping[str, str]) -> bool:
+    """One entry to journald; False when it was not sent (no `cysystemd`, or journald
+    refused it). No journald socket at all is not an error to `sd_journal_sendv`: True."""
+    try:
+        from cysystemd import journal
+    except ImportError:
+        return False
+    try:
+        result = journal.send(**{key.lower(): value for key, value in fields.items()})
+    except (OSError, ValueError):
+        return False
+    return not (isinstance(result, int) and result < 0)
+
+
+def emit(
+    event: Event,
+    endpoint: str,
+    message: str,
+    *,
+    identifier: str,
+    instance: int | None = None,
+    state: str | None = None,
+    reason: str | None = None,
+) -> bool:
+    """Send the event to the journal; never raises. True when it was sent."""
+    fields = journal_fields(
+        event,
+        endpoint,
+        message,
+        identifier=identifier,
+        instance=instance,
+        state=state,
+        reason=reason,
+    )
+    return send(fields)
+
+
+def journal_is_stderr() -> bool:
+    """systemd's documented check (systemd.exec(5), `$JOURNAL_STREAM`): stderr is connected
+    to the journal when JOURNAL_STREAM="DEV:INODE" names the descriptor behind fd 2."""
+    value = os.environ.get("JOURNAL_STREAM", "")
+    dev, sep, ino = value.partition(":")
+    if not sep or not dev.isdigit() or not ino.isdigit():
+        return False
+    try:
+        stat = os.fstat(2)
+    except OSError:
+        return False
+    return (stat.st_dev, stat.st_ino) == (int(dev), int(ino))
+
+
+def log_event(
+    logger: logging.Logger,
+    level: int,
+    event: Event,
+    endpoint: str,
+    message: str,
+    *,
+    instance: int | None = None,
+    state: str | None = None,
+    reason: str | None = None,
+) -> None:
+    """The daemon's event: natively to the journal when stderr is the journal (MESSAGE is
+    the line it would log), else (or when that fails) the line to `logger` as before."""
+    if journal_is_stderr() and emit(
+        event,
+        endpoint,
+        message,
+        identifier=EPYCD,
+        instance=instance,
+        state=state,
+        reason=reason,
+    ):
+        return
+    logger.log(level, "%s", message)
