@@ -7,7 +7,9 @@ unit: only `epycctl approve` does. Drift is reported, not applied. Failed units 
 restarted (no retry loops). It tells systemd READY=1 once every endpoint it waits for is
 ready or has failed, with STATUS= counts, and keeps `RUN_DIR/status.json` current. When an
 endpoint leaves ready (or degraded), enters a crash loop, or comes back to ready after that,
-it logs one line: the endpoint, old -> new state and the reason (`transitions`).
+it logs one line: the endpoint, old -> new state and the reason (`transitions`). Beside
+them, the journal events of epycd.events (`state_events`): ready, unhealthy, restart and
+drift, per endpoint and per instance of a set, with their MESSAGE_IDs.
 
 It serves Prometheus metrics at `metrics_listen` (`epycd.metrics`, from its own thread:
 each scrape reads the latest status and the instances' own /metrics then), and at each
@@ -41,12 +43,14 @@ import click
 from epycd.approval.crashloop import failure_text
 from epycd.cli.options import FiniteFloatRange
 from epycd.errors import EpycError
+from epycd.events import Event, log_event
 from epycd.metrics.load import LoadWindow
 from epycd.metrics.server import MetricsServer
 from epycd.notify import Notifier
 from epycd.paths import DAEMON_STATUS_FILE
 from epycd.plan.model import Plan
 from epycd.settings import Settings, load_settings
+from epycd.status.changes import EVENT_LEVELS, SERVING, Seen, StateEvent, seen, state_events
 from epycd.status.machine import EndpointStatus
 from epycd.status.units import STARTING_UNIT_STATES
 from epycd.text import escaped
@@ -113,9 +117,6 @@ def endpoint_cpus(plans: Iterable[Plan], siblings: dict[int, list[int]]) -> set[
 def spare_cpus(allowed: set[int], taken: set[int]) -> set[int]:
     """The daemon's CPUs: those the endpoints do not use, or all when none are left."""
     return (allowed - taken) or allowed
-
-
-SERVING = frozenset({"ready", "degraded"})
 
 
 def transitions(
@@ -212,6 +213,8 @@ class Daemon:
         self.approved: dict[str, Plan] = {}
         self.loads = LoadWindow()
         self.metrics = MetricsServer(self.metrics_source)
+        self.seen: dict[str, Seen] = {}
+        self.drifted: set[str] = set()
 
     # --- signals ---------------------------------------------------------------------
 
@@ -272,9 +275,37 @@ class Daemon:
         except EpycError as exc:
             log.error("status: %s", exc)
             return
-        for line in transitions(self.states, self.statuses, self.left_serving):
-            log.warning("%s", escaped(line))
+        lines = transitions(self.states, self.statuses, self.left_serving)
+        events = state_events(self.seen, self.statuses)
+        self.seen = seen(self.statuses)
+        self.announce(lines, events)
         self.read_load()
+
+    def announce(self, lines: Sequence[str], events: Sequence[StateEvent]) -> None:
+        """The transition lines and the events, each once: an endpoint's ready or unhealthy
+        event carries its transition line as its MESSAGE (the line `journalctl -u epycd`
+        showed before events), the other lines are logged as they were."""
+        said = {line.split(": ", 1)[0]: line for line in lines}
+        self.drifted = set()
+        for event in events:
+            message = event.message
+            if event.instance is None and event.event in {Event.READY, Event.UNHEALTHY}:
+                message = said.pop(event.endpoint, message)
+            if event.event is Event.DRIFT:
+                self.drifted.add(event.endpoint)
+            log_event(
+                log,
+                EVENT_LEVELS.get(event.event, logging.INFO),
+                event.event,
+                event.endpoint,
+                escaped(message),
+                instance=event.instance,
+                state=event.state,
+                reason=event.reason,
+            )
+        for line in lines:
+            if line in said.values():
+                log.warning("%s", escaped(line))
 
     def read_load(self) -> None:
         """The serving instances' load, added to the window and to their statuses."""
@@ -325,8 +356,14 @@ class Daemon:
         for status in self.statuses:
             if status.state != "approved" or status.unit_state != "inactive":
                 continue
-            log.info(
-                "%s: approved and installed, not running: starting %s", status.name, status.unit
+            log_event(
+                log,
+                logging.INFO,
+                Event.START,
+                status.name,
+                f"{status.name}: approved and installed, not running: starting {status.unit}",
+                state=status.state,
+                reason=status.reason or None,
             )
             try:
                 systemd.systemctl("start", "--no-block", status.unit)
@@ -337,7 +374,7 @@ class Daemon:
         for status in self.statuses:
             if status.state == "damaged":
                 log.error("%s: %s", status.name, status.reason)
-            if status.state == "changed-needs-approval":
+            if status.state == "changed-needs-approval" and status.name not in self.drifted:
                 log.warning(
                     "%s: changed since approval, not applied: %s",
                     status.name,

@@ -67,6 +67,8 @@ COUNT_WORDS = (
     ("install-interrupted", "install interrupted"),
 )
 INTERRUPTED = "install-interrupted"
+NOT_HEALTHY = "not healthy: "
+"""How the reason of a ready endpoint whose supervisor stopped pinging the watchdog begins."""
 
 
 class EndpointStatus(BaseModel):
@@ -235,7 +237,7 @@ def endpoint_status(
         status.ready_since, status.startup_seconds = readiness(supervisor)
     if state_name == "ready" and supervisor is not None and supervisor.unhealthy:
         status.reason = (
-            f"not healthy: {supervisor.unhealthy}; systemd's watchdog restarts it unless it "
+            f"{NOT_HEALTHY}{supervisor.unhealthy}; systemd's watchdog restarts it unless it "
             "recovers"
         )
     if approval is not None and approval.plan.instance_set is not None:
