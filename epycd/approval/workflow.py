@@ -44,6 +44,7 @@ from epycd.approval.shape import host_shape
 from epycd.approval.state import endpoint_unit_files
 from epycd.atomic import named_for_target
 from epycd.errors import EpycError, InputError, Refusal, file_error
+from epycd.events import EPYCCTL, Event, emit
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
@@ -242,12 +243,26 @@ def install_approved(
         log(line)
     for stem in clear_crash_records(settings, recorded_stems(settings, approval.endpoint)):
         log(f"cleared the crash loop of {stem}: the new approval starts afresh")
-    log(
-        f"approved {approval.endpoint} by {approval.approver.describe()} "
-        f"({approval.fingerprint[:12]})"
+    name, by = approval.endpoint, approval.approver.describe()
+    approved = f"approved {name} by {by} ({approval.fingerprint[:12]})"
+    log(approved)
+    emit(
+        Event.APPROVE,
+        name,
+        approved,
+        identifier=EPYCCTL,
+        reason=f"by {by} ({approval.fingerprint[:12]})",
     )
     for path in paths:
         log(f"wrote {path}")
+    wrote = ", ".join(str(path) for path in paths)
+    emit(
+        Event.INSTALL,
+        name,
+        f"installed {name}: {wrote}",
+        identifier=EPYCCTL,
+        reason=f"wrote {wrote}",
+    )
     return Installed(previous, paths)
 
 

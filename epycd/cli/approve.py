@@ -27,6 +27,7 @@ from epycd.approval.workflow import remove_endpoint as remove_files_and_approval
 from epycd.cli.output import ActionReport, json_option
 from epycd.cli.plan import confirmation_table
 from epycd.errors import InputError, Refusal
+from epycd.events import EPYCCTL, Event, emit
 from epycd.host.facts import HostFacts
 from epycd.plan.model import Plan
 from epycd.plan.result import EndpointResult
@@ -155,6 +156,14 @@ def approve(
         )
         return
     start_approved(approval, installed.previous, report.say)
+    by = current_approver().describe()
+    emit(
+        Event.START,
+        name,
+        f"{name} started by {by} (approve)",
+        identifier=EPYCCTL,
+        reason=f"approved and started by {by}",
+    )
     report.done("started", f"{name} started: `epycctl status {name}`", **outcome)
 
 
@@ -180,4 +189,6 @@ def remove(name: str, yes: bool, no_stop: bool, as_json: bool) -> None:
         report.show(f"  the approval by {approval.approver.describe()}")
     ask(f"Remove {name}?", yes=yes, err=as_json)
     removed = remove_files_and_approval(settings, name, touch_systemd=not no_stop, log=report.say)
+    by = current_approver().describe()
+    emit(Event.REMOVE, name, f"removed {name} by {by}", identifier=EPYCCTL, reason=f"by {by}")
     report.done("removed", f"removed {name}", removed=[str(p) for p in removed])

@@ -20,6 +20,7 @@ from epycd.cli.bench import BenchResult, bench_path, bench_table
 from epycd.cli.options import LOG_LINES
 from epycd.cli.output import ActionReport, json_option, print_json, table
 from epycd.errors import InputError, Refusal
+from epycd.events import EPYCCTL, Event, emit
 from epycd.settings import Settings, load_settings
 from epycd.status.handoff import Handoff
 from epycd.status.instances import InstanceLoad
@@ -306,6 +307,14 @@ def stop(name: str, as_json: bool) -> None:
     marker = StopMarker(endpoint=name, by=current_approver().describe(), at=datetime.now(UTC))
     write_atomic(stop_marker_path(settings, name), marker.model_dump_json(indent=2).encode())
     stop_endpoint(approval, name, files, report.say)
+    emit(
+        Event.STOP,
+        name,
+        f"{name} stopped by {marker.by}",
+        identifier=EPYCCTL,
+        state="stopped",
+        reason=f"by {marker.by}",
+    )
     if any(is_quadlet(path.name) for path in files):
         report.say(
             "Quadlet units cannot be disabled: at boot the unit's approval check refuses to "
@@ -326,7 +335,7 @@ def start(name: str, as_json: bool) -> None:
     from epycd import systemd
     from epycd.approval.crashloop import clear_crash_records, recorded_stems, unit_stems
     from epycd.approval.permissions import require_admin
-    from epycd.approval.record import approved_plans, readable_approval
+    from epycd.approval.record import approved_plans, current_approver, readable_approval
     from epycd.approval.workflow import main_service, start_wait_s, units_to_enable
     from epycd.atomic import unlink_durable
     from epycd.plan.current import plan_endpoints
@@ -374,6 +383,8 @@ def start(name: str, as_json: bool) -> None:
     timeout = start_wait_s(approval)
     report.say(f"systemctl start {service} (waits for the health gate)")
     systemd.start([service], timeout=timeout)
+    by = current_approver().describe()
+    emit(Event.START, name, f"{name} started by {by}", identifier=EPYCCTL, reason=f"by {by}")
     report.done("started", f"{name} started: `epycctl status {name}`")
 
 
