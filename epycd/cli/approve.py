@@ -18,6 +18,7 @@ from epycd.approval.record import (
 from epycd.approval.workflow import (
     gate,
     install_approved,
+    main_service,
     make_approval,
     recover_interrupted,
     removal_files,
@@ -155,15 +156,10 @@ def approve(
             **outcome,
         )
         return
+    by = approval.approver.describe()
+    said = f"{name}: starting {main_service(approval)}, approved by {by}"
+    emit(Event.START, name, said, identifier=EPYCCTL, reason=f"approved by {by}")
     start_approved(approval, installed.previous, report.say)
-    by = current_approver().describe()
-    emit(
-        Event.START,
-        name,
-        f"{name} started by {by} (approve)",
-        identifier=EPYCCTL,
-        reason=f"approved and started by {by}",
-    )
     report.done("started", f"{name} started: `epycctl status {name}`", **outcome)
 
 

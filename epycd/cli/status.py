@@ -382,9 +382,10 @@ def start(name: str, as_json: bool) -> None:
     service = main_service(approval)
     timeout = start_wait_s(approval)
     report.say(f"systemctl start {service} (waits for the health gate)")
-    systemd.start([service], timeout=timeout)
     by = current_approver().describe()
-    emit(Event.START, name, f"{name} started by {by}", identifier=EPYCCTL, reason=f"by {by}")
+    said = f"{name}: starting {service}, by {by}"
+    emit(Event.START, name, said, identifier=EPYCCTL, reason=f"by {by}")
+    systemd.start([service], timeout=timeout)
     report.done("started", f"{name} started: `epycctl status {name}`")
 
 

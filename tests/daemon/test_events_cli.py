@@ -49,6 +49,7 @@ def test_each_command_sends_its_event(ws: DaemonSandbox, monkeypatch: pytest.Mon
     assert approved[0]["message"].startswith("approved chat by root (uid 0) (")
     assert approved[0]["reason"].startswith("by root (uid 0) (")
     assert str(ws.settings.unit_dir / UNIT) in approved[1]["reason"]
+    assert approved[2]["message"] == f"chat: starting {UNIT}, approved by root (uid 0)"
 
     ws.set_unit(UNIT, "active")
     stopped = epycctl("stop", "chat")
@@ -57,7 +58,7 @@ def test_each_command_sends_its_event(ws: DaemonSandbox, monkeypatch: pytest.Mon
 
     started = epycctl("start", "chat")
     assert events(started) == [Event.START]
-    assert started[0]["message"] == "chat started by root (uid 0)"
+    assert started[0]["message"] == f"chat: starting {UNIT}, by root (uid 0)"
 
     removed = epycctl("remove", "chat", "--yes")
     assert events(removed) == [Event.REMOVE]
