@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from epycd.events import MESSAGE_IDS
 from tests.health.realvllm import (
     BOOTSTRAP_HINT,
     CACHE,
@@ -276,6 +277,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
             "socket = 0\n", ""
         ),
         "edit": ["max_model_len = 512\n", "max_model_len = 512\nmax_num_seqs = 2\n"],
+        "message_ids": {str(event): value for event, value in MESSAGE_IDS.items()},
     }
     (results / "config.json").write_text(json.dumps(config, indent=2))
 

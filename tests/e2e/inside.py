@@ -288,6 +288,57 @@ def journal(check: str, unit: str) -> None:
     record(check, unit=unit, entries=entries)
 
 
+EVENT_FIELDS = (
+    "ENDPOINT",
+    "INSTANCE",
+    "STATE",
+    "REASON",
+    "SYSLOG_IDENTIFIER",
+    "MESSAGE",
+    "PRIORITY",
+)
+EVENTS_WAIT_S = 90
+
+
+def event_entries(message_id: str) -> list[dict[str, Any]]:
+    """This boot's journal entries with MESSAGE_ID=message_id, their fields of interest."""
+    argv = ("journalctl", "-b", "-o", "json", "--no-pager", f"MESSAGE_ID={message_id}")
+    entries = []
+    for line in run(*argv, timeout=60)["stdout"].splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        fields = {}
+        for key in EVENT_FIELDS:
+            value = entry.get(key)
+            if isinstance(value, list):
+                value = bytes(value).decode(errors="replace")
+            if value is not None:
+                fields[key] = value
+        entries.append(fields)
+    return entries
+
+
+def journal_events(check: str, *expect: str) -> None:
+    """Each journal event's entries of this boot (epycd.events; the ids come from the
+    config, written from the product's table), after waiting (bounded, and not a "timeout"
+    record: the test says what is missing) for the `expect`ed events to appear for NAME."""
+    ids: dict[str, str] = CONFIG.get("message_ids", {})
+    deadline = time.monotonic() + EVENTS_WAIT_S
+    while True:
+        found = {event: event_entries(message_id) for event, message_id in ids.items()}
+        missing = [
+            event
+            for event in expect
+            if not any(e.get("ENDPOINT") == NAME for e in found.get(event, []))
+        ]
+        if not missing or time.monotonic() >= deadline:
+            break
+        time.sleep(3)
+    record(check, events=found, expected=list(expect), missing=missing)
+
+
 def node_memory(check: str) -> None:
     """The NUMA nodes' meminfo: vLLM checks its KV space against a node's available memory."""
     nodes = sorted(Path("/sys/devices/system/node").glob("node[0-9]*"))
@@ -590,6 +641,7 @@ def phase_install() -> None:
     files_state("files")
     journal("journal_epycd", "epycd.service")
     security("security", UNIT, "epycd.service")
+    journal_events("events", "approve", "install", "ready")
 
 
 def phase_reboot() -> None:
@@ -623,6 +675,7 @@ def phase_reboot() -> None:
     record("unit_after_edit", main_pid_before=main_pid, **show(UNIT))
     files_state("files_after_edit")
     journal("journal_epycd_after_edit", "epycd.service")
+    journal_events("events", "ready", "restart", "unhealthy", "drift")
 
 
 def phase_edited_reboot() -> None:
@@ -642,6 +695,7 @@ def phase_edited_reboot() -> None:
     record("unit_after_stop", **show(UNIT, "ActiveState", "SubState", "UnitFileState"))
     record("pids_after_stop", alive=[pid for pid in pids if Path(f"/proc/{pid}").exists()])
     epycctl_status("status_after_stop", NAME)
+    journal_events("events", "stop")
 
 
 def phase_stopped_reboot() -> None:
@@ -652,6 +706,7 @@ def phase_stopped_reboot() -> None:
     epycctl_status("status")
     break_weights()
     crash_loop()
+    journal_events("events", "start")
 
 
 WEIGHTS = Path(CONFIG.get("model_dir", "/srv/models/tiny")) / "model.safetensors"

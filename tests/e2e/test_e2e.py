@@ -395,3 +395,69 @@ def test_a_changed_host_is_refused_at_boot_in_one_journal_line(machine: Machine)
     assert line.startswith(f"epyc-llm-{NAME}: host changed since approval: "), line
     assert f"physical cores {config['real_cores']} -> {config['fake_cores']}" in line, line
     assert boot.one("epycd")["ActiveState"] == "active"
+
+
+# --- journal events (epycd.events; inside.py journal_events), one test per boot ----------
+
+
+def endpoint_events(boot: Boot, *expected: str) -> dict[str, list[dict[str, Any]]]:
+    """The boot's journal entries of each event for the endpoint, `expected` ones present."""
+    found = boot.one("events")
+    assert found["missing"] == [], f"no journal event {found['missing']} for {NAME}: {found}"
+    events = {
+        event: [e for e in entries if e.get("ENDPOINT") == NAME]
+        for event, entries in found["events"].items()
+    }
+    for event in expected:
+        assert events[event], (event, found)
+        for entry in events[event]:
+            assert entry["MESSAGE"], entry
+    return events
+
+
+def test_install_journal_events(install: Boot) -> None:
+    """`journalctl MESSAGE_ID=` finds the approve and install of epycctl and epycd's ready."""
+    events = endpoint_events(install, "approve", "install", "ready")
+    for entry in events["approve"] + events["install"]:
+        assert (entry["SYSLOG_IDENTIFIER"], entry["PRIORITY"]) == ("epycctl", "6"), entry
+        assert "STATE" not in entry and "INSTANCE" not in entry, entry
+    assert all(e["REASON"].startswith("by root (uid 0) (") for e in events["approve"])
+    assert all(UNIT in e["REASON"] for e in events["install"]), events["install"]
+    for entry in events["ready"]:
+        assert (entry["SYSLOG_IDENTIFIER"], entry["STATE"]) == ("epycd", "ready"), entry
+
+
+def test_reboot_journal_events(machine: Machine) -> None:
+    """After kill -9, SIGSTOP and the edit: epycd's ready, restart, unhealthy and drift."""
+    boot = machine.boot("reboot")
+    events = endpoint_events(boot, "ready", "restart", "unhealthy", "drift")
+    for event in ("ready", "restart", "unhealthy", "drift"):
+        for entry in events[event]:
+            assert entry["SYSLOG_IDENTIFIER"] == "epycd" and entry["STATE"], entry
+            assert "INSTANCE" not in entry, entry
+    assert {e["STATE"] for e in events["ready"]} == {"ready"}
+    assert {e["PRIORITY"] for e in events["restart"] + events["unhealthy"]} == {"4"}
+    down = [e for e in events["unhealthy"] if e["STATE"] != "ready"]
+    assert down, f"no unhealthy event for the endpoint leaving ready: {events['unhealthy']}"
+    for entry in down:
+        assert entry["STATE"].split(":")[0] in {"starting", "failed", "approved"}, entry
+    [drift] = events["drift"]
+    assert (drift["STATE"], drift["PRIORITY"]) == ("changed-needs-approval", "5"), drift
+    assert drift["REASON"].startswith("the plan changed since approval"), drift
+
+
+def test_stop_journal_event(machine: Machine) -> None:
+    boot = machine.boot("edited-reboot")
+    [stop] = endpoint_events(boot, "stop")["stop"]
+    assert (stop["SYSLOG_IDENTIFIER"], stop["STATE"]) == ("epycctl", "stopped"), stop
+    assert stop["REASON"] == "by root (uid 0)", stop
+
+
+def test_start_journal_event(machine: Machine) -> None:
+    """`epycctl start` of the stopped endpoint (on broken weights: the start is the admin's,
+    the crash loop that follows is epycd's unhealthy and restart)."""
+    boot = machine.boot("stopped-reboot")
+    events = endpoint_events(boot, "start")
+    starts = [e for e in events["start"] if e["SYSLOG_IDENTIFIER"] == "epycctl"]
+    assert [e["REASON"] for e in starts] == ["by root (uid 0)"], events["start"]
+    assert "STATE" not in starts[0], starts
