@@ -50,8 +50,8 @@ from epycd.notify import Notifier
 from epycd.paths import DAEMON_STATUS_FILE
 from epycd.plan.model import Plan
 from epycd.settings import Settings, load_settings
-from epycd.status.changes import EVENT_LEVELS, SERVING, Seen, StateEvent, seen, state_events
-from epycd.status.machine import EndpointStatus
+from epycd.status.changes import EVENT_LEVELS, Seen, StateEvent, seen, state_events
+from epycd.status.machine import SERVING, EndpointStatus
 from epycd.status.units import STARTING_UNIT_STATES
 from epycd.text import escaped
 

@@ -45,8 +45,12 @@ MESSAGE_IDS: dict[Event, str] = {
 
 WARNING, NOTICE, INFO = 4, 5, 6
 """syslog priorities (journald's PRIORITY=)."""
-PRIORITIES: dict[Event, int] = {Event.UNHEALTHY: WARNING, Event.RESTART: WARNING}
-PRIORITIES[Event.DRIFT] = NOTICE
+PRIORITIES: dict[Event, int] = {
+    Event.UNHEALTHY: WARNING,
+    Event.RESTART: WARNING,
+    Event.DRIFT: NOTICE,
+}
+"""The others are INFO."""
 
 EPYCD = "epycd"
 EPYCCTL = "epycctl"

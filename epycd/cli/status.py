@@ -24,11 +24,10 @@ from epycd.events import EPYCCTL, Event, emit
 from epycd.settings import Settings, load_settings
 from epycd.status.handoff import Handoff
 from epycd.status.instances import InstanceLoad
-from epycd.status.machine import EndpointStatus
+from epycd.status.machine import SERVING, EndpointStatus
 from epycd.text import escaped, escaped_lines
 
 JOURNAL_TAIL_LINES = 20
-SERVING = frozenset({"ready", "degraded"})
 NEEDS_DAEMON = "tokens/s: needs epycd running (it keeps the last minute)"
 
 

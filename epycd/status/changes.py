@@ -12,14 +12,16 @@ from dataclasses import dataclass, field
 
 from epycd.approval.crashloop import Failure, failure_text
 from epycd.events import Event
-from epycd.status.machine import NOT_HEALTHY, EndpointStatus
-
-SERVING = frozenset({"ready", "degraded"})
+from epycd.status.machine import NOT_HEALTHY, SERVING, EndpointStatus
 
 UNHEALTHY_KINDS = frozenset({"starting", "failed", "approved", "crash-loop"})
 """Not serving, and not by the admin's doing (stopped, removed, changed): `unhealthy`."""
-EVENT_LEVELS = {Event.UNHEALTHY: logging.WARNING, Event.RESTART: logging.WARNING}
-EVENT_LEVELS[Event.DRIFT] = logging.WARNING
+EVENT_LEVELS = {
+    Event.UNHEALTHY: logging.WARNING,
+    Event.RESTART: logging.WARNING,
+    Event.DRIFT: logging.WARNING,
+}
+"""The level of the line logged when stderr is not the journal; the others are INFO."""
 
 
 @dataclass(frozen=True)

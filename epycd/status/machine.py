@@ -67,6 +67,8 @@ COUNT_WORDS = (
     ("install-interrupted", "install interrupted"),
 )
 INTERRUPTED = "install-interrupted"
+SERVING = frozenset({"ready", "degraded"})
+"""The states in which an endpoint answers requests."""
 NOT_HEALTHY = "not healthy: "
 """How the reason of a ready endpoint whose supervisor stopped pinging the watchdog begins."""
 
