@@ -20,6 +20,7 @@ TOOLS = REPO / "tests" / "tools"
 BUILDS = {
     "quadlet.sh": "quadlet",
     "haproxy.sh": "haproxy",
+    "prometheus.sh": "prometheus",
     "rootfs.sh": "rootfs",
     "engine_rootfs.sh": "rootfs-trixie-podman",
     "vllm_venv.sh": "vllm-venv",
