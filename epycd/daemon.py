@@ -271,15 +271,16 @@ class Daemon:
         from epycd.status.collect import collect_status
 
         try:
-            self.statuses = collect_status(self.settings, self.planned)
+            statuses = collect_status(self.settings, self.planned)
         except EpycError as exc:
             log.error("status: %s", exc)
             return
+        self.read_load(statuses)
+        self.statuses = statuses
         lines = transitions(self.states, self.statuses, self.left_serving)
         events = state_events(self.seen, self.statuses)
         self.seen = seen(self.statuses)
         self.announce(lines, events)
-        self.read_load()
 
     def announce(self, lines: Sequence[str], events: Sequence[StateEvent]) -> None:
         """The transition lines and the events, each once: an endpoint's ready or unhealthy
@@ -307,21 +308,23 @@ class Daemon:
             if line in said.values():
                 log.warning("%s", escaped(line))
 
-    def read_load(self) -> None:
-        """The serving instances' load, added to the window and to their statuses."""
+    def read_load(self, statuses: Sequence[EndpointStatus]) -> None:
+        """The serving instances' load, added to the window and to `statuses` before they
+        replace the daemon's (a scrape reads those from its own thread)."""
         from epycd.metrics.scrape import read_all, targets
 
         serving = [
             self.approved[status.name]
-            for status in self.statuses
+            for status in statuses
             if status.state in SERVING and status.name in self.approved
         ]
         self.loads.add(read_all(targets(serving)), time.monotonic())
-        for status in self.statuses:
+        for status in statuses:
             status.load = self.loads.loads(status.name) if status.state in SERVING else []
 
     def metrics_source(self) -> tuple[list[EndpointStatus], dict[str, Plan]]:
-        """What a scrape reads: replaced, never changed in place, by the daemon's thread."""
+        """What a scrape reads: both are replaced whole by the daemon's thread, never changed
+        in place."""
         return self.statuses, self.approved
 
     def approved_plans(self) -> list[Plan]:

@@ -237,10 +237,10 @@ class Progress:
     tokens: float
 
 
-def parse_progress(text: str) -> Progress:
-    """The requests running and the prompt + generation tokens counted so far, from a
-    Prometheus exposition; ValueError when it is not one or lacks vLLM's metrics."""
-    sums = dict.fromkeys((RUNNING_METRIC, *TOKEN_METRICS), 0.0)
+def metric_sums(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    """Each of `names` summed over its samples (every label set) in a Prometheus
+    exposition; ValueError when it is not one or lacks one of them."""
+    sums = dict.fromkeys(names, 0.0)
     seen: set[str] = set()
     try:
         for family in text_string_to_metric_families(text):
@@ -250,9 +250,16 @@ def parse_progress(text: str) -> Progress:
                     seen.add(sample.name)
     except (ValueError, IndexError, KeyError, TypeError) as error:
         raise ValueError(f"not a Prometheus exposition ({error})") from None
-    missing = [name for name in (RUNNING_METRIC, *TOKEN_METRICS) if name not in seen]
+    missing = [name for name in names if name not in seen]
     if missing:
         raise ValueError("no " + ", ".join(missing))
+    return sums
+
+
+def parse_progress(text: str) -> Progress:
+    """The requests running and the prompt + generation tokens counted so far, from a
+    Prometheus exposition; ValueError when it is not one or lacks vLLM's metrics."""
+    sums = metric_sums(text, (RUNNING_METRIC, *TOKEN_METRICS))
     return Progress(running=sums[RUNNING_METRIC], tokens=sum(sums[n] for n in TOKEN_METRICS))
 
 

@@ -12,17 +12,15 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from epycd.health import RUNNING_METRIC, TOKEN_METRICS, metric_sums
 from epycd.metrics.scrape import Reading, Target
 from epycd.status.instances import InstanceLoad
 
 WINDOW_S = 60.0
-RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 KV_USAGE = "vllm:kv_cache_usage_perc"
-TOKENS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
-WANTED = (RUNNING, WAITING, KV_USAGE, *TOKENS)
+WANTED = (RUNNING_METRIC, WAITING, KV_USAGE, *TOKEN_METRICS)
+"""The stall watch's metrics (epycd.health), and the queue and the KV cache's use."""
 
 
 @dataclass(frozen=True)
@@ -39,19 +37,9 @@ def parse_sample(text: str, at: float) -> Sample:
     exposition is about 50 kB): reading every 10 s must stay cheap. ValueError when one is
     missing."""
     lines = [line for line in text.splitlines() if line.startswith(WANTED)]
-    sums = dict.fromkeys(WANTED, 0.0)
-    seen = set()
-    for family in text_string_to_metric_families("\n".join(lines) + "\n"):
-        for sample in family.samples:
-            if sample.name in sums:
-                sums[sample.name] += sample.value
-                seen.add(sample.name)
-    missing = [name for name in WANTED if name not in seen]
-    if missing:
-        raise ValueError(f"no {', '.join(missing)} in /metrics")
-    return Sample(
-        at, sums[RUNNING], sums[WAITING], sums[KV_USAGE], sum(sums[name] for name in TOKENS)
-    )
+    sums = metric_sums("\n".join(lines) + "\n", WANTED)
+    tokens = sum(sums[name] for name in TOKEN_METRICS)
+    return Sample(at, sums[RUNNING_METRIC], sums[WAITING], sums[KV_USAGE], tokens)
 
 
 def load_of(instance: int, samples: Sequence[Sample]) -> InstanceLoad:
