@@ -57,7 +57,6 @@ from epycd.text import escaped
 
 log = logging.getLogger("epycd")
 
-STATUS_FILE = DAEMON_STATUS_FILE
 
 POLL_SECONDS = 3.0
 REFRESH_SECONDS = 10.0
@@ -446,12 +445,11 @@ class Daemon:
         if content == self.written:
             return
         data = {"updated": datetime.now(UTC).isoformat(timespec="seconds"), **content}
+        path = self.settings.run_dir / DAEMON_STATUS_FILE
         try:
-            write_atomic(
-                self.settings.run_dir / STATUS_FILE, (json.dumps(data, indent=2) + "\n").encode()
-            )
+            write_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
         except OSError as exc:
-            log.error("cannot write %s: %s", self.settings.run_dir / STATUS_FILE, exc)
+            log.error("cannot write %s: %s", path, exc)
             return
         self.written = content
 

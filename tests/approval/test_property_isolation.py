@@ -30,7 +30,8 @@ from epycd.approval.install import journal_path
 from epycd.approval.record import approval_path
 from epycd.approval.state import CurrentPlan, Unplanned
 from epycd.cli import main
-from epycd.daemon import STATUS_FILE, Daemon
+from epycd.daemon import Daemon
+from epycd.paths import DAEMON_STATUS_FILE
 from epycd.plan.model import Problem
 from epycd.spec import load_endpoints
 from epycd.stack import shipped_stack
@@ -216,7 +217,7 @@ def check_everything(world: World, command: tuple[str, ...]) -> None:
     daemon.planned = dict(world.env.plans)
     daemon.refresh()
     daemon.publish()
-    written = json.loads((settings.run_dir / STATUS_FILE).read_text())
+    written = json.loads((settings.run_dir / DAEMON_STATUS_FILE).read_text())
     states = {row["name"]: row["state"] for row in written["endpoints"]}
     assert {n: states[n] for n in OTHERS} == {
         n: world.baseline["status"][n]["state"] for n in OTHERS
