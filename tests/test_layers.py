@@ -4,7 +4,7 @@ functions): a module imports only from its own layer or the layers below it.
     8 commands          cli, daemon, __main__
     7 metrics           metrics
     6 status            status
-    5 render, approval  render, approval
+    5 render, approval  render, approval, export
     4 plan              plan
     3 inputs, serving   host, spec, model, stack; health, supervisor (what a unit runs)
     2 settings          settings
@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("settings", frozenset({"settings"})),
     ("inputs, serving", frozenset({"host", "spec", "model", "stack", "health", "supervisor"})),
     ("plan", frozenset({"plan"})),
-    ("render, approval", frozenset({"render", "approval"})),
+    ("render, approval", frozenset({"render", "approval", "export"})),
     ("status", frozenset({"status"})),
     ("metrics", frozenset({"metrics"})),
     ("commands", frozenset({"cli", "daemon", "__main__"})),

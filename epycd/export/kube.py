@@ -1,0 +1,513 @@
+"""`epycctl export kube`: an approved or current `Plan` as Kubernetes objects (plain dicts),
+the KubeletConfiguration fragment the nodes need, and notes (docs/fleet.md).
+
+Nothing is invented: the image, `vllm serve`'s arguments, the environment, the sizing and
+the start budget are the plan's; each constant added here is named with its reason. What
+the host does that Kubernetes has no field for (the exact CPUs and NUMA nodes, the memory
+binding, the OpenMP bind list, rlimits, the supervisor's watchdog, systemd's restart policy,
+the approval check) is said in `notes`, never dropped silently.
+
+- A CPU endpoint: a Deployment of one replica and a ClusterIP Service on the plan's port.
+  Guaranteed QoS (requests == limits): `cpu` the instance's CPU count, `memory` the plan's
+  server footprint (`memory.process_gb`) rounded up to whole GiB plus `MEMORY_MARGIN_GIB`.
+  With the kubelet of `nodes.kubelet_config` such a pod gets whole CPUs and memory of one
+  NUMA node, so an instance the plan spread over several nodes is refused (its fix: one
+  instance per node, `instances = "auto"`).
+- An instance set: `replicas` = the set's count, each pod sized like its largest member,
+  a PodDisruptionBudget of `min_ready`; the Service spreads the requests (HAProxy's
+  leastconn is not kept).
+- An Instinct endpoint: `amd.com/gpu` = its GPU count, the recipe's env and args.
+- `kserve=True`: a KServe InferenceService (serving.kserve.io/v1beta1) instead of the
+  Deployment and Service (and PodDisruptionBudget).
+
+Secrets are references (`secretKeyRef`) to Secrets the admin creates; their values never
+appear. A local model folder needs a PersistentVolumeClaim (`model_volume`); a hub id is
+downloaded into the HF cache (that claim, or an emptyDir).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from epycd.errors import InputError, Refusal
+from epycd.export.nodes import generation_affinity, kubelet_config, node_selector
+from epycd.host.cpulist import parse_cpulist
+from epycd.host.facts import HostFacts
+from epycd.names import unit_name
+from epycd.plan.model import (
+    CpuEndpoint,
+    HfCacheMount,
+    InstanceSetEndpoint,
+    InstinctEndpoint,
+    Plan,
+    SingleEndpoint,
+)
+from epycd.render.gpu import GPU_CAPABILITY
+from epycd.render.quadlet import HEALTH_INTERVAL, HEALTH_RETRIES, HEALTH_TIMEOUT
+from epycd.stack import Stack
+
+MEMORY_MARGIN_GIB = 2
+"""Added to the plan's server footprint for the memory request and limit: the pod's cgroup
+is also charged the page cache of the weights it reads and its tmpfs (/dev/shm), which the
+plan's `process_gb` (weights + KV pool + vLLM's processes) does not count; at the limit the
+kernel kills the container, where the host only had its OS headroom to share."""
+PROBE_PERIOD_S = int(HEALTH_INTERVAL.removesuffix("s"))
+PROBE_TIMEOUT_S = int(HEALTH_TIMEOUT.removesuffix("s"))
+PROBE_FAILURES = int(HEALTH_RETRIES)
+"""The probes' period, timeout and failures: those of the Quadlet unit's podman health
+check (epycd.render.quadlet), so a pod is judged as the host's container is."""
+HEALTH_PATH = "/health"
+POD_LISTEN = "0.0.0.0"
+"""A pod is reached on its own IP (by the Service): vLLM listens on every address of the
+pod's network namespace, which is the pod's alone."""
+CONTAINER = "vllm"
+PORT_NAME = "http"
+HF_CACHE_IN_CONTAINER = HfCacheMount.model_fields["container_path"].default
+"""Where the images' huggingface_hub (running as root) keeps its cache: the plan's mount."""
+HF_HOME = "HF_HOME"
+"""Set by the plan of a host endpoint to the host's cache folder (epycd.plan.hfcache)."""
+API_KEY_ENV = "VLLM_API_KEY"
+HF_TOKEN_ENV = "HF_TOKEN"
+API_KEY_SECRET_KEY = "api-key"
+HF_TOKEN_SECRET_KEY = "hf-token"
+LEFT_TO_THE_POD = ("VLLM_CPU_OMP_THREADS_BIND", "HIP_VISIBLE_DEVICES")
+"""Plan env naming host CPU or GPU numbers: in a pod vLLM binds to the container's own CPU
+set, and the device plugin hands the pod its GPUs (numbered from 0 inside it)."""
+MAX_NAME = 63
+"""Kubernetes' limit on a Service's (DNS-1035 label) and a pod template's names."""
+APP = "epyc-llm"
+
+
+@dataclass
+class KubeExport:
+    objects: list[dict[str, Any]]
+    kubelet_config: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"objects": self.objects, "kubelet_config": self.kubelet_config,
+                "notes": self.notes}  # fmt: skip
+
+
+def export_kube(
+    plan: Plan,
+    host: HostFacts,
+    stack: Stack,
+    *,
+    kserve: bool = False,
+    model_volume: str | None = None,
+) -> KubeExport:
+    """The plan as Kubernetes objects, the nodes' kubelet fragment and the notes. Raises
+    InputError (naming the endpoint file and the fix) for what the export cannot write."""
+    decisions = plan.decisions
+    notes: list[str] = []
+    check_name(decisions.unit_name, decisions.config_file)
+    process = pod_process(decisions, notes)
+    container = vllm_container(decisions, process, stack, model_volume, notes)
+    volumes = pod_volumes(decisions, process, model_volume)
+    pod: dict[str, Any] = {"nodeSelector": node_selector(decisions)}
+    affinity = generation_affinity(decisions, host, stack, notes)
+    if affinity is not None:
+        pod["affinity"] = affinity
+    replicas = decisions.instances.count if isinstance(decisions, InstanceSetEndpoint) else 1
+    notes += host_notes(decisions, process)
+    objects: list[dict[str, Any]]
+    if kserve:
+        objects = [inference_service(decisions, container, pod, volumes, replicas, notes)]
+    else:
+        objects = [
+            deployment(decisions, container, pod | {"volumes": volumes}, replicas),
+            service(decisions),
+        ]
+        if isinstance(decisions, InstanceSetEndpoint):
+            objects.append(disruption_budget(decisions))
+    return KubeExport(objects, kubelet_config(host), notes)
+
+
+def check_name(name: str, config_file: str) -> None:
+    longest = f"{name}-{HF_TOKEN_SECRET_KEY}"
+    if len(name) > MAX_NAME or name.endswith("-") or len(longest) > 253:
+        raise InputError(
+            f"{name} is not a Kubernetes object name (at most {MAX_NAME} characters, not "
+            "ending in '-')",
+            file=config_file,
+            fix="rename the endpoint file to a shorter name ending in a letter or digit",
+        )
+
+
+def labels(decisions: SingleEndpoint | InstanceSetEndpoint) -> dict[str, str]:
+    return {"app.kubernetes.io/name": APP, "app.kubernetes.io/instance": decisions.endpoint}
+
+
+def metadata(decisions: SingleEndpoint | InstanceSetEndpoint) -> dict[str, Any]:
+    return {"name": decisions.unit_name, "labels": labels(decisions)}
+
+
+def cpu_count(process: SingleEndpoint) -> int:
+    return len(parse_cpulist(process.cpus))
+
+
+def pod_process(
+    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint, notes: list[str]
+) -> SingleEndpoint:
+    """The one vLLM process every pod runs: the endpoint's, or a set's largest member
+    (most CPUs, then most memory), refused when it spans NUMA nodes."""
+    if isinstance(decisions, InstanceSetEndpoint):
+        members = decisions.members
+        process: SingleEndpoint = max(members, key=lambda m: (cpu_count(m), m.memory.process_gb))
+        if any(m.vllm_args != process.vllm_args or m.env != process.env for m in members):
+            notes.append(
+                f"every replica runs instance {process.instance}'s arguments and env (the "
+                "largest); the plan's members differ in sizing or port"
+            )
+    else:
+        process = decisions
+    if isinstance(process, CpuEndpoint) and len(process.numa_nodes) > 1:
+        raise Refusal(
+            f"{decisions.endpoint}'s instance spans NUMA nodes "
+            f"{','.join(map(str, process.numa_nodes))}: a Guaranteed pod under the "
+            "single-numa-node Topology Manager gets one node's CPUs and memory",
+            file=decisions.config_file,
+            fix='set instances = "auto" (one instance per NUMA node) in the endpoint file, '
+            "then epycctl export kube again",
+        )
+    return process
+
+
+def serve_args(process: SingleEndpoint, notes: list[str]) -> list[str]:
+    """`vllm serve`'s arguments as planned, listening on every address of the pod."""
+    args = list(process.vllm_args)
+    for index, arg in enumerate(args[:-1]):
+        if arg == "--host" and args[index + 1] != POD_LISTEN:
+            notes.append(
+                f"vLLM listens on {POD_LISTEN} in the pod (the plan: {args[index + 1]}); the "
+                "Service reaches it on the pod's IP"
+            )
+            args[index + 1] = POD_LISTEN
+    return args
+
+
+def image_of(
+    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
+    stack: Stack,
+    notes: list[str],
+) -> tuple[str, bool]:
+    """The image and whether its entrypoint is `vllm serve`: the plan's, or on the host path
+    (no image) the stack's CPU image for the plan's backend."""
+    if decisions.image is not None:
+        return decisions.image, decisions.image_entrypoint_is_vllm_serve
+    if decisions.backend == "zentorch":
+        image, entry = stack.image, stack.image_entrypoint_is_vllm_serve
+    else:
+        image, entry = stack.stock_image_pinned, stack.stock_image.entrypoint_is_vllm_serve
+    notes.append(
+        f"the plan runs the host vLLM {decisions.vllm_executable} ({decisions.vllm_version}); "
+        f"the pod runs the stack's {decisions.backend} image {image} (vLLM "
+        f"{stack.vllm_version})"
+    )
+    return image, entry
+
+
+def env_of(process: SingleEndpoint, notes: list[str]) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = []
+    for key, value in sorted(process.env.items()):
+        if key in LEFT_TO_THE_POD:
+            notes.append(f"{key}={value} is not set: {left_to_the_pod(key)}")
+            continue
+        if key == HF_HOME and value != HF_CACHE_IN_CONTAINER:
+            notes.append(f"{HF_HOME} is the pod's volume {HF_CACHE_IN_CONTAINER}, not {value}")
+            value = HF_CACHE_IN_CONTAINER
+        env.append({"name": key, "value": value})
+    if process.api_key_file:
+        env.append(secret_env(API_KEY_ENV, process, API_KEY_SECRET_KEY))
+        notes.append(secret_note(process, process.api_key_file, API_KEY_SECRET_KEY))
+    if process.hf_token_file:
+        env.append(secret_env(HF_TOKEN_ENV, process, HF_TOKEN_SECRET_KEY))
+        notes.append(secret_note(process, process.hf_token_file, HF_TOKEN_SECRET_KEY))
+    return env
+
+
+def left_to_the_pod(key: str) -> str:
+    if key == "HIP_VISIBLE_DEVICES":
+        return "the device plugin gives the pod its GPUs, numbered from 0 inside it"
+    return "vLLM's OpenMP threads bind to the container's own CPU set (the CPU Manager's)"
+
+
+def secret_name(process: SingleEndpoint, key: str) -> str:
+    """`epyc-llm-NAME-KEY`: the endpoint's (a set's members share it)."""
+    return f"{unit_name(process.endpoint)}-{key}"
+
+
+def secret_env(variable: str, process: SingleEndpoint, key: str) -> dict[str, Any]:
+    reference = {"name": secret_name(process, key), "key": key}
+    return {"name": variable, "valueFrom": {"secretKeyRef": reference}}
+
+
+def secret_note(process: SingleEndpoint, path: str, key: str) -> str:
+    return (
+        f"create the Secret {secret_name(process, key)} (key {key}) from the root-only file "
+        f"{path}: kubectl create secret generic {secret_name(process, key)} "
+        f"--from-file={key}={path}"
+    )
+
+
+def model_mount(
+    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
+    process: SingleEndpoint,
+    model_volume: str | None,
+) -> tuple[str, bool]:
+    """(where the model volume is mounted, read-only?): a local folder at the path vLLM is
+    given, a hub id's HF cache at the images' cache folder."""
+    if decisions.chat_template:
+        raise InputError(
+            "a chat template file has no place in a pod",
+            file=decisions.config_file,
+            key="chat_template",
+            fix="remove chat_template to use the model's own template, then export again",
+        )
+    model_arg = process.invocation.model_arg if process.invocation else process.vllm_args[0]
+    if model_arg.startswith("/"):
+        if model_volume is None:
+            raise InputError(
+                f"{decisions.endpoint} serves the local folder {decisions.model}, which a pod "
+                "does not have",
+                file=decisions.config_file,
+                key="model",
+                fix="copy the folder into a PersistentVolumeClaim and give it with "
+                "--model-volume CLAIM",
+            )
+        return model_arg, True
+    return HF_CACHE_IN_CONTAINER, False
+
+
+def pod_volumes(
+    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
+    process: SingleEndpoint,
+    model_volume: str | None,
+) -> list[dict[str, Any]]:
+    _, read_only = model_mount(decisions, process, model_volume)
+    if model_volume is None:
+        return [{"name": "model", "emptyDir": {}}]
+    claim = {"claimName": model_volume, "readOnly": read_only}
+    return [{"name": "model", "persistentVolumeClaim": claim}]
+
+
+def vllm_container(
+    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
+    process: SingleEndpoint,
+    stack: Stack,
+    model_volume: str | None,
+    notes: list[str],
+) -> dict[str, Any]:
+    image, entry_is_serve = image_of(decisions, stack, notes)
+    mount_path, read_only = model_mount(decisions, process, model_volume)
+    container: dict[str, Any] = {"name": CONTAINER, "image": image}
+    container["imagePullPolicy"] = "IfNotPresent"
+    if not entry_is_serve:
+        container["command"] = ["vllm", "serve"]
+    container["args"] = serve_args(process, notes)
+    container["env"] = env_of(process, notes)
+    container["ports"] = [{"name": PORT_NAME, "containerPort": process.port, "protocol": "TCP"}]
+    container["resources"] = resources(process)
+    container.update(probes(process))
+    mount = {"name": "model", "mountPath": mount_path, "readOnly": read_only}
+    container["volumeMounts"] = [mount]
+    container["securityContext"] = security_context(process)
+    return container
+
+
+def resources(process: SingleEndpoint) -> dict[str, Any]:
+    """Requests == limits (Guaranteed QoS): integer CPUs and whole GiB for a CPU instance;
+    the GPUs of an Instinct endpoint (its plan sizes VRAM, not host memory)."""
+    if isinstance(process, InstinctEndpoint):
+        wanted: dict[str, str] = {"amd.com/gpu": str(len(process.gpus))}
+    else:
+        wanted = {"cpu": str(cpu_count(process)), "memory": f"{memory_gib(process)}Gi"}
+    return {"requests": dict(wanted), "limits": dict(wanted)}
+
+
+def memory_gib(process: CpuEndpoint) -> int:
+    return math.ceil(process.memory.process_gb) + MEMORY_MARGIN_GIB
+
+
+def probes(process: SingleEndpoint) -> dict[str, Any]:
+    """Startup on /health for the plan's whole start budget, then readiness and liveness."""
+    startup = math.ceil(process.start_timeout_s / PROBE_PERIOD_S)
+    return {
+        "startupProbe": health_probe(startup),
+        "readinessProbe": health_probe(PROBE_FAILURES),
+        "livenessProbe": health_probe(PROBE_FAILURES),
+    }
+
+
+def health_probe(failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": HEALTH_PATH, "port": PORT_NAME},
+        "periodSeconds": PROBE_PERIOD_S,
+        "timeoutSeconds": PROBE_TIMEOUT_S,
+        "failureThreshold": failures,
+    }
+
+
+def security_context(process: SingleEndpoint) -> dict[str, Any]:
+    """The units' confinement (epycd.render.commands.CONTAINER_CONFINEMENT): every
+    capability dropped but SYS_NICE (and SYS_PTRACE on Instinct, the recipe's), no new
+    privileges; an Instinct container runs without a seccomp filter, as its unit does."""
+    add = ["SYS_NICE", GPU_CAPABILITY] if isinstance(process, InstinctEndpoint) else ["SYS_NICE"]
+    context: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": add},
+    }
+    if isinstance(process, InstinctEndpoint):
+        context["seccompProfile"] = {"type": "Unconfined"}
+    return context
+
+
+def deployment(
+    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
+    container: dict[str, Any],
+    pod: dict[str, Any],
+    replicas: int,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(decisions),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels(decisions)},
+            "template": {
+                "metadata": {"labels": labels(decisions)},
+                "spec": {"containers": [container], **pod},
+            },
+        },
+    }
+
+
+def service(decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint) -> dict[str, Any]:
+    port = {"name": PORT_NAME, "port": decisions.port, "targetPort": PORT_NAME, "protocol": "TCP"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(decisions),
+        "spec": {"type": "ClusterIP", "selector": labels(decisions), "ports": [port]},
+    }
+
+
+def disruption_budget(decisions: InstanceSetEndpoint) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(decisions),
+        "spec": {
+            "minAvailable": decisions.instances.min_ready,
+            "selector": {"matchLabels": labels(decisions)},
+        },
+    }
+
+
+KSERVE_OWNS = ("--host", "--port", "--served-model-name")
+"""Flags the KServe HuggingFace runtime sets itself (its listen address and model name)."""
+
+
+def inference_service(
+    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
+    container: dict[str, Any],
+    pod: dict[str, Any],
+    volumes: list[dict[str, Any]],
+    replicas: int,
+    notes: list[str],
+) -> dict[str, Any]:
+    """A KServe InferenceService on its HuggingFace runtime (vLLM inside): the model id and
+    served name as the runtime's flags, the rest of the plan's `vllm serve` flags after."""
+    args = list(container["args"][1:])
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg in KSERVE_OWNS:
+            skip = True
+            continue
+        kept.append(arg)
+    model = {
+        "modelFormat": {"name": "huggingface"},
+        "args": [
+            f"--model_name={decisions.served_model_name}",
+            f"--model_id={container['args'][0]}",
+            *kept,
+        ],
+        "env": container["env"],
+        "resources": container["resources"],
+        "volumeMounts": container["volumeMounts"],
+    }
+    notes.append(
+        "KServe: the HuggingFace runtime's image (the cluster's ServingRuntime) runs, not "
+        f"{container['image']}; it listens on its own port and sets --host, --port and "
+        "--served-model-name itself; probes are KServe's"
+    )
+    predictor = {"minReplicas": replicas, "maxReplicas": replicas, **pod, "volumes": volumes}
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": metadata(decisions),
+        "spec": {"predictor": predictor | {"model": model}},
+    }
+
+
+def host_notes(
+    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint, process: SingleEndpoint
+) -> list[str]:
+    """Each host decision with no Kubernetes field, in words."""
+    nodes = ",".join(map(str, process.numa_nodes))
+    notes = [
+        f"the plan pins {process.cpus} (socket {process.socket}) and binds memory to NUMA "
+        f"node(s) {nodes}: in a cluster the CPU, Memory and Topology Managers choose the CPUs "
+        "and the node (the kubelet fragment)",
+        f"LimitMEMLOCK={decisions.limit_memlock} and LimitNOFILE={decisions.limit_nofile} "
+        "have no pod field: the container runtime's limits apply",
+        "--ipc=host is not kept: the pod has its own IPC namespace and /dev/shm",
+        "the boot-time approval check (ExecCondition=) has no equivalent: review these "
+        "manifests as you review the plan; the cluster runs what it is given",
+        "the health gate's model list and one request are not probes: readiness is /health",
+    ]
+    if isinstance(process, CpuEndpoint):
+        notes.append(
+            f"the plan pins {cpu_count(process)} CPUs, one thread per core; the static CPU "
+            "manager gives a pod whole cores with their SMT siblings, so on an SMT node "
+            f"cpu {cpu_count(process)} is half as many cores"
+        )
+    healing = decisions.healing
+    if healing is not None:
+        notes.append(
+            f"systemd's Restart={healing.restart} (RestartSec={healing.restart_sec}, crash "
+            f"loop after {healing.start_limit_burst} failed runs) is the kubelet's restart "
+            "policy Always with its own back-off (CrashLoopBackOff)"
+        )
+        if healing.watchdog_s is not None:
+            notes.append(
+                f"the supervisor's watchdog (WatchdogSec={healing.watchdog_s}) is the "
+                "liveness probe on /health"
+            )
+        notes.append(
+            f"a stalled engine (requests running, no token for {healing.stall_s} s) is not "
+            "detected: the liveness probe sees /health only"
+        )
+    if isinstance(decisions, InstanceSetEndpoint):
+        notes.append(
+            "HAProxy's leastconn is replaced by the Service's spreading over the ready pods"
+        )
+    if isinstance(decisions, InstinctEndpoint):
+        notes.append(
+            f"the plan's GPUs {','.join(map(str, decisions.gpus))} ({decisions.gfx_version}) "
+            "are the device plugin's choice in a cluster; the pod asks for no host CPUs or "
+            "memory (the plan sizes VRAM), so it is not Guaranteed"
+        )
+    notes += [f"the plan needed consent: {reason}" for reason in decisions.confirmation_reasons]
+    return notes
+
+
+__all__ = ["KubeExport", "export_kube"]
