@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("epycd.cli.bench", "bench"),
     "instinct-recipes": ("epycd.cli.instinct", "instinct_recipes"),
     "metrics": ("epycd.cli.metrics", "metrics"),
+    "export": ("epycd.cli.export", "export"),
 }
 
 

@@ -1,0 +1,144 @@
+"""`epycctl export kube NAME [--kserve] [--output DIR] [--model-volume CLAIM] [--json]`:
+the plan `epycctl plan NAME` shows (the approved one when NAME is approved) as Kubernetes
+manifests (epycd.export.kube, docs/fleet.md). Multi-document YAML on stdout, led by the notes
+as `#` comments, then the KubeletConfiguration fragment the nodes need; or with --output DIR
+one file per object (KIND-NAME.yaml) plus kubelet-config.yaml and NOTES.txt. The notes also
+go to stderr. Nothing is applied to a cluster.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from epycd.cli.options import TEXT, NonEmptyPath
+from epycd.cli.output import json_option, print_json
+from epycd.errors import InputError, Refusal
+from epycd.settings import load_settings
+
+if TYPE_CHECKING:
+    from epycd.host.facts import HostFacts
+    from epycd.plan.model import Plan
+
+KUBELET_FILE = "kubelet-config.yaml"
+NOTES_FILE = "NOTES.txt"
+
+
+def comment(lines: list[str] | tuple[str, ...]) -> str:
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def dump(objects: list[dict[str, Any]]) -> str:
+    import yaml
+
+    class Plain(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    return yaml.dump_all(objects, Dumper=Plain, sort_keys=False)
+
+
+def object_file(obj: dict[str, Any]) -> str:
+    return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+
+
+def write_files(folder: Path, files: dict[str, str], force: bool) -> None:
+    """Every file, or none when one exists already (without --force)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    present = sorted(name for name in files if (folder / name).exists())
+    if present and not force:
+        raise Refusal(
+            f"{', '.join(present)} exist(s) in {folder}",
+            file=folder,
+            fix="give another --output folder, or --force to overwrite",
+        )
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+
+
+def planned(name: str) -> tuple[Plan, HostFacts]:
+    """(the approved plan, else the current one; the host's facts), as `epycctl plan`."""
+    from epycd.approval.record import approved_plans, load_approval
+    from epycd.plan.current import endpoint_specs, plan_endpoints
+    from epycd.render import render_for_plan
+
+    settings = load_settings()
+    specs = endpoint_specs(settings)
+    approval = load_approval(settings, name)
+    if name not in {spec.name for spec in specs} and approval is None:
+        raise InputError(
+            f"no endpoint file {name}.toml",
+            file=settings.config_dir,
+            fix=f"create {settings.config_dir / (name + '.toml')} (examples in etc/)",
+        )
+    results, host = plan_endpoints(
+        settings, approved_plans(settings), render=render_for_plan, specs=specs
+    )
+    if approval is not None:
+        return approval.plan, host
+    result = next(r for r in results if r.endpoint == name)
+    if result.plan is None:
+        problem = result.errors[0] if result.errors else None
+        raise Refusal(
+            f"{name} has no plan: {problem.text if problem else 'refused'}",
+            file=result.config_file,
+            fix=f"epycctl plan {name} shows why",
+        )
+    return result.plan, host
+
+
+@click.group("export")
+def export() -> None:
+    """Write an endpoint's plan for another engine (Kubernetes)."""
+
+
+@export.command("kube")
+@click.argument("name")
+@click.option("--kserve", is_flag=True, help="a KServe InferenceService (HuggingFace runtime)")
+@click.option(
+    "--output",
+    type=NonEmptyPath(path_type=Path, file_okay=False),
+    default=None,
+    help="write one file per object into this folder instead of stdout",
+)
+@click.option("--force", is_flag=True, help="overwrite files already in --output")
+@click.option(
+    "--model-volume",
+    type=TEXT,
+    default=None,
+    metavar="CLAIM",
+    help="PersistentVolumeClaim holding the model (a local folder) or the HF cache (a hub id)",
+)
+@json_option("print the objects, the kubelet fragment and the notes as JSON")
+def kube(
+    name: str,
+    kserve: bool,
+    output: Path | None,
+    force: bool,
+    model_volume: str | None,
+    as_json: bool,
+) -> None:
+    """NAME's plan as Kubernetes manifests (printed or written, never applied)."""
+    from epycd.export.kube import export_kube
+    from epycd.export.nodes import KUBELET_COMMENT
+    from epycd.stack import shipped_stack
+
+    plan, host = planned(name)
+    done = export_kube(plan, host, shipped_stack(), kserve=kserve, model_volume=model_volume)
+    kubelet = comment(KUBELET_COMMENT) + dump([done.kubelet_config])
+    if output is not None:
+        files = {object_file(obj): dump([obj]) for obj in done.objects}
+        files[KUBELET_FILE] = kubelet
+        files[NOTES_FILE] = "".join(f"- {note}\n" for note in done.notes)
+        write_files(output, files, force)
+    if as_json:
+        print_json(done.as_json())
+    elif output is None:
+        header = [f"epyc-llm {name}: written by epycctl export kube; notes:"]
+        click.echo(comment(header + [f"- {note}" for note in done.notes]), nl=False)
+        click.echo(dump(done.objects), nl=False)
+        click.echo("---\n" + kubelet, nl=False)
+    for note in done.notes:
+        click.echo(f"note: {note}", err=True)
