@@ -19,6 +19,7 @@ from epycd.errors import InputError, Refusal
 from epycd.settings import load_settings
 
 if TYPE_CHECKING:
+    from epycd.export.kube import KubeExport
     from epycd.host.facts import HostFacts
     from epycd.plan.model import Plan
 
@@ -38,6 +39,19 @@ def dump(objects: list[dict[str, Any]]) -> str:
             return True
 
     return yaml.dump_all(objects, Dumper=Plain, sort_keys=False)
+
+
+def kubelet_text(done: KubeExport) -> str:
+    from epycd.export.nodes import KUBELET_COMMENT
+
+    return comment(KUBELET_COMMENT) + dump([done.kubelet_config])
+
+
+def stdout_text(name: str, done: KubeExport) -> str:
+    """What stdout gets: the notes as comments, the objects, then the kubelet fragment."""
+    header = [f"epyc-llm {name}: written by epycctl export kube; notes:"]
+    notes = comment(header + [f"- {note}" for note in done.notes])
+    return notes + dump(done.objects) + "---\n" + kubelet_text(done)
 
 
 def object_file(obj: dict[str, Any]) -> str:
@@ -122,12 +136,11 @@ def kube(
 ) -> None:
     """NAME's plan as Kubernetes manifests (printed or written, never applied)."""
     from epycd.export.kube import export_kube
-    from epycd.export.nodes import KUBELET_COMMENT
     from epycd.stack import shipped_stack
 
     plan, host = planned(name)
     done = export_kube(plan, host, shipped_stack(), kserve=kserve, model_volume=model_volume)
-    kubelet = comment(KUBELET_COMMENT) + dump([done.kubelet_config])
+    kubelet = kubelet_text(done)
     if output is not None:
         files = {object_file(obj): dump([obj]) for obj in done.objects}
         files[KUBELET_FILE] = kubelet
@@ -136,9 +149,6 @@ def kube(
     if as_json:
         print_json(done.as_json())
     elif output is None:
-        header = [f"epyc-llm {name}: written by epycctl export kube; notes:"]
-        click.echo(comment(header + [f"- {note}" for note in done.notes]), nl=False)
-        click.echo(dump(done.objects), nl=False)
-        click.echo("---\n" + kubelet, nl=False)
+        click.echo(stdout_text(name, done), nl=False)
     for note in done.notes:
         click.echo(f"note: {note}", err=True)

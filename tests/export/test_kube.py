@@ -1,0 +1,219 @@
+"""`epycctl export kube` from the real planner (issue 30, stage 1): goldens for a CPU
+endpoint (stock on Milan, docker; zentorch from a host vLLM), an instance set (Genoa NPS4,
+podman) and an Instinct endpoint (MI300X), and KServe for the first; every object valid
+against the Kubernetes schemas of several minor versions; Guaranteed QoS and the
+single-NUMA-node condition on every fake host shape; no secret value in any output.
+
+`tests/golden/CASE/kube.yaml` (and `kserve.yaml`) are what stdout gets, `@TMP@` for the
+test's folder. `UPDATE_GOLDEN=1` writes them anew: review the diff before committing it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from epycd.cli.export import stdout_text
+from epycd.errors import Refusal
+from epycd.export.kube import KubeExport, export_kube
+from epycd.host.facts import HostFacts
+from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, Plan
+from epycd.sizes import GIB
+from epycd.stack import shipped_stack
+from tests.hosts import CATALOGUE
+from tests.plan.conftest import PlanWorkspace, fake_host
+from tests.render.test_golden import GOLDEN, PLACEHOLDER, case_folder, plan_results
+from tests.render.test_golden_outputs import check_golden
+
+VERSIONS = ("1.29", "1.31", "1.33", kubernetes_validate.utils.latest_version())
+"""Kubernetes minor versions the objects must validate against (strict: no unknown field);
+the last is the newest the installed kubernetes-validate knows."""
+GOLDEN_CASES = {
+    "milan-docker": "olmo",
+    "host-vllm": "host-qwen",
+    "instances-podman-nps4": "qwen",
+    "instinct-mi300x-podman": "gpu",
+}
+"""Golden case -> the endpoint exported: a CPU endpoint on the stock path, one on a host
+vLLM (the stack's image instead), an instance set and an Instinct endpoint."""
+KUBE_KINDS = {"Deployment", "Service", "PodDisruptionBudget"}
+
+
+def exported(case: str, tmp: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) -> str:
+    """stdout of `export kube` for the case's endpoint, the folder as the placeholder."""
+    done, folder = export_case(case, tmp, monkeypatch, **options)
+    return stdout_text(GOLDEN_CASES[case], done).replace(folder, PLACEHOLDER)
+
+
+def export_case(
+    case: str, tmp: Path, monkeypatch: pytest.MonkeyPatch, **options: Any
+) -> tuple[KubeExport, str]:
+    import tomllib
+
+    from tests.render.test_golden import GoldenCase
+
+    tmp.mkdir(exist_ok=True)
+    with case_folder(case, tmp) as folder:
+        results = plan_results(case, folder, monkeypatch)
+        plan = results[GOLDEN_CASES[case]].plan
+        assert plan is not None
+        spec = GoldenCase.model_validate(tomllib.loads((GOLDEN / case / "case.toml").read_text()))
+        host = fake_host(folder / "export-host", spec.host, spec.runtimes)
+        return export_kube(plan, host, shipped_stack(), **options), str(folder)
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_golden(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    check_golden(GOLDEN / case / "kube.yaml", exported(case, tmp_path, monkeypatch))
+
+
+def test_golden_kserve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = exported("instances-podman-nps4", tmp_path, monkeypatch, kserve=True)
+    check_golden(GOLDEN / "instances-podman-nps4" / "kserve.yaml", text)
+
+
+def validate(objects: list[dict[str, Any]]) -> None:
+    for obj in objects:
+        for version in VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_every_object_validates(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    done, _ = export_case(case, tmp_path, monkeypatch)
+    assert {obj["kind"] for obj in done.objects} <= KUBE_KINDS
+    validate(done.objects)
+    # and stdout is the same objects, as YAML documents
+    text = stdout_text(GOLDEN_CASES[case], done)
+    documents = list(yaml.safe_load_all(text))
+    assert documents[:-1] == done.objects and documents[-1] == done.kubelet_config
+
+
+def test_a_broken_object_does_not_validate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The validation is strict: an unknown field is an error."""
+    done, _ = export_case("milan-docker", tmp_path, monkeypatch)
+    broken = json.loads(json.dumps(done.objects[0]))
+    broken["spec"]["template"]["spec"]["containers"][0]["cpuset"] = "0-63"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, VERSIONS[-1], strict=True)
+
+
+def test_kserve_structure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The InferenceService: the HuggingFace model format, the model id and served name as the
+    runtime's flags, the plan's other flags, the pods' resources, env and replicas."""
+    plain, _ = export_case("instances-podman-nps4", tmp_path / "a", monkeypatch)
+    done, _ = export_case("instances-podman-nps4", tmp_path / "b", monkeypatch, kserve=True)
+    [isvc] = done.objects
+    assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
+    assert isvc["kind"] == "InferenceService"
+    predictor = isvc["spec"]["predictor"]
+    container = plain.objects[0]["spec"]["template"]["spec"]["containers"][0]
+    model = predictor["model"]
+    assert model["modelFormat"] == {"name": "huggingface"}
+    assert model["args"][:2] == ["--model_name=Qwen/Qwen3-0.6B", "--model_id=Qwen/Qwen3-0.6B"]
+    assert "--max-num-seqs" in model["args"] and "--host" not in model["args"]
+    assert model["resources"] == container["resources"] and model["env"] == container["env"]
+    assert predictor["minReplicas"] == predictor["maxReplicas"] == 4
+    assert predictor["nodeSelector"] == plain.objects[0]["spec"]["template"]["spec"]["nodeSelector"]
+
+
+def test_a_set_is_replicas_with_a_disruption_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done, _ = export_case("instances-podman-nps4", tmp_path, monkeypatch)
+    deployment, service, budget = done.objects
+    assert deployment["spec"]["replicas"] == 4
+    assert budget["kind"] == "PodDisruptionBudget" and budget["spec"]["minAvailable"] == 3
+    assert service["spec"]["ports"][0]["port"] == 8000
+    assert any("leastconn" in note for note in done.notes)
+
+
+def test_the_instinct_pod_asks_for_its_gpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done, _ = export_case("instinct-mi300x-podman", tmp_path, monkeypatch)
+    pod = done.objects[0]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["resources"]["limits"] == {"amd.com/gpu": "1"}
+    assert container["resources"]["requests"] == {"amd.com/gpu": "1"}
+    assert {"name": "VLLM_ROCM_USE_AITER_FP4BMM", "value": "0"} in container["env"]
+    assert not any(e["name"] == "HIP_VISIBLE_DEVICES" for e in container["env"])
+    assert pod["nodeSelector"] == {"feature.node.kubernetes.io/amd-gpu": "true"}
+
+
+def test_the_host_path_gets_the_stacks_image(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done, _ = export_case("host-vllm", tmp_path, monkeypatch)
+    [container] = done.objects[0]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == shipped_stack().image
+    assert container["command"] == ["vllm", "serve"]
+    assert any("the stack's zentorch image" in note for note in done.notes)
+
+
+# --- every fake host shape -------------------------------------------------------------
+
+
+def quantity_gib(value: str) -> int:
+    assert value.endswith("Gi"), value
+    return int(value.removesuffix("Gi"))
+
+
+def assert_fits_one_node(objects: list[dict[str, Any]], host: HostFacts) -> None:
+    """Guaranteed QoS (requests == limits, an integer cpu) and a pod no bigger than one NUMA
+    node's cores and memory: the single-numa-node Topology Manager can place it."""
+    cores = min(len(node.cpus) for node in host.nodes if node.cpus) // host.threads_per_core
+    memory = min(node.memory_total_bytes for node in host.nodes if node.cpus) / GIB
+    for obj in objects:
+        if obj["kind"] != "Deployment":
+            continue
+        for container in obj["spec"]["template"]["spec"]["containers"]:
+            requests, limits = container["resources"]["requests"], container["resources"]["limits"]
+            assert requests == limits, container["resources"]
+            assert str(int(requests["cpu"])) == requests["cpu"]
+            assert int(requests["cpu"]) <= cores, (requests, cores)
+            assert quantity_gib(requests["memory"]) <= memory, (requests, memory)
+
+
+def plan_on(tmp: Path, shape: str, text: str) -> tuple[Plan | None, str, HostFacts]:
+    tmp.mkdir()
+    ws = PlanWorkspace(tmp)
+    ws.endpoint("llm", text)
+    host = fake_host(tmp, shape)
+    result = ws.plan(host)["llm"]
+    reason = "; ".join(problem.text for problem in result.errors)
+    return result.plan, reason, host
+
+
+@pytest.mark.parametrize("shape", sorted(CATALOGUE))
+def test_guaranteed_and_one_numa_node_on_every_shape(shape: str, tmp_path: Path) -> None:
+    """A set of instances = "auto" and one instance, on every catalogue shape the planner
+    serves: the set's pods always fit one node; the one instance's too, or the export refuses
+    it because the plan spread it over several nodes."""
+    refused, exported = [], []
+    for kind, text in (("set", 'instances = "auto"\n'), ("one", "")):
+        plan, reason, host = plan_on(tmp_path / kind, shape, text)
+        if plan is None:
+            refused.append(f"{kind}: {reason}")
+            continue
+        decisions = plan.decisions
+        try:
+            done = export_kube(plan, host, shipped_stack(), model_volume="models")
+        except Refusal as error:
+            assert isinstance(decisions, CpuEndpoint) and len(decisions.numa_nodes) > 1, error
+            assert 'instances = "auto"' in str(error) and decisions.config_file in str(error)
+            continue
+        if isinstance(decisions, InstanceSetEndpoint):
+            assert done.objects[0]["spec"]["replicas"] == decisions.instances.count
+        assert_fits_one_node(done.objects, host)
+        validate(done.objects)
+        exported.append(kind)
+    print(shape, "exported:", exported, "planner refused:", refused)
+    assert "set" in exported or refused, f"{shape}: the set was neither exported nor refused"
+    if len(refused) == 2:
+        pytest.skip(f"{shape}: the planner refuses it: {refused}")
