@@ -16,6 +16,7 @@ import click
 from epycd.cli.options import TEXT, NonEmptyPath
 from epycd.cli.output import json_option, print_json
 from epycd.errors import InputError, Refusal
+from epycd.names import is_endpoint_name
 from epycd.settings import load_settings
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def planned(name: str) -> tuple[Plan, HostFacts]:
 
     settings = load_settings()
     specs = endpoint_specs(settings)
-    approval = load_approval(settings, name)
+    approval = load_approval(settings, name) if is_endpoint_name(name) else None
     if name not in {spec.name for spec in specs} and approval is None:
         raise InputError(
             f"no endpoint file {name}.toml",
