@@ -2,7 +2,9 @@
 endpoint (stock on Milan, docker; zentorch from a host vLLM), an instance set (Genoa NPS4,
 podman) and an Instinct endpoint (MI300X), and KServe for the first; every object valid
 against the Kubernetes schemas of several minor versions; Guaranteed QoS and the
-single-NUMA-node condition on every fake host shape; no secret value in any output.
+single-NUMA-node condition on every fake host shape; no secret value in any output; every
+InferenceService valid against KServe's schema (tests/export/kserve/generate.py says how it
+is made and why it is closed where the CRD's is open).
 
 `tests/golden/CASE/kube.yaml` (and `kserve.yaml`) are what stdout gets, `@TMP@` for the
 test's folder. `UPDATE_GOLDEN=1` writes them anew: review the diff before committing it.
@@ -14,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -42,6 +45,7 @@ GOLDEN_CASES = {
 """Golden case -> the endpoint exported: a CPU endpoint on the stock path, one on a host
 vLLM (the stack's image instead), an instance set and an Instinct endpoint."""
 KUBE_KINDS = {"Deployment", "Service", "PodDisruptionBudget"}
+KSERVE_SCHEMA = Path(__file__).parent / "kserve" / "inferenceservice-v1beta1.schema.json"
 
 
 def exported(case: str, tmp: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) -> str:
@@ -103,12 +107,58 @@ def test_a_broken_object_does_not_validate(tmp_path: Path, monkeypatch: pytest.M
         kubernetes_validate.validate(broken, VERSIONS[-1], strict=True)
 
 
+def kserve_errors(isvc: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft202012Validator(json.loads(KSERVE_SCHEMA.read_text()))
+    return [
+        f"{'/'.join(map(str, error.absolute_path))}: {error.message}"
+        for error in validator.iter_errors(isvc)
+    ]
+
+
+def inference_service(done: KubeExport) -> dict[str, Any]:
+    [isvc] = [obj for obj in done.objects if obj["kind"] == "InferenceService"]
+    return isvc
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_every_inference_service_validates(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done, _ = export_case(case, tmp_path, monkeypatch, kserve=True)
+    assert kserve_errors(inference_service(done)) == []
+    validate([obj for obj in done.objects if obj["kind"] != "InferenceService"])
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        (("spec", "predictor", "model", "cpuset"), "0-63"),
+        (("spec", "predictor", "model", "resources", "limits"), [{"cpu": "4"}]),
+        (("spec", "predictor", "model", "resources", "limits", "memory"), "85 GiB"),
+        (("spec", "predictor", "minReplicas"), "4"),
+        (("spec", "predictor", "model", "modelFormat"), "huggingface"),
+    ],
+)
+def test_a_broken_inference_service_does_not_validate(
+    where: tuple[str, ...], value: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The schema is closed and typed: an unknown field, a wrong type or a quantity Kubernetes
+    would not parse is an error."""
+    done, _ = export_case("instances-podman-nps4", tmp_path, monkeypatch, kserve=True)
+    broken = json.loads(json.dumps(inference_service(done)))
+    parent = broken
+    for key in where[:-1]:
+        parent = parent[key]
+    parent[where[-1]] = value
+    assert kserve_errors(broken), broken
+
+
 def test_kserve_structure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The InferenceService: the HuggingFace model format, the model id and served name as the
     runtime's flags, the plan's other flags, the pods' resources, env and replicas."""
     plain, _ = export_case("instances-podman-nps4", tmp_path / "a", monkeypatch)
     done, _ = export_case("instances-podman-nps4", tmp_path / "b", monkeypatch, kserve=True)
-    [isvc] = done.objects
+    isvc = inference_service(done)
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
     assert isvc["kind"] == "InferenceService"
     predictor = isvc["spec"]["predictor"]
