@@ -19,7 +19,7 @@ BASE = "systemd,systemd-sysv,dbus,ca-certificates,python3,python3-venv,numactl,u
 STAMPS = {
     "rootfs": "bookworm systemd,systemd-sysv,dbus,python3,python3-venv,numactl,util-linux,"
     "procps,ca-certificates,libstdc++6,libgomp1 v1",
-    "rootfs-trixie-podman": f"trixie {BASE},podman,crun,conmon,netavark v1",
+    "rootfs-trixie-podman": f"trixie {BASE},podman,crun,conmon,netavark,catatonit v1",
     "rootfs-bookworm-docker": f"bookworm {BASE},docker.io,containerd,runc v1",
 }
 """What each cached tree's .epyc-stamp holds (the trees built so far have these)."""

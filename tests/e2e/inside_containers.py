@@ -5,8 +5,11 @@ helpers it reuses (copied beside it into /opt/e2e). One phase per boot:
 install         install.sh; an endpoint with the configured runtime and the local image;
                 approve --no-pull; the units, the container's processes and cgroup, the HF
                 cache mount, a chat, status
-reboot          back with no new approval; then `epycctl stop`
-stopped-reboot  not started at boot; an absent image with --no-pull; `epycctl remove`
+reboot          back with no new approval; `epycctl export kube` of the approved plan
+                (podman); then `epycctl stop`
+stopped-reboot  not started at boot; `epycctl remove`; the exported Deployment under
+                `podman kube play` (podman): its cgroup limits, /health, a chat; an absent
+                image with --no-pull
 """
 
 from __future__ import annotations
@@ -43,6 +46,14 @@ ENGINE: str = CONFIG["engine"]
 CONTAINER = f"epyc-llm-{NAME}"
 ABSENT: str = CONFIG["absent"]
 ABSENT_UNIT = f"epyc-llm-{ABSENT}.service"
+KUBE_EXPORT = Path("/var/lib/e2e-kube-export.json")
+"""The reboot boot's `epycctl export kube --json` (kept on the machine's disk for the next)."""
+KUBE_FILE = Path("/var/lib/e2e-kube-deployment.json")
+KUBE_VOLUME = "tiny-hf-cache"
+"""The --model-volume claim: under `podman kube play` a podman volume of that name, bound to
+the machine's HF cache as a PersistentVolumeClaim would hold it in a cluster."""
+HF_CACHE = "/root/.cache/huggingface"
+KUBE_READY_S = 600
 
 
 def container_pids() -> list[int]:
@@ -102,6 +113,80 @@ def approve(name: str, check: str) -> dict[str, Any]:
     return done
 
 
+def export_kube() -> None:
+    done = run(
+        "epycctl", "export", "kube", NAME, "--json", "--model-volume", KUBE_VOLUME,
+        timeout=120, check="kube_export",
+    )  # fmt: skip
+    if done["rc"] == 0:
+        KUBE_EXPORT.write_text(done["stdout"])
+
+
+def kube_container() -> str | None:
+    """The Deployment's vLLM container under `podman kube play` (named POD-CONTAINER)."""
+    done = run("podman", "ps", "--format", "{{.Names}}")
+    names = [n for n in done["stdout"].split() if n.endswith("-vllm")]
+    return names[0] if names else None
+
+
+def cgroup_limits(pid: int) -> dict[str, str]:
+    """The CPU quota and memory limit the container's v1 cgroups enforce."""
+    found: dict[str, str] = {}
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        base = Path("/sys/fs/cgroup") / controllers / path.lstrip("/")
+        for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us", "memory.limit_in_bytes"):
+            if (
+                controllers
+                and name.split(".")[0] in controllers.split(",")
+                and (base / name).is_file()
+            ):
+                found[name] = (base / name).read_text().strip()
+    return found
+
+
+def kube_play() -> None:
+    """The exported Deployment, as a cluster would get it, under podman's own Kubernetes
+    player: one change, hostNetwork (this nspawn machine has no CAP_NET_ADMIN for a pod
+    network); the model's claim is a podman volume bound to the HF cache."""
+    if not KUBE_EXPORT.is_file():
+        record("kube_play", rc=None, stderr=f"no {KUBE_EXPORT}: the export failed")
+        return
+    objects = json.loads(KUBE_EXPORT.read_text())["objects"]
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    deployment["spec"]["template"]["spec"]["hostNetwork"] = True
+    KUBE_FILE.write_text(json.dumps(deployment, indent=1))
+    run(
+        "podman", "volume", "create", "--opt", "type=none", "--opt", "o=bind",
+        "--opt", f"device={HF_CACHE}", KUBE_VOLUME, check="kube_volume",
+    )  # fmt: skip
+    play = run("podman", "kube", "play", str(KUBE_FILE), timeout=600, check="kube_play")
+    if play["rc"] != 0:
+        return
+    started = time.monotonic()
+    ready = wait_until(
+        "the pod's /health", lambda: inside.health(CONFIG["port"]) == 200, KUBE_READY_S, 2
+    )
+    record("kube_ready", ready=ready, seconds=round(time.monotonic() - started, 1))
+    name = kube_container()
+    inspect = run("podman", "inspect", name or "none")
+    facts = json.loads(inspect["stdout"])[0] if inspect["rc"] == 0 else {}
+    host_config, pid = facts.get("HostConfig", {}), facts.get("State", {}).get("Pid", 0)
+    record(
+        "kube_container",
+        name=name,
+        host_config={
+            k: host_config.get(k)
+            for k in ("NanoCpus", "CpuQuota", "CpuPeriod", "Memory", "CapAdd", "Ulimits")
+        },
+        cgroup=cgroup_limits(pid) if pid else {},
+        processes=[process_facts(p) for p in ([pid, *inside.descendants(pid)] if pid else [])],
+    )
+    chat("kube_chat")
+    run("podman", "kube", "down", str(KUBE_FILE), timeout=300, check="kube_down")
+    engine_containers("containers_after_kube_down")
+
+
 def phase_install() -> None:
     record("pid1", comm=Path("/proc/1/comm").read_text().strip())
     run(ENGINE, "--version", check="engine_version")
@@ -135,6 +220,8 @@ def phase_reboot() -> None:
     chat("chat")
     epycctl_status("status", NAME)
     unit_files("files")
+    if ENGINE == "podman":
+        export_kube()
     run("epycctl", "stop", NAME, timeout=300, check="stop")
     record("unit_after_stop", **show(UNIT, "ActiveState", "SubState", "UnitFileState"))
     engine_containers("containers_after_stop")
@@ -154,6 +241,8 @@ def phase_stopped_reboot() -> None:
     record("unit_after_remove", **show(UNIT, "LoadState", "ActiveState"))
     engine_containers("containers_after_remove")
     record("unit_file_after_remove", exists=UNIT_FILE.exists())
+    if ENGINE == "podman":
+        kube_play()
 
     (inside.ENDPOINT_FILE.parent / f"{ABSENT}.toml").write_text(CONFIG["absent_toml"])
     approve(ABSENT, "absent_approve")

@@ -8,9 +8,10 @@ tests/e2e/inside_containers.py:
 install         approve --no-pull -> `activating` until podman's health check passes
                 (Notify=healthy) -> `active`; the container's CPUs, memory nodes, cgroup
                 cpuset and NUMA bind; the HF cache mount; a chat; status ready with the URL
-reboot          back with no new approval; `epycctl stop`
-stopped-reboot  not started at boot; an absent image with --no-pull fails once, clearly;
-                `epycctl remove` removes the container
+reboot          back with no new approval; `epycctl export kube` (podman); `epycctl stop`
+stopped-reboot  not started at boot; `epycctl remove` removes the container; the exported
+                Deployment under `podman kube play` (podman): limits in its cgroups, a chat;
+                an absent image with --no-pull fails once, clearly
 
 What nesting the engines in nspawn needed on these machines, and why (the least found to work):
 - Hybrid cgroups on the host (v1 controllers; the cgroup2 tree has no controllers, a
@@ -32,6 +33,10 @@ What nesting the engines in nspawn needed on these machines, and why (the least 
   crun cannot raise the container's rlimits ("setrlimit RLIMIT_NOFILE: Operation not
   permitted"): only then a Quadlet drop-in (podman) or a `docker` wrapper ahead on PATH
   lowers them to the hard limits the machine allows.
+- `podman kube play` needs catatonit for its pods' infra containers (a package podman
+  recommends) and a pod network, which needs CAP_NET_ADMIN: the played Deployment gets
+  `hostNetwork: true`, its one change. Without CAP_SYS_RESOURCE, containers.conf's
+  default_ulimits lower the played container's rlimits as the drop-in does the units'.
 - The image lives in the cache as a podman store, mounted read-only as an additional
   image store (no 3.5 GB copy per run); docker loads the cached docker-archive (about 40-85 s).
 """
@@ -318,13 +323,21 @@ def write_machine(root: Path, work: Path, config: dict[str, Any]) -> None:
 
 
 def set_up_podman(root: Path) -> None:
-    """cgroupfs, no keyring, the cached image as a read-only store; a drop-in for rlimits."""
+    """cgroupfs, no keyring, the cached image as a read-only store; rlimits the sandbox
+    allows (a drop-in for the units, default_ulimits for `podman kube play`)."""
     containers = root / "etc" / "containers"
-    (containers / "containers.conf").write_text(CONTAINERS_CONF)
-    (containers / "storage.conf").write_text(STORAGE_CONF)
     limits = sandbox_rlimits()
+    conf = CONTAINERS_CONF
     if limits is not None:
         nofile, memlock = limits
+        conf = conf.replace(
+            "[containers]\n",
+            f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", '
+            f'"memlock={memlock}:{memlock}"]\n',
+        )
+    (containers / "containers.conf").write_text(conf)
+    (containers / "storage.conf").write_text(STORAGE_CONF)
+    if limits is not None:
         drop_in = (
             "[Container]\n"
             f"PodmanArgs=--ulimit=nofile={nofile}:{nofile} --ulimit=memlock={memlock}:{memlock}\n"
@@ -503,6 +516,55 @@ def test_reboot_serves_without_a_new_approval_and_stop_holds(
     assert stopped.one("unit")["ActiveState"] == "inactive", stopped.one("unit")
     assert f"epyc-llm-{NAME}" not in stopped.one("containers")["names"]
     assert endpoint(stopped.one("status")["status"], NAME)["state"] == "stopped"
+
+
+def threads_per_core() -> int:
+    siblings = Path("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list").read_text()
+    return len(parse_cpulist(siblings.strip()))
+
+
+@pytest.fixture(scope="module")
+def kube_player(engine: Engine) -> Engine:
+    """Set up before the machine (same scope, asked for first): docker's is never booted
+    for a test it would skip."""
+    if engine.name != "podman":
+        pytest.skip("`podman kube play` is podman's: docker has no Kubernetes player")
+    return engine
+
+
+def test_the_kube_export_serves_under_podman_kube_play(
+    kube_player: Engine, engine_machine: EngineMachine, plan: dict[str, Any]
+) -> None:
+    """Issue 30: the Deployment `epycctl export kube` writes from the approved plan, played
+    by podman's own Kubernetes player: Guaranteed requests from the plan, enforced by the
+    container's cgroups, and it serves the model."""
+    exported = engine_machine.boot("reboot").one("kube_export")
+    assert exported["rc"] == 0, exported["stderr"]
+    objects = json.loads(exported["stdout"])["objects"]
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == IMAGE, container
+    requests, limits = container["resources"]["requests"], container["resources"]["limits"]
+    assert requests == limits, container["resources"]
+    cpus = int(limits["cpu"])
+    assert cpus == len(parse_cpulist(plan["cpus"])) * threads_per_core(), (limits, plan["cpus"])
+    memory = int(limits["memory"].removesuffix("Gi")) * 2**30
+
+    boot = engine_machine.boot("stopped-reboot")
+    play = boot.one("kube_play")
+    assert play["rc"] == 0, play["stderr"][-3000:]
+    assert boot.one("kube_ready")["ready"], boot.one("kube_ready")
+    played = boot.one("kube_container")
+    processes = [p for p in played["processes"] if not p.get("gone")]
+    assert any("serve" in " ".join(p["cmdline"]) for p in processes), played
+    cgroup = played["cgroup"]
+    assert int(cgroup["cpu.cfs_quota_us"]) == cpus * int(cgroup["cpu.cfs_period_us"]), played
+    assert int(cgroup["memory.limit_in_bytes"]) == memory, played
+    chat = boot.one("kube_chat")
+    assert chat["rc"] == 0, chat["stderr"]
+    assert chat["reply"]["choices"] >= 1 and chat["reply"]["model"] == NAME, chat
+    assert boot.one("kube_down")["rc"] == 0, boot.one("kube_down")["stderr"]
+    assert played["name"] not in boot.one("containers_after_kube_down")["names"]
 
 
 def test_an_absent_image_fails_clearly_without_a_restart_loop(

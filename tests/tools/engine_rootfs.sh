@@ -3,7 +3,9 @@
 # systemd-nspawn (tests/e2e/test_containers.py), each with a container engine from Debian's
 # own packages (recipe: shared/reference/real-tools.md, "A real container engine inside
 # nspawn"):
-#   rootfs-trixie-podman   trixie: systemd 257, podman 5.4 with its Quadlet generator
+#   rootfs-trixie-podman   trixie: systemd 257, podman 5.4 with its Quadlet generator and
+#                          catatonit (the pause process of the infra container `podman kube play`
+#                          makes for a pod)
 #   rootfs-bookworm-docker bookworm: systemd 252, docker.io 20.10
 # The tests boot a fresh copy of each, so these cached trees stay pristine. A no-op for a
 # tree that is cached. Results: $EPYC_TEST_CACHE/rootfs-trixie-podman, .../rootfs-bookworm-docker
@@ -35,5 +37,5 @@ build() {
     echo "$1: debootstrapped $suite into $rootfs ($engine $version)"
 }
 
-build rootfs-trixie-podman trixie podman,crun,conmon,netavark podman '5.*'
+build rootfs-trixie-podman trixie podman,crun,conmon,netavark,catatonit podman '5.*'
 build rootfs-bookworm-docker bookworm docker.io,containerd,runc docker.io '20.10.*'
