@@ -8,11 +8,12 @@ binding, the OpenMP bind list, rlimits, the supervisor's watchdog, systemd's res
 the approval check) is said in `notes`, never dropped silently.
 
 - A CPU endpoint: a Deployment of one replica and a ClusterIP Service on the plan's port.
-  Guaranteed QoS (requests == limits): `cpu` the instance's CPU count, `memory` the plan's
-  server footprint (`memory.process_gb`) rounded up to whole GiB plus `MEMORY_MARGIN_GIB`.
-  With the kubelet of `nodes.kubelet_config` such a pod gets whole CPUs and memory of one
-  NUMA node, so an instance the plan spread over several nodes is refused (its fix: one
-  instance per node, `instances = "auto"`).
+  Guaranteed QoS (requests == limits): `cpu` the instance's cores times the planned host's
+  threads per core (`cpu_request`), `memory` the plan's server footprint
+  (`memory.process_gb`) rounded up to whole GiB plus `MEMORY_MARGIN_GIB`. With the kubelet
+  of `nodes.kubelet_config` such a pod gets whole cores and memory of one NUMA node, so an
+  instance the plan spread over several nodes is refused (its fix: one instance per node,
+  `instances = "auto"`).
 - An instance set: `replicas` = the set's count, each pod sized like its largest member,
   a PodDisruptionBudget of `min_ready`; the Service spreads the requests (HAProxy's
   leastconn is not kept).
@@ -105,14 +106,14 @@ def export_kube(
     notes: list[str] = []
     check_name(decisions.unit_name, decisions.config_file)
     process = pod_process(decisions, notes)
-    container = vllm_container(decisions, process, stack, model_volume, notes)
+    container = vllm_container(decisions, process, host, stack, model_volume, notes)
     volumes = pod_volumes(decisions, process, model_volume)
     pod: dict[str, Any] = {"nodeSelector": node_selector(decisions)}
     affinity = generation_affinity(decisions, host, stack, notes)
     if affinity is not None:
         pod["affinity"] = affinity
     replicas = decisions.instances.count if isinstance(decisions, InstanceSetEndpoint) else 1
-    notes += host_notes(decisions, process)
+    notes += host_notes(decisions, process, host)
     objects: list[dict[str, Any]]
     if kserve:
         objects = [inference_service(decisions, container, pod, volumes, replicas, notes)]
@@ -147,6 +148,13 @@ def metadata(decisions: SingleEndpoint | InstanceSetEndpoint) -> dict[str, Any]:
 
 def cpu_count(process: SingleEndpoint) -> int:
     return len(parse_cpulist(process.cpus))
+
+
+def cpu_request(process: SingleEndpoint, host: HostFacts) -> int:
+    """The pod's `cpu`: the plan pins N physical cores, one logical CPU each (its `cpus`);
+    the static CPU Manager counts logical CPUs, so N cores are N x the host's threads per
+    core, which `full-pcpus-only` (nodes.kubelet_config) hands out as whole cores."""
+    return cpu_count(process) * host.threads_per_core
 
 
 def pod_process(
@@ -297,6 +305,7 @@ def pod_volumes(
 def vllm_container(
     decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
     process: SingleEndpoint,
+    host: HostFacts,
     stack: Stack,
     model_volume: str | None,
     notes: list[str],
@@ -310,7 +319,7 @@ def vllm_container(
     container["args"] = serve_args(process, notes)
     container["env"] = env_of(process, notes)
     container["ports"] = [{"name": PORT_NAME, "containerPort": process.port, "protocol": "TCP"}]
-    container["resources"] = resources(process)
+    container["resources"] = resources(process, host)
     container.update(probes(process))
     mount = {"name": "model", "mountPath": mount_path, "readOnly": read_only}
     container["volumeMounts"] = [mount]
@@ -318,13 +327,15 @@ def vllm_container(
     return container
 
 
-def resources(process: SingleEndpoint) -> dict[str, Any]:
-    """Requests == limits (Guaranteed QoS): integer CPUs and whole GiB for a CPU instance;
-    the GPUs of an Instinct endpoint (its plan sizes VRAM, not host memory)."""
+def resources(process: SingleEndpoint, host: HostFacts) -> dict[str, Any]:
+    """Requests == limits (Guaranteed QoS): the cores' logical CPUs (`cpu_request`) and
+    whole GiB for a CPU instance; the GPUs of an Instinct endpoint (its plan sizes VRAM, not
+    host memory)."""
     if isinstance(process, InstinctEndpoint):
         wanted: dict[str, str] = {"amd.com/gpu": str(len(process.gpus))}
     else:
-        wanted = {"cpu": str(cpu_count(process)), "memory": f"{memory_gib(process)}Gi"}
+        cpu = str(cpu_request(process, host))
+        wanted = {"cpu": cpu, "memory": f"{memory_gib(process)}Gi"}
     return {"requests": dict(wanted), "limits": dict(wanted)}
 
 
@@ -459,7 +470,9 @@ def inference_service(
 
 
 def host_notes(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint, process: SingleEndpoint
+    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
+    process: SingleEndpoint,
+    host: HostFacts,
 ) -> list[str]:
     """Each host decision with no Kubernetes field, in words."""
     nodes = ",".join(map(str, process.numa_nodes))
@@ -475,10 +488,13 @@ def host_notes(
         "the health gate's model list and one request are not probes: readiness is /health",
     ]
     if isinstance(process, CpuEndpoint):
+        cores, threads = cpu_count(process), host.threads_per_core
         notes.append(
-            f"the plan pins {cpu_count(process)} CPUs, one thread per core; the static CPU "
-            "manager gives a pod whole cores with their SMT siblings, so on an SMT node "
-            f"cpu {cpu_count(process)} is half as many cores"
+            f"the plan pins {cores} cores, one thread each; the pod asks for cpu "
+            f"{cpu_request(process, host)} ({cores} cores x {threads} threads per core, this "
+            "host's SMT), which the static CPU Manager with full-pcpus-only gives as whole "
+            "cores: their SMT siblings stay idle as on the host, and vLLM's auto bind "
+            "(VLLM_CPU_OMP_THREADS_BIND unset) runs one OpenMP thread per core of the pod's CPUs"
         )
     healing = decisions.healing
     if healing is not None:

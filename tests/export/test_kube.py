@@ -24,6 +24,7 @@ import yaml
 from epycd.cli.export import stdout_text
 from epycd.errors import Refusal
 from epycd.export.kube import KubeExport, export_kube
+from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, Plan
 from epycd.sizes import GIB
@@ -214,20 +215,33 @@ def quantity_gib(value: str) -> int:
     return int(value.removesuffix("Gi"))
 
 
-def assert_fits_one_node(objects: list[dict[str, Any]], host: HostFacts) -> None:
-    """Guaranteed QoS (requests == limits, an integer cpu) and a pod no bigger than one NUMA
-    node's cores and memory: the single-numa-node Topology Manager can place it."""
-    cores = min(len(node.cpus) for node in host.nodes if node.cpus) // host.threads_per_core
+def planned_cores(decisions: CpuEndpoint | InstanceSetEndpoint) -> int:
+    """The physical cores the plan pins for one pod's process (a set's largest member)."""
+    members = decisions.members if isinstance(decisions, InstanceSetEndpoint) else [decisions]
+    return max(len(parse_cpulist(member.cpus)) for member in members)
+
+
+def assert_fits_one_node(
+    objects: list[dict[str, Any]], host: HostFacts, decisions: CpuEndpoint | InstanceSetEndpoint
+) -> None:
+    """Guaranteed QoS (requests == limits) with cpu = the plan's N cores x the host's threads
+    per core (whole cores under full-pcpus-only), no more logical CPUs and memory than one
+    NUMA node has: the single-numa-node Topology Manager can place it."""
+    logical = min(len(node.cpus) for node in host.nodes if node.cpus)
     memory = min(node.memory_total_bytes for node in host.nodes if node.cpus) / GIB
+    wanted = planned_cores(decisions) * host.threads_per_core
+    checked = 0
     for obj in objects:
         if obj["kind"] != "Deployment":
             continue
         for container in obj["spec"]["template"]["spec"]["containers"]:
             requests, limits = container["resources"]["requests"], container["resources"]["limits"]
             assert requests == limits, container["resources"]
-            assert str(int(requests["cpu"])) == requests["cpu"]
-            assert int(requests["cpu"]) <= cores, (requests, cores)
+            assert requests["cpu"] == str(wanted), (requests, wanted)
+            assert wanted <= logical, (wanted, logical)
             assert quantity_gib(requests["memory"]) <= memory, (requests, memory)
+            checked += 1
+    assert checked, "no Deployment container to check"
 
 
 def plan_on(tmp: Path, shape: str, text: str) -> tuple[Plan | None, str, HostFacts]:
@@ -260,7 +274,8 @@ def test_guaranteed_and_one_numa_node_on_every_shape(shape: str, tmp_path: Path)
             continue
         if isinstance(decisions, InstanceSetEndpoint):
             assert done.objects[0]["spec"]["replicas"] == decisions.instances.count
-        assert_fits_one_node(done.objects, host)
+        assert isinstance(decisions, CpuEndpoint | InstanceSetEndpoint), decisions
+        assert_fits_one_node(done.objects, host, decisions)
         validate(done.objects)
         exported.append(kind)
     print(shape, "exported:", exported, "planner refused:", refused)
