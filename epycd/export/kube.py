@@ -29,6 +29,7 @@ downloaded into the HF cache (that claim, or an emptyDir).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,16 @@ set, and the device plugin hands the pod its GPUs (numbered from 0 inside it).""
 MAX_NAME = 63
 """Kubernetes' limit on a Service's (DNS-1035 label) and a pod template's names."""
 APP = "epyc-llm"
+SHM_VOLUME = "dshm"
+SHM_PATH = "/dev/shm"
+"""The units run with --ipc=host (the host's /dev/shm); a pod has its own IPC namespace,
+whose /dev/shm is the runtime's 64 MiB default, too small for vLLM's shared-memory
+broadcast between its processes. A memory-backed emptyDir there, sized as the stack sizes
+an isolated IPC namespace (`Stack.isolated_ipc_shm_size`; the Instinct recipe's docker
+flags give no --shm-size, so it is the stack's too). Its pages are charged to the pod's
+memory limit, which is not raised for it (a note says so)."""
+SHM_UNITS = {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}
+"""docker's and podman's --shm-size units (powers of 1024) as Kubernetes quantity suffixes."""
 
 
 @dataclass
@@ -107,13 +118,13 @@ def export_kube(
     check_name(decisions.unit_name, decisions.config_file)
     process = pod_process(decisions, notes)
     container = vllm_container(decisions, process, host, stack, model_volume, notes)
-    volumes = pod_volumes(decisions, process, model_volume)
+    volumes = pod_volumes(decisions, process, stack, model_volume)
     pod: dict[str, Any] = {"nodeSelector": node_selector(decisions)}
     affinity = generation_affinity(decisions, host, stack, notes)
     if affinity is not None:
         pod["affinity"] = affinity
     replicas = decisions.instances.count if isinstance(decisions, InstanceSetEndpoint) else 1
-    notes += host_notes(decisions, process, host)
+    notes += host_notes(decisions, process, host, stack)
     objects: list[dict[str, Any]]
     if kserve:
         objects = [inference_service(decisions, container, pod, volumes, replicas, notes)]
@@ -293,13 +304,25 @@ def model_mount(
 def pod_volumes(
     decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
     process: SingleEndpoint,
+    stack: Stack,
     model_volume: str | None,
 ) -> list[dict[str, Any]]:
     _, read_only = model_mount(decisions, process, model_volume)
     if model_volume is None:
-        return [{"name": "model", "emptyDir": {}}]
-    claim = {"claimName": model_volume, "readOnly": read_only}
-    return [{"name": "model", "persistentVolumeClaim": claim}]
+        volumes: list[dict[str, Any]] = [{"name": "model", "emptyDir": {}}]
+    else:
+        claim = {"claimName": model_volume, "readOnly": read_only}
+        volumes = [{"name": "model", "persistentVolumeClaim": claim}]
+    shm = {"medium": "Memory", "sizeLimit": shm_quantity(stack.isolated_ipc_shm_size)}
+    return [*volumes, {"name": SHM_VOLUME, "emptyDir": shm}]
+
+
+def shm_quantity(size: str) -> str:
+    """A --shm-size (`16g`) as a Kubernetes quantity (`16Gi`)."""
+    found = re.fullmatch(r"(\d+)([bkmg]?)", size.strip().lower())
+    if found is None:
+        raise ValueError(f"isolated_ipc_shm_size {size!r} of the stack is not a --shm-size")
+    return found[1] + SHM_UNITS[found[2]]
 
 
 def vllm_container(
@@ -322,7 +345,7 @@ def vllm_container(
     container["resources"] = resources(process, host)
     container.update(probes(process))
     mount = {"name": "model", "mountPath": mount_path, "readOnly": read_only}
-    container["volumeMounts"] = [mount]
+    container["volumeMounts"] = [mount, {"name": SHM_VOLUME, "mountPath": SHM_PATH}]
     container["securityContext"] = security_context(process)
     return container
 
@@ -469,10 +492,26 @@ def inference_service(
     }
 
 
+def shm_note(process: SingleEndpoint, stack: Stack) -> str:
+    size = shm_quantity(stack.isolated_ipc_shm_size)
+    where = (
+        "are the node's memory (the pod has no memory limit: it is not Guaranteed)"
+        if isinstance(process, InstinctEndpoint)
+        else f"count against the pod's memory limit ({memory_gib(process)}Gi), which is not "
+        "raised for them"
+    )
+    return (
+        f"--ipc=host is not kept: the pod has its own IPC namespace, and {SHM_PATH} is a "
+        f"memory-backed emptyDir of {size} (the stack's isolated_ipc_shm_size, "
+        f"{stack.isolated_ipc_shm_size}) instead of the runtime's 64 MiB; its pages {where}"
+    )
+
+
 def host_notes(
     decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
     process: SingleEndpoint,
     host: HostFacts,
+    stack: Stack,
 ) -> list[str]:
     """Each host decision with no Kubernetes field, in words."""
     nodes = ",".join(map(str, process.numa_nodes))
@@ -482,7 +521,7 @@ def host_notes(
         "and the node (the kubelet fragment)",
         f"LimitMEMLOCK={decisions.limit_memlock} and LimitNOFILE={decisions.limit_nofile} "
         "have no pod field: the container runtime's limits apply",
-        "--ipc=host is not kept: the pod has its own IPC namespace and /dev/shm",
+        shm_note(process, stack),
         "the boot-time approval check (ExecCondition=) has no equivalent: review these "
         "manifests as you review the plan; the cluster runs what it is given",
         "the health gate's model list and one request are not probes: readiness is /health",

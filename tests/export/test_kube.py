@@ -23,7 +23,7 @@ import yaml
 
 from epycd.cli.export import stdout_text
 from epycd.errors import Refusal
-from epycd.export.kube import KubeExport, export_kube
+from epycd.export.kube import KubeExport, export_kube, shm_quantity
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, Plan
@@ -205,6 +205,45 @@ def test_the_host_path_gets_the_stacks_image(
     assert container["image"] == shipped_stack().image
     assert container["command"] == ["vllm", "serve"]
     assert any("the stack's zentorch image" in note for note in done.notes)
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_dev_shm_is_a_memory_volume_of_the_stacks_size(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--ipc=host becomes a memory-backed /dev/shm of the stack's isolated_ipc_shm_size, not
+    added to the memory request (a note says its pages count against the limit)."""
+    done, _ = export_case(case, tmp_path, monkeypatch)
+    pod = done.objects[0]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    shm = {"medium": "Memory", "sizeLimit": "16Gi"}
+    assert {"name": "dshm", "emptyDir": shm} in pod["volumes"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    [note] = [note for note in done.notes if "/dev/shm" in note]
+    assert "16Gi" in note and "--ipc=host" in note
+    if "memory" in container["resources"]["limits"]:
+        assert f"memory limit ({container['resources']['limits']['memory']})" in note
+
+
+def test_dev_shm_in_kserve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    done, _ = export_case("instances-podman-nps4", tmp_path, monkeypatch, kserve=True)
+    predictor = done.objects[0]["spec"]["predictor"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in predictor[
+        "volumes"
+    ]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in predictor["model"]["volumeMounts"]
+
+
+@pytest.mark.parametrize(
+    ("size", "quantity"), [("16g", "16Gi"), ("512m", "512Mi"), ("64K", "64Ki"), ("1024", "1024")]
+)
+def test_shm_quantity(size: str, quantity: str) -> None:
+    assert shm_quantity(size) == quantity
+
+
+def test_shm_quantity_refuses_what_is_not_a_shm_size() -> None:
+    with pytest.raises(ValueError, match="isolated_ipc_shm_size"):
+        shm_quantity("16GiB")
 
 
 # --- every fake host shape -------------------------------------------------------------
