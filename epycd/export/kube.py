@@ -21,6 +21,9 @@ the approval check) is said in `notes`, never dropped silently.
 - `kserve=True`: a KServe InferenceService (serving.kserve.io/v1beta1) instead of the
   Deployment and Service (and PodDisruptionBudget).
 
+An endpoint's `chat_template` file is read at export into a ConfigMap
+(`epyc-llm-NAME-chat-template`), mounted read-only where `--chat-template` points.
+
 Secrets are references (`secretKeyRef`) to Secrets the admin creates; their values never
 appear. A local model folder needs a PersistentVolumeClaim (`model_volume`); a hub id is
 downloaded into the HF cache (that claim, or an emptyDir).
@@ -29,18 +32,27 @@ downloaded into the HF cache (that claim, or an emptyDir).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from epycd.errors import InputError, Refusal
 from epycd.export.nodes import generation_affinity, kubelet_config, node_selector
+from epycd.export.volumes import (
+    CHAT_TEMPLATE,
+    HF_CACHE_IN_CONTAINER,
+    SHM_PATH,
+    SHM_VOLUME,
+    chat_template_map,
+    chat_template_mount,
+    model_mount,
+    pod_volumes,
+    shm_quantity,
+)
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
 from epycd.plan.model import (
     CpuEndpoint,
-    HfCacheMount,
     InstanceSetEndpoint,
     InstinctEndpoint,
     Plan,
@@ -66,8 +78,6 @@ POD_LISTEN = "0.0.0.0"
 pod's network namespace, which is the pod's alone."""
 CONTAINER = "vllm"
 PORT_NAME = "http"
-HF_CACHE_IN_CONTAINER = HfCacheMount.model_fields["container_path"].default
-"""Where the images' huggingface_hub (running as root) keeps its cache: the plan's mount."""
 HF_HOME = "HF_HOME"
 """Set by the plan of a host endpoint to the host's cache folder (epycd.plan.hfcache)."""
 API_KEY_ENV = "VLLM_API_KEY"
@@ -80,16 +90,6 @@ set, and the device plugin hands the pod its GPUs (numbered from 0 inside it).""
 MAX_NAME = 63
 """Kubernetes' limit on a Service's (DNS-1035 label) and a pod template's names."""
 APP = "epyc-llm"
-SHM_VOLUME = "dshm"
-SHM_PATH = "/dev/shm"
-"""The units run with --ipc=host (the host's /dev/shm); a pod has its own IPC namespace,
-whose /dev/shm is the runtime's 64 MiB default, too small for vLLM's shared-memory
-broadcast between its processes. A memory-backed emptyDir there, sized as the stack sizes
-an isolated IPC namespace (`Stack.isolated_ipc_shm_size`; the Instinct recipe's docker
-flags give no --shm-size, so it is the stack's too). Its pages are charged to the pod's
-memory limit, which is not raised for it (a note says so)."""
-SHM_UNITS = {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}
-"""docker's and podman's --shm-size units (powers of 1024) as Kubernetes quantity suffixes."""
 
 
 @dataclass
@@ -119,17 +119,21 @@ def export_kube(
     process = pod_process(decisions, notes)
     container = vllm_container(decisions, process, host, stack, model_volume, notes)
     volumes = pod_volumes(decisions, process, stack, model_volume)
+    template = chat_template_map(decisions, process, labels(decisions), notes)
+    if template is not None:
+        volumes.append({"name": CHAT_TEMPLATE, "configMap": {"name": template["metadata"]["name"]}})
+        container["volumeMounts"].append(chat_template_mount(decisions, process))
     pod: dict[str, Any] = {"nodeSelector": node_selector(decisions)}
     affinity = generation_affinity(decisions, host, stack, notes)
     if affinity is not None:
         pod["affinity"] = affinity
     replicas = decisions.instances.count if isinstance(decisions, InstanceSetEndpoint) else 1
     notes += host_notes(decisions, process, host, stack)
-    objects: list[dict[str, Any]]
+    objects: list[dict[str, Any]] = [] if template is None else [template]
     if kserve:
-        objects = [inference_service(decisions, container, pod, volumes, replicas, notes)]
+        objects.append(inference_service(decisions, container, pod, volumes, replicas, notes))
     else:
-        objects = [
+        objects += [
             deployment(decisions, container, pod | {"volumes": volumes}, replicas),
             service(decisions),
         ]
@@ -139,7 +143,7 @@ def export_kube(
 
 
 def check_name(name: str, config_file: str) -> None:
-    longest = f"{name}-{HF_TOKEN_SECRET_KEY}"
+    longest = f"{name}-{CHAT_TEMPLATE}"
     if len(name) > MAX_NAME or name.endswith("-") or len(longest) > 253:
         raise InputError(
             f"{name} is not a Kubernetes object name (at most {MAX_NAME} characters, not "
@@ -270,59 +274,6 @@ def secret_note(process: SingleEndpoint, path: str, key: str) -> str:
         f"{path}: kubectl create secret generic {secret_name(process, key)} "
         f"--from-file={key}={path}"
     )
-
-
-def model_mount(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
-    process: SingleEndpoint,
-    model_volume: str | None,
-) -> tuple[str, bool]:
-    """(where the model volume is mounted, read-only?): a local folder at the path vLLM is
-    given, a hub id's HF cache at the images' cache folder."""
-    if decisions.chat_template:
-        raise InputError(
-            "a chat template file has no place in a pod",
-            file=decisions.config_file,
-            key="chat_template",
-            fix="remove chat_template to use the model's own template, then export again",
-        )
-    model_arg = process.invocation.model_arg if process.invocation else process.vllm_args[0]
-    if model_arg.startswith("/"):
-        if model_volume is None:
-            raise InputError(
-                f"{decisions.endpoint} serves the local folder {decisions.model}, which a pod "
-                "does not have",
-                file=decisions.config_file,
-                key="model",
-                fix="copy the folder into a PersistentVolumeClaim and give it with "
-                "--model-volume CLAIM",
-            )
-        return model_arg, True
-    return HF_CACHE_IN_CONTAINER, False
-
-
-def pod_volumes(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
-    process: SingleEndpoint,
-    stack: Stack,
-    model_volume: str | None,
-) -> list[dict[str, Any]]:
-    _, read_only = model_mount(decisions, process, model_volume)
-    if model_volume is None:
-        volumes: list[dict[str, Any]] = [{"name": "model", "emptyDir": {}}]
-    else:
-        claim = {"claimName": model_volume, "readOnly": read_only}
-        volumes = [{"name": "model", "persistentVolumeClaim": claim}]
-    shm = {"medium": "Memory", "sizeLimit": shm_quantity(stack.isolated_ipc_shm_size)}
-    return [*volumes, {"name": SHM_VOLUME, "emptyDir": shm}]
-
-
-def shm_quantity(size: str) -> str:
-    """A --shm-size (`16g`) as a Kubernetes quantity (`16Gi`)."""
-    found = re.fullmatch(r"(\d+)([bkmg]?)", size.strip().lower())
-    if found is None:
-        raise ValueError(f"isolated_ipc_shm_size {size!r} of the stack is not a --shm-size")
-    return found[1] + SHM_UNITS[found[2]]
 
 
 def vllm_container(

@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from epycd.cli.export import stdout_text
-from epycd.errors import Refusal
-from epycd.export.kube import KubeExport, export_kube, shm_quantity
+from epycd.errors import InputError, Refusal
+from epycd.export.kube import KubeExport, export_kube
+from epycd.export.volumes import shm_quantity
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, Plan
@@ -244,6 +245,86 @@ def test_shm_quantity(size: str, quantity: str) -> None:
 def test_shm_quantity_refuses_what_is_not_a_shm_size() -> None:
     with pytest.raises(ValueError, match="isolated_ipc_shm_size"):
         shm_quantity("16GiB")
+
+
+TEMPLATE_TEXT = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}\n"
+
+
+def template_plan(tmp: Path, text: str) -> tuple[Plan, HostFacts, Path]:
+    """A plan of an endpoint with a chat_template file (`instances` from `text`)."""
+    template = tmp / "templates" / "chat.jinja"
+    template.parent.mkdir(parents=True)
+    template.write_text(TEMPLATE_TEXT, encoding="utf-8")
+    plan, reason, host = plan_on(
+        tmp / "ws", "genoa-9654-2s-nps1", f'chat_template = "{template}"\n' + text
+    )
+    assert plan is not None, reason
+    return plan, host, template
+
+
+@pytest.mark.parametrize("kserve", [False, True])
+def test_the_chat_template_is_a_config_map(tmp_path: Path, kserve: bool) -> None:
+    """The file's content in ConfigMap epyc-llm-llm-chat-template (before the workload),
+    mounted read-only by subPath at the path --chat-template gives vLLM, the arg kept."""
+    plan, host, template = template_plan(tmp_path, "")
+    done = export_kube(plan, host, shipped_stack(), model_volume="models", kserve=kserve)
+    validate([obj for obj in done.objects if obj["kind"] != "InferenceService"])  # no CRD schema
+    config_map = done.objects[0]
+    assert config_map["kind"] == "ConfigMap"
+    assert config_map["metadata"]["name"] == "epyc-llm-llm-chat-template"
+    assert config_map["data"] == {"chat-template.jinja": TEMPLATE_TEXT}
+    if kserve:
+        [_, isvc] = done.objects
+        pod = isvc["spec"]["predictor"]
+        container = pod["model"]
+    else:
+        kinds = [obj["kind"] for obj in done.objects]
+        assert kinds == ["ConfigMap", "Deployment", "Service"]
+        pod = done.objects[1]["spec"]["template"]["spec"]
+        [container] = pod["containers"]
+    args = container["args"]
+    assert args[args.index("--chat-template") + 1] == str(template)
+    volume = {"name": "chat-template", "configMap": {"name": "epyc-llm-llm-chat-template"}}
+    assert volume in pod["volumes"]
+    mount = {
+        "name": "chat-template",
+        "mountPath": str(template),
+        "subPath": "chat-template.jinja",
+        "readOnly": True,
+    }
+    assert mount in container["volumeMounts"]
+    assert any("epyc-llm-llm-chat-template" in note for note in done.notes)
+
+
+def test_a_set_shares_one_chat_template_map(tmp_path: Path) -> None:
+    plan, host, _ = template_plan(tmp_path, 'instances = "auto"\n')
+    assert isinstance(plan.decisions, InstanceSetEndpoint)
+    done = export_kube(plan, host, shipped_stack(), model_volume="models")
+    kinds = [obj["kind"] for obj in done.objects]
+    assert kinds == ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget"]
+    validate(done.objects)
+
+
+@pytest.mark.parametrize("broken", ["missing", "folder", "too-large", "not-utf8", "empty"])
+def test_an_unreadable_chat_template_is_an_input_error(tmp_path: Path, broken: str) -> None:
+    """The file as it is at export: gone, a folder, over a ConfigMap's 1 MiB, not UTF-8 or
+    empty is an InputError naming it, the endpoint file, chat_template and the fix."""
+    plan, host, template = template_plan(tmp_path, "")
+    template.unlink()
+    if broken == "folder":
+        template.mkdir()
+    elif broken == "too-large":
+        template.write_bytes(b"x" * (1024 * 1024 + 1))
+    elif broken == "not-utf8":
+        template.write_bytes(b"\xff\xfe{{ messages }}")
+    elif broken == "empty":
+        template.write_text("\n")
+    with pytest.raises(InputError) as caught:
+        export_kube(plan, host, shipped_stack(), model_volume="models")
+    error = caught.value
+    text = str(error)
+    assert str(template) in text and "chat_template" in text, text
+    assert plan.decisions.config_file in text and "export again" in text, text
 
 
 # --- every fake host shape -------------------------------------------------------------
