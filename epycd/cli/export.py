@@ -39,6 +39,13 @@ def dump(objects: list[dict[str, Any]]) -> str:
         def ignore_aliases(self, data: Any) -> bool:
             return True
 
+    def text(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+        """A multi-line string (a chat template) as a literal block, readable as the file;
+        PyYAML falls back to quoting what a block cannot hold (trailing spaces)."""
+        style = "|" if "\n" in data else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+    Plain.add_representer(str, text)
     return yaml.dump_all(objects, Dumper=Plain, sort_keys=False)
 
 

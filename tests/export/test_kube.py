@@ -294,6 +294,9 @@ def test_the_chat_template_is_a_config_map(tmp_path: Path, kserve: bool) -> None
     }
     assert mount in container["volumeMounts"]
     assert any("epyc-llm-llm-chat-template" in note for note in done.notes)
+    text = stdout_text("llm", done)  # the template as a literal block, read back the same
+    assert "chat-template.jinja: |" in text
+    assert list(yaml.safe_load_all(text))[:-1] == done.objects
 
 
 def test_a_set_shares_one_chat_template_map(tmp_path: Path) -> None:
