@@ -87,6 +87,8 @@ HF_TOKEN_SECRET_KEY = "hf-token"
 LEFT_TO_THE_POD = ("VLLM_CPU_OMP_THREADS_BIND", "HIP_VISIBLE_DEVICES")
 """Plan env naming host CPU or GPU numbers: in a pod vLLM binds to the container's own CPU
 set, and the device plugin hands the pod its GPUs (numbered from 0 inside it)."""
+RESERVED_CPUS_ENV = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+"""vLLM's count of the cores its auto bind leaves out of the OpenMP threads."""
 MAX_NAME = 63
 """Kubernetes' limit on a Service's (DNS-1035 label) and a pod template's names."""
 APP = "epyc-llm"
@@ -235,7 +237,7 @@ def image_of(
 
 def env_of(process: SingleEndpoint, notes: list[str]) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
-    for key, value in sorted(process.env.items()):
+    for key, value in sorted(pod_env(process).items()):
         if key in LEFT_TO_THE_POD:
             notes.append(f"{key}={value} is not set: {left_to_the_pod(key)}")
             continue
@@ -252,10 +254,26 @@ def env_of(process: SingleEndpoint, notes: list[str]) -> list[dict[str, Any]]:
     return env
 
 
+def pod_env(process: SingleEndpoint) -> dict[str, str]:
+    """The plan's env, and for a CPU instance the front end's share of its cores: the plan
+    binds OpenMP to all but the first core(s) (`omp_cpus`), vLLM's own bind in the pod
+    keeps `RESERVED_CPUS_ENV` of its cores out (its default is one)."""
+    env = dict(process.env)
+    if isinstance(process, CpuEndpoint):
+        reserved = cpu_count(process) - len(parse_cpulist(process.omp_cpus))
+        if reserved > 0:
+            env.setdefault(RESERVED_CPUS_ENV, str(reserved))
+    return env
+
+
 def left_to_the_pod(key: str) -> str:
     if key == "HIP_VISIBLE_DEVICES":
         return "the device plugin gives the pod its GPUs, numbered from 0 inside it"
-    return "vLLM's OpenMP threads bind to the container's own CPU set (the CPU Manager's)"
+    return (
+        "vLLM's OpenMP threads bind to one thread per core of the container's own CPU set "
+        f"(the CPU Manager's), without the {RESERVED_CPUS_ENV} core(s) the plan leaves to "
+        "its front end"
+    )
 
 
 def secret_name(process: SingleEndpoint, key: str) -> str:

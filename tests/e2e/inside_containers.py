@@ -15,6 +15,7 @@ stopped-reboot  not started at boot; `epycctl remove`; the exported Deployment u
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -129,19 +130,33 @@ def kube_container() -> str | None:
     return names[0] if names else None
 
 
+def cgroup_folder(controller: str, path: str) -> Path | None:
+    """The v1 cgroup folder of a /proc/PID/cgroup path. That path is relative to the
+    machine's cgroup namespace while the mounted hierarchy is the host's, so where the host
+    put this machine below its root (the memory hierarchy of a sandboxed host) the path
+    reads `/../../libpod_parent/...`: the folder is found by its own name (libpod-ID)."""
+    root = Path("/sys/fs/cgroup") / controller
+    direct = root / path.lstrip("/")
+    if ".." not in Path(path).parts and direct.is_dir():
+        return direct
+    name = Path(path).name
+    for folder, _, _ in os.walk(root):
+        if Path(folder).name == name:
+            return Path(folder)
+    return None
+
+
 def cgroup_limits(pid: int) -> dict[str, str]:
     """The CPU quota and memory limit the container's v1 cgroups enforce."""
     found: dict[str, str] = {}
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
-        base = Path("/sys/fs/cgroup") / controllers / path.lstrip("/")
         for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us", "memory.limit_in_bytes"):
-            if (
-                controllers
-                and name.split(".")[0] in controllers.split(",")
-                and (base / name).is_file()
-            ):
-                found[name] = (base / name).read_text().strip()
+            if name.split(".")[0] not in controllers.split(","):
+                continue
+            folder = cgroup_folder(controllers, path)
+            if folder is not None and (folder / name).is_file():
+                found[name] = (folder / name).read_text().strip()
     return found
 
 

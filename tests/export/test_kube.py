@@ -198,6 +198,30 @@ def test_the_instinct_pod_asks_for_its_gpus(
     assert pod["nodeSelector"] == {"feature.node.kubernetes.io/amd-gpu": "true"}
 
 
+@pytest.mark.parametrize("case", ["milan-docker", "host-vllm", "instances-podman-nps4"])
+def test_the_front_end_keeps_the_plans_cores(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan's OpenMP bind leaves its first core(s) to vLLM's front end; the pod's auto
+    bind is told to leave as many (VLLM_CPU_NUM_OF_RESERVED_CPU), not its default of one."""
+    from epycd.host.cpulist import parse_cpulist
+
+    with case_folder(case, tmp_path) as folder:
+        plan = plan_results(case, folder, monkeypatch)[GOLDEN_CASES[case]].plan
+    assert plan is not None
+    decisions = plan.decisions
+    members = decisions.members if isinstance(decisions, InstanceSetEndpoint) else [decisions]
+    largest = max(members, key=lambda m: (len(parse_cpulist(m.cpus)), m.memory.process_gb))
+    assert isinstance(largest, CpuEndpoint)
+    reserved = len(parse_cpulist(largest.cpus)) - len(parse_cpulist(largest.omp_cpus))
+    assert reserved >= 1, largest
+    done, _ = export_case(case, tmp_path / "export", monkeypatch)
+    [deployment] = [obj for obj in done.objects if obj["kind"] == "Deployment"]
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "VLLM_CPU_NUM_OF_RESERVED_CPU", "value": str(reserved)} in env, env
+    assert all(item["name"] != "VLLM_CPU_OMP_THREADS_BIND" for item in env), env
+
+
 def test_the_host_path_gets_the_stacks_image(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
