@@ -504,6 +504,12 @@ def host_notes(
             "cores: their SMT siblings stay idle as on the host, and vLLM's auto bind "
             "(VLLM_CPU_OMP_THREADS_BIND unset) runs one OpenMP thread per core of the pod's CPUs"
         )
+        node_cpus = [len(n.cpus) for n in host.nodes if n.node in process.numa_nodes]
+        if node_cpus and cpu_request(process, host) >= sum(node_cpus):
+            notes.append(
+                f"the pod asks for every CPU of its NUMA node ({sum(node_cpus)}): the kubelet "
+                "admits it only on a node whose reservedSystemCPUs lie on another NUMA node"
+            )
     healing = decisions.healing
     if healing is not None:
         notes.append(
