@@ -11,8 +11,21 @@ from pathlib import Path
 DEFAULT_CONFIG_DIR = Path("/etc/epyc-llm")
 ENV_PREFIX = "EPYCD_"
 EMBEDDED_RUNTIME = Path(sys.prefix) / "runtime"
-"""Where `packaging/install.sh --runtime` provisions the embedded runtime (the validated host
-vLLM stack, packaging/vllm-runtime.sh): beside the product's own venv, `/opt/epyc-llm/runtime`."""
+"""Where `packaging/install.sh --runtime` (or, from the Debian package, its
+/usr/share/epyc-llm/vllm-runtime.sh) provisions the embedded runtime (the validated host vLLM
+stack, packaging/vllm-runtime.sh): beside the product's own venv, `/opt/epyc-llm/runtime`."""
+PACKAGED_RUNTIME_RECIPE = Path("/usr/share/epyc-llm/vllm-runtime.sh")
+"""The runtime recipe as the Debian package installs it (packaging/deb); install.sh keeps its
+copy in the venv's share/epyc-llm and provisions with `install.sh --runtime` instead."""
+
+
+def runtime_install_command(runtime_dir: Path, recipe: Path = PACKAGED_RUNTIME_RECIPE) -> str:
+    """The command that provisions the embedded runtime in runtime_dir on this install: the
+    Debian package's recipe (its build prerequisites from apt first) where the package is
+    installed, else install.sh from a checkout."""
+    if recipe.is_file():
+        return f"apt-get install g++ python3-dev numactl && {recipe} {runtime_dir}"
+    return "packaging/install.sh --runtime"
 
 
 def daemon_conf_path(environ: Mapping[str, str] | None = None) -> Path:

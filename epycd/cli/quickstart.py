@@ -29,6 +29,7 @@ from epycd.cli.approve import consent_options
 from epycd.cli.options import TEXT
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
+from epycd.paths import runtime_install_command
 from epycd.plan.model import Plan, Runtime
 from epycd.plan.result import EndpointResult
 from epycd.plan.route import container_runtime
@@ -88,8 +89,8 @@ def no_runtime_text(runtimes: RuntimeFacts, runtime_dir: Path) -> str:
     return (
         f"No runtime to serve with on this host:\n{found}\n\n"
         "Fix one of these once, then run `epycctl quickstart` again:\n"
-        "  - provision the embedded vLLM (about 1 GB to download): packaging/install.sh "
-        "--runtime\n"
+        "  - provision the embedded vLLM (about 1 GB to download): "
+        f"{runtime_install_command(runtime_dir)}\n"
         "  - make docker reachable: systemctl enable --now docker (and check `docker version`)\n"
         "  - install podman >= 4.4, which brings Quadlet (Debian 13, Ubuntu 24.04, RHEL 9)\n"
         "  - point at a vLLM venv or conda env: epycctl quickstart --vllm /path/to/env/bin/vllm\n"
