@@ -22,6 +22,8 @@
 # (build/deb/epyc-llm-VERSION: debian/, wheels/, the unit, the config and examples) with
 # pip (the project's wheel, and `pip download` of its dependencies), then runs
 # dpkg-buildpackage in it. PIP_INDEX_URL and the other PIP_* variables reach pip.
+# The wheel is built from the working tree as it is (uncommitted changes included): build
+# a release from a clean checkout. About a minute on 2 cores; the .deb is about 25 MB.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 out=$src/dist
