@@ -2,7 +2,10 @@
 # Builds the Debian package: dist/epyc-llm_VERSION-REVISION_amd64.deb (on Debian 12, as any
 # user: apt-get install debhelper python3-venv; lintian to check it).
 #
-#   packaging/deb/build.sh [--out DIR]
+#   packaging/deb/build.sh [--out DIR] [--revision N]
+#
+# --revision N rebuilds the same version as VERSION-N: an entry on top of the staged copy of
+# the changelog only (never the source's), to try an upgrade (tests/e2e/test_deb.py does).
 #
 # VERSION is the project's own (pyproject.toml's version, which epycd.__version__ must equal)
 # and REVISION the top entry of packaging/deb/debian/changelog, whose version must be
@@ -27,9 +30,11 @@
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 out=$src/dist
+revision=
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) out=$2; shift 2 ;;
+        --revision) revision=$2; shift 2 ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "build.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -62,6 +67,18 @@ stage=$src/build/deb/epyc-llm-$version
 rm -rf "$src/build/deb"
 mkdir -p "$stage/wheels" "$stage/examples"
 cp -a "$src/packaging/deb/debian" "$stage/debian"
+if [ -n "$revision" ]; then
+    case "$revision" in
+        *[!0-9]* | 0*) die "--revision takes a number above the changelog's (${deb_version#"$version"-}), not $revision" 2 ;;
+    esac
+    dpkg --compare-versions "$version-$revision" gt "$deb_version" ||
+        die "--revision $revision: $version-$revision is not above the changelog's $deb_version" 2
+    deb_version=$version-$revision
+    { printf 'epyc-llm (%s) stable; urgency=medium\n\n  * Rebuilt as %s (build.sh --revision %s).\n\n' \
+        "$deb_version" "$deb_version" "$revision"
+      printf ' -- %s  %s\n\n' "$(cd "$src/packaging/deb" && dpkg-parsechangelog -S Maintainer)" "$(date -R)"
+      cat "$src/packaging/deb/debian/changelog"; } > "$stage/debian/changelog"
+fi
 cp "$src/packaging/epyc-llm.sysusers.conf" "$stage/debian/epyc-llm.sysusers"
 cp "$src/packaging/epyc-llm.tmpfiles.conf" "$stage/debian/epyc-llm.tmpfiles"
 # the package's README is /usr/share/doc/epyc-llm/README.md, not install.sh's copy
