@@ -25,7 +25,8 @@ TOOLS=(
 
 say() { echo "bootstrap: $*"; }
 
-debian_tools=(systemd podman numactl)
+# debhelper: packaging/deb/build.sh builds the Debian package tests/e2e/test_deb.py installs
+debian_tools=(systemd podman numactl debhelper)
 missing=()
 for pkg in "${debian_tools[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
