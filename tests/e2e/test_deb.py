@@ -1,0 +1,283 @@
+"""The Debian package (issue 31) on a bare Debian 12 under real systemd (PID 1 in
+systemd-nspawn): the machine, its local apt repository and pip mirrors are test_runtime.py's
+(tests/tools/bare_host.sh), with no network. The package is built here by
+packaging/deb/build.sh twice from a clean copy of the tree, as VERSION-1 and as the rebuilt
+VERSION-2 (build.sh --revision 2), both cached under CACHE/deb by the hash of the files they
+are built from (build.sh takes its wheels from pip's index: a changed tree needs it). Three
+boots, each running one phase of tests/e2e/inside_deb.py:
+
+install  apt installs VERSION-1 and its dependencies from the local repository; epycd
+         enabled and active, `epycctl detect --json` works, no endpoint unit; quickstart
+         names the runtime step, which runs as named (apt and the pip mirrors, as
+         test_runtime.py provisions the runtime); quickstart --yes with the tiny local model
+         -> ready, a chat
+upgrade  apt installs VERSION-2: the approval unchanged, the endpoint's unit the same process,
+         epycd started again on VERSION-2, a chat
+remove   `apt-get remove`: epycd gone, the endpoint running and named with how to stop it, which
+         works; `apt-get purge`: the venv gone, the endpoint file, approval, unit and runtime
+         kept and listed
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import DRIVER_UNIT, MODEL_DIR, REPO, Boot, Machine, clean_copy, endpoint
+from tests.e2e.test_runtime import (
+    APT_REPO,
+    BARE_ROOTFS,
+    HINT,
+    IDENTITY_ROOT,
+    PYPI,
+    TORCH_INDEX,
+    consent_args,
+    write_machine,
+)
+from tests.health.realvllm import CACHE
+from tests.machine import serving_needs_identity
+
+pytestmark = pytest.mark.e2e
+
+PHASES = ("install", "upgrade", "remove")
+NAME = "default"
+UNIT = f"epyc-llm-{NAME}.service"
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+DEB_CACHE = CACHE / "deb"
+RUNTIME_STEP = (
+    "apt-get install g++ python3-dev numactl && "
+    "/usr/share/epyc-llm/vllm-runtime.sh /opt/epyc-llm/runtime"
+)
+
+
+def tree_hash(src: Path) -> str:
+    """What the packages are built from: the clean copy's files, tests aside."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        relative = path.relative_to(src)
+        if relative.parts[0] == "tests":
+            continue
+        digest.update(str(relative).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def build_debs(src: Path) -> Path:
+    """VERSION-1 and VERSION-2 of the package, built from src (or cached for its hash)."""
+    if shutil.which("dpkg-buildpackage") is None:
+        pytest.fail("no dpkg-buildpackage: apt-get install debhelper (tests/bootstrap.sh)")
+    out = DEB_CACHE / tree_hash(src)
+    names = [f"epyc-llm_{VERSION}-{revision}_amd64.deb" for revision in (1, 2)]
+    if all((out / name).is_file() for name in names):
+        return out
+    DEB_CACHE.mkdir(parents=True, exist_ok=True)
+    for stale in DEB_CACHE.iterdir():  # other trees' packages, a week old
+        if time.time() - stale.stat().st_mtime > 7 * 86400:
+            shutil.rmtree(stale, ignore_errors=True)
+    staging = out.with_name(f"{out.name}.new-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    build = [str(src / "packaging" / "deb" / "build.sh"), "--out", str(staging)]
+    for extra in ([], ["--revision", "2"]):
+        done = subprocess.run(
+            ["nice", "-n", "10", *build, *extra], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    if shutil.which("systemd-nspawn") is None:
+        pytest.fail(f"no systemd-nspawn: {HINT}")
+    for part in (BARE_ROOTFS, APT_REPO, PYPI, TORCH_INDEX):
+        if not (part / ".epyc-stamp").is_file():
+            pytest.fail(f"{part} is not built: {HINT}")
+    work = tmp_path_factory.mktemp("e2e-deb")
+    root, src, results = work / "rootfs", work / "src", work / "results"
+    clean_copy(src)
+    debs = build_debs(src)
+    subprocess.run(["cp", "-a", "--reflink=auto", str(BARE_ROOTFS), str(root)], check=True)
+    results.mkdir()
+    config = {
+        "name": NAME,
+        "never": "never",
+        "port": 0,
+        "served": "",
+        "client_python": "",
+        "model_dir": MODEL_DIR,
+        "identity_root": IDENTITY_ROOT if serving_needs_identity() else None,
+        "consent_args": consent_args(work),
+        "version": VERSION,
+    }
+    write_machine(root, config)
+    shutil.copy2(Path(__file__).with_name("inside_deb.py"), root / "opt" / "e2e" / "inside_deb.py")
+    driver = DRIVER_UNIT.replace("/opt/e2e/inside.py", "/opt/e2e/inside_deb.py")
+    (root / "etc" / "systemd" / "system" / "e2e-driver.service").write_text(driver)
+    (root / "srv" / "debs").mkdir(parents=True)
+    for deb in debs.glob("*.deb"):
+        shutil.copy2(deb, root / "srv" / "debs" / deb.name)
+    (results / "config.json").write_text(json.dumps(config, indent=2))
+    binds = [
+        "--private-network",
+        f"--bind={results}:/results",
+        f"--bind-ro={APT_REPO}:/var/cache/e2e-apt",
+        f"--bind-ro={PYPI}:/var/cache/e2e-pypi",
+        f"--bind-ro={TORCH_INDEX}:/var/cache/e2e-torch",
+    ]
+    yield Machine(root, results, binds, phases=PHASES)
+    if os.environ.get("EPYC_E2E_KEEP"):
+        print(f"e2e: kept {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def install(machine: Machine) -> Boot:
+    return machine.boot("install")
+
+
+@pytest.fixture(scope="module")
+def upgrade(machine: Machine) -> Boot:
+    return machine.boot("upgrade")
+
+
+@pytest.fixture(scope="module")
+def remove(machine: Machine) -> Boot:
+    return machine.boot("remove")
+
+
+def output(boot: Boot, check: str) -> str:
+    done = boot.one(check)
+    text: str = done["stdout"] + done["stderr"]
+    return text
+
+
+def journal_tail(boot: Boot) -> str:
+    entries = boot.all("journal_serving")[-1]["entries"] if boot.all("journal_serving") else []
+    return "\n".join(str(e["message"]) for e in entries[-15:])
+
+
+def assert_chat(boot: Boot) -> None:
+    chat = boot.one("chat")
+    assert chat["rc"] == 0, chat["stderr"]
+    assert chat["reply"]["choices"] >= 1, chat
+
+
+def test_apt_installs_the_package_and_its_dependencies(install: Boot) -> None:
+    assert install.one("pid1")["comm"] == "systemd"
+    fresh = install.one("fresh")
+    assert fresh["pypi_resolves"] is False, "the machine reaches the network"
+    assert not fresh["ensurepip"] and not fresh["found"]["epycctl"], fresh
+    done = install.one("apt_install")
+    assert done["rc"] == 0, output(install, "apt_install")[-3000:]
+    assert "python3.11-venv" in done["stdout"], "apt did not bring the venv module"
+    state = install.one("installed")
+    assert state["version"] == {"rc": 0, "text": f"{VERSION}-1 ii"}, state["version"]
+    assert state["epycd"]["ActiveState"] == "active", state["epycd"]
+    assert state["epycd_enabled"] == "enabled"
+    assert state["epycctl"] == "/usr/bin/epycctl"
+    assert state["venv"]["bin/python"] and not state["venv"]["runtime"], state["venv"]
+    assert state["endpoint_units"] == [], "installing the package made an endpoint unit"
+    detect = install.one("detect")
+    assert detect["rc"] == 0, detect["stderr"][-2000:]
+    assert isinstance(json.loads(detect["stdout"]), dict)
+
+
+def test_quickstart_names_the_runtime_step_and_it_works(install: Boot) -> None:
+    refused = install.one("quickstart_no_runtime")
+    assert refused["rc"] != 0, refused["stdout"][-2000:]
+    assert install.one("runtime_step_named")["command"] == RUNTIME_STEP
+    state = install.one("after_no_runtime")
+    assert state["endpoint_units"] == [] and state["endpoint_sha"] is None, state
+    step = install.one("runtime_step")
+    assert step["rc"] == 0, output(install, "runtime_step")[-3000:]
+    assert "ready: /opt/epyc-llm/runtime" in step["stdout"], step["stdout"][-3000:]
+
+
+def test_quickstart_brings_the_endpoint_to_ready(install: Boot) -> None:
+    install.assert_clean()
+    done = install.one("quickstart")
+    assert done["rc"] == 0, done["stderr"][-3000:] + journal_tail(install)
+    assert f"{NAME} is ready." in done["stdout"], done["stdout"][-3000:]
+    state = install.one("ready")
+    assert (state["unit"]["ActiveState"], state["unit"]["SubState"]) == ("active", "running")
+    assert state["approval_sha"] is not None and state["endpoint_sha"] is not None, state
+    assert state["endpoint_units"] == [UNIT], state["endpoint_units"]
+    assert endpoint(install.one("status")["status"], NAME)["state"] == "ready"
+    assert_chat(install)
+    print(
+        f"\ne2e-deb: install boot {install.seconds} s "
+        f"(apt {install.one('apt_install')['seconds']} s, "
+        f"runtime step {install.one('runtime_step')['seconds']} s, "
+        f"quickstart {done['seconds']} s)"
+    )
+
+
+def test_an_upgrade_keeps_the_endpoint_approved_and_running(upgrade: Boot) -> None:
+    upgrade.assert_clean()
+    before, after = upgrade.one("before_upgrade"), upgrade.one("upgraded")
+    assert before["version"]["text"] == f"{VERSION}-1 ii", before["version"]
+    assert after["version"] == {"rc": 0, "text": f"{VERSION}-2 ii"}, after["version"]
+    assert before["unit"]["ActiveState"] == "active" and int(before["unit"]["MainPID"]) > 0
+    for state in (upgrade.one("after_upgrade"), after):
+        assert state["unit"]["ActiveState"] == "active", state["unit"]
+        assert state["unit"]["MainPID"] == before["unit"]["MainPID"], "the endpoint restarted"
+        assert state["approval_sha"] == before["approval_sha"] is not None
+        assert state["endpoint_sha"] == before["endpoint_sha"]
+        assert state["endpoint_units"] == [UNIT]
+    assert after["epycd"]["ActiveState"] == "active", after["epycd"]
+    assert after["epycd"]["MainPID"] != before["epycd"]["MainPID"], "epycd was not restarted"
+    assert after["epycd_enabled"] == "enabled"
+    assert_chat(upgrade)
+
+
+def test_remove_leaves_the_endpoint_running_and_says_how_to_stop_it(remove: Boot) -> None:
+    remove.assert_clean()
+    before, removed = remove.one("before_remove"), remove.one("removed")
+    said = output(remove, "apt_remove")
+    assert f"approved endpoints keep running ({UNIT})" in said, said[-3000:]
+    assert removed["epycd"]["ActiveState"] == "inactive", removed["epycd"]
+    assert removed["epycctl"] == "", "epycctl is still on PATH"
+    assert removed["version"]["text"] == f"{VERSION}-2 rc", removed["version"]
+    assert removed["unit"]["ActiveState"] == "active", removed["unit"]
+    assert removed["unit"]["MainPID"] == before["unit"]["MainPID"] != "0"
+    assert removed["venv"]["bin/python"], "remove deleted the venv the endpoint runs on"
+    stop = remove.one("stop")
+    assert stop["argv"][0] == "/opt/epyc-llm/bin/epycctl"
+    assert stop["rc"] == 0, stop["stdout"][-2000:] + stop["stderr"][-2000:]
+    assert remove.one("stopped")["unit"]["ActiveState"] in {"inactive", "failed"}
+
+
+def test_purge_deletes_the_venv_and_keeps_the_admins_files(remove: Boot) -> None:
+    before, purged = remove.one("before_remove"), remove.one("purged")
+    said = output(remove, "apt_purge")
+    assert "purge deleted the venv /opt/epyc-llm" in said, said[-3000:]
+    for kept in (
+        "/var/lib/epyc-llm (approvals, state)",
+        "the endpoint files /etc/epyc-llm/*.toml (1)",
+        "the endpoint units epyc-llm-*",
+        "the embedded runtime /opt/epyc-llm/runtime",
+    ):
+        assert kept in said, said[-3000:]
+    assert purged["version"]["rc"] != 0 or purged["version"]["text"].startswith("un")
+    assert purged["venv"] == {
+        "bin/python": False,
+        "lib": False,
+        "pyvenv.cfg": False,
+        "runtime": True,
+    }
+    assert purged["endpoint_sha"] == before["endpoint_sha"] is not None
+    assert purged["approval_sha"] == before["approval_sha"] is not None
+    assert "/etc/epyc-llm/epycd.conf" not in purged["etc"], "the conffile outlived the purge"
+    assert not any("/examples" in path for path in purged["etc"]), purged["etc"]
+    assert purged["endpoint_units"] == [UNIT], "the endpoint's unit file went with the purge"
