@@ -60,11 +60,12 @@ RUNTIME_STEP = (
 
 
 def tree_hash(src: Path) -> str:
-    """What the packages are built from: the clean copy's files, tests aside."""
+    """What the packages are built from: the clean copy's files, but the tests and what
+    build.sh writes there."""
     digest = hashlib.sha256()
     for path in sorted(p for p in src.rglob("*") if p.is_file()):
         relative = path.relative_to(src)
-        if relative.parts[0] == "tests":
+        if relative.parts[0] in {"tests", "build", "dist"}:
             continue
         digest.update(str(relative).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
