@@ -25,8 +25,9 @@ TOOLS=(
 
 say() { echo "bootstrap: $*"; }
 
-# debhelper: packaging/deb/build.sh builds the Debian package tests/e2e/test_deb.py installs
-debian_tools=(systemd podman numactl debhelper)
+# debhelper: packaging/deb/build.sh builds the Debian package tests/e2e/test_deb.py installs;
+# lintian checks it there
+debian_tools=(systemd podman numactl debhelper lintian)
 missing=()
 for pkg in "${debian_tools[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -96,6 +96,20 @@ def build_debs(src: Path) -> Path:
     return out
 
 
+def test_lintian_reports_no_error(tmp_path: Path) -> None:
+    """Debian's own package checker, on the package as built (issue 31: no errors)."""
+    if shutil.which("lintian") is None:
+        pytest.fail("no lintian: apt-get install lintian (tests/bootstrap.sh)")
+    src = tmp_path / "src"
+    clean_copy(src)
+    deb = build_debs(src) / f"epyc-llm_{VERSION}-1_amd64.deb"
+    done = subprocess.run(
+        ["lintian", "--fail-on", "error", str(deb)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not [line for line in done.stdout.splitlines() if line.startswith("E:")], done.stdout
+
+
 @pytest.fixture(scope="module")
 def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     if shutil.which("systemd-nspawn") is None:
