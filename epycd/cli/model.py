@@ -10,7 +10,7 @@ import click
 
 from epycd.cli.options import CONTEXT_TOKENS, SEQUENCES, SOCKET_GIB, TEXT
 from epycd.cli.output import EXIT_NO, json_option, print_json, table
-from epycd.errors import InputError
+from epycd.errors import InputError, Refusal
 from epycd.model.check import inspect_model
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.plan.sizing import SizingRequest, fit_request
@@ -23,6 +23,9 @@ def check_model_json(facts: ModelFacts) -> dict[str, Any]:
     return {
         "model": facts.model,
         "revision": facts.revision,
+        "format": facts.format,
+        "engines": [engine.model_dump() for engine in facts.engines],
+        "gguf": facts.gguf.model_dump() if facts.gguf else None,
         "architectures": facts.architectures,
         "supported": facts.support.supported,
         "kind": facts.support.kind,
@@ -60,17 +63,29 @@ def servable(facts: ModelFacts) -> bool:
 @click.option(
     "--vllm", "vllm_executable", type=TEXT, default=None, help="ask this host vLLM's own registry"
 )
+@click.option(
+    "--gguf-file",
+    type=TEXT,
+    default=None,
+    help="the GGUF file of a hub repository (in the local HF cache) or of a folder",
+)
 @json_option("stable JSON for scripts")
 def check_model(
     model: str,
     revision: str | None,
     vllm_version: str | None,
     vllm_executable: str | None,
+    gguf_file: str | None,
     as_json: bool,
 ) -> None:
-    """Can vLLM serve MODEL (hub id or absolute folder) as a chat/completions endpoint?"""
+    """Can vLLM or llama.cpp serve MODEL (hub id, absolute folder or .gguf file) as a
+    chat/completions endpoint?"""
     facts = inspect_model(
-        model, revision=revision, vllm_version=vllm_version, vllm_executable=vllm_executable
+        model,
+        revision=revision,
+        vllm_version=vllm_version,
+        vllm_executable=vllm_executable,
+        gguf_file=gguf_file,
     )
     if as_json:
         print_json(check_model_json(facts))
@@ -86,9 +101,11 @@ def _print_check(facts: ModelFacts) -> None:
     rows = [
         ("model", facts.model),
         ("revision", facts.revision or "-"),
+        ("format", _format_row(facts)),
         ("architectures", ", ".join(facts.architectures) or "-"),
-        ("kind", facts.support.kind),
+        ("kind", facts.support.kind if facts.gguf is None else _llama_kind(facts)),
         ("vLLM", _vllm_row(facts)),
+        ("served by", ", ".join(e.engine for e in facts.engines if e.supported) or "none"),
         ("chat template", f"{template.status}{names}"),
         ("primary endpoint", facts.primary_endpoint or "-"),
         ("endpoints", ", ".join(facts.supported_endpoints) or "-"),
@@ -101,8 +118,22 @@ def _print_check(facts: ModelFacts) -> None:
     click.echo(escaped(facts.message))
 
 
+def _format_row(facts: ModelFacts) -> str:
+    gguf = facts.gguf
+    if gguf is None:
+        return facts.format
+    size = f"{gguf.size_bytes / GIB:.2f} GiB"
+    return f"GGUF {gguf.file_type or 'unknown type'}, {size}, {gguf.file}"
+
+
+def _llama_kind(facts: ModelFacts) -> str:
+    return next((e.kind for e in facts.engines if e.engine == "llama.cpp"), "undetermined")
+
+
 def _vllm_row(facts: ModelFacts) -> str:
     support = facts.support
+    if facts.format == "gguf":
+        return f"{support.vllm_version}: no (its CPU backend loads no GGUF)"
     if support.source == "installed-vllm":
         return f"{support.vllm_version} (installed vLLM's registry)"
     table_note = f"table {support.table_version}" if support.table_version else "no table"
@@ -153,6 +184,13 @@ def estimate(
 ) -> None:
     """Does MODEL fit one socket's memory at this context and concurrency?"""
     facts = inspect_model(model, revision=revision)
+    if facts.format == "gguf":
+        raise Refusal(
+            f"{model}: estimate sizes a vLLM endpoint, and vLLM's CPU backend loads no GGUF; "
+            "the fit of a llama.cpp endpoint waits for llama-server's own memory, measured",
+            key="model",
+            fix="`epycctl check-model` gives the file's weights and KV bytes per token",
+        )
     if facts.weights_bytes is None:
         raise InputError(
             f"{model}: the weights' size is unknown (no safetensors metadata, config too sparse)",

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from epycd.errors import InputError
 from epycd.model import config as cfg
-from epycd.model.facts import ChatTemplate, ModelFacts, Support
-from epycd.model.hub import ModelSource, locate_model
+from epycd.model import llama_tables
+from epycd.model.facts import ChatTemplate, EngineSupport, GgufFile, ModelFacts, Support
+from epycd.model.gguf import kv_bytes_per_token, read_gguf
+from epycd.model.hub import ModelSource, is_gguf, locate_gguf, locate_model
 from epycd.model.registry_tables import Section, data_dir
 from epycd.model.support import is_scoring, support_from_installed, support_from_table
 from epycd.model.template import endpoints, template_from_override, template_status
@@ -25,7 +27,9 @@ if TYPE_CHECKING:
     from epycd.host.probe_cache import ProbeCache
 
 FALLBACK_VLLM_VERSION = "0.25.1"
-WeightsSource = Literal["safetensors-header", "safetensors-index", "hub-metadata", "derived"]
+WeightsSource = Literal[
+    "safetensors-header", "safetensors-index", "hub-metadata", "derived", "gguf-tensors"
+]
 
 
 def pinned_vllm_version() -> str:
@@ -47,7 +51,18 @@ def inspect_model(
     chat_template_override: str | None = None,
     vllm_executable: str | None = None,
     probe_cache: ProbeCache | None = None,
+    gguf_file: str | None = None,
 ) -> ModelFacts:
+    """`gguf_file`: the GGUF file of a hub repository or folder; a model that names a .gguf
+    file (or gives `gguf_file`) is read by `inspect_gguf`, every other one as vLLM reads it."""
+    if is_gguf(model, gguf_file):
+        return inspect_gguf(
+            model,
+            gguf_file=gguf_file,
+            revision=revision,
+            vllm_version=vllm_version,
+            chat_template_override=chat_template_override,
+        )
     source = locate_model(model, revision=revision, token=token)
     config = read_config(source.folder)
     architectures = [str(a) for a in config.get("architectures") or []]
@@ -62,8 +77,20 @@ def inspect_model(
     if kv_per_token is None:
         notes.append("config.json lacks the layer/head figures: KV bytes per token unknown (0)")
 
+    message = verdict(architectures, support, template, launchable)
     return ModelFacts(
         model=model,
+        engines=[
+            _vllm_engine(support, message, launchable),
+            EngineSupport(
+                engine="llama.cpp",
+                version=llama_tables.pinned_version(),
+                supported=False,
+                kind=support.kind,
+                reason="llama.cpp serves GGUF files: choose a GGUF file of this model "
+                "(gguf_file), or convert it with llama.cpp's convert_hf_to_gguf.py",
+            ),
+        ],
         revision=source.revision,
         local_path=str(source.folder),
         architectures=architectures,
@@ -80,8 +107,131 @@ def inspect_model(
         kv_bytes_per_token=kv_per_token or 0,
         max_position_embeddings=cfg.max_positions(config),
         is_mla=cfg.is_mla(config),
-        message=verdict(architectures, support, template, launchable),
+        message=message,
         warnings=[*notes, *support.warnings],
+    )
+
+
+def _vllm_engine(support: Support, message: str, launchable: bool) -> EngineSupport:
+    supported = support.supported if launchable or support.supported is None else False
+    return EngineSupport(
+        engine="vllm",
+        version=support.vllm_version,
+        supported=supported,
+        kind=support.kind,
+        reason=message,
+    )
+
+
+def inspect_gguf(
+    model: str,
+    *,
+    gguf_file: str | None = None,
+    revision: str | None = None,
+    vllm_version: str | None = None,
+    chat_template_override: str | None = None,
+) -> ModelFacts:
+    """A GGUF file's facts: llama.cpp serves it where its pinned source knows the architecture;
+    vLLM's CPU backend loads no GGUF (GGUF is GPU-only in vLLM's quantization hardware table)."""
+    source = locate_gguf(model, gguf_file, revision=revision)
+    gguf = read_gguf(source.path, name=source.name)
+    notes = list(source.warnings)
+    llama = llama_support(gguf.architecture)
+    template = (
+        template_from_override(chat_template_override)
+        if chat_template_override
+        else ChatTemplate(
+            status="present" if gguf.chat_template else "absent",
+            source="the GGUF file (tokenizer.chat_template)" if gguf.chat_template else None,
+        )
+    )
+    primary, supported_endpoints, launchable = endpoints(llama.kind, template)
+    kv_per_token = kv_bytes_per_token(gguf)
+    if kv_per_token is None:
+        notes.append("the GGUF file lacks the attention figures: KV bytes per token unknown (0)")
+    version = vllm_version or pinned_vllm_version()
+    vllm_reason = (
+        f"vLLM {version} cannot serve it: its CPU backend loads no GGUF weights "
+        "(GGUF is GPU-only in vLLM's quantization table); serve it with llama.cpp"
+    )
+    support = Support(supported=False, kind="unsupported", vllm_version=version, table_version=None)
+    llama_engine = EngineSupport(
+        engine="llama.cpp",
+        version=llama.version,
+        supported=llama.supported and launchable,
+        kind=llama.kind,
+        reason=gguf_verdict(gguf, llama, template, launchable),
+    )
+    return ModelFacts(
+        model=model,
+        format="gguf",
+        gguf=gguf,
+        engines=[
+            EngineSupport(
+                engine="vllm",
+                version=version,
+                supported=False,
+                kind="unsupported",
+                reason=vllm_reason,
+            ),
+            llama_engine,
+        ],
+        revision=source.revision,
+        local_path=str(source.path),
+        architectures=[gguf.architecture],
+        model_type=gguf.architecture,
+        torch_dtype=gguf.file_type,
+        support=support,
+        chat_template=template,
+        primary_endpoint=primary if llama.supported else None,
+        supported_endpoints=supported_endpoints if llama.supported else [],
+        launchable=bool(llama.supported and launchable),
+        gated=None,
+        weights_bytes=gguf.tensors_bytes,
+        weights_source="gguf-tensors",
+        kv_bytes_per_token=kv_per_token or 0,
+        max_position_embeddings=gguf.context_length,
+        message=llama_engine.reason,
+        warnings=notes,
+    )
+
+
+def llama_support(architecture: str) -> EngineSupport:
+    """llama.cpp's answer for a GGUF architecture, from its pinned source's table."""
+    version = llama_tables.pinned_version()
+    known = architecture in llama_tables.load_table(version).architectures
+    not_text = llama_tables.NOT_TEXT_GENERATION.get(architecture)
+    if not known:
+        reason = f"llama.cpp {version} does not know the architecture {architecture!r}"
+        return EngineSupport(
+            engine="llama.cpp", version=version, supported=False, kind="unsupported", reason=reason
+        )
+    if not_text:
+        return EngineSupport(
+            engine="llama.cpp",
+            version=version,
+            supported=False,
+            kind="pooling",
+            reason=f"{architecture} is {not_text}: no chat or completions endpoint",
+        )
+    return EngineSupport(
+        engine="llama.cpp", version=version, supported=True, kind="text", reason="known"
+    )
+
+
+def gguf_verdict(
+    gguf: GgufFile, llama: EngineSupport, template: ChatTemplate, launchable: bool
+) -> str:
+    """One sentence for a person, as `verdict` says it for vLLM."""
+    quant = f"{gguf.file_type} " if gguf.file_type else ""
+    if not llama.supported:
+        return f"not servable: {llama.reason}"
+    lead = f"servable by llama.cpp {llama.version}: {quant}{gguf.architecture} GGUF"
+    if template.status == "present":
+        return f"{lead}; /v1/chat/completions (template from {template.source})"
+    return (
+        f"{lead}; /v1/completions only, the file has no chat template: give "
+        "chat_template = <file> in the endpoint file to enable chat"
     )
 
 

@@ -13,6 +13,8 @@ from pydantic import BaseModel, Field
 ModelKind = Literal["text", "multimodal", "pooling", "unsupported", "undetermined"]
 TemplateStatus = Literal["present", "absent", "ambiguous", "unknown"]
 Endpoint = Literal["chat_completions", "completions", "embeddings", "score"]
+Engine = Literal["vllm", "llama.cpp"]
+WeightsFormat = Literal["safetensors", "gguf"]
 
 
 class ChatTemplate(BaseModel):
@@ -36,8 +38,49 @@ class Support(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
+class GgufFile(BaseModel):
+    """What one GGUF file says of itself (`epycd.model.gguf.read_gguf`)."""
+
+    path: str = Field(description="where it was read: the local file or its HF cache blob")
+    file: str = Field(description="its name, as the admin gave it")
+    size_bytes: int
+    architecture: str = Field(description="general.architecture, as llama.cpp names it")
+    name: str | None = Field(default=None, description="general.name")
+    file_type: str | None = Field(
+        default=None, description="the file's quantization (general.file_type): Q4_K_M, BF16"
+    )
+    tensor_types: dict[str, int] = Field(description="ggml tensor type -> how many tensors")
+    tensors_bytes: int = Field(description="the tensors' bytes: what llama.cpp maps")
+    context_length: int | None = None
+    block_count: int | None = None
+    embedding_length: int | None = None
+    head_count: int | None = None
+    head_count_kv: list[int] | None = Field(
+        default=None, description="KV heads, one value or one per layer"
+    )
+    key_length: int | None = None
+    value_length: int | None = None
+    sliding_window: int | None = None
+    chat_template: bool = Field(description="tokenizer.chat_template is in the file")
+
+
+class EngineSupport(BaseModel):
+    """Whether one engine can serve the model as a chat or completions endpoint, and why."""
+
+    engine: Engine
+    version: str = Field(description="the engine version (or pinned source) asked")
+    supported: bool | None
+    kind: ModelKind
+    reason: str
+
+
 class ModelFacts(BaseModel):
     model: str = Field(description="hub id or absolute path, as given")
+    format: WeightsFormat = "safetensors"
+    gguf: GgufFile | None = Field(default=None, description="the GGUF file's own facts")
+    engines: list[EngineSupport] = Field(
+        default_factory=list, description="each engine's answer (vLLM's is also `support`)"
+    )
     revision: str | None = Field(default=None, description="the commit the facts were read at")
     local_path: str | None = Field(default=None, description="snapshot or model folder")
     architectures: list[str]
@@ -50,7 +93,9 @@ class ModelFacts(BaseModel):
     launchable: bool
     gated: bool | None = None
     weights_bytes: int | None
-    weights_source: Literal["safetensors-header", "safetensors-index", "hub-metadata", "derived"]
+    weights_source: Literal[
+        "safetensors-header", "safetensors-index", "hub-metadata", "derived", "gguf-tensors"
+    ]
     kv_bytes_per_token: int
     max_position_embeddings: int | None
     is_mla: bool = False

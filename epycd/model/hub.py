@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from huggingface_hub import HfApi, ModelInfo, snapshot_download
+from huggingface_hub import HfApi, ModelInfo, hf_hub_download, snapshot_download
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -57,7 +57,7 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
     except ImportError:
         pass
     try:
-        import requests  # type: ignore[import-untyped]
+        import requests  # type: ignore[import-untyped,unused-ignore]
 
         errors.extend([requests.ConnectionError, requests.Timeout])
     except ImportError:
@@ -283,3 +283,69 @@ def _from_cache(
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+GGUF_SUFFIX = ".gguf"
+
+
+@dataclass
+class GgufSource:
+    """One GGUF file at hand: a local file, or a repository's file in the local HF cache."""
+
+    path: Path
+    name: str
+    revision: str | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def is_gguf(model: str, gguf_file: str | None) -> bool:
+    return gguf_file is not None or model.lower().endswith(GGUF_SUFFIX)
+
+
+def locate_gguf(
+    model: str,
+    gguf_file: str | None,
+    *,
+    revision: str | None = None,
+    env: HubEnvironment | None = None,
+) -> GgufSource:
+    """The GGUF file `model` names: an absolute .gguf path, a folder's `gguf_file`, or a hub
+    repository's `gguf_file` at `revision`. A repository's file is the weights themselves, so
+    it is never downloaded here: it must be in the local HF cache, and when it is not the
+    error gives the download command."""
+    if model.startswith("/"):
+        path = Path(model) / gguf_file if gguf_file else Path(model)
+        if not path.exists():
+            raise InputError(
+                "no such GGUF file", file=path, fix="give the absolute path of a .gguf file"
+            )
+        return GgufSource(path=path, name=gguf_file or path.name, revision=None)
+    _check_repo_id(model)
+    if not gguf_file:
+        raise InputError(
+            f"{model}: a hub repository holds many GGUF files: name the one to serve",
+            key="gguf_file",
+            fix="give gguf_file = the file's name in the repository (e.g. model-Q4_K_M.gguf)",
+        )
+    env = env or HubEnvironment.from_environ()
+    try:
+        cached = hf_hub_download(
+            model, gguf_file, revision=revision, cache_dir=env.cache_dir, local_files_only=True
+        )
+    except HFValidationError as exc:
+        raise _invalid_name(model, exc) from None
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError):
+        raise _gguf_not_cached(model, gguf_file, revision, env.cache_dir) from None
+    path = Path(cached)
+    return GgufSource(path=path, name=gguf_file, revision=path.parent.name)
+
+
+def _gguf_not_cached(model: str, gguf_file: str, revision: str | None, cache: Path) -> Refusal:
+    at = f" --revision {revision}" if revision else ""
+    return Refusal(
+        f"{model}: {gguf_file}{' at ' + revision if revision else ''} is not in the local "
+        f"cache {cache} (the weights themselves: never downloaded by a check)",
+        key="gguf_file",
+        fix=f"download it into this HF_HOME (`hf download {model} {gguf_file}{at}`), "
+        "or give the absolute path of a .gguf file",
+    )

@@ -60,6 +60,15 @@ def needs_host_vllm(spec: EndpointSpec, host: HostFacts) -> bool:
 
 def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path) -> list[str]:
     """Refuse what vLLM cannot serve on a chat/completions endpoint; return warnings."""
+    if facts.format == "gguf":
+        vllm = next(e for e in facts.engines if e.engine == "vllm")
+        raise Refusal(
+            vllm.reason,
+            file=file,
+            key="model",
+            fix="give a model folder or hub id with safetensors weights; llama.cpp endpoints "
+            "for GGUF files are not there yet",
+        )
     if facts.support.supported is False or not facts.launchable:
         raise Refusal(facts.message or "vLLM cannot serve this model", file=file, key="model")
     if facts.primary_endpoint not in ("chat_completions", "completions"):

@@ -12,6 +12,7 @@ import pytest
 from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.model.check import inspect_model
 from epycd.model.facts import ModelFacts
+from tests.model.gguf_files import GgufShape, write_gguf
 from tests.plan.conftest import PlanWorkspace, cpu, write_model
 from tests.secrets import root_folder, write_secret
 
@@ -134,6 +135,20 @@ def test_pooling_model_is_refused(ws: PlanWorkspace, host_of: HostOf, tmp_path: 
     result = ws.plan(host_of("genoa-9654-2s-nps1"))["embed"]
     assert result.exit_code == 1 and result.plan is None
     assert (result.errors[0].file, result.errors[0].key) == (str(path), "model")
+
+
+def test_a_gguf_file_is_refused_with_vllms_reason(
+    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
+) -> None:
+    gguf = tmp_path / "models" / "chat-Q8_0.gguf"
+    gguf.parent.mkdir(parents=True, exist_ok=True)
+    write_gguf(gguf, GgufShape())
+    path = ws.endpoint("chat", f'model = "{gguf}"\n')
+    result = ws.plan(host_of("genoa-9654-2s-nps1"))["chat"]
+    assert result.exit_code == 1 and result.plan is None
+    [error] = result.errors
+    assert (error.file, error.key) == (str(path), "model")
+    assert "loads no GGUF" in error.message
 
 
 @pytest.fixture
