@@ -21,6 +21,7 @@ TOOLS=(
     runtime_wheels.sh   # - (packaging/vllm-runtime.sh --download)
     vllm_image.sh       # rootfs.sh, vllm_venv.sh
     bare_host.sh        # runtime_wheels.sh (the bare-host e2e's apt repository and wheels)
+    llama_server.sh     # vllm_venv.sh (torch and the tiny model, converted to GGUF)
 )
 
 say() { echo "bootstrap: $*"; }

@@ -27,15 +27,18 @@ BUILDS = {
     "runtime_wheels.sh": "runtime-wheels",
     "vllm_image.sh": "vllm-image",
     "bare_host.sh": "bare-pypi",
+    "llama_server.sh": "llama-server",
 }
 """The cached part each real tool builds under $EPYC_TEST_CACHE."""
 
 READS = {
     "vllm_image.sh": ("rootfs", "vllm-venv"),
     "bare_host.sh": ("runtime-wheels",),
+    "llama_server.sh": ("vllm-venv",),
 }
 """The cached parts a real tool reads (vllm_image.sh: the rootfs and the venv it packs into
-the image; bare_host.sh: the wheelhouse its local PyPI and PyTorch indexes are made from)."""
+the image; bare_host.sh: the wheelhouse its local PyPI and PyTorch indexes are made from;
+llama_server.sh: the vLLM venv's torch and the tiny model it converts to GGUF)."""
 
 STAND_IN = """#!/usr/bin/env bash
 set -euo pipefail

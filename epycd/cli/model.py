@@ -122,7 +122,11 @@ def _format_row(facts: ModelFacts) -> str:
     gguf = facts.gguf
     if gguf is None:
         return facts.format
-    size = f"{gguf.size_bytes / GIB:.2f} GiB"
+    size = (
+        f"{gguf.size_bytes / GIB:.2f} GiB"
+        if gguf.size_bytes >= GIB // 10
+        else f"{gguf.size_bytes / 1024**2:.1f} MiB"
+    )
     return f"GGUF {gguf.file_type or 'unknown type'}, {size}, {gguf.file}"
 
 

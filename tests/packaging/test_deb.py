@@ -16,6 +16,7 @@ import pytest
 import epycd
 from epycd.paths import runtime_install_command
 from epycd.settings import Settings
+from tests.packaging.shellcheck import shellcheck
 from tests.sandbox import REPO
 
 DEB = REPO / "packaging" / "deb"
@@ -149,12 +150,8 @@ def test_purge_keeps_the_admins_files() -> None:
             assert kept not in line, line
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
 def test_the_scripts_pass_shellcheck() -> None:
-    scripts = [DEB / "build.sh", *(DEBIAN / script for script in SCRIPTS)]
-    done = subprocess.run(
-        ["shellcheck", *map(str, scripts)], capture_output=True, text=True, check=False
-    )
+    done = shellcheck(DEB / "build.sh", *(DEBIAN / script for script in SCRIPTS))
     assert done.returncode == 0, done.stdout
 
 
