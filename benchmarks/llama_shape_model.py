@@ -1,0 +1,144 @@
+"""A GGUF model of a real model's shape, with random weights, for llama.cpp's benchmarks.
+
+Run:  .venv/bin/python benchmarks/llama_shape_model.py --source LLAMA_CPP_DIR --out FILE.gguf
+          [--shape qwen2.5-0.5b]
+(LLAMA_CPP_DIR: the pinned llama.cpp source, e.g. the sdist that packaging/llama-runtime.sh
+keeps in DEST/.build/download, unpacked. Writes bf16; `DEST/bin/llama quantize FILE OUT Q8_0`
+or `Q4_K_M` makes the quantized ones.)
+
+The tests' tiny models have a 2048-token vocabulary, so llama-server's logits and compute
+buffers (n_vocab x n_ubatch) are a few MiB where a real model's are hundreds. This file has a
+real model's dimensions and its real tokenizer: the vocabulary, merges and chat template are
+copied from the vocab-only GGUF the llama.cpp source ships for that tokenizer
+(`models/ggml-vocab-qwen2.gguf`), the weights are seeded random bf16 (the text it writes is
+noise; the memory and the speed are the real shape's). No hub is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
+
+
+@dataclass(frozen=True)
+class Shape:
+    architecture: str
+    vocab_file: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    context: int
+    rope_theta: float
+    tied_embeddings: bool
+
+
+SHAPES = {
+    # Qwen/Qwen2.5-0.5B-Instruct's config.json
+    "qwen2.5-0.5b": Shape("qwen2", "ggml-vocab-qwen2.gguf", 896, 24, 14, 2, 4864, 32768, 1e6, True),
+    # Qwen/Qwen2.5-1.5B-Instruct's config.json
+    "qwen2.5-1.5b": Shape(
+        "qwen2", "ggml-vocab-qwen2.gguf", 1536, 28, 12, 2, 8960, 32768, 1e6, True
+    ),
+}
+TOKENIZER_KEYS = (
+    "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
+    "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.padding_token_id", "tokenizer.ggml.bos_token_id", "tokenizer.chat_template",
+)  # fmt: skip
+
+
+def bf16(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """Normal(0, 0.02) values as bf16 bit patterns (the top half of each float32)."""
+    values = (rng.standard_normal(shape, dtype=np.float32) * 0.02).view(np.uint32)
+    return (values >> 16).astype(np.uint16)
+
+
+def copy_tokenizer(vocab: GGUFReader, writer: GGUFWriter) -> int:
+    """The vocab-only file's tokenizer keys into `writer`; returns the vocabulary size."""
+    size = 0
+    for key in TOKENIZER_KEYS:
+        field = vocab.fields.get(key)
+        if field is None:
+            continue
+        value = field.contents()
+        if field.types[0] == GGUFValueType.ARRAY:
+            writer.add_array(key, value)
+            size = max(size, len(value)) if key == "tokenizer.ggml.tokens" else size
+        elif field.types[0] == GGUFValueType.STRING:
+            writer.add_string(key, value)
+        else:
+            writer.add_uint32(key, int(value))
+    return size
+
+
+def write(source: Path, shape: Shape, out: Path, seed: int = 0) -> None:
+    vocab = GGUFReader(str(source / "models" / shape.vocab_file))
+    writer = GGUFWriter(str(out), shape.architecture)
+    writer.add_name(f"random {out.stem}")
+    writer.add_file_type(LlamaFileType.MOSTLY_BF16)
+    writer.add_context_length(shape.context)
+    writer.add_embedding_length(shape.hidden)
+    writer.add_feed_forward_length(shape.ffn)
+    writer.add_block_count(shape.layers)
+    writer.add_head_count(shape.heads)
+    writer.add_head_count_kv(shape.kv_heads)
+    writer.add_rope_freq_base(shape.rope_theta)
+    writer.add_layer_norm_rms_eps(1e-6)
+    n_vocab = copy_tokenizer(vocab, writer)
+    rng = np.random.default_rng(seed)
+    head_dim = shape.hidden // shape.heads
+    kv_dim = shape.kv_heads * head_dim
+    raw = GGMLQuantizationType.BF16
+
+    def matrix(name: str, rows: int, cols: int) -> None:
+        writer.add_tensor(name, bf16(rng, rows, cols), raw_dtype=raw)
+
+    def vector(name: str, size: int, value: float | None = None) -> None:
+        data = np.full(size, value, np.float32) if value is not None else np.zeros(size, np.float32)
+        writer.add_tensor(name, data)
+
+    matrix("token_embd.weight", n_vocab, shape.hidden)
+    vector("output_norm.weight", shape.hidden, 1.0)
+    if not shape.tied_embeddings:
+        matrix("output.weight", n_vocab, shape.hidden)
+    for layer in range(shape.layers):
+        block = f"blk.{layer}"
+        vector(f"{block}.attn_norm.weight", shape.hidden, 1.0)
+        matrix(f"{block}.attn_q.weight", shape.hidden, shape.hidden)
+        vector(f"{block}.attn_q.bias", shape.hidden)
+        matrix(f"{block}.attn_k.weight", kv_dim, shape.hidden)
+        vector(f"{block}.attn_k.bias", kv_dim)
+        matrix(f"{block}.attn_v.weight", kv_dim, shape.hidden)
+        vector(f"{block}.attn_v.bias", kv_dim)
+        matrix(f"{block}.attn_output.weight", shape.hidden, shape.hidden)
+        vector(f"{block}.ffn_norm.weight", shape.hidden, 1.0)
+        matrix(f"{block}.ffn_gate.weight", shape.ffn, shape.hidden)
+        matrix(f"{block}.ffn_up.weight", shape.ffn, shape.hidden)
+        matrix(f"{block}.ffn_down.weight", shape.hidden, shape.ffn)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", type=Path, required=True, help="the llama.cpp source folder")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b")
+    args = parser.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write(args.source, SHAPES[args.shape], args.out)
+    print(f"wrote {args.out} ({args.out.stat().st_size / 1024**3:.2f} GiB, {args.shape})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
