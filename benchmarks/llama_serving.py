@@ -1,0 +1,237 @@
+"""Benchmark: llama-server as Ollama runs it (its defaults, `--numa distribute`) against the
+pinned configurations the llama.cpp plan will choose from, by slot count, in one run.
+
+Run:  .venv/bin/python benchmarks/llama_serving.py --runtime DIR --model FILE.gguf
+          --tokenizer TOKENIZER_DIR [--concurrency 1 8 32] [--slots 1 4 8 16]
+      .venv/bin/python benchmarks/llama_serving.py --render RESULT.json   # reprint a saved run
+(DIR: a runtime from packaging/llama-runtime.sh; TOKENIZER_DIR: the model's tokenizer as
+transformers saves it, for the bench client's random prompts: `AutoTokenizer.from_pretrained(
+folder, gguf_file=...)` then `save_pretrained` reads it out of the GGUF itself. Needs
+tests/bootstrap.sh's vLLM venv for `vllm bench serve`; loopback only. Not a CI pass/fail: the
+figures go to benchmarks/llama-serving-results.md.)
+
+Configurations:
+- **defaults**: `llama-server -m FILE`, nothing else: what Ollama and a first try run (its
+  threads are the physical cores, 4 slots sharing one KV cache of the model's whole training
+  context, an 8 GiB prompt cache in RAM);
+- **defaults --numa distribute**: the same with llama.cpp's own NUMA spreading;
+- **pinned, S slots**: the instance's cores and NUMA node bound from outside (numactl, as the
+  unit's CPUAffinity= and NUMAPolicy= will), `-t`/`-tb` = those cores, `-np S` slots sharing a
+  KV pool of S x the context (`--kv-unified --kv-unified-per-slot`), no prompt cache, no
+  auto-fit.
+
+Each: start-up (spawn to the first /health 200), then vLLM's own `vllm bench serve` (the
+OpenAI completions API, random dataset, seed 0, --ignore-eos, max(16, 4 x concurrency)
+prompts after as many warm-ups as the concurrency) at each concurrency, and the server's peak
+PSS and RSS. The 1-minute load average is recorded with each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from serving import (  # noqa: E402
+    BENCH_TIMEOUT_S,
+    METRICS,
+    PeakRss,
+    load1,
+    stop_group,
+    wait_healthy,
+)
+
+from tests.health.realvllm import VENV, free_port  # noqa: E402
+
+SERVED = "bench"
+CONTEXT = 4096
+"""Each slot's context: room for the random 128 + 128 tokens and more."""
+
+
+@dataclass
+class Config:
+    label: str
+    argv: list[str]
+
+
+@dataclass
+class Measured:
+    label: str
+    startup_s: float | None = None
+    peak_pss_gib: float | None = None
+    peak_rss_gib: float | None = None
+    runs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    refusal: str | None = None
+
+
+def cores_and_node() -> tuple[list[int], int]:
+    """This process's CPUs and the NUMA node of the first one (the test VMs have one)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    node = next(
+        int(path.name.removeprefix("node"))
+        for path in Path("/sys/devices/system/node").glob("node[0-9]*")
+        if (path / f"cpu{cpus[0]}").exists()
+    )
+    return cpus, node
+
+
+def configs(server: Path, model: Path, slots: list[int]) -> list[Config]:
+    base = [str(server), "-m", str(model), "--host", "127.0.0.1", "-a", SERVED]
+    cpus, node = cores_and_node()
+    pin = ["numactl", f"--physcpubind={','.join(map(str, cpus))}", f"--membind={node}"]
+    threads = str(len(cpus))
+    found = [
+        Config("defaults", base),
+        Config("defaults --numa distribute", [*base, "--numa", "distribute"]),
+    ]
+    for count in slots:
+        sizing = [
+            "-t", threads, "-tb", threads, "-np", str(count), "-c", str(count * CONTEXT),
+            "--kv-unified", "--kv-unified-per-slot", str(CONTEXT),
+            "--cache-ram", "0", "--fit", "off", "--no-ui",
+        ]  # fmt: skip
+        found.append(Config(f"pinned, {count} slots", [*pin, *base, *sizing]))
+    return found
+
+
+def bench(
+    work: Path,
+    port: int,
+    tokenizer: Path,
+    config: Config,
+    concurrency: int,
+    lengths: tuple[int, int],
+) -> dict[str, Any]:
+    name = f"{config.label}-c{concurrency}.json".replace(" ", "_").replace(",", "")
+    prompts = max(16, 4 * concurrency)
+    argv = [
+        str(VENV / "bin" / "vllm"), "bench", "serve", "--backend", "openai",
+        "--base-url", f"http://127.0.0.1:{port}", "--endpoint", "/v1/completions",
+        "--model", SERVED, "--tokenizer", str(tokenizer),
+        "--dataset-name", "random", "--random-input-len", str(lengths[0]),
+        "--random-output-len", str(lengths[1]), "--ignore-eos",
+        "--num-prompts", str(prompts), "--max-concurrency", str(concurrency),
+        "--seed", "0", "--num-warmups", str(concurrency), "--disable-tqdm",
+        "--save-result", "--result-dir", str(work), "--result-filename", name,
+    ]  # fmt: skip
+    load = load1()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    env |= {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    done = subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S, check=False
+    )
+    if done.returncode != 0:
+        return {"error": " / ".join((done.stderr or done.stdout).strip().splitlines()[-5:])}
+    data = json.loads((work / name).read_text())
+    return {key: data.get(key) for key in METRICS} | {"prompts": prompts, "load": load}
+
+
+def measure(
+    work: Path, tokenizer: Path, config: Config, concurrencies: list[int], lengths: tuple[int, int]
+) -> Measured:
+    port = free_port()
+    result = Measured(config.label)
+    log = work / f"{config.label.replace(' ', '_').replace(',', '')}.log"
+    started = time.monotonic()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [*config.argv, "--port", str(port)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    memory = PeakRss(process.pid, skip_root=False)
+    try:
+        if not wait_healthy(port, process):
+            result.refusal = log.read_text(errors="replace").strip().splitlines()[-1:][0]
+            return result
+        result.startup_s = round(time.monotonic() - started, 2)
+        for concurrency in concurrencies:
+            run = bench(work, port, tokenizer, config, concurrency, lengths)
+            result.runs[concurrency] = run
+            print(f"  {config.label} c={concurrency}: {run}", flush=True)
+        return result
+    finally:
+        stop_group(process)
+        result.peak_rss_gib = memory.stop()
+        result.peak_pss_gib = memory.pss()[0]
+
+
+def render(report: dict[str, Any]) -> str:
+    concurrencies = report["settings"]["concurrency"]
+    head = " | ".join(f"c={c} tok/s, TTFT ms" for c in concurrencies)
+    lines = [
+        f"Run {report['started']}: {report['machine']}; model {report['settings']['model']}",
+        "",
+        f"| configuration | start-up s | {head} | peak PSS GiB |",
+        "|---|---|" + "---|" * len(concurrencies) + "---|",
+    ]
+    for measured in report["measured"]:
+        cells = []
+        for c in concurrencies:
+            run = measured["runs"].get(str(c)) or measured["runs"].get(c) or {}
+            if "output_throughput" in run:
+                cells.append(f"{run['output_throughput']:.1f}, {run['mean_ttft_ms']:.0f}")
+            else:
+                cells.append(run.get("error", measured.get("refusal") or "-")[:60])
+        lines.append(
+            f"| {measured['label']} | {measured['startup_s']} | {' | '.join(cells)} | "
+            f"{measured['peak_pss_gib']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runtime", type=Path)
+    parser.add_argument("--model", type=Path)
+    parser.add_argument("--tokenizer", type=Path)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--slots", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=128)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/llama-serving-run1.json"))
+    parser.add_argument("--render", type=Path)
+    args = parser.parse_args()
+    if args.render:
+        print(render(json.loads(args.render.read_text())))
+        return 0
+    cpus, node = cores_and_node()
+    stamp = (args.runtime / ".epyc-stamp").read_text().strip()
+    report: dict[str, Any] = {
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{os.uname().nodename}: CPUs {cpus} on NUMA node {node}; {stamp}",
+        "settings": {
+            "model": args.model.name,
+            "concurrency": args.concurrency,
+            "input_len": args.input_len,
+            "output_len": args.output_len,
+        },
+        "measured": [],
+    }
+    work = Path(tempfile.mkdtemp(prefix="llama-serving-"))
+    server = args.runtime / "bin" / "llama-server"
+    lengths = (args.input_len, args.output_len)
+    for config in configs(server, args.model, args.slots):
+        measured = measure(work, args.tokenizer, config, args.concurrency, lengths)
+        report["measured"].append(asdict(measured))
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
