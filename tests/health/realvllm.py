@@ -13,10 +13,12 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+import httpx
 import pytest
 
 from tests.machine import FORCE_STOCK, physical_cpus
@@ -142,6 +144,7 @@ class VllmServer:
 
     def __init__(self, argv: list[str], work: Path, env: dict[str, str] | None = None) -> None:
         """`env`: the server's whole environment (default `vllm_env(work)`)."""
+        self.argv = argv
         self.log_path = work / "vllm.log"
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
@@ -158,6 +161,19 @@ class VllmServer:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def wait_healthy(self, base: str, within_s: float, poll_s: float = 1.0) -> None:
+        """Until `base`/health answers 200; the test fails when the server exits first or
+        `within_s` passes, with the end of its log. (llama-server's /health is 503 while it
+        loads, vLLM's refuses the connection: both are "not yet".)"""
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            assert self.alive(), self.log_text()[-3000:]
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    return
+            time.sleep(poll_s)
+        pytest.fail(f"{self.argv[0]} not healthy in {within_s}s: {self.log_text()[-3000:]}")
 
     def stop(self, timeout: float = 30) -> int:
         for sig in (signal.SIGTERM, signal.SIGKILL):

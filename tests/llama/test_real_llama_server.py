@@ -5,7 +5,6 @@ reports of it: its size, context, width, and the KV cache its attention figures 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,19 +35,7 @@ def served(
     server = VllmServer(argv, tmp_path, env={"PATH": "/usr/bin:/bin"})
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + HEALTHY_WITHIN_S
-        while time.monotonic() < deadline:
-            assert server.alive(), server.log_text()[-3000:]
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        else:
-            pytest.fail(
-                f"llama-server not healthy in {HEALTHY_WITHIN_S}s: {server.log_text()[-3000:]}"
-            )
+        server.wait_healthy(base, HEALTHY_WITHIN_S, poll_s=0.2)
         yield model, base, server
     finally:
         server.stop()

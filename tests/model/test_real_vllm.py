@@ -3,7 +3,6 @@ endpoint chosen from the chat template, end to end with the tiny model."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,17 +42,7 @@ def served(
     server = VllmServer(serve_argv(model, port, "tiny"), tmp_path)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + HEALTHY_WITHIN_S
-        while time.monotonic() < deadline:
-            assert server.alive(), server.log_text()[-3000:]
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(1)
-        else:
-            pytest.fail(f"vLLM not healthy in {HEALTHY_WITHIN_S}s: {server.log_text()[-3000:]}")
+        server.wait_healthy(base, HEALTHY_WITHIN_S)
         yield model, base, server
     finally:
         server.stop()
