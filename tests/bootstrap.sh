@@ -22,6 +22,7 @@ TOOLS=(
     vllm_image.sh       # rootfs.sh, vllm_venv.sh
     bare_host.sh        # runtime_wheels.sh (the bare-host e2e's apt repository and wheels)
     llama_server.sh     # vllm_venv.sh (torch and the tiny model, converted to GGUF)
+    deb_hosts.sh        # - (the Debian package's other distributions)
 )
 
 say() { echo "bootstrap: $*"; }

@@ -28,6 +28,7 @@ BUILDS = {
     "vllm_image.sh": "vllm-image",
     "bare_host.sh": "bare-pypi",
     "llama_server.sh": "llama-server",
+    "deb_hosts.sh": "deb-apt-jammy",
 }
 """The cached part each real tool builds under $EPYC_TEST_CACHE."""
 
