@@ -22,9 +22,10 @@ copy in the venv's share/epyc-llm and provisions with `install.sh --runtime` ins
 def runtime_install_command(runtime_dir: Path, recipe: Path = PACKAGED_RUNTIME_RECIPE) -> str:
     """The command that provisions the embedded runtime in runtime_dir on this install: the
     Debian package's recipe (its build prerequisites from apt first) where the package is
-    installed, else install.sh from a checkout."""
+    installed, else install.sh from a checkout. The recipe's venv is python3's, whose venv
+    module the package does not bring where its own venv is python3.11's (Ubuntu 22.04)."""
     if recipe.is_file():
-        return f"apt-get install g++ python3-dev numactl && {recipe} {runtime_dir}"
+        return f"apt-get install g++ python3-dev python3-venv numactl && {recipe} {runtime_dir}"
     return "packaging/install.sh --runtime"
 
 

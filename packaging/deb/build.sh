@@ -16,8 +16,9 @@
 # pydantic-settings, cysystemd and a recent huggingface_hub; Debian 12 has pydantic 1.10
 # and no pydantic-settings or cysystemd. So the package carries the product's wheel and
 # an offline wheelhouse of its runtime dependencies, binary wheels only, for each CPython
-# it may meet (3.11: Debian 12; 3.12: Ubuntu 24.04; 3.13: Debian 13; 3.14 next), for
-# manylinux_2_34 x86_64 (glibc >= 2.34; Debian 12 has 2.36), and the postinst makes the
+# it may meet (3.11: Debian 12, python3.11 on Ubuntu 22.04; 3.12: Ubuntu 24.04; 3.13: Debian
+# 13; 3.14 next), for manylinux_2_34 x86_64 (glibc >= 2.34; Debian 12 has 2.36, Ubuntu 22.04
+# 2.35), and the postinst makes the
 # venv /opt/epyc-llm from them with pip --no-index: installing needs no network and gets
 # exactly the wheels this build took. The package is amd64, not all, since those wheels are.
 #

@@ -15,6 +15,13 @@ upgrade  after the boot, the endpoint ready; `apt-get install ./epyc-llm_VERSION
 remove   `apt-get remove epyc-llm`: epycd gone, the endpoint still running and named; stopped
          with the command the message gives; `apt-get purge`: the venv gone, the admin's
          files kept and listed
+
+On the other distributions (Debian 13, Ubuntu 24.04 and 22.04: tests/tools/deb_hosts.sh's bare
+trees, apt's only source a local repository of the package's dependencies), one boot:
+
+elsewhere  `apt-get install ./epyc-llm_VERSION-1_amd64.deb`: the venv on a Python of 3.11 or
+           newer, epycd enabled and active, `epycctl detect` works; quickstart without a
+           runtime names the runtime step; `apt-get purge`: epycd and the venv gone
 """
 
 from __future__ import annotations
@@ -145,7 +152,38 @@ def phase_remove() -> None:
     product_state("purged")
 
 
-PHASES = {"install": phase_install, "upgrade": phase_upgrade, "remove": phase_remove}
+def phase_elsewhere() -> None:
+    record("pid1", comm=Path("/proc/1/comm").read_text().strip())
+    release = dict(
+        line.split("=", 1)
+        for line in Path("/etc/os-release").read_text().splitlines()
+        if "=" in line
+    )
+    record("os", id=release["ID"], version=release.get("VERSION_ID", "").strip('"'))
+    fresh_machine()
+    must("apt_update", "apt-get", "update", timeout=300)
+    must("apt_install", "apt-get", "install", "-y", deb(1), timeout=900)
+    product_state("installed")
+    python = run(str(PREFIX / "bin" / "python"), "-c", "import sys; print(*sys.version_info[:2])")
+    record("venv_python", rc=python["rc"], version=python["stdout"].split())
+    run("epycctl", "detect", "--json", timeout=180, check="detect")
+    give_model_to_group()
+    use_identity_root()
+    model = ["--model", CONFIG["model_dir"], *CONFIG["consent_args"]]
+    hint = run("epycctl", "quickstart", "--yes", *model, timeout=300, check="quickstart_no_runtime")
+    found = re.search(r"provision the embedded vLLM[^:]*: (.+)", hint["stdout"] + hint["stderr"])
+    record("runtime_step_named", command=found.group(1).strip() if found else None)
+    product_state("after_no_runtime")
+    must("apt_purge", "apt-get", "purge", "-y", "epyc-llm", timeout=600)
+    product_state("purged")
+
+
+PHASES = {
+    "install": phase_install,
+    "upgrade": phase_upgrade,
+    "remove": phase_remove,
+    "elsewhere": phase_elsewhere,
+}
 
 if __name__ == "__main__":
     inside.PHASES = PHASES

@@ -16,6 +16,13 @@ upgrade  apt installs VERSION-2: the approval unchanged, the endpoint's unit the
 remove   `apt-get remove`: epycd gone, the endpoint running and named with how to stop it, which
          works; `apt-get purge`: the venv gone, the endpoint file, approval, unit and runtime
          kept and listed
+
+and one boot on each other distribution the package is for (Debian 13, Ubuntu 24.04 and
+22.04: bare trees and local repositories of the package's dependencies by
+tests/tools/deb_hosts.sh), the phase `elsewhere`: apt installs VERSION-1, epycd active, the
+venv on a Python of 3.11 or newer (python3.11 on Ubuntu 22.04, whose python3 is 3.10),
+`epycctl detect` works, quickstart names the runtime step, `apt-get purge` leaves no epycd. The
+runtime step itself is run on Debian 12 only: its wheelhouse (about 1 GB) is for one CPython.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ UNIT = f"epyc-llm-{NAME}.service"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 DEB_CACHE = CACHE / "deb"
 RUNTIME_STEP = (
-    "apt-get install g++ python3-dev numactl && "
+    "apt-get install g++ python3-dev python3-venv numactl && "
     "/usr/share/epyc-llm/vllm-runtime.sh /opt/epyc-llm/runtime"
 )
 
@@ -110,6 +117,17 @@ def test_lintian_reports_no_error(tmp_path: Path) -> None:
     assert not [line for line in done.stdout.splitlines() if line.startswith("E:")], done.stdout
 
 
+def place_machine(root: Path, config: dict[str, object], debs: Path) -> None:
+    """test_runtime.py's machine, driven by inside_deb.py, the packages in /srv/debs."""
+    write_machine(root, config)
+    shutil.copy2(Path(__file__).with_name("inside_deb.py"), root / "opt" / "e2e" / "inside_deb.py")
+    driver = DRIVER_UNIT.replace("/opt/e2e/inside.py", "/opt/e2e/inside_deb.py")
+    (root / "etc" / "systemd" / "system" / "e2e-driver.service").write_text(driver)
+    (root / "srv" / "debs").mkdir(parents=True)
+    for deb in debs.glob("*.deb"):
+        shutil.copy2(deb, root / "srv" / "debs" / deb.name)
+
+
 @pytest.fixture(scope="module")
 def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     if shutil.which("systemd-nspawn") is None:
@@ -134,13 +152,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         "consent_args": consent_args(work),
         "version": VERSION,
     }
-    write_machine(root, config)
-    shutil.copy2(Path(__file__).with_name("inside_deb.py"), root / "opt" / "e2e" / "inside_deb.py")
-    driver = DRIVER_UNIT.replace("/opt/e2e/inside.py", "/opt/e2e/inside_deb.py")
-    (root / "etc" / "systemd" / "system" / "e2e-driver.service").write_text(driver)
-    (root / "srv" / "debs").mkdir(parents=True)
-    for deb in debs.glob("*.deb"):
-        shutil.copy2(deb, root / "srv" / "debs" / deb.name)
+    place_machine(root, config, debs)
     (results / "config.json").write_text(json.dumps(config, indent=2))
     binds = [
         "--private-network",
@@ -150,6 +162,57 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         f"--bind-ro={TORCH_INDEX}:/var/cache/e2e-torch",
     ]
     yield Machine(root, results, binds, phases=PHASES)
+    if os.environ.get("EPYC_E2E_KEEP"):
+        print(f"e2e: kept {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+ELSEWHERE = {"trixie": ("debian", "13"), "noble": ("ubuntu", "24.04"), "jammy": ("ubuntu", "22.04")}
+"""The other distributions: suite -> (os-release ID, VERSION_ID)."""
+DEB_HOSTS_HINT = "run tests/tools/deb_hosts.sh (or tests/bootstrap.sh)"
+
+
+@pytest.fixture(scope="module")
+def debs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("deb-src") / "src"
+    clean_copy(src)
+    return build_debs(src)
+
+
+@pytest.fixture(scope="module", params=list(ELSEWHERE))
+def elsewhere(
+    request: pytest.FixtureRequest, debs: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Boot]:
+    """One boot of the package's install and purge on another distribution."""
+    suite: str = request.param
+    rootfs, repo = CACHE / f"rootfs-bare-{suite}", CACHE / f"deb-apt-{suite}"
+    for part in (rootfs, repo):
+        if not (part / ".epyc-stamp").is_file():
+            pytest.fail(f"{part} is not built: {DEB_HOSTS_HINT}")
+    work = tmp_path_factory.mktemp(f"e2e-deb-{suite}")
+    root, results = work / "rootfs", work / "results"
+    subprocess.run(["cp", "-a", "--reflink=auto", str(rootfs), str(root)], check=True)
+    results.mkdir()
+    config = {
+        "name": NAME,
+        "never": "never",
+        "port": 0,
+        "served": "",
+        "client_python": "",
+        "model_dir": MODEL_DIR,
+        "identity_root": IDENTITY_ROOT if serving_needs_identity() else None,
+        "consent_args": consent_args(work),
+        "version": VERSION,
+    }
+    place_machine(root, config, debs)
+    (results / "config.json").write_text(json.dumps(config, indent=2))
+    binds = [
+        "--private-network",
+        f"--bind={results}:/results",
+        f"--bind-ro={repo}:/var/cache/e2e-apt",
+    ]
+    yield Machine(root, results, binds, phases=("elsewhere",)).boot("elsewhere")
     if os.environ.get("EPYC_E2E_KEEP"):
         print(f"e2e: kept {work}")
     else:
@@ -296,3 +359,35 @@ def test_purge_deletes_the_venv_and_keeps_the_admins_files(remove: Boot) -> None
     assert "/etc/epyc-llm/epycd.conf" not in purged["etc"], "the conffile outlived the purge"
     assert not any("/examples" in path for path in purged["etc"]), purged["etc"]
     assert purged["endpoint_units"] == [UNIT], "the endpoint's unit file went with the purge"
+
+
+def test_the_package_installs_and_purges_on_other_distributions(elsewhere: Boot) -> None:
+    elsewhere.assert_clean()
+    assert elsewhere.one("pid1")["comm"] == "systemd"
+    os_release = elsewhere.one("os")
+    suite = next(
+        s for s, (i, v) in ELSEWHERE.items() if (i, v) == (os_release["id"], os_release["version"])
+    )
+    fresh = elsewhere.one("fresh")
+    assert fresh["pypi_resolves"] is False and not fresh["found"]["epycctl"], fresh
+    done = elsewhere.one("apt_install")
+    assert done["rc"] == 0, output(elsewhere, "apt_install")[-3000:]
+    state = elsewhere.one("installed")
+    assert state["version"] == {"rc": 0, "text": f"{VERSION}-1 ii"}, state["version"]
+    assert state["epycd"]["ActiveState"] == "active", (suite, state["epycd"])
+    assert state["epycd_enabled"] == "enabled"
+    assert state["epycctl"] == "/usr/bin/epycctl"
+    assert state["endpoint_units"] == [], "installing the package made an endpoint unit"
+    python = elsewhere.one("venv_python")
+    assert python["rc"] == 0 and [int(n) for n in python["version"]] >= [3, 11], python
+    if suite == "jammy":  # python3 is 3.10 there: the venv is python3.11's, from universe
+        assert "python3.11-venv" in done["stdout"], "apt did not bring python3.11's venv module"
+    detect = elsewhere.one("detect")
+    assert detect["rc"] == 0, detect["stderr"][-2000:]
+    assert isinstance(json.loads(detect["stdout"]), dict)
+    assert elsewhere.one("quickstart_no_runtime")["rc"] != 0
+    assert elsewhere.one("runtime_step_named")["command"] == RUNTIME_STEP
+    assert elsewhere.one("after_no_runtime")["endpoint_units"] == []
+    purged = elsewhere.one("purged")
+    assert purged["epycd"]["ActiveState"] != "active", purged["epycd"]
+    assert purged["epycctl"] == "" and not purged["venv"]["bin/python"], purged

@@ -125,7 +125,7 @@ def test_epycctl_names_the_packages_runtime_step(tmp_path: Path) -> None:
     assert runtime_install_command(runtime, recipe) == "packaging/install.sh --runtime"
     recipe.write_text("#!/bin/sh\n")
     packaged = runtime_install_command(runtime, recipe)
-    assert packaged == f"apt-get install g++ python3-dev numactl && {recipe} {runtime}"
+    assert packaged == f"apt-get install g++ python3-dev python3-venv numactl && {recipe} {runtime}"
 
 
 def test_postinst_names_the_same_runtime_step() -> None:
@@ -135,7 +135,9 @@ def test_postinst_names_the_same_runtime_step() -> None:
     assert "vllm-runtime.sh usr/share/epyc-llm/" in (DEBIAN / "epyc-llm.install").read_text()
     expected = runtime_install_command(Path("$PREFIX/runtime"), recipe)
     if expected.startswith("packaging/"):  # the package is not installed on this machine
-        expected = f"apt-get install g++ python3-dev numactl && {recipe} $PREFIX/runtime"
+        expected = (
+            f"apt-get install g++ python3-dev python3-venv numactl && {recipe} $PREFIX/runtime"
+        )
     assert expected in postinst
 
 
