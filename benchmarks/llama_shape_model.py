@@ -37,6 +37,10 @@ class Shape:
     context: int
     rope_theta: float
     tied_embeddings: bool
+    qkv_bias: bool = True
+    """Qwen2's attention has biases on q, k and v; Llama's and Qwen3's have none."""
+    qk_norm: bool = False
+    """Qwen3 normalizes q and k per head (attn_q_norm, attn_k_norm)."""
 
 
 SHAPES = {
@@ -46,7 +50,17 @@ SHAPES = {
     "qwen2.5-1.5b": Shape(
         "qwen2", "ggml-vocab-qwen2.gguf", 1536, 28, 12, 2, 8960, 32768, 1e6, True
     ),
+    # meta-llama/Llama-3.2-1B-Instruct's config.json (its vocabulary: the llama-bpe vocab file)
+    "llama-3.2-1b": Shape(
+        "llama", "ggml-vocab-llama-bpe.gguf", 2048, 16, 32, 8, 8192, 131072, 5e5, True, False
+    ),
+    # Qwen/Qwen3-0.6B's config.json (head_dim 128 with hidden 1024: written as key_length)
+    "qwen3-0.6b": Shape(
+        "qwen3", "ggml-vocab-qwen2.gguf", 1024, 28, 16, 8, 3072, 40960, 1e6, True, False, True
+    ),
 }
+HEAD_DIM = {"qwen3-0.6b": 128}
+"""Head sizes that are not hidden / heads."""
 TOKENIZER_KEYS = (
     "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
     "tokenizer.ggml.token_type", "tokenizer.ggml.merges", "tokenizer.ggml.eos_token_id",
@@ -78,7 +92,9 @@ def copy_tokenizer(vocab: GGUFReader, writer: GGUFWriter) -> int:
     return size
 
 
-def write(source: Path, shape: Shape, out: Path, seed: int = 0) -> None:
+def write(
+    source: Path, shape: Shape, out: Path, seed: int = 0, head_dim: int | None = None
+) -> None:
     vocab = GGUFReader(str(source / "models" / shape.vocab_file))
     writer = GGUFWriter(str(out), shape.architecture)
     writer.add_name(f"random {out.stem}")
@@ -93,8 +109,11 @@ def write(source: Path, shape: Shape, out: Path, seed: int = 0) -> None:
     writer.add_layer_norm_rms_eps(1e-6)
     n_vocab = copy_tokenizer(vocab, writer)
     rng = np.random.default_rng(seed)
-    head_dim = shape.hidden // shape.heads
-    kv_dim = shape.kv_heads * head_dim
+    head_dim = head_dim or shape.hidden // shape.heads
+    if head_dim != shape.hidden // shape.heads:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    q_dim, kv_dim = shape.heads * head_dim, shape.kv_heads * head_dim
     raw = GGMLQuantizationType.BF16
 
     def matrix(name: str, rows: int, cols: int) -> None:
@@ -111,13 +130,17 @@ def write(source: Path, shape: Shape, out: Path, seed: int = 0) -> None:
     for layer in range(shape.layers):
         block = f"blk.{layer}"
         vector(f"{block}.attn_norm.weight", shape.hidden, 1.0)
-        matrix(f"{block}.attn_q.weight", shape.hidden, shape.hidden)
-        vector(f"{block}.attn_q.bias", shape.hidden)
+        matrix(f"{block}.attn_q.weight", q_dim, shape.hidden)
         matrix(f"{block}.attn_k.weight", kv_dim, shape.hidden)
-        vector(f"{block}.attn_k.bias", kv_dim)
         matrix(f"{block}.attn_v.weight", kv_dim, shape.hidden)
-        vector(f"{block}.attn_v.bias", kv_dim)
-        matrix(f"{block}.attn_output.weight", shape.hidden, shape.hidden)
+        if shape.qkv_bias:
+            vector(f"{block}.attn_q.bias", q_dim)
+            vector(f"{block}.attn_k.bias", kv_dim)
+            vector(f"{block}.attn_v.bias", kv_dim)
+        if shape.qk_norm:
+            vector(f"{block}.attn_q_norm.weight", head_dim, 1.0)
+            vector(f"{block}.attn_k_norm.weight", head_dim, 1.0)
+        matrix(f"{block}.attn_output.weight", shape.hidden, q_dim)
         vector(f"{block}.ffn_norm.weight", shape.hidden, 1.0)
         matrix(f"{block}.ffn_gate.weight", shape.ffn, shape.hidden)
         matrix(f"{block}.ffn_up.weight", shape.ffn, shape.hidden)
@@ -135,7 +158,7 @@ def main() -> int:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b")
     args = parser.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write(args.source, SHAPES[args.shape], args.out)
+    write(args.source, SHAPES[args.shape], args.out, head_dim=HEAD_DIM.get(args.shape))
     print(f"wrote {args.out} ({args.out.stat().st_size / 1024**3:.2f} GiB, {args.shape})")
     return 0
 
