@@ -11,8 +11,11 @@ import click
 from epycd.cli.options import CONTEXT_TOKENS, SEQUENCES, SOCKET_GIB, TEXT
 from epycd.cli.output import EXIT_NO, json_option, print_json, table
 from epycd.errors import InputError, Refusal
+from epycd.host.facts import HostFacts
 from epycd.model.check import inspect_model
-from epycd.model.facts import MemoryFit, ModelFacts
+from epycd.model.facts import GgufFile, MemoryFit, ModelFacts
+from epycd.model.llama_memory import UnmeasuredModel
+from epycd.plan.llama_sizing import LlamaFit, fit_llama
 from epycd.plan.sizing import SizingRequest, fit_request
 from epycd.plan.tuning import DEFAULT_PROFILE, batch_target
 from epycd.sizes import GIB
@@ -54,6 +57,14 @@ def servable(facts: ModelFacts) -> bool:
     return facts.launchable or facts.support.kind == "undetermined"
 
 
+GGUF_FILE = click.option(
+    "--gguf-file",
+    type=TEXT,
+    default=None,
+    help="the GGUF file of a hub repository (in the local HF cache) or of a folder",
+)
+
+
 @click.command("check-model")
 @click.argument("model")
 @click.option("--revision", type=TEXT, default=None, help="branch, tag or commit (default main)")
@@ -63,12 +74,7 @@ def servable(facts: ModelFacts) -> bool:
 @click.option(
     "--vllm", "vllm_executable", type=TEXT, default=None, help="ask this host vLLM's own registry"
 )
-@click.option(
-    "--gguf-file",
-    type=TEXT,
-    default=None,
-    help="the GGUF file of a hub repository (in the local HF cache) or of a folder",
-)
+@GGUF_FILE
 @json_option("stable JSON for scripts")
 def check_model(
     model: str,
@@ -161,14 +167,14 @@ def estimate_json(facts: ModelFacts, fit: MemoryFit, socket_note: str) -> dict[s
     "--max-model-len",
     type=CONTEXT_TOKENS,
     default=None,
-    help="context length (default: the model's max positions)",
+    help="context length (default: the model's max positions); a GGUF file: per slot",
 )
 @click.option(
     "--max-num-seqs",
     type=SEQUENCES,
     default=None,
     help="concurrent sequences the KV must hold (default: what a balanced plan gives, "
-    "vLLM's 128 where memory allows)",
+    "vLLM's 128 where memory allows; a GGUF file: llama-server's 4 slots)",
 )
 @click.option(
     "--socket-gb",
@@ -177,6 +183,7 @@ def estimate_json(facts: ModelFacts, fit: MemoryFit, socket_note: str) -> dict[s
     help="socket memory in GiB (default: socket 0 of this host, as detected)",
 )
 @click.option("--revision", type=TEXT, default=None, help="branch, tag or commit (default main)")
+@GGUF_FILE
 @json_option("stable JSON for scripts")
 def estimate(
     model: str,
@@ -184,17 +191,15 @@ def estimate(
     max_num_seqs: int | None,
     socket_gb: float | None,
     revision: str | None,
+    gguf_file: str | None,
     as_json: bool,
 ) -> None:
-    """Does MODEL fit one socket's memory at this context and concurrency?"""
-    facts = inspect_model(model, revision=revision)
-    if facts.format == "gguf":
-        raise Refusal(
-            f"{model}: estimate sizes a vLLM endpoint, and vLLM's CPU backend loads no GGUF; "
-            "the fit of a llama.cpp endpoint waits for llama-server's own memory, measured",
-            key="model",
-            fix="`epycctl check-model` gives the file's weights and KV bytes per token",
-        )
+    """Does MODEL fit one socket's memory at this context and concurrency? (vLLM for
+    safetensors weights, llama.cpp's llama-server for a GGUF file)"""
+    facts = inspect_model(model, revision=revision, gguf_file=gguf_file)
+    if facts.gguf is not None:
+        _estimate_gguf(facts, facts.gguf, max_model_len, max_num_seqs, socket_gb, as_json)
+        return
     if facts.weights_bytes is None:
         raise InputError(
             f"{model}: the weights' size is unknown (no safetensors metadata, config too sparse)",
@@ -225,14 +230,117 @@ def estimate(
         sys.exit(EXIT_NO)
 
 
+LLAMA_DEFAULT_SLOTS = 4
+"""llama-server's own default (`-np` auto: 4 slots sharing one unified cache)."""
+
+
+def _estimate_gguf(
+    facts: ModelFacts,
+    gguf: GgufFile,
+    max_model_len: int | None,
+    max_num_seqs: int | None,
+    socket_gb: float | None,
+    as_json: bool,
+) -> None:
+    """The fit of llama-server serving the file: `--max-num-seqs` slots (default 4, the
+    server's own) of `--max-model-len` tokens each (default: what the model was trained for,
+    which is also the most a slot takes)."""
+    trained = gguf.context_length
+    context = max_model_len or trained
+    if context is None:
+        raise InputError(
+            f"{facts.model}: the GGUF file gives no context length "
+            f"({gguf.architecture}.context_length)",
+            key="max-model-len",
+            fix="give --max-model-len",
+        )
+    if trained and context > trained:
+        raise InputError(
+            f"{facts.model}: --max-model-len {context} is above the {trained} tokens the model "
+            "was trained for (llama-server caps each slot there)",
+            key="max-model-len",
+            fix=f"give --max-model-len {trained} or less",
+        )
+    total, available, _, note = _socket_memory(socket_gb)
+    try:
+        fit = fit_llama(
+            gguf,
+            context=context,
+            slots=max_num_seqs or LLAMA_DEFAULT_SLOTS,
+            cpu_flags=_cpu_flags(),
+            total_gib=total,
+            available_gib=available,
+        )
+    except UnmeasuredModel as unknown:
+        raise Refusal(
+            f"{facts.model}: the memory of llama-server serving it is unknown: {unknown}",
+            key="model",
+            fix="`epycctl check-model` gives the file's weights and KV bytes per token",
+        ) from None
+    if as_json:
+        print_json(
+            {
+                "model": facts.model,
+                "engine": "llama.cpp",
+                "gguf_file": gguf.file,
+                **fit.model_dump(),
+                "socket": note,
+                "warnings": facts.warnings,
+            }
+        )
+    else:
+        _print_llama_fit(facts, gguf, fit, note)
+    if not fit.fits:
+        sys.exit(EXIT_NO)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 1024**2:.1f} MiB"
+
+
+def _print_llama_fit(facts: ModelFacts, gguf: GgufFile, fit: LlamaFit, note: str) -> None:
+    memory = fit.memory
+    rows = [
+        ("model", f"{facts.model} ({gguf.file}, {gguf.file_type or 'unknown type'})"),
+        ("engine", "llama.cpp (llama-server)"),
+        ("slots x context", f"{fit.slots} x {fit.context} ({memory.cells} cells, one pool)"),
+        ("weights", f"{_mib(memory.weights_bytes)} (the file's tensors, mapped)"),
+        ("repacked", f"{_mib(memory.repacked_bytes)} (the CPU backend's copy of some matrices)"),
+        ("KV cache", _mib(memory.kv_bytes)),
+        ("compute", f"{_mib(memory.compute_bytes)} (ubatch {memory.ubatch})"),
+        ("output", _mib(memory.output_bytes)),
+        ("server", _mib(memory.server_bytes)),
+        ("server at peak", f"{fit.process_gb} GiB"),
+        *_budget_rows(fit.headroom_gb, fit.required_gb, fit.available_gb, note, fit.fits),
+    ]
+    if fit.suggested_context:
+        rows.append(("suggested context per slot", str(fit.suggested_context)))
+    _print_answer(rows, facts.warnings, fit.action)
+
+
+def _budget_rows(
+    headroom: float, required: float, available: float, note: str, fits: bool
+) -> list[tuple[str, str]]:
+    return [
+        ("OS headroom", f"{headroom} GiB"),
+        ("required", f"{required} GiB"),
+        ("available", f"{available} GiB ({note})"),
+        ("fits", "yes" if fits else "no"),
+    ]
+
+
+def _print_answer(rows: list[tuple[str, str]], warnings: list[str], action: str) -> None:
+    click.echo(table(rows))
+    for warning in warnings:
+        click.echo(escaped(f"warning: {warning}"))
+    click.echo(escaped(action))
+
+
 def _socket_memory(socket_gb: float | None) -> tuple[float, float, float | None, str]:
     """(total, available, first node available, description) of socket 0, GiB."""
     if socket_gb is not None:
         return socket_gb, socket_gb, None, f"given: {socket_gb:g} GiB"
-    from epycd.host.detect import detect_host
-    from epycd.settings import load_settings
-
-    host = detect_host(Path(load_settings().host_root), probe_runtimes=False)
+    host = _this_host()
     sock = host.socket(0)
     first = host.node(sock.numa_nodes[0]).memory_available_bytes / GIB if sock.numa_nodes else None
     note = (
@@ -240,6 +348,18 @@ def _socket_memory(socket_gb: float | None) -> tuple[float, float, float | None,
         f"available (NUMA nodes {', '.join(map(str, sock.numa_nodes))})"
     )
     return sock.memory_gb, sock.memory_available_gb, first, note
+
+
+def _cpu_flags() -> list[str]:
+    """This host's CPU flags: which matrices llama.cpp's CPU backend repacks depends on them."""
+    return _this_host().flags
+
+
+def _this_host() -> HostFacts:
+    from epycd.host.detect import detect_host
+    from epycd.settings import load_settings
+
+    return detect_host(Path(load_settings().host_root), probe_runtimes=False)
 
 
 def _print_fit(facts: ModelFacts, fit: MemoryFit, note: str) -> None:
@@ -255,14 +375,8 @@ def _print_fit(facts: ModelFacts, fit: MemoryFit, note: str) -> None:
             "server at peak",
             f"{fit.process_gb} GiB (weights + the KV the sequences need + vLLM's processes)",
         ),
-        ("OS headroom", f"{fit.headroom_gb} GiB"),
-        ("required", f"{fit.required_gb} GiB"),
-        ("available", f"{fit.available_gb} GiB ({note})"),
-        ("fits", "yes" if fit.fits else "no"),
+        *_budget_rows(fit.headroom_gb, fit.required_gb, fit.available_gb, note, fit.fits),
     ]
     if fit.suggested_max_model_len:
         rows.append(("suggested max_model_len", str(fit.suggested_max_model_len)))
-    click.echo(table(rows))
-    for warning in facts.warnings:
-        click.echo(escaped(f"warning: {warning}"))
-    click.echo(escaped(fit.action))
+    _print_answer(rows, facts.warnings, fit.action)

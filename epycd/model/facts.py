@@ -61,6 +61,16 @@ class GgufFile(BaseModel):
     key_length: int | None = None
     value_length: int | None = None
     sliding_window: int | None = None
+    feed_forward_length: int | None = Field(
+        default=None, description="the FFN's width (the widest layer's where it varies)"
+    )
+    vocab_size: int | None = Field(default=None, description="the tokenizer's tokens")
+    repackable_bytes: dict[str, int] = Field(
+        default_factory=dict,
+        description="ggml tensor type -> bytes of the matrices llama.cpp's CPU backend may "
+        "repack into a copy of its own: every weight matrix but the token embeddings whose "
+        "rows are a multiple of 8 (epycd.model.llama_memory.repacked_bytes)",
+    )
     chat_template: bool = Field(description="tokenizer.chat_template is in the file")
 
 

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gguf import GGMLQuantizationType, GGUFReader, Keys, LlamaFileType
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, Keys, LlamaFileType
 from gguf.gguf_reader import ReaderField
 
 from epycd.errors import InputError
@@ -86,6 +86,12 @@ def _facts(reader: GGUFReader, path: Path, name: str, size: int) -> GgufFile:
             key_length=fields.integer(Keys.Attention.KEY_LENGTH.format(arch=arch)),
             value_length=fields.integer(Keys.Attention.VALUE_LENGTH.format(arch=arch)),
             sliding_window=fields.integer(Keys.Attention.SLIDING_WINDOW.format(arch=arch)),
+            feed_forward_length=fields.largest_integer(
+                Keys.LLM.FEED_FORWARD_LENGTH.format(arch=arch)
+            ),
+            vocab_size=fields.array_length(Keys.Tokenizer.LIST)
+            or fields.integer(Keys.LLM.VOCAB_SIZE.format(arch=arch)),
+            repackable_bytes=_repackable_bytes(reader),
             chat_template=fields.text(Keys.Tokenizer.CHAT_TEMPLATE) is not None,
         )
     except MALFORMED as exc:
@@ -94,6 +100,26 @@ def _facts(reader: GGUFReader, path: Path, name: str, size: int) -> GgufFile:
             file=path,
             fix="give a complete .gguf file (llama.cpp's format, version 2 or 3)",
         ) from None
+
+
+TOKEN_EMBEDDINGS = "token_embd.weight"
+"""Looked up by row (get_rows), never multiplied: llama.cpp keeps it where it is mapped."""
+REPACK_ROWS = 8
+"""The CPU backend repacks a matrix in blocks of 8 rows (ggml-cpu/repack.cpp on x86)."""
+
+
+def _repackable_bytes(reader: GGUFReader) -> dict[str, int]:
+    """Per ggml type, the bytes of the matrices llama.cpp's CPU backend may repack: every
+    tensor of two or more dimensions but the token embeddings, whose second dimension (its
+    rows, ggml's ne[1]) is a multiple of 8. Which types it repacks depends on the CPU
+    (`epycd.model.llama_memory.repacked_bytes`)."""
+    found: Counter[str] = Counter()
+    for tensor in reader.tensors:
+        shape = [int(n) for n in tensor.shape]
+        if tensor.name == TOKEN_EMBEDDINGS or len(shape) < 2 or shape[1] % REPACK_ROWS:
+            continue
+        found[GGMLQuantizationType(int(tensor.tensor_type)).name] += int(tensor.n_bytes)
+    return dict(found.most_common())
 
 
 def _file_type(value: int | None) -> str | None:
@@ -136,6 +162,17 @@ class _Fields:
     def first_integer(self, key: str) -> int | None:
         values = self.integers(key)
         return values[0] if values else None
+
+    def largest_integer(self, key: str) -> int | None:
+        values = self.integers(key)
+        return max(values) if values else None
+
+    def array_length(self, key: str) -> int | None:
+        """The number of items of an array field, without reading them."""
+        field = self._fields.get(key)
+        if field is None or field.types[:1] != [GGUFValueType.ARRAY]:
+            return None
+        return len(field.data)
 
 
 def kv_bytes_per_token(facts: GgufFile, dtype_bytes: int = KV_CACHE_DTYPE_BYTES) -> int | None:

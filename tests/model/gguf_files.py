@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, LlamaFileType
 from gguf.quants import quantize
 
 CHAT_TEMPLATE = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
@@ -33,6 +33,19 @@ class GgufShape:
     file_type: LlamaFileType = LlamaFileType.MOSTLY_Q8_0
     matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0
     extra: dict[str, int] = field(default_factory=dict)
+    feed_forward: int | None = None
+    vocab: int | None = None
+    """The tokenizer's token list (tokenizer.ggml.tokens) of this many tokens."""
+    matrices: dict[str, tuple[GGMLQuantizationType, int, int]] = field(default_factory=dict)
+    """More tensors: name -> (type, rows, columns), their bytes random (never loaded)."""
+
+
+def raw_matrix(kind: GGMLQuantizationType, rows: int, columns: int) -> np.ndarray:
+    """A (rows, columns) matrix of `kind` as the bytes a file holds: rows x the bytes of
+    columns / block size blocks."""
+    block, type_size = GGML_QUANT_SIZES[kind]
+    assert columns % block == 0, f"{kind.name} takes columns in blocks of {block}"
+    return np.zeros((rows, columns // block * type_size), dtype=np.uint8)
 
 
 def write_gguf(path: Path, shape: GgufShape) -> int:
@@ -54,6 +67,10 @@ def write_gguf(path: Path, shape: GgufShape) -> int:
         writer.add_chat_template(shape.chat_template)
     for key, value in shape.extra.items():
         writer.add_uint32(key.format(arch=arch), value)
+    if shape.feed_forward is not None:
+        writer.add_feed_forward_length(shape.feed_forward)
+    if shape.vocab is not None:
+        writer.add_token_list([f"t{i}" for i in range(shape.vocab)])
     rng = np.random.default_rng(0)
     data_bytes = 0
     for layer in range(shape.layers):
@@ -64,6 +81,10 @@ def write_gguf(path: Path, shape: GgufShape) -> int:
         packed = quantize(matrix, shape.matrix_type)
         writer.add_tensor(f"blk.{layer}.attn_q.weight", packed, raw_dtype=shape.matrix_type)
         data_bytes += packed.nbytes
+    for name, (kind, rows, columns) in shape.matrices.items():
+        raw = raw_matrix(kind, rows, columns)
+        writer.add_tensor(name, raw, raw_dtype=kind)
+        data_bytes += raw.nbytes
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -233,11 +233,3 @@ def test_the_table_is_the_sources_own_map(tmp_path: Path) -> None:
     source.write_text("no map here\n")
     with pytest.raises(InputError):
         llama_tables.build_table(tmp_path, "9.9")
-
-
-def test_estimate_refuses_a_gguf_rather_than_size_it_as_vllm(tmp_path: Path) -> None:
-    path = tmp_path / "m.gguf"
-    write_gguf(path, GgufShape())
-    code, data, _ = run_json("estimate", str(path), "--socket-gb", "64")
-    assert code == 1
-    assert "loads no GGUF" in data["error"]

@@ -1,0 +1,105 @@
+"""The fit of one llama-server process in a socket's memory (issue 32): the process at its
+peak (`epycd.model.llama_memory`), plus rule 3's OS headroom, against what the socket has
+available; where it does not fit, the largest context per slot that does.
+
+Unlike vLLM, llama-server takes no pool share of the socket up front: its KV cache is exactly
+the cells it is given (`-c`), so the fit is the process's own bytes, nothing reserved."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from pydantic import BaseModel, Field
+
+from epycd.model.facts import GgufFile
+from epycd.model.llama_memory import (
+    CELL_PADDING,
+    DEFAULT_UBATCH,
+    LlamaMemory,
+    llama_memory,
+)
+from epycd.plan.tuning import headroom_gib
+from epycd.sizes import GIB, gib
+
+
+class LlamaFit(BaseModel):
+    """A llama.cpp endpoint's fit in one socket, GiB where not said otherwise."""
+
+    context: int = Field(description="tokens per slot")
+    slots: int
+    memory: LlamaMemory
+    process_gb: float = Field(description="the server process at its peak")
+    headroom_gb: float = Field(description="the OS's share, apart from the server (rule 3)")
+    required_gb: float = Field(description="process_gb + headroom_gb")
+    available_gb: float
+    fits: bool
+    suggested_context: int | None = Field(
+        description="where it does not fit: the most tokens per slot that do (a multiple of 256)"
+    )
+    action: str
+
+
+def fit_llama(
+    gguf: GgufFile,
+    *,
+    context: int,
+    slots: int,
+    cpu_flags: Collection[str],
+    total_gib: float,
+    available_gib: float,
+    ubatch: int = DEFAULT_UBATCH,
+) -> LlamaFit:
+    """Raises `epycd.model.llama_memory.UnmeasuredModel` where a term is unknown."""
+    memory = llama_memory(gguf, context=context, slots=slots, cpu_flags=cpu_flags, ubatch=ubatch)
+    headroom = headroom_gib(total_gib)
+    required = memory.total_bytes / GIB + headroom
+    fits = required <= available_gib
+    suggested = (
+        None if fits else _largest_context(gguf, slots, cpu_flags, ubatch, available_gib - headroom)
+    )
+    return LlamaFit(
+        context=context,
+        slots=slots,
+        memory=memory,
+        process_gb=gib(memory.total_bytes),
+        headroom_gb=round(headroom, 2),
+        required_gb=round(required, 2),
+        available_gb=round(available_gib, 2),
+        fits=fits,
+        suggested_context=suggested,
+        action=_action(fits, context, slots, suggested),
+    )
+
+
+def _largest_context(
+    gguf: GgufFile, slots: int, cpu_flags: Collection[str], ubatch: int, budget_gib: float
+) -> int | None:
+    """The most tokens per slot (a multiple of 256) whose process fits in `budget_gib`: the
+    process grows linearly with the cells (KV and the attention mask), so solve for them."""
+    smallest = llama_memory(
+        gguf, context=CELL_PADDING, slots=slots, cpu_flags=cpu_flags, ubatch=ubatch
+    )
+    larger = llama_memory(
+        gguf, context=2 * CELL_PADDING, slots=slots, cpu_flags=cpu_flags, ubatch=ubatch
+    )
+    per_cell = (larger.total_bytes - smallest.total_bytes) / (larger.cells - smallest.cells)
+    spare = budget_gib * GIB - smallest.total_bytes
+    if spare < 0:
+        return None
+    cells = smallest.cells + int(spare // per_cell)
+    context = (cells // slots) // CELL_PADDING * CELL_PADDING
+    return context if context >= CELL_PADDING else None
+
+
+def _action(fits: bool, context: int, slots: int, suggested: int | None) -> str:
+    if fits:
+        return f"fits: {slots} slots of {context} tokens"
+    if suggested is None:
+        return (
+            "does not fit: the weights alone leave no room; "
+            "use a smaller quantization or a larger socket"
+        )
+    return (
+        f"does not fit at {slots} slots of {context} tokens; {suggested} tokens per slot fit "
+        "(or fewer slots, or a smaller quantization)"
+    )
