@@ -3,6 +3,7 @@ pinned configurations the llama.cpp plan will choose from, by slot count, in one
 
 Run:  .venv/bin/python benchmarks/llama_serving.py --runtime DIR --model FILE.gguf
           --tokenizer TOKENIZER_DIR [--concurrency 1 8 32] [--slots 1 4 8 16]
+          [--passes 2] [--ablate]
       .venv/bin/python benchmarks/llama_serving.py --render RESULT.json   # reprint a saved run
 (DIR: a runtime from packaging/llama-runtime.sh; TOKENIZER_DIR: the model's tokenizer as
 transformers saves it, for the bench client's random prompts: `AutoTokenizer.from_pretrained(
@@ -87,22 +88,42 @@ def cores_and_node() -> tuple[list[int], int]:
     return cpus, node
 
 
-def configs(server: Path, model: Path, slots: list[int]) -> list[Config]:
-    base = [str(server), "-m", str(model), "--host", "127.0.0.1", "-a", SERVED]
+def pinned_parts(count: int) -> dict[str, list[str]]:
+    """The pinned configuration of `count` slots, by what each group of its words sets."""
     cpus, node = cores_and_node()
-    pin = ["numactl", f"--physcpubind={','.join(map(str, cpus))}", f"--membind={node}"]
     threads = str(len(cpus))
+    return {
+        "binding": ["numactl", f"--physcpubind={','.join(map(str, cpus))}", f"--membind={node}"],
+        "threads": ["-t", threads, "-tb", threads],
+        "pool": [
+            "-np", str(count), "-c", str(count * CONTEXT),
+            "--kv-unified", "--kv-unified-per-slot", str(CONTEXT),
+        ],
+        "no prompt cache": ["--cache-ram", "0"],
+        "no auto-fit": ["--fit", "off"],
+    }  # fmt: skip
+
+
+def configs(server: Path, model: Path, slots: list[int], ablate: bool = False) -> list[Config]:
+    """`ablate`: also the first slot count's pinned configuration without each group of its
+    words in turn (which of them costs, where the pinned one loses)."""
+    base = [str(server), "-m", str(model), "--host", "127.0.0.1", "-a", SERVED]
     found = [
         Config("defaults", base),
         Config("defaults --numa distribute", [*base, "--numa", "distribute"]),
     ]
     for count in slots:
-        sizing = [
-            "-t", threads, "-tb", threads, "-np", str(count), "-c", str(count * CONTEXT),
-            "--kv-unified", "--kv-unified-per-slot", str(CONTEXT),
-            "--cache-ram", "0", "--fit", "off", "--no-ui",
-        ]  # fmt: skip
-        found.append(Config(f"pinned, {count} slots", [*pin, *base, *sizing]))
+        parts = pinned_parts(count)
+
+        def argv(without: str | None = None, parts: dict[str, list[str]] = parts) -> list[str]:
+            kept = {name: words for name, words in parts.items() if name != without}
+            server_words = [w for name, words in kept.items() if name != "binding" for w in words]
+            return [*kept.get("binding", []), *base, *server_words, "--no-ui"]
+
+        found.append(Config(f"pinned, {count} slots", argv()))
+        if ablate and count == slots[0]:
+            for name in parts:
+                found.append(Config(f"pinned, {count} slots, without {name}", argv(name)))
     return found
 
 
@@ -172,7 +193,7 @@ def measure(
 
 def render(report: dict[str, Any]) -> str:
     concurrencies = report["settings"]["concurrency"]
-    head = " | ".join(f"c={c} tok/s, TTFT ms" for c in concurrencies)
+    head = " | ".join(f"c={c} tok/s, TTFT ms, TPOT ms (done)" for c in concurrencies)
     lines = [
         f"Run {report['started']}: {report['machine']}; model {report['settings']['model']}",
         "",
@@ -184,7 +205,10 @@ def render(report: dict[str, Any]) -> str:
         for c in concurrencies:
             run = measured["runs"].get(str(c)) or measured["runs"].get(c) or {}
             if "output_throughput" in run:
-                cells.append(f"{run['output_throughput']:.1f}, {run['mean_ttft_ms']:.0f}")
+                cells.append(
+                    f"{run['output_throughput']:.1f}, {run['mean_ttft_ms']:.0f}, "
+                    f"{run['mean_tpot_ms']:.1f} ({run['completed']}/{run['prompts']})"
+                )
             else:
                 cells.append(run.get("error", measured.get("refusal") or "-")[:60])
         lines.append(
@@ -204,6 +228,18 @@ def main() -> int:
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/llama-serving-run1.json"))
+    parser.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="run every configuration this many times, every other pass in reverse order "
+        "(A B, B A: a drift of the machine over the run falls on both alike)",
+    )
+    parser.add_argument(
+        "--ablate",
+        action="store_true",
+        help="also the first slot count's pinned configuration without each group of its flags",
+    )
     parser.add_argument("--render", type=Path)
     args = parser.parse_args()
     if args.render:
@@ -225,10 +261,14 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="llama-serving-"))
     server = args.runtime / "bin" / "llama-server"
     lengths = (args.input_len, args.output_len)
-    for config in configs(server, args.model, args.slots):
-        measured = measure(work, args.tokenizer, config, args.concurrency, lengths)
-        report["measured"].append(asdict(measured))
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    planned = configs(server, args.model, args.slots, ablate=args.ablate)
+    for number in range(args.passes):
+        for config in planned if number % 2 == 0 else planned[::-1]:
+            measured = measure(work, args.tokenizer, config, args.concurrency, lengths)
+            if args.passes > 1:
+                measured.label = f"{config.label} (pass {number + 1})"
+            report["measured"].append(asdict(measured))
+            args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(render(report))
     return 0
 
