@@ -39,19 +39,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import DRIVER_UNIT, MODEL_DIR, REPO, Boot, Machine, clean_copy, endpoint
+from tests.e2e.conftest import DRIVER_UNIT, REPO, Boot, Machine, clean_copy, endpoint
 from tests.e2e.test_runtime import (
     APT_REPO,
     BARE_ROOTFS,
     HINT,
-    IDENTITY_ROOT,
     PYPI,
     TORCH_INDEX,
-    consent_args,
+    machine_config,
     write_machine,
 )
 from tests.health.realvllm import CACHE
-from tests.machine import serving_needs_identity
 
 pytestmark = pytest.mark.e2e
 
@@ -141,17 +139,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     debs = build_debs(src)
     subprocess.run(["cp", "-a", "--reflink=auto", str(BARE_ROOTFS), str(root)], check=True)
     results.mkdir()
-    config = {
-        "name": NAME,
-        "never": "never",
-        "port": 0,
-        "served": "",
-        "client_python": "",
-        "model_dir": MODEL_DIR,
-        "identity_root": IDENTITY_ROOT if serving_needs_identity() else None,
-        "consent_args": consent_args(work),
-        "version": VERSION,
-    }
+    config = machine_config(work) | {"version": VERSION}
     place_machine(root, config, debs)
     (results / "config.json").write_text(json.dumps(config, indent=2))
     binds = [
@@ -194,17 +182,7 @@ def elsewhere(
     root, results = work / "rootfs", work / "results"
     subprocess.run(["cp", "-a", "--reflink=auto", str(rootfs), str(root)], check=True)
     results.mkdir()
-    config = {
-        "name": NAME,
-        "never": "never",
-        "port": 0,
-        "served": "",
-        "client_python": "",
-        "model_dir": MODEL_DIR,
-        "identity_root": IDENTITY_ROOT if serving_needs_identity() else None,
-        "consent_args": consent_args(work),
-        "version": VERSION,
-    }
+    config = machine_config(work) | {"version": VERSION}
     place_machine(root, config, debs)
     (results / "config.json").write_text(json.dumps(config, indent=2))
     binds = [

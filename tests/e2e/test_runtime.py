@@ -80,6 +80,20 @@ def consent_args(work: Path) -> list[str]:
     return serving(work, stock=False).consent_args if recipe_zen() else ["--accept-unvalidated"]
 
 
+def machine_config(work: Path) -> dict[str, Any]:
+    """What inside_runtime.py (and inside_deb.py) read from /results/config.json."""
+    return {
+        "name": NAME,
+        "never": "never",
+        "port": 0,
+        "served": "",
+        "client_python": "",
+        "model_dir": MODEL_DIR,
+        "identity_root": IDENTITY_ROOT if serving_needs_identity() else None,
+        "consent_args": consent_args(work),
+    }
+
+
 def write_machine(root: Path, config: dict[str, Any]) -> None:
     e2e = root / "opt" / "e2e"
     e2e.mkdir(parents=True)
@@ -114,16 +128,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     subprocess.run(["cp", "-a", "--reflink=auto", str(BARE_ROOTFS), str(root)], check=True)
     clean_copy(src)
     results.mkdir()
-    config = {
-        "name": NAME,
-        "never": "never",
-        "port": 0,
-        "served": "",
-        "client_python": "",
-        "model_dir": MODEL_DIR,
-        "identity_root": IDENTITY_ROOT if serving_needs_identity() else None,
-        "consent_args": consent_args(work),
-    }
+    config = machine_config(work)
     write_machine(root, config)
     (results / "config.json").write_text(json.dumps(config, indent=2))
     binds = [
