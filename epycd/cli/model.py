@@ -261,13 +261,14 @@ def _estimate_gguf(
             key="max-model-len",
             fix=f"give --max-model-len {trained} or less",
         )
-    total, available, _, note = _socket_memory(socket_gb)
+    host = _this_host()  # its CPU flags decide which matrices llama.cpp repacks
+    total, available, _, note = _socket_memory(socket_gb, host)
     try:
         fit = fit_llama(
             gguf,
             context=context,
             slots=max_num_seqs or LLAMA_DEFAULT_SLOTS,
-            cpu_flags=_cpu_flags(),
+            cpu_flags=host.flags,
             total_gib=total,
             available_gib=available,
         )
@@ -336,11 +337,14 @@ def _print_answer(rows: list[tuple[str, str]], warnings: list[str], action: str)
     click.echo(escaped(action))
 
 
-def _socket_memory(socket_gb: float | None) -> tuple[float, float, float | None, str]:
-    """(total, available, first node available, description) of socket 0, GiB."""
+def _socket_memory(
+    socket_gb: float | None, host: HostFacts | None = None
+) -> tuple[float, float, float | None, str]:
+    """(total, available, first node available, description) of socket 0, GiB (of `host`, or
+    of this host detected here, unless `socket_gb` is given)."""
     if socket_gb is not None:
         return socket_gb, socket_gb, None, f"given: {socket_gb:g} GiB"
-    host = _this_host()
+    host = host or _this_host()
     sock = host.socket(0)
     first = host.node(sock.numa_nodes[0]).memory_available_bytes / GIB if sock.numa_nodes else None
     note = (
@@ -348,11 +352,6 @@ def _socket_memory(socket_gb: float | None) -> tuple[float, float, float | None,
         f"available (NUMA nodes {', '.join(map(str, sock.numa_nodes))})"
     )
     return sock.memory_gb, sock.memory_available_gb, first, note
-
-
-def _cpu_flags() -> list[str]:
-    """This host's CPU flags: which matrices llama.cpp's CPU backend repacks depends on them."""
-    return _this_host().flags
 
 
 def _this_host() -> HostFacts:

@@ -101,13 +101,19 @@ def build_debs(src: Path) -> Path:
     return out
 
 
-def test_lintian_reports_no_error(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def debs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """VERSION-1 and VERSION-2, built once for the module from a clean copy of the tree."""
+    src = tmp_path_factory.mktemp("deb-src") / "src"
+    clean_copy(src)
+    return build_debs(src)
+
+
+def test_lintian_reports_no_error(debs: Path) -> None:
     """Debian's own package checker, on the package as built (issue 31: no errors)."""
     if shutil.which("lintian") is None:
         pytest.fail("no lintian: apt-get install lintian (tests/bootstrap.sh)")
-    src = tmp_path / "src"
-    clean_copy(src)
-    deb = build_debs(src) / f"epyc-llm_{VERSION}-1_amd64.deb"
+    deb = debs / f"epyc-llm_{VERSION}-1_amd64.deb"
     done = subprocess.run(
         ["lintian", "--fail-on", "error", str(deb)], capture_output=True, text=True, check=False
     )
@@ -115,8 +121,13 @@ def test_lintian_reports_no_error(tmp_path: Path) -> None:
     assert not [line for line in done.stdout.splitlines() if line.startswith("E:")], done.stdout
 
 
-def place_machine(root: Path, config: dict[str, object], debs: Path) -> None:
-    """test_runtime.py's machine, driven by inside_deb.py, the packages in /srv/debs."""
+def new_machine(rootfs: Path, work: Path, debs: Path) -> tuple[Path, Path]:
+    """A fresh copy of `rootfs` in WORK/rootfs made test_runtime.py's machine, driven by
+    inside_deb.py, the packages in /srv/debs; its results folder WORK/results."""
+    root, results = work / "rootfs", work / "results"
+    subprocess.run(["cp", "-a", "--reflink=auto", str(rootfs), str(root)], check=True)
+    results.mkdir()
+    config = machine_config(work) | {"version": VERSION}
     write_machine(root, config)
     shutil.copy2(Path(__file__).with_name("inside_deb.py"), root / "opt" / "e2e" / "inside_deb.py")
     driver = DRIVER_UNIT.replace("/opt/e2e/inside.py", "/opt/e2e/inside_deb.py")
@@ -124,24 +135,19 @@ def place_machine(root: Path, config: dict[str, object], debs: Path) -> None:
     (root / "srv" / "debs").mkdir(parents=True)
     for deb in debs.glob("*.deb"):
         shutil.copy2(deb, root / "srv" / "debs" / deb.name)
+    (results / "config.json").write_text(json.dumps(config, indent=2))
+    return root, results
 
 
 @pytest.fixture(scope="module")
-def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+def machine(tmp_path_factory: pytest.TempPathFactory, debs: Path) -> Iterator[Machine]:
     if shutil.which("systemd-nspawn") is None:
         pytest.fail(f"no systemd-nspawn: {HINT}")
     for part in (BARE_ROOTFS, APT_REPO, PYPI, TORCH_INDEX):
         if not (part / ".epyc-stamp").is_file():
             pytest.fail(f"{part} is not built: {HINT}")
     work = tmp_path_factory.mktemp("e2e-deb")
-    root, src, results = work / "rootfs", work / "src", work / "results"
-    clean_copy(src)
-    debs = build_debs(src)
-    subprocess.run(["cp", "-a", "--reflink=auto", str(BARE_ROOTFS), str(root)], check=True)
-    results.mkdir()
-    config = machine_config(work) | {"version": VERSION}
-    place_machine(root, config, debs)
-    (results / "config.json").write_text(json.dumps(config, indent=2))
+    root, results = new_machine(BARE_ROOTFS, work, debs)
     binds = [
         "--private-network",
         f"--bind={results}:/results",
@@ -161,13 +167,6 @@ ELSEWHERE = {"trixie": ("debian", "13"), "noble": ("ubuntu", "24.04"), "jammy": 
 DEB_HOSTS_HINT = "run tests/tools/deb_hosts.sh (or tests/bootstrap.sh)"
 
 
-@pytest.fixture(scope="module")
-def debs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    src = tmp_path_factory.mktemp("deb-src") / "src"
-    clean_copy(src)
-    return build_debs(src)
-
-
 @pytest.fixture(scope="module", params=list(ELSEWHERE))
 def elsewhere(
     request: pytest.FixtureRequest, debs: Path, tmp_path_factory: pytest.TempPathFactory
@@ -179,12 +178,7 @@ def elsewhere(
         if not (part / ".epyc-stamp").is_file():
             pytest.fail(f"{part} is not built: {DEB_HOSTS_HINT}")
     work = tmp_path_factory.mktemp(f"e2e-deb-{suite}")
-    root, results = work / "rootfs", work / "results"
-    subprocess.run(["cp", "-a", "--reflink=auto", str(rootfs), str(root)], check=True)
-    results.mkdir()
-    config = machine_config(work) | {"version": VERSION}
-    place_machine(root, config, debs)
-    (results / "config.json").write_text(json.dumps(config, indent=2))
+    root, results = new_machine(rootfs, work, debs)
     binds = [
         "--private-network",
         f"--bind={results}:/results",
