@@ -80,8 +80,23 @@ def _describe(response: httpx.Response) -> str:
     return f"HTTP {response.status_code}: {body[:300]}" if body else f"HTTP {response.status_code}"
 
 
+LOADING = {"message": "Loading model", "type": "unavailable_error", "code": 503}
+"""llama-server's /health while it loads the model (HTTP 503); vLLM does not listen yet."""
+
+
+def still_loading(response: httpx.Response) -> bool:
+    """llama-server's answer while it loads; any other 503 (vLLM's dead engine) is not."""
+    if response.status_code != 503:
+        return False
+    try:
+        return bool(response.json().get("error") == LOADING)
+    except (ValueError, AttributeError):
+        return False
+
+
 def wait_for_health(client: httpx.Client, config: GateConfig, server_alive: ServerAlive) -> None:
-    """Polls /health until 200. Only a server that is not listening yet is waited for."""
+    """Polls /health until 200. Only a server that is not listening yet, or that says it is
+    loading the model (llama-server), is waited for."""
     deadline = time.monotonic() + config.load_timeout
     last_error = "no answer yet"
     while True:
@@ -99,7 +114,9 @@ def wait_for_health(client: httpx.Client, config: GateConfig, server_alive: Serv
         else:
             if response.status_code == 200:
                 return
-            raise PhaseFailed("health", f"/health answered {_describe(response)}")
+            if not still_loading(response):
+                raise PhaseFailed("health", f"/health answered {_describe(response)}")
+            last_error = f"/health answered {_describe(response)}"
         time.sleep(max(0.0, min(config.poll_interval, deadline - time.monotonic())))
 
 
@@ -214,6 +231,10 @@ TOKEN_METRICS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
 """vLLM's gauge of the requests in the engine's batch and its counters of the prompt and
 generated tokens (prometheus_client exposes a counter NAME as NAME_total); each may carry
 labels (model_name, engine), so every sample of a name is summed."""
+LLAMA_RUNNING_METRIC = "llamacpp:requests_processing"
+LLAMA_TOKEN_METRICS = ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total")
+"""llama-server's (--metrics): its requests being processed and its counters of the prompt
+tokens processed and the tokens predicted."""
 
 
 def health_problem(client: httpx.Client, timeout: float) -> str | None:
@@ -258,9 +279,13 @@ def metric_sums(text: str, names: tuple[str, ...]) -> dict[str, float]:
 
 def parse_progress(text: str) -> Progress:
     """The requests running and the prompt + generation tokens counted so far, from a
-    Prometheus exposition; ValueError when it is not one or lacks vLLM's metrics."""
-    sums = metric_sums(text, (RUNNING_METRIC, *TOKEN_METRICS))
-    return Progress(running=sums[RUNNING_METRIC], tokens=sum(sums[n] for n in TOKEN_METRICS))
+    Prometheus exposition; ValueError when it is not one or lacks both vLLM's metrics and
+    llama-server's."""
+    running, tokens = RUNNING_METRIC, TOKEN_METRICS
+    if LLAMA_RUNNING_METRIC in text:
+        running, tokens = LLAMA_RUNNING_METRIC, LLAMA_TOKEN_METRICS
+    sums = metric_sums(text, (running, *tokens))
+    return Progress(running=sums[running], tokens=sum(sums[n] for n in tokens))
 
 
 def read_progress(client: httpx.Client, timeout: float) -> Progress:

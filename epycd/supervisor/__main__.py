@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from epycd.health import (
+    API_KEY_ENV,
     GateConfig,
     PrimaryEndpoint,
     credential_path,
@@ -36,6 +37,13 @@ from epycd.supervisor.run import DEFAULT_STALL_TIMEOUT_S, Supervisor, Supervisor
 @click.option(
     "--api-key-credential",
     help="name of the unit's credential (LoadCredential=) holding the API key; as --api-key-file",
+)
+@click.option(
+    "--api-key-env",
+    type=click.Choice(["VLLM_API_KEY", "LLAMA_API_KEY"]),
+    default=API_KEY_ENV,
+    show_default=True,
+    help="the variable the server reads its API key from (vLLM's, llama-server's)",
 )
 @click.option(
     "--health-timeout",
@@ -86,6 +94,7 @@ def main(
     endpoint: PrimaryEndpoint,
     api_key_file: Path | None,
     api_key_credential: str | None,
+    api_key_env: str,
     health_timeout: float,
     load_timeout: float,
     request_timeout: float,
@@ -113,6 +122,7 @@ def main(
         status_file=status_file,
         stop_timeout=stop_timeout,
         stall_timeout=stall_timeout,
+        api_key_env=api_key_env,
     )
     sys.exit(Supervisor(options, server_argv).run())
 

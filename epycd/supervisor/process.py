@@ -72,24 +72,25 @@ class LogTail:
             return list(self._first_error)
 
 
-def server_env(api_key: str | None = None) -> dict[str, str]:
+def server_env(api_key: str | None = None, key_env: str = API_KEY_ENV) -> dict[str, str]:
     """The server must not talk to the service manager itself: the supervisor does. The API
-    key reaches vLLM here, never through its argv."""
+    key reaches the server in `key_env` (vLLM's VLLM_API_KEY, llama-server's LLAMA_API_KEY),
+    never through its argv."""
     env = {key: value for key, value in os.environ.items() if key not in MANAGER_ENV}
     if api_key:
-        env[API_KEY_ENV] = api_key
+        env[key_env] = api_key
     return env
 
 
 def start_server(
-    argv: Sequence[str], tail: LogTail, api_key: str | None = None
+    argv: Sequence[str], tail: LogTail, api_key: str | None = None, key_env: str = API_KEY_ENV
 ) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=server_env(api_key),
+        env=server_env(api_key, key_env),
         start_new_session=True,
     )
     assert process.stdout is not None and process.stderr is not None

@@ -17,6 +17,7 @@ import httpx
 from pydantic import BaseModel
 
 from epycd.health import (
+    API_KEY_ENV,
     GateConfig,
     GateResult,
     StallWatch,
@@ -50,6 +51,7 @@ class SupervisorOptions(BaseModel):
     status_file: Path | None = None
     stop_timeout: float = 30.0
     stall_timeout: float = DEFAULT_STALL_TIMEOUT_S
+    api_key_env: str = API_KEY_ENV
 
 
 class ServingChecks:
@@ -151,7 +153,9 @@ class Supervisor:
         signal.signal(WATCHDOG_SIGNAL, self.on_watchdog)
         gate = self.options.gate
         try:
-            self.process = start_server(self.argv, self.tail, gate.api_key)
+            self.process = start_server(
+                self.argv, self.tail, gate.api_key, self.options.api_key_env
+            )
         except OSError as exc:
             return self.cannot_start(exc)
         log.info("started server pid %d: %s", self.process.pid, " ".join(self.argv))

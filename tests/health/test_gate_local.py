@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from epycd.health import GateConfig, answer_text, run_gate, smoke_request
+from epycd.health import LOADING, GateConfig, answer_text, run_gate, smoke_request
 from tests.health.localhttp import local_server, openai_replies
 from tests.health.realvllm import free_port
 
@@ -122,6 +122,27 @@ def test_health_error_status_fails_without_waiting() -> None:
         result = run_gate(config(url, load_timeout=600))
     assert (result.ok, result.phase) == (False, "health")
     assert "503" in result.reason
+
+
+def test_llama_servers_loading_answer_is_waited_for_until_it_serves() -> None:
+    """llama-server answers /health with 503 "Loading model" while it loads: the gate waits."""
+    replies = openai_replies()
+    replies["/health"] = (503, {"error": LOADING})
+    with local_server(replies) as (url, _):
+        threading.Timer(0.4, lambda: replies.update({"/health": (200, {"status": "ok"})})).start()
+        started = time.monotonic()
+        result = run_gate(config(url, load_timeout=30))
+    assert result.ok, result.reason
+    assert result.seconds["health"] >= 0.3 and time.monotonic() - started < 10
+
+
+def test_a_model_that_never_loads_fails_at_the_load_timeout_with_the_answer() -> None:
+    replies = openai_replies()
+    replies["/health"] = (503, {"error": LOADING})
+    with local_server(replies) as (url, _):
+        result = run_gate(config(url, load_timeout=0.5))
+    assert (result.ok, result.phase) == (False, "health")
+    assert "did not answer within 0.5 s" in result.reason and "Loading model" in result.reason
 
 
 def test_served_name_missing_fails_in_models_and_lists_what_is_served() -> None:
