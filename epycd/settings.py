@@ -20,7 +20,12 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from epycd.paths import DEFAULT_CONFIG_DIR, EMBEDDED_RUNTIME, daemon_conf_path
+from epycd.paths import (
+    DEFAULT_CONFIG_DIR,
+    EMBEDDED_LLAMA_RUNTIME,
+    EMBEDDED_RUNTIME,
+    daemon_conf_path,
+)
 from epycd.readfile import STATE_MAX_BYTES, RefusedFile, read_bytes
 
 
@@ -74,6 +79,9 @@ class Settings(BaseSettings):
     runtime_dir: AbsolutePath = EMBEDDED_RUNTIME
     """The embedded runtime's venv: `runtime = "auto"` and quickstart serve with its
     bin/vllm where no container runtime (and no other host vLLM) is present."""
+    llama_runtime_dir: AbsolutePath = EMBEDDED_LLAMA_RUNTIME
+    """The llama.cpp runtime: llama.cpp endpoints serve with its bin/llama-server unless the
+    endpoint file names another (`llama_server`)."""
     admin_group: str | None = None
     """Members of this group may approve, stop, start and remove besides root."""
     metrics_listen: ListenAddress = "127.0.0.1:9464"

@@ -42,6 +42,7 @@ from epycd.names import unit_name
 from epycd.plan.model import (
     CpuEndpoint,
     InstinctEndpoint,
+    LlamaEndpoint,
     Plan,
     vllm_processes,
 )
@@ -74,6 +75,8 @@ def socket_needs(plan: Plan) -> dict[int, float]:
         return {decisions.socket: 0.0}
     if isinstance(decisions, CpuEndpoint):
         return {decisions.socket: decisions.memory.required_gb}
+    if isinstance(decisions, LlamaEndpoint):
+        return {decisions.socket: decisions.fit.required_gb}
     needs: dict[int, float] = {}
     for member in decisions.members:
         needs[member.socket] = needs.get(member.socket, 0.0) + member.memory.required_gb

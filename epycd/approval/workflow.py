@@ -49,10 +49,10 @@ from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
 from epycd.plan.model import (
-    CpuEndpoint,
     EndpointDecisions,
     InstanceSetEndpoint,
     InstinctEndpoint,
+    LlamaEndpoint,
     Plan,
 )
 from epycd.settings import Settings
@@ -63,12 +63,34 @@ START_MARGIN_S = 30
 ACTIVE_STATES = frozenset({"active", "activating", "reloading", "deactivating"})
 
 
-def memory_short(decisions: EndpointDecisions) -> CpuEndpoint | None:
-    """The CPU instance that does not fit its socket's memory (a set's worst member)."""
+def memory_short(decisions: EndpointDecisions) -> str | None:
+    """Why the CPU endpoint (a set's worst member) does not fit its socket's memory; None
+    when it does."""
     if isinstance(decisions, InstinctEndpoint):
         return None
+    if isinstance(decisions, LlamaEndpoint):
+        llama = decisions.fit
+        if llama.fits:
+            return None
+        return (
+            f"does not fit: needs {llama.required_gb:g} GiB, socket {decisions.socket} has "
+            f"{llama.available_gb:g} GiB available ({llama.action})"
+        )
     instance = decisions.worst_member if isinstance(decisions, InstanceSetEndpoint) else decisions
-    return None if instance.memory.fits else instance
+    fit = instance.memory
+    if fit.fits:
+        return None
+    return (
+        f"does not fit: needs {fit.required_gb:g} GiB, socket {instance.socket} has "
+        f"{fit.available_gb:g} GiB available"
+    )
+
+
+def _fit_action(decisions: EndpointDecisions) -> str | None:
+    if isinstance(decisions, InstinctEndpoint | LlamaEndpoint):
+        return None
+    instance = decisions.worst_member if isinstance(decisions, InstanceSetEndpoint) else decisions
+    return instance.memory.action
 
 
 def gate(plan: Plan, *, accept_unvalidated: bool) -> None:
@@ -79,11 +101,7 @@ def gate(plan: Plan, *, accept_unvalidated: bool) -> None:
             "the plan has errors: " + "; ".join(p.text for p in plan.decisions.errors), fix=fix
         )
     if (short := memory_short(plan.decisions)) is not None:
-        raise Refusal(
-            f"does not fit: needs {short.memory.required_gb:g} GiB, socket {short.socket} has "
-            f"{short.memory.available_gb:g} GiB available",
-            fix=short.memory.action or fix,
-        )
+        raise Refusal(short, fix=_fit_action(plan.decisions) or fix)
     if plan.decisions.requires_confirmation and not accept_unvalidated:
         raise Refusal(
             "needs explicit consent: " + "; ".join(plan.decisions.confirmation_reasons),

@@ -95,14 +95,16 @@ def serve_bench_args(
 
 def bench_argv(plan: Plan, args: list[str], results: Path) -> list[str]:
     """The endpoint's own vLLM: the host venv, or the image on the host network."""
-    if plan.decisions.runtime == "host":
-        return [str(plan.decisions.vllm_executable), *args]
+    from epycd.plan.model import LlamaEndpoint
+
+    decisions = plan.decisions
+    assert not isinstance(decisions, LlamaEndpoint), "refused by refuse_llama"
+    if decisions.runtime == "host":
+        return [str(decisions.vllm_executable), *args]
     mounts = [f"{results}:{RESULT_IN_CONTAINER}"]
-    if plan.decisions.hf_cache:
-        mounts.append(
-            f"{plan.decisions.hf_cache.host_path}:{plan.decisions.hf_cache.container_path}"
-        )
-    mounts += [f"{m.host_path}:{m.container_path}:ro" for m in plan.decisions.extra_mounts]
+    if decisions.hf_cache:
+        mounts.append(f"{decisions.hf_cache.host_path}:{decisions.hf_cache.container_path}")
+    mounts += [f"{m.host_path}:{m.container_path}:ro" for m in decisions.extra_mounts]
     argv = [plan.decisions.runtime, "run", "--rm", "--network=host", "--entrypoint", "vllm"]
     if plan.decisions.api_key_file and args[:2] == ["bench", "serve"]:
         argv.append(f"--env={API_KEY_ENV}")  # the name only: the value from bench_env
@@ -152,9 +154,10 @@ def require_ready(plan: Plan, name: str) -> None:
 def offline_target(plan: Plan) -> SingleEndpoint:
     """The vLLM process the offline benchmark runs as: the endpoint's own, or a set's first
     instance (every member is sized alike; its own CPUs, nodes and environment)."""
-    from epycd.plan.model import InstanceSetEndpoint
+    from epycd.plan.model import InstanceSetEndpoint, LlamaEndpoint
 
     decisions = plan.decisions
+    assert not isinstance(decisions, LlamaEndpoint), "refused by refuse_llama"
     return decisions.members[0] if isinstance(decisions, InstanceSetEndpoint) else decisions
 
 
@@ -300,6 +303,7 @@ def bench(
     settings = load_settings()
     require_admin(settings, "bench --offline" if offline else "bench")
     plan = approved_plan(settings, name)
+    refuse_llama(plan)
     lengths = (input_len, output_len)
     if offline:
         runs = [offline_run(plan, name, prompts_per_concurrency, lengths)]
@@ -315,6 +319,15 @@ def bench(
         mode="offline" if offline else "serve",
     )
     finish(settings, result, as_json)
+
+
+def refuse_llama(plan: Plan) -> None:
+    if plan.decisions.kind == "llama":
+        raise Refusal(
+            f"{plan.endpoint} is served by llama.cpp: epycctl bench runs vLLM's bench client "
+            "from the endpoint's own vLLM, which a llama.cpp endpoint does not have",
+            fix="measure it with benchmarks/llama_serving.py (docs/tuning.md rule 10)",
+        )
 
 
 def approved_plan(settings: Settings, name: str) -> Plan:

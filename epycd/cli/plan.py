@@ -17,9 +17,16 @@ from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit
 from epycd.plan.current import LOAD_SAMPLE_SECONDS
-from epycd.plan.model import CpuEndpoint, EndpointDecisions, InstanceSetEndpoint, InstinctEndpoint
+from epycd.plan.model import (
+    CpuEndpoint,
+    EndpointDecisions,
+    InstanceSetEndpoint,
+    InstinctEndpoint,
+    LlamaEndpoint,
+)
 from epycd.plan.result import EndpointResult
 from epycd.settings import load_settings
+from epycd.sizes import gib
 from epycd.text import escaped, escaped_lines
 
 JSON_KEYS = (
@@ -87,9 +94,21 @@ INSTANCE_KEYS = (
 the union of its members' CPUs and nodes, the socket they share (null across sockets), and
 its tightest member's context, batch and KV pool."""
 GPU_KEYS = ("gpus", "gfx_version", "tensor_parallel_size")
-KIND_KEYS = ("kind", "device", "restart", "healing", *GPU_KEYS, "vram", "instances")
-"""Keys after `JSON_KEYS`: what kind of endpoint, how it heals, an Instinct endpoint's GPUs
-and VRAM fit (null on CPUs), a set's instances (null for one instance)."""
+LLAMA_KEYS = ("llama_server", "llama_version", "gguf_file", "server_args")
+KIND_KEYS = (
+    "kind",
+    "device",
+    "engine",
+    "restart",
+    "healing",
+    *GPU_KEYS,
+    "vram",
+    "instances",
+    *LLAMA_KEYS,
+)
+"""Keys after `JSON_KEYS`: what kind of endpoint and which engine serves it, how it heals, an
+Instinct endpoint's GPUs and VRAM fit (null on CPUs), a set's instances (null for one
+instance), a llama.cpp endpoint's server (null for vLLM's)."""
 
 
 def memory_json(fit: MemoryFit) -> dict[str, Any]:
@@ -105,7 +124,18 @@ def decisions_json(decided: EndpointDecisions) -> dict[str, Any]:
     data.update(
         kind=decided.kind,
         device="instinct" if isinstance(decided, InstinctEndpoint) else "cpu",
+        engine="llama.cpp" if isinstance(decided, LlamaEndpoint) else "vllm",
     )
+    if isinstance(decided, LlamaEndpoint):
+        data.update(
+            image=None,
+            vllm_executable=None,
+            kv_cache_gb=decided.kv_cache_gb,
+            max_model_len=decided.max_model_len,
+            max_num_seqs=decided.max_num_seqs,
+            memory=dumped["fit"],
+        )
+        return data
     if isinstance(decided, InstanceSetEndpoint):
         data.update({key: getattr(decided, key, None) for key in INSTANCE_KEYS})
         data["memory"] = memory_json(decided.memory)
@@ -173,6 +203,8 @@ def plan_json(result: EndpointResult) -> dict[str, Any]:
 
 
 def _backend_text(decided: EndpointDecisions) -> str:
+    if isinstance(decided, LlamaEndpoint):
+        return f"llama.cpp {decided.llama_version} (llama-server built for this CPU)"
     if decided.backend == "zentorch":
         return "zentorch acceleration (Zen4+)"
     if decided.backend == "rocm":
@@ -181,6 +213,8 @@ def _backend_text(decided: EndpointDecisions) -> str:
 
 
 def _path_text(decided: EndpointDecisions) -> str:
+    if isinstance(decided, LlamaEndpoint):
+        return f"host llama-server ({decided.llama_server}), {decided.gguf_file}"
     if decided.runtime == "host":
         return f"host vLLM {decided.vllm_version} ({decided.vllm_executable})"
     return f"container ({decided.runtime}, {decided.image})"
@@ -240,6 +274,8 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
             rows += gpu_rows(decided)
         elif isinstance(decided, InstanceSetEndpoint):
             rows += _set_rows(decided)
+        elif isinstance(decided, LlamaEndpoint):
+            rows += _llama_rows(decided)
         else:
             rows += _cpu_rows(decided)
         rows += [
@@ -278,6 +314,32 @@ def _set_rows(decided: InstanceSetEndpoint) -> list[tuple[str, str]]:
             f"{','.join(map(str, decided.numa_nodes))}",
         ),
         (context[0], f"tightest instance ({worst.instance}): {context[1]}"),
+    ]
+
+
+def _llama_rows(decided: LlamaEndpoint) -> list[tuple[str, str]]:
+    fit, memory, server = decided.fit, decided.fit.memory, decided.invocation
+    return [
+        (
+            "Memory fit",
+            f"required {fit.required_gb} GB (server {fit.process_gb}: weights "
+            f"{gib(memory.weights_bytes)} + repacked {gib(memory.repacked_bytes)} + KV "
+            f"{gib(memory.kv_bytes)} + compute {gib(memory.compute_bytes)}; OS headroom "
+            f"{fit.headroom_gb}), available {fit.available_gb} GB on the socket's nodes: "
+            f"{'fits' if fit.fits else 'does NOT fit'}",
+        ),
+        (
+            "CPU config",
+            f"socket {decided.socket} ({decided.socket_reason}), pinned {decided.cpus}, "
+            f"{server.threads} threads, memory bound to NUMA nodes "
+            f"{','.join(map(str, decided.numa_nodes))}, weights {server.load_mode}",
+        ),
+        (
+            "Context",
+            f"{server.slots} slots of {server.context_per_slot} tokens in one KV pool of "
+            f"{server.kv_cells}, prompt cache {server.cache_ram_mib} MiB "
+            f"(profile {decided.profile})",
+        ),
     ]
 
 

@@ -55,6 +55,7 @@ from epycd.plan.model import (
     CpuEndpoint,
     InstanceSetEndpoint,
     InstinctEndpoint,
+    LlamaEndpoint,
     Plan,
     SingleEndpoint,
 )
@@ -116,6 +117,13 @@ def export_kube(
     """The plan as Kubernetes objects, the nodes' kubelet fragment and the notes. Raises
     InputError (naming the endpoint file and the fix) for what the export cannot write."""
     decisions = plan.decisions
+    if isinstance(decisions, LlamaEndpoint):
+        raise InputError(
+            "a llama.cpp endpoint has no Kubernetes export yet: no llama-server image is pinned",
+            file=decisions.config_file,
+            key="engine",
+            fix="export a vLLM endpoint, or serve this one with its systemd unit",
+        )
     notes: list[str] = []
     check_name(decisions.unit_name, decisions.config_file)
     process = pod_process(decisions, notes)

@@ -109,10 +109,22 @@ class HostVllmFacts(BaseModel):
     )
 
 
+class LlamaServerFacts(BaseModel):
+    """A llama-server executable, asked its version (`epycd.host.llama_server`)."""
+
+    path: str
+    present: bool
+    version: str | None = Field(default=None, description="its --version line, e.g. 0.5.0-dev")
+    error: str | None = None
+
+
 class RuntimeFacts(BaseModel):
     podman: PodmanFacts = PodmanFacts(present=False)
     docker: DockerFacts = DockerFacts(present=False)
     vllm: HostVllmFacts | None = None
+    llama_server: LlamaServerFacts | None = Field(
+        default=None, description="the llama.cpp runtime's llama-server, where it was built"
+    )
 
 
 class GpuFacts(BaseModel):

@@ -76,7 +76,9 @@ def plan_all(
         specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
     root = src.host_root or settings.host_root
     inspect, probe = memoized_sources(settings, src.inspect, src.probe, root)
-    host = with_embedded_runtime(host, settings.runtime_dir, specs, probe)
+    host = with_embedded_runtime(
+        host, settings.runtime_dir, specs, probe, llama_runtime_dir=settings.llama_runtime_dir
+    )
     secret_group = trusted_admin_gid(settings.daemon_conf)
     results, ready = prepare_all(specs, host, stack, inspect, probe, secret_group)
     share = Sharing(

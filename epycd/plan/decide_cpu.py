@@ -23,7 +23,14 @@ from epycd.plan.invocation import (
 from epycd.plan.model import CpuEndpoint, HfCacheMount
 from epycd.plan.prepare import Prepared
 from epycd.plan.route import Route
-from epycd.plan.served import Placed, ServedModel, served_fields, served_model, service_fields
+from epycd.plan.served import (
+    Placed,
+    ServedModel,
+    served_fields,
+    served_model,
+    service_fields,
+    vllm_route_fields,
+)
 from epycd.plan.sizing import Sizing, size
 from epycd.sizes import GIB
 from epycd.stack import Stack
@@ -37,7 +44,7 @@ def build_env(
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_gib)
     if prepared.spec.throughput_flags:
         env.update(stack.throughput_flags)
-    if prepared.route.runtime == "host" and hf is not None:
+    if prepared.vllm_route.runtime == "host" and hf is not None:
         env["HF_HOME"] = host_hf_home(hf)
     env.update(prepared.spec.env)
     return env
@@ -78,7 +85,7 @@ def host_home_paths(route: Route, model: str, chat_template: str | None) -> list
 
 
 def _stock_notes(prepared: Prepared) -> list[str]:
-    if prepared.spec.throughput_flags and prepared.route.backend == "stock":
+    if prepared.spec.throughput_flags and prepared.vllm_route.backend == "stock":
         return ["ZENTORCH_WEIGHT_PREPACK has no effect on the stock vLLM path"]
     return []
 
@@ -97,7 +104,7 @@ def decide(
 ) -> CpuEndpoint:
     """Every decision for one placed endpoint (or one instance of it, with its share of the
     nodes' memory): sizing, mounts, served name, timeouts."""
-    route = prepared.route
+    route = prepared.vllm_route
     sizing, fit, sized_warnings = size(prepared, host, stack, placement, memory_share)
     chosen = served_model(prepared, stack, hf_cache, containerized=route.runtime != "host")
     warnings = [*placement.warnings, *sized_warnings]
@@ -106,6 +113,7 @@ def decide(
     invocation = cpu_invocation(prepared, chosen, fit, sizing, port)
     return CpuEndpoint(
         **served_fields(prepared, chosen),
+        **vllm_route_fields(route),
         **service_fields(prepared, chosen, placed, host, stack, product_python, status_file),
         backend=route.backend,
         vllm_executable=route.vllm_executable,

@@ -14,6 +14,7 @@ from epycd.plan.model import (
     CpuEndpoint,
     EndpointDecisions,
     InstanceSetEndpoint,
+    LlamaEndpoint,
     Plan,
     Problem,
     UnitRenderer,
@@ -22,6 +23,7 @@ from epycd.plan.prepare import Prepared
 from epycd.plan.result import EndpointResult, failed
 from epycd.plan.sharing import Sharing
 from epycd.settings import Settings
+from epycd.sizes import gib
 from epycd.stack import Stack
 
 
@@ -68,23 +70,16 @@ def _inputs(
 
 def unfit(
     prepared: Prepared,
-    decisions: CpuEndpoint | InstanceSetEndpoint,
+    decisions: CpuEndpoint | InstanceSetEndpoint | LlamaEndpoint,
     host: HostFacts,
     stack: Stack,
 ) -> EndpointResult:
     """The refusal of an endpoint that does not fit, with its inputs' fingerprint: memory
     short now is no drift of an approved endpoint whose inputs did not change."""
-    fit = decisions.memory
-    refusal = Refusal(
-        f"does not fit: {fit.required_gb} GiB needed (the server's processes "
-        f"{fit.process_gb}: weights {fit.weights_gb} + KV pool "
-        f"{fit.process_gb - fit.weights_gb - fit.runtime_gb:.0f} + vLLM's own "
-        f"{fit.runtime_gb}; OS headroom "
-        f"{fit.headroom_gb}), "
-        f"{fit.available_gb} GiB available on the socket's NUMA nodes",
-        file=prepared.result.path,
-        key="max_model_len",
-        fix=decisions.memory.action,
+    refusal = (
+        _llama_unfit(prepared, decisions)
+        if isinstance(decisions, LlamaEndpoint)
+        else _vllm_unfit(prepared, decisions)
     )
     decisions.errors.append(Problem.of(refusal))
     inputs = _inputs(prepared, stack, host, decisions, units={}, dirs={})
@@ -94,6 +89,39 @@ def unfit(
         model_facts=prepared.facts,
         decisions=decisions,
         unfit_inputs_fingerprint=inputs_fingerprint(inputs),
+    )
+
+
+def _llama_unfit(prepared: Prepared, decisions: LlamaEndpoint) -> Refusal:
+    fit, memory = decisions.fit, decisions.fit.memory
+    return Refusal(
+        f"does not fit: {fit.required_gb} GiB needed (llama-server {fit.process_gb}: weights "
+        f"{gib(memory.weights_bytes + memory.repacked_bytes)} + KV {gib(memory.kv_bytes)} of "
+        f"{fit.slots} slots x {fit.context} tokens + compute "
+        f"{gib(memory.compute_bytes + memory.output_bytes + memory.server_bytes)}; OS headroom "
+        f"{fit.headroom_gb}), {fit.available_gb} GiB available on the socket's NUMA nodes",
+        file=prepared.result.path,
+        key="max_model_len",
+        fix=(
+            f"set max_model_len = {fit.suggested_context} or less, or max_num_seqs to fewer slots"
+            if fit.suggested_context
+            else "serve a smaller quantization of the model, or place it on a larger socket"
+        ),
+    )
+
+
+def _vllm_unfit(prepared: Prepared, decisions: CpuEndpoint | InstanceSetEndpoint) -> Refusal:
+    fit = decisions.memory
+    return Refusal(
+        f"does not fit: {fit.required_gb} GiB needed (the server's processes "
+        f"{fit.process_gb}: weights {fit.weights_gb} + KV pool "
+        f"{fit.process_gb - fit.weights_gb - fit.runtime_gb:.0f} + vLLM's own "
+        f"{fit.runtime_gb}; OS headroom "
+        f"{fit.headroom_gb}), "
+        f"{fit.available_gb} GiB available on the socket's NUMA nodes",
+        file=prepared.result.path,
+        key="max_model_len",
+        fix=decisions.memory.action,
     )
 
 

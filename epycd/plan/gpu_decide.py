@@ -31,6 +31,7 @@ from epycd.plan.served import (
     served_fields,
     served_model,
     service_fields,
+    vllm_route_fields,
 )
 from epycd.plan.sharing import Sharing
 from epycd.sizes import GIB
@@ -160,6 +161,7 @@ def decide_gpu(
     invocation = gpu_invocation(spec, placement, recipe, chosen, context, port)
     return InstinctEndpoint(
         **served_fields(prepared, chosen),
+        **vllm_route_fields(prepared.vllm_route),
         **service_fields(prepared, chosen, placed, share.host, share.stack, python, status),
         backend="rocm",
         socket_reason=f"the NUMA node(s) of GPU(s) {','.join(map(str, placement.gpus))}: "

@@ -18,10 +18,13 @@ from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
 from epycd.plan.invocation import ENFORCE_EAGER_FLAG, VllmInvocation
+from epycd.plan.llama_invocation import LlamaInvocation
+from epycd.plan.llama_sizing import LlamaFit
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
 from epycd.spec.flags import ExtraFlags
 
 Backend = Literal["zentorch", "stock", "rocm"]
+Engine = Literal["vllm", "llama.cpp"]
 Runtime = Literal["podman", "docker", "host"]
 PrimaryEndpoint = Literal["chat_completions", "completions"]
 Restart = Literal["no", "on-failure"]
@@ -118,13 +121,8 @@ class EndpointService(BaseModel):
     served_model_name: str
     model_kind: str
     primary_endpoint: PrimaryEndpoint
-    backend: Backend
     runtime: Runtime
-    image: str | None = Field(description="container image; None on the host path")
-    image_entrypoint_is_vllm_serve: bool = False
-    vllm_executable: str | None = Field(default=None, description="host path only")
-    vllm_version: str
-    dtype: str
+    dtype: str = Field(description="vLLM's --dtype; a GGUF file's own weight type")
     port: int
     host: str = Field(
         default="127.0.0.1",
@@ -138,11 +136,7 @@ class EndpointService(BaseModel):
     limit_memlock: str = Field(
         default=LIMIT_MEMLOCK, description="LimitMEMLOCK= / --ulimit memlock (rule 5)"
     )
-    run_flags: list[str] = Field(default_factory=list, description="container run flags")
     hf_cache: HfCacheMount | None = None
-    extra_mounts: list[BindMount] = Field(
-        default_factory=list, description="containers: local model folder, chat template file"
-    )
     home_read_paths: list[str] = Field(
         default_factory=list,
         description="host path: what the endpoint reads under /root or /home (its vLLM "
@@ -176,6 +170,23 @@ class EndpointService(BaseModel):
     confirmation_reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     errors: list[Problem] = Field(default_factory=list)
+
+
+class VllmService(BaseModel):
+    """What a vLLM endpoint (one instance, a set, an Instinct one) has beside every
+    endpoint's fields: which vLLM build serves it, from where, and its container's flags."""
+
+    model_config = ConfigDict(frozen=True)
+
+    backend: Backend
+    image: str | None = Field(description="container image; None on the host path")
+    image_entrypoint_is_vllm_serve: bool = False
+    vllm_executable: str | None = Field(default=None, description="host path only")
+    vllm_version: str
+    run_flags: list[str] = Field(default_factory=list, description="container run flags")
+    extra_mounts: list[BindMount] = Field(
+        default_factory=list, description="containers: local model folder, chat template file"
+    )
 
 
 class VllmProcess(BaseModel):
@@ -217,7 +228,7 @@ class VllmProcess(BaseModel):
         return self.enforce_eager or pre_invocation_flags(self).given(ENFORCE_EAGER_FLAG)
 
 
-class CpuEndpoint(EndpointService, VllmProcess):
+class CpuEndpoint(EndpointService, VllmService, VllmProcess):
     """An endpoint of one vLLM instance on CPUs, or one member of an instance set."""
 
     kind: Literal["cpu"] = "cpu"
@@ -229,7 +240,7 @@ class CpuEndpoint(EndpointService, VllmProcess):
     memory: MemoryFit = Field(description="the fit in the NUMA nodes' RAM")
 
 
-class InstinctEndpoint(EndpointService, VllmProcess):
+class InstinctEndpoint(EndpointService, VllmService, VllmProcess):
     """An endpoint of one vLLM instance on Instinct GPUs (docs/instinct.md); its CPUs are
     the GPUs' NUMA node(s), for the host side of the engine."""
 
@@ -238,6 +249,54 @@ class InstinctEndpoint(EndpointService, VllmProcess):
     gfx_version: str | None = Field(default=None, description="the GPUs' gfx target")
     tensor_parallel_size: int = 1
     gpu_fit: GpuFit = Field(description="the VRAM fit per GPU")
+
+
+class LlamaEndpoint(EndpointService):
+    """An endpoint of one llama-server on CPUs (issue 32): a GGUF file, pinned to one
+    socket's cores and NUMA nodes as a vLLM instance is, sized by docs/tuning.md rules 9-10."""
+
+    kind: Literal["llama"] = "llama"
+    engine: Literal["llama.cpp"] = "llama.cpp"
+    llama_server: str = Field(description="the llama-server executable")
+    llama_version: str = Field(description="the llama.cpp source it was built from")
+    gguf_file: str = Field(description="the GGUF file's name, as the endpoint file gives it")
+    socket: int
+    socket_reason: str
+    cpus: str = Field(description="pinned set (CPUAffinity=): the endpoint's physical cores")
+    numa_nodes: list[int]
+    env: dict[str, str] = Field(
+        default_factory=dict, description="llama-server's environment; never a secret"
+    )
+    fit: LlamaFit = Field(description="the fit of the process in the NUMA nodes' RAM")
+    server_args: list[str] = Field(description="arguments after llama-server")
+    invocation: LlamaInvocation = Field(description="the server typed; server_args are its words")
+
+    @property
+    def instance(self) -> None:
+        """Never one of a set."""
+        return None
+
+    @property
+    def image(self) -> None:
+        """No container image: llama-server runs on the host."""
+        return None
+
+    @property
+    def vllm_executable(self) -> None:
+        return None
+
+    @property
+    def kv_cache_gb(self) -> float:
+        """The unified KV pool of every slot, GiB."""
+        return round(self.fit.memory.kv_bytes / 1024**3, 2)
+
+    @property
+    def max_model_len(self) -> int:
+        return self.invocation.context_per_slot
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.invocation.slots
 
 
 def pre_invocation_flags(decisions: VllmProcess) -> ExtraFlags:
@@ -265,7 +324,7 @@ class InstanceSet(BaseModel):
     members: list[CpuEndpoint]
 
 
-class InstanceSetEndpoint(EndpointService):
+class InstanceSetEndpoint(EndpointService, VllmService):
     """An endpoint of several CPU instances behind one balancer: its own unit, address and
     healing are the balancer's; what the instances hold together (CPUs, nodes, memory) is
     computed from the members, never stored twice."""
@@ -329,18 +388,28 @@ class InstanceSetEndpoint(EndpointService):
 SingleEndpoint = CpuEndpoint | InstinctEndpoint
 """An endpoint that is one vLLM process (its unit runs it)."""
 
+ServerEndpoint = CpuEndpoint | InstinctEndpoint | LlamaEndpoint
+"""An endpoint whose unit runs one server process, vLLM or llama-server."""
+
+VllmEndpoint = CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint
+"""An endpoint served by vLLM."""
+
 EndpointDecisions = Annotated[
-    CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint, Field(discriminator="kind")
+    CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint | LlamaEndpoint,
+    Field(discriminator="kind"),
 ]
 """Everything decided for one endpoint, no rendered text: one type per kind of endpoint."""
 
 
 def vllm_processes(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
+    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint | LlamaEndpoint,
 ) -> list[SingleEndpoint]:
-    """The endpoint's vLLM processes: a set's members, or the endpoint itself."""
+    """The endpoint's vLLM processes: a set's members, or the endpoint itself; none for a
+    llama.cpp endpoint."""
     if isinstance(decisions, InstanceSetEndpoint):
         return list(decisions.members)
+    if isinstance(decisions, LlamaEndpoint):
+        return []
     return [decisions]
 
 
@@ -391,7 +460,8 @@ class RenderedUnits(NamedTuple):
 
 
 UnitRenderer = Callable[
-    [CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint, Path, Path], RenderedUnits
+    [CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint | LlamaEndpoint, Path, Path],
+    RenderedUnits,
 ]
 """(decisions, unit folder, Quadlet folder) -> the units. The planner is given one
 (`epycd.render.render_for_plan`) by the layer above, so the plan layer never imports the

@@ -27,6 +27,7 @@ from epycd.plan.model import (
     HfCacheMount,
     InstanceSet,
     InstanceSetEndpoint,
+    VllmService,
 )
 from epycd.plan.ports import LAST_PORT, Listener
 from epycd.plan.prepare import Prepared
@@ -174,7 +175,9 @@ def _set_decisions(
         reasons=layout.reasons,
         members=members,
     )
-    service = members[0].model_dump(include=set(EndpointService.model_fields))
+    service = members[0].model_dump(
+        include=set(EndpointService.model_fields) | set(VllmService.model_fields)
+    )
     start_timeout_s = max(m.start_timeout_s for m in members)
     return InstanceSetEndpoint(
         **{

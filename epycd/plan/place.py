@@ -17,11 +17,19 @@ from epycd.model.instinct import shipped_gpus
 from epycd.paths import endpoint_status_file
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.decide_cpu import decide
+from epycd.plan.decide_llama import decide_llama
 from epycd.plan.finish import plan_result, unfit
 from epycd.plan.gpu import GpuPlacement, GpuRequest, cpu_host_view, gpu_nodes, place_gpus
 from epycd.plan.gpu_decide import decide_gpu
 from epycd.plan.instances import Region
-from epycd.plan.model import EndpointDecisions, HfCacheMount, InstinctEndpoint
+from epycd.plan.model import (
+    CpuEndpoint,
+    EndpointDecisions,
+    HfCacheMount,
+    InstanceSetEndpoint,
+    InstinctEndpoint,
+    LlamaEndpoint,
+)
 from epycd.plan.multi import decide_set, regions, wants_instances
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
 from epycd.plan.prepare import Prepared
@@ -39,7 +47,8 @@ def _decide_placed(
 ) -> EndpointDecisions:
     if instances is not None:
         return instances.decide(prepared, port, share.hf_cache, share.product_python)
-    return decide(
+    decide_one = decide_llama if prepared.spec.engine == "llama.cpp" else decide
+    return decide_one(
         prepared,
         host=share.host,
         stack=share.stack,
@@ -64,9 +73,17 @@ def _plan_one(
         if exc.file is None:
             exc.file = str(prepared.result.path)
         return failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
-    if not isinstance(decisions, InstinctEndpoint) and not decisions.memory.fits:
+    if not isinstance(decisions, InstinctEndpoint) and not fits(decisions):
         return unfit(prepared, decisions, share.host, share.stack)
     return plan_result(prepared, decisions, share)
+
+
+def fits(decisions: CpuEndpoint | InstanceSetEndpoint | LlamaEndpoint) -> bool:
+    """Whether a CPU endpoint fits its nodes' memory (an Instinct one's VRAM fit refuses in
+    its own decisions)."""
+    if isinstance(decisions, LlamaEndpoint):
+        return decisions.fit.fits
+    return decisions.memory.fits
 
 
 @dataclass

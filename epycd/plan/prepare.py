@@ -14,12 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from epycd.errors import EpycError, Refusal
-from epycd.host.facts import HostFacts, HostVllmFacts
+from epycd.host.facts import HostFacts, HostVllmFacts, LlamaServerFacts
+from epycd.host.llama_server import probe_llama_server
 from epycd.host.probe_cache import ProbeCache
 from epycd.host.pyheaders import with_python_headers
 from epycd.model.facts import ModelFacts
+from epycd.paths import EMBEDDED_LLAMA_RUNTIME
 from epycd.plan.result import EndpointResult, against_endpoint_file, failed
-from epycd.plan.route import Route, container_runtime, gpu_route, refuse_not_llm, route_endpoint
+from epycd.plan.route import (
+    LlamaRoute,
+    Route,
+    container_runtime,
+    gpu_route,
+    llama_route,
+    refuse_not_llm,
+    route_endpoint,
+)
 from epycd.plan.secrets import UnreadableHere, check_api_key, read_token, unreadable_here
 from epycd.settings import Settings
 from epycd.spec import EndpointSpec, SpecResult
@@ -31,17 +41,27 @@ ModelInspector = Callable[..., ModelFacts]
 VllmProber = Callable[[str], HostVllmFacts]
 
 
+LlamaProber = Callable[[str], LlamaServerFacts]
+
+
 @dataclass
 class Prepared:
     """An endpoint whose file, route and model passed: ready for placement and sizing."""
 
     result: SpecResult
     spec: EndpointSpec
-    route: Route
+    route: Route | LlamaRoute
     facts: ModelFacts
     warnings: list[str] = field(default_factory=list)
     host_vllm: HostVllmFacts | None = None
     """The host vLLM it runs on the host path, as probed (with its interpreter's headers)."""
+
+    @property
+    def vllm_route(self) -> Route:
+        """The route of a vLLM endpoint: the vLLM stages are never given a llama.cpp one."""
+        if not isinstance(self.route, Route):
+            raise TypeError(f"{self.result.name} is a llama.cpp endpoint, not vLLM's")
+        return self.route
 
 
 def default_inspector(model: str, **kwargs: object) -> ModelFacts:
@@ -58,6 +78,22 @@ def needs_host_vllm(spec: EndpointSpec, host: HostFacts) -> bool:
     return spec.runtime == "auto" and container_runtime(host.runtimes) is None
 
 
+def check_llama_model(facts: ModelFacts, file: Path) -> list[str]:
+    """Refuse what llama.cpp cannot serve on a chat/completions endpoint; return warnings."""
+    llama = next((e for e in facts.engines if e.engine == "llama.cpp"), None)
+    if facts.format != "gguf" or facts.gguf is None or llama is None:
+        raise Refusal(
+            f"{facts.model} is not a GGUF file: llama.cpp endpoints serve GGUF models",
+            file=file,
+            key="model",
+            fix="give the absolute path of a .gguf file, or a hub repository or folder with "
+            'gguf_file = its file; or serve this model with engine = "vllm"',
+        )
+    if not llama.supported:
+        raise Refusal(llama.reason, file=file, key="model", fix="choose a text-generation GGUF")
+    return list(facts.warnings)
+
+
 def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path) -> list[str]:
     """Refuse what vLLM cannot serve on a chat/completions endpoint; return warnings."""
     if facts.format == "gguf":
@@ -66,8 +102,8 @@ def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path)
             vllm.reason,
             file=file,
             key="model",
-            fix="give a model folder or hub id with safetensors weights; llama.cpp endpoints "
-            "for GGUF files are not there yet",
+            fix='serve it with engine = "llama.cpp", or give a model folder or hub id with '
+            "safetensors weights",
         )
     if facts.support.supported is False or not facts.launchable:
         raise Refusal(facts.message or "vLLM cannot serve this model", file=file, key="model")
@@ -92,6 +128,29 @@ def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path)
     return warnings
 
 
+def prepare_llama(
+    result: SpecResult,
+    host: HostFacts,
+    stack: Stack,
+    inspect: ModelInspector,
+    probe_llama: LlamaProber,
+    secret_group: int | None = None,
+) -> Prepared:
+    """A llama.cpp endpoint: its llama-server, its key and token, its GGUF file read."""
+    spec = result.spec
+    assert spec is not None
+    file = result.path
+    route = llama_route(spec, host, file, probe_llama)
+    check_api_key(spec, file, secret_group)
+    facts = inspect(
+        spec.model or stack.default_model,
+        revision=spec.revision,
+        token=read_token(spec, file, secret_group),
+        gguf_file=spec.gguf_file,
+    )
+    return Prepared(result, spec, route, facts, check_llama_model(facts, file))
+
+
 def prepare(
     result: SpecResult,
     host: HostFacts,
@@ -99,11 +158,14 @@ def prepare(
     inspect: ModelInspector,
     probe: Callable[[str], HostVllmFacts],
     secret_group: int | None = None,
+    probe_llama: LlamaProber = probe_llama_server,
 ) -> Prepared:
     """`secret_group`: the admin group root's epycd.conf names (`trusted_admin_gid`), which
     may be the group of a key or token file (`read_root_only`)."""
     spec = result.spec
     assert spec is not None
+    if spec.engine == "llama.cpp":
+        return prepare_llama(result, host, stack, inspect, probe_llama, secret_group)
     file = result.path
     host_vllm = None
     if needs_host_vllm(spec, host):
@@ -161,6 +223,7 @@ def prepare_all(
     inspect: ModelInspector,
     probe: VllmProber,
     secret_group: int | None = None,
+    probe_llama: LlamaProber = probe_llama_server,
 ) -> tuple[dict[str, EndpointResult], list[Prepared]]:
     """Each endpoint file routed and its model inspected: the failed ones as results, the
     others ready to be placed."""
@@ -173,7 +236,9 @@ def prepare_all(
             )
             continue
         try:
-            ready.append(prepare(spec_result, host, stack, inspect, probe, secret_group))
+            ready.append(
+                prepare(spec_result, host, stack, inspect, probe, secret_group, probe_llama)
+            )
         except EpycError as exc:
             against_endpoint_file(exc, spec_result.path)
             here = exc.path if isinstance(exc, UnreadableHere) else None
@@ -181,14 +246,39 @@ def prepare_all(
     return results, ready
 
 
+def with_llama_runtime(
+    host: HostFacts, runtime_dir: Path, specs: list[SpecResult], probe: LlamaProber
+) -> HostFacts:
+    """llama.cpp endpoints without a `llama_server` key serve with the llama.cpp runtime's
+    (install.sh --engine llama.cpp); probed only when one asks for it."""
+    from epycd.host.llama_server import embedded_llama_server
+
+    wanted = any(r.spec and r.spec.engine == "llama.cpp" and not r.spec.llama_server for r in specs)
+    server = embedded_llama_server(runtime_dir) if wanted else None
+    if server is None:
+        return host
+    runtimes = host.runtimes.model_copy(update={"llama_server": probe(server)})
+    return host.model_copy(update={"runtimes": runtimes})
+
+
 def with_embedded_runtime(
-    host: HostFacts, runtime_dir: Path, specs: list[SpecResult], probe: VllmProber
+    host: HostFacts,
+    runtime_dir: Path,
+    specs: list[SpecResult],
+    probe: VllmProber,
+    llama_runtime_dir: Path = EMBEDDED_LLAMA_RUNTIME,
+    probe_llama: LlamaProber = probe_llama_server,
 ) -> HostFacts:
     """`runtime = "auto"` without a `vllm` key serves with the embedded runtime (install.sh
-    --runtime) where no container runtime and no other host vLLM is known; probed only then."""
+    --runtime) where no container runtime and no other host vLLM is known; probed only then.
+    The llama.cpp runtime's llama-server likewise (`with_llama_runtime`)."""
     from epycd.host.runtimes import embedded_vllm
 
-    wants_auto = any(r.spec and r.spec.runtime == "auto" and not r.spec.vllm for r in specs)
+    host = with_llama_runtime(host, llama_runtime_dir, specs, probe_llama)
+    wants_auto = any(
+        r.spec and r.spec.engine == "vllm" and r.spec.runtime == "auto" and not r.spec.vllm
+        for r in specs
+    )
     if not wants_auto or host.runtimes.vllm is not None or container_runtime(host.runtimes):
         return host
     vllm = embedded_vllm(runtime_dir)

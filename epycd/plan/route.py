@@ -11,17 +11,29 @@ pinned vLLM needs consent.
 An Instinct GPU endpoint (docs/instinct.md) runs the ROCm vLLM image in podman or docker
 (`gpu_route`); a model the recipe data lists as no LLM endpoint is refused before anything
 is fetched (`refuse_not_llm`).
+
+A llama.cpp endpoint (issue 32) runs llama-server on the host (`llama_route`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from epycd.errors import InputError, Refusal
-from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, PodmanFacts, RuntimeFacts
+from epycd.host.facts import (
+    DockerFacts,
+    HostFacts,
+    HostVllmFacts,
+    LlamaServerFacts,
+    PodmanFacts,
+    RuntimeFacts,
+)
 from epycd.model.instinct import floats, recipe_for, shipped_gpus, shipped_recipes
+from epycd.paths import EMBEDDED_LLAMA_RUNTIME, llama_runtime_install_command
 from epycd.plan.model import Backend, Runtime
 from epycd.spec import EndpointSpec
 from epycd.stack import Stack, qualified_image
@@ -41,6 +53,51 @@ class Route(BaseModel):
     vllm_version: str
     confirmation_reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+
+
+class LlamaRoute(BaseModel):
+    """A llama.cpp endpoint's route: llama-server on the host, the runtime's or the file's."""
+
+    engine: Literal["llama.cpp"] = "llama.cpp"
+    runtime: Literal["host"] = "host"
+    llama_server: str
+    llama_version: str
+    confirmation_reasons: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+
+LLAMA_RUNTIME_FIX = (
+    f"build llama-server for this CPU ({llama_runtime_install_command(EMBEDDED_LLAMA_RUNTIME)}), "
+    "or set llama_server = the path of a llama-server of your own"
+)
+
+
+def llama_route(
+    spec: EndpointSpec,
+    host: HostFacts,
+    file: Path,
+    probe: Callable[[str], LlamaServerFacts],
+) -> LlamaRoute:
+    """The llama-server the endpoint file names, else the llama.cpp runtime's; refused
+    (1) when there is none, bad input (2) when the file names one that cannot run."""
+    refuse_non_epyc(host)
+    server = probe(spec.llama_server) if spec.llama_server else host.runtimes.llama_server
+    if server is None:
+        raise Refusal(
+            "no llama-server: the llama.cpp runtime is not built on this host",
+            file=file,
+            key="engine",
+            fix=LLAMA_RUNTIME_FIX,
+        )
+    if not server.present or server.version is None:
+        error = InputError if spec.llama_server else Refusal
+        raise error(
+            f"the llama-server {server.path} cannot be used: {server.error}",
+            file=file,
+            key="llama_server" if spec.llama_server else "engine",
+            fix=LLAMA_RUNTIME_FIX,
+        )
+    return LlamaRoute(llama_server=server.path, llama_version=server.version)
 
 
 def refuse_non_epyc(host: HostFacts) -> None:

@@ -24,6 +24,7 @@ from epycd.plan.healing import healing_for
 from epycd.plan.hfcache import host_hf_home
 from epycd.plan.model import BindMount, Healing, HfCacheMount, PrimaryEndpoint, Restart, Runtime
 from epycd.plan.prepare import Prepared
+from epycd.plan.route import Route
 from epycd.plan.unit_commands import approval_check_argv
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec
@@ -134,9 +135,6 @@ class ServedFields(TypedDict):
     model_kind: str
     primary_endpoint: PrimaryEndpoint
     runtime: Runtime
-    image: str | None
-    image_entrypoint_is_vllm_serve: bool
-    vllm_version: str
     dtype: str
     hf_cache: HfCacheMount | None
     extra_mounts: list[BindMount]
@@ -145,8 +143,25 @@ class ServedFields(TypedDict):
     chat_template: str | None
 
 
+class VllmRouteFields(TypedDict):
+    """Which vLLM build serves a vLLM endpoint, from its route (`vllm_route_fields`)."""
+
+    image: str | None
+    image_entrypoint_is_vllm_serve: bool
+    vllm_version: str
+
+
+def vllm_route_fields(route: Route) -> VllmRouteFields:
+    return VllmRouteFields(
+        image=route.image,
+        image_entrypoint_is_vllm_serve=route.image_entrypoint_is_vllm_serve,
+        vllm_version=route.vllm_version,
+    )
+
+
 def served_fields(prepared: Prepared, chosen: ServedModel) -> ServedFields:
-    """The decisions of `ServedFields`, the same for a CPU and an Instinct GPU endpoint."""
+    """The decisions of `ServedFields`, the same for every endpoint, CPU or Instinct GPU,
+    vLLM or llama.cpp."""
     spec, route, facts = prepared.spec, prepared.route, prepared.facts
     name = prepared.result.name
     chat = facts.primary_endpoint == "chat_completions"
@@ -161,9 +176,6 @@ def served_fields(prepared: Prepared, chosen: ServedModel) -> ServedFields:
         model_kind=facts.support.kind,
         primary_endpoint=primary,
         runtime=route.runtime,
-        image=route.image,
-        image_entrypoint_is_vllm_serve=route.image_entrypoint_is_vllm_serve,
-        vllm_version=route.vllm_version,
         dtype=chosen.dtype,
         hf_cache=chosen.hf if chosen.containerized else None,
         extra_mounts=chosen.mounts,

@@ -204,7 +204,7 @@ def size_memory(
     warnings = _model_size_warnings(spec, facts)
     fit, footprint_warnings = fit_request(
         SizingRequest(
-            vllm_version=prepared.route.vllm_version,
+            vllm_version=prepared.vllm_route.vllm_version,
             weights_bytes=facts.weights_bytes or 0,
             kv_bytes_per_token=facts.kv_bytes_per_token,
             max_position_embeddings=facts.max_position_embeddings,
@@ -250,7 +250,7 @@ def tune(
     prepared: Prepared, host: HostFacts, placement: Placement
 ) -> tuple[list[int], tuning.BatchTarget, bool, list[str]]:
     """Rules 1, 2 and 4: the bind list, the profile's batch target, eager or not."""
-    spec, route = prepared.spec, prepared.route
+    spec, route = prepared.spec, prepared.vllm_route
     bind = tuning.omp_bind(placement.cpus)
     target = tuning.batch_target(spec.profile, len(bind))
     eager, warnings = tuning.compile_choice(
@@ -278,8 +278,10 @@ def size(
         bind=bind,
         target=target,
         batched_tokens=batched_tokens(prepared.spec, target, fit.max_num_seqs),
-        kv_bytes_flag=tuning.kv_bytes_flag(prepared.route.vllm_version),
+        kv_bytes_flag=tuning.kv_bytes_flag(prepared.vllm_route.vllm_version),
         enforce_eager=eager,
-        stream_interval=tuning.stream_interval(prepared.spec.profile, prepared.route.vllm_version),
+        stream_interval=tuning.stream_interval(
+            prepared.spec.profile, prepared.vllm_route.vllm_version
+        ),
     )
     return sizing, fit, memory_warnings + compile_warnings

@@ -26,13 +26,14 @@ from epycd.plan.model import (
     EndpointDecisions,
     InstanceSetEndpoint,
     InstinctEndpoint,
+    LlamaEndpoint,
     RenderedUnits,
 )
 from epycd.render.balancer import render_balancer
 from epycd.render.gpu import check_gpu_decisions
-from epycd.render.policy import check_decisions, check_identity
+from epycd.render.policy import check_decisions, check_identity, check_llama_decisions
 from epycd.render.quadlet import render_container
-from epycd.render.services import render_docker, render_host
+from epycd.render.services import render_docker, render_host, render_llama
 
 
 def unit_file_name(decisions: EndpointDecisions) -> str:
@@ -46,6 +47,9 @@ def render_units(decisions: EndpointDecisions) -> dict[str, str]:
     if isinstance(decisions, InstanceSetEndpoint):
         return _render_set(decisions)
     try:
+        if isinstance(decisions, LlamaEndpoint):
+            check_llama_decisions(decisions)
+            return {unit_file_name(decisions): render_llama(decisions)}
         if isinstance(decisions, InstinctEndpoint):
             check_gpu_decisions(decisions)
         else:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from epycd.host.cpulist import format_cpulist
 from epycd.listen import local_url
-from epycd.plan.model import SingleEndpoint
+from epycd.plan.llama_invocation import API_KEY_ENV as LLAMA_API_KEY_ENV
+from epycd.plan.model import LlamaEndpoint, ServerEndpoint, SingleEndpoint
 from epycd.render.policy import REQUIRED_RUN_FLAGS
 
 TOKEN_IN_CONTAINER = "/run/secrets/hf_token"
@@ -25,11 +26,11 @@ KEY_LAUNCHER = (
 The key stays out of the unit, the argv and `podman/docker inspect`."""
 
 
-def base_url(decisions: SingleEndpoint) -> str:
+def base_url(decisions: ServerEndpoint) -> str:
     return local_url(decisions.host, decisions.port)
 
 
-def gate_timeout(decisions: SingleEndpoint) -> int:
+def gate_timeout(decisions: ServerEndpoint) -> int:
     """The gate's own bound, inside TimeoutStartSec so the gate, not systemd, reports it."""
     return max(decisions.start_timeout_s - min(60, decisions.start_timeout_s // 10), 1)
 
@@ -51,12 +52,16 @@ def entrypoint_flags(decisions: SingleEndpoint) -> list[str]:
     return []
 
 
+def llama_server_on_host(decisions: LlamaEndpoint) -> list[str]:
+    return [decisions.llama_server, *decisions.server_args]
+
+
 def vllm_serve_on_host(decisions: SingleEndpoint) -> list[str]:
     assert decisions.vllm_executable is not None
     return [decisions.vllm_executable, "serve", *decisions.vllm_args]
 
 
-def supervisor(decisions: SingleEndpoint, server: list[str]) -> list[str]:
+def supervisor(decisions: ServerEndpoint, server: list[str]) -> list[str]:
     argv = [
         decisions.product_python,
         "-m",
@@ -76,6 +81,8 @@ def supervisor(decisions: SingleEndpoint, server: list[str]) -> list[str]:
         argv += ["--status-file", decisions.status_file]
     if decisions.api_key_file:
         argv += ["--api-key-credential", API_KEY_CREDENTIAL]
+        if isinstance(decisions, LlamaEndpoint):
+            argv += ["--api-key-env", LLAMA_API_KEY_ENV]
     if decisions.healing is not None:
         argv += ["--stall-timeout", str(decisions.healing.stall_s)]
     return [*argv, "--", *server]
@@ -166,5 +173,5 @@ def docker_run(decisions: SingleEndpoint) -> list[str]:
     return [*argv, decisions.image, *vllm_serve_in_container(decisions)]
 
 
-def numa_list(decisions: SingleEndpoint) -> str:
+def numa_list(decisions: ServerEndpoint) -> str:
     return format_cpulist(decisions.numa_nodes)

@@ -20,6 +20,8 @@ from epycd.plan.model import (
     EndpointDecisions,
     EndpointService,
     InstanceSetEndpoint,
+    LlamaEndpoint,
+    ServerEndpoint,
     SingleEndpoint,
     pre_invocation_flags,
 )
@@ -136,6 +138,13 @@ def check_healing(decisions: EndpointService) -> None:
 
 
 def check_pinning(decisions: CpuEndpoint) -> None:
+    cpus = check_cpus_and_nodes(decisions)
+    check_bind(decisions, cpus)
+    check_kv_pool(decisions)
+
+
+def check_cpus_and_nodes(decisions: CpuEndpoint | LlamaEndpoint) -> list[int]:
+    """The pinned set, parsed; refused when it or the NUMA nodes are empty."""
     try:
         cpus = parse_cpulist(decisions.cpus)
     except ValueError:
@@ -151,8 +160,7 @@ def check_pinning(decisions: CpuEndpoint) -> None:
             f"{decisions.numa_nodes} is not a list of NUMA nodes",
             "plan the endpoint again",
         )
-    check_bind(decisions, cpus)
-    check_kv_pool(decisions)
+    return cpus
 
 
 def check_bind(decisions: CpuEndpoint, cpus: list[int]) -> None:
@@ -338,7 +346,7 @@ def check_runtime(decisions: SingleEndpoint) -> None:
         check_plain_path(decisions, key, path)
 
 
-def secret_files(decisions: SingleEndpoint) -> list[tuple[str, str]]:
+def secret_files(decisions: ServerEndpoint) -> list[tuple[str, str]]:
     """The secret files a unit loads as credentials or mounts: (key, path)."""
     files = [("hf_token_file", decisions.hf_token_file), ("api_key_file", decisions.api_key_file)]
     return [(key, path) for key, path in files if path]
@@ -349,7 +357,7 @@ def _is_fully_qualified(image: str) -> bool:
     return bool(slash) and ("." in first or ":" in first or first == "localhost")
 
 
-def check_plain_path(decisions: SingleEndpoint, key: str, path: str) -> None:
+def check_plain_path(decisions: ServerEndpoint, key: str, path: str) -> None:
     """A mounted or credential path: `-v`/`Volume=`/`LoadCredential=` split at `:` and `,`,
     and Quadlet copies `Volume=` into the unit without quoting."""
     bad = PLAIN_PATH_FORBIDDEN.search(path)
@@ -361,6 +369,25 @@ def check_plain_path(decisions: SingleEndpoint, key: str, path: str) -> None:
             f"{path!r} is not a plain absolute path{found}",
             "use an absolute path without whitespace, quotes, backslashes, ':', ',' or '$'",
         )
+
+
+def check_llama_decisions(decisions: LlamaEndpoint) -> None:
+    """A llama.cpp endpoint's decisions: its identity, pinning, executable, secret files,
+    and one thread per pinned core (rule 10)."""
+    check_identity(decisions)
+    cpus = check_cpus_and_nodes(decisions)
+    executable(decisions.llama_server, "llama_server")
+    if decisions.runtime != "host":
+        raise _refuse(decisions, "runtime", "llama-server runs on the host", "plan again")
+    if decisions.invocation.threads != len(cpus):
+        raise _refuse(
+            decisions,
+            "threads",
+            f"{decisions.invocation.threads} threads on {len(cpus)} pinned cores",
+            "plan the endpoint again",
+        )
+    for key, secret in secret_files(decisions):
+        check_plain_path(decisions, key, secret)
 
 
 def check_decisions(decisions: CpuEndpoint) -> None:

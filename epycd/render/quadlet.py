@@ -7,7 +7,7 @@ is not sandboxed, since its main process is podman (epycd.render.sandbox.QUADLET
 from __future__ import annotations
 
 from epycd.names import unit_name
-from epycd.plan.model import SingleEndpoint
+from epycd.plan.model import InstinctEndpoint, LlamaEndpoint, ServerEndpoint, SingleEndpoint
 from epycd.render import commands, gpu
 from epycd.render.healing import (
     crash_recorder_lines,
@@ -29,26 +29,27 @@ HEALTH_TIMEOUT = "10s"
 HEALTH_RETRIES = "3"
 
 
-def describe(decisions: SingleEndpoint) -> str:
+def describe(decisions: ServerEndpoint) -> str:
     """The unit's Description, before escaping."""
     where = f"socket {decisions.socket}"
-    if gpu.is_gpu(decisions):
+    if isinstance(decisions, InstinctEndpoint):
         where = f"Instinct GPU {','.join(map(str, decisions.gpus))}"
+    server = "llama.cpp" if isinstance(decisions, LlamaEndpoint) else "vLLM"
     return (
         f"epyc-llm {decisions.endpoint}"
         + (f" instance {decisions.instance}" if decisions.instance is not None else "")
-        + f": vLLM serving {decisions.model} ({decisions.runtime}, {where})"
+        + f": {server} serving {decisions.model} ({decisions.runtime}, {where})"
     )
 
 
-def part_of(decisions: SingleEndpoint) -> list[Line]:
+def part_of(decisions: ServerEndpoint) -> list[Line]:
     """An instance of a multi-instance endpoint stops and restarts with its balancer."""
     if decisions.instance is None:
         return []
     return [("PartOf", f"{unit_name(decisions.endpoint)}.service")]
 
 
-def description(decisions: SingleEndpoint) -> str:
+def description(decisions: ServerEndpoint) -> str:
     return plain_value(describe(decisions), "model")
 
 
@@ -116,7 +117,7 @@ def service_lines(decisions: SingleEndpoint) -> list[Line]:
     return lines + crash_recorder_lines(decisions)
 
 
-def api_key_credential(decisions: SingleEndpoint) -> list[Line]:
+def api_key_credential(decisions: ServerEndpoint) -> list[Line]:
     """The API key reaches the health gate as a credential (vLLM reads the mounted file)."""
     if not decisions.api_key_file:
         return []
@@ -124,7 +125,7 @@ def api_key_credential(decisions: SingleEndpoint) -> list[Line]:
     return [("LoadCredential", f"{commands.API_KEY_CREDENTIAL}:{path}")]
 
 
-def limit_lines(decisions: SingleEndpoint) -> list[Line]:
+def limit_lines(decisions: ServerEndpoint) -> list[Line]:
     """Open files and locked memory as vLLM wants them (docs/tuning.md rule 5)."""
     return [
         ("LimitNOFILE", str(decisions.limit_nofile)),

@@ -7,7 +7,7 @@ full privileges (`+`): it reads the root-only approval records and secret files.
 
 from __future__ import annotations
 
-from epycd.plan.model import SingleEndpoint
+from epycd.plan.model import LlamaEndpoint, ServerEndpoint, SingleEndpoint
 from epycd.render import commands, sandbox
 from epycd.render.healing import crash_recorder_lines, restart_lines, start_limit_lines
 from epycd.render.quadlet import api_key_credential, description, limit_lines, part_of
@@ -15,7 +15,7 @@ from epycd.render.syntax import command_line, env_assignment, plain_value
 from epycd.render.text import Line, Section, unit_text
 
 
-def _unit_section(decisions: SingleEndpoint, after: str) -> Section:
+def _unit_section(decisions: ServerEndpoint, after: str) -> Section:
     return (
         "Unit",
         [
@@ -28,7 +28,7 @@ def _unit_section(decisions: SingleEndpoint, after: str) -> Section:
     )
 
 
-def _service_head(decisions: SingleEndpoint) -> list[Line]:
+def _service_head(decisions: ServerEndpoint) -> list[Line]:
     lines: list[Line] = [
         ("Type", "notify"),
         ("NotifyAccess", "main"),
@@ -70,7 +70,7 @@ def _docker_rm(decisions: SingleEndpoint) -> str:
     return f"{commands.DOCKER} rm -f {decisions.unit_name}"
 
 
-def host_env(decisions: SingleEndpoint) -> list[str]:
+def host_env(decisions: ServerEndpoint) -> list[str]:
     env = dict(sorted(decisions.env.items()))
     hf_home = sandbox.hf_home(decisions)
     if hf_home is not None:
@@ -82,15 +82,17 @@ def host_env(decisions: SingleEndpoint) -> list[str]:
 
 
 def render_host(decisions: SingleEndpoint) -> str:
+    return _host_unit(decisions, commands.vllm_serve_on_host(decisions))
+
+
+def render_llama(decisions: LlamaEndpoint) -> str:
+    """llama-server under the supervisor, pinned and sandboxed as a host vLLM is."""
+    return _host_unit(decisions, commands.llama_server_on_host(decisions))
+
+
+def _host_unit(decisions: ServerEndpoint, server: list[str]) -> str:
     service = _service_head(decisions)
-    service.append(
-        (
-            "ExecStart",
-            command_line(
-                commands.supervisor(decisions, commands.vllm_serve_on_host(decisions)), "command"
-            ),
-        )
-    )
+    service.append(("ExecStart", command_line(commands.supervisor(decisions, server), "command")))
     service += crash_recorder_lines(decisions)
     service += [
         ("CPUAffinity", decisions.cpus),

@@ -69,6 +69,11 @@ ALLOWED: dict[str, str] = {
     "(every socket no other endpoint holds)",
     "min_ready": "a positive integer, at most the instance count: how many instances must "
     "pass the health gate for the endpoint to be ready (default: all)",
+    "engine": '"vllm" (the default) or "llama.cpp" (a GGUF model served by llama-server)',
+    "gguf_file": "the GGUF file's name in the hub repository or folder `model` names, "
+    "e.g. 'model-Q4_K_M.gguf'",
+    "llama_server": "an absolute path to a llama-server executable (default: the one "
+    "install.sh --engine llama.cpp built)",
 }
 
 PathText = Annotated[str, Field(min_length=2, pattern=r"^/")]
@@ -104,6 +109,21 @@ class EndpointSpec(BaseModel):
     device: Literal["cpu", "instinct"] = "cpu"
     gpus: list[Annotated[int, Field(ge=0)]] | Literal["auto"] = "auto"
     tensor_parallel_size: Literal[1, 2, 4, 8, "auto"] = "auto"
+    engine: Literal["vllm", "llama.cpp"] = "vllm"
+    gguf_file: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._][A-Za-z0-9._/-]{0,254}$")
+    llama_server: PathText | None = None
+
+    @field_validator("gguf_file")
+    @classmethod
+    def _gguf_file_inside(cls, value: str | None) -> str | None:
+        """A .gguf path inside the repository or folder: no '.' or '..' part."""
+        if value is None:
+            return value
+        if any(part in (".", "..", "") for part in value.split("/")):
+            raise ValueError(f"{value!r} leaves the repository or folder")
+        if not value.lower().endswith(".gguf"):
+            raise ValueError(f"{value!r} is not a .gguf file")
+        return value
 
     @property
     def extra_flags(self) -> ExtraFlags:
@@ -252,6 +272,7 @@ def _policy_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> l
         + _served_name_errors(path, data)
         + extra_args_errors(path, data)
         + _device_errors(path, data)
+        + _engine_errors(path, data)
     )
 
 
@@ -324,6 +345,67 @@ def _device_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
                 file=path,
                 key="runtime",
                 fix='set runtime = "auto", "podman" or "docker"',
+            )
+        )
+    return errors
+
+
+VLLM_ONLY_KEYS = {
+    "dtype": "a GGUF file carries its own weight types",
+    "vllm": "set llama_server = PATH for a llama-server of your own",
+    "image": "llama.cpp endpoints run the host's llama-server",
+    "throughput_flags": "zentorch's throughput set is for vLLM",
+    "env": "the plan owns llama-server's environment",
+    "extra_args": "the plan decides llama-server's flags (docs/tuning.md rule 10)",
+    "chat_template": "llama-server uses the GGUF file's own chat template",
+    "device": "llama.cpp endpoints serve on the CPU",
+    "instances": "one llama-server per endpoint for now",
+    "placement": "one llama-server per endpoint for now",
+    "min_ready": "one llama-server per endpoint for now",
+}
+"""Keys a llama.cpp endpoint refuses, and why: each is vLLM's, or not built for llama.cpp."""
+
+LLAMA_ONLY_KEYS = ("gguf_file", "llama_server")
+
+
+def _engine_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
+    """Keys that belong to one engine only."""
+    if data.get("engine", "vllm") != "llama.cpp":
+        return [
+            InputError(
+                f"{key} is for llama.cpp endpoints",
+                file=path,
+                key=key,
+                fix='set engine = "llama.cpp", or remove ' + key,
+            )
+            for key in LLAMA_ONLY_KEYS
+            if key in data
+        ]
+    harmless: dict[str, object] = {
+        "device": "cpu",
+        "instances": 1,
+        "placement": "socket",
+        "env": {},
+        "extra_args": [],
+        "throughput_flags": False,
+    }
+    errors = [
+        InputError(
+            f"{key} does not apply to a llama.cpp endpoint",
+            file=path,
+            key=key,
+            fix=f"remove {key}: {why}",
+        )
+        for key, why in VLLM_ONLY_KEYS.items()
+        if key in data and data[key] != harmless.get(key, object())
+    ]
+    if data.get("runtime", "auto") not in ("auto", "host"):
+        errors.append(
+            InputError(
+                "a llama.cpp endpoint runs llama-server on the host (no image is pinned yet)",
+                file=path,
+                key="runtime",
+                fix='set runtime = "auto" or "host"',
             )
         )
     return errors

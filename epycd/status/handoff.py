@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from epycd.listen import DEFAULT_HOST, local_url
-from epycd.plan.model import EndpointDecisions, InstinctEndpoint, Plan
+from epycd.plan.model import EndpointDecisions, InstinctEndpoint, LlamaEndpoint, Plan
 
 HANDOFF_MAX_TOKENS = 128
 
@@ -30,7 +30,7 @@ class Handoff(BaseModel):
     )
     threads: int
     gpus: str = Field(default="", description="Instinct: the GPU indices, e.g. 0,1")
-    kv_cache_gb: int | None
+    kv_cache_gb: float | None
     max_model_len: int | None
     socket: int | None
     numa_nodes: list[int]
@@ -98,7 +98,9 @@ def cpu_count(cpus: str) -> int:
 
 def omp_cpus(decisions: EndpointDecisions) -> str:
     """The CPUs vLLM's OpenMP threads run on; none are bound for an Instinct endpoint."""
-    return "" if isinstance(decisions, InstinctEndpoint) else decisions.omp_cpus
+    if isinstance(decisions, InstinctEndpoint):
+        return ""
+    return decisions.cpus if isinstance(decisions, LlamaEndpoint) else decisions.omp_cpus
 
 
 def handoff(plan: Plan) -> Handoff:

@@ -91,7 +91,7 @@ class EndpointStatus(BaseModel):
     socket: int | None = None
     cpus: str | None = None
     numa_nodes: list[int] = Field(default_factory=list)
-    kv_cache_gb: int | None = None
+    kv_cache_gb: float | None = None
     max_model_len: int | None = None
     url: str | None = Field(default=None, description="base URL with /v1")
     unit: str

@@ -17,6 +17,7 @@ from epycd.plan.argv import vllm_argv
 from epycd.plan.build import PlanSources, plan_all
 from epycd.plan.model import (
     CpuEndpoint,
+    EndpointDecisions,
     InstanceSetEndpoint,
     InstinctEndpoint,
     Plan,
@@ -125,11 +126,11 @@ def assert_invocations(plan: Plan) -> None:
         assert vllm_argv(each.invocation) == each.vllm_args, each.unit_name
 
 
-Planned = Plan | CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint | None
+Planned = Plan | EndpointDecisions | None
 """A plan, or the decisions of one (an `EndpointResult`'s `plan` or `decisions`)."""
 
 
-def _decisions(planned: Planned) -> CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint:
+def _decisions(planned: Planned) -> EndpointDecisions:
     assert planned is not None
     return planned.decisions if isinstance(planned, Plan) else planned
 

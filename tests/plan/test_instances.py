@@ -19,7 +19,7 @@ from epycd.host.cpulist import parse_cpulist
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.plan.instances import HOST_RESERVED_CORES, SWEET_SPOT_CORES
-from epycd.plan.model import CpuEndpoint, InstanceSet, InstinctEndpoint, Plan
+from epycd.plan.model import CpuEndpoint, InstanceSet, InstanceSetEndpoint, Plan
 from epycd.plan.ports import endpoint_of_pid
 from epycd.plan.reservations import Reservations
 from epycd.render.balancer import haproxy_config
@@ -157,7 +157,7 @@ def test_memory_cuts_auto_instances(ws: PlanWorkspace, tmp_path: Path) -> None:
     count = len(chosen.members) if chosen else 1
     assert count < 3  # 3 by cores
     decisions = plan.decisions
-    assert not isinstance(decisions, InstinctEndpoint) and decisions.memory.fits
+    assert isinstance(decisions, CpuEndpoint | InstanceSetEndpoint) and decisions.memory.fits
 
 
 def test_two_one_core_instances_on_two_cores(ws: PlanWorkspace, host_of: HostOf) -> None:
