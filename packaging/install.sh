@@ -14,14 +14,36 @@
 # vLLM's compile step (without either the plan runs eager; docs/tuning.md section 4), and
 # numactl (for `epycctl bench --offline`). A Python or a machine the runtime has no wheels
 # for is refused before anything is changed.
+#
+# --engine llama.cpp provisions the llama.cpp runtime instead (packaging/llama-runtime.sh):
+# llama-server built from the pinned llama.cpp source for this CPU's instruction set in
+# $prefix/llama-runtime, which llama.cpp endpoints (engine = "llama.cpp") serve with; its
+# prerequisites from apt where missing: the venv module and g++. --engine vllm is --runtime.
 set -euo pipefail
 with_runtime=no
-for arg in "$@"; do
-    case "$arg" in
+with_llama=no
+usage="the options are --runtime and --engine vllm|llama.cpp"
+while [ $# -gt 0 ]; do
+    case "$1" in
         --runtime) with_runtime=yes ;;
+        --engine | --engine=*)
+            if [ "$1" = --engine ]; then
+                [ $# -ge 2 ] || { echo "install.sh: --engine needs vllm or llama.cpp" >&2; exit 2; }
+                engine=$2
+                shift
+            else
+                engine=${1#--engine=}
+            fi
+            case "$engine" in
+                vllm) with_runtime=yes ;;
+                llama.cpp) with_llama=yes ;;
+                *) echo "install.sh: unknown engine $engine (vllm or llama.cpp)" >&2; exit 2 ;;
+            esac
+            ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        *) echo "install.sh: unknown option $arg (the only one is --runtime)" >&2; exit 2 ;;
+        *) echo "install.sh: unknown option $1 ($usage)" >&2; exit 2 ;;
     esac
+    shift
 done
 src=$(cd "$(dirname "$0")/.." && pwd)
 prefix=${EPYC_LLM_PREFIX:-/opt/epyc-llm}
@@ -97,6 +119,8 @@ prerequisites() {
         }
         has_compiler || wanted+=(g++)
         command -v numactl >/dev/null || wanted+=(numactl)
+    elif [ "$with_llama" = yes ]; then
+        has_compiler || wanted+=(g++)
     fi
     if [ ${#wanted[@]} -eq 0 ]; then
         say "prerequisites: present"
@@ -106,6 +130,10 @@ prerequisites() {
     has_venv_module || die "python3 still has no venv module (ensurepip); nothing else was changed.
   fix: apt-get install python$python_version-venv (reach a Debian mirror, or set one in
   /etc/apt/sources.list), then rerun"
+    if [ "$with_llama" = yes ] && ! has_compiler; then
+        die "building llama-server needs g++; nothing else was changed.
+  fix: apt-get install g++ (reach a Debian mirror, or set one in /etc/apt/sources.list), then rerun"
+    fi
     [ "$with_runtime" = yes ] || return 0
     if ! has_compiler || ! has_python_headers; then
         say "WARNING: vLLM's compile step needs g++ and Python's headers ($(python_headers)):"
@@ -126,6 +154,7 @@ prerequisites
 "$prefix/bin/pip" install -q --upgrade "$src"
 install -m 0644 "$src/README.md" "$prefix/README.md"
 install -D -m 0755 "$src/packaging/vllm-runtime.sh" "$prefix/share/epyc-llm/vllm-runtime.sh"
+install -D -m 0755 "$src/packaging/llama-runtime.sh" "$prefix/share/epyc-llm/llama-runtime.sh"
 mkdir -p "$bindir"
 for cmd in epycctl epycd; do
     ln -sf "$prefix/bin/$cmd" "$bindir/$cmd"
@@ -158,6 +187,9 @@ fi
 if [ "$with_runtime" = yes ]; then
     "$src/packaging/vllm-runtime.sh" "$prefix/runtime"
 fi
+if [ "$with_llama" = yes ]; then
+    "$src/packaging/llama-runtime.sh" "$prefix/llama-runtime"
+fi
 
 if [ -d /run/systemd/system ]; then
     systemctl daemon-reload
@@ -172,7 +204,9 @@ if [ -d /run/systemd/system ]; then
 else
     say "systemd is not running here: once it is, run \`systemctl enable --now $service\`"
 fi
-if [ "$with_runtime" = yes ]; then
+if [ "$with_llama" = yes ]; then
+    say "next: epycctl quickstart --engine llama.cpp --model /path/to/model.gguf (serves it with $prefix/llama-runtime/bin/llama-server)"
+elif [ "$with_runtime" = yes ]; then
     say "next: epycctl quickstart (serves the default model with the runtime in $prefix/runtime)"
 else
     say "next: epycctl quickstart, or cp $confdir/examples/qwen3.toml $confdir/ && epycctl plan qwen3"

@@ -29,7 +29,7 @@ from epycd.cli.approve import consent_options
 from epycd.cli.options import TEXT
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
-from epycd.paths import runtime_install_command
+from epycd.paths import llama_runtime_install_command, runtime_install_command
 from epycd.plan.model import Plan, Runtime
 from epycd.plan.result import EndpointResult
 from epycd.plan.route import container_runtime
@@ -99,11 +99,29 @@ def no_runtime_text(runtimes: RuntimeFacts, runtime_dir: Path) -> str:
 
 
 def model_argument(model: str) -> str:
-    """A hub id as given; a local folder as the absolute path the endpoint file needs."""
+    """A hub id as given; a local folder or file as the absolute path the endpoint file
+    needs."""
     path = Path(model).expanduser()
-    if model.startswith((".", "/", "~")) or path.is_dir():
+    if model.startswith((".", "/", "~")) or path.exists():
         return str(path.resolve())
     return model
+
+
+def llama_document(model: str, gguf_file: str | None) -> bytes:
+    data: dict[str, str] = {"engine": "llama.cpp", "model": model}
+    if gguf_file:
+        data["gguf_file"] = gguf_file
+    header = "# written by `epycctl quickstart`; edit, then `epycctl approve NAME`\n"
+    return (header + tomli_w.dumps(data)).encode()
+
+
+def llama_runtime_refusal(settings: Settings) -> Refusal:
+    return Refusal(
+        f"no llama-server: the llama.cpp runtime is not built in {settings.llama_runtime_dir}",
+        fix="build it once for this CPU: "
+        f"{llama_runtime_install_command(settings.llama_runtime_dir)} (about 13 minutes on 2 "
+        "cores); nothing was changed",
+    )
 
 
 def endpoint_document(model: str, runtime: Runtime, vllm: str | None) -> bytes:
@@ -364,16 +382,62 @@ class Candidate:
     plan: Plan
 
 
-def planned_candidate(
-    settings: Settings, host: HostFacts, name: str, *, model: str | None, vllm: str | None
-) -> Candidate:
-    """NAME.toml for the runtime and model, planned and shown; nothing written yet."""
+@dataclass(frozen=True)
+class Wanted:
+    """What the person asked quickstart to serve, and with what."""
+
+    engine: str
+    model: str | None
+    gguf_file: str | None
+    vllm: str | None
+
+
+def llama_candidate(settings: Settings, wanted: Wanted) -> tuple[str, bytes, str]:
+    """A llama.cpp endpoint's file: its GGUF model, served by the llama.cpp runtime."""
+    from epycd.host.llama_server import embedded_llama_server
+
+    if wanted.vllm is not None:
+        raise InputError(
+            "--vllm is for vLLM endpoints", key="--vllm", fix="leave it out with --engine llama.cpp"
+        )
+    if wanted.model is None:
+        raise InputError(
+            "a llama.cpp endpoint serves a GGUF model: none given",
+            key="--model",
+            fix="give --model /path/to/model.gguf (or a hub repository with --gguf-file)",
+        )
+    server = embedded_llama_server(settings.llama_runtime_dir)
+    if server is None:
+        raise llama_runtime_refusal(settings)
+    served = model_argument(wanted.model)
+    return served, llama_document(served, wanted.gguf_file), f"host (llama.cpp, {server})"
+
+
+def vllm_candidate_file(
+    settings: Settings, host: HostFacts, wanted: Wanted
+) -> tuple[str, bytes, str]:
+    """A vLLM endpoint's file: the default model or --model, on the runtime `auto` picks."""
     from epycd.stack import shipped_stack
 
-    runtime, runtimes = pick_runtime(settings, host, vllm)
-    served = model_argument(model or shipped_stack().default_model)
-    target = settings.config_dir / f"{name}.toml"
+    if wanted.gguf_file is not None:
+        raise InputError(
+            "--gguf-file is for llama.cpp endpoints",
+            key="--gguf-file",
+            fix="add --engine llama.cpp",
+        )
+    runtime, runtimes = pick_runtime(settings, host, wanted.vllm)
+    served = model_argument(wanted.model or shipped_stack().default_model)
     content = endpoint_document(served, runtime, runtimes.vllm.path if runtimes.vllm else None)
+    return served, content, runtime
+
+
+def planned_candidate(settings: Settings, host: HostFacts, name: str, wanted: Wanted) -> Candidate:
+    """NAME.toml for the engine, runtime and model, planned and shown; nothing written yet."""
+    if wanted.engine == "llama.cpp":
+        served, content, runtime = llama_candidate(settings, wanted)
+    else:
+        served, content, runtime = vllm_candidate_file(settings, host, wanted)
+    target = settings.config_dir / f"{name}.toml"
     already = existing_matches(target, content)
     click.echo(escaped(f"runtime: {runtime}; model: {served}; endpoint file: {target}") + "\n")
     result = plan_candidate(settings, target, content, host)
@@ -385,10 +449,24 @@ def planned_candidate(
 
 @click.command("quickstart")
 @click.option(
+    "--engine",
+    type=click.Choice(["vllm", "llama.cpp"]),
+    default="vllm",
+    show_default=True,
+    help="the server: vLLM, or llama.cpp for a GGUF model (install.sh --engine llama.cpp)",
+)
+@click.option(
     "--model",
     type=TEXT,
     default=None,
-    help="hub id or local model folder (default: data/epyc.json's)",
+    help="hub id or local model folder (default: data/epyc.json's); with --engine llama.cpp "
+    "a .gguf file, or a hub repository or folder with --gguf-file",
+)
+@click.option(
+    "--gguf-file",
+    type=TEXT,
+    default=None,
+    help="llama.cpp: the GGUF file's name in the --model repository or folder",
 )
 @click.option(
     "--vllm",
@@ -405,7 +483,9 @@ def planned_candidate(
     "--no-start", is_flag=True, help="Write the file, units and approval; do not touch systemd."
 )
 def quickstart(
+    engine: str,
     model: str | None,
+    gguf_file: str | None,
     vllm: str | None,
     name: str,
     yes: bool,
@@ -413,13 +493,15 @@ def quickstart(
     no_start: bool,
     no_pull: bool,
 ) -> None:
-    """Write NAME.toml for the default model, show the plan, approve it, start it, hand off."""
+    """Write NAME.toml for the default model (or --model, served by --engine), show the
+    plan, approve it, start it, hand off."""
     from epycd.approval.record import current_approver
     from epycd.approval.workflow import gate, install_approved, make_approval
     from epycd.cli.approve import ask
 
     settings, host = prepared_host(name)
-    candidate = planned_candidate(settings, host, name, model=model, vllm=vllm)
+    wanted = Wanted(engine=engine, model=model, gguf_file=gguf_file, vllm=vllm)
+    candidate = planned_candidate(settings, host, name, wanted)
     gate(candidate.plan, accept_unvalidated=accept_unvalidated)
     action = "approve" if candidate.already else f"write {candidate.target}, approve"
     ask(f"{action.capitalize()} {name} and {'install' if no_start else 'start'} it?", yes=yes)

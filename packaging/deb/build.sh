@@ -87,7 +87,8 @@ sed 's#^Documentation=file:///opt/epyc-llm/README.md$#Documentation=file:///usr/
     "$src/units/epycd.service" > "$stage/debian/epyc-llm.epycd.service"
 grep -q '^Documentation=file:///usr/share/doc/epyc-llm/README.md$' "$stage/debian/epyc-llm.epycd.service" ||
     die "units/epycd.service's Documentation= line changed: update build.sh"
-cp "$src/packaging/deb/epycd.conf" "$src/packaging/vllm-runtime.sh" "$src/README.md" "$stage/"
+cp "$src/packaging/deb/epycd.conf" "$src/packaging/vllm-runtime.sh" "$src/packaging/llama-runtime.sh" \
+    "$src/README.md" "$stage/"
 cp "$src"/etc/*.toml "$stage/examples/"
 
 say "the project's wheel, and its dependencies' wheels for CPython ${PYTHONS[*]} ($PLATFORM)"

@@ -10,6 +10,7 @@ powers off; its observations come back as JSON lines in the bound results folder
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -84,6 +85,62 @@ TimeoutStartSec=infinity
 [Install]
 WantedBy=multi-user.target
 """
+
+
+APT_SOURCE = "deb [trusted=yes] file:/var/cache/e2e-apt ./\n"
+"""A bare machine's only apt source: a local repository bound there, as an admin's mirror."""
+
+
+def require_parts(*parts: Path, hint: str) -> None:
+    """systemd-nspawn, and each cached part finished (its stamp written)."""
+    if shutil.which("systemd-nspawn") is None:
+        pytest.fail(f"no systemd-nspawn: {hint}")
+    for part in parts:
+        if not (part / ".epyc-stamp").is_file():
+            pytest.fail(f"{part} is not built: {hint}")
+
+
+def fresh_copy(rootfs: Path, work: Path) -> tuple[Path, Path]:
+    """A fresh copy of `rootfs` in WORK/rootfs and an empty results folder WORK/results."""
+    root, results = work / "rootfs", work / "results"
+    subprocess.run(["cp", "-a", "--reflink=auto", str(rootfs), str(root)], check=True)
+    results.mkdir()
+    return root, results
+
+
+def drive_with(root: Path, script: str) -> None:
+    """inside.py and `script` (its phases) in /opt/e2e, and the enabled oneshot driver unit
+    that runs `script` at boot."""
+    e2e = root / "opt" / "e2e"
+    e2e.mkdir(parents=True, exist_ok=True)
+    for name in ("inside.py", script):
+        shutil.copy2(Path(__file__).with_name(name), e2e / name)
+    units = root / "etc" / "systemd" / "system"
+    driver = DRIVER_UNIT.replace("/opt/e2e/inside.py", f"/opt/e2e/{script}")
+    (units / "e2e-driver.service").write_text(driver)
+    wants = units / "multi-user.target.wants" / "e2e-driver.service"
+    wants.parent.mkdir(parents=True, exist_ok=True)
+    if not wants.is_symlink():
+        wants.symlink_to("/etc/systemd/system/e2e-driver.service")
+
+
+def offline_apt(root: Path) -> None:
+    """The machine's apt reads only the local repository (`APT_SOURCE`)."""
+    (root / "etc" / "apt" / "sources.list").write_text(APT_SOURCE)
+    for source in (root / "etc" / "apt" / "sources.list.d").glob("*"):
+        source.unlink()
+
+
+@contextlib.contextmanager
+def kept_or_removed(work: Path) -> Iterator[None]:
+    """WORK removed after the module's machine, or kept (EPYC_E2E_KEEP=1) to look into."""
+    try:
+        yield
+    finally:
+        if os.environ.get("EPYC_E2E_KEEP"):
+            print(f"e2e: kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def endpoint_toml(model: Path, vllm: Path, name: str, port: int) -> str:

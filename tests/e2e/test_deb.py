@@ -39,7 +39,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import DRIVER_UNIT, REPO, Boot, Machine, clean_copy, endpoint
+from tests.e2e.conftest import (
+    REPO,
+    Boot,
+    Machine,
+    clean_copy,
+    drive_with,
+    endpoint,
+    fresh_copy,
+    kept_or_removed,
+    require_parts,
+)
 from tests.e2e.test_runtime import (
     APT_REPO,
     BARE_ROOTFS,
@@ -124,14 +134,10 @@ def test_lintian_reports_no_error(debs: Path) -> None:
 def new_machine(rootfs: Path, work: Path, debs: Path) -> tuple[Path, Path]:
     """A fresh copy of `rootfs` in WORK/rootfs made test_runtime.py's machine, driven by
     inside_deb.py, the packages in /srv/debs; its results folder WORK/results."""
-    root, results = work / "rootfs", work / "results"
-    subprocess.run(["cp", "-a", "--reflink=auto", str(rootfs), str(root)], check=True)
-    results.mkdir()
+    root, results = fresh_copy(rootfs, work)
     config = machine_config(work) | {"version": VERSION}
     write_machine(root, config)
-    shutil.copy2(Path(__file__).with_name("inside_deb.py"), root / "opt" / "e2e" / "inside_deb.py")
-    driver = DRIVER_UNIT.replace("/opt/e2e/inside.py", "/opt/e2e/inside_deb.py")
-    (root / "etc" / "systemd" / "system" / "e2e-driver.service").write_text(driver)
+    drive_with(root, "inside_deb.py")
     (root / "srv" / "debs").mkdir(parents=True)
     for deb in debs.glob("*.deb"):
         shutil.copy2(deb, root / "srv" / "debs" / deb.name)
@@ -141,11 +147,7 @@ def new_machine(rootfs: Path, work: Path, debs: Path) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def machine(tmp_path_factory: pytest.TempPathFactory, debs: Path) -> Iterator[Machine]:
-    if shutil.which("systemd-nspawn") is None:
-        pytest.fail(f"no systemd-nspawn: {HINT}")
-    for part in (BARE_ROOTFS, APT_REPO, PYPI, TORCH_INDEX):
-        if not (part / ".epyc-stamp").is_file():
-            pytest.fail(f"{part} is not built: {HINT}")
+    require_parts(BARE_ROOTFS, APT_REPO, PYPI, TORCH_INDEX, hint=HINT)
     work = tmp_path_factory.mktemp("e2e-deb")
     root, results = new_machine(BARE_ROOTFS, work, debs)
     binds = [
@@ -155,11 +157,8 @@ def machine(tmp_path_factory: pytest.TempPathFactory, debs: Path) -> Iterator[Ma
         f"--bind-ro={PYPI}:/var/cache/e2e-pypi",
         f"--bind-ro={TORCH_INDEX}:/var/cache/e2e-torch",
     ]
-    yield Machine(root, results, binds, phases=PHASES)
-    if os.environ.get("EPYC_E2E_KEEP"):
-        print(f"e2e: kept {work}")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
+    with kept_or_removed(work):
+        yield Machine(root, results, binds, phases=PHASES)
 
 
 ELSEWHERE = {"trixie": ("debian", "13"), "noble": ("ubuntu", "24.04"), "jammy": ("ubuntu", "22.04")}
@@ -174,9 +173,7 @@ def elsewhere(
     """One boot of the package's install and purge on another distribution."""
     suite: str = request.param
     rootfs, repo = CACHE / f"rootfs-bare-{suite}", CACHE / f"deb-apt-{suite}"
-    for part in (rootfs, repo):
-        if not (part / ".epyc-stamp").is_file():
-            pytest.fail(f"{part} is not built: {DEB_HOSTS_HINT}")
+    require_parts(rootfs, repo, hint=DEB_HOSTS_HINT)
     work = tmp_path_factory.mktemp(f"e2e-deb-{suite}")
     root, results = new_machine(rootfs, work, debs)
     binds = [
@@ -184,11 +181,8 @@ def elsewhere(
         f"--bind={results}:/results",
         f"--bind-ro={repo}:/var/cache/e2e-apt",
     ]
-    yield Machine(root, results, binds, phases=("elsewhere",)).boot("elsewhere")
-    if os.environ.get("EPYC_E2E_KEEP"):
-        print(f"e2e: kept {work}")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
+    with kept_or_removed(work):
+        yield Machine(root, results, binds, phases=("elsewhere",)).boot("elsewhere")
 
 
 @pytest.fixture(scope="module")

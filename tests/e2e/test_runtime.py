@@ -23,7 +23,6 @@ the results folder (timings.jsonl).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -33,14 +32,18 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import (
-    DRIVER_UNIT,
     MODEL_DIR,
     REPO,
     Boot,
     Machine,
     clean_copy,
+    drive_with,
     endpoint,
+    fresh_copy,
+    kept_or_removed,
+    offline_apt,
     port_free,
+    require_parts,
 )
 from tests.health.realvllm import CACHE, tiny_model
 from tests.machine import real_cpu, serving, serving_needs_identity, write_identity_root
@@ -52,8 +55,6 @@ APT_REPO = CACHE / "bare-apt-bookworm"
 PYPI = CACHE / "bare-pypi"
 TORCH_INDEX = CACHE / "bare-torch-index"
 HINT = "run tests/tools/bare_host.sh (or tests/bootstrap.sh)"
-APT_SOURCE = "deb [trusted=yes] file:/var/cache/e2e-apt ./\n"
-"""The machine's only apt source: the local repository, as an admin's mirror."""
 PHASES = ("install", "reboot")
 NAME = "default"
 UNIT = f"epyc-llm-{NAME}.service"
@@ -95,39 +96,22 @@ def machine_config(work: Path) -> dict[str, Any]:
 
 
 def write_machine(root: Path, config: dict[str, Any]) -> None:
-    e2e = root / "opt" / "e2e"
-    e2e.mkdir(parents=True)
-    for script in ("inside.py", "inside_runtime.py"):
-        shutil.copy2(Path(__file__).with_name(script), e2e / script)
-    units = root / "etc" / "systemd" / "system"
-    driver = DRIVER_UNIT.replace("/opt/e2e/inside.py", "/opt/e2e/inside_runtime.py")
-    (units / "e2e-driver.service").write_text(driver)
-    (units / "multi-user.target.wants").mkdir(parents=True, exist_ok=True)
-    (units / "multi-user.target.wants" / "e2e-driver.service").symlink_to(
-        "/etc/systemd/system/e2e-driver.service"
-    )
+    drive_with(root, "inside_runtime.py")
     shutil.copytree(tiny_model(), root / MODEL_DIR.lstrip("/"))
-    (root / "etc" / "apt" / "sources.list").write_text(APT_SOURCE)
-    for source in (root / "etc" / "apt" / "sources.list.d").glob("*"):
-        source.unlink()
+    offline_apt(root)
     if config["identity_root"]:
         write_identity_root(root / IDENTITY_ROOT.lstrip("/"))
 
 
 @pytest.fixture(scope="module")
 def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
-    if shutil.which("systemd-nspawn") is None:
-        pytest.fail(f"no systemd-nspawn: {HINT}")
-    for part in (BARE_ROOTFS, APT_REPO, PYPI, TORCH_INDEX):
-        if not (part / ".epyc-stamp").is_file():
-            pytest.fail(f"{part} is not built: {HINT}")
+    require_parts(BARE_ROOTFS, APT_REPO, PYPI, TORCH_INDEX, hint=HINT)
     busy = [port for port in PORTS if not port_free(port)]
     assert not busy, f"ports {busy} are in use on this machine"
     work = tmp_path_factory.mktemp("e2e-runtime")
-    root, src, results = work / "rootfs", work / "src", work / "results"
-    subprocess.run(["cp", "-a", "--reflink=auto", str(BARE_ROOTFS), str(root)], check=True)
+    root, results = fresh_copy(BARE_ROOTFS, work)
+    src = work / "src"
     clean_copy(src)
-    results.mkdir()
     config = machine_config(work)
     write_machine(root, config)
     (results / "config.json").write_text(json.dumps(config, indent=2))
@@ -139,11 +123,8 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         f"--bind-ro={PYPI}:/var/cache/e2e-pypi",
         f"--bind-ro={TORCH_INDEX}:/var/cache/e2e-torch",
     ]
-    yield Machine(root, results, binds, phases=PHASES)
-    if os.environ.get("EPYC_E2E_KEEP"):
-        print(f"e2e: kept {work}")
-    else:
-        shutil.rmtree(work, ignore_errors=True)
+    with kept_or_removed(work):
+        yield Machine(root, results, binds, phases=PHASES)
 
 
 @pytest.fixture(scope="module")
