@@ -2,7 +2,7 @@
 pinned configurations the llama.cpp plan will choose from, by slot count, in one run.
 
 Run:  .venv/bin/python benchmarks/llama_serving.py --runtime DIR --model FILE.gguf
-          --tokenizer TOKENIZER_DIR [--concurrency 1 8 32] [--slots 1 4 8 16]
+          --tokenizer TOKENIZER_DIR [--concurrency 1 8 32] [--slots 1 4 8 16] [--planned]
           [--passes 2] [--ablate]
       .venv/bin/python benchmarks/llama_serving.py --render RESULT.json   # reprint a saved run
 (DIR: a runtime from packaging/llama-runtime.sh; TOKENIZER_DIR: the model's tokenizer as
@@ -19,7 +19,12 @@ Configurations:
 - **pinned, S slots**: the instance's cores and NUMA node bound from outside (numactl, as the
   unit's CPUAffinity= and NUMAPolicy= will), `-t`/`-tb` = those cores, `-np S` slots sharing a
   KV pool of S x the context (`--kv-unified --kv-unified-per-slot`), no prompt cache, no
-  auto-fit.
+  auto-fit;
+- **planned** (`--planned`): what epyc-llm's planner decides for a llama.cpp endpoint of this
+  file on this machine (docs/tuning.md rule 10: its `server_args`, run under numactl with the
+  plan's CPUs and NUMA nodes as its unit's CPUAffinity= and NUMAPolicy=bind do), planned
+  through `epycd.plan.build.plan_all` against this host (under an EPYC identity where the
+  product would refuse the CPU).
 
 Each: start-up (spawn to the first /health 200), then vLLM's own `vllm bench serve` (the
 OpenAI completions API, random dataset, seed 0, --ignore-eos, max(16, 4 x concurrency)
@@ -88,6 +93,13 @@ def cores_and_node() -> tuple[list[int], int]:
     return cpus, node
 
 
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
 def pinned_parts(count: int) -> dict[str, list[str]]:
     """The pinned configuration of `count` slots, by what each group of its words sets."""
     cpus, node = cores_and_node()
@@ -102,6 +114,53 @@ def pinned_parts(count: int) -> dict[str, list[str]]:
         "no prompt cache": ["--cache-ram", "0"],
         "no auto-fit": ["--fit", "off"],
     }  # fmt: skip
+
+
+def planned_config(server: Path, model: Path, work: Path) -> Config:
+    """The planner's llama.cpp endpoint for `model` on this machine, its port left to
+    `measure`."""
+    from epycd.host.cpulist import format_cpulist
+    from epycd.host.detect import detect_host
+    from epycd.plan.build import PlanSources, plan_all
+    from epycd.plan.model import LlamaEndpoint
+    from epycd.render import render_for_plan
+    from epycd.settings import Settings
+    from tests.machine import serving_root
+
+    config_dir = work / "planned-config"
+    config_dir.mkdir(exist_ok=True)
+    (config_dir / "bench.toml").write_text(
+        f'engine = "llama.cpp"\nmodel = "{model}"\nllama_server = "{server}"\n'
+        f'served_model_name = "{SERVED}"\n'
+    )
+    root = serving_root(work)
+    settings = Settings(
+        config_dir=config_dir,
+        state_dir=work / "state",
+        run_dir=work / "run",
+        unit_dir=work / "units",
+        quadlet_dir=work / "quadlet",
+        host_root=root,
+    )
+    [result] = plan_all(
+        settings,
+        detect_host(root),
+        render=render_for_plan,
+        sources=PlanSources(listeners={}, environ={}),
+    )
+    if result.plan is None:
+        raise SystemExit("the planner refused: " + "; ".join(p.text for p in result.errors))
+    decided = result.plan.decisions
+    assert isinstance(decided, LlamaEndpoint)
+    words = list(decided.server_args)
+    at = words.index("--port")
+    del words[at : at + 2]
+    binding = [
+        "numactl",
+        f"--physcpubind={decided.cpus}",
+        f"--membind={format_cpulist(decided.numa_nodes)}",
+    ]
+    return Config("planned", [*binding, decided.llama_server, *words])
 
 
 def configs(server: Path, model: Path, slots: list[int], ablate: bool = False) -> list[Config]:
@@ -224,7 +283,12 @@ def main() -> int:
     parser.add_argument("--model", type=Path)
     parser.add_argument("--tokenizer", type=Path)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--slots", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--slots", type=int, nargs="*", default=[])
+    parser.add_argument(
+        "--planned",
+        action="store_true",
+        help="also the planner's endpoint (docs/tuning.md rule 10)",
+    )
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/llama-serving-run1.json"))
@@ -249,7 +313,8 @@ def main() -> int:
     stamp = (args.runtime / ".epyc-stamp").read_text().strip()
     report: dict[str, Any] = {
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{os.uname().nodename}: CPUs {cpus} on NUMA node {node}; {stamp}",
+        "machine": f"{os.uname().nodename} ({cpu_name()}): CPUs {cpus} on NUMA node {node}; "
+        f"{stamp}",
         "settings": {
             "model": args.model.name,
             "concurrency": args.concurrency,
@@ -262,6 +327,8 @@ def main() -> int:
     server = args.runtime / "bin" / "llama-server"
     lengths = (args.input_len, args.output_len)
     planned = configs(server, args.model, args.slots, ablate=args.ablate)
+    if args.planned:
+        planned.append(planned_config(server, args.model.resolve(), work))
     for number in range(args.passes):
         for config in planned if number % 2 == 0 else planned[::-1]:
             measured = measure(work, args.tokenizer, config, args.concurrency, lengths)
