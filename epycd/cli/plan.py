@@ -336,8 +336,8 @@ def _llama_rows(decided: LlamaEndpoint) -> list[tuple[str, str]]:
         ),
         (
             "Context",
-            f"{server.slots} slots of {server.context_per_slot} tokens in one KV pool of "
-            f"{server.kv_cells}, prompt cache {server.cache_ram_mib} MiB "
+            f"{server.slots} slots sharing one KV pool of {server.context} tokens, prompt "
+            f"cache {server.cache_ram_mib} MiB "
             f"(profile {decided.profile})",
         ),
     ]

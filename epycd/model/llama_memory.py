@@ -112,15 +112,18 @@ def llama_memory(
     slots: int,
     cpu_flags: Collection[str],
     ubatch: int = DEFAULT_UBATCH,
+    shared_pool: bool = False,
 ) -> LlamaMemory:
     """The memory of llama-server serving `slots` sequences of up to `context` tokens each
-    from one unified pool (`-c context x slots --kv-unified`)."""
+    from one unified pool (`-c context x slots --kv-unified`), or with `shared_pool` from one
+    pool of `context` cells that the slots share (`-c context --kv-unified`, the server's
+    own default sizing)."""
     per_token = kv_bytes_per_token(gguf)
     if per_token is None:
         raise UnmeasuredModel(
             f"the file gives no KV figures (layers, heads, head length) for {gguf.architecture}"
         )
-    cells = padded_cells(context * slots)
+    cells = padded_cells(context if shared_pool else context * slots)
     compute = compute_bytes(gguf, cells, ubatch)
     if compute is None:
         raise UnmeasuredModel(

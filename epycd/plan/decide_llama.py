@@ -1,8 +1,9 @@
 """Every decision for one placed llama.cpp endpoint (`decide_llama`, docs/tuning.md rule 10):
-its threads from the placed cores, its slots from the profile or the file, the context per
-slot from the file or the GGUF's training context cut to what fits (`epycd.plan.llama_sizing`),
-the prompt cache from what the fit leaves, the weights mapped and locked, and its typed
-invocation (`epycd.plan.llama_invocation`)."""
+its threads from the placed cores, its slots from the profile or the file, the context (one
+KV pool the slots share, as llama-server sizes its own) from the file or the GGUF's training
+context cut to what fits (`epycd.plan.llama_sizing`), the prompt cache from what the fit
+leaves, the weights mapped and locked, and its typed invocation
+(`epycd.plan.llama_invocation`)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def slots_for(prepared: Prepared) -> int:
 
 
 def context_request(prepared: Prepared, gguf: GgufFile) -> tuple[int, list[str]]:
-    """Tokens per slot asked for: the file's max_model_len, else the training context; the
+    """The context asked for: the file's max_model_len, else the training context; the
     file's capped to the training context, with a warning."""
     trained = gguf.context_length
     asked = prepared.spec.max_model_len
@@ -75,14 +76,15 @@ def llama_fit(
             total_gib=memory.total,
             available_gib=memory.available,
             ubatch=DEFAULT_UBATCH,
+            shared_pool=True,
         )
 
     try:
         sized = fit(context)
         if not sized.fits and prepared.spec.max_model_len is None and sized.suggested_context:
             warnings.append(
-                f"{context} tokens per slot do not fit: {sized.suggested_context} do "
-                "(set max_model_len, or max_num_seqs for fewer slots)"
+                f"a context of {context} tokens does not fit: {sized.suggested_context} does "
+                "(set max_model_len to choose)"
             )
             sized = fit(sized.suggested_context)
     except UnmeasuredModel as unknown:
@@ -138,7 +140,7 @@ def decide_llama(
         port=port,
         threads=len(placement.cpus),
         slots=fit.slots,
-        context_per_slot=fit.context,
+        context=fit.context,
         ubatch=DEFAULT_UBATCH,
         cache_ram_mib=cache_ram_mib(fit),
         load_mode="mmap+mlock",

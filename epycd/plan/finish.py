@@ -97,13 +97,13 @@ def _llama_unfit(prepared: Prepared, decisions: LlamaEndpoint) -> Refusal:
     return Refusal(
         f"does not fit: {fit.required_gb} GiB needed (llama-server {fit.process_gb}: weights "
         f"{gib(memory.weights_bytes + memory.repacked_bytes)} + KV {gib(memory.kv_bytes)} of "
-        f"{fit.slots} slots x {fit.context} tokens + compute "
+        f"{fit.context} tokens shared by {fit.slots} slots + compute "
         f"{gib(memory.compute_bytes + memory.output_bytes + memory.server_bytes)}; OS headroom "
         f"{fit.headroom_gb}), {fit.available_gb} GiB available on the socket's NUMA nodes",
         file=prepared.result.path,
         key="max_model_len",
         fix=(
-            f"set max_model_len = {fit.suggested_context} or less, or max_num_seqs to fewer slots"
+            f"set max_model_len = {fit.suggested_context} or less"
             if fit.suggested_context
             else "serve a smaller quantization of the model, or place it on a larger socket"
         ),

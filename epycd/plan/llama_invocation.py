@@ -27,17 +27,15 @@ class LlamaInvocation(BaseModel):
     host: str
     port: int
     threads: int = Field(description="-t and -tb: the endpoint's cores, one thread each")
-    slots: int = Field(description="-np: requests served at once")
-    context_per_slot: int = Field(description="--kv-unified-per-slot: tokens one slot may hold")
+    slots: int = Field(description="--parallel: requests served at once")
+    context: int = Field(
+        description="--ctx-size: the KV pool the slots share (--kv-unified), and so the most "
+        "tokens one request may hold"
+    )
     ubatch: int = Field(description="-ub: tokens per compute step, which sizes the buffer")
     cache_ram_mib: int = Field(description="--cache-ram: the prompt cache's RAM, 0 for none")
     load_mode: LoadMode
     chat_template_file: str | None = None
-
-    @property
-    def kv_cells(self) -> int:
-        """-c: the unified KV pool, every slot's context."""
-        return self.slots * self.context_per_slot
 
 
 def llama_server_argv(invocation: LlamaInvocation) -> list[str]:
@@ -61,10 +59,8 @@ def llama_server_argv(invocation: LlamaInvocation) -> list[str]:
         "--parallel",
         str(invocation.slots),
         "--ctx-size",
-        str(invocation.kv_cells),
+        str(invocation.context),
         "--kv-unified",
-        "--kv-unified-per-slot",
-        str(invocation.context_per_slot),
         "--ubatch-size",
         str(invocation.ubatch),
         "--cache-ram",

@@ -25,7 +25,7 @@ from epycd.sizes import GIB, gib
 class LlamaFit(BaseModel):
     """A llama.cpp endpoint's fit in one socket, GiB where not said otherwise."""
 
-    context: int = Field(description="tokens per slot")
+    context: int = Field(description="tokens per slot, or of the one pool the slots share")
     slots: int
     memory: LlamaMemory
     process_gb: float = Field(description="the server process at its peak")
@@ -34,7 +34,8 @@ class LlamaFit(BaseModel):
     available_gb: float
     fits: bool
     suggested_context: int | None = Field(
-        description="where it does not fit: the most tokens per slot that do (a multiple of 256)"
+        description="where it does not fit: the most tokens (per slot, or of the shared pool) "
+        "that do, a multiple of 256"
     )
     action: str
 
@@ -48,14 +49,28 @@ def fit_llama(
     total_gib: float,
     available_gib: float,
     ubatch: int = DEFAULT_UBATCH,
+    shared_pool: bool = False,
 ) -> LlamaFit:
-    """Raises `epycd.model.llama_memory.UnmeasuredModel` where a term is unknown."""
-    memory = llama_memory(gguf, context=context, slots=slots, cpu_flags=cpu_flags, ubatch=ubatch)
+    """`shared_pool`: the slots share one pool of `context` cells (the plan's, rule 10), else
+    each has its own `context` in the pool. Raises `epycd.model.llama_memory.UnmeasuredModel`
+    where a term is unknown."""
+    memory = llama_memory(
+        gguf,
+        context=context,
+        slots=slots,
+        cpu_flags=cpu_flags,
+        ubatch=ubatch,
+        shared_pool=shared_pool,
+    )
     headroom = headroom_gib(total_gib)
     required = memory.total_bytes / GIB + headroom
     fits = required <= available_gib
     suggested = (
-        None if fits else _largest_context(gguf, slots, cpu_flags, ubatch, available_gib - headroom)
+        None
+        if fits
+        else _largest_context(
+            gguf, slots, cpu_flags, ubatch, available_gib - headroom, shared_pool=shared_pool
+        )
     )
     return LlamaFit(
         context=context,
@@ -67,31 +82,47 @@ def fit_llama(
         available_gb=round(available_gib, 2),
         fits=fits,
         suggested_context=suggested,
-        action=_action(fits, context, slots, suggested),
+        action=_action(fits, context, slots, suggested, shared_pool=shared_pool),
     )
 
 
 def _largest_context(
-    gguf: GgufFile, slots: int, cpu_flags: Collection[str], ubatch: int, budget_gib: float
+    gguf: GgufFile,
+    slots: int,
+    cpu_flags: Collection[str],
+    ubatch: int,
+    budget_gib: float,
+    *,
+    shared_pool: bool,
 ) -> int | None:
     """The most tokens per slot (a multiple of 256) whose process fits in `budget_gib`: the
     process grows linearly with the cells (KV and the attention mask), so solve for them."""
-    smallest = llama_memory(
-        gguf, context=CELL_PADDING, slots=slots, cpu_flags=cpu_flags, ubatch=ubatch
-    )
-    larger = llama_memory(
-        gguf, context=2 * CELL_PADDING, slots=slots, cpu_flags=cpu_flags, ubatch=ubatch
-    )
+
+    def at(context: int) -> LlamaMemory:
+        return llama_memory(
+            gguf,
+            context=context,
+            slots=slots,
+            cpu_flags=cpu_flags,
+            ubatch=ubatch,
+            shared_pool=shared_pool,
+        )
+
+    smallest, larger = at(CELL_PADDING), at(2 * CELL_PADDING)
     per_cell = (larger.total_bytes - smallest.total_bytes) / (larger.cells - smallest.cells)
     spare = budget_gib * GIB - smallest.total_bytes
     if spare < 0:
         return None
     cells = smallest.cells + int(spare // per_cell)
-    context = (cells // slots) // CELL_PADDING * CELL_PADDING
+    context = (cells // (1 if shared_pool else slots)) // CELL_PADDING * CELL_PADDING
     return context if context >= CELL_PADDING else None
 
 
-def _action(fits: bool, context: int, slots: int, suggested: int | None) -> str:
+def _action(
+    fits: bool, context: int, slots: int, suggested: int | None, *, shared_pool: bool
+) -> str:
+    if shared_pool:
+        return _shared_action(fits, context, slots, suggested)
     if fits:
         return f"fits: {slots} slots of {context} tokens"
     if suggested is None:
@@ -102,4 +133,18 @@ def _action(fits: bool, context: int, slots: int, suggested: int | None) -> str:
     return (
         f"does not fit at {slots} slots of {context} tokens; {suggested} tokens per slot fit "
         "(or fewer slots, or a smaller quantization)"
+    )
+
+
+def _shared_action(fits: bool, context: int, slots: int, suggested: int | None) -> str:
+    if fits:
+        return f"fits: {slots} slots sharing {context} tokens"
+    if suggested is None:
+        return (
+            "does not fit: the weights alone leave no room; "
+            "use a smaller quantization or a larger socket"
+        )
+    return (
+        f"does not fit with {context} tokens shared by {slots} slots; {suggested} tokens fit "
+        "(or a smaller quantization)"
     )

@@ -292,7 +292,7 @@ class LlamaEndpoint(EndpointService):
 
     @property
     def max_model_len(self) -> int:
-        return self.invocation.context_per_slot
+        return self.invocation.context
 
     @property
     def max_num_seqs(self) -> int:

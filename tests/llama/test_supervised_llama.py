@@ -36,7 +36,7 @@ def planned_words(port: int, threads: int) -> list[str]:
         port=port,
         threads=threads,
         slots=2,
-        context_per_slot=512,
+        context=1024,
         ubatch=512,
         cache_ram_mib=64,
         load_mode="mmap+mlock",

@@ -35,6 +35,10 @@ def fake_llama_server(folder: Path, version: str = VERSION) -> Path:
     return server
 
 
+def words_after(words: list[str], flag: str) -> str:
+    return words[words.index(flag) + 1]
+
+
 def gguf_model(tmp_path: Path, **changes: object) -> Path:
     shape = GgufShape(layers=2, embedding=128, heads=4, kv_heads=2, feed_forward=512, vocab=300)
     for key, value in changes.items():
@@ -86,8 +90,10 @@ def test_a_llama_endpoint_is_pinned_to_one_socket_with_one_thread_per_core(
     server = decided.invocation
     assert server.threads == len(cores)
     assert server.slots == PROFILE_SLOTS["balanced"]
-    assert server.context_per_slot == 4096  # the GGUF's training context fits
-    assert server.kv_cells == server.slots * server.context_per_slot
+    assert server.context == 4096  # the GGUF's training context fits, one pool shared
+    assert words_after(decided.server_args, "--ctx-size") == "4096"
+    assert "--kv-unified" in decided.server_args
+    assert decided.fit.memory.cells == 4096, "the fit counts the one shared pool"
     assert decided.server_args == llama_server_argv(server)
     words = decided.server_args
     assert words[words.index("--threads") + 1] == words[words.index("--threads-batch") + 1]
@@ -132,7 +138,7 @@ def test_the_slots_follow_the_profile_or_the_file(lw: LlamaWorkspace) -> None:
     assert one is not None and two is not None
     assert isinstance(one.decisions, LlamaEndpoint) and isinstance(two.decisions, LlamaEndpoint)
     assert one.decisions.invocation.slots == PROFILE_SLOTS["latency"]
-    assert (two.decisions.invocation.slots, two.decisions.invocation.context_per_slot) == (3, 1000)
+    assert (two.decisions.invocation.slots, two.decisions.invocation.context) == (3, 1000)
     assert one.decisions.socket != two.decisions.socket, "each on its own socket"
     assert one.decisions.port != two.decisions.port
 
@@ -140,10 +146,10 @@ def test_the_slots_follow_the_profile_or_the_file(lw: LlamaWorkspace) -> None:
 def test_a_context_the_file_does_not_give_is_cut_to_what_fits(
     lw: LlamaWorkspace, host_of: Callable[..., HostFacts]
 ) -> None:
-    """A 2M-token training context of 4 slots does not fit a VM's 24 GiB: the plan serves the
-    most tokens per slot that do, says so, and a file that asks for 2M is refused."""
+    """A 2M-token training context does not fit a VM's 24 GiB: the plan serves the most
+    tokens that do, says so, and a file that asks for 2M is refused."""
     lw.host = host_of("vm-zen5-24g")
-    lw.gguf = gguf_model(lw.ws.tmp, context=2_097_152, kv_heads=4, layers=8)
+    lw.gguf = gguf_model(lw.ws.tmp, context=2_097_152, kv_heads=4, layers=32)
     lw.endpoint("auto")
     result = lw.plan()["auto"]
     assert result.plan is not None, [e.text for e in result.errors]
@@ -151,7 +157,7 @@ def test_a_context_the_file_does_not_give_is_cut_to_what_fits(
     assert isinstance(decided, LlamaEndpoint)
     assert decided.fit.fits and 256 <= decided.fit.context < 2_097_152
     assert decided.fit.context % 256 == 0
-    assert any("do not fit" in warning for warning in decided.warnings), decided.warnings
+    assert any("does not fit" in warning for warning in decided.warnings), decided.warnings
     lw.endpoint("auto", "max_model_len = 2097152\n")
     refused = lw.plan()["auto"]
     assert refused.plan is None
