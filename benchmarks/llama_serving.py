@@ -94,10 +94,14 @@ def cores_and_node() -> tuple[list[int], int]:
 
 
 def cpu_name() -> str:
+    """The CPU's name, family and model as /proc/cpuinfo gives them (a VM's name may be bare)."""
+    fields: dict[str, str] = {}
     for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return (
+        f"{fields.get('model name')}, family {fields.get('cpu family')} model {fields.get('model')}"
+    )
 
 
 def pinned_parts(count: int) -> dict[str, list[str]]:
@@ -161,6 +165,24 @@ def planned_config(server: Path, model: Path, work: Path) -> Config:
         f"--membind={format_cpulist(decided.numa_nodes)}",
     ]
     return Config("planned", [*binding, decided.llama_server, *words])
+
+
+def with_value(words: list[str], flag: str, value: str) -> list[str]:
+    changed = list(words)
+    changed[changed.index(flag) + 1] = value
+    return changed
+
+
+def planned_variants(plan: Config) -> list[Config]:
+    """The planned endpoint with one of its choices undone (`--planned --ablate`): its KV pool
+    as llama-server's default sizes it (one slot's context, shared by the slots), its weights
+    mapped but not locked."""
+    per_slot = plan.argv[plan.argv.index("--kv-unified-per-slot") + 1]
+    shared = with_value(plan.argv, "--ctx-size", per_slot)
+    return [
+        Config(f"planned, one shared pool of {per_slot}", shared),
+        Config("planned, weights not locked", with_value(plan.argv, "--load-mode", "mmap")),
+    ]
 
 
 def configs(server: Path, model: Path, slots: list[int], ablate: bool = False) -> list[Config]:
@@ -302,7 +324,8 @@ def main() -> int:
     parser.add_argument(
         "--ablate",
         action="store_true",
-        help="also the first slot count's pinned configuration without each group of its flags",
+        help="also the first slot count's pinned configuration without each group of its "
+        "flags, and with --planned the planned one with its pool or its locking undone",
     )
     parser.add_argument("--render", type=Path)
     args = parser.parse_args()
@@ -328,7 +351,8 @@ def main() -> int:
     lengths = (args.input_len, args.output_len)
     planned = configs(server, args.model, args.slots, ablate=args.ablate)
     if args.planned:
-        planned.append(planned_config(server, args.model.resolve(), work))
+        plan = planned_config(server, args.model.resolve(), work)
+        planned += [plan, *planned_variants(plan)] if args.ablate else [plan]
     for number in range(args.passes):
         for config in planned if number % 2 == 0 else planned[::-1]:
             measured = measure(work, args.tokenizer, config, args.concurrency, lengths)
