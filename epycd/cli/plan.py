@@ -128,8 +128,6 @@ def decisions_json(decided: EndpointDecisions) -> dict[str, Any]:
     )
     if isinstance(decided, LlamaEndpoint):
         data.update(
-            image=None,
-            vllm_executable=None,
             kv_cache_gb=decided.kv_cache_gb,
             max_model_len=decided.max_model_len,
             max_num_seqs=decided.max_num_seqs,

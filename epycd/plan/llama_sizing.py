@@ -121,30 +121,21 @@ def _largest_context(
 def _action(
     fits: bool, context: int, slots: int, suggested: int | None, *, shared_pool: bool
 ) -> str:
-    if shared_pool:
-        return _shared_action(fits, context, slots, suggested)
-    if fits:
-        return f"fits: {slots} slots of {context} tokens"
-    if suggested is None:
-        return (
-            "does not fit: the weights alone leave no room; "
-            "use a smaller quantization or a larger socket"
-        )
-    return (
-        f"does not fit at {slots} slots of {context} tokens; {suggested} tokens per slot fit "
-        "(or fewer slots, or a smaller quantization)"
+    layout = (
+        f"{slots} slots sharing {context} tokens"
+        if shared_pool
+        else f"{slots} slots of {context} tokens"
     )
-
-
-def _shared_action(fits: bool, context: int, slots: int, suggested: int | None) -> str:
     if fits:
-        return f"fits: {slots} slots sharing {context} tokens"
+        return f"fits: {layout}"
     if suggested is None:
         return (
             "does not fit: the weights alone leave no room; "
             "use a smaller quantization or a larger socket"
         )
+    if shared_pool:
+        return f"does not fit with {layout}; {suggested} tokens fit (or a smaller quantization)"
     return (
-        f"does not fit with {context} tokens shared by {slots} slots; {suggested} tokens fit "
-        "(or a smaller quantization)"
+        f"does not fit at {layout}; {suggested} tokens per slot fit "
+        "(or fewer slots, or a smaller quantization)"
     )

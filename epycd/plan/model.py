@@ -21,6 +21,7 @@ from epycd.plan.invocation import ENFORCE_EAGER_FLAG, VllmInvocation
 from epycd.plan.llama_invocation import LlamaInvocation
 from epycd.plan.llama_sizing import LlamaFit
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
+from epycd.sizes import gib
 from epycd.spec.flags import ExtraFlags
 
 Backend = Literal["zentorch", "stock", "rocm"]
@@ -288,7 +289,7 @@ class LlamaEndpoint(EndpointService):
     @property
     def kv_cache_gb(self) -> float:
         """The unified KV pool of every slot, GiB."""
-        return round(self.fit.memory.kv_bytes / 1024**3, 2)
+        return gib(self.fit.memory.kv_bytes)
 
     @property
     def max_model_len(self) -> int:

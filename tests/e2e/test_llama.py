@@ -40,7 +40,7 @@ from tests.e2e.conftest import (
     port_free,
     require_parts,
 )
-from tests.e2e.test_runtime import APT_REPO, BARE_ROOTFS, IDENTITY_ROOT, PYPI
+from tests.e2e.test_runtime import APT_REPO, BARE_ROOTFS, IDENTITY_ROOT, PYPI, journal_tail
 from tests.llama.realllama import SERVER, llama_server, tiny_gguf
 from tests.machine import physical_cpus_of_socket, serving_needs_identity, write_identity_root
 
@@ -114,11 +114,6 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
 @pytest.fixture(scope="module")
 def install(machine: Machine) -> Boot:
     return machine.boot("install")
-
-
-def journal_tail(boot: Boot) -> str:
-    entries = boot.all("journal_serving")[-1]["entries"] if boot.all("journal_serving") else []
-    return "\n".join(str(e["message"]) for e in entries[-20:])
 
 
 def expected_cpus() -> list[int]:
