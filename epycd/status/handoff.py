@@ -30,7 +30,7 @@ class Handoff(BaseModel):
     )
     threads: int
     gpus: str = Field(default="", description="Instinct: the GPU indices, e.g. 0,1")
-    kv_cache_gb: float | None
+    kv_cache_gb: int | float | None  # whole GiB for vLLM, to 0.01 for llama.cpp
     max_model_len: int | None
     socket: int | None
     numa_nodes: list[int]

@@ -91,7 +91,10 @@ class EndpointStatus(BaseModel):
     socket: int | None = None
     cpus: str | None = None
     numa_nodes: list[int] = Field(default_factory=list)
-    kv_cache_gb: float | None = None
+    kv_cache_gb: int | float | None = Field(
+        default=None,
+        description="GiB: whole for vLLM (its KV space is whole GiB), to 0.01 for llama.cpp",
+    )
     max_model_len: int | None = None
     url: str | None = Field(default=None, description="base URL with /v1")
     unit: str
