@@ -44,6 +44,7 @@ from epycd.plan.model import (
     InstinctEndpoint,
     LlamaEndpoint,
     Plan,
+    required_gb,
     vllm_processes,
 )
 from epycd.plan.tuning import compile_gap
@@ -73,13 +74,11 @@ def socket_needs(plan: Plan) -> dict[int, float]:
     decisions = plan.decisions
     if isinstance(decisions, InstinctEndpoint):
         return {decisions.socket: 0.0}
-    if isinstance(decisions, CpuEndpoint):
-        return {decisions.socket: decisions.memory.required_gb}
-    if isinstance(decisions, LlamaEndpoint):
-        return {decisions.socket: decisions.fit.required_gb}
+    if isinstance(decisions, CpuEndpoint | LlamaEndpoint):
+        return {decisions.socket: required_gb(decisions)}
     needs: dict[int, float] = {}
     for member in decisions.members:
-        needs[member.socket] = needs.get(member.socket, 0.0) + member.memory.required_gb
+        needs[member.socket] = needs.get(member.socket, 0.0) + required_gb(member)
     return needs
 
 

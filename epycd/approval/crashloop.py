@@ -34,7 +34,7 @@ from epycd.approval.record import load_approval
 from epycd.atomic import unlink_durable, write_atomic
 from epycd.errors import EpycError, InputError, file_error
 from epycd.names import INSTANCE_SEPARATOR, unit_name
-from epycd.plan.model import EndpointDecisions, Healing, InstanceSetEndpoint, Plan
+from epycd.plan.model import EndpointDecisions, Healing, Plan
 from epycd.readfile import STATE_MAX_BYTES, read_bytes
 from epycd.settings import Settings, load_settings
 from epycd.supervisor import SupervisorStatus, read_status
@@ -174,7 +174,7 @@ def target_of(plan: Plan, stem: str) -> EndpointDecisions | None:
 
 
 def label(name: str, target: EndpointDecisions) -> str:
-    instance = None if isinstance(target, InstanceSetEndpoint) else target.instance
+    instance = target.instance
     return name if instance is None else f"{name} instance {instance}"
 
 

@@ -49,8 +49,8 @@ from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
 from epycd.plan.model import (
+    BalancedSet,
     EndpointDecisions,
-    InstanceSetEndpoint,
     InstinctEndpoint,
     LlamaEndpoint,
     Plan,
@@ -68,15 +68,15 @@ def memory_short(decisions: EndpointDecisions) -> str | None:
     when it does."""
     if isinstance(decisions, InstinctEndpoint):
         return None
-    if isinstance(decisions, LlamaEndpoint):
-        llama = decisions.fit
+    instance = decisions.worst_member if isinstance(decisions, BalancedSet) else decisions
+    if isinstance(instance, LlamaEndpoint):
+        llama = instance.fit
         if llama.fits:
             return None
         return (
-            f"does not fit: needs {llama.required_gb:g} GiB, socket {decisions.socket} has "
+            f"does not fit: needs {llama.required_gb:g} GiB, socket {instance.socket} has "
             f"{llama.available_gb:g} GiB available ({llama.action})"
         )
-    instance = decisions.worst_member if isinstance(decisions, InstanceSetEndpoint) else decisions
     fit = instance.memory
     if fit.fits:
         return None
@@ -87,10 +87,10 @@ def memory_short(decisions: EndpointDecisions) -> str | None:
 
 
 def _fit_action(decisions: EndpointDecisions) -> str | None:
-    if isinstance(decisions, InstinctEndpoint | LlamaEndpoint):
+    if isinstance(decisions, InstinctEndpoint):
         return None
-    instance = decisions.worst_member if isinstance(decisions, InstanceSetEndpoint) else decisions
-    return instance.memory.action
+    instance = decisions.worst_member if isinstance(decisions, BalancedSet) else decisions
+    return None if isinstance(instance, LlamaEndpoint) else instance.memory.action
 
 
 def gate(plan: Plan, *, accept_unvalidated: bool) -> None:

@@ -95,10 +95,10 @@ def serve_bench_args(
 
 def bench_argv(plan: Plan, args: list[str], results: Path) -> list[str]:
     """The endpoint's own vLLM: the host venv, or the image on the host network."""
-    from epycd.plan.model import LlamaEndpoint
+    from epycd.plan.model import LlamaEndpoint, LlamaSetEndpoint
 
     decisions = plan.decisions
-    assert not isinstance(decisions, LlamaEndpoint), "refused by refuse_llama"
+    assert not isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint), "refused by refuse_llama"
     if decisions.runtime == "host":
         return [str(decisions.vllm_executable), *args]
     mounts = [f"{results}:{RESULT_IN_CONTAINER}"]
@@ -154,10 +154,10 @@ def require_ready(plan: Plan, name: str) -> None:
 def offline_target(plan: Plan) -> SingleEndpoint:
     """The vLLM process the offline benchmark runs as: the endpoint's own, or a set's first
     instance (every member is sized alike; its own CPUs, nodes and environment)."""
-    from epycd.plan.model import InstanceSetEndpoint, LlamaEndpoint
+    from epycd.plan.model import InstanceSetEndpoint, LlamaEndpoint, LlamaSetEndpoint
 
     decisions = plan.decisions
-    assert not isinstance(decisions, LlamaEndpoint), "refused by refuse_llama"
+    assert not isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint), "refused by refuse_llama"
     return decisions.members[0] if isinstance(decisions, InstanceSetEndpoint) else decisions
 
 
@@ -322,7 +322,7 @@ def bench(
 
 
 def refuse_llama(plan: Plan) -> None:
-    if plan.decisions.kind == "llama":
+    if plan.decisions.kind in ("llama", "llama-set"):
         raise Refusal(
             f"{plan.endpoint} is served by llama.cpp: epycctl bench runs vLLM's bench client "
             "from the endpoint's own vLLM, which a llama.cpp endpoint does not have",

@@ -18,11 +18,14 @@ from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit
 from epycd.plan.current import LOAD_SAMPLE_SECONDS
 from epycd.plan.model import (
+    BalancedSet,
     CpuEndpoint,
     EndpointDecisions,
     InstanceSetEndpoint,
     InstinctEndpoint,
     LlamaEndpoint,
+    LlamaSetEndpoint,
+    SetEndpoint,
 )
 from epycd.plan.result import EndpointResult
 from epycd.settings import load_settings
@@ -124,8 +127,13 @@ def decisions_json(decided: EndpointDecisions) -> dict[str, Any]:
     data.update(
         kind=decided.kind,
         device="instinct" if isinstance(decided, InstinctEndpoint) else "cpu",
-        engine="llama.cpp" if isinstance(decided, LlamaEndpoint) else "vllm",
+        engine="llama.cpp" if isinstance(decided, LlamaEndpoint | LlamaSetEndpoint) else "vllm",
     )
+    if isinstance(decided, LlamaSetEndpoint):
+        data.update({key: getattr(decided, key, None) for key in INSTANCE_KEYS})
+        data["memory"] = decided.fit.model_dump(mode="json")
+        data["instances"] = instances_json(decided)
+        return data
     if isinstance(decided, LlamaEndpoint):
         data.update(
             kv_cache_gb=decided.kv_cache_gb,
@@ -147,7 +155,7 @@ def decisions_json(decided: EndpointDecisions) -> dict[str, Any]:
     return data
 
 
-def instances_json(decided: InstanceSetEndpoint) -> dict[str, Any]:
+def instances_json(decided: SetEndpoint) -> dict[str, Any]:
     """A set's layout, its balancer, and each member as a whole instance (its own port,
     CPUs, nodes, env and args)."""
     chosen = decided.instances
@@ -163,7 +171,8 @@ def instances_json(decided: InstanceSetEndpoint) -> dict[str, Any]:
             "host": decided.host,
             "port": decided.port,
         },
-        # the members' typed invocation is not a plan key: their vllm_args are its words
+        # the members' typed invocation is not a plan key: their vllm_args (server_args)
+        # are its words
         "members": [m.model_dump(mode="json", exclude={"invocation"}) for m in chosen.members],
     }
 
@@ -201,7 +210,7 @@ def plan_json(result: EndpointResult) -> dict[str, Any]:
 
 
 def _backend_text(decided: EndpointDecisions) -> str:
-    if isinstance(decided, LlamaEndpoint):
+    if isinstance(decided, LlamaEndpoint | LlamaSetEndpoint):
         return f"llama.cpp {decided.llama_version} (llama-server built for this CPU)"
     if decided.backend == "zentorch":
         return "zentorch acceleration (Zen4+)"
@@ -211,7 +220,7 @@ def _backend_text(decided: EndpointDecisions) -> str:
 
 
 def _path_text(decided: EndpointDecisions) -> str:
-    if isinstance(decided, LlamaEndpoint):
+    if isinstance(decided, LlamaEndpoint | LlamaSetEndpoint):
         return f"host llama-server ({decided.llama_server}), {decided.gguf_file}"
     if decided.runtime == "host":
         return f"host vLLM {decided.vllm_version} ({decided.vllm_executable})"
@@ -229,7 +238,7 @@ def _hardware_text(host: HostFacts) -> str:
 
 def _instance_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
     """A multi-instance endpoint: the balancer, why this many, and each instance's place."""
-    if not isinstance(decided, InstanceSetEndpoint):
+    if not isinstance(decided, BalancedSet):
         return []
     chosen = decided.instances
     rows = [
@@ -241,18 +250,29 @@ def _instance_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
     ]
     rows += [("Instances why", reason) for reason in chosen.reasons]
     for member in chosen.members:
-        front = sorted(set(parse_cpulist(member.cpus)) - set(parse_cpulist(member.omp_cpus)))
         rows.append(
             (
                 f"Instance {member.instance}",
                 f"{member.unit_name}: socket {member.socket}, NUMA "
-                f"{','.join(map(str, member.numa_nodes))}, pinned {member.cpus}, OpenMP "
-                f"{member.omp_cpus}, front end {format_cpulist(front) or 'shares the core'}, "
-                f"port {member.port}, KV {member.kv_cache_gb} GB, max_num_seqs "
-                f"{member.max_num_seqs} ({member.socket_reason})",
+                f"{','.join(map(str, member.numa_nodes))}, pinned {member.cpus}, "
+                f"{_member_threads(member)}, port {member.port}, KV {member.kv_cache_gb} GB, "
+                f"{_member_batch(member)} ({member.socket_reason})",
             )
         )
     return rows
+
+
+def _member_threads(member: CpuEndpoint | LlamaEndpoint) -> str:
+    if isinstance(member, LlamaEndpoint):
+        return f"{member.invocation.threads} threads"
+    front = sorted(set(parse_cpulist(member.cpus)) - set(parse_cpulist(member.omp_cpus)))
+    return f"OpenMP {member.omp_cpus}, front end {format_cpulist(front) or 'shares the core'}"
+
+
+def _member_batch(member: CpuEndpoint | LlamaEndpoint) -> str:
+    if isinstance(member, LlamaEndpoint):
+        return f"{member.max_num_seqs} slots, context {member.max_model_len}"
+    return f"max_num_seqs {member.max_num_seqs}"
 
 
 def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
@@ -270,7 +290,7 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
             from epycd.cli.instinct import gpu_rows
 
             rows += gpu_rows(decided)
-        elif isinstance(decided, InstanceSetEndpoint):
+        elif isinstance(decided, BalancedSet):
             rows += _set_rows(decided)
         elif isinstance(decided, LlamaEndpoint):
             rows += _llama_rows(decided)
@@ -297,19 +317,19 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
     return table(rows, header=("Item", "Value"))
 
 
-def _set_rows(decided: InstanceSetEndpoint) -> list[tuple[str, str]]:
+def _set_rows(decided: SetEndpoint) -> list[tuple[str, str]]:
     """A set's fit and context are its tightest member's (each member's own are in its
     row); its CPUs and nodes are all of its members'."""
     worst = decided.worst_member
-    fit, cpu, context = _cpu_rows(worst)
+    fit, cpu, context = _llama_rows(worst) if isinstance(worst, LlamaEndpoint) else _cpu_rows(worst)
     where = "across sockets" if decided.socket is None else f"socket {decided.socket}"
+    omp = f", OpenMP bind {decided.omp_cpus}" if isinstance(decided, InstanceSetEndpoint) else ""
     return [
         (fit[0], f"tightest instance ({worst.instance}): {fit[1]}"),
         (
             cpu[0],
-            f"{where} ({decided.socket_reason}), pinned {decided.cpus}, OpenMP bind "
-            f"{decided.omp_cpus}, memory bound to NUMA nodes "
-            f"{','.join(map(str, decided.numa_nodes))}",
+            f"{where} ({decided.socket_reason}), pinned {decided.cpus}{omp}, memory bound to "
+            f"NUMA nodes {','.join(map(str, decided.numa_nodes))}",
         ),
         (context[0], f"tightest instance ({worst.instance}): {context[1]}"),
     ]

@@ -56,6 +56,7 @@ from epycd.plan.model import (
     InstanceSetEndpoint,
     InstinctEndpoint,
     LlamaEndpoint,
+    LlamaSetEndpoint,
     Plan,
     SingleEndpoint,
 )
@@ -117,7 +118,7 @@ def export_kube(
     """The plan as Kubernetes objects, the nodes' kubelet fragment and the notes. Raises
     InputError (naming the endpoint file and the fix) for what the export cannot write."""
     decisions = plan.decisions
-    if isinstance(decisions, LlamaEndpoint):
+    if isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint):
         raise InputError(
             "a llama.cpp endpoint has no Kubernetes export yet: no llama-server image is pinned",
             file=decisions.config_file,

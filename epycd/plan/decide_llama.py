@@ -60,12 +60,17 @@ def context_request(prepared: Prepared, gguf: GgufFile) -> tuple[int, list[str]]
 
 
 def llama_fit(
-    prepared: Prepared, gguf: GgufFile, host: HostFacts, placement: Placement
+    prepared: Prepared,
+    gguf: GgufFile,
+    host: HostFacts,
+    placement: Placement,
+    memory_share: float = 1.0,
 ) -> tuple[LlamaFit, list[str]]:
-    """The fit on the placement's nodes; a context the file did not give is cut to the most
+    """The fit on the placement's nodes (`memory_share` of them: an instance of a set shares
+    its node with the others there); a context the file did not give is cut to the most
     that fits (with a warning), one it gave is kept and refused when it does not fit."""
     context, warnings = context_request(prepared, gguf)
-    memory = node_memory(host, placement, placement.cpus, 1.0)
+    memory = node_memory(host, placement, placement.cpus, memory_share)
 
     def fit(tokens: int) -> LlamaFit:
         return fit_llama(
@@ -122,11 +127,12 @@ def decide_llama(
     hf_cache: HfCacheMount,
     product_python: str,
     status_file: str,
+    memory_share: float = 1.0,
 ) -> LlamaEndpoint:
-    """Every decision for one placed llama.cpp endpoint."""
+    """Every decision for one placed llama.cpp endpoint, or one instance of a set."""
     route, gguf = prepared.route, prepared.facts.gguf
     assert isinstance(route, LlamaRoute) and gguf is not None, "prepared by prepare_llama"
-    fit, fit_warnings = llama_fit(prepared, gguf, host, placement)
+    fit, fit_warnings = llama_fit(prepared, gguf, host, placement, memory_share)
     chosen = served_model(prepared, stack, hf_cache, containerized=False)
     chosen = dataclasses.replace(chosen, dtype=gguf.file_type or "gguf")
     placed = Placed(

@@ -11,9 +11,10 @@ from epycd.errors import EpycError, Refusal
 from epycd.host.facts import HostFacts
 from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
 from epycd.plan.model import (
+    BalancedSet,
+    CpuDecisions,
     CpuEndpoint,
     EndpointDecisions,
-    InstanceSetEndpoint,
     LlamaEndpoint,
     Plan,
     Problem,
@@ -69,17 +70,16 @@ def _inputs(
 
 
 def unfit(
-    prepared: Prepared,
-    decisions: CpuEndpoint | InstanceSetEndpoint | LlamaEndpoint,
-    host: HostFacts,
-    stack: Stack,
+    prepared: Prepared, decisions: CpuDecisions, host: HostFacts, stack: Stack
 ) -> EndpointResult:
     """The refusal of an endpoint that does not fit, with its inputs' fingerprint: memory
-    short now is no drift of an approved endpoint whose inputs did not change."""
+    short now is no drift of an approved endpoint whose inputs did not change. A set is
+    refused by its member with the least room."""
+    process = decisions.worst_member if isinstance(decisions, BalancedSet) else decisions
     refusal = (
-        _llama_unfit(prepared, decisions)
-        if isinstance(decisions, LlamaEndpoint)
-        else _vllm_unfit(prepared, decisions)
+        _llama_unfit(prepared, process)
+        if isinstance(process, LlamaEndpoint)
+        else _vllm_unfit(prepared, process)
     )
     decisions.errors.append(Problem.of(refusal))
     inputs = _inputs(prepared, stack, host, decisions, units={}, dirs={})
@@ -110,7 +110,7 @@ def _llama_unfit(prepared: Prepared, decisions: LlamaEndpoint) -> Refusal:
     )
 
 
-def _vllm_unfit(prepared: Prepared, decisions: CpuEndpoint | InstanceSetEndpoint) -> Refusal:
+def _vllm_unfit(prepared: Prepared, decisions: CpuEndpoint) -> Refusal:
     fit = decisions.memory
     return Refusal(
         f"does not fit: {fit.required_gb} GiB needed (the server's processes "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal, NamedTuple
+from typing import Annotated, Generic, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -252,15 +252,36 @@ class InstinctEndpoint(EndpointService, VllmService, VllmProcess):
     gpu_fit: GpuFit = Field(description="the VRAM fit per GPU")
 
 
-class LlamaEndpoint(EndpointService):
-    """An endpoint of one llama-server on CPUs (issue 32): a GGUF file, pinned to one
-    socket's cores and NUMA nodes as a vLLM instance is, sized by docs/tuning.md rules 9-10."""
+class LlamaService(BaseModel):
+    """What a llama.cpp endpoint (one server or a set) has beside every endpoint's fields:
+    which llama-server serves which GGUF file (issue 32)."""
 
-    kind: Literal["llama"] = "llama"
+    model_config = ConfigDict(frozen=True)
+
     engine: Literal["llama.cpp"] = "llama.cpp"
     llama_server: str = Field(description="the llama-server executable")
     llama_version: str = Field(description="the llama.cpp source it was built from")
     gguf_file: str = Field(description="the GGUF file's name, as the endpoint file gives it")
+
+    @property
+    def image(self) -> None:
+        """No container image: llama-server runs on the host."""
+        return None
+
+    @property
+    def vllm_executable(self) -> None:
+        return None
+
+
+class LlamaEndpoint(EndpointService, LlamaService):
+    """An endpoint of one llama-server on CPUs, or one member of a llama.cpp set (issue 32):
+    a GGUF file, pinned to one socket's cores and NUMA nodes as a vLLM instance is, sized by
+    docs/tuning.md rules 9-10."""
+
+    kind: Literal["llama"] = "llama"
+    instance: int | None = Field(
+        default=None, description="which instance of a set this is (docs/instances.md)"
+    )
     socket: int
     socket_reason: str
     cpus: str = Field(description="pinned set (CPUAffinity=): the endpoint's physical cores")
@@ -273,22 +294,8 @@ class LlamaEndpoint(EndpointService):
     invocation: LlamaInvocation = Field(description="the server typed; server_args are its words")
 
     @property
-    def instance(self) -> None:
-        """Never one of a set."""
-        return None
-
-    @property
-    def image(self) -> None:
-        """No container image: llama-server runs on the host."""
-        return None
-
-    @property
-    def vllm_executable(self) -> None:
-        return None
-
-    @property
     def kv_cache_gb(self) -> float:
-        """The unified KV pool of every slot, GiB."""
+        """The KV pool the slots share, GiB."""
         return gib(self.fit.memory.kv_bytes)
 
     @property
@@ -310,7 +317,11 @@ def pre_invocation_flags(decisions: VllmProcess) -> ExtraFlags:
     return ExtraFlags.of(decisions.vllm_args)
 
 
-class InstanceSet(BaseModel):
+Member = TypeVar("Member", CpuEndpoint, LlamaEndpoint)
+"""One instance of a set: a vLLM one or a llama-server."""
+
+
+class InstanceSet(BaseModel, Generic[Member]):
     """The instances of a set behind its balancer (docs/instances.md): how many and why,
     how many must be ready, and each member, a whole instance on a loopback port."""
 
@@ -322,28 +333,28 @@ class InstanceSet(BaseModel):
     min_ready: int = Field(description="instances that must pass the health gate")
     balancer: Literal["haproxy"] = "haproxy"
     reasons: list[str] = Field(description="why this many instances")
-    members: list[CpuEndpoint]
+    members: list[Member]
 
 
-class InstanceSetEndpoint(EndpointService, VllmService):
-    """An endpoint of several CPU instances behind one balancer: its own unit, address and
-    healing are the balancer's; what the instances hold together (CPUs, nodes, memory) is
-    computed from the members, never stored twice."""
+class BalancedSet(EndpointService, Generic[Member]):
+    """An endpoint of several instances behind one balancer, of either engine: its own unit,
+    address and healing are the balancer's; what the instances hold together (CPUs, nodes,
+    memory) is computed from the members, never stored twice."""
 
-    kind: Literal["set"] = "set"
-    instances: InstanceSet
+    instances: InstanceSet[Member]
 
     @property
-    def members(self) -> list[CpuEndpoint]:
+    def members(self) -> list[Member]:
         return self.instances.members
+
+    @property
+    def instance(self) -> None:
+        """The set itself is no instance."""
+        return None
 
     @property
     def cpus(self) -> str:
         return format_cpulist(sorted(c for m in self.members for c in parse_cpulist(m.cpus)))
-
-    @property
-    def omp_cpus(self) -> str:
-        return format_cpulist(sorted(c for m in self.members for c in parse_cpulist(m.omp_cpus)))
 
     @property
     def numa_nodes(self) -> list[int]:
@@ -369,21 +380,53 @@ class InstanceSetEndpoint(EndpointService, VllmService):
         return min(m.max_model_len for m in self.members)
 
     @property
-    def worst_member(self) -> CpuEndpoint:
+    def worst_member(self) -> Member:
         """The member with the least room: the set is sized, and refused, by it."""
-        return min(self.members, key=lambda m: (m.memory.fits, m.max_num_seqs))
+        return min(self.members, key=lambda m: (required_fits(m), m.max_num_seqs))
 
     @property
-    def memory(self) -> MemoryFit:
-        return self.worst_member.memory
-
-    @property
-    def kv_cache_gb(self) -> int:
+    def kv_cache_gb(self) -> int | float:
         return self.worst_member.kv_cache_gb
 
     @property
     def max_num_seqs(self) -> int:
         return self.worst_member.max_num_seqs
+
+
+def required_fits(process: CpuEndpoint | LlamaEndpoint) -> bool:
+    """Whether one CPU process fits its nodes' memory."""
+    return process.fit.fits if isinstance(process, LlamaEndpoint) else process.memory.fits
+
+
+def required_gb(process: CpuEndpoint | LlamaEndpoint) -> float:
+    """What one CPU process needs of its nodes' memory, OS headroom included."""
+    fit = process.fit if isinstance(process, LlamaEndpoint) else process.memory
+    return fit.required_gb
+
+
+class InstanceSetEndpoint(BalancedSet[CpuEndpoint], VllmService):
+    """An endpoint of several vLLM instances behind one balancer."""
+
+    kind: Literal["set"] = "set"
+
+    @property
+    def omp_cpus(self) -> str:
+        return format_cpulist(sorted(c for m in self.members for c in parse_cpulist(m.omp_cpus)))
+
+    @property
+    def memory(self) -> MemoryFit:
+        return self.worst_member.memory
+
+
+class LlamaSetEndpoint(BalancedSet[LlamaEndpoint], LlamaService):
+    """An endpoint of several llama-servers behind one balancer: one per NUMA node (or per
+    share of one) as for vLLM (docs/instances.md)."""
+
+    kind: Literal["llama-set"] = "llama-set"
+
+    @property
+    def fit(self) -> LlamaFit:
+        return self.worst_member.fit
 
 
 SingleEndpoint = CpuEndpoint | InstinctEndpoint
@@ -392,24 +435,31 @@ SingleEndpoint = CpuEndpoint | InstinctEndpoint
 ServerEndpoint = CpuEndpoint | InstinctEndpoint | LlamaEndpoint
 """An endpoint whose unit runs one server process, vLLM or llama-server."""
 
+SetEndpoint = InstanceSetEndpoint | LlamaSetEndpoint
+"""An endpoint of several instances behind a balancer."""
+
+CpuDecisions = CpuEndpoint | InstanceSetEndpoint | LlamaEndpoint | LlamaSetEndpoint
+"""An endpoint on CPUs, fitted in its NUMA nodes' memory."""
+
+LlamaDecisions = LlamaEndpoint | LlamaSetEndpoint
+"""An endpoint served by llama.cpp."""
+
 VllmEndpoint = CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint
 """An endpoint served by vLLM."""
 
 EndpointDecisions = Annotated[
-    CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint | LlamaEndpoint,
+    CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint | LlamaEndpoint | LlamaSetEndpoint,
     Field(discriminator="kind"),
 ]
 """Everything decided for one endpoint, no rendered text: one type per kind of endpoint."""
 
 
-def vllm_processes(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint | LlamaEndpoint,
-) -> list[SingleEndpoint]:
+def vllm_processes(decisions: EndpointDecisions) -> list[SingleEndpoint]:
     """The endpoint's vLLM processes: a set's members, or the endpoint itself; none for a
     llama.cpp endpoint."""
     if isinstance(decisions, InstanceSetEndpoint):
         return list(decisions.members)
-    if isinstance(decisions, LlamaEndpoint):
+    if isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint):
         return []
     return [decisions]
 
@@ -439,10 +489,10 @@ class Plan(BaseModel):
         return self.decisions.unit_name
 
     @property
-    def instance_set(self) -> InstanceSet | None:
+    def instance_set(self) -> InstanceSet[CpuEndpoint] | InstanceSet[LlamaEndpoint] | None:
         """The instances behind the balancer; None for an endpoint of one instance."""
         decisions = self.decisions
-        return decisions.instances if isinstance(decisions, InstanceSetEndpoint) else None
+        return decisions.instances if isinstance(decisions, BalancedSet) else None
 
     @property
     def gpus(self) -> list[int]:
@@ -461,7 +511,7 @@ class RenderedUnits(NamedTuple):
 
 
 UnitRenderer = Callable[
-    [CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint | LlamaEndpoint, Path, Path],
+    [EndpointDecisions, Path, Path],
     RenderedUnits,
 ]
 """(decisions, unit folder, Quadlet folder) -> the units. The planner is given one

@@ -19,14 +19,18 @@ from epycd.listen import DEFAULT_HOST
 from epycd.names import instance_unit_name
 from epycd.plan.alloc import Placement, cpu_nodes
 from epycd.plan.decide_cpu import decide
+from epycd.plan.decide_llama import decide_llama, llama_fit
 from epycd.plan.healing import balancer_healing
 from epycd.plan.instances import Layout, Region, plan_layout, region_of
 from epycd.plan.model import (
+    CpuDecisions,
     CpuEndpoint,
     EndpointService,
     HfCacheMount,
-    InstanceSet,
     InstanceSetEndpoint,
+    LlamaEndpoint,
+    LlamaService,
+    LlamaSetEndpoint,
     VllmService,
 )
 from epycd.plan.ports import LAST_PORT, Listener
@@ -40,6 +44,10 @@ from epycd.stack import Stack
 
 def wants_instances(spec: EndpointSpec) -> bool:
     return spec.instances != 1
+
+
+def is_llama(prepared: Prepared) -> bool:
+    return prepared.spec.engine == "llama.cpp"
 
 
 def regions(
@@ -92,6 +100,9 @@ def _layout(prepared: Prepared, host: HostFacts, stack: Stack, parts: list[Regio
     def fits(nodes: list[int], share: float) -> bool:
         cpus = sorted(cpu for node in nodes for cpu in host.node(node).cpus)
         trial = Placement(socket=0, numa_nodes=nodes, cpus=cpus, reason="")
+        if is_llama(prepared):
+            assert prepared.facts.gguf is not None, "prepared by prepare_llama"
+            return llama_fit(prepared, prepared.facts.gguf, host, trial, share)[0].fits
         return size(prepared, host, stack, trial, share)[1].fits
 
     file = str(prepared.result.path)
@@ -119,24 +130,26 @@ def decide_set(
     hf_cache: HfCacheMount,
     product_python: str,
     run_dir: Path,
-) -> CpuEndpoint | InstanceSetEndpoint:
-    """The set's decisions: each instance decided on its slot, the balancer on `port`."""
+) -> CpuDecisions:
+    """The set's decisions: each instance decided on its slot (vLLM's or llama-server's
+    decisions), the balancer on `port`."""
     name, spec = prepared.result.name, prepared.spec
     layout = _layout(prepared, host, stack, parts)
     common = {"host": host, "stack": stack, "hf_cache": hf_cache, "product_python": product_python}
+    decide_one = decide_llama if is_llama(prepared) else decide
     if layout.count == 1:
         slot = layout.slots[0]
         placement = Placement(socket=slot.socket, numa_nodes=slot.numa_nodes, cpus=slot.cpus,
                               reason="; ".join(layout.reasons))  # fmt: skip
         status = str(run_dir / "endpoints" / name / "status.json")
-        return decide(prepared, placement=placement, port=port, status_file=status, **common)  # type: ignore[arg-type]
+        return decide_one(prepared, placement=placement, port=port, status_file=status, **common)  # type: ignore[arg-type]
     loopback = replace(prepared, spec=spec.model_copy(update={"host": DEFAULT_HOST}))
     ports = instance_ports(port, layout.count, name, taken_ports, listeners)
-    members: list[CpuEndpoint] = []
+    members: list[CpuEndpoint | LlamaEndpoint] = []
     for slot, instance_port in zip(layout.slots, ports, strict=True):
         placement = Placement(socket=slot.socket, numa_nodes=slot.numa_nodes, cpus=slot.cpus,
                               reason=slot.reason)  # fmt: skip
-        decided = decide(
+        decided = decide_one(
             loopback,
             placement=placement,
             port=instance_port,
@@ -158,29 +171,31 @@ def decide_set(
 
 
 def _set_decisions(
-    prepared: Prepared, layout: Layout, members: list[CpuEndpoint], port: int
-) -> InstanceSetEndpoint:
-    """The balancer's endpoint: the service the members share, on the endpoint's own
-    address and port, with its own unit, approval check and healing."""
+    prepared: Prepared, layout: Layout, members: list[CpuEndpoint | LlamaEndpoint], port: int
+) -> InstanceSetEndpoint | LlamaSetEndpoint:
+    """The balancer's endpoint: the service the members share (their engine's), on the
+    endpoint's own address and port, with its own unit, approval check and healing."""
     spec, name = prepared.spec, prepared.result.name
     reasons = [r for r in members[0].confirmation_reasons if "listens on" not in r]
     if exposed := exposure_reason(spec, port):
         reasons.append(exposed)
     warnings = list(dict.fromkeys(w for m in members for w in m.warnings)) + layout.warnings
-    instances = InstanceSet(
-        requested=layout.requested,
-        placement=spec.placement,
-        count=layout.count,
-        min_ready=spec.min_ready or layout.count,
-        reasons=layout.reasons,
-        members=members,
-    )
+    instances = {
+        "requested": layout.requested,
+        "placement": spec.placement,
+        "count": layout.count,
+        "min_ready": spec.min_ready or layout.count,
+        "reasons": layout.reasons,
+        "members": members,
+    }
+    engine = LlamaService if isinstance(members[0], LlamaEndpoint) else VllmService
     service = members[0].model_dump(
-        include=set(EndpointService.model_fields) | set(VllmService.model_fields)
+        include=set(EndpointService.model_fields) | set(engine.model_fields)
     )
     start_timeout_s = max(m.start_timeout_s for m in members)
-    return InstanceSetEndpoint(
-        **{
+    kind = LlamaSetEndpoint if engine is LlamaService else InstanceSetEndpoint
+    return kind.model_validate(
+        {
             **service,
             "unit_name": members[0].unit_name.rsplit("_", 1)[0],
             "start_timeout_s": start_timeout_s,
@@ -192,6 +207,6 @@ def _set_decisions(
             "requires_confirmation": bool(reasons),
             "confirmation_reasons": reasons,
             "warnings": warnings,
-        },
-        instances=instances,
+            "instances": instances,
+        }
     )

@@ -23,14 +23,14 @@ from epycd.plan.gpu import GpuPlacement, GpuRequest, cpu_host_view, gpu_nodes, p
 from epycd.plan.gpu_decide import decide_gpu
 from epycd.plan.instances import Region
 from epycd.plan.model import (
-    CpuEndpoint,
+    BalancedSet,
+    CpuDecisions,
     EndpointDecisions,
     HfCacheMount,
-    InstanceSetEndpoint,
     InstinctEndpoint,
-    LlamaEndpoint,
+    required_fits,
 )
-from epycd.plan.multi import decide_set, regions, wants_instances
+from epycd.plan.multi import decide_set, is_llama, regions, wants_instances
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
 from epycd.plan.prepare import Prepared
 from epycd.plan.reservations import Reservations
@@ -47,7 +47,7 @@ def _decide_placed(
 ) -> EndpointDecisions:
     if instances is not None:
         return instances.decide(prepared, port, share.hf_cache, share.product_python)
-    decide_one = decide_llama if prepared.spec.engine == "llama.cpp" else decide
+    decide_one = decide_llama if is_llama(prepared) else decide
     return decide_one(
         prepared,
         host=share.host,
@@ -78,12 +78,12 @@ def _plan_one(
     return plan_result(prepared, decisions, share)
 
 
-def fits(decisions: CpuEndpoint | InstanceSetEndpoint | LlamaEndpoint) -> bool:
-    """Whether a CPU endpoint fits its nodes' memory (an Instinct one's VRAM fit refuses in
-    its own decisions)."""
-    if isinstance(decisions, LlamaEndpoint):
-        return decisions.fit.fits
-    return decisions.memory.fits
+def fits(decisions: CpuDecisions) -> bool:
+    """Whether a CPU endpoint fits its nodes' memory, a set's every instance (an Instinct
+    one's VRAM fit refuses in its own decisions)."""
+    if isinstance(decisions, BalancedSet):
+        return required_fits(decisions.worst_member)
+    return required_fits(decisions)
 
 
 @dataclass

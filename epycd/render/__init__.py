@@ -23,11 +23,12 @@ from pathlib import Path
 
 from epycd.errors import EpycError
 from epycd.plan.model import (
+    BalancedSet,
     EndpointDecisions,
-    InstanceSetEndpoint,
     InstinctEndpoint,
     LlamaEndpoint,
     RenderedUnits,
+    SetEndpoint,
 )
 from epycd.render.balancer import render_balancer
 from epycd.render.gpu import check_gpu_decisions
@@ -44,7 +45,7 @@ def unit_file_name(decisions: EndpointDecisions) -> str:
 def render_units(decisions: EndpointDecisions) -> dict[str, str]:
     """File name -> exact text. Raises InputError (naming the file and key) on unsafe values.
     A multi-instance endpoint: every instance's units, then the balancer's."""
-    if isinstance(decisions, InstanceSetEndpoint):
+    if isinstance(decisions, BalancedSet):
         return _render_set(decisions)
     try:
         if isinstance(decisions, LlamaEndpoint):
@@ -67,7 +68,7 @@ def render_units(decisions: EndpointDecisions) -> dict[str, str]:
     return {unit_file_name(decisions): text}
 
 
-def _render_set(decisions: InstanceSetEndpoint) -> dict[str, str]:
+def _render_set(decisions: SetEndpoint) -> dict[str, str]:
     units: dict[str, str] = {}
     for member in decisions.instances.members:
         units.update(render_units(member))
@@ -85,7 +86,7 @@ def unit_dirs(
     decisions: EndpointDecisions, *, unit_dir: Path, quadlet_dir: Path
 ) -> dict[str, Path]:
     """File name -> the folder it is installed in (Quadlet's folder for `.container`)."""
-    if isinstance(decisions, InstanceSetEndpoint):
+    if isinstance(decisions, BalancedSet):
         dirs = {f"{decisions.unit_name}.service": unit_dir}
         for member in decisions.instances.members:
             dirs.update(unit_dirs(member, unit_dir=unit_dir, quadlet_dir=quadlet_dir))

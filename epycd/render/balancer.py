@@ -4,12 +4,13 @@ the instances' loopback ports.
 
 Its configuration is in the unit itself (`SetCredential=`, read from `%d`), so the approved
 text, the drift check and `epycctl plan` cover it with the rest of the set. HAProxy checks
-each instance with `GET /health` (vLLM's health route, open without the API key) and sends
-each request to the ready instance with the fewest open connections (`balance leastconn`);
-an instance whose check fails gets no requests until it passes again, and one that refuses
-a connection is taken out at once (`observe layer4`, one error). A request whose connection
-could not be made goes to another instance (`retry-on conn-failure`, `option redispatch`);
-one that reached an instance is never sent twice.
+each instance with `GET /health` (vLLM's and llama-server's health route, open without the
+API key) and sends each request to the ready instance with the fewest open connections
+(`balance leastconn`); an instance whose check fails gets no requests until it passes again,
+and one that refuses a connection is taken out at once (`observe layer4`, one error). A
+request whose connection could not be made goes to another instance
+(`retry-on conn-failure`, `option redispatch`); one that reached an instance is never sent
+twice.
 
 The instances start first (`After=`) and the balancer only `Wants=` them: each instance
 restarts by itself (docs/healing.md), and `Requires=` would restart the balancer, and so
@@ -39,7 +40,7 @@ from __future__ import annotations
 from epycd.errors import InputError
 from epycd.listen import is_loopback
 from epycd.plan.healing import balancer_start_s
-from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint
+from epycd.plan.model import CpuEndpoint, LlamaEndpoint, SetEndpoint
 from epycd.render.healing import service_restart_lines, start_limit_lines
 from epycd.render.sandbox import COMMON_SANDBOX
 from epycd.render.syntax import check_printable, command_line, plain_value
@@ -60,11 +61,11 @@ and only for a connection that failed (`retry-on conn-failure`), never a request
 have run."""
 
 
-def member_service(member: CpuEndpoint) -> str:
+def member_service(member: CpuEndpoint | LlamaEndpoint) -> str:
     return f"{member.unit_name}.service"
 
 
-def haproxy_config(decisions: InstanceSetEndpoint) -> str:
+def haproxy_config(decisions: SetEndpoint) -> str:
     """The whole haproxy.cfg: one frontend on the endpoint's address, one backend of the
     instances on loopback."""
     assert decisions.instances is not None
@@ -99,7 +100,7 @@ def haproxy_config(decisions: InstanceSetEndpoint) -> str:
     return "\n".join(lines) + "\n"
 
 
-def config_credential(decisions: InstanceSetEndpoint) -> str:
+def config_credential(decisions: SetEndpoint) -> str:
     """`SetCredential=` of the config: systemd C-unescapes it, so newlines are `\\n`; no
     value of it may hold a backslash or a specifier."""
     text = haproxy_config(decisions)
@@ -114,14 +115,14 @@ def config_credential(decisions: InstanceSetEndpoint) -> str:
     return f"{CONFIG_CREDENTIAL}:" + text.replace("\n", "\\n")
 
 
-def ip_lines(decisions: InstanceSetEndpoint) -> list[Line]:
+def ip_lines(decisions: SetEndpoint) -> list[Line]:
     """On loopback, the balancer talks to loopback only: its clients and its instances."""
     if not is_loopback(decisions.host):
         return []
     return [("IPAddressAllow", "localhost"), ("IPAddressDeny", "any")]
 
 
-def _dependencies(decisions: InstanceSetEndpoint) -> list[Line]:
+def _dependencies(decisions: SetEndpoint) -> list[Line]:
     assert decisions.instances is not None
     members = " ".join(member_service(m) for m in decisions.instances.members)
     need = "Wants"
@@ -135,7 +136,7 @@ def _dependencies(decisions: InstanceSetEndpoint) -> list[Line]:
     ]
 
 
-def restart_lines(decisions: InstanceSetEndpoint) -> list[Line]:
+def restart_lines(decisions: SetEndpoint) -> list[Line]:
     """Restart= and RestartSec= from the balancer's healing (no watchdog: HAProxy does not
     ping one); before issue 27, Restart=on-failure alone."""
     if decisions.healing is None:
@@ -143,7 +144,7 @@ def restart_lines(decisions: InstanceSetEndpoint) -> list[Line]:
     return service_restart_lines(decisions.healing)
 
 
-def render_balancer(decisions: InstanceSetEndpoint) -> str:
+def render_balancer(decisions: SetEndpoint) -> str:
     assert decisions.instances is not None
     count = decisions.instances.count
     description = plain_value(
@@ -162,7 +163,7 @@ def render_balancer(decisions: InstanceSetEndpoint) -> str:
     )
 
 
-def _service_lines(decisions: InstanceSetEndpoint) -> list[Line]:
+def _service_lines(decisions: SetEndpoint) -> list[Line]:
     """[Service]: HAProxy under a dynamic user, sandboxed, reading its config from a
     credential; only a port below 1024 keeps the capability to bind it."""
     start = [HAPROXY, "-Ws", "-f", f"%d/{CONFIG_CREDENTIAL}"]

@@ -19,7 +19,6 @@ from epycd.plan.model import (
     CpuEndpoint,
     EndpointDecisions,
     EndpointService,
-    InstanceSetEndpoint,
     LlamaEndpoint,
     ServerEndpoint,
     SingleEndpoint,
@@ -90,7 +89,7 @@ def check_identity(decisions: EndpointDecisions) -> None:
             f"{decisions.endpoint!r} is not a valid endpoint name",
             f"name the file {ENDPOINT_NAME_RULE}.toml",
         )
-    instance = None if isinstance(decisions, InstanceSetEndpoint) else decisions.instance
+    instance = decisions.instance
     expected = (
         unit_name(decisions.endpoint)
         if instance is None

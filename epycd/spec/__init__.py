@@ -31,7 +31,7 @@ from epycd.text import first_unsafe
 HUB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_ENDPOINT_FILE_BYTES = 64 * 1024
 MAX_INSTANCES = 64
-"""The most vLLM instances one endpoint runs (docs/instances.md): more than a 2 x 256-core
+"""The most instances one endpoint runs (docs/instances.md): more than a 2 x 256-core
 host's L3 groups."""
 
 SEE_ENDPOINT_FILE_DOCS = 'see docs/architecture.md, "Endpoint file"'
@@ -63,8 +63,8 @@ ALLOWED: dict[str, str] = {
     "device": '"cpu" (the default) or "instinct" (AMD Instinct GPUs, docs/instinct.md)',
     "gpus": '"auto" or a list of GPU indices as `epycctl detect` shows them, e.g. [0, 1]',
     "tensor_parallel_size": '"auto" or 1, 2, 4 or 8 (GPUs one instance spans)',
-    "instances": '1 (the default), a number of vLLM instances behind one balancer, or "auto" '
-    "(docs/instances.md)",
+    "instances": "1 (the default), a number of instances (vLLM or llama-server) behind one "
+    'balancer, or "auto" (docs/instances.md)',
     "placement": '"socket" (the default: the instances share the endpoint\'s socket) or "host" '
     "(every socket no other endpoint holds)",
     "min_ready": "a positive integer, at most the instance count: how many instances must "
@@ -359,11 +359,8 @@ VLLM_ONLY_KEYS = {
     "extra_args": "the plan decides llama-server's flags (docs/tuning.md rule 10)",
     "chat_template": "llama-server uses the GGUF file's own chat template",
     "device": "llama.cpp endpoints serve on the CPU",
-    "instances": "one llama-server per endpoint for now",
-    "placement": "one llama-server per endpoint for now",
-    "min_ready": "one llama-server per endpoint for now",
 }
-"""Keys a llama.cpp endpoint refuses, and why: each is vLLM's, or not built for llama.cpp."""
+"""Keys a llama.cpp endpoint refuses, and why: each is vLLM's."""
 
 LLAMA_ONLY_KEYS = ("gguf_file", "llama_server")
 
@@ -383,8 +380,6 @@ def _engine_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
         ]
     harmless: dict[str, object] = {
         "device": "cpu",
-        "instances": 1,
-        "placement": "socket",
         "env": {},
         "extra_args": [],
         "throughput_flags": False,

@@ -10,7 +10,13 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from epycd.listen import DEFAULT_HOST, local_url
-from epycd.plan.model import EndpointDecisions, InstinctEndpoint, LlamaEndpoint, Plan
+from epycd.plan.model import (
+    EndpointDecisions,
+    InstinctEndpoint,
+    LlamaEndpoint,
+    LlamaSetEndpoint,
+    Plan,
+)
 
 HANDOFF_MAX_TOKENS = 128
 
@@ -100,7 +106,9 @@ def omp_cpus(decisions: EndpointDecisions) -> str:
     """The CPUs vLLM's OpenMP threads run on; none are bound for an Instinct endpoint."""
     if isinstance(decisions, InstinctEndpoint):
         return ""
-    return decisions.cpus if isinstance(decisions, LlamaEndpoint) else decisions.omp_cpus
+    if isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint):
+        return decisions.cpus
+    return decisions.omp_cpus
 
 
 def handoff(plan: Plan) -> Handoff:

@@ -38,9 +38,9 @@ def _plan(ws: PlanWorkspace, host: HostFacts, text: str, name: str = "big") -> P
     return result.plan
 
 
-def _set(plan: Plan) -> InstanceSet:
-    assert plan.instance_set is not None
-    return plan.instance_set
+def _set(plan: Plan) -> InstanceSet[CpuEndpoint]:
+    assert isinstance(plan.decisions, InstanceSetEndpoint)
+    return plan.decisions.instances
 
 
 def _members(plan: Plan) -> list[CpuEndpoint]:

@@ -198,12 +198,12 @@ def errors_of(result: EndpointResult) -> dict[str, str]:
 def test_keys_of_the_other_engine_are_refused_with_the_fix(lw: LlamaWorkspace) -> None:
     lw.endpoint(
         "chat",
-        'dtype = "bfloat16"\nextra_args = ["--foo"]\nruntime = "podman"\ninstances = 2\n',
+        'dtype = "bfloat16"\nextra_args = ["--foo"]\nruntime = "podman"\nthroughput_flags = true\n',
     )
     lw.ws.endpoint("plain", 'gguf_file = "x.gguf"\nllama_server = "/usr/bin/llama-server"\n')
     results = lw.plan()
     chat = errors_of(results["chat"])
-    assert set(chat) == {"dtype", "extra_args", "runtime", "instances"}, chat
+    assert set(chat) == {"dtype", "extra_args", "runtime", "throughput_flags"}, chat
     assert all("llama.cpp endpoint" in message for message in chat.values()), chat
     plain = errors_of(results["plain"])
     assert set(plain) == {"gguf_file", "llama_server"}, plain
