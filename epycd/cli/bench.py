@@ -1,4 +1,6 @@
-"""`epycctl bench NAME`: measure the ready endpoint with vLLM's own `vllm bench serve`.
+"""`epycctl bench NAME`: measure the ready endpoint with vLLM's own `vllm bench serve`, or a
+llama.cpp endpoint (which has no vLLM) with epycd's own client of the same measure
+(`epycd.servebench`: the server's own token counts).
 
 The endpoint's own vLLM runs the benchmark: the host venv's `vllm`, or `vllm` inside the
 endpoint's image (host network, the HF cache and model folders mounted as the unit mounts
@@ -98,7 +100,7 @@ def bench_argv(plan: Plan, args: list[str], results: Path) -> list[str]:
     from epycd.plan.model import LlamaEndpoint, LlamaSetEndpoint
 
     decisions = plan.decisions
-    assert not isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint), "refused by refuse_llama"
+    assert not isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint), "vLLM's client only"
     if decisions.runtime == "host":
         return [str(decisions.vllm_executable), *args]
     mounts = [f"{results}:{RESULT_IN_CONTAINER}"]
@@ -157,7 +159,7 @@ def offline_target(plan: Plan) -> SingleEndpoint:
     from epycd.plan.model import InstanceSetEndpoint, LlamaEndpoint, LlamaSetEndpoint
 
     decisions = plan.decisions
-    assert not isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint), "refused by refuse_llama"
+    assert not isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint), "refused offline"
     return decisions.members[0] if isinstance(decisions, InstanceSetEndpoint) else decisions
 
 
@@ -297,19 +299,21 @@ def bench(
     offline: bool,
     as_json: bool,
 ) -> None:
-    """Measure NAME's ready endpoint with `vllm bench serve` (tok/s, TTFT, TPOT)."""
+    """Measure NAME's ready endpoint serving (tok/s, TTFT, TPOT): `vllm bench serve`, or for a
+    llama.cpp endpoint epycd's own client of the same measure."""
     from epycd.approval.permissions import require_admin
 
     settings = load_settings()
     require_admin(settings, "bench --offline" if offline else "bench")
     plan = approved_plan(settings, name)
-    refuse_llama(plan)
     lengths = (input_len, output_len)
     if offline:
+        refuse_llama_offline(plan)
         runs = [offline_run(plan, name, prompts_per_concurrency, lengths)]
     else:
         require_ready(plan, name)
-        runs = serve_runs(plan, concurrencies or (1, 8, 32), prompts_per_concurrency, lengths)
+        measure = llama_runs if is_llama(plan) else serve_runs
+        runs = measure(plan, concurrencies or (1, 8, 32), prompts_per_concurrency, lengths)
     result = BenchResult(
         endpoint=name,
         measured_at=datetime.now(UTC),
@@ -321,13 +325,58 @@ def bench(
     finish(settings, result, as_json)
 
 
-def refuse_llama(plan: Plan) -> None:
-    if plan.decisions.kind in ("llama", "llama-set"):
+def is_llama(plan: Plan) -> bool:
+    return plan.decisions.kind in ("llama", "llama-set")
+
+
+def refuse_llama_offline(plan: Plan) -> None:
+    if is_llama(plan):
         raise Refusal(
-            f"{plan.endpoint} is served by llama.cpp: epycctl bench runs vLLM's bench client "
-            "from the endpoint's own vLLM, which a llama.cpp endpoint does not have",
-            fix="measure it with benchmarks/llama_serving.py (docs/tuning.md rule 10)",
+            f"{plan.endpoint} is served by llama.cpp: --offline is vLLM's `bench throughput`, "
+            "which a llama.cpp endpoint does not have",
+            fix=f"epycctl bench {plan.endpoint} (without --offline) measures it serving",
         )
+
+
+def llama_runs(
+    plan: Plan,
+    concurrencies: tuple[int, ...],
+    prompts_per_concurrency: int,
+    lengths: tuple[int, int],
+) -> list[BenchRun]:
+    """A llama.cpp endpoint has no vLLM: epycd's own client (`epycd.servebench`), one run per
+    concurrency, the same measure and the same prompt counts as `vllm bench serve`."""
+    import httpx
+
+    from epycd.servebench import BenchFailed, measure
+
+    base = local_url(plan.decisions.host, plan.decisions.port)
+    key = api_key(plan)
+    runs = []
+    for concurrency in concurrencies:
+        prompts = max(8, prompts_per_concurrency * concurrency)
+        label = f"concurrency {concurrency}"
+        click.echo(f"{label}: running", err=True)
+        started = time.monotonic()
+        try:
+            measured = measure(
+                base,
+                plan.decisions.served_model_name,
+                key,
+                concurrency=concurrency,
+                prompts=prompts,
+                input_len=lengths[0],
+                output_len=lengths[1],
+            )
+        except (BenchFailed, httpx.HTTPError) as error:
+            text = f"{type(error).__name__}: {error}"
+            text = text.replace(key, "<api key>") if key else text
+            runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, error=text))
+            continue
+        click.echo(f"{label}: done in {time.monotonic() - started:.0f} s", err=True)
+        values = {name: getattr(measured, name) for name in METRICS}
+        runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, **values))
+    return runs
 
 
 def approved_plan(settings: Settings, name: str) -> Plan:

@@ -1,0 +1,166 @@
+"""The serving benchmark of a llama.cpp endpoint (issue 32): what `epycctl bench` runs where
+there is no vLLM, and so no `vllm bench serve`.
+
+The same measure as vLLM's client: random prompts of `input_len` tokens (token ids drawn with a
+fixed seed from the model's vocabulary, which the server reports, sent as the prompt itself so
+no tokenizer is needed here), `output_len` tokens each (`ignore_eos`), streamed from the
+OpenAI completions API, `concurrency` requests in flight until `prompts` are done. Tokens are
+the server's own count: the `usage` of each response, never a count of the streamed chunks.
+Output tok/s is the completion tokens over the wall time; TTFT is the first streamed text;
+TPOT the rest of a request's time over its other tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass
+
+import httpx
+
+SEED = 0
+REQUEST_TIMEOUT_S = 600.0
+
+
+class BenchFailed(Exception):
+    """A request the endpoint did not answer as asked: the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One request: seconds to the first text and to the end, the server's token counts."""
+
+    ttft_s: float
+    latency_s: float
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def tpot_s(self) -> float | None:
+        if self.completion_tokens < 2:
+            return None
+        return (self.latency_s - self.ttft_s) / (self.completion_tokens - 1)
+
+
+@dataclass(frozen=True)
+class Measured:
+    completed: int
+    duration: float
+    output_throughput: float
+    mean_ttft_ms: float
+    mean_tpot_ms: float | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def headers(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def vocabulary_size(base_url: str, key: str | None) -> int:
+    """The model's vocabulary as llama-server reports it (`/v1/models`, its `meta.n_vocab`)."""
+    reply = httpx.get(f"{base_url}/v1/models", headers=headers(key), timeout=30)
+    reply.raise_for_status()
+    try:
+        return int(reply.json()["data"][0]["meta"]["n_vocab"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise BenchFailed(f"{base_url}/v1/models gives no vocabulary size (meta.n_vocab)") from None
+
+
+def random_prompts(vocabulary: int, count: int, input_len: int) -> list[list[int]]:
+    """`count` prompts of `input_len` token ids, the same for the same arguments."""
+    draw = random.Random(SEED)
+    return [[draw.randrange(vocabulary) for _ in range(input_len)] for _ in range(count)]
+
+
+async def one_request(
+    client: httpx.AsyncClient, url: str, model: str, prompt: list[int], output_len: int
+) -> Timing:
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": output_len,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started = time.perf_counter()
+    first: float | None = None
+    usage: dict[str, int] | None = None
+    async with client.stream("POST", url, json=body) as reply:
+        if reply.status_code != 200:
+            await reply.aread()
+            raise BenchFailed(f"{url} answered {reply.status_code}: {reply.text[:300]}")
+        async for line in reply.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[len("data: ") :])
+            if first is None and any(c.get("text") for c in chunk.get("choices", [])):
+                first = time.perf_counter()
+            usage = chunk.get("usage") or usage
+    ended = time.perf_counter()
+    if usage is None:
+        raise BenchFailed(f"{url} streamed no usage: the server's token count is the measure")
+    return Timing(
+        ttft_s=(first or ended) - started,
+        latency_s=ended - started,
+        prompt_tokens=int(usage["prompt_tokens"]),
+        completion_tokens=int(usage["completion_tokens"]),
+    )
+
+
+async def _run(
+    base_url: str,
+    model: str,
+    key: str | None,
+    prompts: list[list[int]],
+    concurrency: int,
+    output_len: int,
+) -> tuple[list[Timing], float]:
+    url = f"{base_url}/v1/completions"
+    queue = list(reversed(prompts))
+    timings: list[Timing] = []
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while queue:
+            timings.append(await one_request(client, url, model, queue.pop(), output_len))
+
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(
+        headers=headers(key), timeout=REQUEST_TIMEOUT_S, limits=limits
+    ) as client:
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        return timings, time.perf_counter() - started
+
+
+def measure(
+    base_url: str,
+    model: str,
+    key: str | None,
+    *,
+    concurrency: int,
+    prompts: int,
+    input_len: int,
+    output_len: int,
+) -> Measured:
+    """One run at `concurrency`, after as many warm-up requests (not counted)."""
+    chosen = random_prompts(vocabulary_size(base_url, key), prompts + concurrency, input_len)
+    asyncio.run(_run(base_url, model, key, chosen[:concurrency], concurrency, output_len))
+    timings, duration = asyncio.run(
+        _run(base_url, model, key, chosen[concurrency:], concurrency, output_len)
+    )
+    completion = sum(t.completion_tokens for t in timings)
+    tpots = [t.tpot_s for t in timings if t.tpot_s is not None]
+    return Measured(
+        completed=len(timings),
+        duration=duration,
+        output_throughput=completion / duration,
+        mean_ttft_ms=1000 * sum(t.ttft_s for t in timings) / len(timings),
+        mean_tpot_ms=1000 * sum(tpots) / len(tpots) if tpots else None,
+        prompt_tokens=sum(t.prompt_tokens for t in timings),
+        completion_tokens=completion,
+    )

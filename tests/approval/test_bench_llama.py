@@ -1,0 +1,117 @@
+"""`epycctl bench NAME` of a llama.cpp endpoint through the real CLI (issue 32): no vLLM there,
+so epycd's own client (`epycd.servebench`) measures the approved endpoint, here a real
+llama-server of this machine serving the tiny GGUF with an API key. The tokens counted are
+the server's own: its /metrics counter of predicted tokens grows by exactly what the runs
+asked for (warm-ups included); the key reaches the server and no output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from epycd.host.facts import RuntimeFacts
+from epycd.plan.model import LlamaEndpoint
+from epycd.render import render_for_plan
+from tests.approval.conftest import ApprovalSandbox
+from tests.health.realvllm import free_port
+from tests.llama.realllama import llama_server, tiny_gguf
+from tests.plan.conftest import PlanWorkspace, fake_host
+from tests.secrets import root_folder, write_secret
+
+KEY = "sk-bench-llama-secret"
+OUTPUT_LEN = 6
+
+
+def predicted_tokens(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    line = next(x for x in text.splitlines() if x.startswith("llamacpp:tokens_predicted_total"))
+    return float(line.split()[-1])
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    port = free_port()
+    server = subprocess.Popen(
+        [str(llama_server()), "-m", str(tiny_gguf()), "--port", str(port), "-t", "1",
+         "-c", "1024", "-np", "2", "--metrics"],
+        env={"LLAMA_API_KEY": KEY},  # llama-server reads its key from there
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            server.poll()
+            assert server.returncode is None, "llama-server ended"
+            subprocess.run(["sleep", "0.2"], check=True)
+        yield port, server
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def approve_llama(env: ApprovalSandbox, folder: Path, port: int) -> None:
+    key = write_secret(folder / "secrets" / "tiny.key", KEY + "\n")
+    ws = PlanWorkspace(folder)
+    ws.endpoint(
+        "tiny",
+        f'engine = "llama.cpp"\nllama_server = "{llama_server()}"\nmodel = "{tiny_gguf()}"\n'
+        f'port = {port}\napi_key_file = "{key}"\nmax_model_len = 1024\n',
+    )
+    host = fake_host(folder, "vm-zen5-24g", RuntimeFacts())
+    result = ws.plan(host)["tiny"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    decisions = result.plan.decisions
+    assert isinstance(decisions, LlamaEndpoint)
+    units, dirs = render_for_plan(decisions, env.settings.unit_dir, env.settings.quadlet_dir)
+    env.set_plans(result.plan.model_copy(update={"units": units, "unit_dirs": dirs}))
+    done = env.epycctl("approve", "tiny", "--yes", "--no-start")
+    assert done.returncode == 0, done.stderr
+
+
+def test_bench_measures_a_llama_endpoint_by_the_servers_own_count(
+    env: ApprovalSandbox, served: tuple[int, subprocess.Popen[bytes]]
+) -> None:
+    port, _ = served
+    url = f"http://127.0.0.1:{port}"
+    with root_folder() as folder:
+        approve_llama(env, folder, port)
+        before = predicted_tokens(url)
+        done = env.epycctl(
+            "bench", "tiny", "--concurrency", "1", "--concurrency", "2",
+            "--input-len", "16", "--output-len", str(OUTPUT_LEN), "--json",
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    runs = data["runs"]
+    assert [run["concurrency"] for run in runs] == [1, 2]
+    assert [run["num_prompts"] for run in runs] == [8, 8]
+    assert all(run["completed"] == 8 and run["error"] is None for run in runs), runs
+    assert all(run["output_throughput"] > 0 and run["mean_ttft_ms"] > 0 for run in runs)
+    assert all(run["mean_tpot_ms"] is not None for run in runs)
+    warmups = 1 + 2
+    assert predicted_tokens(url) - before == (8 + 8 + warmups) * OUTPUT_LEN
+    assert "concurrency 2: done" in done.stderr
+    assert KEY not in done.stdout + done.stderr
+    kept = json.loads((env.settings.state_dir / "bench" / "tiny.json").read_text())
+    assert kept["runs"] == runs
+
+
+def test_offline_bench_of_a_llama_endpoint_is_refused_with_the_fix(
+    env: ApprovalSandbox, served: tuple[int, subprocess.Popen[bytes]]
+) -> None:
+    port, _ = served
+    with root_folder() as folder:
+        approve_llama(env, folder, port)
+        done = env.epycctl("bench", "tiny", "--offline")
+    assert done.returncode == 1
+    assert "served by llama.cpp" in done.stderr and "without --offline" in done.stderr
