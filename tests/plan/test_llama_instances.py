@@ -12,10 +12,13 @@ from pathlib import Path
 import pytest
 
 from epycd.cli.plan import confirmation_table, plan_json
+from epycd.errors import InputError
+from epycd.export.kube import export_kube
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.model import LlamaEndpoint, LlamaSetEndpoint, Plan
 from epycd.render.balancer import HAPROXY, haproxy_config
+from epycd.stack import shipped_stack
 from tests.plan.conftest import PlanWorkspace
 from tests.plan.test_llama_plan import VERSION, LlamaWorkspace, words_after
 from tests.render.realtools import verify, write_units
@@ -140,3 +143,13 @@ def test_the_units_verify_and_haproxy_accepts_the_configuration(
     binary, _ = cached_haproxy()
     units = {n: t.replace(HAPROXY, str(binary)) for n, t in plan.units.items()}
     verify(write_units(tmp_path / "units", units))
+
+
+def test_the_kubernetes_export_refuses_a_llama_set_naming_the_engine(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    lw = LlamaWorkspace(ws, host_of("genoa-9654-2s-nps4"))
+    plan, _ = planned_set(lw, "instances = 2\n")
+    with pytest.raises(InputError) as refused:
+        export_kube(plan, lw.host, shipped_stack())
+    assert refused.value.key == "engine" and "llama.cpp" in str(refused.value)
