@@ -20,7 +20,9 @@ from epycd.render import render_for_plan
 from tests.approval.conftest import ApprovalSandbox
 from tests.health.realvllm import free_port
 from tests.llama.realllama import llama_server, tiny_gguf
+from tests.llama.test_llama_set import healthy
 from tests.plan.conftest import PlanWorkspace, fake_host
+from tests.render.test_balancer import wait_until
 from tests.secrets import root_folder, write_secret
 
 KEY = "sk-bench-llama-secret"
@@ -44,15 +46,10 @@ def served() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            server.poll()
-            assert server.returncode is None, "llama-server ended"
-            subprocess.run(["sleep", "0.2"], check=True)
+        ready = wait_until(
+            lambda: healthy(f"http://127.0.0.1:{port}") or server.poll() is not None, 60
+        )
+        assert ready and server.poll() is None, "llama-server did not become ready"
         yield port, server
     finally:
         server.terminate()

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -20,21 +18,12 @@ from epycd.render.balancer import haproxy_config
 from tests.health.realvllm import free_port
 from tests.llama.realllama import llama_server, tiny_gguf
 from tests.plan.conftest import PlanWorkspace, fake_host
-from tests.render.test_balancer import cached_haproxy
+from tests.render.test_balancer import cached_haproxy, wait_until
 
 READY_BOUND_S = 60
 
 
-def _wait(predicate: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def _healthy(url: str) -> bool:
+def healthy(url: str) -> bool:
     try:
         return httpx.get(f"{url}/health", timeout=2).status_code == 200
     except httpx.HTTPError:
@@ -96,8 +85,8 @@ def test_two_planned_llama_servers_behind_the_real_haproxy(
     )
     reap.append(balancer)
     front = f"http://127.0.0.1:{decided.port}"
-    assert _wait(lambda: all(_healthy(url) for url in urls), READY_BOUND_S), "not ready"
-    assert _wait(lambda: _healthy(front), 30), "HAProxy did not pass /health on"
+    assert wait_until(lambda: all(healthy(url) for url in urls), READY_BOUND_S), "not ready"
+    assert wait_until(lambda: healthy(front), 30), "HAProxy did not pass /health on"
     for _ in range(6):
         _chat(front)
     counted = [_prompt_tokens(url) for url in urls]

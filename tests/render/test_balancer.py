@@ -159,7 +159,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_
 """
 
 
-def _wait(predicate: Callable[[], bool], seconds: float) -> bool:
+def wait_until(predicate: Callable[[], bool], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if predicate():
@@ -204,8 +204,8 @@ def test_the_real_haproxy_spreads_and_routes_around_a_dead_instance(
     )
     url = f"http://127.0.0.1:{port}/v1/models"
     try:
-        assert _wait(lambda: _answers(url) is not None, 30), "HAProxy did not answer"
-        assert _wait(lambda: {_answers(url) for _ in range(10)} == {"1", "2"}, 20)
+        assert wait_until(lambda: _answers(url) is not None, 30), "HAProxy did not answer"
+        assert wait_until(lambda: {_answers(url) for _ in range(10)} == {"1", "2"}, 20)
         backends[1].kill()
         backends[1].wait()
         assert [_answers(url) for _ in range(20)] == ["1"] * 20
