@@ -169,10 +169,9 @@ def handoff_text(handoff: Handoff) -> str:
 
 
 def load_text(load: InstanceLoad, from_daemon: bool) -> str:
-    text = (
-        f"running {load.running:g}, waiting {load.waiting:g}, "
-        f"KV {load.kv_cache_usage * 100:.0f} %, "
-    )
+    text = f"running {load.running:g}, waiting {load.waiting:g}, "
+    if load.kv_cache_usage is not None:
+        text += f"KV {load.kv_cache_usage * 100:.0f} %, "
     if load.tokens_per_second is not None:
         return text + f"{load.tokens_per_second:g} tokens/s (last {load.window_seconds:g} s)"
     if from_daemon:

@@ -1,13 +1,15 @@
-"""Each vLLM instance's own `/metrics`, read on its port and labelled with where it runs.
+"""Each server's own `/metrics` (a vLLM instance's, or a llama-server's: issue 32), read on
+its port and labelled with where it runs.
 
 An instance is read with a deadline on the whole answer (connect, headers and body), in
 parallel with the others, so a slow, hung or dead instance costs at most the deadline and
 never delays the rest: it reads as down (`epyc_llm_instance_up 0`) with no series of its
-own. vLLM's names carry a colon (`vllm:num_requests_running`), which Prometheus keeps for
-recording rules and `promtool check metrics` refuses, so they are exposed with an
-underscore (`vllm_num_requests_running`); a family the linter would still refuse (a
-histogram named `_total`) is left out rather than renamed into something vLLM never said,
-and so are the `_created` gauges (when each series began: prometheus_client writes them,
+own. vLLM's and llama-server's names carry a colon (`vllm:num_requests_running`,
+`llamacpp:requests_processing`), which Prometheus keeps for recording rules and `promtool
+check metrics` refuses, so they are exposed with an underscore (`vllm_num_requests_running`);
+a family the linter would still refuse (a histogram named `_total`, a counter without it) is
+left out rather than renamed into something the server never said, and so are the
+`_created` gauges (when each series began: prometheus_client writes them,
 Prometheus 2 does not read them), which are half of vLLM's families.
 """
 
@@ -23,13 +25,14 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from epycd.listen import local_url
-from epycd.plan.model import Plan, vllm_processes
+from epycd.plan.model import Plan, server_processes
 
 DEADLINE_S = 0.5
 """The bound of one instance's answer; all are read at once, so it bounds the scrape too."""
 MAX_BYTES = 8 * 1024 * 1024
 """vLLM's /metrics is about 50 kB per instance; more is not an exposition to forward."""
-VLLM_PREFIX = "vllm:"
+ENGINE_PREFIXES = ("vllm:", "llamacpp:")
+"""The families of vLLM and of llama-server (`--metrics`) that are forwarded."""
 LABELS = ("endpoint", "vllm_instance", "socket", "numa_node")
 """`vllm_instance`, not `instance`: Prometheus sets `instance` itself, to the host:port it
 scraped, and would rename ours to `exported_instance`."""
@@ -37,7 +40,7 @@ scraped, and would rename ours to `exported_instance`."""
 
 @dataclass(frozen=True)
 class Target:
-    """One vLLM instance and the labels its series get."""
+    """One server process (a vLLM instance or a llama-server) and the labels its series get."""
 
     endpoint: str
     vllm_instance: str
@@ -52,11 +55,11 @@ class Target:
 
 
 def targets(plans: Iterable[Plan]) -> list[Target]:
-    """Every vLLM process of the plans: a set's instances, or the endpoint itself (instance
-    0), at the address this machine reaches it on."""
+    """Every server process of the plans: a set's instances, or the endpoint itself
+    (instance 0), at the address this machine reaches it on."""
     found = []
     for plan in plans:
-        for number, process in enumerate(vllm_processes(plan.decisions)):
+        for number, process in enumerate(server_processes(plan.decisions)):
             instance = process.instance if process.instance is not None else number
             found.append(
                 Target(
@@ -141,23 +144,39 @@ def exported_name(name: str) -> str:
     return name.replace(":", "_")
 
 
-def forwarded(family: Metric) -> bool:
-    """A vLLM family that passes Prometheus's own lint once its colon is an underscore."""
-    if not family.name.startswith(VLLM_PREFIX) or family.name.endswith("_created"):
+def untotalled_counters(text: str) -> set[str]:
+    """The counters the server declares without `_total` (llama-server's `n_tokens_max`):
+    the parser would name their samples `_total`, a name the server never said."""
+    declared = (line.split() for line in text.splitlines() if line.startswith("# TYPE "))
+    return {
+        words[2]
+        for words in declared
+        if words[3:] == ["counter"] and not words[2].endswith("_total")
+    }
+
+
+def forwarded(family: Metric, untotalled: set[str]) -> bool:
+    """A server's family that passes Prometheus's own lint once its colon is an underscore,
+    under the name the server gave it: nothing but a counter is named `_total`, and a
+    counter is."""
+    if not family.name.startswith(ENGINE_PREFIXES) or family.name.endswith("_created"):
         return False
-    return family.type == "counter" or not family.name.endswith("_total")
+    if family.type == "counter":
+        return family.name not in untotalled
+    return not family.name.endswith("_total")
 
 
 def relabelled(reading: Reading) -> list[Metric]:
-    """The reading's vLLM families, renamed for Prometheus and labelled with the target.
+    """The reading's server families, renamed for Prometheus and labelled with the target.
     An exposition that does not parse gives nothing (the instance still reads as up)."""
     if reading.text is None:
         return []
     labels = reading.target.labels
+    untotalled = untotalled_counters(reading.text)
     out = []
     try:
         for family in text_string_to_metric_families(reading.text):
-            if not forwarded(family):
+            if not forwarded(family, untotalled):
                 continue
             copy = Metric(exported_name(family.name), family.documentation, family.type)
             for sample in family.samples:

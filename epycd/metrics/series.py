@@ -2,9 +2,10 @@
 
 Per endpoint: its state (one series per state, 1 for the one it is in), its instances
 and how many are ready, and the failed runs systemd restarted (within the start limit
-interval, as `epycctl status` counts them). Per vLLM instance, labelled like its own
-series (`epycd.metrics.scrape.LABELS`): when it became ready and its last start-up, and
-the plan's sizing (cores, KV pool, max_num_seqs, context).
+interval, as `epycctl status` counts them). Per server process (a vLLM instance or a
+llama-server), labelled like its own series (`epycd.metrics.scrape.LABELS`): when it became
+ready and its last start-up, and the plan's sizing (cores, KV pool, max_num_seqs,
+context).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from prometheus_client.metrics_core import Metric
 
 from epycd.host.cpulist import parse_cpulist
 from epycd.metrics.scrape import LABELS, Reading, Target, targets
-from epycd.plan.model import Plan, SingleEndpoint, vllm_processes
+from epycd.plan.model import Plan, ServerEndpoint, server_processes
 from epycd.sizes import GIB
 from epycd.status.machine import COUNT_WORDS, EndpointStatus
 
@@ -29,10 +30,10 @@ PREFIX = "epyc_llm_"
 
 @dataclass(frozen=True)
 class Instance:
-    """One vLLM process of an approved endpoint, with its status where there is one."""
+    """One server process of an approved endpoint, with its status where there is one."""
 
     target: Target
-    process: SingleEndpoint
+    process: ServerEndpoint
     ready: bool
     ready_since: datetime | None
     startup_seconds: float | None
@@ -40,7 +41,7 @@ class Instance:
 
 def instances(status: EndpointStatus, plan: Plan) -> Iterator[Instance]:
     by_number = {entry.instance: entry for entry in status.instances}
-    processes = vllm_processes(plan.decisions)
+    processes = server_processes(plan.decisions)
     for target, process in zip(targets([plan]), processes, strict=True):
         entry = by_number.get(int(target.vllm_instance))
         if entry is not None:
@@ -63,8 +64,8 @@ def endpoint_series(
 ) -> list[Metric]:
     """The series of every endpoint `statuses` lists; `plans` are the approved ones."""
     state = gauge("endpoint_state", "1 for the state the endpoint is in", ("endpoint", "state"))
-    count = gauge("endpoint_instances", "vLLM instances of the approved plan", ("endpoint",))
-    ready = gauge("endpoint_instances_ready", "vLLM instances ready", ("endpoint",))
+    count = gauge("endpoint_instances", "server instances of the approved plan", ("endpoint",))
+    ready = gauge("endpoint_instances_ready", "server instances ready", ("endpoint",))
     restarts = gauge(
         "endpoint_restarts",
         "failed runs of its units that systemd restarted, within the start limit interval",
@@ -78,9 +79,11 @@ def endpoint_series(
         "instance_startup_seconds", "the last start-up: load, /v1/models, one request", LABELS
     )
     cores = gauge("plan_cores", "CPUs the instance is pinned to", LABELS)
-    kv = gauge("plan_kv_cache_bytes", "the KV cache pool the plan gives vLLM", LABELS)
-    seqs = gauge("plan_max_num_seqs", "max_num_seqs the plan gives vLLM (0: vLLM's)", LABELS)
-    context = gauge("plan_max_model_len", "the context length the plan gives vLLM", LABELS)
+    kv = gauge("plan_kv_cache_bytes", "the KV cache pool the plan gives the server", LABELS)
+    seqs = gauge(
+        "plan_max_num_seqs", "max_num_seqs (llama.cpp: slots) the plan gives (0: vLLM's)", LABELS
+    )
+    context = gauge("plan_max_model_len", "the context length the plan gives the server", LABELS)
     for status in statuses:
         for kind in STATES:
             state.add_metric([status.name, kind], float(status.kind == kind))

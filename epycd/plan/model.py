@@ -464,6 +464,14 @@ def vllm_processes(decisions: EndpointDecisions) -> list[SingleEndpoint]:
     return [decisions]
 
 
+def server_processes(decisions: EndpointDecisions) -> list[ServerEndpoint]:
+    """The endpoint's server processes, vLLM or llama-server: a set's members, or the
+    endpoint itself."""
+    if isinstance(decisions, BalancedSet):
+        return list(decisions.members)
+    return [decisions]
+
+
 class Plan(BaseModel):
     """An endpoint's decisions, the units rendered from them and their fingerprints: what
     `epycctl plan` shows and an approval record stores."""

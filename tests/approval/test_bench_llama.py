@@ -7,7 +7,6 @@ asked for (warm-ups included); the key reaches the server and no output."""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,11 +17,8 @@ from epycd.host.facts import RuntimeFacts
 from epycd.plan.model import LlamaEndpoint
 from epycd.render import render_for_plan
 from tests.approval.conftest import ApprovalSandbox
-from tests.health.realvllm import free_port
-from tests.llama.realllama import llama_server, tiny_gguf
-from tests.llama.test_llama_set import healthy
+from tests.llama.realllama import llama_server, serving, tiny_gguf
 from tests.plan.conftest import PlanWorkspace, fake_host
-from tests.render.test_balancer import wait_until
 from tests.secrets import root_folder, write_secret
 
 KEY = "sk-bench-llama-secret"
@@ -36,24 +32,9 @@ def predicted_tokens(url: str) -> float:
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    port = free_port()
-    server = subprocess.Popen(
-        [str(llama_server()), "-m", str(tiny_gguf()), "--port", str(port), "-t", "1",
-         "-c", "1024", "-np", "2", "--metrics"],
-        env={"LLAMA_API_KEY": KEY},  # llama-server reads its key from there
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        ready = wait_until(
-            lambda: healthy(f"http://127.0.0.1:{port}") or server.poll() is not None, 60
-        )
-        assert ready and server.poll() is None, "llama-server did not become ready"
-        yield port, server
-    finally:
-        server.terminate()
-        server.wait(30)
+def served() -> Iterator[str]:
+    with serving("-c", "1024", "-np", "2", key=KEY) as url:
+        yield url
 
 
 def approve_llama(env: ApprovalSandbox, folder: Path, port: int) -> None:
@@ -76,12 +57,11 @@ def approve_llama(env: ApprovalSandbox, folder: Path, port: int) -> None:
 
 
 def test_bench_measures_a_llama_endpoint_by_the_servers_own_count(
-    env: ApprovalSandbox, served: tuple[int, subprocess.Popen[bytes]]
+    env: ApprovalSandbox, served: str
 ) -> None:
-    port, _ = served
-    url = f"http://127.0.0.1:{port}"
+    url = served
     with root_folder() as folder:
-        approve_llama(env, folder, port)
+        approve_llama(env, folder, int(url.rsplit(":", 1)[1]))
         before = predicted_tokens(url)
         done = env.epycctl(
             "bench", "tiny", "--concurrency", "1", "--concurrency", "2",
@@ -104,11 +84,10 @@ def test_bench_measures_a_llama_endpoint_by_the_servers_own_count(
 
 
 def test_offline_bench_of_a_llama_endpoint_is_refused_with_the_fix(
-    env: ApprovalSandbox, served: tuple[int, subprocess.Popen[bytes]]
+    env: ApprovalSandbox, served: str
 ) -> None:
-    port, _ = served
     with root_folder() as folder:
-        approve_llama(env, folder, port)
+        approve_llama(env, folder, int(served.rsplit(":", 1)[1]))
         done = env.epycctl("bench", "tiny", "--offline")
     assert done.returncode == 1
     assert "served by llama.cpp" in done.stderr and "without --offline" in done.stderr

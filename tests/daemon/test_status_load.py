@@ -270,7 +270,8 @@ def test_a_set_shows_a_line_per_instance() -> None:
     first = lines.index("  load:")
     assert lines[first + 1 : first + 3] == [
         f"    instance {load.instance}: running {load.running:g}, waiting {load.waiting:g}, "
-        f"KV {load.kv_cache_usage * 100:.0f} %, {load.tokens_per_second:g} tokens/s (last 60 s)"
+        f"KV {(load.kv_cache_usage or 0) * 100:.0f} %, {load.tokens_per_second:g} tokens/s "
+        "(last 60 s)"
         for load in loads
     ]
     status.state = "failed:instances"

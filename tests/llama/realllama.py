@@ -3,15 +3,21 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.health.realvllm import CACHE
+from tests.health.realvllm import CACHE, free_port
 
 SERVER = CACHE / "llama-server"
 TINY_GGUF = CACHE / "tiny-gguf"
 BOOTSTRAP_HINT = "run tests/bootstrap.sh (it builds llama-server via tests/tools/llama_server.sh)"
+READY_BOUND_S = 60
 
 
 def llama_server() -> Path:
@@ -27,3 +33,36 @@ def tiny_gguf(out_type: str = "q8_0") -> Path:
     if not path.is_file():
         pytest.fail(f"no {path}: {BOOTSTRAP_HINT}")
     return path
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextmanager
+def serving(*args: str, key: str | None = None) -> Iterator[str]:
+    """The real llama-server on a free loopback port serving the tiny q8_0 GGUF with one
+    thread, `--metrics` and `args` (its key from LLAMA_API_KEY, as the supervisor hands it
+    over); its base URL once /health answers 200."""
+    port = free_port()
+    server = subprocess.Popen(
+        [str(llama_server()), "-m", str(tiny_gguf()), "--port", str(port), "-t", "1",
+         "--metrics", *args],
+        env={"LLAMA_API_KEY": key} if key else {},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + READY_BOUND_S
+        while not healthy(url):
+            assert server.poll() is None, f"llama-server ended ({server.returncode})"
+            assert time.monotonic() < deadline, "llama-server not ready"
+            time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(30)

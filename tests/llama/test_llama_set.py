@@ -16,18 +16,11 @@ from epycd.plan.model import LlamaSetEndpoint
 from epycd.plan.ports import listening_ports
 from epycd.render.balancer import haproxy_config
 from tests.health.realvllm import free_port
-from tests.llama.realllama import llama_server, tiny_gguf
+from tests.llama.realllama import healthy, llama_server, tiny_gguf
 from tests.plan.conftest import PlanWorkspace, fake_host
 from tests.render.test_balancer import cached_haproxy, wait_until
 
 READY_BOUND_S = 60
-
-
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def _prompt_tokens(url: str) -> float:

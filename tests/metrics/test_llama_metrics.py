@@ -1,0 +1,83 @@
+"""A llama.cpp endpoint in epycd's /metrics and in the live load (issue 32): the real
+llama-server's own families forwarded with the endpoint's labels through the real promtool,
+the plan's sizing and instance count as for a vLLM instance, and its requests and token
+counters read into `epycctl status NAME`'s load (it exports no KV cache usage)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from epycd.host.facts import RuntimeFacts
+from epycd.metrics.load import LoadWindow
+from epycd.metrics.scrape import read_all, targets
+from epycd.plan.model import LlamaEndpoint, Plan
+from tests.llama.realllama import llama_server, serving, tiny_gguf
+from tests.metrics.conftest import promtool
+from tests.metrics.test_exposition import Serve, ready, samples, serve, value
+from tests.plan.conftest import PlanWorkspace, fake_host
+
+__all__ = ["serve"]
+
+
+def llama_plan(tmp_path: Path, port: int) -> Plan:
+    ws = PlanWorkspace(tmp_path)
+    ws.endpoint(
+        "tiny",
+        f'engine = "llama.cpp"\nllama_server = "{llama_server()}"\nmodel = "{tiny_gguf()}"\n'
+        f"port = {port}\nmax_model_len = 1024\n",
+    )
+    result = ws.plan(fake_host(tmp_path, "vm-zen5-24g", RuntimeFacts()))["tiny"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    assert isinstance(result.plan.decisions, LlamaEndpoint)
+    return result.plan
+
+
+def chat(url: str) -> dict[str, int]:
+    reply = httpx.post(
+        f"{url}/v1/completions", json={"prompt": "hello", "max_tokens": 5}, timeout=60
+    ).json()
+    return dict(reply["usage"])
+
+
+def test_llama_servers_families_are_forwarded_with_the_endpoints_labels(
+    tmp_path: Path, serve: Serve
+) -> None:
+    with serving("-c", "1024") as url:
+        plan = llama_plan(tmp_path, int(url.rsplit(":", 1)[1]))
+        usage = chat(url)
+        text = httpx.get(serve([ready("tiny")], {"tiny": plan}), timeout=5).text
+    checked = subprocess.run(
+        [str(promtool()), "check", "metrics"], input=text, capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    found = samples(text)
+    labels = {"endpoint": "tiny", "vllm_instance": "0", "socket": "0", "numa_node": "0"}
+    assert value(found, "epyc_llm_endpoint_instances", endpoint="tiny") == 1
+    assert value(found, "epyc_llm_instance_up", **labels) == 1
+    predicted = value(found, "llamacpp_tokens_predicted_total", **labels)
+    assert predicted == usage["completion_tokens"] == 5
+    assert value(found, "llamacpp_prompt_tokens_total", **labels) == usage["prompt_tokens"]
+    decisions = plan.decisions
+    assert isinstance(decisions, LlamaEndpoint)
+    assert value(found, "epyc_llm_plan_max_num_seqs", **labels) == decisions.invocation.slots
+    assert value(found, "epyc_llm_plan_max_model_len", **labels) == 1024
+    assert not [name for name, _ in found if name.startswith("llamacpp_n_tokens_max")], (
+        "a counter without _total is left out"
+    )
+
+
+def test_the_live_load_reads_llama_servers_counters(tmp_path: Path) -> None:
+    window = LoadWindow()
+    with serving("-c", "1024") as url:
+        plan = llama_plan(tmp_path, int(url.rsplit(":", 1)[1]))
+        found = targets([plan])
+        window.add(read_all(found), now=0.0)
+        usage = chat(url)
+        window.add(read_all(found), now=10.0)
+    [load] = window.loads("tiny")
+    assert load.running == 0 and load.waiting == 0 and load.kv_cache_usage is None
+    assert load.window_seconds == 10.0
+    assert load.tokens_per_second == (usage["prompt_tokens"] + usage["completion_tokens"]) / 10
