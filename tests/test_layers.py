@@ -40,7 +40,10 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         ),
     ),
     ("settings", frozenset({"settings"})),
-    ("inputs, serving", frozenset({"host", "spec", "model", "stack", "health", "supervisor"})),
+    (
+        "inputs, serving",
+        frozenset({"host", "spec", "model", "stack", "health", "supervisor", "servebench"}),
+    ),
     ("plan", frozenset({"plan"})),
     ("render, approval", frozenset({"render", "approval", "export"})),
     ("status", frozenset({"status"})),
