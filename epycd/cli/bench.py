@@ -97,10 +97,10 @@ def serve_bench_args(
 
 def bench_argv(plan: Plan, args: list[str], results: Path) -> list[str]:
     """The endpoint's own vLLM: the host venv, or the image on the host network."""
-    from epycd.plan.model import LlamaEndpoint, LlamaSetEndpoint
+    from epycd.plan.model import LlamaService
 
     decisions = plan.decisions
-    assert not isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint), "vLLM's client only"
+    assert not isinstance(decisions, LlamaService), "vLLM's client only"
     if decisions.runtime == "host":
         return [str(decisions.vllm_executable), *args]
     mounts = [f"{results}:{RESULT_IN_CONTAINER}"]
@@ -156,10 +156,10 @@ def require_ready(plan: Plan, name: str) -> None:
 def offline_target(plan: Plan) -> SingleEndpoint:
     """The vLLM process the offline benchmark runs as: the endpoint's own, or a set's first
     instance (every member is sized alike; its own CPUs, nodes and environment)."""
-    from epycd.plan.model import InstanceSetEndpoint, LlamaEndpoint, LlamaSetEndpoint
+    from epycd.plan.model import InstanceSetEndpoint, LlamaService
 
     decisions = plan.decisions
-    assert not isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint), "refused offline"
+    assert not isinstance(decisions, LlamaService), "refused offline"
     return decisions.members[0] if isinstance(decisions, InstanceSetEndpoint) else decisions
 
 
@@ -326,7 +326,9 @@ def bench(
 
 
 def is_llama(plan: Plan) -> bool:
-    return plan.decisions.kind in ("llama", "llama-set")
+    from epycd.plan.model import LlamaService
+
+    return isinstance(plan.decisions, LlamaService)
 
 
 def refuse_llama_offline(plan: Plan) -> None:

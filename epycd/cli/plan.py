@@ -24,6 +24,7 @@ from epycd.plan.model import (
     InstanceSetEndpoint,
     InstinctEndpoint,
     LlamaEndpoint,
+    LlamaService,
     LlamaSetEndpoint,
     SetEndpoint,
 )
@@ -127,7 +128,7 @@ def decisions_json(decided: EndpointDecisions) -> dict[str, Any]:
     data.update(
         kind=decided.kind,
         device="instinct" if isinstance(decided, InstinctEndpoint) else "cpu",
-        engine="llama.cpp" if isinstance(decided, LlamaEndpoint | LlamaSetEndpoint) else "vllm",
+        engine="llama.cpp" if isinstance(decided, LlamaService) else "vllm",
     )
     if isinstance(decided, LlamaSetEndpoint):
         data.update({key: getattr(decided, key, None) for key in INSTANCE_KEYS})
@@ -210,7 +211,7 @@ def plan_json(result: EndpointResult) -> dict[str, Any]:
 
 
 def _backend_text(decided: EndpointDecisions) -> str:
-    if isinstance(decided, LlamaEndpoint | LlamaSetEndpoint):
+    if isinstance(decided, LlamaService):
         return f"llama.cpp {decided.llama_version} (llama-server built for this CPU)"
     if decided.backend == "zentorch":
         return "zentorch acceleration (Zen4+)"
@@ -220,7 +221,7 @@ def _backend_text(decided: EndpointDecisions) -> str:
 
 
 def _path_text(decided: EndpointDecisions) -> str:
-    if isinstance(decided, LlamaEndpoint | LlamaSetEndpoint):
+    if isinstance(decided, LlamaService):
         return f"host llama-server ({decided.llama_server}), {decided.gguf_file}"
     if decided.runtime == "host":
         return f"host vLLM {decided.vllm_version} ({decided.vllm_executable})"

@@ -55,8 +55,7 @@ from epycd.plan.model import (
     CpuEndpoint,
     InstanceSetEndpoint,
     InstinctEndpoint,
-    LlamaEndpoint,
-    LlamaSetEndpoint,
+    LlamaService,
     Plan,
     SingleEndpoint,
 )
@@ -118,7 +117,7 @@ def export_kube(
     """The plan as Kubernetes objects, the nodes' kubelet fragment and the notes. Raises
     InputError (naming the endpoint file and the fix) for what the export cannot write."""
     decisions = plan.decisions
-    if isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint):
+    if isinstance(decisions, LlamaService):
         raise InputError(
             "a llama.cpp endpoint has no Kubernetes export yet: no llama-server image is pinned",
             file=decisions.config_file,

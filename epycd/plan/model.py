@@ -441,9 +441,6 @@ SetEndpoint = InstanceSetEndpoint | LlamaSetEndpoint
 CpuDecisions = CpuEndpoint | InstanceSetEndpoint | LlamaEndpoint | LlamaSetEndpoint
 """An endpoint on CPUs, fitted in its NUMA nodes' memory."""
 
-LlamaDecisions = LlamaEndpoint | LlamaSetEndpoint
-"""An endpoint served by llama.cpp."""
-
 VllmEndpoint = CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint
 """An endpoint served by vLLM."""
 
@@ -459,7 +456,7 @@ def vllm_processes(decisions: EndpointDecisions) -> list[SingleEndpoint]:
     llama.cpp endpoint."""
     if isinstance(decisions, InstanceSetEndpoint):
         return list(decisions.members)
-    if isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint):
+    if isinstance(decisions, LlamaService):
         return []
     return [decisions]
 

@@ -13,8 +13,7 @@ from epycd.listen import DEFAULT_HOST, local_url
 from epycd.plan.model import (
     EndpointDecisions,
     InstinctEndpoint,
-    LlamaEndpoint,
-    LlamaSetEndpoint,
+    LlamaService,
     Plan,
 )
 
@@ -106,7 +105,7 @@ def omp_cpus(decisions: EndpointDecisions) -> str:
     """The CPUs vLLM's OpenMP threads run on; none are bound for an Instinct endpoint."""
     if isinstance(decisions, InstinctEndpoint):
         return ""
-    if isinstance(decisions, LlamaEndpoint | LlamaSetEndpoint):
+    if isinstance(decisions, LlamaService):
         return decisions.cpus
     return decisions.omp_cpus
 
