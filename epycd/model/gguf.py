@@ -22,9 +22,6 @@ from epycd.errors import InputError
 from epycd.model.facts import GgufFile
 from epycd.readfile import open_regular
 
-KV_CACHE_DTYPE_BYTES = 2
-"""f16: llama-server's default cache type for K and V (`--cache-type-k/-v f16`)."""
-
 MALFORMED = (ValueError, IndexError, KeyError, TypeError, OverflowError, struct.error, MemoryError)
 
 
@@ -173,21 +170,3 @@ class _Fields:
         if field is None or field.types[:1] != [GGUFValueType.ARRAY]:
             return None
         return len(field.data)
-
-
-def kv_bytes_per_token(facts: GgufFile, dtype_bytes: int = KV_CACHE_DTYPE_BYTES) -> int | None:
-    """The f16 KV cache one token takes in every layer, as llama.cpp allocates it: per layer,
-    K of `key_length x kv_heads` and V of `value_length x kv_heads`; the head length defaults
-    to `embedding_length / head_count`, the KV heads to the heads. None when the file lacks
-    the figures (a recurrent model has a fixed state, not a per-token cache)."""
-    layers = facts.block_count
-    head_dim = None
-    if facts.embedding_length and facts.head_count:
-        head_dim = facts.embedding_length // facts.head_count
-    key = facts.key_length or head_dim
-    value = facts.value_length or head_dim
-    kv_heads = facts.head_count_kv or ([facts.head_count] if facts.head_count else None)
-    if not layers or not key or not value or not kv_heads:
-        return None
-    per_layer = kv_heads if len(kv_heads) == layers else [kv_heads[0]] * layers
-    return sum(heads * (key + value) for heads in per_layer) * dtype_bytes

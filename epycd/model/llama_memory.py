@@ -28,9 +28,10 @@ from collections.abc import Collection
 from pydantic import BaseModel, Field
 
 from epycd.model.facts import GgufFile
-from epycd.model.gguf import kv_bytes_per_token
 
 MIB = 1024**2
+KV_CACHE_DTYPE_BYTES = 2
+"""f16: llama-server's default cache type for K and V (`--cache-type-k/-v f16`)."""
 CELL_PADDING = 256
 """llama.cpp rounds the context (the pool's cells) up to a multiple of 256."""
 DEFAULT_UBATCH = 512
@@ -47,6 +48,24 @@ GRAPH_INPUT_BYTES = 20
 GRAPH_BYTES = 4096
 """The graph's small inputs (positions, output ids): 20 B per ubatch token and 4 KiB, fitted
 to the log's 0.01 MiB at ubatch 256, 512 and 1024."""
+
+
+def kv_bytes_per_token(facts: GgufFile, dtype_bytes: int = KV_CACHE_DTYPE_BYTES) -> int | None:
+    """The f16 KV cache one token takes in every layer, as llama.cpp allocates it: per layer,
+    K of `key_length x kv_heads` and V of `value_length x kv_heads`; the head length defaults
+    to `embedding_length / head_count`, the KV heads to the heads. None when the file lacks
+    the figures (a recurrent model has a fixed state, not a per-token cache)."""
+    layers = facts.block_count
+    head_dim = None
+    if facts.embedding_length and facts.head_count:
+        head_dim = facts.embedding_length // facts.head_count
+    key = facts.key_length or head_dim
+    value = facts.value_length or head_dim
+    kv_heads = facts.head_count_kv or ([facts.head_count] if facts.head_count else None)
+    if not layers or not key or not value or not kv_heads:
+        return None
+    per_layer = kv_heads if len(kv_heads) == layers else [kv_heads[0]] * layers
+    return sum(heads * (key + value) for heads in per_layer) * dtype_bytes
 
 
 class LlamaMemory(BaseModel):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,8 @@ from epycd.cli import main
 from epycd.errors import InputError, Refusal
 from epycd.model import llama_tables
 from epycd.model.check import inspect_model
-from epycd.model.gguf import kv_bytes_per_token, read_gguf
+from epycd.model.gguf import read_gguf
+from epycd.model.llama_memory import kv_bytes_per_token
 from tests.model.gguf_files import CHAT_TEMPLATE, GgufShape, write_gguf
 from tests.model.hf_cache import add_to_cache, commit_for
 
@@ -233,3 +236,17 @@ def test_the_table_is_the_sources_own_map(tmp_path: Path) -> None:
     source.write_text("no map here\n")
     with pytest.raises(InputError):
         llama_tables.build_table(tmp_path, "9.9")
+
+
+@pytest.mark.parametrize("command", ["plan", "approve", "status", "stop"])
+def test_commands_that_never_read_a_gguf_file_do_not_load_its_reader(command: str) -> None:
+    """`gguf` brings numpy (about 0.1 s): only the commands that read a file may pay for it."""
+    probe = (
+        "import sys\n"
+        "from epycd.cli import main\n"
+        f"main([{command!r}, '--help'], standalone_mode=False)\n"
+        "print('LOADED', [m for m in ('gguf', 'numpy') if m in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "LOADED []"

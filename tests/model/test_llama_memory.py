@@ -14,10 +14,11 @@ from click.testing import CliRunner
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from epycd.cli import main
-from epycd.model.gguf import kv_bytes_per_token, read_gguf
+from epycd.model.gguf import read_gguf
 from epycd.model.llama_memory import (
     UnmeasuredModel,
     compute_bytes,
+    kv_bytes_per_token,
     llama_memory,
     padded_cells,
     repacked_bytes,
