@@ -10,12 +10,17 @@ install  README command 1 with the engine chosen: `install.sh --engine llama.cpp
          --engine llama.cpp --model FILE --yes` -> ready, the hand-off, a chat, status; the
          server's own process: its CPUs, threads and argv
 reboot   back with no new approval: status ready, a chat
+set      the single endpoint removed, Debian's HAProxy installed (.debs from the test cache),
+         an endpoint of 2 llama-servers behind it approved: the units, status, chats through
+         the balancer counted by each instance's own /metrics, instance 2 killed and back
+set_reboot  the set back with no new approval: its units, status ready, a chat
 """
 
 from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from pathlib import Path
 
 import inside
@@ -23,6 +28,7 @@ from inside import (
     CONFIG,
     PhaseFailed,
     endpoint_entry,
+    endpoint_state,
     epycctl_status,
     journal,
     must,
@@ -45,8 +51,8 @@ inside.ENV |= {"PIP_INDEX_URL": f"file://{CONFIG['pypi']}", "PIP_CACHE_DIR": "/r
 CHAT = """
 import json, sys
 import httpx
-url, = sys.argv[1:]
-model = httpx.get(url + "/models", timeout=30).json()["data"][0]["id"]
+url, *named = sys.argv[1:]
+model = named[0] if named else httpx.get(url + "/models", timeout=30).json()["data"][0]["id"]
 reply = httpx.post(url + "/chat/completions", timeout=60, json={
     "model": model, "messages": [{"role": "user", "content": "Say hello"}],
     "temperature": 0, "max_tokens": 8}).json()
@@ -55,19 +61,33 @@ print(json.dumps({"choices": len(reply["choices"]), "model": reply["model"],
 """
 
 
-def status_url(check: str) -> str | None:
-    """`epycctl status` recorded as `check`, and the endpoint's URL (with /v1) in it."""
-    url = endpoint_entry(epycctl_status(check, NAME), NAME).get("url")
+def status_url_of(name: str, check: str) -> str | None:
+    """`epycctl status NAME` recorded as `check`, and the endpoint's URL (with /v1) in it."""
+    url = endpoint_entry(epycctl_status(check, name), name).get("url")
     return None if url is None else str(url)
 
 
-def chat(check: str, url: str | None) -> None:
+def status_url(check: str) -> str | None:
+    return status_url_of(NAME, check)
+
+
+def chat(check: str, url: str | None, model: str | None = None) -> None:
+    """One chat at `url`; the model's name from its /v1/models unless `model` names it (one
+    request per chat: through a balancer, a list before every chat would send every list to
+    one instance and every chat to the other)."""
     if url is None:
         record(check, rc=None, reply=None, stderr="no URL in status")
         return
-    done = run(str(PREFIX / "bin" / "python"), "-c", CHAT, url, timeout=120)
+    named = [] if model is None else [model]
+    done = run(str(PREFIX / "bin" / "python"), "-c", CHAT, url, *named, timeout=120)
     reply = json.loads(done["stdout"].strip().splitlines()[-1]) if done["rc"] == 0 else None
     record(check, rc=done["rc"], reply=reply, url=url, stderr=done["stderr"][-3000:])
+
+
+def proc_status(pid: str) -> dict[str, str]:
+    """/proc/PID/status as field -> value."""
+    lines = (Path("/proc") / pid / "status").read_text().splitlines()
+    return dict(line.split(":", 1) for line in lines if ":" in line)
 
 
 def server_process(check: str) -> None:
@@ -78,9 +98,7 @@ def server_process(check: str) -> None:
         return
     pid = found[0]
     proc = Path("/proc") / pid
-    fields = dict(
-        line.split(":", 1) for line in (proc / "status").read_text().splitlines() if ":" in line
-    )
+    fields = proc_status(pid)
     record(
         check,
         pid=int(pid),
@@ -148,7 +166,116 @@ def phase_reboot() -> None:
     server_process("server")
 
 
-PHASES = {"install": phase_install, "reboot": phase_reboot}
+SET = CONFIG["set_name"]
+SET_UNITS = tuple(f"epyc-llm-{SET}{suffix}.service" for suffix in ("", "_1", "_2"))
+SET_CHATS = 6
+
+
+def set_units(check: str) -> None:
+    record(check, units={unit: show(unit) for unit in SET_UNITS})
+
+
+def member_ports() -> list[int]:
+    approval = json.loads(Path(f"/var/lib/epyc-llm/approvals/{SET}.json").read_text())
+    return [int(m["port"]) for m in approval["plan"]["decisions"]["instances"]["members"]]
+
+
+def predicted_tokens(port: int) -> float | str:
+    """An instance's own count of the tokens it generated (llama-server's --metrics). Not its
+    prompt tokens: a prompt it has seen comes from its prompt cache and counts none."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+    except OSError as exc:
+        return type(exc).__name__
+    line = next(x for x in text.splitlines() if x.startswith("llamacpp:tokens_predicted_total"))
+    return float(line.split()[-1])
+
+
+def kill_one_instance() -> None:
+    """Instance 2's llama-server SIGKILLed: the set is degraded, then ready again with no
+    action by anyone (systemd's restart, the balancer's check)."""
+    pid_before = show(SET_UNITS[2], "MainPID")["MainPID"]
+    run("systemctl", "kill", "--signal=SIGKILL", SET_UNITS[2], timeout=60, check="set_kill")
+    killed = time.monotonic()
+    came_back = wait_until(
+        "the killed instance is back",
+        lambda: (
+            show(SET_UNITS[2], "MainPID")["MainPID"] not in {"0", pid_before}
+            and endpoint_state(SET) == "ready"
+        ),
+        300,
+        every=1,
+    )
+    record(
+        "set_after_kill",
+        came_back=came_back,
+        seconds=round(time.monotonic() - killed, 1),
+        pid_before=pid_before,
+        pid_after=show(SET_UNITS[2], "MainPID")["MainPID"],
+        restarts=show(SET_UNITS[2], "NRestarts")["NRestarts"],
+    )
+
+
+def server_processes(check: str) -> None:
+    """Every llama-server's CPUs and argv."""
+    found = run("pgrep", "-x", "llama-server")["stdout"].split()
+    servers = []
+    for pid in found:
+        servers.append({
+            "pid": int(pid),
+            "argv": (Path("/proc") / pid / "cmdline").read_text().split("\0")[:-1],
+            "cpus": proc_status(pid)["Cpus_allowed_list"].strip(),
+        })  # fmt: skip
+    record(check, servers=servers)
+
+
+def phase_set() -> None:
+    wait_for_daemon("boot_timeline")
+    must("remove", "epycctl", "remove", NAME, "--yes", timeout=300)
+    ENDPOINT_FILE.unlink()
+    debs = sorted(str(p) for p in Path("/haproxy-debs").glob("*.deb"))
+    must("haproxy", "dpkg", "-i", *debs, timeout=300)
+    run("systemctl", "disable", "--now", "haproxy.service", timeout=60, check="no_default")
+    Path(f"/etc/epyc-llm/{SET}.toml").write_text(
+        f'engine = "llama.cpp"\nmodel = "{CONFIG["gguf"]}"\ninstances = 2\n'
+        f'port = {CONFIG["set_port"]}\nserved_model_name = "{SET}"\n'
+    )
+    approve = run("epycctl", "approve", SET, "--yes", timeout=600, check="set_approve")
+    set_units("set_units")
+    if approve["rc"] != 0:
+        for unit in SET_UNITS:
+            journal(f"journal_{unit}", unit)
+        raise PhaseFailed(f"approve failed: {approve['stderr'][-2000:]}")
+    ports = member_ports()
+    before = [predicted_tokens(port) for port in ports]
+    url = status_url_of(SET, "set_status")
+    for index in range(SET_CHATS):
+        chat(f"set_chat_{index}", url, model=SET)
+    record("set_served", before=before, after=[predicted_tokens(port) for port in ports])
+    server_processes("set_servers")
+    kill_one_instance()
+    set_units("set_units_after_kill")
+    epycctl_status("set_status_after_kill", SET)
+
+
+def phase_set_reboot() -> None:
+    wait_for_daemon("boot_timeline")
+    wait_until(
+        "the balancer settles",
+        lambda: show(SET_UNITS[0], "ActiveState")["ActiveState"] in {"active", "failed"},
+        600,
+    )
+    set_units("set_units")
+    chat("set_chat", status_url_of(SET, "set_status"))
+
+
+PHASES = {
+    "install": phase_install,
+    "reboot": phase_reboot,
+    "set": phase_set,
+    "set_reboot": phase_set_reboot,
+}
 
 if __name__ == "__main__":
     inside.PHASES = PHASES

@@ -8,13 +8,18 @@ One part is given, not rebuilt: llama-server itself. The machine starts with the
 finished folder in /opt/epyc-llm/llama-runtime (bin/ and its stamp), which
 tests/tools/llama_server.sh built on this CPU with the same recipe (packaging/llama-runtime.sh,
 from PyPI's pinned source: 13 minutes on 2 cores, too long to repeat per run); install.sh
-still runs the recipe, which finds its stamp and keeps it. Two boots, each one phase of
+still runs the recipe, which finds its stamp and keeps it. Four boots, each one phase of
 tests/e2e/inside_llama.py:
 
 install  install.sh --engine llama.cpp (the venv module and g++ from apt), quickstart ->
          ready, the hand-off, a chat, status ready; llama-server pinned to the socket's cores
          with one thread each, its memory bound to the socket's nodes, its weights locked
 reboot   back with no new approval: status ready and a chat
+set      that endpoint removed; an endpoint of two llama-servers (one per core of the 2-core
+         test machine) behind Debian's HAProxy (.debs from tests/tools/haproxy.sh, installed
+         with dpkg): the balancer and both instances up, chats reach both, instance 2 killed
+         comes back by itself
+set_reboot  the set back with no new approval: its three units, status ready, a chat
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from tests.e2e.conftest import (
     port_free,
     require_parts,
 )
+from tests.e2e.test_instances import HAPROXY_DEBS
 from tests.e2e.test_runtime import APT_REPO, BARE_ROOTFS, IDENTITY_ROOT, PYPI, journal_tail
 from tests.llama.realllama import SERVER, llama_server, tiny_gguf
 from tests.machine import physical_cpus_of_socket, serving_needs_identity, write_identity_root
@@ -47,12 +53,15 @@ from tests.machine import physical_cpus_of_socket, serving_needs_identity, write
 pytestmark = pytest.mark.e2e
 
 HINT = "run tests/bootstrap.sh (tests/tools/bare_host.sh and tests/tools/llama_server.sh)"
-PHASES = ("install", "reboot")
+PHASES = ("install", "reboot", "set", "set_reboot")
 NAME = "default"
 MODEL_DIR = "/srv/models"
 GGUF = f"{MODEL_DIR}/tiny-q8_0.gguf"
 RUNTIME = "/opt/epyc-llm/llama-runtime"
 PORTS = range(18621, 18630)
+SET = "pair"
+SET_PORT = 18625
+SET_UNITS = tuple(f"epyc-llm-{SET}{suffix}.service" for suffix in ("", "_1", "_2"))
 
 
 def machine_config() -> dict[str, Any]:
@@ -67,6 +76,8 @@ def machine_config() -> dict[str, Any]:
         "gguf": GGUF,
         "pypi": "/var/cache/e2e-pypi",
         "identity_root": IDENTITY_ROOT if serving_needs_identity() else None,
+        "set_name": SET,
+        "set_port": SET_PORT,
     }
 
 
@@ -87,6 +98,8 @@ def write_machine(root: Path, config: dict[str, Any]) -> None:
 @pytest.fixture(scope="module")
 def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     require_parts(BARE_ROOTFS, APT_REPO, PYPI, hint=HINT)
+    if not sorted(HAPROXY_DEBS.glob("haproxy_*.deb")):
+        pytest.fail(f"no HAProxy .debs in {HAPROXY_DEBS}: run tests/bootstrap.sh")
     llama_server()
     busy = [port for port in PORTS if not port_free(port)]
     assert not busy, f"ports {busy} are in use on this machine"
@@ -106,6 +119,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         f"--bind={results}:/results",
         f"--bind-ro={APT_REPO}:/var/cache/e2e-apt",
         f"--bind-ro={PYPI}:/var/cache/e2e-pypi",
+        f"--bind-ro={HAPROXY_DEBS}:/haproxy-debs",
     ]
     with kept_or_removed(work):
         yield Machine(root, results, binds, phases=PHASES)
@@ -186,3 +200,68 @@ def test_reboot_brings_it_back_ready(machine: Machine, install: Boot) -> None:
     assert chat["rc"] == 0, chat["stderr"]
     assert chat["reply"]["choices"] == 1, chat
     assert reboot.one("server")["pid"] is not None
+
+
+@pytest.fixture(scope="module")
+def set_install(machine: Machine) -> Boot:
+    return machine.boot("set")
+
+
+def set_journals(boot: Boot) -> str:
+    """The last lines of each unit of the set, as recorded when its approval failed."""
+    tails = []
+    for unit in SET_UNITS:
+        entries = boot.all(f"journal_{unit}")[-1]["entries"] if boot.all(f"journal_{unit}") else []
+        tails.append(f"{unit}:\n" + "\n".join(str(e["message"]) for e in entries[-10:]))
+    return "\n".join(tails)
+
+
+def _states(boot: Boot, check: str) -> dict[str, str]:
+    return {unit: props["ActiveState"] for unit, props in boot.one(check)["units"].items()}
+
+
+def test_a_set_of_two_llama_servers_behind_haproxy_comes_up_pinned_apart(
+    set_install: Boot,
+) -> None:
+    approve = set_install.one("set_approve")
+    assert approve["rc"] == 0, approve["stderr"][-3000:] + set_journals(set_install)
+    assert _states(set_install, "set_units") == dict.fromkeys(SET_UNITS, "active")
+    pair = endpoint(set_install.one("set_status")["status"], SET)
+    assert pair["state"] == "ready", pair
+    assert [i["state"] for i in pair["instances"]] == ["ready", "ready"], pair
+    servers = set_install.one("set_servers")["servers"]
+    assert len(servers) == 2, servers
+    cpus = [set(parse_cpulist(s["cpus"])) for s in servers]
+    assert all(cpus) and not cpus[0] & cpus[1], cpus
+    for server, its_cpus in zip(servers, cpus, strict=True):
+        argv = server["argv"]
+        assert argv[argv.index("--threads") + 1] == str(len(its_cpus)), argv
+
+
+def test_chats_through_the_balancer_reach_both_llama_servers(set_install: Boot) -> None:
+    chats = [set_install.one(f"set_chat_{i}") for i in range(6)]
+    assert all(c["rc"] == 0 and c["reply"]["completion_tokens"] > 0 for c in chats), chats
+    assert chats[0]["url"] == f"http://127.0.0.1:{SET_PORT}/v1", chats[0]
+    served = set_install.one("set_served")
+    assert all(isinstance(n, float) for n in served["before"] + served["after"]), served
+    grew = [after - before for before, after in zip(served["before"], served["after"], strict=True)]
+    assert min(grew) > 0, f"an instance served nothing: generated tokens grew by {grew}"
+
+
+def test_a_killed_llama_server_comes_back_by_itself(set_install: Boot) -> None:
+    after = set_install.one("set_after_kill")
+    assert after["came_back"], after
+    assert after["pid_after"] != after["pid_before"] and int(after["restarts"]) >= 1, after
+    assert _states(set_install, "set_units_after_kill") == dict.fromkeys(SET_UNITS, "active")
+    pair = endpoint(set_install.one("set_status_after_kill")["status"], SET)
+    assert pair["state"] == "ready", pair
+    set_install.assert_clean()
+
+
+def test_reboot_brings_the_llama_set_back(machine: Machine, set_install: Boot) -> None:
+    reboot = machine.boot("set_reboot")
+    reboot.assert_clean()
+    assert _states(reboot, "set_units") == dict.fromkeys(SET_UNITS, "active")
+    assert endpoint(reboot.one("set_status")["status"], SET)["state"] == "ready"
+    chat = reboot.one("set_chat")
+    assert chat["rc"] == 0 and chat["reply"]["choices"] == 1, chat
