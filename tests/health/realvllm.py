@@ -6,13 +6,16 @@ Other test areas may import these: `vllm_executable()`, `tiny_model()`, `build_t
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from functools import cache
 from pathlib import Path
@@ -103,15 +106,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def short_tmpdir() -> Path:
+    """A TMPDIR for one vLLM server, removed when the test run ends. vLLM binds its ZMQ IPC
+    sockets under TMPDIR, and a socket's path must fit in 107 bytes: a test's own tmp_path
+    under a pytest-xdist worker (`.../pytest-N/popen-gw0/test_name0/tmp/UUID`) does not."""
+    path = Path(tempfile.mkdtemp(prefix="vllm-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def vllm_env(work: Path) -> dict[str, str]:
     """real-tools.md's environment for serving on this CPU (every physical core bound),
     caches under `work`."""
     (work / "cache").mkdir(parents=True, exist_ok=True)
-    (work / "tmp").mkdir(parents=True, exist_ok=True)
     return os.environ | {
         "VLLM_CACHE_ROOT": str(work / "cache"),
         "TORCHINDUCTOR_CACHE_DIR": str(work / "cache" / "inductor"),
-        "TMPDIR": str(work / "tmp"),
+        "TMPDIR": str(short_tmpdir()),
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, physical_cpus())),

@@ -49,7 +49,7 @@ def test_the_planned_kv_pool_is_the_one_vllm_allocates(
     data = json.loads(result.output)
     memory = data["memory"]
     assert memory["kv_pool_gb"] >= 1 and memory["process_gb"] > memory["kv_pool_gb"]
-    work = tmp_path_factory.mktemp("kv")  # short: vLLM's IPC sockets live under TMPDIR (108 bytes)
+    work = tmp_path_factory.mktemp("kv")
     env = {k: v for k, v in vllm_env(work).items() if k != "VLLM_CPU_KVCACHE_SPACE"}
     server = VllmServer([str(vllm), "serve", *data["vllm_args"]], work, env | data["env"])
     try:
