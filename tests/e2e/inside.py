@@ -412,6 +412,15 @@ def engine_fault(check: str, sig: signal.Signals, whole_engine: bool) -> None:
     chat(f"{check}_chat")
 
 
+def instance_metrics(port: int) -> str | OSError:
+    """An engine instance's own Prometheus /metrics on loopback, or why it did not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            return str(reply.read().decode())
+    except OSError as exc:
+        return exc
+
+
 def epycd_metrics() -> tuple[float, str | None, str]:
     """(seconds, text, error) of one GET of epycd's /metrics."""
     started = time.monotonic()

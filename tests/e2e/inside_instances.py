@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 import traceback
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +35,9 @@ SUCCESS = re.compile(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", re.M)
 
 def requests_served(port: int) -> float | str:
     """The instance's own count of finished requests (vLLM's Prometheus /metrics)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-            text = reply.read().decode()
-    except OSError as exc:
-        return type(exc).__name__
+    text = base.instance_metrics(port)
+    if isinstance(text, OSError):
+        return type(text).__name__
     return sum(float(value) for value in SUCCESS.findall(text))
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from pathlib import Path
 
 import inside
@@ -30,6 +29,7 @@ from inside import (
     endpoint_entry,
     endpoint_state,
     epycctl_status,
+    instance_metrics,
     journal,
     must,
     record,
@@ -84,35 +84,33 @@ def chat(check: str, url: str | None, model: str | None = None) -> None:
     record(check, rc=done["rc"], reply=reply, url=url, stderr=done["stderr"][-3000:])
 
 
-def proc_status(pid: str) -> dict[str, str]:
-    """/proc/PID/status as field -> value."""
-    lines = (Path("/proc") / pid / "status").read_text().splitlines()
-    return dict(line.split(":", 1) for line in lines if ":" in line)
+def server_facts(pid: str) -> dict[str, object]:
+    """One llama-server as the kernel sees it: its CPUs, threads, user, argv and memory."""
+    proc = Path("/proc") / pid
+    lines = (proc / "status").read_text().splitlines()
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
+    return {
+        "pid": int(pid),
+        "argv": (proc / "cmdline").read_text().split("\0")[:-1],
+        "cpus": fields["Cpus_allowed_list"].strip(),
+        "mems": fields["Mems_allowed_list"].strip(),
+        "threads": int(fields["Threads"]),
+        "uid": fields["Uid"].split()[0],
+        "locked_kib": int(fields["VmLck"].split()[0]),
+        "memlock_limit": next(
+            (line for line in (proc / "limits").read_text().splitlines() if "locked" in line), ""
+        ),
+        "numa_policy": run("sh", "-c", f"head -1 /proc/{pid}/numa_maps")["stdout"].strip(),
+    }
 
 
 def server_process(check: str) -> None:
-    """llama-server as the kernel sees it: its CPUs, threads, user and argv."""
+    """The (single endpoint's one) llama-server."""
     found = run("pgrep", "-x", "llama-server")["stdout"].split()
     if not found:
         record(check, pid=None)
         return
-    pid = found[0]
-    proc = Path("/proc") / pid
-    fields = proc_status(pid)
-    record(
-        check,
-        pid=int(pid),
-        argv=(proc / "cmdline").read_text().split("\0")[:-1],
-        cpus=fields["Cpus_allowed_list"].strip(),
-        mems=fields["Mems_allowed_list"].strip(),
-        threads=int(fields["Threads"]),
-        uid=fields["Uid"].split()[0],
-        locked_kib=int(fields["VmLck"].split()[0]),
-        memlock_limit=next(
-            (line for line in (proc / "limits").read_text().splitlines() if "locked" in line), ""
-        ),
-        numa_policy=run("sh", "-c", f"head -1 /proc/{pid}/numa_maps")["stdout"].strip(),
-    )
+    record(check, **server_facts(found[0]))
 
 
 def fresh_machine() -> None:
@@ -183,11 +181,9 @@ def member_ports() -> list[int]:
 def predicted_tokens(port: int) -> float | str:
     """An instance's own count of the tokens it generated (llama-server's --metrics). Not its
     prompt tokens: a prompt it has seen comes from its prompt cache and counts none."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-            text = reply.read().decode()
-    except OSError as exc:
-        return type(exc).__name__
+    text = instance_metrics(port)
+    if isinstance(text, OSError):
+        return type(text).__name__
     line = next(x for x in text.splitlines() if x.startswith("llamacpp:tokens_predicted_total"))
     return float(line.split()[-1])
 
@@ -218,16 +214,9 @@ def kill_one_instance() -> None:
 
 
 def server_processes(check: str) -> None:
-    """Every llama-server's CPUs and argv."""
+    """Every llama-server of the set."""
     found = run("pgrep", "-x", "llama-server")["stdout"].split()
-    servers = []
-    for pid in found:
-        servers.append({
-            "pid": int(pid),
-            "argv": (Path("/proc") / pid / "cmdline").read_text().split("\0")[:-1],
-            "cpus": proc_status(pid)["Cpus_allowed_list"].strip(),
-        })  # fmt: skip
-    record(check, servers=servers)
+    record(check, servers=[server_facts(pid) for pid in found])
 
 
 def phase_set() -> None:
