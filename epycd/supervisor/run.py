@@ -37,6 +37,10 @@ from epycd.supervisor.process import (
 )
 
 GATE_FAILED_EXIT = 1
+UNASKED_EXIT = 1
+"""The supervisor's status when the server exited with 0 while serving and nobody asked it
+to stop: vLLM's API server shuts down cleanly when its EngineCore dies (an OOM kill, a
+crash), and a clean exit would be a success that `Restart=on-failure` never acts on."""
 DEFAULT_STALL_TIMEOUT_S = 120.0
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 WATCHDOG_SIGNAL = signal.SIGABRT
@@ -293,7 +297,8 @@ class Supervisor:
         return GATE_FAILED_EXIT
 
     def finish(self, code: int) -> int:
-        """Leftover children go; a server killed by a signal makes us die by it too."""
+        """Leftover children go; a server killed by a signal makes us die by it too, and one
+        that exited by itself, even with 0, makes the run a failure."""
         assert self.process is not None
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGTERM)
@@ -307,4 +312,7 @@ class Supervisor:
                 signal.signal(-code, signal.SIG_DFL)
             os.kill(os.getpid(), -code)
             return 128 - code
+        if code == 0 and self.stop_signal is None:
+            log.error("nobody asked the server to stop: exiting %d (a failed run)", UNASKED_EXIT)
+            return UNASKED_EXIT
         return code

@@ -104,6 +104,21 @@ def test_server_dying_by_a_signal_while_serving(tmp_path: Path, run: Run) -> Non
     assert "stub: listening on" in "\n".join(failed.log_tail)
 
 
+def test_a_clean_exit_nobody_asked_for_is_a_failed_run(tmp_path: Path, run: Run) -> None:
+    """vLLM's API server exits 0 when its EngineCore dies (killed by the kernel's OOM killer):
+    a run that ends so is a failure, or Restart=on-failure never brings the endpoint back."""
+    port = free_port()
+    sup, status_file, log = run(stub(port, "tiny", "--exit-after", "4", "0"), port)
+    status = wait_for_state(status_file, 30)
+    assert status is not None and status.state == "ready", log.read_text()
+    assert sup.wait(15) == 1, log.read_text()
+    failed = read_status(status_file)
+    assert failed is not None
+    assert (failed.state, failed.phase) == ("failed", "serving")
+    assert "server exited with status 0 while serving" in failed.reason
+    assert "nobody asked the server to stop" in log.read_text()
+
+
 def test_a_dead_front_end_takes_its_engine_with_it_at_once(tmp_path: Path, run: Run) -> None:
     """Issue 27: vLLM's engine processes outlive a killed `vllm serve` and hold its output
     open; the supervisor kills them with it and is gone in a moment, not after waiting on
