@@ -27,6 +27,7 @@ from epycd.supervisor import read_status
 from tests.health.notifysock import NotifySocket
 from tests.health.realvllm import build_tiny_model, free_port, serve_argv, tiny_model, vllm_env
 from tests.health.supervising import session_members, start_supervisor, supervisor_argv
+from tests.memcg import memcg_problem, oom_kill
 
 pytestmark = pytest.mark.vllm
 
@@ -225,3 +226,46 @@ def test_a_frozen_engine_stops_the_watchdog_while_health_still_answers(
                     os.killpg(status.pid, signal.SIGKILL)
                 supervisor.wait(30)
     assert "not pinging the watchdog: engine stalled" in log.read_text()
+
+
+@pytest.mark.parametrize("fault", ["sigkill", "oom_kill"])
+def test_a_dead_engine_core_fails_the_run(
+    tmp_path: Path, reap: list[subprocess.Popen[bytes]], fault: str
+) -> None:
+    """Issue 43: vLLM's EngineCore dies (kill -9, or the kernel's OOM killer over a memory
+    cgroup's limit): vLLM's API server shuts down cleanly, with status 0, and the supervisor
+    makes the run a failure (exit 1, state failed in phase serving), so Restart=on-failure
+    brings the endpoint back."""
+    if fault == "oom_kill" and (problem := memcg_problem()) is not None:
+        pytest.skip(f"no kernel OOM kill here: {problem}")
+    port = free_port()
+    status_file = tmp_path / "status.json"
+    log = tmp_path / "supervisor.log"
+    argv = supervisor_argv(
+        url=f"http://127.0.0.1:{port}",
+        model="tiny",
+        status_file=status_file,
+        server=serve_argv(tiny_model(), port, "tiny"),
+        extra=("--endpoint", "completions"),
+    )
+    with NotifySocket(tmp_path / "notify") as sock:
+        env = vllm_env(tmp_path) | {"NOTIFY_SOCKET": str(sock.path)}
+        supervisor = start_supervisor(argv, env, log)
+        reap.append(supervisor)
+        assert sock.wait_for("READY=1", LOAD_BOUND_S) is not None, log.read_text()[-4000:]
+    status = read_status(status_file)
+    assert status is not None and status.pid is not None
+    engines = engine_processes(status.pid)
+    assert len(engines) == 1, "one EngineCore process under vllm serve"
+    if fault == "sigkill":
+        engines[0].send_signal(signal.SIGKILL)
+    else:
+        killed = oom_kill(engines[0].pid)
+        assert killed["oom_kills"] >= 1 and not engines[0].is_running(), killed
+    assert supervisor.wait(120) == 1, log.read_text()[-4000:]
+    text = log.read_text()
+    assert "server exited with status 0 while serving" in text, text[-4000:]
+    assert "nobody asked the server to stop" in text
+    failed = read_status(status_file)
+    assert failed is not None and (failed.state, failed.phase) == ("failed", "serving")
+    assert not session_members(status.pid), "nothing of vLLM is left"
