@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 V1_MEMORY = Path("/sys/fs/cgroup/memory")
@@ -63,7 +64,14 @@ def memory_cgroup() -> Iterator[Path]:
             group.rmdir()
 
 
-def oom_kill(victim: int, timeout: float = 60) -> dict[str, object]:
+@dataclass
+class OomKill:
+    oom_kills: int
+    """The cgroup's own count of the kernel's OOM kills (memory.oom_control's oom_kill)."""
+    balloon: str
+
+
+def oom_kill(victim: int, timeout: float = 60) -> OomKill:
     """The kernel's OOM killer ends `victim` over its cgroup's limit; what the kernel counted
     (`oom_kill` of the cgroup) and what the balloon said (killed after the victim, or not)."""
     with memory_cgroup() as group:
@@ -73,8 +81,7 @@ def oom_kill(victim: int, timeout: float = 60) -> dict[str, object]:
             [
                 sys.executable,
                 "-c",
-                f"import os; open('{group}/cgroup.procs','w').write(str(os.getpid()))\n"
-                + BALLOON,
+                f"import os; open('{group}/cgroup.procs','w').write(str(os.getpid()))\n" + BALLOON,
                 str(victim),
             ],
             stdout=subprocess.PIPE,
@@ -93,4 +100,4 @@ def oom_kill(victim: int, timeout: float = 60) -> dict[str, object]:
             time.sleep(0.05)
         control = (group / "memory.oom_control").read_text()
         kills = int(dict(line.split() for line in control.splitlines()).get("oom_kill", "0"))
-        return {"limit": LIMIT, "oom_kills": kills, "balloon": out.strip(), "rc": balloon.returncode}
+        return OomKill(oom_kills=kills, balloon=out.strip())

@@ -261,7 +261,7 @@ def test_a_dead_engine_core_fails_the_run(
         engines[0].send_signal(signal.SIGKILL)
     else:
         killed = oom_kill(engines[0].pid)
-        assert killed["oom_kills"] >= 1 and not engines[0].is_running(), killed
+        assert killed.oom_kills >= 1 and not engines[0].is_running(), killed
     assert supervisor.wait(120) == 1, log.read_text()[-4000:]
     text = log.read_text()
     assert "server exited with status 0 while serving" in text, text[-4000:]
