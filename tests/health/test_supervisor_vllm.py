@@ -137,10 +137,11 @@ def test_broken_weights_fail_with_the_phase_and_the_log_tail(
     assert "health gate failed in phase health" in text
 
 
-def engine_processes(server_pid: int) -> list[psutil.Process]:
-    """vLLM's EngineCore process(es) under the `vllm serve` process."""
+def vllm_processes(server_pid: int, role: str) -> list[psutil.Process]:
+    """The processes under `vllm serve` that vLLM names by `role` (VLLM::EngineCore,
+    VLLM::Worker...)."""
     children = psutil.Process(server_pid).children(recursive=True)
-    return [c for c in children if "EngineCore" in c.name() + " ".join(c.cmdline())]
+    return [c for c in children if role in c.name() + " ".join(c.cmdline())]
 
 
 def test_a_frozen_engine_stops_the_watchdog_while_health_still_answers(
@@ -167,7 +168,7 @@ def test_a_frozen_engine_stops_the_watchdog_while_health_still_answers(
         assert sock.wait_for("READY=1", LOAD_BOUND_S) is not None, log.read_text()[-4000:]
         status = read_status(status_file)
         assert status is not None and status.pid is not None
-        engines = engine_processes(status.pid)
+        engines = vllm_processes(status.pid, "EngineCore")
         assert engines, "no EngineCore process under vllm serve"
         body = {"model": "tiny", "prompt": "hi", "max_tokens": 400, "ignore_eos": True}
 
@@ -228,14 +229,17 @@ def test_a_frozen_engine_stops_the_watchdog_while_health_still_answers(
     assert "not pinging the watchdog: engine stalled" in log.read_text()
 
 
-@pytest.mark.parametrize("fault", ["sigkill", "oom_kill"])
-def test_a_dead_engine_core_fails_the_run(
-    tmp_path: Path, reap: list[subprocess.Popen[bytes]], fault: str
+@pytest.mark.parametrize(
+    ("role", "fault"),
+    [("EngineCore", "sigkill"), ("EngineCore", "oom_kill"), ("Worker", "sigkill")],
+)
+def test_a_dead_engine_process_fails_the_run(
+    tmp_path: Path, reap: list[subprocess.Popen[bytes]], role: str, fault: str
 ) -> None:
-    """Issue 43: vLLM's EngineCore dies (kill -9, or the kernel's OOM killer over a memory
-    cgroup's limit): vLLM's API server shuts down cleanly, with status 0, and the supervisor
-    makes the run a failure (exit 1, state failed in phase serving), so Restart=on-failure
-    brings the endpoint back."""
+    """Issue 43: vLLM's EngineCore or its worker dies (kill -9, or the kernel's OOM killer
+    over a memory cgroup's limit): vLLM's API server shuts down cleanly, with status 0, and
+    the supervisor makes the run a failure (exit 1, state failed in phase serving), so
+    Restart=on-failure brings the endpoint back."""
     if fault == "oom_kill" and (problem := memcg_problem()) is not None:
         pytest.skip(f"no kernel OOM kill here: {problem}")
     port = free_port()
@@ -255,13 +259,13 @@ def test_a_dead_engine_core_fails_the_run(
         assert sock.wait_for("READY=1", LOAD_BOUND_S) is not None, log.read_text()[-4000:]
     status = read_status(status_file)
     assert status is not None and status.pid is not None
-    engines = engine_processes(status.pid)
-    assert len(engines) == 1, "one EngineCore process under vllm serve"
+    victims = vllm_processes(status.pid, role)
+    assert len(victims) == 1, f"one {role} process under vllm serve: {victims}"
     if fault == "sigkill":
-        engines[0].send_signal(signal.SIGKILL)
+        victims[0].send_signal(signal.SIGKILL)
     else:
-        killed = oom_kill(engines[0].pid)
-        assert killed.oom_kills >= 1 and not engines[0].is_running(), killed
+        killed = oom_kill(victims[0].pid)
+        assert killed.oom_kills >= 1 and not victims[0].is_running(), killed
     assert supervisor.wait(120) == 1, log.read_text()[-4000:]
     text = log.read_text()
     assert "server exited with status 0 while serving" in text, text[-4000:]
