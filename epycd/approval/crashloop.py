@@ -4,9 +4,10 @@ environment):
 
     python -m epycd.approval.crashloop NAME --unit UNIT
 
-UNIT is `epyc-llm-NAME`, or `epyc-llm-NAME_N` for instance N of a set. A run that ended
-cleanly (`systemctl stop` included) or was skipped by the approval check counts for nothing.
-A failed run is appended to `STATE_DIR/crashloop/UNIT.json` with how it ended and why (the
+UNIT is `epyc-llm-NAME`, or `epyc-llm-NAME_N` for instance N of a set. A run systemd was
+asked to stop (a stop or restart job of the unit runs: `systemctl stop`, a shutdown), however
+it exited, or a start the approval check skipped counts for nothing; a run that ended by
+itself is a failure, a clean exit too. A failed run is appended to `STATE_DIR/crashloop/UNIT.json` with how it ended and why (the
 reason and first error the supervisor left in its status file), with one journal line; the
 failures older than the approved plan's `healing.start_limit_interval_s` are dropped, and
 when `healing.start_limit_burst` remain the record gets its verdict, "crash-loop", with one
@@ -22,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
@@ -38,13 +39,16 @@ from epycd.plan.model import EndpointDecisions, Healing, Plan
 from epycd.readfile import STATE_MAX_BYTES, read_bytes
 from epycd.settings import Settings, load_settings
 from epycd.supervisor import SupervisorStatus, read_status
+from epycd.systemd import unit_jobs
 from epycd.text import escaped
 
 CRASHLOOP = "crashloop"
 CRASH_LOOP: Literal["crash-loop"] = "crash-loop"
-NOT_A_FAILURE = frozenset({"success", "exec-condition"})
-"""SERVICE_RESULT of a run that counts for nothing: a clean end (a stop included), or a start
-the approval check skipped (ExecCondition=)."""
+SKIPPED = "exec-condition"
+"""SERVICE_RESULT of a start the approval check skipped (ExecCondition=): not a run."""
+STOP_JOBS = frozenset({"stop", "restart", "try-restart", "reload-or-restart"})
+"""Job types of a unit that systemd was asked to stop (a person's stop or restart, a
+shutdown): its run ends as asked, whatever its exit status says."""
 SIGNAL_RESULTS = frozenset({"signal", "core-dump"})
 
 
@@ -188,16 +192,43 @@ def failure_text(failure: Failure) -> str:
     return f"{failure.how}: {failure.reason}" if failure.reason else failure.how
 
 
+def asked_to_stop(
+    stem: str, environ: Mapping[str, str], jobs: Callable[..., list[str] | None]
+) -> bool | None:
+    """Whether systemd was stopping the unit `stem` when its run ended (a stop or restart
+    job runs), or None when its manager cannot be asked. A user manager sets MANAGERPID."""
+    found = jobs(f"{stem}.service", user="MANAGERPID" in environ)
+    return None if found is None else bool(STOP_JOBS.intersection(found))
+
+
 def record_run(
-    settings: Settings, name: str, unit: str, environ: Mapping[str, str], now: datetime
+    settings: Settings,
+    name: str,
+    unit: str,
+    environ: Mapping[str, str],
+    now: datetime,
+    jobs: Callable[..., list[str] | None] = unit_jobs,
 ) -> list[str]:
-    """Record how the run of `unit` ended; the journal lines to print."""
+    """Record how the run of `unit` ended; the journal lines to print.
+
+    A run that systemd was asked to stop is never a failure, whatever its exit status (a
+    server slow to shut down at a reboot); one that ended by itself always is, even with
+    status 0 (vLLM in a container exits 0 when its EngineCore dies). Where the manager
+    cannot be asked, a clean end counts for nothing."""
     stem = unit_stem(name, unit)
     result = environ.get("SERVICE_RESULT", "")
     if not result:
         return [f"{stem}: no SERVICE_RESULT: the crash recorder runs from ExecStopPost="]
-    if result in NOT_A_FAILURE:
+    if result == SKIPPED:
         return []
+    how = how_it_ended(result, environ.get("EXIT_CODE", ""), environ.get("EXIT_STATUS", ""))
+    asked = asked_to_stop(stem, environ, jobs)
+    if asked:
+        return [] if result == "success" else [f"{stem}: stopped as asked ({how}): not a failure"]
+    if result == "success":
+        if asked is None:
+            return []
+        how = "exited 0 by itself"
     approval = load_approval(settings, name)
     if approval is None:
         return [f"{stem}: no approval record of {name}: the failed run is not recorded"]
@@ -214,7 +245,7 @@ def record_run(
         result=result,
         exit_code=environ.get("EXIT_CODE", ""),
         exit_status=environ.get("EXIT_STATUS", ""),
-        how=how_it_ended(result, environ.get("EXIT_CODE", ""), environ.get("EXIT_STATUS", "")),
+        how=how,
         reason=reason,
         first_error=first_error,
     )

@@ -126,6 +126,25 @@ def is_enabled(unit: str) -> str:
     raise SystemdError(f"`systemctl is-enabled {unit}` answered nothing: {_tail(done.stderr)}")
 
 
+def unit_jobs(unit: str, *, user: bool = False) -> list[str] | None:
+    """The types of the jobs systemd has queued or running for `unit` (`start`, `stop`,
+    `restart`, ...; `systemctl list-jobs`), or None when the manager cannot be asked. A unit
+    that systemd is stopping has its stop (or restart) job running until it is inactive,
+    through ExecStopPost=; a run that ended by itself has none."""
+    args = ["--user"] if user else []
+    args += ["list-jobs", "--no-legend", "--plain", "--full", unit]
+    try:
+        done = run("systemctl", args, timeout=QUERY_TIMEOUT_S)
+    except SystemdError:
+        return None
+    jobs = []
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[1] == unit:
+            jobs.append(fields[2])
+    return jobs
+
+
 def journal(units: Sequence[str], lines: int = 50) -> str:
     """The last `lines` journal lines of `units`, oldest first."""
     args = ["--no-pager", "--output=short-iso", f"--lines={lines}"]

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from epycd.approval.crashloop import CrashRecord, Failure, crash_path, read_crash_record
+from epycd.approval.crashloop import (
+    CrashRecord,
+    Failure,
+    crash_path,
+    read_crash_record,
+    record_run,
+)
 from epycd.paths import endpoint_status_file
 from epycd.plan.model import Healing, Plan
 from epycd.supervisor import SupervisorStatus, write_status
@@ -90,6 +96,52 @@ def test_a_clean_end_or_a_skipped_start_counts_for_nothing(
     done = ended(env, result, "exited", "0")
     assert done.stderr == ""
     assert not crash_path(env.settings, UNIT).exists()
+
+
+def run_ended(env: ApprovalSandbox, result: str, status: str, jobs: list[str] | None) -> list[str]:
+    """One run ended, the recorder in this process, systemd's jobs of the unit as given."""
+    environ = {"SERVICE_RESULT": result, "EXIT_CODE": "exited", "EXIT_STATUS": status}
+    asked: list[tuple[str, bool]] = []
+
+    def unit_jobs(unit: str, *, user: bool) -> list[str] | None:
+        asked.append((unit, user))
+        return jobs
+
+    lines = record_run(env.settings, "chat", UNIT, environ, datetime.now(UTC), unit_jobs)
+    assert asked == [(f"{UNIT}.service", False)]
+    return lines
+
+
+def test_runs_systemd_was_asked_to_stop_never_make_a_crash_loop(env: ApprovalSandbox) -> None:
+    """Issue 43: a server that exits 1 when it is stopped (slow to shut down at a reboot)
+    ends a run systemd asked to end: three such stops are no crash loop. Before, each one
+    counted, and with two real faults after them the endpoint was kept down."""
+    approve(env)
+    supervisor_says(env, "stopped", reason="stopped by signal 15; server exited with status 1")
+    for job in ("stop", "restart", "stop"):
+        lines = run_ended(env, "exit-code", "1", [job])
+        assert lines == [f"{UNIT}: stopped as asked (exit-code 1): not a failure"]
+    assert run_ended(env, "success", "0", ["stop"]) == []
+    assert not crash_path(env.settings, UNIT).exists()
+    assert boot_check(env).returncode == 0
+
+
+def test_a_clean_exit_nobody_asked_for_is_a_failed_run(env: ApprovalSandbox) -> None:
+    """Issue 43: vLLM exits 0 when its EngineCore dies (a container has no supervisor to
+    turn that into a failure): a run that ended by itself with status 0 is a failed run.
+    Where the manager cannot be asked, a clean end still counts for nothing."""
+    approve(env)
+    supervisor_says(env, "failed", phase="serving", reason="server exited with status 0")
+    [line] = run_ended(env, "success", "0", [])
+    assert line.startswith("chat run failed (exited 0 by itself): failed in phase serving"), line
+    record = read_crash_record(env.settings, UNIT)
+    assert record is not None and [f.how for f in record.failures] == ["exited 0 by itself"]
+    assert run_ended(env, "success", "0", None) == []
+    assert run_ended(env, "exit-code", "1", ["start"])[0].startswith("chat run failed"), (
+        "a start job is no stop: a start that failed is a failure"
+    )
+    record = read_crash_record(env.settings, UNIT)
+    assert record is not None and len(record.failures) == 2
 
 
 def test_three_failed_runs_make_a_crash_loop_the_boot_check_refuses(env: ApprovalSandbox) -> None:
