@@ -7,8 +7,9 @@ environment):
 UNIT is `epyc-llm-NAME`, or `epyc-llm-NAME_N` for instance N of a set. A run systemd was
 asked to stop (a stop or restart job of the unit runs: `systemctl stop`, a shutdown), however
 it exited, or a start the approval check skipped counts for nothing; a run that ended by
-itself is a failure, a clean exit too. A failed run is appended to `STATE_DIR/crashloop/UNIT.json` with how it ended and why (the
-reason and first error the supervisor left in its status file), with one journal line; the
+itself is a failure, a clean exit too. A failed run is appended to
+`STATE_DIR/crashloop/UNIT.json` with how it ended and why (the reason and first error the
+supervisor left in its status file), with one journal line; the
 failures older than the approved plan's `healing.start_limit_interval_s` are dropped, and
 when `healing.start_limit_burst` remain the record gets its verdict, "crash-loop", with one
 more journal line. The boot-time check (`epycd.approval.check`) then refuses every start of

@@ -57,7 +57,9 @@ def start_limit_interval_s(start_timeout_s: int, runs: int = CRASH_LOOP_RUNS) ->
 def healing_for(restart: Restart, start_timeout_s: int, supervised: bool) -> Healing:
     """An endpoint unit's healing. `supervised`: its main process is epycd's supervisor (the
     host and docker paths), which pings systemd's watchdog; on podman (Quadlet) the main
-    process is podman, and podman's health check kills a container that stops answering."""
+    process is podman, and podman's health check kills a container that stops answering,
+    and a clean exit of podman (vLLM's, when its EngineCore died) restarts the unit too: the
+    supervisor makes that exit a failure itself."""
     return Healing(
         restart=restart,
         restart_sec=RESTART_SEC,
@@ -65,6 +67,7 @@ def healing_for(restart: Restart, start_timeout_s: int, supervised: bool) -> Hea
         start_limit_interval_s=start_limit_interval_s(start_timeout_s),
         watchdog_s=WATCHDOG_S if supervised else None,
         stall_s=STALL_S,
+        restart_clean_exit=not supervised,
     )
 
 

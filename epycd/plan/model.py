@@ -104,6 +104,12 @@ class Healing(BaseModel):
         description="the engine counts as hung when requests are running and no prompt or "
         "generation token was counted for this long"
     )
+    restart_clean_exit: bool = Field(
+        default=False,
+        description="RestartForceExitStatus=0: a main process that exits 0 by itself is "
+        "restarted too, where no supervisor makes that exit a failure (podman: vLLM in its "
+        "container exits 0 when its EngineCore dies); False in approvals made before it",
+    )
 
 
 class EndpointService(BaseModel):

@@ -2,7 +2,11 @@
 (epycd.plan.healing); decisions without it (approval records from before issue 27) get the
 units of their time.
 
-- `[Service]` `Restart=on-failure` and `RestartSec=`, or `Restart=no`. `WatchdogSec=` where
+- `[Service]` `Restart=on-failure` and `RestartSec=`, or `Restart=no`; where no supervisor
+  makes a clean exit a failure (podman, the balancer) also `RestartForceExitStatus=0`: a
+  main process that exits 0 by itself did not stop as asked (a stop systemd was asked for is
+  never restarted), as vLLM in a container exits 0 when its EngineCore dies; the crash
+  recorder counts such a run as failed, so the crash-loop rules hold for it. `WatchdogSec=` where
   the main process is epycd's supervisor (host, docker), also with `Restart=no`: a hung
   engine is then killed and stays down, which is what "no" asks for (a hung engine that
   holds its socket's memory and port is not "up"). With it `LimitCORE=0`: the watchdog's
@@ -45,6 +49,8 @@ def service_restart_lines(healing: Healing) -> list[Line]:
     lines: list[Line] = [("Restart", healing.restart)]
     if healing.restart != "no":
         lines.append(("RestartSec", f"{healing.restart_sec}s"))
+        if healing.restart_clean_exit:
+            lines.append(("RestartForceExitStatus", "0"))
     if healing.watchdog_s is not None:
         lines += [("WatchdogSec", f"{healing.watchdog_s}s"), ("LimitCORE", "0")]
     return lines

@@ -122,7 +122,7 @@ def check_healing(decisions: EndpointService) -> None:
     healing = decisions.healing
     if healing is None:
         return
-    figures = healing.model_dump(exclude={"restart"})
+    figures = healing.model_dump(exclude={"restart", "restart_clean_exit"})
     bad = sorted(name for name, value in figures.items() if value is not None and value <= 0)
     if bad:
         raise _refuse(decisions, "healing", f"healing {', '.join(bad)} must be positive",

@@ -156,19 +156,19 @@ PINNED: dict[str, dict[str, Pinned]] = {
     "extra-args-consent": {
         "qwen": Pinned(
             "cb055a7d46f52fd1ec91e8ddb8f739bbcadc8d72474ef1b34271c137b20abbd4",
-            "9d8645756467139ffedc9e676e2fb5b68bcdb52bb79ca10df3a192599f2f722f",
+            "90ca82da4e87d815741d1b87591aa13cddaf0dc0f80ee1016d0889efed7d087f",
         ),
     },
     "gated-podman-token": {
         "llama": Pinned(
             "a2efd49289f888f5073fe223fdea63d7458a67b1af944b0fba0294ee41253954",
-            "3f155d21c2ba9c01ede870fcc50c869cfaa6fa014b825f799f78298fde8cc874",
+            "9b683687be0edf253516ffc6398045b4d431323e1ad171ef5ed7c908eeffda84",
         ),
     },
     "genoa-podman": {
         "qwen": Pinned(
             "f95b67425a5107589dcfbe573ac6295df4198ed0616110a9ce1066c902c31298",
-            "7fc8b5e59bc4f4dd44054b2256eaef0f1cc44467b04f431db24104064c70c875",
+            "6842b1f8b7b9debd13397b3bdaafc5b1c09519ea98060c87ca2869df9b9bab4f",
         ),
     },
     "host-ipv6-key": {
@@ -192,35 +192,35 @@ PINNED: dict[str, dict[str, Pinned]] = {
     "instances-docker-milan": {
         "olmo": Pinned(
             "91a2fb74245d325c6c3a3231eedd0d037e9c24cba0d8814ca937f5b0d3dd286b",
-            "04c47c638466673d88015e6bab09d3025cd2aed086f192196c7b63cd8a893e50",
+            "73ce9eca8a076025123edb53c40f82a34524149567b1ae7b7befa4d343d6dfb2",
         ),
     },
     "instances-host-vllm": {
         "multi": Pinned(
             "5eebe0e8973fa50c0ecdeede4c50921132a4b3d136ce25c1a4209e4add45ba75",
-            "deabe510a7a1f9b9f1624340f0e644f9a69191ab9743cf5efb121eff1077f78e",
+            "73e192adfead69008beb9cd2d070ca5d405238b284bb843d7f1cfccff30ed295",
         ),
     },
     "instances-podman-nps4": {
         "qwen": Pinned(
             "6720ef5722bcd78b6d8ebfdff58922e462a380ce7dd86103f1f7e9324461ed66",
-            "17fdee01e7681a9f1a40666d1ad202d6aca5d6cc6ce9e017c0f3c003a1cc9259",
+            "c461fa897cd664dbcc29137c9140c6cc318d9560f6a05ce7a4ec4bf31b935832",
         ),
     },
     "instinct-mi210-podman": {
         "qwen": Pinned(
             "3ff1dd17b7d162f69c6153f73be9611af79ef5e89c6b9b424977ba073b388bed",
-            "2916a1839bbfaa16a872a67ca5e07633689214cc6f7ae7b85407944ce6dcb195",
+            "8535bd0cdcade48a7200681d4a6aaeb044e54bcea85a4999437c4581531156c6",
         ),
     },
     "instinct-mi300x-podman": {
         "cpu": Pinned(
             "d67dbc0f13aaecb541127a4acfddb1df09819a8d5c4eafdc7dc8bb2790827a9f",
-            "dee3f2b9616e903a63fe5220943bd58c1af87a4fb3f38a86d4431dbf066af620",
+            "3a949960b61958300201b303c17f9c37eb854ca4a03faf69051dc8d630fb5364",
         ),
         "gpu": Pinned(
             "5967c65c75076115af0351d8888e4cb8007ec1ffc7bf81057f69684726058a12",
-            "442d4f5185bd77fc297e52e363be4ab1f83cb6489fcfcc40280cc4a7e43f8796",
+            "f4b08a2257b2d9d796130585cd146972a30f7a431150c8af4d240bb53d677254",
         ),
     },
     "instinct-mi355x-docker": {
@@ -238,13 +238,13 @@ PINNED: dict[str, dict[str, Pinned]] = {
     "podman-before-5": {
         "qwen-old": Pinned(
             "d67dbc0f13aaecb541127a4acfddb1df09819a8d5c4eafdc7dc8bb2790827a9f",
-            "30b78a0268b1cde85b82d12bbcf2c371f0b797643feaaec759403d931d0159a2",
+            "85409d55780e4a38680daa0f99af62b1fed197a573c12877ae2eb73cc1ba39f9",
         ),
     },
     "podman-before-5-key": {
         "qwen-key": Pinned(
             "824d858eaea353bb3a8e03296b375753730d38a419da9ca1f6c69d7ebe3286de",
-            "68826475a7913322ab137f0a2a9eb0e9cf60121422ccdf1484426866a09b5b7b",
+            "44ad3004894b651a948be242d9132aba70fc7d6b65a255715b359a30d94f86ef",
         ),
     },
 }

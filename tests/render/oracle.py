@@ -36,8 +36,11 @@ def on_this_machine(decisions: SingleEndpoint, manager: UserManager) -> SingleEn
 
 
 def runnable_generated(text: str, manager: UserManager) -> str:
-    """Quadlet's service with podman swapped: `run` goes to the dumper, `rm` to /bin/true."""
+    """Quadlet's service with podman swapped: `run` goes to the dumper, `rm` to /bin/true.
+    The dumper exits 0 once it has recorded its argv, which `RestartForceExitStatus=0` would
+    restart as a server that ended by itself: one run is what is checked here."""
     text = text.replace(f"ExecStart={PODMAN} ", f"ExecStart={manager.dumper} ")
+    text = text.replace("\nRestartForceExitStatus=0\n", "\n")
     return text.replace(PODMAN, "/bin/true")
 
 
