@@ -158,6 +158,15 @@ def how_it_ended(result: str, exit_code: str, exit_status: str) -> str:
     return result or exit_code or "unknown"
 
 
+def why_this_run(status: SupervisorStatus | None, invocation: str | None) -> tuple[str, list[str]]:
+    """(reason, first error) from the status file if this run (systemd's INVOCATION_ID)
+    wrote it. A run that ended before its supervisor wrote (killed at once, or it never
+    started) leaves an earlier run's there, whose reason must not be named as this run's."""
+    if status is None or not invocation or status.invocation in (None, invocation):
+        return why(status)
+    return "ended before its supervisor said anything", []
+
+
 def why(status: SupervisorStatus | None) -> tuple[str, list[str]]:
     """(reason, first error) of the run, from the supervisor's last word."""
     if status is None:
@@ -240,7 +249,7 @@ def record_run(
     if healing is None:
         return []
     status = read_status(Path(target.status_file)) if target.status_file else None
-    reason, first_error = why(status)
+    reason, first_error = why_this_run(status, environ.get("INVOCATION_ID"))
     failure = Failure(
         at=now,
         result=result,

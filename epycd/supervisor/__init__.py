@@ -14,7 +14,8 @@ within its timeout and the engine is not stalled (requests running and vLLM's to
 counters in `/metrics` still for `--stall-timeout` seconds). When it stops pinging it logs
 one line saying why and keeps the reason in the status file (`unhealthy`), so that the
 crash recorder (`epycd.approval.crashloop`) can name it after the watchdog killed the unit.
-It forwards SIGTERM/SIGINT to the server and exits with the server's status. When the gate
+It forwards SIGTERM/SIGINT to the server and exits with the server's status; a server that
+exits by itself, even with 0, makes it exit 1 (a failed run). When the gate
 fails it logs the phase, the reason and the server's last lines, keeps them in the status
 file for `epycctl status`, stops the server and exits 1. No retry: systemd's Restart=
 restarts the unit.
@@ -59,6 +60,11 @@ class SupervisorStatus(BaseModel):
         "answering, engine stalled); systemd kills the unit unless it recovers",
     )
     pid: int | None = Field(default=None, description="the server's process id")
+    invocation: str | None = Field(
+        default=None,
+        description="systemd's INVOCATION_ID of the run that wrote it: the crash recorder "
+        "takes the reason of this run only, never an earlier run's",
+    )
     since: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
 

@@ -113,6 +113,7 @@ class Supervisor:
                 "url": self.options.gate.url,
                 "model": self.options.gate.served_model_name,
                 "pid": self.process.pid if self.process else None,
+                "invocation": os.environ.get("INVOCATION_ID"),
                 **fields,
             }
         )

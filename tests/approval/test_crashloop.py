@@ -144,6 +144,31 @@ def test_a_clean_exit_nobody_asked_for_is_a_failed_run(env: ApprovalSandbox) -> 
     assert record is not None and len(record.failures) == 2
 
 
+def test_a_run_is_named_by_its_own_status_never_an_earlier_runs(env: ApprovalSandbox) -> None:
+    """Issue 43: after the watchdog killed a hung run, a run that ended before its supervisor
+    wrote its status was recorded with the hung run's reason ("health not answering"): the
+    status file names its run (INVOCATION_ID) and only that run's word is taken."""
+    approve(env)
+    hung = "killed by systemd's watchdog (signal 6): health not answering for 23 s"
+    supervisor_says(env, "failed", phase="watchdog", reason=hung, invocation="run-1")
+    environ = {"SERVICE_RESULT": "watchdog", "INVOCATION_ID": "run-1"}
+    [line] = record_run(
+        env.settings, "chat", UNIT, environ, datetime.now(UTC), lambda *_a, **_k: []
+    )
+    assert f"failed in phase watchdog: {hung}" in line
+    environ = {"SERVICE_RESULT": "signal", "EXIT_STATUS": "KILL", "INVOCATION_ID": "run-2"}
+    [line] = record_run(
+        env.settings, "chat", UNIT, environ, datetime.now(UTC), lambda *_a, **_k: []
+    )
+    assert line.startswith("chat run failed (signal KILL): ended before its supervisor said"), line
+    record = read_crash_record(env.settings, UNIT)
+    assert record is not None
+    assert [f.reason for f in record.failures] == [
+        f"failed in phase watchdog: {hung}",
+        "ended before its supervisor said anything",
+    ]
+
+
 def test_three_failed_runs_make_a_crash_loop_the_boot_check_refuses(env: ApprovalSandbox) -> None:
     approve(env)
     supervisor_says(
