@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -42,6 +43,7 @@ from tests.machine import (
     serving_needs_identity,
     write_identity_root,
 )
+from tests.memcg import memcg_problem, oom_kill
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTFS = CACHE / "rootfs"
@@ -213,6 +215,68 @@ class Boot:
         assert self.all("done"), f"{self.phase}: the driver did not finish; see {self.console}"
 
 
+REQUESTS = "requests"
+"""The folder in a machine's results where its driver asks the host for what it cannot do
+itself (HostHands), one `ID.json` request each, answered in `ID.done`."""
+
+
+def host_pid(root: Path, pid: int) -> int | None:
+    """This machine's pid of the process that is `pid` in the machine whose root is `root`
+    (the last field of /proc/PID/status's NSpid; the root tells machines apart)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            if os.readlink(entry / "root") != str(root):
+                continue
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("NSpid:") and line.split()[-1] == str(pid) and len(line.split()) > 2:
+                return int(entry.name)
+    return None
+
+
+class HostHands:
+    """While a machine runs, the host does for its driver what the machine cannot do itself:
+    a kernel OOM kill of one of its processes over a memory cgroup's limit (the machine's
+    cgroup hierarchies are mounted read-only in it; tests/memcg.py)."""
+
+    def __init__(self, root: Path, results: Path) -> None:
+        self.root = root
+        self.folder = results / REQUESTS
+        self.folder.mkdir(exist_ok=True)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.serve, name="host-hands", daemon=True)
+
+    def __enter__(self) -> HostHands:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def serve(self) -> None:
+        while not self.done.wait(0.2):
+            for request in sorted(self.folder.glob("*.json")):
+                answer = self.answer(json.loads(request.read_text()))
+                request.with_suffix(".done").write_text(json.dumps(answer))
+                request.unlink()
+
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("action") != "oom_kill":
+            return {"error": f"no such request: {request}"}
+        pid = host_pid(self.root, int(request["pid"]))
+        if pid is None:
+            return {"error": f"no process {request['pid']} in the machine"}
+        if (problem := memcg_problem()) is not None:
+            return {"error": problem}
+        killed = oom_kill(pid)
+        return {"oom_kills": killed.oom_kills, "balloon": killed.balloon, "host_pid": pid}
+
+
 @dataclass
 class Machine:
     root: Path
@@ -240,7 +304,7 @@ class Machine:
         ]  # fmt: skip
         timeout = BOOT_TIMEOUT_S.get(phase, DEFAULT_BOOT_TIMEOUT_S)
         started = time.monotonic()
-        with console.open("wb") as log:
+        with console.open("wb") as log, HostHands(self.root, self.results):
             process = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
             )

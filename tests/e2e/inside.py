@@ -37,6 +37,7 @@ DAEMON_CONF = Path("/etc/epyc-llm/epycd.conf")
 UNIT_FILE = Path("/etc/systemd/system") / UNIT
 APPROVAL = Path("/var/lib/epyc-llm/approvals") / f"{NAME}.json"
 SUPERVISOR_STATUS = Path("/run/epyc-llm/endpoints") / NAME / "status.json"
+CRASH_RECORD = Path("/var/lib/epyc-llm/crashloop") / f"epyc-llm-{NAME}.json"
 PRODUCT_USER = "epyc-llm"
 ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -376,23 +377,77 @@ def engine_processes() -> list[int]:
     return descendants(main_pid) if main_pid else []
 
 
-def engine_fault(check: str, sig: signal.Signals, whole_engine: bool) -> None:
-    """`sig` to the engine of the ready endpoint (the `vllm serve` process, or every vLLM
-    process when `whole_engine`), never to the supervisor; then wait, doing nothing, until a
-    new server is ready. Records the start-up it had, the time to ready again and what
-    systemd and `epycctl status` say."""
+def vllm_role(pid: int) -> str:
+    """What vLLM calls its process (`VLLM::EngineCore`, `VLLM::Worker`), else its comm."""
+    try:
+        return (Path("/proc") / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def signalled(sig: signal.Signals, whole_engine: bool) -> Callable[[list[int]], dict[str, Any]]:
+    """`sig` to the `vllm serve` process (or every vLLM process when `whole_engine`)."""
+
+    def act(pids: list[int]) -> dict[str, Any]:
+        serve = [pid for pid in pids if process_facts(pid).get("cmdline", [])[2:3] == ["serve"]]
+        victims = pids if whole_engine else serve
+        for pid in victims:
+            os.kill(pid, sig)
+        if sig == signal.SIGSTOP:
+            metrics_while_stopped()
+        return {"signal": sig.name, "victims": victims}
+
+    return act
+
+
+def killed(role: str) -> Callable[[list[int]], dict[str, Any]]:
+    """kill -9 of the one vLLM process named `role` (EngineCore, Worker), as the OOM killer
+    would end it."""
+
+    def act(pids: list[int]) -> dict[str, Any]:
+        victims = [pid for pid in pids if vllm_role(pid).startswith(f"VLLM::{role}")]
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        return {"signal": f"SIGKILL {role}", "victims": victims}
+
+    return act
+
+
+def oom_killed(role: str) -> Callable[[list[int]], dict[str, Any]]:
+    """The kernel's OOM killer ends the vLLM process named `role`: the host moves it into a
+    memory cgroup whose limit is then exceeded (the machine's cgroups are read-only here)."""
+
+    def act(pids: list[int]) -> dict[str, Any]:
+        victims = [pid for pid in pids if vllm_role(pid).startswith(f"VLLM::{role}")]
+        answer = ask_the_host({"action": "oom_kill", "pid": victims[0]}) if victims else {}
+        return {"signal": f"OOM kill {role}", "victims": victims, "host": answer}
+
+    return act
+
+
+def ask_the_host(request: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
+    """One request to the host's hands (tests/e2e/conftest.py HostHands), and its answer."""
+    folder = RESULTS / "requests"
+    name = f"{time.monotonic_ns()}"
+    (folder / f"{name}.json.partial").write_text(json.dumps(request))
+    (folder / f"{name}.json.partial").rename(folder / f"{name}.json")
+    answer = folder / f"{name}.done"
+    if not wait_until(f"the host answers {request}", answer.exists, timeout, every=0.2):
+        return {"error": "the host did not answer"}
+    return dict(json.loads(answer.read_text()))
+
+
+def engine_fault(check: str, act: Callable[[list[int]], dict[str, Any]]) -> None:
+    """A fault of the ready endpoint's engine (`act` on vLLM's processes, never the
+    supervisor); then wait, doing nothing, until a new server is ready. Records the start-up
+    it had, the time to ready again and what systemd and `epycctl status` say."""
     before = supervisor_status()
     pids = engine_processes()
-    serve = [pid for pid in pids if process_facts(pid).get("cmdline", [])[2:3] == ["serve"]]
-    victims = pids if whole_engine else serve
     started = time.monotonic()
-    for pid in victims:
-        os.kill(pid, sig)
-    if sig == signal.SIGSTOP:
-        metrics_while_stopped()
+    done = act(pids)
     with Timeline(f"{check}_timeline", (UNIT,), every=1):
         back = wait_until(
-            f"ready again after {sig.name}",
+            f"ready again after {done['signal']}",
             lambda: (
                 supervisor_status().get("state") == "ready"
                 and supervisor_status().get("pid") not in pids
@@ -401,11 +456,12 @@ def engine_fault(check: str, sig: signal.Signals, whole_engine: bool) -> None:
         )
     record(
         check,
-        signal=sig.name,
-        victims=victims,
+        **done,
+        roles=sorted({vllm_role(pid) for pid in pids}),
         startup_before=round(sum(before.get("seconds", {}).values()), 2),
         seconds_to_ready=round(time.monotonic() - started, 2) if back else None,
         status_after=supervisor_status(),
+        crash_record=read_json(CRASH_RECORD),
         **show(UNIT, "ActiveState", "SubState", "Result", "NRestarts", "MainPID"),
     )
     epycctl_status(f"{check}_status", NAME)
@@ -665,10 +721,20 @@ def phase_reboot() -> None:
     journal("journal_epycd", "epycd.service")
     reload_daemon()
     epycctl_status("status_after_reload", NAME)
-    engine_fault("kill_engine", signal.SIGKILL, whole_engine=False)
-    engine_fault("stop_engine", signal.SIGSTOP, whole_engine=True)
+    record("crash_record_before_faults", record=read_json(CRASH_RECORD))
+    engine_fault("kill_engine", signalled(signal.SIGKILL, whole_engine=False))
+    engine_fault("stop_engine", signalled(signal.SIGSTOP, whole_engine=True))
     journal("journal_faults", UNIT)
     journal("journal_epycd_faults", "epycd.service")
+    # Each fault below is one failed run; three in a row would be a crash loop, which is
+    # not what they test: the records are cleared before them, as `epycctl start` does.
+    for check, act in (
+        ("kill_engine_core", killed("EngineCore")),
+        ("kill_worker", killed("Worker")),
+        ("oom_engine_core", oom_killed("EngineCore")),
+    ):
+        run("epycctl", "start", NAME, timeout=120, check=f"{check}_cleared")
+        engine_fault(check, act)
 
     main_pid = show(UNIT, "MainPID")["MainPID"]
     edit_from, edit_to = CONFIG["edit"]

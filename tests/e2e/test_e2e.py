@@ -10,7 +10,9 @@ reboot          ready again with no new approval; epycd READY only after the end
                 Debian's Prometheus scrapes epycd while chats are served (issue 29);
                 `systemctl reload epycd` works under its sandbox;
                 kill -9 of vLLM, then SIGSTOP of vLLM: restarted with no action (issue 27),
-                epycd's /metrics saying it is down meanwhile;
+                epycd's /metrics saying it is down meanwhile; kill -9 of vLLM's EngineCore,
+                of its worker, and the kernel's OOM kill of the EngineCore (the host's
+                hands: a memory cgroup) restarted too (issue 43);
                 editing the file is not applied: status changed-needs-approval
 edited-reboot   the old approved units still serve; restore the file; `epycctl stop`
 stopped-reboot  not started at boot; the weights broken; `epycctl start`: crash-loop
@@ -346,6 +348,37 @@ def test_a_dead_or_hung_engine_is_restarted_with_no_action(machine: Machine, che
         if (e["message"] or "").startswith(f"{NAME}: ready -> ")
     ]
     assert len(noticed) >= 2, f"epycd did not log the endpoint leaving ready twice: {noticed}"
+
+
+def test_stops_and_boots_before_the_faults_count_for_nothing(machine: Machine) -> None:
+    """Issue 43: the install's poweroff stopped the endpoint and this boot started it: no run
+    systemd asked to end, and none that served, is a failed run. Two faults later one more
+    would make a crash loop (three runs), as on a Zen 4 machine where the SIGSTOP fault ended
+    in `crash-loop`."""
+    before = machine.boot("reboot").one("crash_record_before_faults")["record"]
+    assert before is None or before["failures"] == [], before
+
+
+@pytest.mark.parametrize("check", ["kill_engine_core", "kill_worker", "oom_engine_core"])
+def test_an_engine_process_that_dies_inside_is_restarted(machine: Machine, check: str) -> None:
+    """Issue 43: vLLM's EngineCore or its worker killed (kill -9, or the kernel's OOM killer
+    over a memory cgroup's limit): vLLM's API server exits 0, the supervisor makes the run a
+    failure and systemd restarts it; ready again within its start-up + 15 s, with no action.
+    Before, the unit was "Deactivated successfully" and stayed down."""
+    boot = machine.boot("reboot")
+    fault = boot.one(check)
+    assert len(fault["victims"]) == 1, f"no such vLLM process: {fault['roles']}"
+    if check.startswith("oom"):
+        assert fault["host"].get("oom_kills", 0) >= 1, fault["host"]
+    figures = engine_fault(fault)
+    assert figures.to_ready_s is not None, f"not ready again: {fault}\n{unit_log(boot)}"
+    assert figures.overhead_s is not None and figures.overhead_s <= SLACK_S, figures
+    assert int(figures.restarts) >= 1, "systemd restarted nothing (NRestarts)"
+    [failure] = fault["crash_record"]["failures"]
+    assert failure["how"] == "exit-code 1", failure
+    assert "server exited with status 0 while serving" in failure["reason"], failure
+    assert endpoint(boot.one(f"{check}_status")["status"], NAME)["state"] == "ready"
+    assert boot.one(f"{check}_chat")["rc"] == 0
 
 
 def test_broken_weights_end_in_a_crash_loop_that_survives_a_reboot(machine: Machine) -> None:
