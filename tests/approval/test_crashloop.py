@@ -113,7 +113,7 @@ def run_ended(env: ApprovalSandbox, result: str, status: str, jobs: list[str] | 
 
 
 def test_runs_systemd_was_asked_to_stop_never_make_a_crash_loop(env: ApprovalSandbox) -> None:
-    """Issue 43: a server that exits 1 when it is stopped (slow to shut down at a reboot)
+    """A server that exits 1 when it is stopped (slow to shut down at a reboot)
     ends a run systemd asked to end: three such stops are no crash loop. Before, each one
     counted, and with two real faults after them the endpoint was kept down."""
     approve(env)
@@ -127,7 +127,7 @@ def test_runs_systemd_was_asked_to_stop_never_make_a_crash_loop(env: ApprovalSan
 
 
 def test_a_clean_exit_nobody_asked_for_is_a_failed_run(env: ApprovalSandbox) -> None:
-    """Issue 43: vLLM exits 0 when its EngineCore dies (a container has no supervisor to
+    """vLLM exits 0 when its EngineCore dies (a container has no supervisor to
     turn that into a failure): a run that ended by itself with status 0 is a failed run.
     Where the manager cannot be asked, a clean end still counts for nothing."""
     approve(env)
@@ -145,7 +145,7 @@ def test_a_clean_exit_nobody_asked_for_is_a_failed_run(env: ApprovalSandbox) -> 
 
 
 def test_a_run_is_named_by_its_own_status_never_an_earlier_runs(env: ApprovalSandbox) -> None:
-    """Issue 43: after the watchdog killed a hung run, a run that ended before its supervisor
+    """After the watchdog killed a hung run, a run that ended before its supervisor
     wrote its status was recorded with the hung run's reason ("health not answering"): the
     status file names its run (INVOCATION_ID) and only that run's word is taken."""
     approve(env)

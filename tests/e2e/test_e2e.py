@@ -12,7 +12,7 @@ reboot          ready again with no new approval; epycd READY only after the end
                 kill -9 of vLLM, then SIGSTOP of vLLM: restarted with no action (issue 27),
                 epycd's /metrics saying it is down meanwhile; kill -9 of vLLM's EngineCore,
                 of its worker, and the kernel's OOM kill of the EngineCore (the host's
-                hands: a memory cgroup) restarted too (issue 43);
+                hands: a memory cgroup) restarted too;
                 editing the file is not applied: status changed-needs-approval
 edited-reboot   the old approved units still serve; restore the file; `epycctl stop`
 stopped-reboot  not started at boot; the weights broken; `epycctl start`: crash-loop
@@ -351,7 +351,7 @@ def test_a_dead_or_hung_engine_is_restarted_with_no_action(machine: Machine, che
 
 
 def test_stops_and_boots_before_the_faults_count_for_nothing(machine: Machine) -> None:
-    """Issue 43: the install's poweroff stopped the endpoint and this boot started it: no run
+    """The install's poweroff stopped the endpoint and this boot started it: no run
     systemd asked to end, and none that served, is a failed run. Two faults later one more
     would make a crash loop (three runs), as on a Zen 4 machine where the SIGSTOP fault ended
     in `crash-loop`."""
@@ -361,7 +361,7 @@ def test_stops_and_boots_before_the_faults_count_for_nothing(machine: Machine) -
 
 @pytest.mark.parametrize("check", ["kill_engine_core", "kill_worker", "oom_engine_core"])
 def test_an_engine_process_that_dies_inside_is_restarted(machine: Machine, check: str) -> None:
-    """Issue 43: vLLM's EngineCore or its worker killed (kill -9, or the kernel's OOM killer
+    """vLLM's EngineCore or its worker killed (kill -9, or the kernel's OOM killer
     over a memory cgroup's limit): vLLM's API server exits 0, the supervisor makes the run a
     failure and systemd restarts it; ready again within its start-up + 15 s, with no action.
     Before, the unit was "Deactivated successfully" and stayed down."""

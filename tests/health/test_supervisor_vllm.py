@@ -236,7 +236,7 @@ def test_a_frozen_engine_stops_the_watchdog_while_health_still_answers(
 def test_a_dead_engine_process_fails_the_run(
     tmp_path: Path, reap: list[subprocess.Popen[bytes]], role: str, fault: str
 ) -> None:
-    """Issue 43: vLLM's EngineCore or its worker dies (kill -9, or the kernel's OOM killer
+    """vLLM's EngineCore or its worker dies (kill -9, or the kernel's OOM killer
     over a memory cgroup's limit): vLLM's API server shuts down cleanly, with status 0, and
     the supervisor makes the run a failure (exit 1, state failed in phase serving), so
     Restart=on-failure brings the endpoint back."""

@@ -48,7 +48,7 @@ def test_healing_figures_come_from_the_start_budget(
         start_limit_interval_s=interval_s,
         watchdog_s=watchdog_s,
         stall_s=120,
-        restart_clean_exit=not supervised,  # podman's clean exit restarts too (issue 43)
+        restart_clean_exit=not supervised,  # podman's clean exit restarts too
     )
 
 

@@ -1,7 +1,7 @@
 """What the crash recorder asks systemd (`epycd.systemd.unit_jobs`), checked against a real
 systemd 252 manager: in the ExecStopPost= of a run that systemd was asked to end (`systemctl
 stop`, `systemctl restart`) the unit's stop or restart job is running; in that of a run that
-ended by itself (its main process killed, or exiting 0) there is none (issue 43)."""
+ended by itself (its main process killed, or exiting 0) there is none."""
 
 from __future__ import annotations
 
