@@ -372,7 +372,8 @@ def supervisor_status() -> dict[str, Any]:
 
 
 def engine_processes() -> list[int]:
-    """vLLM's processes under the endpoint's supervisor: `vllm serve` and its children."""
+    """The server's processes under the endpoint's supervisor: `vllm serve` and its
+    children, or llama-server."""
     main_pid = int(show(UNIT, "MainPID")["MainPID"] or 0)
     return descendants(main_pid) if main_pid else []
 
@@ -437,12 +438,18 @@ def ask_the_host(request: dict[str, Any], timeout: float = 120) -> dict[str, Any
     return dict(json.loads(answer.read_text()))
 
 
-def engine_fault(check: str, act: Callable[[list[int]], dict[str, Any]]) -> None:
-    """A fault of the ready endpoint's engine (`act` on vLLM's processes, never the
+def engine_fault(
+    check: str,
+    act: Callable[[list[int]], dict[str, Any]],
+    chat_with: Callable[[str], None] | None = None,
+) -> None:
+    """A fault of the ready endpoint's engine (`act` on the server's processes, never the
     supervisor); then wait, doing nothing, until a new server is ready. Records the start-up
-    it had, the time to ready again and what systemd and `epycctl status` say."""
+    it had, the time to ready again and what systemd and `epycctl status` say, and a chat
+    (`chat_with`, default `chat`)."""
     before = supervisor_status()
     pids = engine_processes()
+    roles = sorted({vllm_role(pid) for pid in pids})
     started = time.monotonic()
     done = act(pids)
     with Timeline(f"{check}_timeline", (UNIT,), every=1):
@@ -457,7 +464,7 @@ def engine_fault(check: str, act: Callable[[list[int]], dict[str, Any]]) -> None
     record(
         check,
         **done,
-        roles=sorted({vllm_role(pid) for pid in pids}),
+        roles=roles,
         startup_before=round(sum(before.get("seconds", {}).values()), 2),
         seconds_to_ready=round(time.monotonic() - started, 2) if back else None,
         status_after=supervisor_status(),
@@ -465,7 +472,7 @@ def engine_fault(check: str, act: Callable[[list[int]], dict[str, Any]]) -> None
         **show(UNIT, "ActiveState", "SubState", "Result", "NRestarts", "MainPID"),
     )
     epycctl_status(f"{check}_status", NAME)
-    chat(f"{check}_chat")
+    (chat_with or chat)(f"{check}_chat")
 
 
 def instance_metrics(port: int) -> str | OSError:

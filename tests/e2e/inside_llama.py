@@ -9,7 +9,8 @@ install  README command 1 with the engine chosen: `install.sh --engine llama.cpp
          module and g++ from apt, the recipe finds its build done), then `epycctl quickstart
          --engine llama.cpp --model FILE --yes` -> ready, the hand-off, a chat, status; the
          server's own process: its CPUs, threads and argv
-reboot   back with no new approval: status ready, a chat
+reboot   back with no new approval: status ready, a chat; llama-server killed (kill -9),
+         then stopped (SIGSTOP, systemd's watchdog): each time ready again with no action
 set      the single endpoint removed, Debian's HAProxy installed (.debs from the test cache),
          an endpoint of 2 llama-servers behind it approved: the units, status, chats through
          the balancer counted by each instance's own /metrics, instance 2 killed and back
@@ -19,6 +20,7 @@ set_reboot  the set back with no new approval: its units, status ready, a chat
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from inside import (
     PhaseFailed,
     endpoint_entry,
     endpoint_state,
+    engine_fault,
     epycctl_status,
     instance_metrics,
     journal,
@@ -35,6 +38,7 @@ from inside import (
     record,
     run,
     show,
+    signalled,
     use_identity_root,
     wait_for_daemon,
     wait_until,
@@ -46,6 +50,9 @@ UNIT = f"epyc-llm-{NAME}.service"
 UNIT_FILE = Path("/etc/systemd/system") / UNIT
 ENDPOINT_FILE = Path("/etc/epyc-llm") / f"{NAME}.toml"
 inside.UNIT = UNIT
+inside.NAME = NAME
+inside.SUPERVISOR_STATUS = Path("/run/epyc-llm/endpoints") / NAME / "status.json"
+inside.CRASH_RECORD = Path("/var/lib/epyc-llm/crashloop") / f"epyc-llm-{NAME}.json"
 inside.ENV |= {"PIP_INDEX_URL": f"file://{CONFIG['pypi']}", "PIP_CACHE_DIR": "/root/.cache/pip"}
 
 CHAT = """
@@ -162,6 +169,10 @@ def phase_reboot() -> None:
     record("unit", **show(UNIT))
     chat("chat", status_url("status"))
     server_process("server")
+    url = status_url("status_before_faults")
+    record("crash_record_before_faults", record=inside.read_json(inside.CRASH_RECORD))
+    for check, sig in (("kill_server", signal.SIGKILL), ("stop_server", signal.SIGSTOP)):
+        engine_fault(check, signalled(sig, whole_engine=True), lambda c: chat(c, url))
 
 
 SET = CONFIG["set_name"]

@@ -14,7 +14,8 @@ tests/e2e/inside_llama.py:
 install  install.sh --engine llama.cpp (the venv module and g++ from apt), quickstart ->
          ready, the hand-off, a chat, status ready; llama-server pinned to the socket's cores
          with one thread each, its memory bound to the socket's nodes, its weights locked
-reboot   back with no new approval: status ready and a chat
+reboot   back with no new approval: status ready and a chat; llama-server killed (kill -9),
+         then stopped (SIGSTOP): ready again each time with no action
 set      that endpoint removed; an endpoint of two llama-servers (one per core of the 2-core
          test machine) behind Debian's HAProxy (.debs from tests/tools/haproxy.sh, installed
          with dpkg): the balancer and both instances up, chats reach both, instance 2 killed
@@ -45,6 +46,7 @@ from tests.e2e.conftest import (
     port_free,
     require_parts,
 )
+from tests.e2e.faultfigures import engine_fault
 from tests.e2e.test_instances import HAPROXY_DEBS
 from tests.e2e.test_runtime import APT_REPO, BARE_ROOTFS, IDENTITY_ROOT, PYPI, journal_tail
 from tests.llama.realllama import SERVER, llama_server, tiny_gguf
@@ -200,6 +202,34 @@ def test_reboot_brings_it_back_ready(machine: Machine, install: Boot) -> None:
     assert chat["rc"] == 0, chat["stderr"]
     assert chat["reply"]["choices"] == 1, chat
     assert reboot.one("server")["pid"] is not None
+
+
+WATCHDOG_S = 30
+"""WatchdogSec= of a supervised unit (epycd.plan.healing)."""
+SLACK_S = 15
+"""A dead or hung server is ready again within its start-up (+ the watchdog) + this."""
+
+
+@pytest.mark.parametrize("check", ["kill_server", "stop_server"])
+def test_a_dead_or_hung_llama_server_is_back_with_no_action(machine: Machine, check: str) -> None:
+    """kill -9 of llama-server: the supervisor exits by the same signal and systemd restarts
+    the unit; SIGSTOP: its /health stops answering, the supervisor stops its WATCHDOG=1
+    pings and systemd's watchdog kills and restarts it. Nothing counted before the faults."""
+    reboot = machine.boot("reboot")
+    before = reboot.one("crash_record_before_faults")["record"]
+    assert before is None or before["failures"] == [], before
+    fault = reboot.one(check)
+    assert fault["victims"] and fault["roles"] == ["llama-server"], fault
+    figures = engine_fault(fault)
+    assert figures.to_ready_s is not None, f"not ready again: {fault}"
+    bound = SLACK_S + (WATCHDOG_S if check == "stop_server" else 0)
+    assert figures.overhead_s is not None and figures.overhead_s <= bound, (figures, bound)
+    assert int(figures.restarts) >= 1, "systemd restarted nothing (NRestarts)"
+    assert fault["crash_record"]["failures"][-1]["result"] == (
+        "watchdog" if check == "stop_server" else "signal"
+    ), fault["crash_record"]
+    assert endpoint(reboot.one(f"{check}_status")["status"], NAME)["state"] == "ready"
+    assert reboot.one(f"{check}_chat")["rc"] == 0
 
 
 @pytest.fixture(scope="module")
