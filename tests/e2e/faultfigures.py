@@ -7,6 +7,25 @@ from typing import Any
 
 from pydantic import BaseModel
 
+WATCHDOG_S = 30
+"""WatchdogSec= of a supervised unit (epycd.plan.healing)."""
+SLACK_S = 15
+"""An endpoint whose server died is ready again within its start-up + 15 s (+ WATCHDOG_S for
+a hung one): the start-up of the run that replaced it, measured by its supervisor (the one
+before it is reported beside it; on a shared 2-core machine two starts differ by more)."""
+
+
+def healing_problem(figures: EngineFault, hung: bool) -> str | None:
+    """Why the fault's figures miss the healing bound, or None."""
+    if figures.to_ready_s is None:
+        return "not ready again"
+    bound = SLACK_S + (WATCHDOG_S if hung else 0)
+    if figures.overhead_s is None or figures.overhead_s > bound:
+        return f"healing took {figures.overhead_s} s over the new start-up, more than {bound} s"
+    if int(figures.restarts or 0) < 1:
+        return "systemd restarted nothing (NRestarts)"
+    return None
+
 
 class Window(BaseModel):
     seconds: float

@@ -475,6 +475,43 @@ def engine_fault(
     (chat_with or chat)(f"{check}_chat")
 
 
+def member_status(endpoint: str, index: int) -> dict[str, Any]:
+    """The supervisor's status file of instance `index` (0-based) of the set `endpoint`."""
+    approval = json.loads(Path(f"/var/lib/epyc-llm/approvals/{endpoint}.json").read_text())
+    member = approval["plan"]["decisions"]["instances"]["members"][index]
+    return read_json(Path(member["status_file"])) or {}
+
+
+def hang_instance(check: str, endpoint: str, index: int) -> None:
+    """Every server process of instance `index` of the set `endpoint` stopped (SIGSTOP,
+    never its supervisor): systemd's watchdog kills that instance alone and it comes back
+    by itself, the set ready again. Recorded as engine_fault records a fault."""
+    unit = f"epyc-llm-{endpoint}_{index + 1}.service"
+    before = member_status(endpoint, index)
+    victims = descendants(int(show(unit, "MainPID")["MainPID"] or 0))
+    started = time.monotonic()
+    for pid in victims:
+        os.kill(pid, signal.SIGSTOP)
+    back = wait_until(
+        f"{unit} ready again after SIGSTOP",
+        lambda: (
+            member_status(endpoint, index).get("state") == "ready"
+            and member_status(endpoint, index).get("pid") not in victims
+            and endpoint_state(endpoint) == "ready"
+        ),
+        FAULT_TIMEOUT_S,
+    )
+    record(
+        check,
+        signal="SIGSTOP",
+        victims=victims,
+        startup_before=round(sum(before.get("seconds", {}).values()), 2),
+        seconds_to_ready=round(time.monotonic() - started, 2) if back else None,
+        status_after=member_status(endpoint, index),
+        **show(unit, "ActiveState", "SubState", "Result", "NRestarts", "MainPID"),
+    )
+
+
 def instance_metrics(port: int) -> str | OSError:
     """An engine instance's own Prometheus /metrics on loopback, or why it did not answer."""
     try:

@@ -106,12 +106,6 @@ def phase_install() -> None:
     base.journal(f"journal_after_kill_{BALANCER}", BALANCER)
 
 
-def member_status(index: int) -> dict[str, Any]:
-    approval = json.loads(Path(f"/var/lib/epyc-llm/approvals/{NAME}.json").read_text())
-    member = approval["plan"]["decisions"]["instances"]["members"][index]
-    return base.read_json(Path(member["status_file"])) or {}
-
-
 class StatusSampler:
     """`epycctl status NAME --json` over and over in a thread: (monotonic time, state, reason,
     the instances' states), to time degraded and back to ready."""
@@ -156,7 +150,7 @@ def kill_under_load() -> None:
     )  # fmt: skip
     loaded_at = time.monotonic()
     time.sleep(WARMUP_S)
-    before = member_status(1)
+    before = base.member_status(NAME, 1)
     sampler = StatusSampler()
     sampler.thread.start()
     killed_at = time.monotonic()
@@ -177,7 +171,7 @@ def kill_under_load() -> None:
         stopped_at=time.monotonic(),
         startup_before=round(sum(before.get("seconds", {}).values()), 2),
         pid_before=before.get("pid"),
-        after=member_status(1),
+        after=base.member_status(NAME, 1),
         samples=sampler.samples,
         requests=requests,
         restarts=base.show(INSTANCES[1], "NRestarts")["NRestarts"],
@@ -194,6 +188,9 @@ def phase_reboot() -> None:
     units("units")
     base.epycctl_status("status", NAME)
     chats("chats", 2)
+    base.hang_instance("stop_instance", NAME, 0)
+    base.epycctl_status("status_after_stop", NAME)
+    chats("chats_after_stop", 2)
 
 
 PHASES = {"install": phase_install, "reboot": phase_reboot}

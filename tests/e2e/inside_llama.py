@@ -13,7 +13,8 @@ reboot   back with no new approval: status ready, a chat; llama-server killed (k
          then stopped (SIGSTOP, systemd's watchdog): each time ready again with no action
 set      the single endpoint removed, Debian's HAProxy installed (.debs from the test cache),
          an endpoint of 2 llama-servers behind it approved: the units, status, chats through
-         the balancer counted by each instance's own /metrics, instance 2 killed and back
+         the balancer counted by each instance's own /metrics, instance 2 killed and back,
+         instance 1 stopped (SIGSTOP) and back
 set_reboot  the set back with no new approval: its units, status ready, a chat
 """
 
@@ -32,6 +33,7 @@ from inside import (
     endpoint_state,
     engine_fault,
     epycctl_status,
+    hang_instance,
     instance_metrics,
     journal,
     must,
@@ -257,6 +259,8 @@ def phase_set() -> None:
     kill_one_instance()
     set_units("set_units_after_kill")
     epycctl_status("set_status_after_kill", SET)
+    hang_instance("set_stop_instance", SET, 0)
+    epycctl_status("set_status_after_stop", SET)
 
 
 def phase_set_reboot() -> None:

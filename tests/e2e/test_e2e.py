@@ -33,13 +33,11 @@ import pytest
 
 from epycd.host.cpulist import parse_cpulist
 from tests.e2e.conftest import NAME, NEVER, PORT, REPO, Boot, Machine, endpoint, unit_log
-from tests.e2e.faultfigures import engine_fault
+from tests.e2e.faultfigures import SLACK_S, WATCHDOG_S, engine_fault, healing_problem
 
 pytestmark = pytest.mark.e2e
 
 UNIT = f"epyc-llm-{NAME}.service"
-WATCHDOG_S = 30
-"""WatchdogSec= of a supervised unit (epycd.plan.healing)."""
 CRASH_LOOP_RUNS = 3
 URL = f"http://127.0.0.1:{PORT}/v1"
 
@@ -315,12 +313,6 @@ def test_stop_keeps_it_down_across_a_reboot(machine: Machine) -> None:
     # weights here, and serves after the next boot once they are mended)
 
 
-SLACK_S = 15
-"""Issue 27: an endpoint whose engine died is ready again within its start-up + 15 s: the
-start-up of the run that replaced it, measured by its supervisor (the one before it is
-reported beside it; on this shared 2-core machine two starts differ by more than 15 s)."""
-
-
 @pytest.mark.parametrize("check", ["kill_engine", "stop_engine"])
 def test_a_dead_or_hung_engine_is_restarted_with_no_action(machine: Machine, check: str) -> None:
     """kill -9 of `vllm serve`: the supervisor exits by the same signal and systemd restarts
@@ -371,9 +363,8 @@ def test_an_engine_process_that_dies_inside_is_restarted(machine: Machine, check
     if check.startswith("oom"):
         assert fault["host"].get("oom_kills", 0) >= 1, fault["host"]
     figures = engine_fault(fault)
-    assert figures.to_ready_s is not None, f"not ready again: {fault}\n{unit_log(boot)}"
-    assert figures.overhead_s is not None and figures.overhead_s <= SLACK_S, figures
-    assert int(figures.restarts) >= 1, "systemd restarted nothing (NRestarts)"
+    problem = healing_problem(figures, hung=False)
+    assert problem is None, f"{problem}: {figures}\n{unit_log(boot)}"
     [failure] = fault["crash_record"]["failures"]
     assert failure["how"] == "exit-code 1", failure
     assert "server exited with status 0 while serving" in failure["reason"], failure

@@ -36,7 +36,7 @@ from tests.e2e.conftest import (
     port_free,
     require_tools,
 )
-from tests.e2e.faultfigures import loaded_kill
+from tests.e2e.faultfigures import engine_fault, healing_problem, loaded_kill
 from tests.health.realvllm import CACHE, VENV
 from tests.machine import serving, serving_needs_identity, write_identity_root
 
@@ -187,6 +187,17 @@ def test_a_killed_instance_comes_back_by_itself_under_load(machine: InstancesMac
     assert _states(boot, "units_after_kill") == every_unit_active
     pair = endpoint(boot.one("status_after_kill")["status"], NAME)
     assert pair["state"] == "ready", pair
+
+
+def test_a_hung_instance_comes_back_by_itself(machine: InstancesMachine) -> None:
+    """Every vLLM process of instance 1 stopped (SIGSTOP): systemd's watchdog kills that
+    instance alone and it is back, the set ready again, with no action."""
+    boot = machine.boot("reboot")
+    fault = boot.one("stop_instance")
+    assert fault["victims"], fault
+    assert healing_problem(engine_fault(fault), hung=True) is None, fault
+    assert endpoint(boot.one("status_after_stop")["status"], NAME)["state"] == "ready"
+    assert all(r["rc"] == 0 for r in boot.one("chats_after_stop")["replies"])
 
 
 def test_reboot_brings_the_set_back(machine: InstancesMachine) -> None:
