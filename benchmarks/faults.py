@@ -1,4 +1,4 @@
-"""Benchmark: endpoints that heal (issue 27), measured under real systemd.
+"""Benchmark: endpoints that heal, measured under real systemd (docs/healing.md).
 
 Run:  .venv/bin/python benchmarks/faults.py [--out benchmarks/faults-run1.json]
       .venv/bin/python benchmarks/faults.py --render benchmarks/faults-run1.json
@@ -8,8 +8,12 @@ It runs the fault end-to-end tests (real systemd as PID 1 in systemd-nspawn, the
 serving the tiny model) and keeps their machines' records (under /var/tmp/epyc-faults-*, the
 machines' root folders removed), then reads from them:
 
-- kill -9 of `vllm serve` of a ready endpoint, and SIGSTOP of every vLLM process: the time to
-  ready again against the start-up it had (tests/e2e/test_e2e.py, boot "reboot");
+- kill -9 of `vllm serve` of a ready endpoint, SIGSTOP of every vLLM process, kill -9 of
+  vLLM's EngineCore and of its worker, and the kernel's OOM kill of the EngineCore over a
+  memory cgroup's limit: the time to ready again against the start-up it had
+  (tests/e2e/test_e2e.py, boot "reboot");
+- kill -9 and SIGSTOP of llama-server (tests/e2e/test_llama.py, boot "reboot"), and SIGSTOP of
+  one instance of a set, vLLM's (tests/e2e/test_instances.py) and llama.cpp's (test_llama.py);
 - broken weights: the runs before the crash-loop state and the time to it; the runs at the
   next boot (tests/e2e/test_e2e.py, boots "stopped-reboot" and "crashloop-reboot");
 - one of two instances SIGKILLed under 8 clients of steady load: failed requests, the time to
@@ -41,9 +45,25 @@ from tests.e2e.faultfigures import engine_fault, loaded_kill  # noqa: E402
 
 TESTS = [
     "tests/e2e/test_e2e.py::test_a_dead_or_hung_engine_is_restarted_with_no_action",
+    "tests/e2e/test_e2e.py::test_an_engine_process_that_dies_inside_is_restarted",
     "tests/e2e/test_e2e.py::test_broken_weights_end_in_a_crash_loop_that_survives_a_reboot",
     "tests/e2e/test_instances.py::test_a_killed_instance_comes_back_by_itself_under_load",
+    "tests/e2e/test_instances.py::test_a_hung_instance_comes_back_by_itself",
+    "tests/e2e/test_llama.py::test_a_dead_or_hung_llama_server_is_back_with_no_action",
+    "tests/e2e/test_llama.py::test_a_hung_llama_server_of_the_set_comes_back_by_itself",
 ]
+ENGINE_FAULTS = {
+    # (machine folder, boot, check): the row's name
+    ("e2e0", "reboot", "kill_engine"): "vLLM: kill -9 of vllm serve",
+    ("e2e0", "reboot", "stop_engine"): "vLLM: SIGSTOP of every process",
+    ("e2e0", "reboot", "kill_engine_core"): "vLLM: kill -9 of the EngineCore",
+    ("e2e0", "reboot", "kill_worker"): "vLLM: kill -9 of the worker",
+    ("e2e0", "reboot", "oom_engine_core"): "vLLM: kernel OOM kill of the EngineCore",
+    ("e2e-instances0", "reboot", "stop_instance"): "vLLM set: SIGSTOP of instance 1",
+    ("e2e-llama0", "reboot", "kill_server"): "llama.cpp: kill -9 of llama-server",
+    ("e2e-llama0", "reboot", "stop_server"): "llama.cpp: SIGSTOP of llama-server",
+    ("e2e-llama0", "set", "set_stop_instance"): "llama.cpp set: SIGSTOP of instance 1",
+}
 
 
 def records(results: Path, phase: str) -> dict[str, dict[str, Any]]:
@@ -63,13 +83,13 @@ def started_servers(journal: dict[str, Any] | None) -> int | None:
 
 def figures(base: Path) -> dict[str, Any]:
     host, pair = base / "e2e0" / "results", base / "e2e-instances0" / "results"
-    reboot = records(host, "reboot")
     stopped, after = records(host, "stopped-reboot"), records(host, "crashloop-reboot")
-    out: dict[str, Any] = {}
-    for check in ("kill_engine", "stop_engine"):
-        if check in reboot:
-            fault = engine_fault(reboot[check])
-            out[check] = fault.model_dump() | {"overhead_s": fault.overhead_s}
+    out: dict[str, Any] = {"engine_faults": {}}
+    for (folder, phase, check), name in ENGINE_FAULTS.items():
+        found = records(base / folder / "results", phase).get(check)
+        if found is not None:
+            fault = engine_fault(found)
+            out["engine_faults"][name] = fault.model_dump() | {"overhead_s": fault.overhead_s}
     if "crash_loop" in stopped:
         runs = started_servers(stopped.get("journal_crash_loop"))
         out["crash_loop"] = {
@@ -92,12 +112,12 @@ def render(report: dict[str, Any]) -> str:
         "| healing overhead (s) | restarts (NRestarts) |",
         "|---|---|---|---|---|---|",
     ]
-    for check in ("kill_engine", "stop_engine"):
-        if fault := found.get(check):
-            lines.append(
-                f"| {fault['signal']} | {fault['startup_before_s']} | {fault['to_ready_s']} "
-                f"| {fault['startup_after_s']} | {fault['overhead_s']} | {fault['restarts']} |"
-            )
+    older = {found[c]["signal"]: found[c] for c in ("kill_engine", "stop_engine") if c in found}
+    for name, fault in (found.get("engine_faults") or older).items():
+        lines.append(
+            f"| {name} | {fault['startup_before_s']} | {fault['to_ready_s']} "
+            f"| {fault['startup_after_s']} | {fault['overhead_s']} | {fault['restarts']} |"
+        )
     if loop := found.get("crash_loop"):
         lines += [
             "",
