@@ -378,12 +378,21 @@ def engine_processes() -> list[int]:
     return descendants(main_pid) if main_pid else []
 
 
+COMM_LENGTH = 15
+"""The kernel keeps a process's name (comm) to 15 characters: `VLLM::EngineCor`."""
+
+
 def vllm_role(pid: int) -> str:
     """What vLLM calls its process (`VLLM::EngineCore`, `VLLM::Worker`), else its comm."""
     try:
         return (Path("/proc") / str(pid) / "comm").read_text().strip()
     except OSError:
         return ""
+
+
+def named(pids: list[int], role: str) -> list[int]:
+    """The processes vLLM named `VLLM::{role}`."""
+    return [pid for pid in pids if vllm_role(pid) == f"VLLM::{role}"[:COMM_LENGTH]]
 
 
 def signalled(sig: signal.Signals, whole_engine: bool) -> Callable[[list[int]], dict[str, Any]]:
@@ -406,7 +415,7 @@ def killed(role: str) -> Callable[[list[int]], dict[str, Any]]:
     would end it."""
 
     def act(pids: list[int]) -> dict[str, Any]:
-        victims = [pid for pid in pids if vllm_role(pid).startswith(f"VLLM::{role}")]
+        victims = named(pids, role)
         for pid in victims:
             os.kill(pid, signal.SIGKILL)
         return {"signal": f"SIGKILL {role}", "victims": victims}
@@ -419,7 +428,7 @@ def oom_killed(role: str) -> Callable[[list[int]], dict[str, Any]]:
     memory cgroup whose limit is then exceeded (the machine's cgroups are read-only here)."""
 
     def act(pids: list[int]) -> dict[str, Any]:
-        victims = [pid for pid in pids if vllm_role(pid).startswith(f"VLLM::{role}")]
+        victims = named(pids, role)
         answer = ask_the_host({"action": "oom_kill", "pid": victims[0]}) if victims else {}
         return {"signal": f"OOM kill {role}", "victims": victims, "host": answer}
 
@@ -452,6 +461,9 @@ def engine_fault(
     roles = sorted({vllm_role(pid) for pid in pids})
     started = time.monotonic()
     done = act(pids)
+    if not done["victims"] or "error" in done.get("host", {}):
+        record(check, **done, roles=roles, seconds_to_ready=None, startup_before=0)
+        return
     with Timeline(f"{check}_timeline", (UNIT,), every=1):
         back = wait_until(
             f"ready again after {done['signal']}",
