@@ -222,15 +222,18 @@ itself (HostHands), one `ID.json` request each, answered in `ID.done`."""
 
 def host_pid(root: Path, pid: int) -> int | None:
     """This machine's pid of the process that is `pid` in the machine whose root is `root`
-    (the last field of /proc/PID/status's NSpid; the root tells machines apart)."""
+    (the last field of /proc/PID/status's NSpid; the root folder, by device and inode, tells
+    machines apart: its path reads "/" from here, in the machine's own mount namespace)."""
+    want = root.stat()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             status = (entry / "status").read_text()
-            if os.readlink(entry / "root") != str(root):
-                continue
+            seen = (entry / "root").stat()
         except OSError:
+            continue
+        if (seen.st_dev, seen.st_ino) != (want.st_dev, want.st_ino):
             continue
         for line in status.splitlines():
             if line.startswith("NSpid:") and line.split()[-1] == str(pid) and len(line.split()) > 2:
