@@ -206,7 +206,11 @@ def asked_to_stop(
     stem: str, environ: Mapping[str, str], jobs: Callable[..., list[str] | None]
 ) -> bool | None:
     """Whether systemd was stopping the unit `stem` when its run ended (a stop or restart
-    job runs), or None when its manager cannot be asked. A user manager sets MANAGERPID."""
+    job runs), or None when its manager cannot be asked: not run by systemd (which gives
+    every process of a unit its INVOCATION_ID), or no answer. A user manager sets
+    MANAGERPID."""
+    if not environ.get("INVOCATION_ID"):
+        return None
     found = jobs(f"{stem}.service", user="MANAGERPID" in environ)
     return None if found is None else bool(STOP_JOBS.intersection(found))
 

@@ -101,6 +101,7 @@ def test_a_clean_end_or_a_skipped_start_counts_for_nothing(
 def run_ended(env: ApprovalSandbox, result: str, status: str, jobs: list[str] | None) -> list[str]:
     """One run ended, the recorder in this process, systemd's jobs of the unit as given."""
     environ = {"SERVICE_RESULT": result, "EXIT_CODE": "exited", "EXIT_STATUS": status}
+    environ["INVOCATION_ID"] = "0123456789abcdef0123456789abcdef"
     asked: list[tuple[str, bool]] = []
 
     def unit_jobs(unit: str, *, user: bool) -> list[str] | None:
