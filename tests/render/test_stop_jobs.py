@@ -12,6 +12,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from epycd.approval.crashloop import read_crash_record
+from epycd.paths import endpoint_status_file
+from tests.approval.conftest import ApprovalSandbox, make_env
+from tests.approval.test_crashloop import UNIT, approve, boot_check
+from tests.health.realvllm import free_port
+from tests.health.supervising import supervisor_argv
 from tests.render.manager import UserManager
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,3 +81,59 @@ def test_a_clean_exit_by_itself_has_no_stop_job(manager: UserManager, tmp_path: 
     manager.systemctl("start", "probe.service")
     [seen] = ends(out, 1)
     assert seen == {"result": "success", "jobs": [], "asked": False}
+
+
+STUB = REPO / "tests" / "health" / "stub_server.py"
+
+
+def supervised_unit(env: ApprovalSandbox, *stub_options: str) -> str:
+    """The endpoint `chat`'s unit as the product writes its healing lines, its server the
+    stand-in (tests/health/stub_server.py) under the real supervisor, its ExecStopPost= the
+    real crash recorder on the sandbox's state."""
+    port = free_port()
+    status = endpoint_status_file(env.settings.run_dir, "chat")
+    server = [sys.executable, str(STUB), str(port), "tiny", *stub_options]
+    supervisor = supervisor_argv(
+        url=f"http://127.0.0.1:{port}", model="tiny", status_file=status, server=server
+    )
+    environment = env.tmp / "unit.env"
+    environment.write_text("".join(f"{k}={v}\n" for k, v in env.environ().items()))
+    recorder = [sys.executable, "-m", "epycd.approval.crashloop", "chat", "--unit", UNIT]
+    return (
+        "[Service]\n"
+        "Type=notify\nNotifyAccess=main\n"
+        f"EnvironmentFile={environment}\nWorkingDirectory={REPO}\n"
+        f"ExecStart={' '.join(supervisor)}\n"
+        f"ExecStopPost={' '.join(recorder)}\n"
+        "Restart=no\nTimeoutStopSec=20\n"
+    )
+
+
+def test_stops_of_a_server_that_exits_1_on_sigterm_make_no_crash_loop(
+    manager: UserManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cause of a crash loop after two real faults: three `systemctl stop`s (a reboot's
+    stop included) of a server that exits 1 when it is stopped were three failed runs, and
+    with a kill and a hang later the third fault found the verdict. Under a real systemd
+    manager, the real supervisor and the real recorder: no failure at all. A run that ended
+    by itself, with status 0, is one."""
+    env = make_env(tmp_path / "sandbox", monkeypatch)
+    approve(env)
+    manager.install({f"{UNIT}.service": supervised_unit(env, "--exit-on-term", "1")})
+    for _stop in range(3):
+        manager.systemctl("start", f"{UNIT}.service")
+        manager.systemctl("stop", f"{UNIT}.service")
+        said = manager.systemctl("show", "-p", "Result", "--value", f"{UNIT}.service")
+        assert said.strip() == "exit-code", "the server's stop status is the unit's"
+    assert read_crash_record(env.settings, UNIT) is None, "a stop that systemd was asked for"
+    assert boot_check(env).returncode == 0
+
+    manager.install({f"{UNIT}.service": supervised_unit(env, "--exit-after", "2", "0")})
+    manager.systemctl("start", f"{UNIT}.service")
+    deadline = time.monotonic() + 30
+    while (record := read_crash_record(env.settings, UNIT)) is None:
+        assert time.monotonic() < deadline, "the run that ended by itself was not recorded"
+        time.sleep(0.2)
+    [failure] = record.failures
+    assert failure.how == "exit-code 1", failure
+    assert failure.reason.startswith("failed in phase serving: server exited with status 0")
