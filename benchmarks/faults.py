@@ -81,12 +81,19 @@ def started_servers(journal: dict[str, Any] | None) -> int | None:
     return sum(1 for e in journal["entries"] if "started server pid" in (e["message"] or ""))
 
 
+def results_of(base: Path, folder: str) -> Path:
+    """A machine's results folder under pytest's base folder (a pytest-xdist worker's own
+    folder, popen-gwN, holds them when the suite runs on workers)."""
+    found = sorted(base.glob(f"{folder}/results")) + sorted(base.glob(f"*/{folder}/results"))
+    return found[0] if found else base / folder / "results"
+
+
 def figures(base: Path) -> dict[str, Any]:
-    host, pair = base / "e2e0" / "results", base / "e2e-instances0" / "results"
+    host, pair = results_of(base, "e2e0"), results_of(base, "e2e-instances0")
     stopped, after = records(host, "stopped-reboot"), records(host, "crashloop-reboot")
     out: dict[str, Any] = {"engine_faults": {}}
     for (folder, phase, check), name in ENGINE_FAULTS.items():
-        found = records(base / folder / "results", phase).get(check)
+        found = records(results_of(base, folder), phase).get(check)
         if found is not None:
             fault = engine_fault(found)
             out["engine_faults"][name] = fault.model_dump() | {"overhead_s": fault.overhead_s}
