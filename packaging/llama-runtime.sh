@@ -44,8 +44,13 @@ cpu_flags() {
         sort | tr '\n' ' ' | sed 's/ $//'
 }
 
+# Intel's AMX is left out of the native build: no EPYC has it, and ggml's AMX matrix kernels
+# crashed llama-server on an Intel Xeon VM (SIGSEGV in ggml_backend_amx_mul_mat at its first
+# graph); without them the CPU backend uses its AVX-512 kernels, as on EPYC.
+NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
 stamp() {
-    echo "llama-cpp-python==$LLAMA_CPP_PYTHON bin=$(IFS=,; echo "${BINARIES[*]}") native=$(cpu_flags | sha256sum | cut -c1-12)"
+    echo "llama-cpp-python==$LLAMA_CPP_PYTHON bin=$(IFS=,; echo "${BINARIES[*]}") native=$(cpu_flags | sha256sum | cut -c1-12) amx=off"
 }
 
 index_reachable() {
@@ -127,6 +132,7 @@ provision() {
     say "[3/5] configure for this CPU ($(cpu_flags))"
     PATH=$work/venv/bin:$PATH cmake -S "$source" -B "$work/cmake" -G Ninja \
         -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+        -DCMAKE_C_FLAGS="$NO_AMX" -DCMAKE_CXX_FLAGS="$NO_AMX" \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
         -DLLAMA_BUILD_SERVER=ON -DLLAMA_OPENSSL=OFF >"$work/configure.log" 2>&1 ||
         die "cmake could not configure llama.cpp: $work/configure.log says why; rerun to resume"
