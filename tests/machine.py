@@ -226,6 +226,12 @@ class Serving:
         return ["--accept-unvalidated"] if self.needs_consent else []
 
 
+def consent_on(generation: str, bf16: bool = True) -> list[str]:
+    """What `epycctl approve` must be given for a plan of this machine's real host vLLM on a
+    fake host of `generation` (its venv has zentorch on a Zen machine only)."""
+    return Serving(Path("/"), generation, bf16, vllm_runs_zen_here()).consent_args
+
+
 def serving(folder: Path, *, stock: bool = FORCE_STOCK) -> Serving:
     """The serving root (see `serving_root`) and what plans on it must say."""
     root = serving_root(folder)

@@ -14,6 +14,7 @@ from cysystemd import journal
 from epycd.cli import main
 from epycd.events import MESSAGE_IDS, Event
 from tests.daemon.conftest import DaemonSandbox
+from tests.machine import consent_on
 
 pytestmark = pytest.mark.vllm
 UNIT = "epyc-llm-chat.service"
@@ -40,7 +41,7 @@ def test_each_command_sends_its_event(ws: DaemonSandbox, monkeypatch: pytest.Mon
         return [EVENT_OF[f["message_id"]] for f in fields]
 
     ws.endpoint("chat")
-    approved = epycctl("approve", "chat", "--yes")
+    approved = epycctl("approve", "chat", "--yes", *consent_on("Genoa"))
     assert events(approved) == [Event.APPROVE, Event.INSTALL, Event.START]
     assert all(
         f["endpoint"] == "chat" and f["syslog_identifier"] == "epycctl" and f["priority"] == "6"
@@ -66,7 +67,7 @@ def test_each_command_sends_its_event(ws: DaemonSandbox, monkeypatch: pytest.Mon
 
     # --no-start installs without starting: approve and install only
     ws.endpoint("chat")
-    assert events(epycctl("approve", "chat", "--yes", "--no-start")) == [
+    assert events(epycctl("approve", "chat", "--yes", "--no-start", *consent_on("Genoa"))) == [
         Event.APPROVE,
         Event.INSTALL,
     ]
