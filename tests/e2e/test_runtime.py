@@ -180,7 +180,10 @@ def test_readme_command_one_serves_the_local_model(install: Boot) -> None:
     assert done["rc"] == 0, done["stderr"][-3000:] + journal_tail(install)
     out = done["stdout"]
     assert "runtime: host" in out and "Plan for endpoint default" in out, out[-3000:]
-    assert "--enforce-eager" not in out, "g++ and Python.h are there: the plan compiles"
+    if not serving_needs_identity():
+        # Under an EPYC identity root (a machine that is not an EPYC) the plan reads the
+        # Python headers under that root, which holds only /proc and /sys: it runs eager.
+        assert "--enforce-eager" not in out, "g++ and Python.h are there: the plan compiles"
     assert "no C++ compiler" not in out and "Python.h" not in out, out[-3000:]
     assert "unit activating" in out, "no progress line while the start waited"
     assert f"{NAME} is ready." in out
