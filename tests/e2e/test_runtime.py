@@ -54,7 +54,7 @@ BARE_ROOTFS = CACHE / "rootfs-bare-bookworm"
 APT_REPO = CACHE / "bare-apt-bookworm"
 PYPI = CACHE / "bare-pypi"
 TORCH_INDEX = CACHE / "bare-torch-index"
-HINT = "run tests/tools/bare_host.sh (or tests/bootstrap.sh)"
+HINT = "run tests/bootstrap.sh (tests/tools/bare_host.sh and bare_indexes.sh)"
 PHASES = ("install", "reboot")
 NAME = "default"
 UNIT = f"epyc-llm-{NAME}.service"
@@ -180,11 +180,15 @@ def test_readme_command_one_serves_the_local_model(install: Boot) -> None:
     assert done["rc"] == 0, done["stderr"][-3000:] + journal_tail(install)
     out = done["stdout"]
     assert "runtime: host" in out and "Plan for endpoint default" in out, out[-3000:]
-    if not serving_needs_identity():
-        # Under an EPYC identity root (a machine that is not an EPYC) the plan reads the
-        # Python headers under that root, which holds only /proc and /sys: it runs eager.
+    compiles = not serving_needs_identity()
+    if compiles:
         assert "--enforce-eager" not in out, "g++ and Python.h are there: the plan compiles"
-    assert "no C++ compiler" not in out and "Python.h" not in out, out[-3000:]
+        assert "no C++ compiler" not in out and "Python.h" not in out, out[-3000:]
+    else:
+        # Under an EPYC identity root (a machine that is not an EPYC) the plan looks for g++
+        # and the Python headers under that root, which holds only /proc and /sys: it runs
+        # eager, and says why.
+        assert "--enforce-eager" in out and "no C++ compiler" in out, out[-3000:]
     assert "unit activating" in out, "no progress line while the start waited"
     assert f"{NAME} is ready." in out
     assert "curl -s http://127.0.0.1:" in out and "from openai import OpenAI" in out
@@ -196,7 +200,8 @@ def test_readme_command_one_serves_the_local_model(install: Boot) -> None:
     chat = install.one("chat")
     assert chat["rc"] == 0, chat["stderr"]
     assert chat["reply"]["choices"] >= 1, chat
-    assert install.one("compiled")["kernels"] > 0, "inductor built no C++ kernel"
+    if compiles:
+        assert install.one("compiled")["kernels"] > 0, "inductor built no C++ kernel"
     timing, size = install.one("timing"), int(install.one("runtime_size")["du"])
     print(
         f"\ne2e-runtime: bare rootfs to ready {timing['fresh_to_ready_s']} s "
