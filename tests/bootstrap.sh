@@ -1,35 +1,24 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian/Ubuntu machine (as root):
-# the Debian tools the real-tool tests drive, a .venv with the project and its test extras,
-# and the cached real parts under $EPYC_TEST_CACHE (outside the clone, reused between runs).
-# Each cached part is a tool in tests/tools/, run in the order TOOLS gives (a tool comes
-# after every tool it reads from); a tool that fails is named with its failing step.
+# the Debian tools the real-tool tests drive and the builders use, a .venv with the project
+# and its test extras, and the cached real parts under $EPYC_TEST_CACHE (outside the clone,
+# reused between runs). Each cached part is a builder in tests/tools/, listed with what it
+# reads in tests/tools/builders.py: a builder is rebuilt, from empty, only when what it reads
+# changed (or a builder whose results it reads was rebuilt); independent builders run side by
+# side. `python3 tests/tools/builders.py stale` says what a bootstrap would build, and why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export EPYC_TEST_CACHE=${EPYC_TEST_CACHE:-/var/cache/epyc-llm-test}
 mkdir -p "$EPYC_TEST_CACHE"
 
-# tool                needs (the tools whose results it reads)
-TOOLS=(
-    quadlet.sh          # -
-    haproxy.sh          # -
-    prometheus.sh       # -
-    rootfs.sh           # -
-    engine_rootfs.sh    # -
-    vllm_venv.sh        # - (packaging/vllm-runtime.sh)
-    runtime_wheels.sh   # - (packaging/vllm-runtime.sh --download)
-    vllm_image.sh       # rootfs.sh, vllm_venv.sh
-    bare_host.sh        # runtime_wheels.sh (the bare-host e2e's apt repository and wheels)
-    llama_server.sh     # vllm_venv.sh (torch and the tiny model, converted to GGUF)
-    deb_hosts.sh        # - (the Debian package's other distributions)
-)
-
 say() { echo "bootstrap: $*"; }
 
-# debhelper: packaging/deb/build.sh builds the Debian package tests/e2e/test_deb.py installs;
-# lintian checks it there
-debian_tools=(systemd podman numactl debhelper lintian)
+# the tests drive systemd, podman and numactl; debhelper builds the Debian package
+# tests/e2e/test_deb.py installs, and lintian checks it there; the builders debootstrap trees
+# (debootstrap, systemd-nspawn), index .debs (dpkg-dev) and fetch Ubuntu's keyring (curl):
+# installed here, once, so that builders running side by side never take apt's lock
+debian_tools=(systemd podman numactl debhelper lintian debootstrap systemd-container dpkg-dev curl)
 missing=()
 for pkg in "${debian_tools[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -44,13 +33,4 @@ fi
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e '.[test]'
 
-# every tool reports the command and line where it fails (tests/tools/lib/on_error.sh)
-export BASH_ENV=$PWD/tests/tools/lib/on_error.sh
-for tool in "${TOOLS[@]}"; do
-    start=$SECONDS
-    if ! bash "tests/tools/$tool"; then
-        say "tests/tools/$tool failed (its last lines above name the step); nothing after it ran" >&2
-        exit 1
-    fi
-    say "tests/tools/$tool done in $((SECONDS - start)) s"
-done
+python3 tests/tools/builders.py run

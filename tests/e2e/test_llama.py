@@ -54,7 +54,7 @@ from tests.machine import physical_cpus_of_socket, serving_needs_identity, write
 
 pytestmark = pytest.mark.e2e
 
-HINT = "run tests/bootstrap.sh (tests/tools/bare_host.sh and tests/tools/llama_server.sh)"
+HINT = "run tests/bootstrap.sh (tests/tools/bare_host.sh, llama_server.sh and tiny_gguf.sh)"
 PHASES = ("install", "reboot", "set", "set_reboot")
 NAME = "default"
 MODEL_DIR = "/srv/models"

@@ -16,7 +16,7 @@ from tests.health.realvllm import CACHE, free_port
 
 SERVER = CACHE / "llama-server"
 TINY_GGUF = CACHE / "tiny-gguf"
-BOOTSTRAP_HINT = "run tests/bootstrap.sh (it builds llama-server via tests/tools/llama_server.sh)"
+BOOTSTRAP_HINT = "run tests/bootstrap.sh (tests/tools/llama_server.sh and tiny_gguf.sh)"
 READY_BOUND_S = 60
 
 

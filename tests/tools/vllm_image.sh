@@ -18,15 +18,13 @@ STAMP=$DIR/.epyc-stamp
 TAG=localhost/epyc-llm-test/vllm-cpu:0.32.0
 MODEL_REPO=epyc-llm-test/tiny
 VENV=$CACHE/vllm-venv
-WANT="$TAG from $(cat "$CACHE/rootfs/.epyc-stamp" 2>/dev/null || true) + $(cat "$VENV/.epyc-stamp" 2>/dev/null || true) hf=$MODEL_REPO v1"
+# the rootfs and the venv are tests/tools/rootfs.sh's and vllm_venv.sh's, built before this
+WANT="$TAG from $(cat "$CACHE/rootfs/.epyc-stamp") + $(cat "$VENV/.epyc-stamp") hf=$MODEL_REPO v1"
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
     echo "vllm image: cached in $DIR ($TAG)"
     exit 0
 fi
-bash tests/tools/rootfs.sh
-bash tests/tools/vllm_venv.sh
-WANT="$TAG from $(cat "$CACHE/rootfs/.epyc-stamp") + $(cat "$VENV/.epyc-stamp") hf=$MODEL_REPO v1"
 command -v podman >/dev/null || {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman
 }
