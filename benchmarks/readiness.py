@@ -1,7 +1,7 @@
 """Benchmark: how soon READY=1 reaches systemd after a real vLLM starts answering.
 
-Target (issue 6): READY=1 within 0.5 s after the server's /health first answers 200, plus the
-smoke request's own time.
+Target (set when the health gate was built): READY=1 within 0.5 s after the server's /health
+first answers 200, plus the smoke request's own time.
 
 Run:  .venv/bin/python benchmarks/readiness.py [--runs 3]
 (needs tests/bootstrap.sh: the vLLM CPU venv and the tiny model under $EPYC_TEST_CACHE.)

@@ -1,4 +1,4 @@
-"""The health gate: an endpoint is up only when it has really answered (issue 6).
+"""The health gate: an endpoint is up only when it has really answered.
 
 Three phases, one after the other, each with its own bound and no retry:
 `health` waits for `/health` to answer 200 (connection refused or a reset while the model
@@ -6,7 +6,7 @@ loads is waiting, not failure; the server exiting is an immediate failure), `mod
 `/v1/models` once for the served id, `request` sends one deterministic request on the
 primary endpoint and checks that its first choice carries text.
 
-After the gate, while serving (issue 27, docs/healing.md): `health_problem` asks `/health`,
+After the gate, while serving (docs/healing.md, "Watchdog"): `health_problem` asks `/health`,
 and `StallWatch` reads the engine's progress from vLLM's own `/metrics` (`read_progress`):
 vLLM's `/health` answers 200 while its engine process is frozen, its token counters do not.
 """

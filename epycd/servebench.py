@@ -1,5 +1,5 @@
-"""The serving benchmark of a llama.cpp endpoint (issue 32): what `epycctl bench` runs where
-there is no vLLM, and so no `vllm bench serve`.
+"""The serving benchmark of a llama.cpp endpoint: what `epycctl bench` runs where there is no
+vLLM, and so no `vllm bench serve`.
 
 The same measure as vLLM's client: random prompts of `input_len` tokens (token ids drawn with a
 fixed seed from the model's vocabulary, which the server reports, sent as the prompt itself so

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The embedded runtime: the validated host vLLM stack in a venv of its own. The one recipe
 # for both `packaging/install.sh --runtime` (the product's prefix) and the tests' cached
-# vLLM venv (tests/tools/vllm_venv.sh); recipe notes: shared/reference/real-tools.md,
-# "A real vLLM on the CPU".
+# vLLM venv (tests/tools/vllm_venv.sh); recipe notes: docs/sources.md, "Tools the tests run
+# for real", "A real vLLM on the CPU".
 #
 #   vllm-runtime.sh DEST [--zentorch auto|yes|no] [--quiet]   provision (or resume) DEST
 #   vllm-runtime.sh --stamp [--zentorch yes|no]               the stamp a finished DEST carries

@@ -399,7 +399,7 @@ def _vm(name: str, family: int, model: int, flags: tuple[str, ...], cores: int) 
 
 
 CATALOGUE: dict[str, HostShape] = {
-    # The machine issue 2 was written on: a Turin VM with no model number in its name.
+    # The machine host detection was first written on: a Turin VM with no model number in its name.
     "vm-zen5": _vm("AMD EPYC", 26, 2, ZEN5_FLAGS, 2),
     # The same with its node's meminfo at the host's 23.5 GiB: room for two small instances.
     "vm-zen5-24g": replace(_vm("AMD EPYC", 26, 2, ZEN5_FLAGS, 2), node_memory_gib=23.5),
@@ -475,7 +475,7 @@ CATALOGUE: dict[str, HostShape] = {
         family=26, model=2, flags=ZEN5_FLAGS,
         sockets=2, cores_per_socket=128, threads_per_core=2, nps=2, node_memory_gib=384.0,
     ),
-    # Instinct hosts (issue 18): eight MI300X, four on each socket's NUMA nodes (one per
+    # Instinct hosts (docs/instinct.md): eight MI300X, four on each socket's NUMA nodes (one per
     # node, NPS4); eight MI355X on a dual Turin (NPS1, four per socket); one MI210.
     "genoa-2s-8x-mi300x": HostShape(
         cpu_name="AMD EPYC 9654 96-Core Processor",

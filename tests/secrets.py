@@ -1,8 +1,8 @@
-"""Where tests keep key and token files. The product accepts an api_key_file or
-hf_token_file only when root alone controls it and every folder up its path (issue 26, class
-2: ssh's rule, a sticky /tmp included), so a test's secrets cannot live under pytest's
-tmp_path in /tmp: `root_folder` makes a fresh folder in a root-owned system folder (/srv
-first), removed afterwards. Root only: a secret owned by anyone else is refused anyway."""
+"""Where tests keep key and token files. The product accepts an api_key_file or hf_token_file
+only when root alone controls it and every folder up its path (ssh's rule, a sticky /tmp
+included), so a test's secrets cannot live under pytest's tmp_path in /tmp: `root_folder` makes
+a fresh folder in a root-owned system folder (/srv first), removed afterwards. Root only: a
+secret owned by anyone else is refused anyway."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The one error contract (docs/architecture.md, "Command contract", issue 26 class 4):
-every `--json` command prints one JSON object on stdout, error or not, with the stderr line
-unchanged; bad input is exit 2 and names the endpoint file and its key; an empty option value
-is refused, never read as a default or as the current folder."""
+"""The one error contract (docs/architecture.md, "Command contract"): every `--json` command
+prints one JSON object on stdout, error or not, with the stderr line unchanged; bad input is
+exit 2 and names the endpoint file and its key; an empty option value is refused, never read as
+a default or as the current folder."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The crash recorder (issue 27, docs/healing.md), run by systemd as root after every run of
+"""The crash recorder (docs/healing.md, "Crash loop"), run by systemd as root after every run of
 an endpoint's vLLM unit (ExecStopPost=, with SERVICE_RESULT, EXIT_CODE and EXIT_STATUS in its
 environment):
 
@@ -15,8 +15,8 @@ when `healing.start_limit_burst` remain the record gets its verdict, "crash-loop
 more journal line. The boot-time check (`epycd.approval.check`) then refuses every start of
 the unit, the restarts and the next boot's too, until `epycctl start NAME` clears the record.
 
-An approval without `healing` (made before issue 27) records nothing. The recorder never
-fails the unit's stop: its own errors are one journal line and exit 0.
+An approval without `healing` (made before the healing policy) records nothing. The recorder
+never fails the unit's stop: its own errors are one journal line and exit 0.
 """
 
 from __future__ import annotations

@@ -86,7 +86,8 @@ that are not world-readable. So nothing secret ever goes into a unit (the token 
 files are passed by path), and hiding the file would protect nothing."""
 RECORD_MODE = 0o644
 """Approval records hold the approved plan, whose units are public anyway (above), and who
-approved it: what `epycctl status` shows every user, as the design wants."""
+approved it: what `epycctl status` shows every user anyway (who approved which plan is
+public on this host, on purpose)."""
 JOURNAL_MODE = 0o600
 """Journals are read by root's recovery only; status needs only their names."""
 

@@ -178,7 +178,7 @@ def healing_none(decisions: Decisions) -> Decisions:
 
 @each_decisions
 def invocation_none(decisions: Decisions) -> Decisions:
-    """Issue 28 B3: the typed vLLM invocation. None is a record from before it: its words are
+    """b2dcb00: the typed vLLM invocation. None is a record from before it: its words are
     its stored `vllm_args`, rendered as they are."""
     return defaults(decisions, {"invocation": None})
 
@@ -221,7 +221,7 @@ def typed_decisions(flat: Decisions) -> Decisions:
 
 
 def typed_plan(record: Record) -> Record:
-    """Issue 28: one type per kind of endpoint. The plan holds `decisions` (with `kind`)
+    """18e12d3, format 2: one type per kind of endpoint. The plan holds `decisions` (with `kind`)
     beside its units and fingerprints, instead of being flat decisions with them."""
     plan = record.get("plan")
     if isinstance(plan, dict) and "decisions" not in plan:

@@ -1,6 +1,6 @@
 """EPYC generation and Zen architecture: the model-name rule reconciled with CPUID.
 
-Name rule (anchor-facts.md, "Generations and routing"): in `EPYC abcd` the first digit
+Name rule (docs/sources.md, "EPYC generations"): in `EPYC abcd` the first digit
 is the series and the last the generation: 4xx4 EPYC 4004, 4xx5 EPYC 4005, 7xx1 Naples,
 7xx2 Rome, 7xx3 Milan, 8xx4 Siena, 97x4 Bergamo, other 9xx4 Genoa, 9xx5 Turin (the dense
 parts 9645, 9745, 9825, 9845, 9965 are Zen 5c), 9xx6 Venice. Cloud parts carry a letter

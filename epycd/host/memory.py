@@ -41,5 +41,6 @@ def parse_meminfo(text: str) -> dict[str, int]:
 
 
 def memory_of(values: dict[str, int]) -> Memory:
-    """Total and available as vLLM's CPU worker counts them (anchor-facts.md)."""
+    """Total and available as vLLM's CPU worker counts them (docs/tuning.md rule 3, "What
+    vLLM checks")."""
     return Memory(values["MemTotal"], sum(values.get(key, 0) for key in AVAILABLE_KEYS))

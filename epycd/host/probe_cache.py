@@ -1,7 +1,7 @@
 """Host vLLM probes kept across commands in `RUN_DIR/vllm-probes.json`.
 
 A probe imports vLLM in the environment's own interpreter: ~19 s on the 2-core test machine,
-paid by every `plan`, `approve`, `status` and `quickstart` until issue 12. The answer only
+paid by every `plan`, `approve`, `status` and `quickstart` before this cache. The answer only
 changes when that environment is reinstalled, so an entry is keyed by the vllm executable's
 resolved path, size and modification time and by the same three of its interpreter (pip
 rewrites the `vllm` script on every install; a venv rebuilt over another Python changes the

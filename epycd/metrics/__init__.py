@@ -1,4 +1,4 @@
-"""What epycd tells Prometheus (issue 29, docs/metrics.md).
+"""What epycd tells Prometheus (docs/metrics.md).
 
 `scrape` reads each instance's own vLLM `/metrics` on the address it listens on, in
 parallel and bounded, and labels its series with the endpoint, instance, socket and NUMA

@@ -1,5 +1,5 @@
-"""Each server's own `/metrics` (a vLLM instance's, or a llama-server's: issue 32), read on
-its port and labelled with where it runs.
+"""Each server's own `/metrics` (a vLLM instance's, or a llama-server's), read on its port and
+labelled with where it runs.
 
 An instance is read with a deadline on the whole answer (connect, headers and body), in
 parallel with the others, so a slow, hung or dead instance costs at most the deadline and

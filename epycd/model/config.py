@@ -1,4 +1,5 @@
-"""Figures read from a model's `config.json` (anchor-facts.md, "Formulas"). Pure functions.
+"""Figures read from a model's `config.json` (docs/sources.md, "Model figures from
+config.json"). Pure functions.
 
 Multimodal and wrapper configs keep the language model in `text_config`, `language_config` or
 `llm_config`; its keys win over the top level's.

@@ -1,4 +1,4 @@
-"""What vLLM's own processes hold beside the weights and the KV pool (issue 17).
+"""What vLLM's own processes hold beside the weights and the KV pool (docs/tuning.md rule 7).
 
 A served model's process tree holds the weights, the KV pool, and vLLM's own runtime: the API
 server, the engine core and its worker each import torch and the tokenizer, the worker keeps a

@@ -1,9 +1,10 @@
 """`epycctl instinct-recipes --from FILE`: the recipe's `recipes_cache.json` (synced from
 vllm-project/recipes by the recipe's own script, elsewhere) -> `data/instinct-recipes.json`,
-offline. The cache's shape, as seed 001 describes it: top-level `fetched_at` and
-`docker_image`; `models.<HF_ID>.recipe` with `model.base_args`, `model.base_env`,
-`model.min_vllm_version`, `features.tool_calling.args`, `features.reasoning.args`,
-`hardware_overrides.amd.extra_args`, `hardware_overrides.amd.extra_env`.
+offline. The cache's shape, as the Instinct recipe describes it (docs/instinct.md, "Refreshing
+the recipe data"): top-level `fetched_at` and `docker_image`; `models.<HF_ID>.recipe` with
+`model.base_args`, `model.base_env`, `model.min_vllm_version`, `features.tool_calling.args`,
+`features.reasoning.args`, `hardware_overrides.amd.extra_args`,
+`hardware_overrides.amd.extra_env`.
 
 Flags the plan owns (epycd.spec.policy.ARGS_OWNED_BY_PLAN: the tensor-parallel size, the port...)
 are dropped from the recipes, each named in the report: the plan decides them. What the

@@ -1,5 +1,5 @@
 """The memory one llama-server process holds, from a GGUF file's own facts and the server's
-settings: what a llama.cpp endpoint's fit counts (`epycctl estimate`, issue 32).
+settings: what a llama.cpp endpoint's fit counts (`epycctl estimate`; docs/tuning.md rule 9).
 
 Every term is what the pinned llama.cpp allocates, measured against its own log and the
 process's PSS (benchmarks/llama-memory-results.md, `benchmarks/llama_compute.py`):

@@ -1,14 +1,16 @@
-"""Does a model fit one socket's memory? (issue 3; anchor-facts.md, "Formulas" and
-"vLLM's own CPU memory rules"). Pure functions, GiB throughout (2^30 bytes).
+"""Does a model fit one socket's memory? Pure functions, GiB throughout (2^30 bytes). What
+vLLM itself checks, and why the fit is the socket's: docs/tuning.md rule 3, "What vLLM checks"
+and "Against the socket, all of it"; the context and KV figures: docs/sources.md, "Model
+figures from config.json".
 
 Weights, the KV pool vLLM is given, vLLM's own runtime (its processes beside weights and KV,
-measured: `epycd.model.footprint`, issue 17) and the OS headroom must add up inside the chosen
-socket's memory (the recipe checked total host RAM and forgot the pool it pre-allocates). The
-first three are the server's process tree at its peak (`process_gb`). This module holds the
-arithmetic: the context (`context_length`), the sum against the memory available and what to
-change when it fails (`fit_memory`). How big the pool, its cap and the headroom are is the
-tuner's decision (`epycd.plan.tuning`, docs/tuning.md rules 2 and 3), given here as inputs
-(`PoolSize`, the cap, the headroom).
+measured: `epycd.model.footprint`, docs/tuning.md rule 7) and the OS headroom must add up
+inside the chosen socket's memory (the recipe checked total host RAM and forgot the pool it
+pre-allocates). The first three are the server's process tree at its peak (`process_gb`). This
+module holds the arithmetic: the context (`context_length`), the sum against the memory
+available and what to change when it fails (`fit_memory`). How big the pool, its cap and the
+headroom are is the tuner's decision (`epycd.plan.tuning`, docs/tuning.md rules 2 and 3), given
+here as inputs (`PoolSize`, the cap, the headroom).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""What vLLM makes of a model's architectures at one vLLM version (anchor-facts.md, "Formulas").
+"""What vLLM makes of a model's architectures at one vLLM version (docs/sources.md, "vLLM's
+architecture registry").
 
 The sections of vLLM's registry say what an architecture is. A generation section wins over
 the pooling ones (many causal LMs are also listed as embedding models). A native section wins

@@ -1,4 +1,5 @@
-"""Chat template status and the endpoints that follow from it (anchor-facts.md, "Formulas").
+"""Chat template status and the endpoints that follow from it (docs/sources.md, "Chat
+template status").
 
 A template is only ever found, never invented: an endpoint file's `chat_template` (a path),
 else a non-empty `chat_template.jinja`, else a processor's `chat_template.json` (multimodal

@@ -1,4 +1,4 @@
-"""Where each endpoint runs: a whole socket, or a group of its NUMA nodes (anchor-facts.md,
+"""Where each endpoint runs: a whole socket, or a group of its NUMA nodes (docs/sources.md,
 "Socket choice").
 
 All endpoints are placed together, in name order: approved endpoints first on the socket of

@@ -1,9 +1,9 @@
-"""vLLM's words from the typed invocation (epycd.plan.invocation, issue 28 design 2.2): the
-only builder of `vllm serve`'s arguments and of the engine arguments `vllm bench throughput`
-shares with them. Pure. The planner stores `vllm_argv(invocation)` as the decisions'
-`vllm_args` (the words of the record); the renderer and `epycctl bench` call it too. It lives
-in the plan layer, beside the type, so that the planner and the layers above share this one
-builder without the plan importing render (tests/test_layers.py).
+"""vLLM's words from the typed invocation (epycd.plan.invocation): the only builder of
+`vllm serve`'s arguments and of the engine arguments `vllm bench throughput` shares with them.
+Pure. The planner stores `vllm_argv(invocation)` as the decisions' `vllm_args` (the words of
+the record); the renderer and `epycctl bench` call it too. It lives in the plan layer, beside
+the type, so that the planner and the layers above share this one builder without the plan
+importing render (tests/test_layers.py).
 
 `vllm serve` (after `serve`):
 

@@ -1,5 +1,5 @@
-"""One endpoint, many instances (issue 16; docs/instances.md): how many vLLM instances an
-endpoint runs, on which cores and NUMA nodes, and why.
+"""One endpoint, many instances (docs/instances.md): how many vLLM instances an endpoint runs, on
+which cores and NUMA nodes, and why.
 
 Pure functions of the host's topology, the part of it the endpoint may use (`Region`s: its
 allocated socket or node group, and with `placement = "host"` every socket no other endpoint

@@ -1,6 +1,6 @@
-"""The fit of one llama-server process in a socket's memory (issue 32): the process at its
-peak (`epycd.model.llama_memory`), plus rule 3's OS headroom, against what the socket has
-available; where it does not fit, the largest context per slot that does.
+"""The fit of one llama-server process in a socket's memory (docs/tuning.md rule 9): the
+process at its peak (`epycd.model.llama_memory`), plus rule 3's OS headroom, against what the
+socket has available; where it does not fit, the largest context per slot that does.
 
 Unlike vLLM, llama-server takes no pool share of the socket up front: its KV cache is exactly
 the cells it is given (`-c`), so the fit is the process's own bytes, nothing reserved."""

@@ -1,5 +1,5 @@
-"""Which runtime runs an endpoint, and which backend and image (anchor-facts.md, "Generations
-and routing").
+"""Which runtime runs an endpoint, and which backend and image (docs/sources.md, "Routing by
+CPU and stack").
 
 Routing by the CPU: not an EPYC is refused; no AVX-512 BF16 gets the stock vLLM CPU path
 with consent; AVX-512 BF16 outside Genoa/Turin/Venice gets unvalidated zentorch (or stock)
@@ -12,7 +12,7 @@ An Instinct GPU endpoint (docs/instinct.md) runs the ROCm vLLM image in podman o
 (`gpu_route`); a model the recipe data lists as no LLM endpoint is refused before anything
 is fetched (`refuse_not_llm`).
 
-A llama.cpp endpoint (issue 32) runs llama-server on the host (`llama_route`).
+A llama.cpp endpoint runs llama-server on the host (`llama_route`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The tuning rules of issue 12, each with its evidence in docs/tuning.md (rule numbers match).
+"""The tuning rules that make a planned endpoint serve at least as well as a plain `vllm serve`,
+each with its evidence in docs/tuning.md (rule numbers match).
 
 Pure functions of the instance's cores, its memory, the memory fit, the probed vLLM version,
 the host's C++ compiler and the serving interpreter's Python headers; `tune`, `size` and

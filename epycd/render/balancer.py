@@ -31,8 +31,9 @@ serves HTTP; sd_notify), IPAddressDeny (beyond loopback it answers any client),
 SystemCallFilter=~@resources (it raises its open-files limit), RootDirectory (it runs the
 distribution's binary), DeviceAllow (the read-only clock ProtectClock= allows).
 
-Decisions without `healing` (records from before issue 27) get the unit of their time:
-`Requires=` the instances when `min_ready` is all of them, `Restart=on-failure` alone.
+Decisions without `healing` (approval records made before the healing policy, b30f55f) get the
+unit of their time: `Requires=` the instances when `min_ready` is all of them,
+`Restart=on-failure` alone.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def _dependencies(decisions: SetEndpoint) -> list[Line]:
 
 def restart_lines(decisions: SetEndpoint) -> list[Line]:
     """Restart= and RestartSec= from the balancer's healing (no watchdog: HAProxy does not
-    ping one); before issue 27, Restart=on-failure alone."""
+    ping one); in a record from before the healing policy, Restart=on-failure alone."""
     if decisions.healing is None:
         return [("Restart", "on-failure")]
     return service_restart_lines(decisions.healing)

@@ -1,6 +1,6 @@
 """The lines that make a unit heal (docs/healing.md), from `decisions.healing`
-(epycd.plan.healing); decisions without it (approval records from before issue 27) get the
-units of their time.
+(epycd.plan.healing); decisions without it (approval records made before the healing
+policy, b30f55f) get the units of their time.
 
 - `[Service]` `Restart=on-failure` and `RestartSec=`, or `Restart=no`; where no supervisor
   makes a clean exit a failure (podman, the balancer) also `RestartForceExitStatus=0`: a
@@ -32,7 +32,7 @@ from epycd.render.text import Line
 BACKSTOP_RUNS = 2
 """systemd's StartLimitBurst= is the crash loop's run count plus this."""
 LEGACY_RESTART_SEC = "30s"
-"""RestartSec= of a record from before issue 27 with restart = "on-failure"."""
+"""RestartSec= of a record from before the healing policy with restart = "on-failure"."""
 
 
 def restart_lines(decisions: EndpointDecisions) -> list[Line]:

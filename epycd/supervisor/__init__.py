@@ -7,7 +7,7 @@
 
 It starts the server (its output passes through to the journal; the last lines are kept
 for failure reports), runs the health gate, then tells systemd `READY=1` with a `STATUS=`.
-With `WatchdogSec=` (issue 27, docs/healing.md) it pings `WATCHDOG=1` at half of
+With `WatchdogSec=` (docs/healing.md, "Watchdog") it pings `WATCHDOG=1` at half of
 `WATCHDOG_USEC`: while loading as long as the server process lives (the start is bounded by
 `TimeoutStartSec=`, not by the watchdog), and after READY only while `/health` answers
 within its timeout and the engine is not stalled (requests running and vLLM's token

@@ -1,8 +1,8 @@
-"""`epycctl bench NAME` of a llama.cpp endpoint through the real CLI (issue 32): no vLLM there,
-so epycd's own client (`epycd.servebench`) measures the approved endpoint, here a real
-llama-server of this machine serving the tiny GGUF with an API key. The tokens counted are
-the server's own: its /metrics counter of predicted tokens grows by exactly what the runs
-asked for (warm-ups included); the key reaches the server and no output."""
+"""`epycctl bench NAME` of a llama.cpp endpoint through the real CLI: no vLLM there, so epycd's
+own client (`epycd.servebench`) measures the approved endpoint, here a real llama-server of this
+machine serving the tiny GGUF with an API key. The tokens counted are the server's own: its
+/metrics counter of predicted tokens grows by exactly what the runs asked for (warm-ups
+included); the key reaches the server and no output."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The crash recorder (`python -m epycd.approval.crashloop NAME --unit UNIT`, every vLLM unit's
 ExecStopPost=) and the boot-time check's refusal of a unit in a crash loop, as systemd runs
 them: subprocesses with SERVICE_RESULT, EXIT_CODE and EXIT_STATUS in their environment, on
-approvals made by the real `epycctl approve` (issue 27, docs/healing.md)."""
+approvals made by the real `epycctl approve` (docs/healing.md, "Crash loop")."""
 
 from __future__ import annotations
 

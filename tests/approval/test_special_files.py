@@ -1,8 +1,8 @@
-"""Issue 26, class 1 and 4, in the state folder: an approval record, an install journal, a
-stop marker or a supervisor status file that is a FIFO, a device, a symlink to one, a folder
-or over its size cap affects only its own endpoint. `status`, the boot check of the other
-endpoint and the daemon return at once (a FIFO read would block them forever), without a
-traceback; a record that is a folder is repaired by `approve NAME` and `remove NAME`."""
+"""Special files in the state folder: an approval record, an install journal, a stop marker or a
+supervisor status file that is a FIFO, a device, a symlink to one, a folder or over its size cap
+affects only its own endpoint. `status`, the boot check of the other endpoint and the daemon
+return at once (a FIFO read would block them forever), without a traceback; a record that is a
+folder is repaired by `approve NAME` and `remove NAME`."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Issue 27 through status, start and the daemon, from real files: the real planner's plan
-(with its `healing`), the approval code, the real crash recorder and boot check as
-subprocesses with systemd's variables, and the fake systemctl's unit states (systemd is not
-PID 1 here; tests/e2e runs the real one): restarts and the last failure in status, the
-crash-loop state, `epycctl start` clearing it, instance sets, and the daemon's one journal
-line per transition."""
+"""Healing endpoints (docs/healing.md) through status, start and the daemon, from real files:
+the real planner's plan (with its `healing`), the approval code, the real crash recorder and
+boot check as subprocesses with systemd's variables, and the fake systemctl's unit states
+(systemd is not PID 1 here; tests/e2e runs the real one): restarts and the last failure in
+status, the crash-loop state, `epycctl start` clearing it, instance sets, and the daemon's one
+journal line per transition."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""Issue 26, class 1, through the real commands: one endpoint's api_key_file, hf_token_file
-or chat_template is a FIFO, /dev/zero through a symlink, a folder or over its cap. `plan`,
-`status` and `approve` (real planner, real CLI processes) return at once (a blocked read
-fails them by the subprocess timeout), with exit 2 naming that endpoint's file and key, no
-traceback; the healthy endpoint is planned, shown and approved; the daemon keeps reporting
-it."""
+"""Special files through the real commands: one endpoint's api_key_file, hf_token_file or
+chat_template is a FIFO, /dev/zero through a symlink, a folder or over its cap. `plan`, `status`
+and `approve` (real planner, real CLI processes) return at once (a blocked read fails them by
+the subprocess timeout), with exit 2 naming that endpoint's file and key, no traceback; the
+healthy endpoint is planned, shown and approved; the daemon keeps reporting it."""
 
 from __future__ import annotations
 

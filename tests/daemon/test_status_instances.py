@@ -1,6 +1,6 @@
-"""A multi-instance endpoint (issue 16, docs/instances.md) through approval, status and
-remove, from real files: the real planner on a fake dual Genoa, the approval code, and the
-fake systemctl's unit states (systemd is not PID 1 here; tests/e2e runs the real one)."""
+"""A multi-instance endpoint (docs/instances.md) through approval, status and remove, from real
+files: the real planner on a fake dual Genoa, the approval code, and the fake systemctl's unit
+states (systemd is not PID 1 here; tests/e2e runs the real one)."""
 
 from __future__ import annotations
 
@@ -104,10 +104,10 @@ def test_the_ready_check_without_a_set_is_bad_input(ws: DaemonSandbox) -> None:
 
 
 def test_the_ready_check_waits_for_an_instance_on_its_way_back(ws: DaemonSandbox) -> None:
-    """Issue 27: an instance still `activating` (starting, or waiting out RestartSec= after a
-    failure) is waited for, not taken as down: a balancer that failed would restart, and on
-    systemd 252 restart every instance PartOf= it with it. It passes once the instance is
-    active; fails once no instance that is down can still come up."""
+    """An instance still `activating` (starting, or waiting out RestartSec= after a failure) is
+    waited for, not taken as down: a balancer that failed would restart, and on systemd 252
+    restart every instance PartOf= it with it. It passes once the instance is active; fails once
+    no instance that is down can still come up."""
     ws.endpoint("pair", "instances = 2\n")
     ws.approve("pair")
     ws.set_unit(INSTANCES[0], "active")

@@ -1,4 +1,4 @@
-"""Figures of the fault e2e runs (issue 27), from the records the machines wrote: what the
+"""Figures of the fault e2e runs (docs/healing.md), from the records the machines wrote: what the
 tests assert on and what benchmarks/faults.py reports. Pure functions of those records."""
 
 from __future__ import annotations

@@ -535,9 +535,9 @@ def kube_player(engine: Engine) -> Engine:
 def test_the_kube_export_serves_under_podman_kube_play(
     kube_player: Engine, engine_machine: EngineMachine, plan: dict[str, Any]
 ) -> None:
-    """Issue 30: the Deployment `epycctl export kube` writes from the approved plan, played
-    by podman's own Kubernetes player: Guaranteed requests from the plan, enforced by the
-    container's cgroups, and it serves the model."""
+    """The Deployment `epycctl export kube` writes from the approved plan, played by podman's
+    own Kubernetes player: Guaranteed requests from the plan, enforced by the container's
+    cgroups, and it serves the model."""
     exported = engine_machine.boot("reboot").one("kube_export")
     assert exported["rc"] == 0, exported["stderr"]
     objects = json.loads(exported["stdout"])["objects"]
@@ -570,8 +570,8 @@ def test_the_kube_export_serves_under_podman_kube_play(
 def test_an_absent_image_fails_clearly_without_a_restart_loop(
     engine_machine: EngineMachine,
 ) -> None:
-    """The start fails with the image named; since issue 27 the unit restarts on failure, and
-    after CRASH_LOOP_RUNS failed runs the crash loop keeps it down: the runs stop."""
+    """The start fails with the image named; since the healing policy the unit restarts on
+    failure, and after CRASH_LOOP_RUNS failed runs the crash loop keeps it down: the runs stop."""
     boot = engine_machine.boot("stopped-reboot")
     approve = boot.one("absent_approve")
     assert approve["rc"] != 0, approve

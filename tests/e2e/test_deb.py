@@ -1,4 +1,4 @@
-"""The Debian package (issue 31) on a bare Debian 12 under real systemd (PID 1 in
+"""The Debian package (packaging/deb) on a bare Debian 12 under real systemd (PID 1 in
 systemd-nspawn): the machine, its local apt repository and pip mirrors are test_runtime.py's
 (tests/tools/bare_host.sh), with no network. The package is built here by
 packaging/deb/build.sh twice from a clean copy of the tree, as VERSION-1 and as the rebuilt
@@ -120,7 +120,7 @@ def debs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_lintian_reports_no_error(debs: Path) -> None:
-    """Debian's own package checker, on the package as built (issue 31: no errors)."""
+    """Debian's own package checker, on the package as built: no errors."""
     if shutil.which("lintian") is None:
         pytest.fail("no lintian: apt-get install lintian (tests/bootstrap.sh)")
     deb = debs / f"epyc-llm_{VERSION}-1_amd64.deb"

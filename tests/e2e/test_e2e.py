@@ -7,9 +7,9 @@ install         install.sh (with the user epyc-llm); the model given to its grou
                 as epyc-llm; a chat completion; status ready with the URL; a file never
                 approved is never installed; systemd-analyze security <= 4.5 on both units
 reboot          ready again with no new approval; epycd READY only after the endpoint settled;
-                Debian's Prometheus scrapes epycd while chats are served (issue 29);
+                Debian's Prometheus scrapes epycd while chats are served;
                 `systemctl reload epycd` works under its sandbox;
-                kill -9 of vLLM, then SIGSTOP of vLLM: restarted with no action (issue 27),
+                kill -9 of vLLM, then SIGSTOP of vLLM: restarted with no action (docs/healing.md),
                 epycd's /metrics saying it is down meanwhile; kill -9 of vLLM's EngineCore,
                 of its worker, and the kernel's OOM kill of the EngineCore (the host's
                 hands: a memory cgroup) restarted too;
@@ -373,8 +373,8 @@ def test_an_engine_process_that_dies_inside_is_restarted(machine: Machine, check
 
 
 def test_broken_weights_end_in_a_crash_loop_that_survives_a_reboot(machine: Machine) -> None:
-    """Issue 27: weights vLLM cannot load: a bounded number of runs, then crash-loop with the
-    first error; after a reboot nothing starts (no restart storm); `epycctl start` clears it."""
+    """Weights vLLM cannot load: a bounded number of runs, then crash-loop with the first error;
+    after a reboot nothing starts (no restart storm); `epycctl start` clears it."""
     boot = machine.boot("stopped-reboot")
     looped = boot.one("crash_loop")
     assert looped["looped"], f"no crash-loop state: {looped}\n{unit_log(boot)}"

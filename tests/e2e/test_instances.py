@@ -1,8 +1,8 @@
-"""End to end, one endpoint of two instances (issue 16, docs/instances.md): real systemd
-(PID 1 under systemd-nspawn), the real CPU vLLM (one instance per core of the 2-core test
-machine, each pinned to its core, so each one's front end shares that core: the plan warns),
-Debian's HAProxy 2.6 in front (the .debs from tests/tools/haproxy.sh, installed with dpkg in
-a fresh copy of the cached rootfs; the cache itself is never changed).
+"""End to end, one endpoint of two instances (docs/instances.md): real systemd (PID 1 under
+systemd-nspawn), the real CPU vLLM (one instance per core of the 2-core test machine, each
+pinned to its core, so each one's front end shares that core: the plan warns), Debian's HAProxy
+2.6 in front (the .debs from tests/tools/haproxy.sh, installed with dpkg in a fresh copy of the
+cached rootfs; the cache itself is never changed).
 
 Two boots (tests/e2e/inside_instances.py): install + approve + spread + one instance killed,
 then a reboot. Ports 18511 (the balancer) and the next free ones for the instances.
@@ -161,10 +161,10 @@ def test_requests_spread_over_both_instances(machine: InstancesMachine) -> None:
 
 
 def test_a_killed_instance_comes_back_by_itself_under_load(machine: InstancesMachine) -> None:
-    """Issue 27: instance 2 SIGKILLed under steady load (8 clients): status says degraded (1 of
-    2), the instance restarts with no action by anyone, the set is ready again; the only failed
-    requests are ones in flight at the kill (the balancer retries a refused connection on the
-    other instance), and the set serves all along."""
+    """Instance 2 SIGKILLed under steady load (8 clients): status says degraded (1 of 2), the
+    instance restarts with no action by anyone, the set is ready again; the only failed requests
+    are ones in flight at the kill (the balancer retries a refused connection on the other
+    instance), and the set serves all along."""
     boot = machine.boot("install")
     record = boot.one("kill_under_load")
     figures = loaded_kill(record)

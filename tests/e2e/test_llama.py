@@ -1,8 +1,9 @@
-"""README command 1 with the llama.cpp engine on a bare host (issue 32, "Done when"):
-`packaging/install.sh --engine llama.cpp && epycctl quickstart --engine llama.cpp --model
-FILE --yes` on real systemd (PID 1 in systemd-nspawn), in a fresh copy of the bare Debian 12
-of tests/tools/bare_host.sh (no venv module, no compiler, no network; apt from a local
-repository, pip from a local PyPI mirror), serving the tiny model converted to GGUF.
+"""README command 1 with the llama.cpp engine on a bare host, the proof that a llama.cpp
+endpoint works from nothing: `packaging/install.sh --engine llama.cpp && epycctl quickstart
+--engine llama.cpp --model FILE --yes` on real systemd (PID 1 in systemd-nspawn), in a fresh
+copy of the bare Debian 12 of tests/tools/bare_host.sh (no venv module, no compiler, no network;
+apt from a local repository, pip from a local PyPI mirror), serving the tiny model converted to
+GGUF.
 
 One part is given, not rebuilt: llama-server itself. The machine starts with the recipe's
 finished folder in /opt/epyc-llm/llama-runtime (bin/ and its stamp), which

@@ -1,4 +1,4 @@
-"""`epycctl export kube` from the real planner (issue 30, stage 1): goldens for a CPU
+"""`epycctl export kube` from the real planner (docs/fleet.md): goldens for a CPU
 endpoint (stock on Milan, docker; zentorch from a host vLLM), an instance set (Genoa NPS4,
 podman) and an Instinct endpoint (MI300X), and KServe for the first; every object valid
 against the Kubernetes schemas of several minor versions; Guaranteed QoS and the

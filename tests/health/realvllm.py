@@ -116,8 +116,8 @@ def short_tmpdir() -> Path:
 
 
 def vllm_env(work: Path) -> dict[str, str]:
-    """real-tools.md's environment for serving on this CPU (every physical core bound),
-    caches under `work`."""
+    """The environment for serving on this CPU (every physical core bound; docs/sources.md,
+    "Tools the tests run for real"), caches under `work`."""
     (work / "cache").mkdir(parents=True, exist_ok=True)
     return os.environ | {
         "VLLM_CACHE_ROOT": str(work / "cache"),

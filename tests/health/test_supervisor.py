@@ -120,9 +120,9 @@ def test_a_clean_exit_nobody_asked_for_is_a_failed_run(tmp_path: Path, run: Run)
 
 
 def test_a_dead_front_end_takes_its_engine_with_it_at_once(tmp_path: Path, run: Run) -> None:
-    """Issue 27: vLLM's engine processes outlive a killed `vllm serve` and hold its output
-    open; the supervisor kills them with it and is gone in a moment, not after waiting on
-    their pipes, so systemd restarts the endpoint within its start-up + 15 s."""
+    """vLLM's engine processes outlive a killed `vllm serve` and hold its output open; the
+    supervisor kills them with it and is gone in a moment, not after waiting on their pipes, so
+    systemd restarts the endpoint within its start-up + 15 s."""
     port = free_port()
     sup, status_file, log = run(stub(port, "tiny", "--engine-child"), port)
     status = wait_for_state(status_file, 30)

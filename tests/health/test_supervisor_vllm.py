@@ -147,9 +147,9 @@ def vllm_processes(server_pid: int, role: str) -> list[psutil.Process]:
 def test_a_frozen_engine_stops_the_watchdog_while_health_still_answers(
     tmp_path: Path, reap: list[subprocess.Popen[bytes]]
 ) -> None:
-    """Issue 27: vLLM's EngineCore frozen (SIGSTOP) in the middle of generating: its
-    /health still answers 200, its token counters stop; after --stall-timeout the supervisor
-    stops pinging and says why."""
+    """vLLM's EngineCore frozen (SIGSTOP) in the middle of generating: its /health still answers
+    200, its token counters stop; after --stall-timeout the supervisor stops pinging and says
+    why."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     status_file = tmp_path / "status.json"

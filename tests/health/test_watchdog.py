@@ -1,4 +1,4 @@
-"""The supervisor's watchdog (issue 27, docs/healing.md), through a real sd_notify socket as
+"""The supervisor's watchdog (docs/healing.md, "Watchdog"), through a real sd_notify socket as
 systemd would read it: WATCHDOG=1 while loading as long as the server lives; after READY only
 while /health answers and the engine makes progress by vLLM's own /metrics (a stand-in
 server whose answers the test changes while it runs: tests/health/stub_server.py --control);

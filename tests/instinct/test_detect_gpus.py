@@ -1,5 +1,5 @@
 """`epycctl detect` on Instinct hosts: the GPUs from the KFD topology and DRM cards of a fake
-host root, with their NUMA nodes (issue 18)."""
+host root, with their NUMA nodes (docs/instinct.md, "What the host says")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""What an approval binds does not float (issue 26, class 6): the Instinct image is a pinned
-tag of the ROCm vLLM image (v0.25.1, the vLLM of data/epyc.json whose architecture tables the
-plan checks), and approve records the image the engine holds (`image inspect --format
-{{.Id}}`) in the approval record, shown by `status --json`; an image not present is recorded
-as unknown (null), and a record older than the field still loads."""
+"""What an approval binds does not float (docs/instinct.md, "The image an approval binds"): the
+Instinct image is a pinned tag of the ROCm vLLM image (v0.25.1, the vLLM of data/epyc.json whose
+architecture tables the plan checks), and approve records the image the engine holds (`image
+inspect --format {{.Id}}`) in the approval record, shown by `status --json`; an image not
+present is recorded as unknown (null), and a record older than the field still loads."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Planning Instinct GPU endpoints (issue 18): GPUs, tensor parallel size, the CPU pin of the
-GPUs' NUMA nodes, CPU endpoints kept off those cores, the recipe's env and args, refusals."""
+"""Planning Instinct GPU endpoints (docs/instinct.md): GPUs, tensor parallel size, the CPU pin
+of the GPUs' NUMA nodes, CPU endpoints kept off those cores, the recipe's env and args,
+refusals."""
 
 from __future__ import annotations
 

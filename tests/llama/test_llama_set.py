@@ -1,7 +1,7 @@
-"""A planned llama.cpp set served for real (issue 32, docs/instances.md): two llama-servers of
-this machine, each run with the words the planner wrote for its instance, behind Debian's
-HAProxy with the plan's own configuration. Chats through the balancer reach both instances
-(each one's own /metrics counts its prompts); one killed, the other answers every request."""
+"""A planned llama.cpp set served for real (docs/instances.md): two llama-servers of this
+machine, each run with the words the planner wrote for its instance, behind Debian's HAProxy
+with the plan's own configuration. Chats through the balancer reach both instances (each one's
+own /metrics counts its prompts); one killed, the other answers every request."""
 
 from __future__ import annotations
 

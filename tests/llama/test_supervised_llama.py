@@ -1,10 +1,9 @@
 """The planned llama.cpp endpoint's server under epycd's supervisor, as its unit runs it
-(issue 32): the real llama-server of this machine with the words the planner wrote, read
-through a test-made NOTIFY_SOCKET as systemd would. READY=1 once the gate (/health,
+(docs/tuning.md rule 10): the real llama-server of this machine with the words the planner
+wrote, read through a test-made NOTIFY_SOCKET as systemd would. READY=1 once the gate (/health,
 /v1/models, one chat) passed; the API key handed over as a systemd credential and given to
-llama-server as LLAMA_API_KEY, never on its argv; the engine's progress read from its
-/metrics (what the watchdog's stall check reads); WATCHDOG=1 while serving; SIGTERM
-forwarded."""
+llama-server as LLAMA_API_KEY, never on its argv; the engine's progress read from its /metrics
+(what the watchdog's stall check reads); WATCHDOG=1 while serving; SIGTERM forwarded."""
 
 from __future__ import annotations
 

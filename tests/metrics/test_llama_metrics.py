@@ -1,4 +1,4 @@
-"""A llama.cpp endpoint in epycd's /metrics and in the live load (issue 32): the real
+"""A llama.cpp endpoint in epycd's /metrics and in the live load (docs/metrics.md): the real
 llama-server's own families forwarded with the endpoint's labels through the real promtool,
 the plan's sizing and instance count as for a vLLM instance, and its requests and token
 counters read into `epycctl status NAME`'s load (it exports no KV cache usage)."""

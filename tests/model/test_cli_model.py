@@ -101,8 +101,8 @@ def test_estimate_70b_on_64_gib() -> None:
 
 
 def test_estimate_default_is_what_a_balanced_plan_fits_at_full_context() -> None:
-    """Not one sequence (issue 12): vLLM's 128, cut to the full-context sequences whose KV
-    (+10 %) the 32 GiB socket's 16 GiB pool cap holds."""
+    """Not one sequence (docs/tuning.md rule 2): vLLM's 128, cut to the full-context sequences
+    whose KV (+10 %) the 32 GiB socket's 16 GiB pool cap holds."""
     code, data = run_json("estimate", "Qwen/Qwen3-0.6B", "--socket-gb", "32")
     assert code == 0
     per_sequence_gib = 40960 * 114688 * 1.1 / 1024**3

@@ -1,4 +1,5 @@
-"""The socket memory fit (issue 3 "done when") and its rules."""
+"""The socket memory fit (weights, KV pool, vLLM's own processes and headroom add up inside
+the chosen socket's memory: docs/tuning.md rules 3 and 7) and its rules."""
 
 from __future__ import annotations
 
@@ -178,7 +179,7 @@ def test_fit_invariants(case: ModelOnSocket, wanted: int, seqs: int) -> None:
 
 def test_the_pool_is_what_the_sequences_need_plus_the_margin() -> None:
     """Rule 3: 4 x 8192 tokens x 128 KiB = 4 GiB of KV, +10 % -> a 5 GiB pool, not the
-    153 GiB the socket could give (issue 12: the pool filled the node)."""
+    153 GiB the socket could give (the old pool filled the node)."""
     fit = fit_with(
         weights_bytes=8 * GIB,
         max_model_len=8192,
@@ -238,7 +239,7 @@ def test_sized_pool_invariants(
 
 
 def test_the_runtime_is_part_of_the_servers_peak_and_of_the_required_memory() -> None:
-    """Issue 17: vLLM's own processes are counted beside weights and KV; headroom apart."""
+    """Rule 7: vLLM's own processes are counted beside weights and KV; headroom apart."""
     bare = fit_with(weights_bytes=GIB, runtime_gib=0.0)
     fit = fit_with(weights_bytes=GIB, runtime_gib=1.75)
     assert fit.runtime_gb == 1.75

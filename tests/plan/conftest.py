@@ -120,7 +120,7 @@ class PlanWorkspace:
 
 def assert_invocations(plan: Plan) -> None:
     """Every planned instance, a set's members included, has its typed invocation, and its
-    `vllm_args` are that invocation's words (issue 28 B3)."""
+    `vllm_args` are that invocation's words."""
     for each in vllm_processes(plan.decisions):
         assert each.invocation is not None, each.unit_name
         assert vllm_argv(each.invocation) == each.vllm_args, each.unit_name

@@ -1,4 +1,4 @@
-"""Where an endpoint listens and whether it needs an API key (issue 11, class 4).
+"""Where an endpoint listens and whether it needs an API key.
 
 Like Ollama: loopback unless the endpoint file says `host = ...`; an `api_key_file` (root-only,
 like hf_token_file) reaches vLLM without landing in the plan or a unit; listening beyond

@@ -1,6 +1,6 @@
-"""The one grammar of an endpoint file's extra_args (epycd.spec.flags, issue 28 B1): every
-spelling vLLM's parser reads, the same for what the file may pass (arg_refusal), the consent
-its flags need (consent_reasons) and whether it gives a flag itself (given, value)."""
+"""The one grammar of an endpoint file's extra_args (epycd.spec.flags): every spelling vLLM's
+parser reads, the same for what the file may pass (arg_refusal), the consent its flags need
+(consent_reasons) and whether it gives a flag itself (given, value)."""
 
 from __future__ import annotations
 

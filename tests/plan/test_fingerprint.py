@@ -1,5 +1,5 @@
 """The fingerprint: stable across runs on an unchanged host, moved by every shaping input;
-and the exact values of today's planner for the golden cases (issue 28, C4)."""
+and the exact values of today's planner for the golden cases."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""How an endpoint's units come back by themselves (issue 27, docs/healing.md): the figures
-of `Healing` from its inputs, and the healing the real planner gives every path, each
-instance of a set and the set's balancer."""
+"""How an endpoint's units come back by themselves (docs/healing.md): the figures of `Healing`
+from its inputs, and the healing the real planner gives every path, each instance of a set and
+the set's balancer."""
 
 from __future__ import annotations
 

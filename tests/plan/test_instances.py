@@ -1,5 +1,5 @@
-"""One endpoint, many instances (issue 16, docs/instances.md): the layout the real planner
-makes on fake hosts, the units it renders, and the errors of the new keys."""
+"""One endpoint, many instances (docs/instances.md): the layout the real planner makes on fake
+hosts, the units it renders, and the errors of the new keys."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The typed vLLM invocation (epycd.plan.invocation, issue 28 B2): a record, frozen, with
-no unknown key, its engine told apart by `kind`. tests/render/test_argv.py holds it and its
-argv builder to the planner's argv, word for word."""
+"""The typed vLLM invocation (epycd.plan.invocation): a record, frozen, with no unknown key, its
+engine told apart by `kind`. tests/render/test_argv.py holds it and its argv builder to the
+planner's argv, word for word."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The KV pool the plan asks for is the one the real vLLM allocates (issue 17): the plan's
-`memory.kv_pool_gb` against vLLM's own "KV cache size: N tokens" line at start, times the
+"""The KV pool the plan asks for is the one the real vLLM allocates (docs/tuning.md rule 7): the
+plan's `memory.kv_pool_gb` against vLLM's own "KV cache size: N tokens" line at start, times the
 model's KV bytes per token (vLLM's tokens come from its own page size, so a wrong per-token
 figure fails here too)."""
 

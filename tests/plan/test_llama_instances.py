@@ -1,7 +1,7 @@
-"""llama.cpp endpoints of several instances (issue 32, docs/instances.md): the same layout
-as vLLM's sets on the fake dual-socket hosts (one llama-server per NUMA node, disjoint
-cores, memory bound to its node), each instance's threads its own cores, its fit its share of
-the node, the balancer in front; the units through the real systemd-analyze and HAProxy."""
+"""llama.cpp endpoints of several instances (docs/instances.md): the same layout as vLLM's sets
+on the fake dual-socket hosts (one llama-server per NUMA node, disjoint cores, memory bound to
+its node), each instance's threads its own cores, its fit its share of the node, the balancer in
+front; the units through the real systemd-analyze and HAProxy."""
 
 from __future__ import annotations
 

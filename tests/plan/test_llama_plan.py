@@ -1,8 +1,7 @@
-"""llama.cpp endpoints in the plan (issue 32): the endpoint file's keys, the route to a
-llama-server, the fit on the placed socket (rule 9) and rule 10's decisions, the unit that
-runs it under the supervisor, and what the plan refuses. The llama-server here is a real
-executable file that answers `--version` as llama-server does; the real server's own tests
-are tests/llama."""
+"""llama.cpp endpoints in the plan: the endpoint file's keys, the route to a llama-server, the
+fit on the placed socket (rule 9) and rule 10's decisions, the unit that runs it under the
+supervisor, and what the plan refuses. The llama-server here is a real executable file that
+answers `--version` as llama-server does; the real server's own tests are tests/llama."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""One policy for extra_args and env (issue 26 class 7): a flag or variable that loads code,
-widens what the server reads or sends data out is refused with its reason, or allowed only
-with the approver's consent, which the plan shows (epycd.spec.policy.LOADS_OR_SENDS_*)."""
+"""One policy for extra_args and env: a flag or variable that loads code, widens what the server
+reads or sends data out is refused with its reason, or allowed only with the approver's consent,
+which the plan shows (epycd.spec.policy.LOADS_OR_SENDS_*)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The host vLLM probe is cached across commands (issue 12, item 3): a second `epycctl plan`
+"""The host vLLM probe is cached across commands (docs/tuning.md rule 6): a second `epycctl plan`
 does not import vLLM again; a changed environment is probed again.
 
 The venv is a fake whose `python` counts the probes it answers, so the count is what the real

@@ -136,7 +136,7 @@ def test_env_and_args_the_plan_writes(ws: PlanWorkspace, host_of: HostOf) -> Non
 def test_a_socket_1_gib_too_small_for_the_servers_footprint_is_refused_with_the_numbers(
     ws: PlanWorkspace, host_of: HostOf
 ) -> None:
-    """Issue 17: the socket holds weights + the smallest KV pool + headroom, and 1 GiB less
+    """Rule 7: the socket holds weights + the smallest KV pool + headroom, and 1 GiB less
     than that plus vLLM's own measured processes (data/footprint): refused, with the figures.
     Before, the runtime was not counted and this socket "fit"."""
     ws.endpoint("llm", "max_model_len = 4096\n")

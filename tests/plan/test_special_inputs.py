@@ -1,9 +1,9 @@
-"""Issue 26, classes 1 and 2, in the planner: every file planning reads for an endpoint
-(its endpoint file, api_key_file, hf_token_file, chat_template, its model's config.json)
-may be a FIFO, /dev/zero, a symlink to it, a folder or over its size cap; planning returns
-at once (a FIFO read would block it forever: an alarm fails the test), reports it against
-that endpoint's file and key, and plans the healthy endpoint beside it as usual. A key or
-token file is accepted only where root alone controls it (ssh's rule)."""
+"""Special files and secret ownership in the planner: every file planning reads for an endpoint
+(its endpoint file, api_key_file, hf_token_file, chat_template, its model's config.json) may be
+a FIFO, /dev/zero, a symlink to it, a folder or over its size cap; planning returns at once (a
+FIFO read would block it forever: an alarm fails the test), reports it against that endpoint's
+file and key, and plans the healthy endpoint beside it as usual. A key or token file is accepted
+only where root alone controls it (ssh's rule)."""
 
 from __future__ import annotations
 
@@ -193,7 +193,7 @@ def test_property_any_special_files_leave_the_healthy_endpoint_planned(
             assert_reported(results[name], its_key, its_special, its_config, its_word)
 
 
-# Class 2: who owns a secret.
+# Who owns a secret.
 
 
 @pytest.mark.parametrize("key", ["api_key_file", "hf_token_file"])

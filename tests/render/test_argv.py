@@ -1,5 +1,5 @@
 """The typed vLLM invocation and its one argv builder (epycd.plan.invocation,
-epycd.plan.argv; issue 28 B2), held word for word to what the planner writes today.
+epycd.plan.argv), held word for word to what the planner writes today.
 
 For every endpoint the real planner plans here (each golden case, instance-set members and
 Instinct endpoints included, and the cases below for what the goldens lack: a revision, a
@@ -9,8 +9,8 @@ flat decisions, `vllm_argv` gives back `vllm_args` exactly, `bench_engine_argv` 
 the stored invocation gives, and `epycctl bench --offline` runs it (`epycd.cli.bench
 .engine_args`: the stored invocation's, a set's first member's; it no longer reads the argv,
 see the bench tests below).
-This table is the safety net for wiring the invocation into the planner and the units
-(issue 28 B3/B4). The renderer's hand-written decisions (tests/render/fixtures.py) have an
+This table is the safety net for wiring the invocation into the planner and the units.
+The renderer's hand-written decisions (tests/render/fixtures.py) have an
 argv of an older order, which a record keeps as it is (`approved_argv`).
 """
 

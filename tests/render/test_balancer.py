@@ -1,7 +1,7 @@
-"""The units of a multi-instance endpoint (issue 16, docs/instances.md) from the real planner
-on fake hosts, through the real tools: Debian's HAProxy 2.6 checks the configuration
-(`haproxy -c`), systemd-analyze verifies every unit (Quadlet 5.4 generates the podman ones
-first), and `systemd-analyze security` rates the balancer no worse than the host units."""
+"""The units of a multi-instance endpoint (docs/instances.md) from the real planner on fake
+hosts, through the real tools: Debian's HAProxy 2.6 checks the configuration (`haproxy -c`),
+systemd-analyze verifies every unit (Quadlet 5.4 generates the podman ones first), and
+`systemd-analyze security` rates the balancer no worse than the host units."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""What the commands print for the golden cases (issue 28, C4): a safety net of today's
-output, next to each case's units (tests/golden/CASE/, made by tests/render/test_golden.py's
-planning of the same inputs):
+"""What the commands print for the golden cases: a safety net of today's output, next to each
+case's units (tests/golden/CASE/, made by tests/render/test_golden.py's planning of the same
+inputs):
 
     plan.json   `epycctl plan NAME --json` for each endpoint of the case (cli/plan.py's
                 `plan_json` of the planner's result), keyed by endpoint name
@@ -21,7 +21,7 @@ than its balancer's are member 0's (vllm_args with member 0's `--port`, env, soc
 max_model_len...) and `instances` is every member's whole decisions; an Instinct endpoint has
 no device, gpus or tensor_parallel_size key, and its CPU-only memory keys are 0. A set's
 benchmark runs member 0's flags (and environment) pinned to every member's CPUs; an Instinct
-endpoint's runs with its recipe's engine flags and --tensor-parallel-size (issue 28 B4) but
+endpoint's runs with its recipe's engine flags and --tensor-parallel-size but
 without the GPUs' devices in the container, with 8 prompts (its max_num_seqs is 0).
 `UPDATE_GOLDEN=1` writes the files anew: review the diff before committing it.
 """

@@ -1,6 +1,6 @@
-"""The healing lines of every unit (issue 27, docs/healing.md, epycd.render.healing): per
-path, with `restart = "no"`, for an instance of a set and its balancer, decisions from
-before issue 27 (no `healing`), and what Quadlet 5.4 makes of them."""
+"""The healing lines of every unit (docs/healing.md, epycd.render.healing): per path, with
+`restart = "no"`, for an instance of a set and its balancer, decisions from before the healing
+policy (no `healing`), and what Quadlet 5.4 makes of them."""
 
 from __future__ import annotations
 

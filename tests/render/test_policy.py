@@ -195,7 +195,7 @@ def test_the_flags_the_plan_passes_itself_render(factory: Any) -> None:
     assert render_units(factory())
 
 
-# Decisions with their typed invocation, as the planner makes them (issue 28 B4): the checks
+# Decisions with their typed invocation, as the planner makes them: the checks
 # read the file's own words (`invocation.extra`) and the engine, not the argv.
 
 

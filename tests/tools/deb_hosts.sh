@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The other distributions tests/e2e/test_deb.py installs the Debian package into (issue 31:
+# The other distributions tests/e2e/test_deb.py installs the Debian package into (it must be
 # usable on Debian 13 and Ubuntu 22.04 and 24.04; Debian 12 is bare_host.sh's machine): a bare
 # tree of each, made as bare_host.sh makes Debian 12's, and beside it a local repository of the
 # closure of the package's dependencies on that tree, as that tree's own apt resolves the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Debootstraps the Debian rootfs trees the container end-to-end tests boot with
 # systemd-nspawn (tests/e2e/test_containers.py), each with a container engine from Debian's
-# own packages (recipe: shared/reference/real-tools.md, "A real container engine inside
+# own packages (docs/sources.md, "Tools the tests run for real", "A container engine inside
 # nspawn"):
 #   rootfs-trixie-podman   trixie: systemd 257, podman 5.4 with its Quadlet generator and
 #                          catatonit (the pause process of the infra container `podman kube play`

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches Debian bookworm's HAProxy (the balancer of multi-instance endpoints, issue 16) and
+# Fetches Debian bookworm's HAProxy (the balancer of instance sets, docs/instances.md) and
 # the libraries it links that a minimal system lacks, without changing the system:
 # `apt-get download` of the .debs into the cache, `dpkg -x` beside them. The render tests run
 # `haproxy -c` on the rendered configuration; the e2e installs the .debs in its machine.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches Debian bookworm's Prometheus (the server and promtool, issue 29) without changing
+# Fetches Debian bookworm's Prometheus (the server and promtool; docs/metrics.md) without changing
 # the system: `apt-get download` of the .deb into the cache, `dpkg -x` beside it. Both are
 # Go programs linking only libc, so they run from there, on this machine (the metrics tests
 # run `promtool check metrics` on epycd's /metrics) and bound into the e2e machine, which

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches the Quadlet generator of podman 5.4 (Debian trixie) for the render tests, without
 # changing the system: a private apt state, `apt-get download`, `dpkg -x` into the cache
-# (recipe: shared/reference/real-tools.md). A no-op when it is cached.
+# (docs/sources.md, "Tools the tests run for real"). A no-op when it is cached.
 # Result: $EPYC_TEST_CACHE/quadlet/root/usr/libexec/podman/quadlet
 set -euo pipefail
 

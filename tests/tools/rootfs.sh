@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debootstraps the Debian rootfs the end-to-end test boots with systemd-nspawn (real systemd
-# as PID 1; recipe: shared/reference/real-tools.md, "Real systemd as PID 1"). The test boots
+# as PID 1; docs/sources.md, "Tools the tests run for real", "Real systemd as PID 1"). It boots
 # a fresh copy of it each run, so this cached tree stays pristine. A no-op when it is cached.
 # Result: $EPYC_TEST_CACHE/rootfs
 set -euo pipefail
