@@ -153,6 +153,8 @@ prerequisites
 "$prefix/bin/pip" install -q --upgrade pip || say "keeping the venv's own pip"
 "$prefix/bin/pip" install -q --upgrade "$src"
 install -m 0644 "$src/README.md" "$prefix/README.md"
+# the README links the admin's guide as docs/admin.md: beside it
+install -D -m 0644 "$src/docs/admin.md" "$prefix/docs/admin.md"
 install -D -m 0755 "$src/packaging/vllm-runtime.sh" "$prefix/share/epyc-llm/vllm-runtime.sh"
 install -D -m 0755 "$src/packaging/llama-runtime.sh" "$prefix/share/epyc-llm/llama-runtime.sh"
 mkdir -p "$bindir"

@@ -1,4 +1,4 @@
-"""epycd/events.py: the MESSAGE_ID table (and the README's, which must be the same), the
+"""epycd/events.py: the MESSAGE_ID table (and docs/admin.md's, which must be the same), the
 journal entry of an event, systemd's JOURNAL_STREAM check on real descriptors, and what
 `emit` and `log_event` hand to cysystemd's `journal.send` (recorded: this machine has no
 journald; tests/e2e reads the real one with `journalctl MESSAGE_ID=`)."""
@@ -24,7 +24,7 @@ ROW = re.compile(r"^\| `([a-z]+)` \| `([0-9a-f]+)` \|", re.MULTILINE)
 
 
 def readme_ids() -> dict[str, str]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "admin.md").read_text()
     section = text.split("## Journal events\n", 1)[1].split("\n## ", 1)[0]
     return dict(ROW.findall(section))
 

@@ -23,9 +23,10 @@
 # exactly the wheels this build took. The package is amd64, not all, since those wheels are.
 #
 # The network is used here, never in debian/rules: this script stages the tree
-# (build/deb/epyc-llm-VERSION: debian/, wheels/, the unit, the config and examples) with
-# pip (the project's wheel, and `pip download` of its dependencies), then runs
-# dpkg-buildpackage in it. PIP_INDEX_URL and the other PIP_* variables reach pip.
+# (build/deb/epyc-llm-VERSION: debian/, wheels/, the unit, the config and examples, the
+# README and docs/admin.md) with pip (the project's wheel, and `pip download` of its
+# dependencies), then runs dpkg-buildpackage in it. PIP_INDEX_URL and the other PIP_*
+# variables reach pip.
 # The wheel is built from the working tree as it is (uncommitted changes included): build
 # a release from a clean checkout. About a minute on 2 cores; the .deb is about 25 MB.
 set -euo pipefail
@@ -66,7 +67,7 @@ esac
 
 stage=$src/build/deb/epyc-llm-$version
 rm -rf "$src/build/deb"
-mkdir -p "$stage/wheels" "$stage/examples"
+mkdir -p "$stage/wheels" "$stage/examples" "$stage/docs"
 cp -a "$src/packaging/deb/debian" "$stage/debian"
 if [ -n "$revision" ]; then
     case "$revision" in
@@ -89,6 +90,8 @@ grep -q '^Documentation=file:///usr/share/doc/epyc-llm/README.md$' "$stage/debia
     die "units/epycd.service's Documentation= line changed: update build.sh"
 cp "$src/packaging/deb/epycd.conf" "$src/packaging/vllm-runtime.sh" "$src/packaging/llama-runtime.sh" \
     "$src/README.md" "$stage/"
+# the README links the admin's guide as docs/admin.md: /usr/share/doc/epyc-llm/docs/admin.md
+cp "$src/docs/admin.md" "$stage/docs/"
 cp "$src"/etc/*.toml "$stage/examples/"
 
 say "the project's wheel, and its dependencies' wheels for CPython ${PYTHONS[*]} ($PLATFORM)"
