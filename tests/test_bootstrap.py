@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -173,7 +172,6 @@ def test_from_an_empty_cache_each_builder_runs_once_after_what_it_needs(tmp_path
 
 def test_independent_builders_run_side_by_side(tmp_path: Path) -> None:
     root, env = tree(tmp_path, sleep=1.0)
-    begun = time.monotonic()
     done = bootstrap(root, env)
     assert done.returncode == 0, done.stdout + done.stderr
     running, most = 0, 0
@@ -181,7 +179,6 @@ def test_independent_builders_run_side_by_side(tmp_path: Path) -> None:
         running += 1 if what == "start" else -1
         most = max(most, running)
     assert most == 3, "three builders at a time (EPYC_TEST_BUILD_JOBS's default)"
-    assert time.monotonic() - begun < len(BUILDERS) * 1.0
 
 
 def test_a_warm_cache_builds_nothing(tmp_path: Path) -> None:

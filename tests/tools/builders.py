@@ -56,7 +56,8 @@ class Builder:
         return f"{TOOLS}/{self.name}.sh"
 
 
-# The longest first: each starts as soon as what it needs is built.
+# The longest first, and what the longest chains start from (rootfs before the image built
+# on it); each starts as soon as what it needs is built.
 BUILDERS: tuple[Builder, ...] = (
     Builder(
         "llama_server",
@@ -69,10 +70,17 @@ BUILDERS: tuple[Builder, ...] = (
         builds=("vllm-venv", "tiny-model"),
         reads=("packaging/vllm-runtime.sh", "tests/tools/tiny_model.py"),
     ),
+    Builder("rootfs", builds=("rootfs",), reads=(LIB,)),
     Builder(
         "runtime_wheels",
         builds=("runtime-wheels",),
         reads=("packaging/vllm-runtime.sh", "pyproject.toml"),
+    ),
+    Builder("bare_host", builds=("rootfs-bare-bookworm", "bare-apt-bookworm"), reads=(LIB,)),
+    Builder(
+        "engine_rootfs",
+        builds=("rootfs-trixie-podman", "rootfs-bookworm-docker"),
+        reads=(LIB,),
     ),
     Builder(
         "deb_hosts",
@@ -82,13 +90,6 @@ BUILDERS: tuple[Builder, ...] = (
         ),
         reads=(LIB, "packaging/deb/debian/control"),
     ),
-    Builder(
-        "engine_rootfs",
-        builds=("rootfs-trixie-podman", "rootfs-bookworm-docker"),
-        reads=(LIB,),
-    ),
-    Builder("bare_host", builds=("rootfs-bare-bookworm", "bare-apt-bookworm"), reads=(LIB,)),
-    Builder("rootfs", builds=("rootfs",), reads=(LIB,)),
     Builder("quadlet", builds=("quadlet",)),
     Builder("haproxy", builds=("haproxy",)),
     Builder("prometheus", builds=("prometheus",)),
