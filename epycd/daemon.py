@@ -480,8 +480,10 @@ class Daemon:
     def run(self) -> int:
         self.install_signals()
         self.notifier.status("planning the endpoints")
-        self.metrics.apply(self.settings.metrics_listen)
         self.recover()
+        # the first scrape, before the first plan and status, has the approved endpoints
+        self.approved = {plan.decisions.endpoint: plan for plan in self.approved_plans()}
+        self.metrics.apply(self.settings.metrics_listen)
         self.load()
         self.settle()
         if not self.stop_requested:

@@ -43,6 +43,7 @@ from epycd.approval.record import (
 from epycd.approval.shape import host_shape
 from epycd.approval.state import endpoint_unit_files
 from epycd.atomic import named_for_target
+from epycd.childproc import run_bounded
 from epycd.errors import EpycError, InputError, Refusal, file_error
 from epycd.events import EPYCCTL, Event, emit
 from epycd.host.cpulist import format_cpulist, parse_cpulist
@@ -164,10 +165,8 @@ def image_digest(plan: Plan) -> str | None:
         return None
     argv = [tool, "image", "inspect", "--format", "{{.Id}}", plan.decisions.image]
     try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=INSPECT_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        done = run_bounded(argv, timeout=INSPECT_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
         return None
     found = done.stdout.strip().splitlines()
     if done.returncode != 0 or len(found) != 1:

@@ -8,14 +8,19 @@ go to stderr. Nothing is applied to a cluster.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from epycd.atomic import make_dirs
 from epycd.cli.options import TEXT, NonEmptyPath
 from epycd.cli.output import json_option, print_json
-from epycd.errors import InputError, Refusal
+from epycd.errors import InputError, Refusal, file_error
 from epycd.names import is_endpoint_name
 from epycd.settings import load_settings
 
@@ -66,18 +71,77 @@ def object_file(obj: dict[str, Any]) -> str:
     return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
 
 
-def write_files(folder: Path, files: dict[str, str], force: bool) -> None:
-    """Every file, or none when one exists already (without --force)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    present = sorted(name for name in files if (folder / name).exists())
-    if present and not force:
+def check_folder(folder: Path, st: os.stat_result) -> None:
+    """Refuse a folder someone else could plant a link in (to make the export write or
+    overwrite a file anywhere the admin may): not the admin's own (or root's), or group- or
+    world-writable."""
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{folder} is not a folder", file=folder, fix="give a folder as --output")
+    if st.st_uid not in {os.geteuid(), 0} or st.st_mode & 0o022:
         raise Refusal(
-            f"{', '.join(present)} exist(s) in {folder}",
+            f"{folder} can be written by others (owner uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):04o}): a link planted there would redirect the export",
             file=folder,
-            fix="give another --output folder, or --force to overwrite",
+            fix=f"give a folder only you can write as --output (or chmod go-w {folder})",
         )
-    for name, text in files.items():
-        (folder / name).write_text(text, encoding="utf-8")
+
+
+def present_in(dir_fd: int, name: str) -> bool:
+    """Anything named `name` in the folder, a link (even a dangling one) included."""
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def write_new(dir_fd: int, name: str, text: str) -> None:
+    """A new file, never through a link: O_CREAT | O_EXCL | O_NOFOLLOW."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+
+
+def replace_file(folder: Path, dir_fd: int, name: str, text: str) -> None:
+    """`name` replaced by a new file written beside it (--force): os.replace swaps the
+    name itself, whatever it is; a link there is refused rather than replaced."""
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(os.lstat(name, dir_fd=dir_fd).st_mode):
+            raise Refusal(
+                f"{folder / name} is not a regular file (a link?): not replaced",
+                file=folder / name,
+                fix=f"remove {folder / name}, or give another --output folder",
+            )
+    staged = f".{name}.{secrets.token_hex(8)}.tmp"
+    write_new(dir_fd, staged, text)
+    try:
+        os.replace(staged, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except OSError:
+        os.unlink(staged, dir_fd=dir_fd)
+        raise
+
+
+def write_files(folder: Path, files: dict[str, str], force: bool) -> None:
+    """Every file, or none when one exists already (without --force). The folder is the
+    admin's alone (`check_folder`), opened once, and no file is written through a link."""
+    make_dirs(folder, 0o755)
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        check_folder(folder, os.fstat(dir_fd))
+        present = sorted(name for name in files if present_in(dir_fd, name))
+        if present and not force:
+            raise Refusal(
+                f"{', '.join(present)} exist(s) in {folder}",
+                file=folder,
+                fix="give another --output folder, or --force to overwrite",
+            )
+        for name, text in files.items():
+            replace_file(folder, dir_fd, name, text)
+    except OSError as exc:
+        raise file_error(exc, f"writing into {folder}") from None
+    finally:
+        os.close(dir_fd)
 
 
 def planned(name: str) -> tuple[Plan, HostFacts]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from epycd.childproc import run_bounded
 from epycd.host.facts import GpuFacts
 from epycd.host.files import read_optional
 from epycd.model.instinct import product_name
@@ -41,6 +42,8 @@ ROCM_VERSION = "opt/rocm/.info/version"
 VRAM_HEAPS = frozenset({1, 2})
 AMD_SMI_ARGV = ["amd-smi", "static", "--asic", "--vram", "--json"]
 AMD_SMI_TIMEOUT_S = 20
+AMD_SMI_MAX_BYTES = 4 * 1024 * 1024
+"""amd-smi's JSON is a few KiB per GPU."""
 
 
 def parse_properties(text: str) -> dict[str, int]:
@@ -170,10 +173,8 @@ def run_amd_smi() -> list[dict[str, Any]]:
     if shutil.which(AMD_SMI_ARGV[0]) is None:
         return []
     try:
-        done = subprocess.run(
-            AMD_SMI_ARGV, capture_output=True, text=True, timeout=AMD_SMI_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        done = run_bounded(AMD_SMI_ARGV, timeout=AMD_SMI_TIMEOUT_S, max_bytes=AMD_SMI_MAX_BYTES)
+    except (OSError, subprocess.SubprocessError):
         return []
     return parse_amd_smi(done.stdout) if done.returncode == 0 else []
 

@@ -8,9 +8,11 @@ import os
 import subprocess
 from pathlib import Path
 
+from epycd.childproc import run_bounded
 from epycd.host.facts import LlamaServerFacts
 
-VERSION_TIMEOUT_S = 20
+VERSION_TIMEOUT_S = 5
+"""`llama-server --version` loads its backends and prints a few lines: well under a second."""
 STAMP = ".epyc-stamp"
 """packaging/llama-runtime.sh's record of the source it built, in the runtime's folder."""
 
@@ -27,15 +29,12 @@ def probe_llama_server(path: str) -> LlamaServerFacts:
     if not os.access(path, os.X_OK) or not Path(path).is_file():
         return LlamaServerFacts(path=path, present=False, error="no executable file there")
     try:
-        done = subprocess.run(
+        done = run_bounded(
             [path, "--version"],
-            capture_output=True,
-            text=True,
             timeout=VERSION_TIMEOUT_S,
-            check=False,
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
         )
-    except (OSError, subprocess.TimeoutExpired) as error:
+    except (OSError, subprocess.SubprocessError) as error:
         return LlamaServerFacts(path=path, present=False, error=str(error))
     lines = (done.stdout + done.stderr).splitlines()
     version = next(

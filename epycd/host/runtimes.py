@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from epycd.childproc import run_bounded
 from epycd.host.facts import DockerFacts, HostVllmFacts, PodmanFacts, RuntimeFacts
 
 PROBE_TIMEOUT_S = 3.0
@@ -31,14 +32,7 @@ def version_tuple(version: str) -> tuple[int, int, int] | None:
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str] | None:
     try:
-        return subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
+        return run_bounded(argv, timeout=PROBE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return None
 

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from epycd.childproc import OutputTooLarge, run_bounded
 from epycd.host.facts import HostVllmFacts
 from epycd.readfile import read_head
 
@@ -80,17 +81,13 @@ def last_line(text: str) -> str:
 
 def run_probe(interpreter: Path, timeout: float) -> tuple[str, str]:
     try:
-        done = subprocess.run(
-            [str(interpreter), "-c", SNIPPET],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=os.environ | PROBE_ENV,
-            stdin=subprocess.DEVNULL,
-            check=False,
+        done = run_bounded(
+            [str(interpreter), "-c", SNIPPET], timeout=timeout, env=os.environ | PROBE_ENV
         )
     except subprocess.TimeoutExpired as error:
         raise ProbeError(f"{interpreter}: importing vllm took over {timeout:g} s") from error
+    except OutputTooLarge as error:
+        raise ProbeError(f"{interpreter}: importing vllm {error}") from error
     except OSError as error:
         raise ProbeError(f"{interpreter}: {error.strerror or error}") from error
     if done.returncode != 0:

@@ -14,11 +14,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from epycd.host.cpulist import parse_cpulist
-from epycd.metrics.scrape import LABELS, Reading, Target, targets
+from epycd.metrics.scrape import LABELS, Dropped, Reading, Target, targets
 from epycd.plan.model import Plan, ServerEndpoint, server_processes
 from epycd.sizes import GIB
 from epycd.status.machine import COUNT_WORDS, EndpointStatus
@@ -39,12 +39,16 @@ class Instance:
     startup_seconds: float | None
 
 
-def instances(status: EndpointStatus, plan: Plan) -> Iterator[Instance]:
-    by_number = {entry.instance: entry for entry in status.instances}
+def instances(status: EndpointStatus | None, plan: Plan) -> Iterator[Instance]:
+    """The plan's server processes; none is ready while there is no status yet (epycd
+    serves /metrics before its first reading of the endpoints' state)."""
+    by_number = {entry.instance: entry for entry in status.instances} if status else {}
     processes = server_processes(plan.decisions)
     for target, process in zip(targets([plan]), processes, strict=True):
         entry = by_number.get(int(target.vllm_instance))
-        if entry is not None:
+        if status is None:
+            yield Instance(target, process, False, None, None)
+        elif entry is not None:
             yield Instance(
                 target, process, entry.state == "ready", entry.ready_since, entry.startup_seconds
             )
@@ -62,7 +66,8 @@ def gauge(name: str, documentation: str, labels: Sequence[str]) -> GaugeMetricFa
 def endpoint_series(
     statuses: Sequence[EndpointStatus], plans: Mapping[str, Plan], now: datetime
 ) -> list[Metric]:
-    """The series of every endpoint `statuses` lists; `plans` are the approved ones."""
+    """The series of every endpoint `statuses` lists, and of every approved one (`plans`):
+    before the daemon's first status, an approved endpoint has its plan's series."""
     state = gauge("endpoint_state", "1 for the state the endpoint is in", ("endpoint", "state"))
     count = gauge("endpoint_instances", "server instances of the approved plan", ("endpoint",))
     ready = gauge("endpoint_instances_ready", "server instances ready", ("endpoint",))
@@ -87,13 +92,14 @@ def endpoint_series(
     for status in statuses:
         for kind in STATES:
             state.add_metric([status.name, kind], float(status.kind == kind))
-        plan = plans.get(status.name)
-        if plan is None:
-            continue
-        restarts.add_metric([status.name], status.restarts)
-        found = list(instances(status, plan))
-        count.add_metric([status.name], len(found))
-        ready.add_metric([status.name], sum(instance.ready for instance in found))
+    by_name = {status.name: status for status in statuses}
+    for name, plan in plans.items():
+        known = by_name.get(name)
+        if known is not None:
+            restarts.add_metric([name], known.restarts)
+        found = list(instances(known, plan))
+        count.add_metric([name], len(found))
+        ready.add_metric([name], sum(instance.ready for instance in found))
         for instance in found:
             values = list(instance.target.labels.values())
             process = instance.process
@@ -120,3 +126,26 @@ def reading_series(readings: Sequence[Reading]) -> list[Metric]:
         up.add_metric(values, float(reading.up))
         took.add_metric(values, round(reading.seconds, 6))
     return [up, took]
+
+
+def dropped_series(readings: Sequence[Reading], totals: Mapping[Target, Dropped]) -> list[Metric]:
+    """Per instance read, the families and series of its own /metrics that epycd did not
+    forward since it started (`totals`): they clashed with a family forwarded before them or
+    were not valid. Not 0 means something other than the server answers on its port, or the
+    server's exposition changed shape."""
+    families = CounterMetricFamily(
+        PREFIX + "instance_dropped_families",
+        "families of the instance's /metrics not forwarded: they clash or are not valid",
+        labels=list(LABELS),
+    )
+    samples = CounterMetricFamily(
+        PREFIX + "instance_dropped_samples",
+        "series of the instance's /metrics not forwarded: they clash or are not valid",
+        labels=list(LABELS),
+    )
+    for reading in readings:
+        total = totals.get(reading.target, Dropped())
+        values = list(reading.target.labels.values())
+        families.add_metric(values, total.families)
+        samples.add_metric(values, total.samples)
+    return [families, samples]

@@ -1,25 +1,34 @@
 """The `/metrics` endpoint: epycd's own series and every instance's, in one scrape.
 
-prometheus_client serves it from its own thread (a small threading HTTP server); each
-request reads the daemon's latest status and approved plans and scrapes the instances then
-(`epycd.metrics.scrape`, bounded), so nothing runs between scrapes. Binding is not fatal:
-epycd keeps its endpoints running without metrics and says why, naming `metrics_listen`.
+prometheus_client's WSGI app answers it from a threading HTTP server of epycd's own thread;
+each request reads the daemon's latest status and approved plans and scrapes the instances
+then (`epycd.metrics.scrape`, bounded), so nothing runs between scrapes. The server is
+bounded too, since any local process can be its client: at most `MAX_CONNECTIONS` at once
+(a connection past them is closed at once), each with `CLIENT_TIMEOUT_S` to send its
+request and for each write of the answer, and one scrape at a time (each holds every
+instance's exposition). Binding is not fatal: epycd keeps its endpoints running without
+metrics and says why, naming `metrics_listen`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from wsgiref.simple_server import WSGIServer
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from epycd.metrics.scrape import DEADLINE_S, Reading, read_all, relabelled, targets
-from epycd.metrics.series import endpoint_series, reading_series
+from epycd.metrics.scrape import DEADLINE_S, Dropped, Target, forward, read_all, targets
+from epycd.metrics.series import dropped_series, endpoint_series, reading_series
 from epycd.plan.model import Plan
 from epycd.settings import parse_listen
 from epycd.status.machine import EndpointStatus
@@ -30,32 +39,34 @@ Source = Callable[[], tuple[Sequence[EndpointStatus], Mapping[str, Plan]]]
 """The daemon's latest statuses and its approved plans by endpoint name."""
 
 
-def merged(families: Iterable[Metric]) -> list[Metric]:
-    """One family per name: the same vLLM family read from several instances."""
-    by_name: dict[str, Metric] = {}
-    for family in families:
-        kept = by_name.setdefault(
-            family.name, Metric(family.name, family.documentation, family.type)
-        )
-        kept.samples.extend(family.samples)
-    return list(by_name.values())
-
-
-def instance_families(readings: Sequence[Reading]) -> list[Metric]:
-    return merged(family for reading in readings for family in relabelled(reading))
+MAX_CONNECTIONS = 8
+"""Clients served at once: Prometheus scrapes one at a time, a person's curl is another."""
+CLIENT_TIMEOUT_S = 5.0
+"""How long a client has to send its whole request, and each write of the answer may wait
+on it: an idle or dripping client (slowloris) is cut off, not kept for ever."""
 
 
 class EndpointCollector(Collector):
     def __init__(self, source: Source, deadline_s: float = DEADLINE_S) -> None:
         self.source = source
         self.deadline_s = deadline_s
+        self.dropped: dict[Target, Dropped] = {}
+        self.lock = threading.Lock()
 
     def collect(self) -> Iterator[Metric]:
         statuses, plans = self.source()
         readings = read_all(targets(plans.values()), self.deadline_s)
+        found = forward(readings)
+        with self.lock:
+            for target, dropped in found.dropped.items():
+                total = self.dropped.setdefault(target, Dropped())
+                total.families += dropped.families
+                total.samples += dropped.samples
+            totals = {target: Dropped(d.families, d.samples) for target, d in self.dropped.items()}
         yield from endpoint_series(statuses, plans, datetime.now(UTC))
         yield from reading_series(readings)
-        yield from instance_families(readings)
+        yield from dropped_series(readings, totals)
+        yield from found.families.values()
 
     def describe(self) -> Iterable[Metric]:
         return []  # nothing to describe ahead: registering must not scrape
@@ -68,11 +79,121 @@ def registry(source: Source, deadline_s: float = DEADLINE_S) -> CollectorRegistr
     return found
 
 
+def one_at_a_time(app: WSGIApplication) -> WSGIApplication:
+    """The app, answering one request at a time: a scrape holds every instance's parsed
+    exposition until its answer is written, so parallel scrapes would add those up."""
+    lock = threading.Lock()
+
+    def serialized(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        with lock:
+            return list(app(environ, start_response))
+
+    return serialized
+
+
+class ClientHandler(WSGIRequestHandler):
+    """One client's request, read within `CLIENT_TIMEOUT_S` in all (a timer shuts the
+    connection down after that), its answer written with that timeout on each write."""
+
+    server: BoundedServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.client_timeout_s)
+        self.cutoff = threading.Timer(self.server.client_timeout_s, self.cut_off)
+        self.cutoff.daemon = True
+        self.cutoff.start()
+
+    def cut_off(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def parse_request(self) -> bool:
+        """The request line and headers are read: the rest is bounded by the timeout."""
+        parsed = super().parse_request()
+        self.cutoff.cancel()
+        return parsed
+
+    def finish(self) -> None:
+        self.cutoff.cancel()
+        super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class BoundedServer(ThreadingMixIn, WSGIServer):
+    """A thread per client, at most `max_connections` of them: a connection past them is
+    closed at once rather than queued behind clients that may never finish."""
+
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        family: socket.AddressFamily,
+        *,
+        max_connections: int,
+        client_timeout_s: float,
+    ) -> None:
+        self.address_family = family
+        self.client_timeout_s = client_timeout_s
+        self.slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, ClientHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client cut off or gone: said at debug level, not as a traceback on stderr."""
+        log.debug("metrics: a client of /metrics failed", exc_info=True)
+
+
+def serve(
+    address: str, port: int, app: WSGIApplication, *, max_connections: int, client_timeout_s: float
+) -> tuple[BoundedServer, threading.Thread]:
+    """The server listening on `address`:`port` (IPv4 or IPv6), serving from its own thread."""
+    family, _type, _proto, _name, sockaddr = socket.getaddrinfo(
+        address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    server = BoundedServer(
+        (str(sockaddr[0]), port),
+        family,
+        max_connections=max_connections,
+        client_timeout_s=client_timeout_s,
+    )
+    server.set_app(app)
+    thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+    thread.start()
+    return server, thread
+
+
 class MetricsServer:
     """The listening server of `metrics_listen`, started, moved or stopped as it changes."""
 
-    def __init__(self, source: Source) -> None:
+    def __init__(
+        self,
+        source: Source,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        client_timeout_s: float = CLIENT_TIMEOUT_S,
+    ) -> None:
         self.source = source
+        self.max_connections = max_connections
+        self.client_timeout_s = client_timeout_s
         self.listen = ""
         self.server: WSGIServer | None = None
         self.thread: threading.Thread | None = None
@@ -86,7 +207,13 @@ class MetricsServer:
             return
         address, port = parse_listen(listen)
         try:
-            self.server, self.thread = start_http_server(port, address, registry(self.source))
+            self.server, self.thread = serve(
+                address,
+                port,
+                one_at_a_time(make_wsgi_app(registry(self.source))),
+                max_connections=self.max_connections,
+                client_timeout_s=self.client_timeout_s,
+            )
         except OSError as exc:
             log.error(
                 "metrics: cannot listen on %s (metrics_listen in epycd.conf): %s; epycd runs "

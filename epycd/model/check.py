@@ -270,7 +270,7 @@ def _support(
     if vllm_executable:
         try:
             return support_from_installed(architectures, Path(vllm_executable), probe_cache)
-        except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+        except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
             notes.append(f"the vLLM at {vllm_executable} could not be asked ({exc}): used tables")
     return support_from_table(architectures, vllm_version or pinned_vllm_version())
 

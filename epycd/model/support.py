@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from epycd.childproc import run_bounded
 from epycd.model.facts import ModelKind, Support
 from epycd.model.registry_tables import (
     SECTIONS,
@@ -50,6 +50,8 @@ SPECULATIVE_SECTION = "_SPECULATIVE_DECODING_MODELS"
 
 INSTALLED_REGISTRY_TIMEOUT_S = 180.0
 
+REGISTRY_MAX_BYTES = 4 * 1024 * 1024
+"""vLLM's registry as one JSON line: every architecture, twice (about 50 KiB)."""
 _REGISTRY_DUMP = f"""
 import json
 import vllm
@@ -196,12 +198,10 @@ def _ask_registry(python: str, mtime: float, timeout: float) -> dict[str, Any]:
 
 
 def _dump_registry(python: str, timeout: float) -> dict[str, Any]:
-    done = subprocess.run(
+    done = run_bounded(
         [python, "-c", _REGISTRY_DUMP],
-        capture_output=True,
-        text=True,
         timeout=timeout,
-        check=False,
+        max_bytes=REGISTRY_MAX_BYTES,
         env={**os.environ, "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"},
     )
     if done.returncode != 0:

@@ -5,6 +5,7 @@ without a volume; and no secret's value in any of it."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,51 @@ def test_no_secret_value_in_any_output(tmp_path: Path) -> None:
             dumped = json.dumps(done.objects)
             assert '"secretKeyRef": {"name": "epyc-llm-sec-api-key", "key": "api-key"}' in dumped
             assert '"secretKeyRef": {"name": "epyc-llm-sec-hf-token", "key": "hf-token"}' in dumped
+
+
+def test_output_never_follows_a_link_planted_in_the_folder(
+    ws: PlanWorkspace, milan: Path, tmp_path: Path
+) -> None:
+    """A link in DIR named like a file of the export, pointing anywhere: no file is created
+    there, nor overwritten with --force; the link is refused, not followed."""
+    folder, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    folder.mkdir(mode=0o755)
+    elsewhere.mkdir()
+    victim = elsewhere / "victim"
+    victim.write_text("precious\n")
+    (folder / "NOTES.txt").symlink_to(elsewhere / "created-by-export")
+    (folder / "kubelet-config.yaml").symlink_to(victim)
+    result = run(ws, milan, "llm", "--model-volume", "models", "--output", str(folder))
+    assert result.exit_code == 1, result.output
+    forced = run(ws, milan, "llm", "--model-volume", "models", "--output", str(folder), "--force")
+    assert forced.exit_code == 1 and "not a regular file" in forced.stderr, forced.output
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["victim"]
+    assert victim.read_text() == "precious\n"
+    assert (folder / "kubelet-config.yaml").is_symlink()
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757])
+def test_output_refuses_a_folder_others_can_write(
+    ws: PlanWorkspace, milan: Path, tmp_path: Path, mode: int
+) -> None:
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    folder.chmod(mode)
+    result = run(ws, milan, "llm", "--model-volume", "models", "--output", str(folder))
+    assert result.exit_code == 1, result.output
+    assert str(folder) in result.stderr and "chmod go-w" in result.stderr, result.stderr
+    assert list(folder.iterdir()) == []
+
+
+def test_output_creates_its_folder_for_the_admin_alone_whatever_the_umask(
+    ws: PlanWorkspace, milan: Path, tmp_path: Path
+) -> None:
+    old = os.umask(0o002)
+    try:
+        result = run(
+            ws, milan, "llm", "--model-volume", "models", "--output", str(tmp_path / "new")
+        )
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "new" / "NOTES.txt").is_file()

@@ -135,3 +135,64 @@ def in_unit(unit: str, body: Path, port: int) -> Iterator[int]:
         process.wait()
         group.rmdir()
         parent.rmdir()
+
+
+@contextlib.contextmanager
+def streaming(chunks: Callable[[], Iterator[bytes]]) -> Iterator[int]:
+    """A server that answers any request with a 200 and the body `chunks()` yields, written
+    as it comes with no length (the end of the body is the close), for hostile bodies: one
+    that drips, one that never ends. Yields its port."""
+    stop = threading.Event()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+
+    def talk(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(65536)
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
+            )
+            for chunk in chunks():
+                if stop.is_set():
+                    return
+                conn.sendall(chunk)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while not stop.is_set():
+                conn, _ = sock.accept()
+                threading.Thread(target=talk, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        stop.set()
+        sock.close()
+
+
+def gauge_lines(prefix: str = "vllm:spam", per_family: int = 100) -> Iterator[bytes]:
+    """A valid exposition that never ends: gauge families of `per_family` series each."""
+    number = 0
+    while True:
+        series = "".join(f'{prefix}{number}{{n="{i}"}} {i}\n' for i in range(per_family))
+        yield f"# TYPE {prefix}{number} gauge\n{series}".encode()
+        number += 1
+
+
+def dripping(interval_s: float = 0.02) -> Iterator[bytes]:
+    """A valid exposition sent one series every `interval_s`, for ever."""
+    for number, _ in enumerate(iter(int, 1)):
+        yield f"# TYPE vllm:drip{number} gauge\nvllm:drip{number} {number}\n".encode()
+        time.sleep(interval_s)
+
+
+def sized(limit: int) -> str:
+    """A valid exposition of gauge families, just under `limit` bytes."""
+    body = bytearray()
+    for chunk in gauge_lines():
+        if len(body) + len(chunk) > limit:
+            return body.decode()
+        body += chunk
+    raise AssertionError("unreachable")

@@ -185,3 +185,17 @@ def test_metrics_listen_empty_serves_nothing_and_a_taken_port_is_said(
             httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
     finally:
         server.stop()
+
+
+def test_before_the_first_status_an_approved_endpoint_has_its_series(serve: Serve) -> None:
+    """epycd serves /metrics before its first reading of the endpoints' state (the daemon
+    reads the approved plans first): the approved endpoint and its instance are there."""
+    with answering() as port:
+        url = serve([], {"tiny": single("tiny", port)})
+        found = samples(httpx.get(url, timeout=5).text)
+    labels = {"endpoint": "tiny", "vllm_instance": "0", "socket": "0", "numa_node": "0,1"}
+    assert value(found, "epyc_llm_endpoint_instances", endpoint="tiny") == 1
+    assert value(found, "epyc_llm_endpoint_instances_ready", endpoint="tiny") == 0
+    assert value(found, "epyc_llm_plan_cores", **labels) == 48
+    assert value(found, "epyc_llm_instance_up", **labels) == 1
+    assert value(found, "vllm_num_requests_running", model_name="tiny", **labels) == 0
