@@ -58,26 +58,19 @@ def hung() -> Iterator[int]:
 
 
 @contextlib.contextmanager
-def trickling() -> Iterator[int]:
-    """A server that sends its headers, then one byte of the body every 50 ms, forever."""
+def raw_server(talk: Callable[[socket.socket, threading.Event], None]) -> Iterator[int]:
+    """A server on 127.0.0.1 that hands each connection to `talk(conn, stop)` in its own
+    thread, for answers no HTTP server would give; yields its port."""
     stop = threading.Event()
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
 
-    def talk(conn: socket.socket) -> None:
-        with conn, contextlib.suppress(OSError):
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
-            while not stop.is_set():
-                conn.sendall(b"#")
-                time.sleep(0.05)
-
     def accept() -> None:
         with contextlib.suppress(OSError):
             while not stop.is_set():
                 conn, _ = sock.accept()
-                threading.Thread(target=talk, args=(conn,), daemon=True).start()
+                threading.Thread(target=talk, args=(conn, stop), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
     try:
@@ -85,6 +78,22 @@ def trickling() -> Iterator[int]:
     finally:
         stop.set()
         sock.close()
+
+
+@contextlib.contextmanager
+def trickling() -> Iterator[int]:
+    """A server that sends its headers, then one byte of the body every 50 ms, forever."""
+
+    def talk(conn: socket.socket, stop: threading.Event) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+            while not stop.is_set():
+                conn.sendall(b"#")
+                time.sleep(0.05)
+
+    with raw_server(talk) as port:
+        yield port
 
 
 def closed_port() -> int:
@@ -142,12 +151,8 @@ def streaming(chunks: Callable[[], Iterator[bytes]]) -> Iterator[int]:
     """A server that answers any request with a 200 and the body `chunks()` yields, written
     as it comes with no length (the end of the body is the close), for hostile bodies: one
     that drips, one that never ends. Yields its port."""
-    stop = threading.Event()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
 
-    def talk(conn: socket.socket) -> None:
+    def talk(conn: socket.socket, stop: threading.Event) -> None:
         with conn, contextlib.suppress(OSError):
             conn.recv(65536)
             conn.sendall(
@@ -158,18 +163,8 @@ def streaming(chunks: Callable[[], Iterator[bytes]]) -> Iterator[int]:
                     return
                 conn.sendall(chunk)
 
-    def accept() -> None:
-        with contextlib.suppress(OSError):
-            while not stop.is_set():
-                conn, _ = sock.accept()
-                threading.Thread(target=talk, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        stop.set()
-        sock.close()
+    with raw_server(talk) as port:
+        yield port
 
 
 def gauge_lines(prefix: str = "vllm:spam", per_family: int = 100) -> Iterator[bytes]:
