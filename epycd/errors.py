@@ -7,7 +7,12 @@ the CLI prints it without a traceback.
 from __future__ import annotations
 
 import errno
+import logging
 from pathlib import Path
+
+UNEXPECTED_LOG = "epycd.unexpected"
+"""The logger of `unexpected_error`'s tracebacks: the daemon's stderr (the journal), and
+only the journal for `epycctl` (`epycd.events.journal_only`), never the admin's terminal."""
 
 
 class EpycError(Exception):
@@ -72,4 +77,20 @@ def file_error(exc: OSError, doing: str = "") -> Refusal:
         f"{doing}: {said}" if doing else said,
         file=exc.filename,
         fix=FILE_ERROR_FIXES.get(exc.errno or 0, "check the file and its folder"),
+    )
+
+
+def unexpected_error(exc: Exception, *, file: Path | str, doing: str) -> Refusal:
+    """An exception no rule of ours raised, met while `doing` one endpoint file's work: the
+    traceback to the journal (`UNEXPECTED_LOG`), one line for the admin naming the file and
+    where the rest is. A refusal (exit 1): the file may be right, this endpoint cannot be
+    planned, and the caller leaves it out so that every other endpoint is planned as if it
+    were absent. Only the exception's type is shown: its text may quote a file's content."""
+    logging.getLogger(UNEXPECTED_LOG).error("%s: %s failed unexpectedly", file, doing, exc_info=exc)
+    return Refusal(
+        f"{doing} failed unexpectedly ({type(exc).__name__}); this endpoint is left out and the "
+        "others are planned without it",
+        file=file,
+        fix="the traceback is in the journal (journalctl -t epycctl; epycd's: journalctl -u "
+        "epycd): report it with the endpoint file",
     )

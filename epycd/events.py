@@ -125,6 +125,45 @@ def emit(
     return send(fields)
 
 
+SYSLOG_PRIORITIES: dict[int, int] = {
+    logging.CRITICAL: 2,
+    logging.ERROR: 3,
+    logging.WARNING: WARNING,
+    logging.INFO: INFO,
+    logging.DEBUG: 7,
+}
+"""A logging level as journald's PRIORITY= (syslog's crit, err, warning, info, debug)."""
+
+
+class JournalLog(logging.Handler):
+    """Log records (a traceback included) to the journal only, under `identifier`: what a
+    person at a terminal must not be shown raw still reaches the journal. Without journald
+    the record is dropped, never printed: `send` never raises."""
+
+    def __init__(self, identifier: str) -> None:
+        super().__init__(logging.WARNING)
+        self.identifier = identifier
+        self.setFormatter(logging.Formatter("%(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = max((lv for lv in SYSLOG_PRIORITIES if lv <= record.levelno), default=0)
+        send(
+            {
+                "MESSAGE": self.format(record),
+                "PRIORITY": str(SYSLOG_PRIORITIES.get(level, WARNING)),
+                "SYSLOG_IDENTIFIER": self.identifier,
+            }
+        )
+
+
+def journal_only(logger_name: str, identifier: str) -> None:
+    """Send `logger_name`'s records to the journal (`JournalLog`) and so away from Python's
+    last-resort handler, which prints to stderr when no handler is set; once per process."""
+    logger = logging.getLogger(logger_name)
+    if not any(isinstance(handler, JournalLog) for handler in logger.handlers):
+        logger.addHandler(JournalLog(identifier))
+
+
 def journal_is_stderr() -> bool:
     """systemd's documented check (systemd.exec(5), `$JOURNAL_STREAM`): stderr is connected
     to the journal when JOURNAL_STREAM="DEV:INODE" names the descriptor behind fd 2."""

@@ -9,6 +9,8 @@ code, never a traceback; with --json also the command's one JSON object on stdou
 (`epycd.cli.output.error_json`), as is a usage error (a bad or empty option value).
 Before any command runs, epycd.conf and the EPYCD_* variables are validated, so a bad
 settings file is reported the same way by every command.
+An endpoint the planner could not plan for a reason no rule foresaw is that endpoint's one
+error line; its traceback goes to the journal only (`epycd.errors.unexpected_error`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from typing import Any
 import click
 
 from epycd.cli.output import JSON_COMMAND, report_error, report_json_error
-from epycd.errors import EpycError, file_error
+from epycd.errors import UNEXPECTED_LOG, EpycError, file_error
+from epycd.events import EPYCCTL, journal_only
 from epycd.paths import settings_given
 
 COMMAND_ARGS = "epycctl.command_args"
@@ -129,3 +132,4 @@ def _usage_error_as_json(ctx: click.Context, exc: click.ClickException) -> None:
 @click.version_option(package_name="epyc-llm")
 def main() -> None:
     """Serve LLMs with vLLM on AMD EPYC CPUs: sized, pinned, approved, run by systemd."""
+    journal_only(UNEXPECTED_LOG, EPYCCTL)

@@ -5,6 +5,10 @@ time (`HF_HUB_OFFLINE`, `HF_HOME`/`HF_HUB_CACHE`, `HF_ENDPOINT`, `HF_HUB_ETAG_TI
 caller or a test can move it. Online, every request has a timeout; when the hub cannot be
 reached the answer comes from the local cache with a warning, or a clear error says the model
 is not there. Nothing here waits longer than the timeout for a closed or silent hub.
+
+A revision and a repository's file name are checked before huggingface_hub joins them to its
+cache folder (`epycd.names`), and any other refusal of its own (a ValueError) becomes one
+line naming the key: never its text, which can quote a file it read as a commit.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from huggingface_hub.utils.tqdm import (
 
 from epycd.errors import InputError, Refusal
 from epycd.model.weights import bytes_from_parameter_counts
+from epycd.names import REVISION_FIX, repo_file_problem, revision_problem
 
 SMALL_FILES = [
     "config.json",
@@ -123,6 +128,7 @@ def locate_model(
     if model.startswith("/"):
         return _local_folder(Path(model))
     _check_repo_id(model)
+    check_revision(revision)
     env = env or HubEnvironment.from_environ()
     notes: list[str] = []
     if not env.offline:
@@ -156,6 +162,35 @@ def _check_repo_id(model: str) -> None:
             key="model",
             fix="use org/name (e.g. Qwen/Qwen3-0.6B) or an absolute path to a model folder",
         )
+
+
+def check_revision(revision: str | None) -> None:
+    """A branch, tag or commit (`revision_problem`): bad input before the hub sees it."""
+    if revision is not None and (problem := revision_problem(revision)) is not None:
+        raise InputError(f"{revision!r} {problem}", key="revision", fix=REVISION_FIX)
+
+
+def check_repo_file(name: str) -> None:
+    """A file's name inside a repository or folder (`repo_file_problem`): bad input before
+    it is joined to a folder."""
+    if (problem := repo_file_problem(name)) is not None:
+        raise InputError(
+            f"{name!r} {problem}",
+            key="gguf_file",
+            fix="give the .gguf file's name inside the repository or folder, e.g. "
+            "model-Q4_K_M.gguf",
+        )
+
+
+def _cache_refused(model: str, revision: str | None, file: str | None = None) -> InputError:
+    """huggingface_hub's own ValueError for a revision and file that passed our checks (its
+    cache's `refs/REVISION` holds no commit), without its text: it can quote that file."""
+    what = f"{file} at revision {revision or 'main'}" if file else f"revision {revision or 'main'}"
+    return InputError(
+        f"{model}: huggingface_hub refused {what} as a path in its cache",
+        key="revision",
+        fix=f"download it again (`hf download {model}`), or give a commit's 40 hex digits",
+    )
 
 
 def _invalid_name(model: str, exc: HFValidationError) -> InputError:
@@ -207,6 +242,8 @@ def _from_hub(
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
         raise HubTrouble(f"the hub answered HTTP {status}") from exc
+    except ValueError:
+        raise _cache_refused(model, revision) from None
     return _hub_source(info, Path(folder))
 
 
@@ -262,6 +299,8 @@ def _from_cache(
         )
     except HFValidationError as exc:
         raise _invalid_name(model, exc) from None
+    except ValueError:
+        raise _cache_refused(model, revision) from None
     except (LocalEntryNotFoundError, FileNotFoundError, OSError):
         why = "the hub is unreachable" if unreachable else "offline (HF_HUB_OFFLINE)"
         at = f" at revision {revision}" if revision else ""
@@ -313,6 +352,8 @@ def locate_gguf(
     repository's `gguf_file` at `revision`. A repository's file is the weights themselves, so
     it is never downloaded here: it must be in the local HF cache, and when it is not the
     error gives the download command."""
+    if gguf_file is not None:
+        check_repo_file(gguf_file)
     if model.startswith("/"):
         path = Path(model) / gguf_file if gguf_file else Path(model)
         if not path.exists():
@@ -327,6 +368,7 @@ def locate_gguf(
             key="gguf_file",
             fix="give gguf_file = the file's name in the repository (e.g. model-Q4_K_M.gguf)",
         )
+    check_revision(revision)
     env = env or HubEnvironment.from_environ()
     try:
         cached = hf_hub_download(
@@ -334,6 +376,8 @@ def locate_gguf(
         )
     except HFValidationError as exc:
         raise _invalid_name(model, exc) from None
+    except ValueError:
+        raise _cache_refused(model, revision, gguf_file) from None
     except (LocalEntryNotFoundError, FileNotFoundError, OSError):
         raise _gguf_not_cached(model, gguf_file, revision, env.cache_dir) from None
     path = Path(cached)

@@ -160,7 +160,7 @@ class EndpointService(BaseModel):
     chat_template: str | None = None
     restart: Restart = "no"
     healing: Healing | None = Field(
-        default=None, description="restart policy and watchdog; None in records before issue 27"
+        default=None, description="restart policy and watchdog; None in records made before it"
     )
     start_timeout_s: int = Field(description="TimeoutStartSec, sized for the model")
     podman_notify_healthy: bool = False
@@ -260,7 +260,7 @@ class InstinctEndpoint(EndpointService, VllmService, VllmProcess):
 
 class LlamaService(BaseModel):
     """What a llama.cpp endpoint (one server or a set) has beside every endpoint's fields:
-    which llama-server serves which GGUF file (issue 32)."""
+    which llama-server serves which GGUF file."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -280,7 +280,7 @@ class LlamaService(BaseModel):
 
 
 class LlamaEndpoint(EndpointService, LlamaService):
-    """An endpoint of one llama-server on CPUs, or one member of a llama.cpp set (issue 32):
+    """An endpoint of one llama-server on CPUs, or one member of a llama.cpp set:
     a GGUF file, pinned to one socket's cores and NUMA nodes as a vLLM instance is, sized by
     docs/tuning.md rules 9-10."""
 

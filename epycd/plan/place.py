@@ -4,7 +4,10 @@ endpoints first (their GPUs, `epycd.plan.gpu`), the CPU endpoints on the other N
 decided (a CPU endpoint by `epycd.plan.decide_cpu`, a set of instances by
 `epycd.plan.multi`, an Instinct one by `epycd.plan.gpu_decide`) and finished
 (`epycd.plan.finish`). A refused endpoint that held a socket or a port is planned again
-without it, so that it takes nothing from the others (`place_all`)."""
+without it, so that it takes nothing from the others (`place_all`). An endpoint whose
+planning raises what no rule foresaw is its own failure (`crashed`), and the others are
+planned as if it were absent: in its own decisions (`_plan_guarded`), or in what the
+endpoints share, by placing them again one at a time (`_place_isolated`)."""
 
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ from epycd.plan.multi import decide_set, is_llama, regions, wants_instances
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
 from epycd.plan.prepare import Prepared
 from epycd.plan.reservations import Reservations
-from epycd.plan.result import EndpointResult, failed
+from epycd.plan.result import EndpointResult, crashed, failed
 from epycd.plan.sharing import Sharing
 
 
@@ -236,6 +239,20 @@ def _plan_placed(
     return result, result.plan is None
 
 
+def _plan_guarded(
+    prepared: Prepared,
+    placements: Mapping[str, Placement | GpuPlacement | EpycError],
+    ports: Mapping[str, int | EpycError],
+    share: Sharing,
+) -> tuple[EndpointResult, bool]:
+    """`_plan_placed` behind the planning boundary: what no rule foresaw in one endpoint's
+    decisions is its own failure, which gives back its socket and port like any refusal."""
+    try:
+        return _plan_placed(prepared, placements, ports, share)
+    except Exception as exc:
+        return crashed(prepared.result, exc, "planning the endpoint"), True
+
+
 def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[EndpointResult, bool]]:
     """Place and plan `ready` together: name -> (result, whether a refused endpoint holds a
     socket or a port in it)."""
@@ -251,10 +268,39 @@ def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[Endpoi
         share.stack.defaults.first_port,
         approved=share.reservations.ports(),
     )
-    return {p.result.name: _plan_placed(p, placements, ports, share) for p in ready}
+    return {p.result.name: _plan_guarded(p, placements, ports, share) for p in ready}
 
 
 def place_all(ready: list[Prepared], share: Sharing) -> dict[str, EndpointResult]:
+    """Every endpoint placed and planned (`place_together`); when what they share (their
+    sockets, GPUs or ports) raises what no rule foresaw, the endpoints that make it raise
+    are left out, each its own failure (`_place_isolated`)."""
+    try:
+        return place_together(ready, share)
+    except Exception:
+        return _place_isolated(ready, share)
+
+
+def _place_isolated(ready: list[Prepared], share: Sharing) -> dict[str, EndpointResult]:
+    """The endpoints placed together again, added one at a time in name order: one whose
+    addition makes placing raise is left out as its own failure (`crashed`), so that the
+    others are planned as if it were absent, as they are when it is refused."""
+    kept: list[Prepared] = []
+    left_out: dict[str, EndpointResult] = {}
+    planned: dict[str, EndpointResult] = {}
+    for prepared in sorted(ready, key=lambda p: p.result.name):
+        try:
+            planned = place_together([*kept, prepared], share)
+        except Exception as exc:
+            left_out[prepared.result.name] = crashed(
+                prepared.result, exc, "placing the endpoint beside the others"
+            )
+            continue
+        kept.append(prepared)
+    return left_out | planned
+
+
+def place_together(ready: list[Prepared], share: Sharing) -> dict[str, EndpointResult]:
     """Place and plan, then again without the refused endpoints that held a socket or a
     port, so that a refused endpoint takes nothing from the others; a round is kept only
     when every endpoint planned before still plans."""

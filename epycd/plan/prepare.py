@@ -20,7 +20,7 @@ from epycd.host.probe_cache import ProbeCache
 from epycd.host.pyheaders import with_python_headers
 from epycd.model.facts import ModelFacts
 from epycd.paths import EMBEDDED_LLAMA_RUNTIME
-from epycd.plan.result import EndpointResult, against_endpoint_file, failed
+from epycd.plan.result import EndpointResult, against_endpoint_file, crashed, failed
 from epycd.plan.route import (
     LlamaRoute,
     Route,
@@ -226,7 +226,8 @@ def prepare_all(
     probe_llama: LlamaProber = probe_llama_server,
 ) -> tuple[dict[str, EndpointResult], list[Prepared]]:
     """Each endpoint file routed and its model inspected: the failed ones as results, the
-    others ready to be placed."""
+    others ready to be placed. Each on its own: one that raises what no rule foresaw is its
+    own failure (`crashed`), never the others'."""
     results: dict[str, EndpointResult] = {}
     ready: list[Prepared] = []
     for spec_result in specs:
@@ -243,6 +244,8 @@ def prepare_all(
             against_endpoint_file(exc, spec_result.path)
             here = exc.path if isinstance(exc, UnreadableHere) else None
             results[spec_result.name] = failed(spec_result, exc, unreadable_here=here)
+        except Exception as exc:  # the planning boundary: any other error is this file's
+            results[spec_result.name] = crashed(spec_result, exc, "preparing the endpoint")
     return results, ready
 
 

@@ -1,5 +1,6 @@
 """One endpoint file's outcome (`EndpointResult`): its plan, or its errors and how far
-planning got; how an endpoint's error is reported against its endpoint file."""
+planning got; how an endpoint's error is reported against its endpoint file; the result of
+an endpoint whose planning raised what no rule foresaw (`crashed`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from epycd.errors import EpycError
+from epycd.errors import EpycError, unexpected_error
 from epycd.model.facts import ModelFacts
 from epycd.plan.model import EndpointDecisions, Plan, Problem
-from epycd.plan.route import Route
+from epycd.plan.route import LlamaRoute, Route
 from epycd.spec import SpecResult
 
 
@@ -24,7 +25,9 @@ class EndpointResult(BaseModel):
         default=None, description="when refused after sizing (e.g. does not fit)"
     )
     model_facts: ModelFacts | None = None
-    route: Route | None = Field(default=None, description="when refused after routing")
+    route: Route | LlamaRoute | None = Field(
+        default=None, description="when refused after routing (vLLM's or llama.cpp's)"
+    )
     errors: list[Problem] = Field(default_factory=list)
     unfit_inputs_fingerprint: str | None = Field(
         default=None,
@@ -60,4 +63,15 @@ def failed(result: SpecResult, *errors: EpycError, **extra: object) -> EndpointR
         config_file=str(result.path),
         errors=[Problem.of(exc) for exc in errors],
         **extra,
+    )
+
+
+def crashed(result: SpecResult, exc: Exception, doing: str) -> EndpointResult:
+    """The planning boundary: an endpoint whose planning raised what no rule foresaw is
+    refused with one line of its own (`unexpected_error`: the traceback to the journal),
+    built from its name and file alone so that this result cannot fail as well."""
+    return EndpointResult(
+        endpoint=result.name,
+        config_file=str(result.path),
+        errors=[Problem.of(unexpected_error(exc, file=result.path, doing=doing))],
     )

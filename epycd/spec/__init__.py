@@ -22,7 +22,7 @@ from pydantic_core import ErrorDetails
 
 from epycd.errors import InputError
 from epycd.listen import DEFAULT_HOST, listen_address
-from epycd.names import is_endpoint_name
+from epycd.names import is_endpoint_name, repo_file_problem, revision_problem
 from epycd.readfile import RefusedFile, read_head
 from epycd.spec.flags import ExtraFlags
 from epycd.spec.policy import ENV_TUNABLE_TEXT, env_errors, extra_args_errors
@@ -39,7 +39,8 @@ SEE_ENDPOINT_FILE_DOCS = 'see docs/architecture.md, "Endpoint file"'
 
 ALLOWED: dict[str, str] = {
     "model": "a Hugging Face id like 'Qwen/Qwen3-0.6B' or an absolute path to a model folder",
-    "revision": "a branch, tag or commit: letters, digits, '.', '_', '-', '/'",
+    "revision": "a branch, tag or commit: letters, digits, '.', '_', '-', '/'; no '..', no "
+    "leading, trailing or doubled '/' (e.g. main, v1.0, refs/pr/1, or 40 hex digits)",
     "dtype": "one of the stack's precisions",
     "max_model_len": "a positive integer (tokens)",
     "max_num_seqs": "a positive integer (concurrent sequences)",
@@ -71,7 +72,7 @@ ALLOWED: dict[str, str] = {
     "pass the health gate for the endpoint to be ready (default: all)",
     "engine": '"vllm" (the default) or "llama.cpp" (a GGUF model served by llama-server)',
     "gguf_file": "the GGUF file's name in the hub repository or folder `model` names, "
-    "e.g. 'model-Q4_K_M.gguf'",
+    "e.g. 'model-Q4_K_M.gguf' (a relative name: no '..', not an absolute path)",
     "llama_server": "an absolute path to a llama-server executable (default: the one "
     "install.sh --engine llama.cpp built)",
 }
@@ -116,13 +117,23 @@ class EndpointSpec(BaseModel):
     @field_validator("gguf_file")
     @classmethod
     def _gguf_file_inside(cls, value: str | None) -> str | None:
-        """A .gguf path inside the repository or folder: no '.' or '..' part."""
+        """A .gguf path inside the repository or folder: the hub's rule for a repository's
+        file (`repo_file_problem`: no '.', '..' or empty part, not absolute)."""
         if value is None:
             return value
-        if any(part in (".", "..", "") for part in value.split("/")):
+        if repo_file_problem(value) is not None:
             raise ValueError(f"{value!r} leaves the repository or folder")
         if not value.lower().endswith(".gguf"):
             raise ValueError(f"{value!r} is not a .gguf file")
+        return value
+
+    @field_validator("revision")
+    @classmethod
+    def _revision_is_a_ref(cls, value: str | None) -> str | None:
+        """A branch, tag or commit the hub would take (`revision_problem`): never a path
+        that huggingface_hub would join to its cache folder and read elsewhere."""
+        if value is not None and (problem := revision_problem(value)) is not None:
+            raise ValueError(f"{value!r} {problem}")
         return value
 
     @property

@@ -28,7 +28,8 @@ class GgufShape:
     kv_heads: int | list[int] = 2
     key_length: int | None = None
     value_length: int | None = None
-    context: int = 4096
+    context: int | None = 4096
+    """None: the file gives no context length ({arch}.context_length)."""
     chat_template: str | None = CHAT_TEMPLATE
     file_type: LlamaFileType = LlamaFileType.MOSTLY_Q8_0
     matrix_type: GGMLQuantizationType = GGMLQuantizationType.Q8_0
@@ -54,7 +55,8 @@ def write_gguf(path: Path, shape: GgufShape) -> int:
     arch = shape.architecture
     writer.add_name("test model")
     writer.add_file_type(shape.file_type)
-    writer.add_context_length(shape.context)
+    if shape.context is not None:
+        writer.add_context_length(shape.context)
     writer.add_block_count(shape.layers)
     writer.add_embedding_length(shape.embedding)
     writer.add_head_count(shape.heads)
