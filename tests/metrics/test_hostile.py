@@ -161,7 +161,7 @@ def test_a_huge_exposition_is_refused_and_the_scrape_stays_fast(serve: Serve) ->
     huge, many = sized(8 * 1024 * 1024 - 4096), sized(1536 * 1024)
     with answering() as good, answering(lambda: huge) as evil, answering(lambda: many) as lots:
         text, took = scrape(serve, {"good": good, "evil": evil, "lots": lots})
-    assert took < 2.0, took
+    assert took < 4.0, took  # 8 s before the bounds; room for a loaded 2-core CI machine
     checked(text)
     good_came_through(text)
     found = samples(text)
@@ -177,7 +177,7 @@ def test_a_dripping_and_a_never_ending_body_keep_the_scrape_bounded(serve: Serve
         streaming(gauge_lines) as endless,
     ):
         text, took = scrape(serve, {"good": good, "drip": drip, "endless": endless})
-    assert took < 1.5, took
+    assert took < 3.0, took  # the bodies never end: only the deadline ends the scrape
     checked(text)
     good_came_through(text)
     found = samples(text)
@@ -235,8 +235,8 @@ def drip_until_closed(sock: socket.socket, limit_s: float) -> float:
 
 def test_an_idle_and_a_dripping_client_are_cut_off(limited: str) -> None:
     with connect(limited) as idle, connect(limited) as drip:
-        took = drip_until_closed(drip, limit_s=3.0)
-        assert took < 1.5, took
+        took = drip_until_closed(drip, limit_s=6.0)
+        assert took < 3.0, took  # the client timeout is 0.5 s; never closed reads 6 s
         assert closed_within(idle, 1.0)
     assert httpx.get(f"http://{limited}/metrics", timeout=5).status_code == 200
 
@@ -245,7 +245,7 @@ def test_past_the_connection_cap_a_connection_is_closed_and_scrapes_go_on(limite
     held = [connect(limited) for _ in range(3)]
     started = time.monotonic()
     assert httpx.get(f"http://{limited}/metrics", timeout=5).status_code == 200
-    assert time.monotonic() - started < 0.5, "an idle client does not hold a scrape up"
+    assert time.monotonic() - started < 2.0, "an idle client does not hold a scrape up"
     held.append(connect(limited))
     time.sleep(0.1)
     refused = connect(limited)

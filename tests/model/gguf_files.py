@@ -22,6 +22,8 @@ class GgufShape:
     """What a test file holds; the figures a reader must give back."""
 
     architecture: str = "qwen2"
+    name: str = "test model"
+    """general.name."""
     layers: int = 3
     embedding: int = 128
     heads: int = 4
@@ -53,7 +55,7 @@ def write_gguf(path: Path, shape: GgufShape) -> int:
     """Write the file; return the bytes of its tensors' data (what llama.cpp maps)."""
     writer = GGUFWriter(str(path), shape.architecture)
     arch = shape.architecture
-    writer.add_name("test model")
+    writer.add_name(shape.name)
     writer.add_file_type(shape.file_type)
     if shape.context is not None:
         writer.add_context_length(shape.context)
