@@ -66,7 +66,7 @@ def test_a_llama_server_leaving_a_grandchild_is_answered_at_once(tmp_path: Path)
     )
     started = time.monotonic()
     facts = probe_llama_server(str(server))
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 5.0  # the grandchild holds the pipes for 30 s
     assert facts.present and facts.version == "6500 (abcdef0)", facts
 
 
@@ -81,7 +81,7 @@ def test_the_vllm_probe_does_not_wait_for_a_grandchild(tmp_path: Path) -> None:
     vllm = fake_venv(tmp_path, f"echo '{answer}'\n" + LEAVE_A_GRANDCHILD)
     started = time.monotonic()
     facts = probe_vllm(str(vllm), timeout=10)
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 5.0  # the grandchild holds the pipes for 30 s
     assert facts.present and facts.version == "0.32.0", facts
 
 
@@ -100,7 +100,7 @@ def test_podman_leaving_a_grandchild_is_read_at_once(
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     started = time.monotonic()
     facts = runtimes.probe_podman()
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 5.0  # the grandchild holds the pipes for 30 s
     assert facts.version == "5.4.2", facts
 
 
@@ -110,7 +110,7 @@ def test_run_bounded_kills_the_childs_group_at_the_timeout(tmp_path: Path) -> No
     started = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
         run_bounded([str(hanging)], timeout=0.5)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 1.9  # killed at 0.5 s; its child touches at 2 s
     time.sleep(2.5)
     assert not marker.exists(), "the child's own children were killed with it"
 
