@@ -1,8 +1,13 @@
 """The validated EPYC stack: `data/epyc.json` as a checked model (docs/architecture.md, "Stack").
 
 The pinned image and `vllm_version` form one validated stack and change together; loading
-refuses a file where they disagree. In a wheel the data lives at `epycd/data/`; in the
-editable install it is the repository's top-level `data/`.
+refuses a file where they disagree. Every vLLM + zentorch pair the product serves with (the
+recipe's image, the embedded runtime of packaging/vllm-runtime.sh) is listed in
+`data/validated-stacks.json` (`ValidatedStack`), loaded into `Stack.validated_stacks` and
+checked against the image pin. It is kept out of `epyc.json`, whose bytes every plan's
+fingerprint holds: the pairs judge a host vLLM's warning and name the embedded runtime's
+version, and a plan records the version that serves. In a wheel the data lives at
+`epycd/data/`; in the editable install it is the repository's top-level `data/`.
 """
 
 from __future__ import annotations
@@ -12,12 +17,14 @@ import hashlib
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from epycd.errors import InputError
 
 STACK_FILE = "epyc.json"
+VALIDATED_FILE = "validated-stacks.json"
 STACK_FIX = "restore data/epyc.json from the package (image tag and vllm_version change together)"
 
 
@@ -59,6 +66,37 @@ class GatedFamily(Strict):
     needs: str
 
 
+class ValidatedStack(Strict):
+    """One vLLM + zentorch pair the product serves with and has validated, and where it
+    comes from."""
+
+    name: Literal["image", "embedded-runtime"]
+    vllm_version: str
+    zentorch_version: str
+    source: str = Field(description="what serves with it, for a person")
+
+    def matches(self, vllm_version: str, zentorch_version: str | None) -> bool:
+        """Its vLLM; and its zentorch, unless `zentorch_version` is None (no zentorch in use:
+        the stock platform, which the route asks consent for on its own)."""
+        if release(vllm_version) != self.vllm_version:
+            return False
+        return zentorch_version is None or release(zentorch_version) == self.zentorch_version
+
+    def describe(self) -> str:
+        return f"vLLM {self.vllm_version} with zentorch {self.zentorch_version} ({self.source})"
+
+
+class ValidatedStacks(Strict):
+    schema_version: int = Field(alias="schema")
+    note: str = ""
+    stacks: list[ValidatedStack] = Field(min_length=1)
+
+
+def release(version: str) -> str:
+    """A version without its local part: `0.32.0+cpu` is vLLM 0.32.0."""
+    return version.split("+", 1)[0]
+
+
 class Stack(Strict):
     schema_version: int = Field(alias="schema")
     vllm_version: str
@@ -83,6 +121,10 @@ class Stack(Strict):
     start_timeout: StartTimeout
     gated_families: list[GatedFamily]
     content_sha256: str = Field(default="", description="sha256 of the file's bytes")
+    validated_stacks: list[ValidatedStack] = Field(
+        default_factory=list,
+        description="from validated-stacks.json, outside content_sha256 (the fingerprint)",
+    )
 
     @property
     def stock_image_pinned(self) -> str:
@@ -90,6 +132,23 @@ class Stack(Strict):
 
     def is_stock_image(self, image: str) -> bool:
         return repository_of(qualified_image(image)) == self.stock_image.repository
+
+    @property
+    def embedded_runtime(self) -> ValidatedStack:
+        """The embedded runtime's pair (packaging/vllm-runtime.sh)."""
+        return next(s for s in self.validated_stacks if s.name == "embedded-runtime")
+
+    def validated_stack(
+        self, vllm_version: str, zentorch_version: str | None
+    ) -> ValidatedStack | None:
+        """The validated pair this vLLM (and zentorch, None when none is in use) is, if any."""
+        return next(
+            (s for s in self.validated_stacks if s.matches(vllm_version, zentorch_version)), None
+        )
+
+    def validated_text(self) -> str:
+        """Every validated pair, for a person: what a warning names."""
+        return "; ".join(s.describe() for s in self.validated_stacks)
 
     def gated_family(self, model: str) -> GatedFamily | None:
         for family in self.gated_families:
@@ -122,8 +181,34 @@ def stack_path() -> Path:
     return Path(__file__).resolve().parent.parent / "data" / STACK_FILE
 
 
-def parse_stack(raw: bytes, *, source: Path | str) -> Stack:
-    """The stack in `raw`; an error names the file and the key when it is not valid."""
+def validated_path(stack_file: Path | None = None) -> Path:
+    """`validated-stacks.json` beside `stack_file` where there is one, else the shipped one."""
+    if stack_file is not None and (stack_file.parent / VALIDATED_FILE).is_file():
+        return stack_file.parent / VALIDATED_FILE
+    return stack_path().parent / VALIDATED_FILE
+
+
+def load_validated(path: Path) -> ValidatedStacks:
+    fix = f"restore data/{VALIDATED_FILE} from the package"
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise InputError(f"unreadable: {exc.strerror}", file=path, fix=fix) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"not valid JSON: {exc}", file=path, fix=fix) from None
+    try:
+        return ValidatedStacks.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        raise InputError(first["msg"], file=path, key=key, fix=fix) from None
+
+
+def parse_stack(
+    raw: bytes, *, source: Path | str, validated: ValidatedStacks | None = None
+) -> Stack:
+    """The stack in `raw` with its validated pairs (`validated`, else the shipped ones); an
+    error names the file and the key when it is not valid."""
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -131,6 +216,8 @@ def parse_stack(raw: bytes, *, source: Path | str) -> Stack:
     if not isinstance(data, dict):
         raise InputError("must be a JSON object", file=source, fix=STACK_FIX)
     data["content_sha256"] = hashlib.sha256(raw).hexdigest()
+    pairs = load_validated(validated_path()) if validated is None else validated
+    data["validated_stacks"] = [pair.model_dump() for pair in pairs.stacks]
     try:
         stack = Stack.model_validate(data)
     except ValidationError as exc:
@@ -152,6 +239,7 @@ def _check_consistent(stack: Stack, source: Path | str) -> None:
             key="image",
             fix=STACK_FIX,
         )
+    _check_validated(stack, source)
     if stack.default_dtype not in stack.precisions:
         raise InputError(
             f"default_dtype {stack.default_dtype!r} is not one of precisions",
@@ -168,13 +256,28 @@ def _check_consistent(stack: Stack, source: Path | str) -> None:
         )
 
 
+def _check_validated(stack: Stack, source: Path | str) -> None:
+    """One image pair, the one `epyc.json` pins, and one embedded runtime's pair."""
+    names = [pair.name for pair in stack.validated_stacks]
+    image = stack.validated_stack(stack.vllm_version, stack.zentorch_version)
+    if sorted(names) != ["embedded-runtime", "image"] or image is None or image.name != "image":
+        raise InputError(
+            f"{VALIDATED_FILE} must list the image's pair (vLLM {stack.vllm_version} with "
+            f"zentorch {stack.zentorch_version}, as epyc.json pins it) and the embedded "
+            "runtime's, once each",
+            file=source,
+            key="validated_stacks",
+            fix=STACK_FIX,
+        )
+
+
 def load_stack(path: Path | None = None) -> Stack:
     source = path or stack_path()
     try:
         raw = source.read_bytes()
     except OSError as exc:
         raise InputError(f"unreadable: {exc.strerror}", file=source, fix=STACK_FIX) from None
-    return parse_stack(raw, source=source)
+    return parse_stack(raw, source=source, validated=load_validated(validated_path(source)))
 
 
 @functools.cache

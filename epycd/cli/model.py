@@ -11,7 +11,7 @@ import click
 from epycd.cli.options import CONTEXT_TOKENS, SEQUENCES, SOCKET_GIB, TEXT
 from epycd.cli.output import EXIT_NO, json_option, print_json, table
 from epycd.errors import InputError, Refusal
-from epycd.host.facts import HostFacts
+from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.model.check import inspect_model
 from epycd.model.facts import GgufFile, MemoryFit, ModelFacts
 from epycd.model.llama_memory import UnmeasuredModel
@@ -22,7 +22,7 @@ from epycd.sizes import GIB
 from epycd.text import escaped
 
 
-def check_model_json(facts: ModelFacts) -> dict[str, Any]:
+def check_model_json(facts: ModelFacts, judged_by: str | None = None) -> dict[str, Any]:
     return {
         "model": facts.model,
         "revision": facts.revision,
@@ -44,6 +44,7 @@ def check_model_json(facts: ModelFacts) -> dict[str, Any]:
         "vllm_version": facts.support.vllm_version,
         "table_version": facts.support.table_version,
         "registry_source": facts.support.source,
+        "judged_by": judged_by,
         "weights_bytes": facts.weights_bytes,
         "weights_source": facts.weights_source,
         "kv_bytes_per_token": facts.kv_bytes_per_token,
@@ -69,7 +70,10 @@ GGUF_FILE = click.option(
 @click.argument("model")
 @click.option("--revision", type=TEXT, default=None, help="branch, tag or commit (default main)")
 @click.option(
-    "--vllm-version", type=TEXT, default=None, help="vLLM version to check against (default pinned)"
+    "--vllm-version",
+    type=TEXT,
+    default=None,
+    help="vLLM version to check against (default: the vLLM that serves on this host)",
 )
 @click.option(
     "--vllm", "vllm_executable", type=TEXT, default=None, help="ask this host vLLM's own registry"
@@ -86,22 +90,60 @@ def check_model(
 ) -> None:
     """Can vLLM or llama.cpp serve MODEL (hub id, absolute folder or .gguf file) as a
     chat/completions endpoint?"""
+    version, judged_by = judging_vllm(vllm_version, vllm_executable)
     facts = inspect_model(
         model,
         revision=revision,
-        vllm_version=vllm_version,
+        vllm_version=version,
         vllm_executable=vllm_executable,
         gguf_file=gguf_file,
     )
     if as_json:
-        print_json(check_model_json(facts))
+        print_json(check_model_json(facts, judged_by))
     else:
-        _print_check(facts)
+        _print_check(facts, judged_by)
     if not servable(facts):
         sys.exit(EXIT_NO)
 
 
-def _print_check(facts: ModelFacts) -> None:
+def judging_vllm(vllm_version: str | None, vllm_executable: str | None) -> tuple[str | None, str]:
+    """The vLLM version a model is judged by and whose it is: --vllm-version as asked, the
+    --vllm's own registry, else the vLLM `runtime = "auto"` serves with here."""
+    if vllm_version is not None:
+        return vllm_version, "as asked (--vllm-version)"
+    if vllm_executable is not None:
+        return None, f"the vLLM at {vllm_executable}"
+    return serving_vllm()
+
+
+def serving_vllm() -> tuple[str, str]:
+    """The version of the vLLM `runtime = "auto"` (and quickstart) serves with on this host:
+    the recipe's image where podman with Quadlet or docker serves, else the host vLLM (on
+    PATH, else the embedded runtime) as probed, else the embedded runtime's validated pair,
+    which `install.sh --runtime` provisions."""
+    from epycd.cli.quickstart import host_vllm, vllm_candidate
+    from epycd.host.runtimes import probe_docker, probe_podman
+    from epycd.plan.route import container_runtime
+    from epycd.settings import load_settings
+    from epycd.stack import shipped_stack
+
+    stack = shipped_stack()
+    runtime = container_runtime(RuntimeFacts(podman=probe_podman(), docker=probe_docker()))
+    if runtime is not None:
+        return stack.vllm_version, f"the vLLM that serves here: the recipe's image ({runtime})"
+    settings = load_settings()
+    found = host_vllm(settings, vllm_candidate(None, settings.runtime_dir))
+    if found is not None and found.present and found.version:
+        return found.version, f"the vLLM that serves here: the host vLLM {found.path}"
+    runtime_pair = stack.embedded_runtime
+    return (
+        runtime_pair.vllm_version,
+        f"the embedded runtime's, which serves where no container runtime is "
+        f"(not installed in {settings.runtime_dir})",
+    )
+
+
+def _print_check(facts: ModelFacts, judged_by: str) -> None:
     template = facts.chat_template
     names = f" ({', '.join(template.names)})" if template.names else ""
     rows = [
@@ -111,6 +153,7 @@ def _print_check(facts: ModelFacts) -> None:
         ("architectures", ", ".join(facts.architectures) or "-"),
         ("kind", facts.support.kind if facts.gguf is None else _llama_kind(facts)),
         ("vLLM", _vllm_row(facts)),
+        ("judged by", judged_by),
         ("served by", ", ".join(e.engine for e in facts.engines if e.supported) or "none"),
         ("chat template", f"{template.status}{names}"),
         ("primary endpoint", facts.primary_endpoint or "-"),

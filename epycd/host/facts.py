@@ -101,6 +101,11 @@ class HostVllmFacts(BaseModel):
     platform: str | None = Field(
         default=None, description="vllm.platforms.current_platform class, e.g. ZenCpuPlatform"
     )
+    zentorch_version: str | None = Field(
+        default=None,
+        description="the env's zentorch distribution, None when none is installed or the probe "
+        "did not ask (a probe from before this field)",
+    )
     error: str | None = None
     python_headers: PythonHeaders | None = Field(
         default=None,

@@ -5,7 +5,8 @@ paid by every `plan`, `approve`, `status` and `quickstart` before this cache. Th
 changes when that environment is reinstalled, so an entry is keyed by the vllm executable's
 resolved path, size and modification time and by the same three of its interpreter (pip
 rewrites the `vllm` script on every install; a venv rebuilt over another Python changes the
-interpreter). An entry holds the facts the probe reported (version, platform); the model
+interpreter). An entry holds the facts the probe reported (version, platform, zentorch; an
+entry without zentorch, from before the probe asked, is probed again); the model
 stage keeps vLLM's model registry beside it (`remember`), another import of vLLM. Only good
 probes are kept: a broken environment is probed again next time. The run folder is cleared
 at boot; a folder this user cannot write only means no caching.
@@ -85,7 +86,9 @@ class ProbeCache:
 
     def probe(self, executable: str) -> HostVllmFacts:
         key, cached = self.lookup(executable)
-        if cached is not None:
+        # an entry from before the probe asked for zentorch is probed again where it can be
+        # stored anew; a user who may not reach the interpreter still reads it
+        if isinstance(cached, dict) and (key is None or "zentorch_version" in cached):
             try:
                 return HostVllmFacts.model_validate(cached)
             except ValidationError:

@@ -1,8 +1,9 @@
 """Probe a host (venv/conda) vLLM by running that environment's own interpreter.
 
 Importing vLLM in our own process would pull torch into the daemon and could pick the
-wrong environment; a short snippet in the venv's interpreter reports the version and the
-platform class vLLM selects (`ZenCpuPlatform` when zentorch matches the host's torch).
+wrong environment; a short snippet in the venv's interpreter reports the version, the
+platform class vLLM selects (`ZenCpuPlatform` when zentorch matches the host's torch) and the
+zentorch distribution's version (the validated pairs are vLLM + zentorch: `Stack.validated_stacks`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 from epycd.childproc import OutputTooLarge, run_bounded
 from epycd.host.facts import HostVllmFacts
@@ -20,8 +22,14 @@ from epycd.readfile import read_head
 MARKER = "EPYCD-VLLM-PROBE "
 SNIPPET = f"""
 import json, vllm
+from importlib import metadata
 from vllm.platforms import current_platform
-facts = {{"version": vllm.__version__, "platform": type(current_platform).__name__}}
+try:
+    zentorch = metadata.version("zentorch")
+except metadata.PackageNotFoundError:
+    zentorch = None
+facts = {{"version": vllm.__version__, "platform": type(current_platform).__name__,
+         "zentorch": zentorch}}
 print({MARKER!r} + json.dumps(facts), flush=True)
 """
 PROBE_ENV = {"VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
@@ -66,11 +74,22 @@ def interpreter_of(vllm: Path) -> Path:
     return interpreter
 
 
-def parse_probe_output(stdout: str) -> tuple[str, str]:
+class ProbeAnswer(NamedTuple):
+    version: str
+    platform: str
+    zentorch_version: str | None
+
+
+def parse_probe_output(stdout: str) -> ProbeAnswer:
     for line in reversed(stdout.splitlines()):
         if line.startswith(MARKER):
             data = json.loads(line[len(MARKER) :])
-            return str(data["version"]), str(data["platform"])
+            zentorch = data.get("zentorch")
+            return ProbeAnswer(
+                str(data["version"]),
+                str(data["platform"]),
+                None if zentorch is None else str(zentorch),
+            )
     raise ProbeError("the probe printed no result")
 
 
@@ -79,7 +98,7 @@ def last_line(text: str) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def run_probe(interpreter: Path, timeout: float) -> tuple[str, str]:
+def run_probe(interpreter: Path, timeout: float) -> ProbeAnswer:
     try:
         done = run_bounded(
             [str(interpreter), "-c", SNIPPET], timeout=timeout, env=os.environ | PROBE_ENV
@@ -101,10 +120,16 @@ def probe_vllm(executable: str, timeout: float = 60) -> HostVllmFacts:
     """Facts about the vLLM behind `executable` (a path or a name on PATH). Never raises."""
     try:
         vllm = resolve_executable(executable)
-        version, platform = run_probe(interpreter_of(vllm), timeout)
+        answer = run_probe(interpreter_of(vllm), timeout)
     except (ProbeError, ValueError, KeyError) as error:
         return HostVllmFacts(path=executable, present=False, error=str(error))
     except OSError as error:  # e.g. a venv whose interpreter this user may not reach
         reason = f"{error.filename}: {error.strerror}" if error.filename else str(error)
         return HostVllmFacts(path=executable, present=False, error=reason)
-    return HostVllmFacts(path=str(vllm), present=True, version=version, platform=platform)
+    return HostVllmFacts(
+        path=str(vllm),
+        present=True,
+        version=answer.version,
+        platform=answer.platform,
+        zentorch_version=answer.zentorch_version,
+    )

@@ -6,7 +6,9 @@ with consent; AVX-512 BF16 outside Genoa/Turin/Venice gets unvalidated zentorch 
 with consent; Genoa/Turin/Venice get the validated zentorch stack. Then the stack gate on
 what will really run: a probed host vLLM running stock `CpuPlatform` on a zentorch-capable
 host is the stock path with consent (zentorch off, and how to get it), and Venice off the
-pinned vLLM needs consent.
+pinned vLLM needs consent. A host vLLM elsewhere is warned about only when it is none of the
+validated vLLM + zentorch pairs (`Stack.validated_stacks`: the recipe's image, the embedded
+runtime); the warning names them.
 
 An Instinct GPU endpoint (docs/instinct.md) runs the ROCm vLLM image in podman or docker
 (`gpu_route`); a model the recipe data lists as no LLM endpoint is refused before anything
@@ -36,7 +38,7 @@ from epycd.model.instinct import floats, recipe_for, shipped_gpus, shipped_recip
 from epycd.paths import EMBEDDED_LLAMA_RUNTIME, llama_runtime_install_command
 from epycd.plan.model import Backend, Runtime
 from epycd.spec import EndpointSpec
-from epycd.stack import Stack, qualified_image
+from epycd.stack import Stack, qualified_image, release
 
 RUNTIME_FIX = (
     "install podman >= 4.4 (Quadlet) or docker, or set vllm = the vllm executable of a "
@@ -281,6 +283,23 @@ def stock_host_vllm_consent(
     )
 
 
+def unvalidated_host_vllm(stack: Stack, vllm: HostVllmFacts, zen_active: bool) -> str | None:
+    """Why a host vLLM (a venv, conda env or the embedded runtime) off the validated pairs
+    warrants a warning, or None when it is one of them. The zentorch of a pair counts where
+    the Zen platform is active; a probe that did not say which zentorch it has (one cached
+    before the probe asked) is judged by the image's pin alone, as before."""
+    version = vllm.version or "unknown"
+    if zen_active and vllm.zentorch_version is None:
+        if release(version) == stack.vllm_version:
+            return None
+        return f"host vLLM {version} is not the pinned vLLM {stack.vllm_version}"
+    zentorch = vllm.zentorch_version if zen_active else None
+    if stack.validated_stack(version, zentorch) is not None:
+        return None
+    running = f"host vLLM {version}" + (f" with zentorch {zentorch}" if zentorch else "")
+    return f"{running} is not a validated stack; validated: {stack.validated_text()}"
+
+
 def _host_route(host: HostFacts, stack: Stack, vllm: HostVllmFacts, file: Path) -> Route:
     cpu_backend, reasons = _cpu_route(host, stack)
     platform = vllm.platform or "unknown platform"
@@ -290,12 +309,14 @@ def _host_route(host: HostFacts, stack: Stack, vllm: HostVllmFacts, file: Path) 
     if backend == "stock" and cpu_backend == "zentorch":
         reasons = [stock_host_vllm_consent(host, stack, vllm, platform)]
     version = vllm.version or "unknown"
-    if version.split("+", 1)[0] != stack.vllm_version:
-        text = f"host vLLM {version} is not the pinned vLLM {stack.vllm_version}"
-        if host.epyc_generation == "Venice":
+    if host.epyc_generation == "Venice":
+        if release(version) != stack.vllm_version:
+            text = f"host vLLM {version} is not the pinned vLLM {stack.vllm_version}"
             reasons = [*reasons, f"{text}: not validated on Venice; the pinned image is advised"]
-        else:
-            warnings.append(text)
+    else:
+        warning = unvalidated_host_vllm(stack, vllm, zen_active)
+        if warning is not None:
+            warnings.append(warning)
     return Route(
         backend=backend,
         runtime="host",

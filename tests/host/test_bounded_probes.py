@@ -56,7 +56,7 @@ def test_a_llama_server_printing_200_mb_on_version_is_refused_with_little_memory
     )
     assert time.monotonic() - started < 10
     assert said == f"False {server} printed more than {MAX_OUTPUT_BYTES} bytes", said
-    assert peak < 150, f"{peak:.0f} MiB"
+    assert peak < 300, f"{peak:.0f} MiB"  # 602 MiB before the bound; room for a loaded machine
 
 
 def test_a_llama_server_leaving_a_grandchild_is_answered_at_once(tmp_path: Path) -> None:

@@ -129,7 +129,10 @@ def test_host_vllm_on_the_stock_platform_is_stock_with_consent_on_milan(
     )
     assert plan.backend == "stock" and plan.requires_confirmation
     assert plan.vllm_version == "0.29.0"
-    assert any("not the pinned vLLM 0.25.1" in w for w in plan.warnings)
+    [warning] = [w for w in plan.warnings if "host vLLM 0.29.0" in w]
+    assert "is not a validated stack" in warning
+    assert "vLLM 0.25.1 with zentorch 2.11.0.3" in warning
+    assert "vLLM 0.32.0 with zentorch 2.13.0.1" in warning
 
 
 def test_venice_off_the_pinned_vllm_needs_consent(ws: PlanWorkspace, host_of: HostOf) -> None:
