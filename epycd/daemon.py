@@ -43,7 +43,7 @@ import click
 from epycd.approval.crashloop import failure_text
 from epycd.cli.options import FiniteFloatRange
 from epycd.errors import EpycError
-from epycd.events import Event, log_event
+from epycd.events import Event, OneLineFormatter, log_event
 from epycd.metrics.load import LoadWindow
 from epycd.metrics.server import MetricsServer
 from epycd.notify import Notifier
@@ -298,14 +298,14 @@ class Daemon:
                 EVENT_LEVELS.get(event.event, logging.INFO),
                 event.event,
                 event.endpoint,
-                escaped(message),
+                message,
                 instance=event.instance,
                 state=event.state,
                 reason=event.reason,
             )
         for line in lines:
             if line in said.values():
-                log.warning("%s", escaped(line))
+                log.warning("%s", line)
 
     def read_load(self, statuses: Sequence[EndpointStatus]) -> None:
         """The serving instances' load, added to the window and to `statuses` before they
@@ -520,6 +520,15 @@ class Daemon:
             log.error("could not finish interrupted installs: %s", exc)
 
 
+def log_to_stderr() -> None:
+    """Every line the daemon logs goes to stderr (the journal under systemd, one entry per
+    line) through `OneLineFormatter`: the one place its lines leave, so a model file's or an
+    endpoint file's text in any of them (a refusal, a transition's reason) stays one line."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter())
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--poll-interval",
@@ -544,7 +553,7 @@ class Daemon:
 )
 def main(poll_interval: float, refresh_interval: float, settle_timeout: float | None) -> None:
     """The epyc-llm daemon (run by systemd as epycd.service)."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    log_to_stderr()
     try:
         settings = load_settings()
     except EpycError as exc:

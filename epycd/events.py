@@ -8,14 +8,22 @@ nothing. `epycctl` prints what it prints and emits as well. The daemon's stderr 
 to the journal under systemd, so `log_event` sends an event natively when stderr is the
 journal (`journal_is_stderr`, systemd's `JOURNAL_STREAM` check) and logs the same line to
 stderr otherwise: each event is in the journal once.
+
+What leaves for the journal quotes what the daemon read (a model's architecture, an endpoint
+file's value), so it is `escaped` where it leaves, once per edge: `journal_fields` for an
+event's fields, `OneLineFormatter` for a logged line (the daemon's stderr, `JournalLog`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+import traceback
+from collections.abc import Iterator, Mapping
 from enum import StrEnum
+from types import TracebackType
+
+from epycd.text import escaped
 
 
 class Event(StrEnum):
@@ -73,7 +81,9 @@ def journal_fields(
     reason: str | None = None,
 ) -> dict[str, str]:
     """The journal entry of one event (field name -> value); INSTANCE, STATE and REASON
-    only when given. Pure."""
+    only when given. Every value is `escaped`: MESSAGE and REASON carry what the daemon read
+    (a model's architecture in a refusal, an endpoint file's value), which must read as the
+    one line it is in `journalctl`, whoever sends the entry. Pure."""
     if identifier not in IDENTIFIERS:
         raise ValueError(f"unknown SYSLOG_IDENTIFIER {identifier!r}")
     fields = {
@@ -85,7 +95,7 @@ def journal_fields(
     }
     optional = {"INSTANCE": instance, "STATE": state, "REASON": reason}
     fields.update({key: str(value) for key, value in optional.items() if value is not None})
-    return fields
+    return {key: escaped(value) for key, value in fields.items()}
 
 
 def send(fields: Mapping[str, str]) -> bool:
@@ -135,6 +145,47 @@ SYSLOG_PRIORITIES: dict[int, int] = {
 """A logging level as journald's PRIORITY= (syslog's crit, err, warning, info, debug)."""
 
 
+def _raised(error: BaseException | None) -> Iterator[BaseException]:
+    """The exception and those it was raised from or during, as a traceback shows them."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+class OneLineFormatter(logging.Formatter):
+    """A log record as text whose message is one line (`escaped`): what it quotes from a
+    model file or an endpoint file (an architecture, a name) cannot start a line of its own
+    in the journal, where each line of the daemon's stderr is an entry. A traceback keeps
+    its line breaks (Python's own), with each exception's text escaped, since that is where
+    a quoted value would be in it. Nothing is cached on the record, so another handler's
+    formatting does not change this one's."""
+
+    def __init__(self) -> None:
+        super().__init__("%(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.message = record.getMessage()
+        text = escaped(self.formatMessage(record))
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        if record.stack_info:
+            text += "\n" + self.formatStack(record.stack_info)
+        return text
+
+    def formatException(
+        self,
+        ei: tuple[type[BaseException], BaseException, TracebackType | None]
+        | tuple[None, None, None],
+    ) -> str:
+        text = super().formatException(ei)
+        for error in _raised(ei[1]):
+            said = "".join(traceback.format_exception_only(type(error), error)).rstrip("\n")
+            text = text.replace(said, escaped(said))
+        return text
+
+
 class JournalLog(logging.Handler):
     """Log records (a traceback included) to the journal only, under `identifier`: what a
     person at a terminal must not be shown raw still reaches the journal. Without journald
@@ -143,7 +194,7 @@ class JournalLog(logging.Handler):
     def __init__(self, identifier: str) -> None:
         super().__init__(logging.WARNING)
         self.identifier = identifier
-        self.setFormatter(logging.Formatter("%(message)s"))
+        self.setFormatter(OneLineFormatter())
 
     def emit(self, record: logging.LogRecord) -> None:
         level = max((lv for lv in SYSLOG_PRIORITIES if lv <= record.levelno), default=0)

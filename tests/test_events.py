@@ -235,3 +235,69 @@ def test_log_event_falls_back_to_the_line_when_the_journal_refuses(
     with caplog.at_level(logging.INFO, logger="epycd-test"):
         log_event(logger, logging.INFO, Event.START, "chat", "chat: starting it")
     assert [r.getMessage() for r in caplog.records] == ["chat: starting it"]
+
+
+FORGED = "\nepycd: chat: ready -> crash-loop"
+"""A model file's text (config.json's `architectures`, a GGUF file's general.name) with a
+newline that would forge a daemon line if it passed raw."""
+
+
+def test_journal_fields_escape_a_model_files_text() -> None:
+    """MESSAGE, STATE and REASON carry what the daemon read (a model's architecture in a
+    refusal): each is one line, the newline written as `\\n`; the ids stay as they are."""
+    fields = journal_fields(
+        Event.UNHEALTHY,
+        "chat",
+        "chat: ready -> failed: Qwen3ForCausalLM" + FORGED,
+        identifier=EPYCD,
+        state="failed",
+        reason="Qwen3ForCausalLM" + FORGED + "\x1b[2J\u202e",
+    )
+    assert all("\n" not in value and "\x1b" not in value for value in fields.values())
+    assert fields["MESSAGE"] == (
+        "chat: ready -> failed: Qwen3ForCausalLM\\nepycd: chat: ready -> crash-loop"
+    )
+    assert fields["REASON"].endswith("\\nepycd: chat: ready -> crash-loop\\x1b[2J\\u202e")
+    assert fields["MESSAGE_ID"] == MESSAGE_IDS[Event.UNHEALTHY]
+
+
+def test_log_event_sends_model_text_escaped_to_the_journal(
+    sent: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(events, "journal_is_stderr", lambda: True)
+    log_event(
+        logging.getLogger("epycd-test"), logging.WARNING, Event.DRIFT, "chat",
+        "chat: changed" + FORGED, state="changed-needs-approval", reason="arch" + FORGED,
+    )  # fmt: skip
+    [entry] = sent
+    assert "\n" not in entry["message"] + entry["reason"]
+    assert entry["message"] == "chat: changed\\nepycd: chat: ready -> crash-loop"
+
+
+def one_line_log(logger: logging.Logger, write: Any) -> None:
+    handler = logging.StreamHandler(write)
+    handler.setFormatter(events.OneLineFormatter())
+    logger.addHandler(handler)
+    logger.propagate = False
+
+
+def test_a_daemon_line_of_model_text_stays_one_line(tmp_path: Path) -> None:
+    """The daemon's stderr (the journal under systemd, one entry per line): a message, its
+    arguments and an exception's own text are escaped; a traceback keeps its line breaks."""
+    path = tmp_path / "stderr"
+    logger = logging.getLogger("epycd-test-one-line")
+    with path.open("w") as stream:
+        one_line_log(logger, stream)
+        logger.warning("%s: %s", "hf", "not servable: Qwen3ForCausalLM" + FORGED)
+        try:
+            raise ValueError("no architecture Qwen3ForCausalLM" + FORGED)
+        except ValueError:
+            logger.exception("planning failed" + FORGED)
+    lines = path.read_text().splitlines()
+    assert not [line for line in lines if line.startswith("epycd: chat")], lines
+    assert lines[0] == "hf: not servable: Qwen3ForCausalLM\\nepycd: chat: ready -> crash-loop"
+    assert lines[1] == "planning failed\\nepycd: chat: ready -> crash-loop"
+    assert lines[2] == "Traceback (most recent call last):"
+    assert lines[-1] == (
+        "ValueError: no architecture Qwen3ForCausalLM\\nepycd: chat: ready -> crash-loop"
+    )

@@ -25,7 +25,7 @@ from epycd.settings import Settings, load_settings
 from epycd.status.handoff import Handoff
 from epycd.status.instances import InstanceLoad
 from epycd.status.machine import SERVING, EndpointStatus
-from epycd.text import escaped, escaped_lines
+from epycd.text import escaped
 
 JOURNAL_TAIL_LINES = 20
 NEEDS_DAEMON = "tokens/s: needs epycd running (it keeps the last minute)"
@@ -200,7 +200,11 @@ def load_lines(
 def details(
     status: EndpointStatus, from_daemon: bool = True, unread: list[tuple[int, str]] | None = None
 ) -> str:
-    lines = [f"\n{status.name}: {status.state} (unit {status.unit}: {status.unit_state})"]
+    """An endpoint's lines for a person. Each entry of `lines` is one line, and each is
+    `escaped` where they are joined: a reason quotes what a model file or an endpoint file
+    holds (an architecture, a name), whose newline must not start a line of its own. The
+    blocks made of lines (the diff, the log tail, the hand-off) are split into theirs."""
+    lines = ["", f"{status.name}: {status.state} (unit {status.unit}: {status.unit_state})"]
     if status.reason:
         lines.append(f"  {status.reason}")
     lines += [f"  {reason}" for reason in status.reasons if reason != status.reason]
@@ -228,12 +232,12 @@ def details(
         if status.image:
             lines.append(f"  image {status.image} ({status.image_digest or 'digest unknown'})")
     if status.diff:
-        lines.append(f"\nchanges since approval (not applied):\n{status.diff.rstrip()}")
+        lines += ["", "changes since approval (not applied):", *status.diff.rstrip().split("\n")]
     if status.log_tail:
-        lines.append("\nlast log lines:\n" + "\n".join(status.log_tail))
+        lines += ["", "last log lines:", *status.log_tail]
     if status.handoff:
-        lines.append("\n" + handoff_text(status.handoff))
-    return "\n".join(lines)
+        lines += ["", *handoff_text(status.handoff).split("\n")]
+    return "\n".join(map(escaped, lines))
 
 
 @click.command()
@@ -265,7 +269,7 @@ def status(name: str | None, as_json: bool) -> None:
     click.echo(table([row(s) for s in statuses], header=header))
     for item in statuses:
         if name is not None or len(statuses) == 1 or item.state != "ready":
-            click.echo(escaped_lines(details(item, from_daemon, unread)))
+            click.echo(details(item, from_daemon, unread))
     last = last_bench(settings, name) if name is not None else None
     if last is not None:
         click.echo(f"\nlast bench ({last.measured_at:%Y-%m-%d %H:%M} UTC, "

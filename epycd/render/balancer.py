@@ -41,7 +41,7 @@ from __future__ import annotations
 from epycd.errors import InputError
 from epycd.listen import is_loopback
 from epycd.plan.healing import balancer_start_s
-from epycd.plan.model import CpuEndpoint, LlamaEndpoint, SetEndpoint
+from epycd.plan.model import CpuEndpoint, LlamaEndpoint, LlamaService, SetEndpoint
 from epycd.render.healing import service_restart_lines, start_limit_lines
 from epycd.render.sandbox import COMMON_SANDBOX
 from epycd.render.syntax import check_printable, command_line, plain_value
@@ -145,11 +145,19 @@ def restart_lines(decisions: SetEndpoint) -> list[Line]:
     return service_restart_lines(decisions.healing)
 
 
+def engine_name(decisions: SetEndpoint) -> str:
+    """The engine a set's instances run, as its balancer's Description names it, so that
+    `systemctl status` says what the balancer fronts: `llama.cpp` for llama-servers, and
+    `vLLM` as every vLLM set's approved unit has always said."""
+    return decisions.engine if isinstance(decisions, LlamaService) else "vLLM"
+
+
 def render_balancer(decisions: SetEndpoint) -> str:
     assert decisions.instances is not None
     count = decisions.instances.count
+    engine = engine_name(decisions)
     description = plain_value(
-        f"epyc-llm {decisions.endpoint}: HAProxy in front of {count} vLLM instances of "
+        f"epyc-llm {decisions.endpoint}: HAProxy in front of {count} {engine} instances of "
         f"{decisions.model}",
         "model",
     )

@@ -90,6 +90,18 @@ def test_nps4_host_wide_auto_is_one_llama_server_per_numa_node(
     ]
 
 
+def test_the_balancer_unit_names_the_engine_of_its_instances(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    """`systemctl status` of a llama.cpp set's balancer says what it fronts: llama.cpp's
+    servers, not vLLM's."""
+    lw = LlamaWorkspace(ws, host_of("genoa-9654-2s-nps1"))
+    plan, decided = planned_set(lw, 'instances = 2\nplacement = "host"\n')
+    assert unit_value(plan.units["epyc-llm-chat.service"], "Description") == (
+        f"epyc-llm chat: HAProxy in front of 2 llama.cpp instances of {decided.model}"
+    )
+
+
 def test_two_sockets_nps1_two_instances_take_a_socket_each(
     ws: PlanWorkspace, host_of: HostOf
 ) -> None:
