@@ -9,6 +9,10 @@ from __future__ import annotations
 import errno
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pydantic is not imported by the light commands that import this
+    from pydantic import ValidationError
 
 UNEXPECTED_LOG = "epycd.unexpected"
 """The logger of `unexpected_error`'s tracebacks: the daemon's stderr (the journal), and
@@ -94,3 +98,11 @@ def unexpected_error(exc: Exception, *, file: Path | str, doing: str) -> Refusal
         fix="the traceback is in the journal (journalctl -t epycctl; epycd's: journalctl -u "
         "epycd): report it with the endpoint file",
     )
+
+
+def validation_error(exc: ValidationError, *, file: Path | str, fix: str) -> InputError:
+    """A shipped or written JSON file that its pydantic model refused: its first error,
+    naming the file and the key (the error's location, dotted)."""
+    first = exc.errors()[0]
+    key = ".".join(str(part) for part in first["loc"])
+    return InputError(first["msg"], file=file, key=key, fix=fix)

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from epycd.errors import InputError
+from epycd.errors import InputError, validation_error
 
 STACK_FILE = "epyc.json"
 VALIDATED_FILE = "validated-stacks.json"
@@ -199,9 +199,7 @@ def load_validated(path: Path) -> ValidatedStacks:
     try:
         return ValidatedStacks.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
-        raise InputError(first["msg"], file=path, key=key, fix=fix) from None
+        raise validation_error(exc, file=path, fix=fix) from None
 
 
 def parse_stack(
@@ -221,9 +219,7 @@ def parse_stack(
     try:
         stack = Stack.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
-        raise InputError(first["msg"], file=source, key=key, fix=STACK_FIX) from None
+        raise validation_error(exc, file=source, fix=STACK_FIX) from None
     _check_consistent(stack, source)
     return stack
 

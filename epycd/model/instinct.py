@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from epycd.errors import InputError
+from epycd.errors import InputError, validation_error
 
 GPUS_FILE = "instinct-gpus.json"
 RECIPES_FILE = "instinct-recipes.json"
@@ -126,9 +126,7 @@ def _load(kind: type[ModelT], path: Path) -> ModelT:
     try:
         return kind.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"])
-        raise InputError(first["msg"], file=path, key=key, fix=DATA_FIX) from None
+        raise validation_error(exc, file=path, fix=DATA_FIX) from None
 
 
 @functools.cache
