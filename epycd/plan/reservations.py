@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from epycd.plan.model import EndpointDecisions, InstanceSetEndpoint, InstinctEndpoint, Plan
+from epycd.plan.model import BalancedSet, EndpointDecisions, InstinctEndpoint, Plan
 from epycd.plan.ports import Listener
 
 
@@ -51,7 +51,7 @@ def held_socket(decisions: EndpointDecisions) -> int | None:
     every member is on it); None for an Instinct endpoint, which holds GPUs."""
     if isinstance(decisions, InstinctEndpoint):
         return None
-    if isinstance(decisions, InstanceSetEndpoint):
+    if isinstance(decisions, BalancedSet):
         return decisions.sockets[0]
     return decisions.socket
 
@@ -70,7 +70,7 @@ class Reservations:
         held = {}
         for name, plan in approved.items():
             decisions = plan.decisions
-            members = decisions.members if isinstance(decisions, InstanceSetEndpoint) else []
+            members = decisions.members if isinstance(decisions, BalancedSet) else []
             nodes: dict[int, tuple[int, ...]] = {}
             for member in members:
                 mine = {*nodes.get(member.socket, ()), *member.numa_nodes}
