@@ -115,9 +115,29 @@ def short_tmpdir() -> Path:
     return path
 
 
+class ServingTest:
+    """Whether the running test is marked `serves` (set by tests/conftest.py before each test).
+
+    A real `vllm serve` takes most of the machine's two cores, so the tests that start one run
+    one after another in the heavy xdist group; a test that would start one unmarked would
+    run beside them instead, and both would wait on starved servers."""
+
+    marked = False
+
+
+def require_serves_marker() -> None:
+    if not ServingTest.marked:
+        pytest.fail(
+            "this test starts a real `vllm serve` but is not marked `serves`: add "
+            "pytest.mark.serves to it (tests/conftest.py runs those in the heavy group)"
+        )
+
+
 def vllm_env(work: Path) -> dict[str, str]:
     """The environment for serving on this CPU (every physical core bound; docs/sources.md,
-    "Tools the tests run for real"), caches under `work`."""
+    "Tools the tests run for real"), caches under `work`. Only a test marked `serves` may
+    ask for it."""
+    require_serves_marker()
     (work / "cache").mkdir(parents=True, exist_ok=True)
     return os.environ | {
         "VLLM_CACHE_ROOT": str(work / "cache"),
@@ -131,6 +151,7 @@ def vllm_env(work: Path) -> dict[str, str]:
 
 
 def serve_argv(model: Path, port: int, served_model_name: str, *extra: str) -> list[str]:
+    require_serves_marker()
     return [
         str(vllm_executable()),
         "serve",

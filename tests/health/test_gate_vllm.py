@@ -19,7 +19,7 @@ import pytest
 from epycd.health import GateConfig, GateResult, run_gate
 from tests.health.realvllm import VllmServer, free_port, serve_argv, tiny_model
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.serves]
 
 API_KEY = "tiny-secret"
 SERVED = "tiny"

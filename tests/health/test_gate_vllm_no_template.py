@@ -10,7 +10,7 @@ import pytest
 from epycd.health import GateConfig, run_gate
 from tests.health.realvllm import VllmServer, build_tiny_model, free_port, serve_argv
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.serves]
 
 
 def test_chat_without_template_fails_in_request_completions_pass(tmp_path: Path) -> None:

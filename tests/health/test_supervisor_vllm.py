@@ -29,7 +29,7 @@ from tests.health.realvllm import build_tiny_model, free_port, serve_argv, tiny_
 from tests.health.supervising import session_members, start_supervisor, supervisor_argv
 from tests.memcg import memcg_problem, oom_kill
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.serves]
 
 LOAD_BOUND_S = 240
 

@@ -20,7 +20,7 @@ from tests.health.realvllm import (
     vllm_executable,
 )
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.serves]
 HEALTHY_WITHIN_S = 300.0
 
 

@@ -19,7 +19,7 @@ from tests.machine import serving
 from tests.plan.conftest import PlanWorkspace
 from tests.plan.test_cli_plan import run
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.serves]
 
 KV_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
 START_BOUND_S = 600
