@@ -26,6 +26,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, Field
 
+from epycd.engines import DEFAULT_ENGINE, ENGINES, ServerMetrics, engine_exporting
 from epycd.readfile import SECRET_MAX_BYTES, read_text
 from epycd.text import escaped
 
@@ -80,23 +81,15 @@ def _describe(response: httpx.Response) -> str:
     return f"HTTP {response.status_code}: {body[:300]}" if body else f"HTTP {response.status_code}"
 
 
-LOADING = {"message": "Loading model", "type": "unavailable_error", "code": 503}
-"""llama-server's /health while it loads the model (HTTP 503); vLLM does not listen yet."""
-
-
 def still_loading(response: httpx.Response) -> bool:
-    """llama-server's answer while it loads; any other 503 (vLLM's dead engine) is not."""
-    if response.status_code != 503:
-        return False
-    try:
-        return bool(response.json().get("error") == LOADING)
-    except (ValueError, AttributeError):
-        return False
+    """An engine's /health saying it still loads the model (`Engine.loading_health`); any
+    other answer that is not 200 (vLLM's dead engine answers 503 too) is a failure."""
+    return any(engine.still_loading(response) for engine in ENGINES)
 
 
 def wait_for_health(client: httpx.Client, config: GateConfig, server_alive: ServerAlive) -> None:
     """Polls /health until 200. Only a server that is not listening yet, or that says it is
-    loading the model (llama-server), is waited for."""
+    loading the model (`still_loading`), is waited for."""
     deadline = time.monotonic() + config.load_timeout
     last_error = "no answer yet"
     while True:
@@ -226,17 +219,6 @@ def run_gate(config: GateConfig, server_alive: ServerAlive = _always_alive) -> G
     )
 
 
-RUNNING_METRIC = "vllm:num_requests_running"
-TOKEN_METRICS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
-"""vLLM's gauge of the requests in the engine's batch and its counters of the prompt and
-generated tokens (prometheus_client exposes a counter NAME as NAME_total); each may carry
-labels (model_name, engine), so every sample of a name is summed."""
-LLAMA_RUNNING_METRIC = "llamacpp:requests_processing"
-LLAMA_TOKEN_METRICS = ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total")
-"""llama-server's (--metrics): its requests being processed and its counters of the prompt
-tokens processed and the tokens predicted."""
-
-
 def health_problem(client: httpx.Client, timeout: float) -> str | None:
     """None when /health answers 200 within `timeout`; else what it did instead."""
     try:
@@ -279,13 +261,20 @@ def metric_sums(text: str, names: tuple[str, ...]) -> dict[str, float]:
 
 def parse_progress(text: str) -> Progress:
     """The requests running and the prompt + generation tokens counted so far, from a
-    Prometheus exposition; ValueError when it is not one or lacks both vLLM's metrics and
-    llama-server's."""
-    running, tokens = RUNNING_METRIC, TOKEN_METRICS
-    if LLAMA_RUNNING_METRIC in text:
-        running, tokens = LLAMA_RUNNING_METRIC, LLAMA_TOKEN_METRICS
-    sums = metric_sums(text, (running, *tokens))
-    return Progress(running=sums[running], tokens=sum(sums[n] for n in tokens))
+    Prometheus exposition (`ServerMetrics`: the engine's whose running gauge it holds);
+    ValueError when it is not one or holds no engine's."""
+    metrics = engine_metrics_in(text)
+    sums = metric_sums(text, (metrics.running, *metrics.tokens))
+    return Progress(running=sums[metrics.running], tokens=sum(sums[n] for n in metrics.tokens))
+
+
+def engine_metrics_in(exposition: str) -> ServerMetrics:
+    """The metrics of the engine that wrote `exposition`; ValueError naming every engine's
+    running gauge when it holds none."""
+    engine = engine_exporting(exposition)
+    if engine is None:
+        raise ValueError("no " + " or ".join(e.metrics.running for e in ENGINES))
+    return engine.metrics
 
 
 def read_progress(client: httpx.Client, timeout: float) -> Progress:
@@ -329,7 +318,7 @@ class StallWatch:
         return f"engine stalled: {progress.running:g} requests running, no tokens for {still:.0f} s"
 
 
-API_KEY_ENV = "VLLM_API_KEY"
+API_KEY_ENV = DEFAULT_ENGINE.api_key_env
 
 
 def read_api_key(path: Path | None, option: str = "--api-key-credential") -> str | None:

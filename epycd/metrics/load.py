@@ -3,9 +3,9 @@
 The daemon reads the ready instances' /metrics at each refresh (every 10 s) and keeps
 their readings for a minute: requests running and waiting and KV cache usage are the
 last reading's, tokens/s is the growth of the prompt + generation token counters over
-the readings in the window (an instance that restarted counts from its restart on). A
-llama-server gives its requests processing and deferred and its token counters, and no KV
-cache usage (null).
+the readings in the window (an instance that restarted counts from its restart on). The
+names are the engine's (`epycd.engines`); an engine that exports no KV cache usage has it
+null.
 """
 
 from __future__ import annotations
@@ -14,24 +14,11 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from epycd.health import (
-    LLAMA_RUNNING_METRIC,
-    LLAMA_TOKEN_METRICS,
-    RUNNING_METRIC,
-    TOKEN_METRICS,
-    metric_sums,
-)
+from epycd.health import engine_metrics_in, metric_sums
 from epycd.metrics.scrape import Reading, Target
 from epycd.status.instances import InstanceLoad
 
 WINDOW_S = 60.0
-WAITING = "vllm:num_requests_waiting"
-KV_USAGE = "vllm:kv_cache_usage_perc"
-WANTED = (RUNNING_METRIC, WAITING, KV_USAGE, *TOKEN_METRICS)
-"""The stall watch's metrics (epycd.health), and the queue and the KV cache's use."""
-LLAMA_WAITING = "llamacpp:requests_deferred"
-LLAMA_WANTED = (LLAMA_RUNNING_METRIC, LLAMA_WAITING, *LLAMA_TOKEN_METRICS)
-"""llama-server's: the same but the KV cache's use, which it does not export."""
 
 
 @dataclass(frozen=True)
@@ -44,16 +31,15 @@ class Sample:
 
 
 def parse_sample(text: str, at: float) -> Sample:
-    """The load values of one exposition, vLLM's or llama-server's. Only the lines for them
-    are parsed (vLLM's exposition is about 50 kB): reading every 10 s must stay cheap.
-    ValueError when one is missing."""
-    if LLAMA_RUNNING_METRIC in text:
-        sums = wanted_sums(text, LLAMA_WANTED)
-        tokens = sum(sums[name] for name in LLAMA_TOKEN_METRICS)
-        return Sample(at, sums[LLAMA_RUNNING_METRIC], sums[LLAMA_WAITING], None, tokens)
-    sums = wanted_sums(text, WANTED)
-    tokens = sum(sums[name] for name in TOKEN_METRICS)
-    return Sample(at, sums[RUNNING_METRIC], sums[WAITING], sums[KV_USAGE], tokens)
+    """The load values of one exposition, of whichever engine wrote it (`ServerMetrics.load`;
+    no KV cache use where the engine exports none). Only the lines for them are parsed
+    (vLLM's exposition is about 50 kB): reading every 10 s must stay cheap. ValueError when
+    one is missing."""
+    metrics = engine_metrics_in(text)
+    sums = wanted_sums(text, metrics.load)
+    kv = sums[metrics.kv_usage] if metrics.kv_usage else None
+    tokens = sum(sums[name] for name in metrics.tokens)
+    return Sample(at, sums[metrics.running], sums[metrics.waiting], kv, tokens)
 
 
 def wanted_sums(text: str, wanted: tuple[str, ...]) -> dict[str, float]:

@@ -25,6 +25,7 @@ import httpx
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from epycd.engines import metric_prefixes
 from epycd.listen import local_url
 from epycd.plan.model import Plan, server_processes
 
@@ -36,8 +37,8 @@ MAX_LINES = 10_000
 """vLLM's /metrics is about 600 lines for one model. Parsing and writing cost about 30 µs a
 line, so this bounds what one instance can cost each scrape of epycd (about 0.3 s of CPU,
 not the 10 s of 8 MiB of series), whatever answers on its port."""
-ENGINE_PREFIXES = ("vllm:", "llamacpp:")
-"""The families of vLLM and of llama-server (`--metrics`) that are forwarded."""
+ENGINE_PREFIXES = metric_prefixes()
+"""The engines' own families, which are forwarded (`ServerMetrics.prefix`)."""
 LABELS = ("endpoint", "vllm_instance", "socket", "numa_node")
 """`vllm_instance`, not `instance`: Prometheus sets `instance` itself, to the host:port it
 scraped, and would rename ours to `exported_instance`."""

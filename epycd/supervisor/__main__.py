@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from epycd.engines import api_key_variables
 from epycd.health import (
     API_KEY_ENV,
     GateConfig,
@@ -32,7 +33,7 @@ from epycd.supervisor.run import DEFAULT_STALL_TIMEOUT_S, Supervisor, Supervisor
 @click.option(
     "--api-key-file",
     type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path),
-    help="file holding the server's API key (sent as a Bearer token, given to it as VLLM_API_KEY)",
+    help="file holding the server's API key (sent as a Bearer token, given to it in --api-key-env)",
 )
 @click.option(
     "--api-key-credential",
@@ -40,10 +41,10 @@ from epycd.supervisor.run import DEFAULT_STALL_TIMEOUT_S, Supervisor, Supervisor
 )
 @click.option(
     "--api-key-env",
-    type=click.Choice(["VLLM_API_KEY", "LLAMA_API_KEY"]),
+    type=click.Choice(api_key_variables()),
     default=API_KEY_ENV,
     show_default=True,
-    help="the variable the server reads its API key from (vLLM's, llama-server's)",
+    help="the variable the server reads its API key from (its engine's)",
 )
 @click.option(
     "--health-timeout",

@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
-from epycd.health import LOADING, GateConfig, answer_text, run_gate, smoke_request
+from epycd.health import GateConfig, answer_text, run_gate, smoke_request
 from tests.health.localhttp import local_server, openai_replies
 from tests.health.realvllm import free_port
+
+LOADING = {"message": "Loading model", "type": "unavailable_error", "code": 503}
+"""llama-server's /health error while it loads the model (tests/llama serves the real one)."""
 
 
 def config(url: str, **overrides: Any) -> GateConfig:

@@ -1,0 +1,59 @@
+"""What every engine tells the core about the server it runs (`Engine`): how its /health
+reads while it loads, the metrics its /metrics exports, and the variable its API key
+reaches it in. One module per engine implements it (epycd.engines.vllm,
+epycd.engines.llama_cpp) and the registry (epycd.engines) lists them; the core asks the
+engine and never names one. docs/adding-an-engine.md says how to add one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+@dataclass(frozen=True)
+class ServerMetrics:
+    """The names in a server's Prometheus exposition that epycd reads or forwards."""
+
+    prefix: str
+    """Every family of the engine's own starts with it (forwarded by epycd.metrics.scrape)."""
+    running: str
+    """A gauge of the requests being computed now (the stall watch and `status`)."""
+    waiting: str
+    """A gauge of the requests queued."""
+    tokens: tuple[str, ...]
+    """The counters of prompt and generated tokens; their sum grows while it works."""
+    kv_usage: str | None = None
+    """A gauge of the KV cache's use, 0 to 1; None where the engine exports none."""
+
+    @property
+    def load(self) -> tuple[str, ...]:
+        """Every name `status` reads for the last minute's load."""
+        kv = (self.kv_usage,) if self.kv_usage else ()
+        return (self.running, self.waiting, *kv, *self.tokens)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine, as the running side of epycd sees it."""
+
+    name: str
+    """The endpoint file's `engine = "..."` and `plan --json`'s `engine`."""
+    server: str
+    """The server's name in messages ("vLLM", "llama-server")."""
+    metrics: ServerMetrics
+    api_key_env: str
+    """The variable the server reads its API key from; the key never is in its argv."""
+    loading_health: dict[str, Any] | None = None
+    """The JSON `error` of the 503 its /health answers while it loads the model; None for a
+    server that does not listen until it is ready."""
+
+    def still_loading(self, response: httpx.Response) -> bool:
+        """Whether `response` is this server's /health saying it still loads the model."""
+        if self.loading_health is None or response.status_code != 503:
+            return False
+        try:
+            return bool(response.json().get("error") == self.loading_health)
+        except (ValueError, AttributeError):
+            return False

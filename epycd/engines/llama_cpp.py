@@ -1,0 +1,20 @@
+"""llama.cpp's llama-server (docs/sources.md): its /health answers 503 "Loading model" while
+it loads, its metrics (`--metrics`) are `llamacpp:` families with no KV cache use, and it
+reads its API key from LLAMA_API_KEY (`--api-key-env`)."""
+
+from __future__ import annotations
+
+from epycd.engines.base import Engine, ServerMetrics
+
+LLAMA_CPP = Engine(
+    name="llama.cpp",
+    server="llama-server",
+    metrics=ServerMetrics(
+        prefix="llamacpp:",
+        running="llamacpp:requests_processing",
+        waiting="llamacpp:requests_deferred",
+        tokens=("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total"),
+    ),
+    api_key_env="LLAMA_API_KEY",
+    loading_health={"message": "Loading model", "type": "unavailable_error", "code": 503},
+)
