@@ -9,7 +9,8 @@ functions): a module imports only from its own layer or the layers below it.
     3 inputs, serving   host, spec, model, stack; health, supervisor (what a unit runs)
     2 settings          settings
     1 foundation        epycd (the package: __version__), errors, text, paths, listen,
-                        notify, systemd, names, sizes, atomic, readfile, events, childproc
+                        notify, systemd, names, sizes, atomic, readfile, events, childproc,
+                        engines
 
 docs/architecture.md explains each module and what crosses each boundary; its layer table
 must be this one and it must name every module (the last test), so the map moves with the
@@ -36,7 +37,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "foundation",
         frozenset(
             {"epycd", "errors", "text", "paths", "listen", "notify", "systemd"}
-            | {"names", "sizes", "atomic", "readfile", "events", "childproc"}
+            | {"names", "sizes", "atomic", "readfile", "events", "childproc", "engines"}
         ),
     ),
     ("settings", frozenset({"settings"})),

@@ -25,7 +25,8 @@ from epycd.listen import DEFAULT_HOST, listen_address
 from epycd.names import is_endpoint_name, repo_file_problem, revision_problem
 from epycd.readfile import RefusedFile, read_head
 from epycd.spec.flags import ExtraFlags
-from epycd.spec.policy import ENV_TUNABLE_TEXT, env_errors, extra_args_errors
+from epycd.spec.keys import ALLOWED, inapplicable_key_errors
+from epycd.spec.policy import env_errors, extra_args_errors
 from epycd.text import first_unsafe
 
 HUB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -35,47 +36,8 @@ MAX_INSTANCES = 64
 host's L3 groups."""
 
 SEE_ENDPOINT_FILE_DOCS = 'see docs/architecture.md, "Endpoint file"'
-"""Shown only for a key `ALLOWED` lacks; tests/plan/test_spec.py keeps every key in it."""
-
-ALLOWED: dict[str, str] = {
-    "model": "a Hugging Face id like 'Qwen/Qwen3-0.6B' or an absolute path to a model folder",
-    "revision": "a branch, tag or commit: letters, digits, '.', '_', '-', '/'; no '..', no "
-    "leading, trailing or doubled '/' (e.g. main, v1.0, refs/pr/1, or 40 hex digits)",
-    "dtype": "one of the stack's precisions",
-    "max_model_len": "a positive integer (tokens)",
-    "max_num_seqs": "a positive integer (concurrent sequences)",
-    "port": 'an integer 1-65535 or "auto"',
-    "runtime": '"auto", "podman", "docker" or "host"',
-    "socket": '"auto" or a socket number (0, 1, ...)',
-    "image": "a container image reference like 'repo/name:tag'",
-    "vllm": "an absolute path to the vllm executable of a venv or conda env",
-    "served_model_name": "a name without spaces or control characters, not starting with '-'",
-    "chat_template": "an absolute path to a chat template file",
-    "extra_args": "a list of strings: long flags (--flag or --flag=value) the plan does not "
-    "own, and their values",
-    "env": 'a table of NAME = "value" strings; NAME like [A-Za-z_][A-Za-z0-9_]*, one of '
-    + ENV_TUNABLE_TEXT,
-    "hf_token_file": "an absolute path to a root-only file holding the token",
-    "api_key_file": "an absolute path to a root-only file holding the endpoint's API key",
-    "host": '"127.0.0.1" (the default), "0.0.0.0", "::" or another IP address of this host',
-    "throughput_flags": "true or false",
-    "restart": '"on-failure" (the default) or "no"',
-    "profile": '"balanced" (default), "latency" or "throughput" (docs/tuning.md)',
-    "device": '"cpu" (the default) or "instinct" (AMD Instinct GPUs, docs/instinct.md)',
-    "gpus": '"auto" or a list of GPU indices as `epycctl detect` shows them, e.g. [0, 1]',
-    "tensor_parallel_size": '"auto" or 1, 2, 4 or 8 (GPUs one instance spans)',
-    "instances": "1 (the default), a number of instances (vLLM or llama-server) behind one "
-    'balancer, or "auto" (docs/instances.md)',
-    "placement": '"socket" (the default: the instances share the endpoint\'s socket) or "host" '
-    "(every socket no other endpoint holds)",
-    "min_ready": "a positive integer, at most the instance count: how many instances must "
-    "pass the health gate for the endpoint to be ready (default: all)",
-    "engine": '"vllm" (the default) or "llama.cpp" (a GGUF model served by llama-server)',
-    "gguf_file": "the GGUF file's name in the hub repository or folder `model` names, "
-    "e.g. 'model-Q4_K_M.gguf' (a relative name: no '..', not an absolute path)",
-    "llama_server": "an absolute path to a llama-server executable (default: the one "
-    "install.sh --engine llama.cpp built)",
-}
+"""Shown only for a key `ALLOWED` (epycd.spec.keys) lacks; tests/plan/test_spec.py keeps every
+key in it."""
 
 PathText = Annotated[str, Field(min_length=2, pattern=r"^/")]
 
@@ -282,8 +244,8 @@ def _policy_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> l
         + env_errors(path, data)
         + _served_name_errors(path, data)
         + extra_args_errors(path, data)
-        + _device_errors(path, data)
-        + _engine_errors(path, data)
+        + inapplicable_key_errors(path, data)
+        + _runtime_errors(path, data)
     )
 
 
@@ -314,107 +276,27 @@ def _served_name_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
     ]
 
 
-CPU_ONLY_KEYS = {
-    "socket": 'the GPUs decide the CPUs: leave socket = "auto"',
-    "throughput_flags": "zentorch's throughput set is for the CPU path",
-    "vllm": "an Instinct endpoint runs the ROCm vLLM image (podman or docker)",
-}
-
-
-def _device_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
-    """Keys that belong to one device only (docs/instinct.md)."""
-    if data.get("device", "cpu") != "instinct":
+def _runtime_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
+    """The runtimes an engine or device cannot use (its keys are `epycd.spec.keys`)."""
+    if data.get("device") == "instinct" and data.get("runtime") == "host":
         return [
-            InputError(
-                f"{key} is for Instinct GPU endpoints",
-                file=path,
-                key=key,
-                fix='set device = "instinct", or remove ' + key,
-            )
-            for key in ("gpus", "tensor_parallel_size")
-            if key in data
-        ]
-    errors = [
-        InputError(f"{key} does not apply to an Instinct endpoint", file=path, key=key, fix=why)
-        for key, why in CPU_ONLY_KEYS.items()
-        if key in data and data[key] not in ("auto", False)
-    ]
-    errors += [
-        InputError(
-            f"{key} does not apply to an Instinct endpoint: instance sets are CPU endpoints",
-            file=path,
-            key=key,
-            fix=f"remove {key}; a GPU endpoint grows with gpus and tensor_parallel_size",
-        )
-        for key in ("instances", "placement", "min_ready")
-        if key in data and data[key] not in (1, "socket")
-    ]
-    if data.get("runtime") == "host":
-        errors.append(
             InputError(
                 "an Instinct endpoint runs in a container (the ROCm vLLM image)",
                 file=path,
                 key="runtime",
                 fix='set runtime = "auto", "podman" or "docker"',
             )
-        )
-    return errors
-
-
-VLLM_ONLY_KEYS = {
-    "dtype": "a GGUF file carries its own weight types",
-    "vllm": "set llama_server = PATH for a llama-server of your own",
-    "image": "llama.cpp endpoints run the host's llama-server",
-    "throughput_flags": "zentorch's throughput set is for vLLM",
-    "env": "the plan owns llama-server's environment",
-    "extra_args": "the plan decides llama-server's flags (docs/tuning.md rule 10)",
-    "chat_template": "llama-server uses the GGUF file's own chat template",
-    "device": "llama.cpp endpoints serve on the CPU",
-}
-"""Keys a llama.cpp endpoint refuses, and why: each is vLLM's."""
-
-LLAMA_ONLY_KEYS = ("gguf_file", "llama_server")
-
-
-def _engine_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
-    """Keys that belong to one engine only."""
-    if data.get("engine", "vllm") != "llama.cpp":
-        return [
-            InputError(
-                f"{key} is for llama.cpp endpoints",
-                file=path,
-                key=key,
-                fix='set engine = "llama.cpp", or remove ' + key,
-            )
-            for key in LLAMA_ONLY_KEYS
-            if key in data
         ]
-    harmless: dict[str, object] = {
-        "device": "cpu",
-        "env": {},
-        "extra_args": [],
-        "throughput_flags": False,
-    }
-    errors = [
-        InputError(
-            f"{key} does not apply to a llama.cpp endpoint",
-            file=path,
-            key=key,
-            fix=f"remove {key}: {why}",
-        )
-        for key, why in VLLM_ONLY_KEYS.items()
-        if key in data and data[key] != harmless.get(key, object())
-    ]
-    if data.get("runtime", "auto") not in ("auto", "host"):
-        errors.append(
+    if data.get("engine") == "llama.cpp" and data.get("runtime", "auto") not in ("auto", "host"):
+        return [
             InputError(
                 "a llama.cpp endpoint runs llama-server on the host (no image is pinned yet)",
                 file=path,
                 key="runtime",
                 fix='set runtime = "auto" or "host"',
             )
-        )
-    return errors
+        ]
+    return []
 
 
 def parse_endpoint(path: Path, raw: bytes, *, precisions: list[str]) -> SpecResult:

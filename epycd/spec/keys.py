@@ -1,0 +1,344 @@
+"""The endpoint file's keys, one row each (`KeySetting`): what the key takes, the engines
+and devices it applies to, what it is for, and the fix where it does not apply.
+
+`EndpointSpec` (epycd.spec) holds each key's type and default; everything else about a key
+is its row here. From the rows come: the text of the error for a wrong value (`allowed`),
+the errors for a key that does not apply to the file's engine or device
+(`inapplicable_key_errors`), and the table of keys in docs/admin.md (`keys_markdown`;
+`python -m epycd.spec` prints it, tests/plan/test_spec_keys.py keeps the two equal).
+A new key is a field of `EndpointSpec` and a row here; a new engine lists the keys it
+takes in `engines` of their rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from epycd.errors import InputError
+from epycd.spec.policy import ENV_TUNABLE_TEXT
+
+ENGINES = ("vllm", "llama.cpp")
+"""The values of `engine`, the default first."""
+DEVICES = ("cpu", "instinct")
+"""The values of `device`, the default first."""
+ENGINE_TITLE = {"vllm": "vLLM", "llama.cpp": "llama.cpp"}
+DEVICE_TITLE = {"cpu": "CPU", "instinct": "Instinct"}
+
+
+@dataclass(frozen=True)
+class KeySetting:
+    """One key of the endpoint file."""
+
+    name: str
+    allowed: str
+    """What it takes: the fix of the error for a wrong value."""
+    doc: str
+    """What it is for, as docs/admin.md's table says it (Markdown)."""
+    engines: tuple[str, ...] = ENGINES
+    """The engines it applies to."""
+    devices: tuple[str, ...] = DEVICES
+    """The devices it applies to."""
+    harmless: tuple[object, ...] = ()
+    """Values accepted where the key does not apply: its default, written out."""
+    fixes: Mapping[str, str] = field(default_factory=dict)
+    """Engine or device it does not apply to -> the fix an admin is given there."""
+
+    def applies(self, engine: str, device: str) -> bool:
+        return engine in self.engines and device in self.devices
+
+    def fix_for(self, engine: str, device: str) -> str:
+        """The fix where it does not apply: the row's own for that engine or device, else
+        the engine or device to set."""
+        where = engine if engine not in self.engines else device
+        if where in self.fixes:
+            return self.fixes[where]
+        if engine not in self.engines:
+            return f'set engine = "{self.engines[0]}", or remove {self.name}'
+        return f'set device = "{self.devices[0]}", or remove {self.name}'
+
+
+VLLM_ONLY = ("vllm",)
+CPU_ONLY = ("cpu",)
+INSTINCT_ONLY = ("instinct",)
+AUTO = ("auto",)
+
+KEYS: tuple[KeySetting, ...] = (
+    KeySetting(
+        "model",
+        "a Hugging Face id like 'Qwen/Qwen3-0.6B' or an absolute path to a model folder",
+        "a Hugging Face id (`Qwen/Qwen3-0.6B`) or an absolute path to a model folder (a `.gguf` "
+        "file for llama.cpp)",
+    ),
+    KeySetting(
+        "revision",
+        "a branch, tag or commit: letters, digits, '.', '_', '-', '/'; no '..', no leading, "
+        "trailing or doubled '/' (e.g. main, v1.0, refs/pr/1, or 40 hex digits)",
+        "a branch, tag or commit of the hub repository",
+    ),
+    KeySetting(
+        "engine",
+        '"vllm" (the default) or "llama.cpp" (a GGUF model served by llama-server)',
+        '`"vllm"` (the default) or `"llama.cpp"` ([Which engine](#which-engine))',
+    ),
+    KeySetting(
+        "gguf_file",
+        "the GGUF file's name in the hub repository or folder `model` names, e.g. "
+        "'model-Q4_K_M.gguf' (a relative name: no '..', not an absolute path)",
+        "llama.cpp: the GGUF file in the repository or folder",
+        engines=("llama.cpp",),
+        devices=CPU_ONLY,
+    ),
+    KeySetting(
+        "llama_server",
+        "an absolute path to a llama-server executable (default: the one install.sh --engine "
+        "llama.cpp built)",
+        "llama.cpp: a llama-server of your own",
+        engines=("llama.cpp",),
+        devices=CPU_ONLY,
+    ),
+    KeySetting(
+        "dtype",
+        "one of the stack's precisions",
+        "`bfloat16` (the default), `float16` or `float32`",
+        engines=VLLM_ONLY,
+        fixes={"llama.cpp": "remove dtype: a GGUF file carries its own weight types"},
+    ),
+    KeySetting(
+        "max_model_len",
+        "a positive integer (tokens)",
+        "the context length, capped to the model's own maximum",
+    ),
+    KeySetting(
+        "max_num_seqs",
+        "a positive integer (concurrent sequences)",
+        "concurrent sequences (default: the profile's, cut to what fits the memory)",
+    ),
+    KeySetting(
+        "profile",
+        '"balanced" (default), "latency" or "throughput" (docs/tuning.md)',
+        '`"balanced"` (the default), `"latency"` or `"throughput"` (docs/tuning.md)',
+    ),
+    KeySetting(
+        "port",
+        'an integer 1-65535 or "auto"',
+        'a number, or `"auto"` (the default): the first free port from 8000',
+    ),
+    KeySetting(
+        "host",
+        '"127.0.0.1" (the default), "0.0.0.0", "::" or another IP address of this host',
+        '`"127.0.0.1"` (the default), `"0.0.0.0"`, `"::"` or one address of this host',
+    ),
+    KeySetting(
+        "api_key_file",
+        "an absolute path to a root-only file holding the endpoint's API key",
+        "a root-only file (chmod 600) holding the endpoint's API key",
+    ),
+    KeySetting(
+        "hf_token_file",
+        "an absolute path to a root-only file holding the token",
+        "a root-only file (chmod 600) holding the HF token",
+    ),
+    KeySetting(
+        "runtime",
+        '"auto", "podman", "docker" or "host"',
+        '`"auto"` (podman with Quadlet, else docker, else a host vLLM), `"podman"`, '
+        '`"docker"`, `"host"`',
+    ),
+    KeySetting(
+        "vllm",
+        "an absolute path to the vllm executable of a venv or conda env",
+        "the `vllm` executable of a venv or conda env",
+        engines=VLLM_ONLY,
+        devices=CPU_ONLY,
+        fixes={
+            "llama.cpp": "remove vllm: set llama_server = PATH for a llama-server of your own",
+            "instinct": "an Instinct endpoint runs the ROCm vLLM image (podman or docker)",
+        },
+    ),
+    KeySetting(
+        "image",
+        "a container image reference like 'repo/name:tag'",
+        "a container image",
+        engines=VLLM_ONLY,
+        fixes={"llama.cpp": "remove image: llama.cpp endpoints run the host's llama-server"},
+    ),
+    KeySetting(
+        "socket",
+        '"auto" or a socket number (0, 1, ...)',
+        '`"auto"` (an idle socket) or a socket number',
+        devices=CPU_ONLY,
+        harmless=AUTO,
+        fixes={"instinct": 'the GPUs decide the CPUs: leave socket = "auto"'},
+    ),
+    KeySetting(
+        "served_model_name",
+        "a name without spaces or control characters, not starting with '-'",
+        "the name clients send as `model` (default: the model id)",
+    ),
+    KeySetting(
+        "chat_template",
+        "an absolute path to a chat template file",
+        "an absolute path to a chat template file",
+        engines=VLLM_ONLY,
+        fixes={
+            "llama.cpp": "remove chat_template: llama-server uses the GGUF file's own chat template"
+        },
+    ),
+    KeySetting(
+        "restart",
+        '"on-failure" (the default) or "no"',
+        '`"on-failure"` (the default) or `"no"` (docs/healing.md)',
+    ),
+    KeySetting(
+        "extra_args",
+        "a list of strings: long flags (--flag or --flag=value) the plan does not own, and "
+        "their values",
+        "vLLM's own flags, within what the plan leaves open "
+        "([Security defaults](#security-defaults))",
+        engines=VLLM_ONLY,
+        harmless=([],),
+        fixes={
+            "llama.cpp": "remove extra_args: the plan decides llama-server's flags "
+            "(docs/tuning.md rule 10)"
+        },
+    ),
+    KeySetting(
+        "env",
+        'a table of NAME = "value" strings; NAME like [A-Za-z_][A-Za-z0-9_]*, one of '
+        + ENV_TUNABLE_TEXT,
+        "vLLM's environment, within what the plan leaves open "
+        "([Security defaults](#security-defaults))",
+        engines=VLLM_ONLY,
+        harmless=({},),
+        fixes={"llama.cpp": "remove env: the plan owns llama-server's environment"},
+    ),
+    KeySetting(
+        "throughput_flags",
+        "true or false",
+        "zentorch's throughput set of vLLM flags (docs/tuning.md)",
+        engines=VLLM_ONLY,
+        devices=CPU_ONLY,
+        harmless=(False,),
+        fixes={
+            "llama.cpp": "remove throughput_flags: zentorch's throughput set is for vLLM",
+            "instinct": "zentorch's throughput set is for the CPU path",
+        },
+    ),
+    KeySetting(
+        "instances",
+        "1 (the default), a number of instances (vLLM or llama-server) behind one balancer, "
+        'or "auto" (docs/instances.md)',
+        "several instances behind one balancer (docs/instances.md)",
+        devices=CPU_ONLY,
+        harmless=(1,),
+        fixes={
+            "instinct": "remove instances: instance sets are CPU endpoints; a GPU endpoint "
+            "grows with gpus and tensor_parallel_size"
+        },
+    ),
+    KeySetting(
+        "placement",
+        '"socket" (the default: the instances share the endpoint\'s socket) or "host" (every '
+        "socket no other endpoint holds)",
+        "where a set's instances go: its socket, or the whole host (docs/instances.md)",
+        devices=CPU_ONLY,
+        harmless=("socket",),
+        fixes={
+            "instinct": "remove placement: instance sets are CPU endpoints; a GPU endpoint "
+            "grows with gpus and tensor_parallel_size"
+        },
+    ),
+    KeySetting(
+        "min_ready",
+        "a positive integer, at most the instance count: how many instances must pass the "
+        "health gate for the endpoint to be ready (default: all)",
+        "how many of a set's instances must be ready (docs/instances.md)",
+        devices=CPU_ONLY,
+        harmless=(1,),
+        fixes={
+            "instinct": "remove min_ready: instance sets are CPU endpoints; a GPU endpoint "
+            "grows with gpus and tensor_parallel_size"
+        },
+    ),
+    KeySetting(
+        "device",
+        '"cpu" (the default) or "instinct" (AMD Instinct GPUs, docs/instinct.md)',
+        '`"cpu"` (the default) or `"instinct"`: AMD Instinct GPUs (docs/instinct.md)',
+        engines=VLLM_ONLY,
+        harmless=("cpu",),
+        fixes={"llama.cpp": "remove device: llama.cpp endpoints serve on the CPU"},
+    ),
+    KeySetting(
+        "gpus",
+        '"auto" or a list of GPU indices as `epycctl detect` shows them, e.g. [0, 1]',
+        'Instinct: the GPUs, or `"auto"`',
+        engines=VLLM_ONLY,
+        devices=INSTINCT_ONLY,
+    ),
+    KeySetting(
+        "tensor_parallel_size",
+        '"auto" or 1, 2, 4 or 8 (GPUs one instance spans)',
+        "Instinct: the GPUs one instance spans",
+        engines=VLLM_ONLY,
+        devices=INSTINCT_ONLY,
+    ),
+)
+
+KEY_NAMED: dict[str, KeySetting] = {row.name: row for row in KEYS}
+ALLOWED: dict[str, str] = {row.name: row.allowed for row in KEYS}
+"""Key -> what it takes: the fix of the error for a wrong value."""
+
+
+def _title(engine: str, device: str, row: KeySetting) -> str:
+    """`a llama.cpp endpoint`, `an Instinct endpoint`: where `row` does not apply."""
+    title = (
+        ENGINE_TITLE.get(engine, engine)
+        if engine not in row.engines
+        else DEVICE_TITLE.get(device, device)
+    )
+    article = "an" if title[:1].lower() in "aeiou" else "a"
+    return f"{article} {title} endpoint"
+
+
+def inapplicable_key_errors(path: Path, data: Mapping[str, Any]) -> list[InputError]:
+    """An error for each key the file sets that does not apply to its engine or device (a
+    value the row calls harmless aside), naming the key and the fix."""
+    engine, device = data.get("engine", ENGINES[0]), data.get("device", DEVICES[0])
+    if engine not in ENGINES or device not in DEVICES:
+        return []  # a wrong engine or device is the type check's error
+    return [
+        InputError(
+            f"{row.name} does not apply to {_title(engine, device, row)}",
+            file=path,
+            key=row.name,
+            fix=row.fix_for(engine, device),
+        )
+        for row in KEYS
+        if row.name in data
+        and not row.applies(engine, device)
+        and not any(_same(data[row.name], value) for value in row.harmless)
+    ]
+
+
+def _same(value: object, harmless: object) -> bool:
+    """Equal and of the same type: `1` is not `true`, `0` is not `false`."""
+    return type(value) is type(harmless) and value == harmless
+
+
+def keys_markdown() -> str:
+    """docs/admin.md's table of keys: each key, what it takes, where it applies."""
+    lines = ["| key | what it takes | applies to |", "|-----|---------------|------------|"]
+    for row in KEYS:
+        lines.append(f"| `{row.name}` | {row.doc} | {_where(row)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _where(row: KeySetting) -> str:
+    engines = "every engine" if row.engines == ENGINES else ", ".join(row.engines)
+    devices = (
+        "" if row.devices == DEVICES else " on " + ", ".join(DEVICE_TITLE[d] for d in row.devices)
+    )
+    return engines + devices

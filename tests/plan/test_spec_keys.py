@@ -1,0 +1,98 @@
+"""The endpoint file's keys are one table (epycd.spec.keys): each key a row, every field of
+`EndpointSpec` a row, docs/admin.md's table made from the rows, and for every engine and device
+a key does not apply to, a file that sets it is refused naming the key and the row's fix,
+while its harmless values pass and every other endpoint file still parses."""
+
+from __future__ import annotations
+
+from itertools import product
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from epycd.spec import EndpointSpec, parse_endpoint
+from epycd.spec.keys import DEVICES, ENGINES, KEYS, keys_markdown
+
+REPO = Path(__file__).resolve().parents[2]
+PRECISIONS = ["bfloat16", "float16", "float32"]
+SAMPLES: dict[str, object] = {
+    "model": "/srv/models/qwen3",
+    "revision": "main",
+    "engine": "vllm",
+    "gguf_file": "model-Q4_K_M.gguf",
+    "llama_server": "/opt/llama/bin/llama-server",
+    "dtype": "bfloat16",
+    "max_model_len": 2048,
+    "max_num_seqs": 4,
+    "profile": "latency",
+    "port": 8100,
+    "host": "127.0.0.1",
+    "api_key_file": "/etc/epyc-llm/key",
+    "hf_token_file": "/etc/epyc-llm/token",
+    "runtime": "auto",
+    "vllm": "/opt/venv/bin/vllm",
+    "image": "repo/name:tag",
+    "socket": 1,
+    "served_model_name": "chat",
+    "chat_template": "/etc/epyc-llm/template.jinja",
+    "restart": "no",
+    "extra_args": ["--seed", "1"],
+    "env": {"VLLM_LOGGING_LEVEL": "DEBUG"},
+    "throughput_flags": True,
+    "instances": 2,
+    "placement": "host",
+    "min_ready": 2,
+    "device": "instinct",
+    "gpus": [0, 1],
+    "tensor_parallel_size": 2,
+}
+"""A value of the right type for each key, not one of its harmless values."""
+
+
+def parse(tmp_path: Path, data: dict[str, object]) -> list[tuple[str | None, str, str | None]]:
+    path = tmp_path / "chat.toml"
+    raw = tomli_w.dumps(data).encode()
+    return [
+        (e.key, e.message, e.fix) for e in parse_endpoint(path, raw, precisions=PRECISIONS).errors
+    ]
+
+
+def test_every_field_is_a_row_and_every_row_a_field() -> None:
+    assert [row.name for row in KEYS] == list(dict.fromkeys(row.name for row in KEYS))
+    assert {row.name for row in KEYS} == set(EndpointSpec.model_fields) == set(SAMPLES)
+
+
+def test_the_admin_guide_table_is_made_from_the_rows() -> None:
+    admin = (REPO / "docs" / "admin.md").read_text()
+    assert keys_markdown() in admin, "run .venv/bin/python -m epycd.spec and paste its table"
+
+
+@pytest.mark.parametrize(("engine", "device"), list(product(ENGINES, DEVICES)))
+def test_a_key_that_does_not_apply_is_refused_with_its_fix(
+    tmp_path: Path, engine: str, device: str
+) -> None:
+    base = {"engine": engine, "device": device}
+    for row in KEYS:
+        if row.name in base:
+            continue
+        errors = parse(tmp_path, base | {row.name: SAMPLES[row.name]})
+        mine = [e for e in errors if e[0] == row.name and "does not apply" in e[1]]
+        if row.applies(engine, device):
+            assert not mine, (row.name, engine, device, mine)
+            continue
+        assert len(mine) == 1, (row.name, engine, device, errors)
+        assert mine[0][2] == row.fix_for(engine, device)
+        for value in row.harmless:
+            again = parse(tmp_path, base | {row.name: value})
+            assert not [e for e in again if e[0] == row.name], (row.name, value, again)
+
+
+def test_a_file_of_each_engine_with_only_its_keys_parses(tmp_path: Path) -> None:
+    for engine, device in (("vllm", "cpu"), ("vllm", "instinct"), ("llama.cpp", "cpu")):
+        data = {row.name: SAMPLES[row.name] for row in KEYS if row.applies(engine, device)}
+        data |= {"engine": engine, "device": device}
+        if device == "instinct":
+            data["runtime"] = "podman"
+        errors = parse(tmp_path, data)
+        assert not errors, (engine, device, errors)
