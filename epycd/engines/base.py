@@ -40,6 +40,8 @@ class Engine:
 
     name: str
     """The endpoint file's `engine = "..."` and `plan --json`'s `engine`."""
+    title: str
+    """The engine's name in text for people (a balancer's Description)."""
     server: str
     """The server's name in messages ("vLLM", "llama-server")."""
     metrics: ServerMetrics
@@ -48,6 +50,9 @@ class Engine:
     loading_health: dict[str, Any] | None = None
     """The JSON `error` of the 503 its /health answers while it loads the model; None for a
     server that does not listen until it is ready."""
+    no_kube_export: str | None = None
+    """Why `epycctl export` cannot write its endpoints as Kubernetes objects; None where it
+    can."""
 
     def still_loading(self, response: httpx.Response) -> bool:
         """Whether `response` is this server's /health saying it still loads the model."""

@@ -1,6 +1,7 @@
 """llama.cpp's llama-server (docs/sources.md): its /health answers 503 "Loading model" while
 it loads, its metrics (`--metrics`) are `llamacpp:` families with no KV cache use, and it
-reads its API key from LLAMA_API_KEY (`--api-key-env`)."""
+reads its API key from LLAMA_API_KEY (`--api-key-env`). No container image of it is pinned,
+so it has no Kubernetes export yet."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from epycd.engines.base import Engine, ServerMetrics
 
 LLAMA_CPP = Engine(
     name="llama.cpp",
+    title="llama.cpp",
     server="llama-server",
     metrics=ServerMetrics(
         prefix="llamacpp:",
@@ -17,4 +19,5 @@ LLAMA_CPP = Engine(
     ),
     api_key_env="LLAMA_API_KEY",
     loading_health={"message": "Loading model", "type": "unavailable_error", "code": 503},
+    no_kube_export="no llama-server image is pinned",
 )

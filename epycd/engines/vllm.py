@@ -9,6 +9,7 @@ from epycd.engines.base import Engine, ServerMetrics
 
 VLLM = Engine(
     name="vllm",
+    title="vLLM",
     server="vLLM",
     metrics=ServerMetrics(
         prefix="vllm:",

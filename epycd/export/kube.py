@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from epycd.engines import ENGINES, engine_named
 from epycd.errors import InputError, Refusal
 from epycd.export.nodes import generation_affinity, kubelet_config, node_selector
 from epycd.export.volumes import (
@@ -55,7 +56,6 @@ from epycd.plan.model import (
     CpuEndpoint,
     InstanceSetEndpoint,
     InstinctEndpoint,
-    LlamaService,
     Plan,
     SingleEndpoint,
 )
@@ -117,13 +117,15 @@ def export_kube(
     """The plan as Kubernetes objects, the nodes' kubelet fragment and the notes. Raises
     InputError (naming the endpoint file and the fix) for what the export cannot write."""
     decisions = plan.decisions
-    if isinstance(decisions, LlamaService):
+    engine = engine_named(decisions.engine)
+    if engine.no_kube_export is not None:
         raise InputError(
-            "a llama.cpp endpoint has no Kubernetes export yet: no llama-server image is pinned",
+            f"a {engine.title} endpoint has no Kubernetes export yet: {engine.no_kube_export}",
             file=decisions.config_file,
             key="engine",
-            fix="export a vLLM endpoint, or serve this one with its systemd unit",
+            fix=f"export a {exportable()} endpoint, or serve this one with its systemd unit",
         )
+    assert isinstance(decisions, CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint)
     notes: list[str] = []
     check_name(decisions.unit_name, decisions.config_file)
     process = pod_process(decisions, notes)
@@ -150,6 +152,11 @@ def export_kube(
         if isinstance(decisions, InstanceSetEndpoint):
             objects.append(disruption_budget(decisions))
     return KubeExport(objects, kubelet_config(host), notes)
+
+
+def exportable() -> str:
+    """The engines whose endpoints have a Kubernetes export ("vLLM")."""
+    return " or ".join(e.title for e in ENGINES if e.no_kube_export is None)
 
 
 def check_name(name: str, config_file: str) -> None:

@@ -195,6 +195,11 @@ class VllmService(BaseModel):
         default_factory=list, description="containers: local model folder, chat template file"
     )
 
+    @property
+    def engine(self) -> Literal["vllm"]:
+        """The engine (`epycd.engines`), as `LlamaService.engine` says llama.cpp's."""
+        return "vllm"
+
 
 class VllmProcess(BaseModel):
     """One vLLM process: where it is pinned, its environment, its context and batch, and

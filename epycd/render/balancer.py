@@ -38,10 +38,11 @@ unit of their time: `Requires=` the instances when `min_ready` is all of them,
 
 from __future__ import annotations
 
+from epycd.engines import engine_named
 from epycd.errors import InputError
 from epycd.listen import is_loopback
 from epycd.plan.healing import balancer_start_s
-from epycd.plan.model import CpuEndpoint, LlamaEndpoint, LlamaService, SetEndpoint
+from epycd.plan.model import CpuEndpoint, LlamaEndpoint, SetEndpoint
 from epycd.render.healing import service_restart_lines, start_limit_lines
 from epycd.render.sandbox import COMMON_SANDBOX
 from epycd.render.syntax import check_printable, command_line, plain_value
@@ -147,9 +148,9 @@ def restart_lines(decisions: SetEndpoint) -> list[Line]:
 
 def engine_name(decisions: SetEndpoint) -> str:
     """The engine a set's instances run, as its balancer's Description names it, so that
-    `systemctl status` says what the balancer fronts: `llama.cpp` for llama-servers, and
-    `vLLM` as every vLLM set's approved unit has always said."""
-    return decisions.engine if isinstance(decisions, LlamaService) else "vLLM"
+    `systemctl status` says what the balancer fronts (`Engine.title`: `vLLM`, as every vLLM
+    set's approved unit has always said)."""
+    return engine_named(decisions.engine).title
 
 
 def render_balancer(decisions: SetEndpoint) -> str:
