@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from epycd.spec import ALLOWED, EndpointSpec, endpoint_files, load_endpoints, parse_endpoint
+from epycd.spec import EndpointSpec, endpoint_files, load_endpoints, parse_endpoint
+from epycd.spec.keys import ALLOWED
 from epycd.stack import shipped_stack
 from tests.plan.conftest import PlanWorkspace
 
