@@ -2,10 +2,12 @@
 # Builds the Debian package: dist/epyc-llm_VERSION-REVISION_amd64.deb (on Debian 12, as any
 # user: apt-get install debhelper python3-venv; lintian to check it).
 #
-#   packaging/deb/build.sh [--out DIR] [--revision N]
+#   packaging/deb/build.sh [--out DIR] [--revision N] [--also-revision N]
 #
 # --revision N rebuilds the same version as VERSION-N: an entry on top of the staged copy of
-# the changelog only (never the source's), to try an upgrade (tests/e2e/test_deb.py does).
+# the changelog only (never the source's), to try an upgrade. --also-revision N builds the
+# changelog's own version and then VERSION-N too, from the same staged tree and wheels (one
+# download for both: tests/e2e/test_deb.py tries the upgrade with them).
 #
 # VERSION is the project's own (pyproject.toml's version, which epycd.__version__ must equal)
 # and REVISION the top entry of packaging/deb/debian/changelog, whose version must be
@@ -33,10 +35,12 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 out=$src/dist
 revision=
+also=
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) out=$2; shift 2 ;;
         --revision) revision=$2; shift 2 ;;
+        --also-revision) also=$2; shift 2 ;;
         -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "build.sh: unknown option $1" >&2; exit 2 ;;
     esac
@@ -69,18 +73,32 @@ stage=$src/build/deb/epyc-llm-$version
 rm -rf "$src/build/deb"
 mkdir -p "$stage/wheels" "$stage/examples" "$stage/docs"
 cp -a "$src/packaging/deb/debian" "$stage/debian"
-if [ -n "$revision" ]; then
-    case "$revision" in
-        *[!0-9]* | 0*) die "--revision takes a number above the changelog's (${deb_version#"$version"-}), not $revision" 2 ;;
+changelog_revision=${deb_version#"$version"-}
+[ -z "$revision" ] || [ -z "$also" ] || die "--revision and --also-revision: give one of them" 2
+
+# Checks N (a number above the changelog's revision) before anything is downloaded.
+check_revision() {
+    case "$2" in
+        *[!0-9]* | 0*) die "$1 takes a number above the changelog's ($changelog_revision), not $2" 2 ;;
     esac
-    dpkg --compare-versions "$version-$revision" gt "$deb_version" ||
-        die "--revision $revision: $version-$revision is not above the changelog's $deb_version" 2
-    deb_version=$version-$revision
+    dpkg --compare-versions "$version-$2" gt "$deb_version" ||
+        die "$1 $2: $version-$2 is not above the changelog's $deb_version" 2
+}
+
+# The staged changelog with an entry for VERSION-N on top of the source's.
+stage_changelog() {
     { printf 'epyc-llm (%s) stable; urgency=medium\n\n  * Rebuilt as %s (build.sh --revision %s).\n\n' \
-        "$deb_version" "$deb_version" "$revision"
+        "$version-$1" "$version-$1" "$1"
       printf ' -- %s  %s\n\n' "$(cd "$src/packaging/deb" && dpkg-parsechangelog -S Maintainer)" "$(date -R)"
       cat "$src/packaging/deb/debian/changelog"; } > "$stage/debian/changelog"
+}
+
+if [ -n "$revision" ]; then
+    check_revision --revision "$revision"
+    stage_changelog "$revision"
+    deb_version=$version-$revision
 fi
+[ -z "$also" ] || check_revision --also-revision "$also"
 cp "$src/packaging/epyc-llm.sysusers.conf" "$stage/debian/epyc-llm.sysusers"
 cp "$src/packaging/epyc-llm.tmpfiles.conf" "$stage/debian/epyc-llm.tmpfiles"
 # the package's README is /usr/share/doc/epyc-llm/README.md, not install.sh's copy
@@ -115,10 +133,19 @@ for python in "${PYTHONS[@]}"; do
 done
 say "$(find "$stage/wheels" -name '*.whl' | wc -l) wheels, $(du -sh "$stage/wheels" | cut -f1)"
 
-(cd "$stage" && nice -n 10 dpkg-buildpackage -b -us -uc --no-sign >../dpkg-buildpackage.log 2>&1) ||
-    die "dpkg-buildpackage failed: $(tail -n 20 "$src/build/deb/dpkg-buildpackage.log")"
-mkdir -p "$out"
-deb=$(find "$src/build/deb" -maxdepth 1 -name "epyc-llm_${deb_version}_*.deb")
-[ -n "$deb" ] || die "no epyc-llm_${deb_version}_*.deb from dpkg-buildpackage"
-cp "$deb" "$out/"
-say "$out/$(basename "$deb")"
+# Builds the staged tree as $1 (the staged changelog's top version) into $out.
+build_deb() {
+    (cd "$stage" && nice -n 10 dpkg-buildpackage -b -us -uc --no-sign >../dpkg-buildpackage.log 2>&1) ||
+        die "dpkg-buildpackage failed: $(tail -n 20 "$src/build/deb/dpkg-buildpackage.log")"
+    mkdir -p "$out"
+    deb=$(find "$src/build/deb" -maxdepth 1 -name "epyc-llm_${1}_*.deb")
+    [ -n "$deb" ] || die "no epyc-llm_${1}_*.deb from dpkg-buildpackage"
+    cp "$deb" "$out/"
+    say "$out/$(basename "$deb")"
+}
+
+build_deb "$deb_version"
+if [ -n "$also" ]; then
+    stage_changelog "$also"
+    build_deb "$version-$also"
+fi

@@ -1,10 +1,10 @@
 """The Debian package (packaging/deb) on a bare Debian 12 under real systemd (PID 1 in
 systemd-nspawn): the machine, its local apt repository and pip mirrors are test_runtime.py's
 (tests/tools/bare_host.sh), with no network. The package is built here by
-packaging/deb/build.sh twice from a clean copy of the tree, as VERSION-1 and as the rebuilt
-VERSION-2 (build.sh --revision 2), both cached under CACHE/deb by the hash of the files they
-are built from (build.sh takes its wheels from pip's index: a changed tree needs it). Three
-boots, each running one phase of tests/e2e/inside_deb.py:
+packaging/deb/build.sh from a clean copy of the tree, as VERSION-1 and as the rebuilt
+VERSION-2 from the same staging (build.sh --also-revision 2), both cached under CACHE/deb by
+the hash of the files they are built from (build.sh takes its wheels from pip's index: a
+changed tree needs it). Three boots, each running one phase of tests/e2e/inside_deb.py:
 
 install  apt installs VERSION-1 and its dependencies from the local repository; epycd
          enabled and active, `epycctl detect --json` works, no endpoint unit; quickstart
@@ -101,11 +101,13 @@ def build_debs(src: Path) -> Path:
     staging = out.with_name(f"{out.name}.new-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     build = [str(src / "packaging" / "deb" / "build.sh"), "--out", str(staging)]
-    for extra in ([], ["--revision", "2"]):
-        done = subprocess.run(
-            ["nice", "-n", "10", *build, *extra], capture_output=True, text=True, check=False
-        )
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    done = subprocess.run(
+        ["nice", "-n", "10", *build, "--also-revision", "2"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     shutil.rmtree(out, ignore_errors=True)
     staging.rename(out)
     return out

@@ -158,18 +158,21 @@ def test_the_scripts_pass_shellcheck() -> None:
 
 
 @pytest.mark.skipif(shutil.which("dpkg-buildpackage") is None, reason="debhelper is not installed")
+@pytest.mark.parametrize("option", ["--revision", "--also-revision"])
 @pytest.mark.parametrize("revision", ["1", "0", "2x", "02"])
-def test_build_sh_refuses_a_revision_not_above_the_changelog(tmp_path: Path, revision: str) -> None:
-    """--revision N (a rebuild to try an upgrade with) must be a number above the changelog's
-    revision; build.sh says so before it downloads anything."""
+def test_build_sh_refuses_a_revision_not_above_the_changelog(
+    tmp_path: Path, revision: str, option: str
+) -> None:
+    """--revision N and --also-revision N (a rebuild to try an upgrade with) must be a number
+    above the changelog's revision; build.sh says so before it downloads anything."""
     for part in ("pyproject.toml", "epycd/__init__.py", "packaging/deb"):
         target = tmp_path / part
         target.parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if (REPO / part).is_dir() else shutil.copy2)(REPO / part, target)
     build = tmp_path / "packaging" / "deb" / "build.sh"
     done = subprocess.run(
-        [str(build), "--revision", revision], capture_output=True, text=True, check=False
+        [str(build), option, revision], capture_output=True, text=True, check=False
     )
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "--revision" in done.stderr and "changelog's" in done.stderr, done.stderr
+    assert f"{option} " in done.stderr and "changelog's" in done.stderr, done.stderr
     assert not (tmp_path / "build" / "deb" / "tools").exists(), "it went on to pip"
