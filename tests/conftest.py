@@ -1,11 +1,12 @@
 """The suite runs on two pytest-xdist workers (pyproject's addopts: `-n 2 --dist loadgroup`).
 
-The tests that boot machines (`e2e`) or start a real `vllm serve` (`serves`) each take most
-of the machine's two cores and wait on real servers with timeouts: they share one group, so
-one worker runs them one after another, while the other runs the rest beside them (CLI,
-planner, renderer, llama-server and Quadlet tests, and the `vllm` tests that only plan with
-the real venv). The group is collected first, so its worker starts on it at once: it is most
-of the suite's time. `pytest -n 0` runs everything in one process.
+The tests that boot machines (`e2e`) wait on real systemd, engines and timeouts, one machine
+at a time: they are one group, run one after another by one worker. The tests that start a
+real `vllm serve` (`serves`) are another group, so they run one after another too, beside
+the machines on the other worker. xdist hands out the largest groups first, one to each
+worker, and the rest (CLI, planner, renderer, llama-server and Quadlet tests, and the `vllm`
+tests that only plan with the real venv) a test at a time to whichever worker is free.
+`pytest -n 0` runs everything in one process.
 """
 
 from __future__ import annotations
@@ -14,17 +15,16 @@ import pytest
 
 from tests.health.realvllm import ServingTest
 
-HEAVY_MARKERS = ("e2e", "serves")
-HEAVY_GROUP = "machines-and-serving"
+GROUPS = {"e2e": "machines", "serves": "serving"}
+"""Marker -> the xdist group its tests run in, one after another."""
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    heavy = [i for i in items if any(i.get_closest_marker(m) for m in HEAVY_MARKERS)]
-    for item in heavy:
-        item.add_marker(pytest.mark.xdist_group(HEAVY_GROUP))
-    chosen = set(heavy)
-    items[:] = heavy + [item for item in items if item not in chosen]
+    for item in items:
+        marker = next((m for m in GROUPS if item.get_closest_marker(m)), None)
+        if marker is not None:
+            item.add_marker(pytest.mark.xdist_group(GROUPS[marker]))
 
 
 @pytest.hookimpl(tryfirst=True)
