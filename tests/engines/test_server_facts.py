@@ -16,6 +16,7 @@ from epycd.engines import ENGINES, Engine, engine_exporting, engine_named
 from epycd.health import parse_progress
 from epycd.metrics.load import parse_sample
 from epycd.supervisor.__main__ import main as supervisor_main
+from tests.engines.endpoints import ENGINES as TESTED_ENGINES
 from tests.llama.realllama import serving
 from tests.metrics.servers import recorded
 
@@ -75,8 +76,9 @@ def test_the_supervisor_accepts_each_engines_key_variable_and_no_other() -> None
     assert wrong.exit_code == 2 and "OPENAI_API_KEY" in wrong.output
 
 
-def test_engines_are_named_once() -> None:
+def test_engines_are_named_once_and_each_is_in_the_engine_wide_tests() -> None:
     names = [e.name for e in ENGINES]
     assert len(set(names)) == len(names)
+    assert list(TESTED_ENGINES) == names, "add it to tests/engines/endpoints.py"
     with pytest.raises(KeyError):
         engine_named("no-such-engine")

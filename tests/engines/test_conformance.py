@@ -1,0 +1,153 @@
+"""What every engine's endpoints must do, the same checks for each (`ENGINES` of
+tests/engines/endpoints.py), one server or a set: planned on every fake CPU host within one
+socket's cores and nodes, fitting, on distinct loopback ports; units that the real
+systemd-analyze (and Quadlet, for a container) accepts; a socket that does not exist
+refused with the key and nothing else disturbed; approved through the real `epycctl`, then
+a change to its plan seen as drift; and the approved record's servers as the plan's.
+
+This is the safety net of the engine interface (docs/adding-an-engine.md): a new engine is
+added to the list and passes it as it is."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from epycd.approval.record import load_approval
+from epycd.approval.state import endpoint_states
+from epycd.host.cpulist import parse_cpulist
+from epycd.host.facts import HostFacts, RuntimeFacts
+from epycd.plan.model import (
+    BalancedSet,
+    CpuEndpoint,
+    LlamaEndpoint,
+    Plan,
+    required_fits,
+    server_processes,
+)
+from epycd.render.balancer import HAPROXY
+from tests.approval.conftest import ApprovalSandbox
+from tests.engines.endpoints import ENGINES, SHAPES, endpoint_text
+from tests.hosts import CATALOGUE
+from tests.plan.conftest import PODMAN_5, PlanWorkspace
+from tests.render.realtools import quadlet_dryrun, verify, write_units
+from tests.render.test_balancer import cached_haproxy
+
+HostOf = Callable[..., HostFacts]
+CPU_HOSTS = sorted(n for n, shape in CATALOGUE.items() if not shape.gpus and n != "xeon")
+"""The fake hosts an endpoint on the CPU is planned on (an Intel Xeon is refused: not an
+EPYC)."""
+SET_HOSTS = [n for n in CPU_HOSTS if CATALOGUE[n].node_memory_gib >= 16]
+"""Those with room for two servers of the test model (the 10.8 GiB VMs hold one vLLM)."""
+HOSTS = [(shape, n) for shape in SHAPES for n in (SET_HOSTS if shape == "set" else CPU_HOSTS)]
+
+
+def planned(ws: PlanWorkspace, host: HostFacts, name: str = "chat") -> Plan:
+    result = ws.plan(host)[name]
+    assert result.plan is not None, [e.text for e in result.errors]
+    return result.plan
+
+
+def check_servers(plan: Plan, host: HostFacts) -> None:
+    """Each server on one socket's physical cores and that socket's nodes, fitting; no
+    core shared; every port its own; the endpoint on loopback."""
+    servers = server_processes(plan.decisions)
+    seen: set[int] = set()
+    ports = {plan.decisions.port}
+    for server in servers:
+        socket = host.socket(server.socket)
+        assert socket is not None, server.socket
+        cpus = set(parse_cpulist(server.cpus))
+        assert cpus and cpus <= set(parse_cpulist(socket.physical_cpus)), server.cpus
+        assert set(server.numa_nodes) <= set(socket.numa_nodes), server.numa_nodes
+        assert not cpus & seen
+        seen |= cpus
+        assert isinstance(server, CpuEndpoint | LlamaEndpoint), server.kind
+        assert required_fits(server), server.unit_name
+        if len(servers) > 1:
+            assert server.port not in ports and server.host == "127.0.0.1"
+            ports.add(server.port)
+    assert plan.decisions.host == "127.0.0.1"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(("shape", "host_name"), HOSTS)
+def test_it_plans_on_every_fake_host(
+    ws: PlanWorkspace, host_of: HostOf, engine: str, shape: str, host_name: str
+) -> None:
+    host = host_of(host_name)
+    ws.endpoint("chat", endpoint_text(ws.tmp, engine, shape))
+    plan = planned(ws, host)
+    assert plan.decisions.engine == engine
+    assert isinstance(plan.decisions, BalancedSet) == (shape == "set")
+    check_servers(plan, host)
+
+
+@pytest.mark.quadlet
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_its_units_pass_the_real_tools(
+    ws: PlanWorkspace, host_of: HostOf, tmp_path: Path, engine: str, shape: str
+) -> None:
+    ws.endpoint("chat", endpoint_text(ws.tmp, engine, shape))
+    plan = planned(ws, host_of("genoa-9654-2s-nps4"))
+    services = {n: t for n, t in plan.units.items() if n.endswith(".service")}
+    containers = {n: t for n, t in plan.units.items() if n.endswith(".container")}
+    assert set(services) | set(containers) == set(plan.units)
+    if containers:
+        write_units(tmp_path / "quadlet", containers)
+        generated = quadlet_dryrun(tmp_path / "quadlet")
+        assert len(generated) == len(containers)
+        services |= generated
+    haproxy, _ = cached_haproxy()
+    services = {n: t.replace(HAPROXY, str(haproxy)) for n, t in services.items()}
+    verify(write_units(tmp_path / "units", services))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_socket_that_is_not_there_is_refused_alone(
+    ws: PlanWorkspace, host_of: HostOf, engine: str, shape: str
+) -> None:
+    host = host_of("genoa-9654-2s-nps1")
+    ws.endpoint("good", endpoint_text(ws.tmp, engine, "one"))
+    ws.endpoint("bad", endpoint_text(ws.tmp, engine, shape) + "socket = 7\n")
+    results = ws.plan(host)
+    assert results["bad"].plan is None
+    assert [e.key for e in results["bad"].errors] == ["socket"], results["bad"].errors
+    good = results["good"].plan
+    assert good is not None
+    check_servers(good, host)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_approved_then_a_change_is_drift(env: ApprovalSandbox, engine: str, shape: str) -> None:
+    (env.tmp / "planning").mkdir()
+    ws = PlanWorkspace(env.tmp / "planning")
+    folders = {"unit_dir": env.settings.unit_dir, "quadlet_dir": env.settings.quadlet_dir}
+    ws.settings = ws.settings.model_copy(update=folders)
+    host = env.host().model_copy(update={"runtimes": RuntimeFacts(podman=PODMAN_5)})
+    ws.endpoint("chat", endpoint_text(ws.tmp, engine, shape))
+    plan = planned(ws, host)
+    env.set_plans(plan)
+
+    done = env.epycctl("approve", "chat", "--yes", "--no-start", "--no-pull")
+
+    assert done.returncode == 0, done.stderr
+    record = load_approval(env.settings, "chat")
+    assert record is not None and record.fingerprint == plan.fingerprint
+    assert server_processes(record.plan.decisions) == server_processes(plan.decisions)
+    for name, text in plan.units.items():
+        folder = env.settings.quadlet_dir if name.endswith(".container") else env.settings.unit_dir
+        assert (folder / name).read_text() == text, name
+    [state] = endpoint_states(env.settings, {"chat": plan})
+    assert state.state == "approved"
+
+    ws.endpoint("chat", endpoint_text(ws.tmp, engine, shape) + "max_model_len = 512\n")
+    changed = planned(ws, host)
+    assert changed.fingerprint != plan.fingerprint
+    [state] = endpoint_states(env.settings, {"chat": changed})
+    assert state.state == "changed-needs-approval"
