@@ -170,8 +170,24 @@ def vllm_facts() -> HostVllmFacts:
     return facts
 
 
+@pytest.fixture(scope="session")
+def vllm_registry(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
+    """The real vLLM venv's model registry as the planner keeps it in the probe cache
+    ((entry, answer)), asked once per session: importing vLLM takes about 5 s here, and each
+    test's run folder starts empty (epycd.model.support.installed_registry)."""
+    from epycd.model.support import installed_registry
+
+    cache = ProbeCache(tmp_path_factory.mktemp("registry") / PROBE_CACHE)
+    installed_registry(vllm_executable(), cache=cache)
+    [(entry, answer)] = [(k, v) for k, v in cache.load().items() if k.startswith("registry|")]
+    return entry, answer
+
+
 def make_workspace(
-    base: Path, monkeypatch: pytest.MonkeyPatch, facts: HostVllmFacts
+    base: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    facts: HostVllmFacts,
+    registry: tuple[str, dict[str, Any]],
 ) -> DaemonSandbox:
     (base / "hf").mkdir(parents=True)
     folders = CliSandbox.create(base, HF_HOME=str(base / "hf"))
@@ -188,7 +204,8 @@ def make_workspace(
     key = ProbeCache.key(str(vllm_executable()))
     assert key is not None
     cache = settings.run_dir / PROBE_CACHE
-    cache.write_text(json.dumps({key: facts.model_dump(mode="json")}))
+    entry, answer = registry
+    cache.write_text(json.dumps({key: facts.model_dump(mode="json"), entry: answer}))
     for name, value in ws.environ().items():
         if name.startswith(("EPYCD_", "FAKE_")) or name in {"PATH", "HF_HOME"}:
             monkeypatch.setenv(name, value)
@@ -198,12 +215,16 @@ def make_workspace(
 
 
 @pytest.fixture
-def ws(monkeypatch: pytest.MonkeyPatch, vllm_facts: HostVllmFacts) -> Iterator[DaemonSandbox]:
+def ws(
+    monkeypatch: pytest.MonkeyPatch,
+    vllm_facts: HostVllmFacts,
+    vllm_registry: tuple[str, dict[str, Any]],
+) -> Iterator[DaemonSandbox]:
     """Folders another user can reach too (pytest's tmp folder is root-only), under a short
     path so that a notify socket fits in sun_path."""
     base = Path(tempfile.mkdtemp(prefix="epycd-d-"))
     base.chmod(0o755)
     try:
-        yield make_workspace(base, monkeypatch, vllm_facts)
+        yield make_workspace(base, monkeypatch, vllm_facts, vllm_registry)
     finally:
         shutil.rmtree(base, ignore_errors=True)
