@@ -14,7 +14,7 @@ import pytest
 
 from epycd.model.check import inspect_model
 from epycd.sizes import GIB
-from tests.health.realvllm import VllmServer, tiny_model, vllm_env, vllm_executable
+from tests.health.realvllm import VllmServer, free_port, tiny_model, vllm_env, vllm_executable
 from tests.machine import serving
 from tests.plan.conftest import PlanWorkspace
 from tests.plan.test_cli_plan import run
@@ -42,8 +42,9 @@ def test_the_planned_kv_pool_is_the_one_vllm_allocates(
 ) -> None:
     vllm, model = vllm_executable(), tiny_model()
     expected = serving(tmp_path)
+    # a free port of its own: the machine tests' endpoints listen beside it on this host
     ws.endpoint("tiny", f'model = "{model}"\nvllm = "{vllm}"\nruntime = "host"\n'
-                "max_model_len = 512\n")  # fmt: skip
+                f"max_model_len = 512\nport = {free_port()}\n")  # fmt: skip
     result = run(ws, "tiny", "--json", "--root", str(expected.root))
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
