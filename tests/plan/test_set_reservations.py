@@ -13,18 +13,10 @@ from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.model import BalancedSet, Plan, server_processes
 from epycd.plan.reservations import Reservations
+from tests.engines.endpoints import ENGINES, engine_lines
 from tests.plan.conftest import PlanWorkspace
-from tests.plan.test_llama_plan import fake_llama_server, gguf_model
 
 HostOf = Callable[..., HostFacts]
-ENGINES = ("vllm", "llama.cpp")
-
-
-def engine_lines(ws: PlanWorkspace, engine: str) -> str:
-    if engine == "vllm":
-        return ""
-    server = fake_llama_server(ws.tmp / "llama" / "bin")
-    return f'engine = "llama.cpp"\nllama_server = "{server}"\nmodel = "{gguf_model(ws.tmp)}"\n'
 
 
 def held_by(plan: Plan) -> tuple[set[int], set[int], set[int]]:
@@ -44,14 +36,14 @@ def test_a_new_file_never_lands_on_an_approved_set(
 ) -> None:
     host = host_of("genoa-9654-2s-nps4")
     spread = f'instances = {instances}\nplacement = "host"\n'
-    ws.endpoint("big", engine_lines(ws, set_engine) + spread)
+    ws.endpoint("big", engine_lines(ws.tmp, set_engine) + spread)
     first = ws.plan(host)["big"]
     assert first.plan is not None, [e.text for e in first.errors]
     assert isinstance(first.plan.decisions, BalancedSet)
     approved = Reservations.of({"big": first.plan})
     set_cpus, set_nodes, set_ports = held_by(first.plan)
 
-    ws.endpoint("new", engine_lines(ws, new_engine))
+    ws.endpoint("new", engine_lines(ws.tmp, new_engine))
     results = ws.plan(host, reservations=approved)
     again = results["big"].plan
     assert again is not None and held_by(again) == (set_cpus, set_nodes, set_ports)
