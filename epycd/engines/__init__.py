@@ -1,4 +1,4 @@
-"""The registry of engines: every engine epycd can serve with, one module each behind
+"""The registry of engines: every engine epycd can serve with, one package each behind
 `epycd.engines.base.Engine`. Core code finds an engine here, by its name or by what its
 server answers, and never names one."""
 

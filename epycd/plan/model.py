@@ -13,13 +13,13 @@ from typing import Annotated, Generic, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from epycd.engines.llama_cpp.plan.invocation import LlamaInvocation
+from epycd.engines.llama_cpp.plan.sizing import LlamaFit
 from epycd.errors import EpycError, Refusal
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
 from epycd.plan.invocation import ENFORCE_EAGER_FLAG, VllmInvocation
-from epycd.plan.llama_invocation import LlamaInvocation
-from epycd.plan.llama_sizing import LlamaFit
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
 from epycd.sizes import gib
 from epycd.spec.flags import ExtraFlags

@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from epycd.engines.llama_cpp.plan.decide import decide_llama, llama_fit
 from epycd.errors import InputError, Refusal
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
@@ -19,7 +20,6 @@ from epycd.listen import DEFAULT_HOST
 from epycd.names import instance_unit_name
 from epycd.plan.alloc import Placement, cpu_nodes
 from epycd.plan.decide_cpu import decide
-from epycd.plan.decide_llama import decide_llama, llama_fit
 from epycd.plan.healing import balancer_healing
 from epycd.plan.instances import Layout, Region, plan_layout, region_of
 from epycd.plan.model import (

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from epycd.engines.llama_cpp.plan.decide import decide_llama
 from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
 from epycd.model.instinct import shipped_gpus
 from epycd.paths import endpoint_status_file
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.decide_cpu import decide
-from epycd.plan.decide_llama import decide_llama
 from epycd.plan.finish import plan_result, unfit
 from epycd.plan.gpu import GpuPlacement, GpuRequest, cpu_host_view, gpu_nodes, place_gpus
 from epycd.plan.gpu_decide import decide_gpu

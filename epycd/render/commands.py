@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from epycd.engines.llama_cpp.plan.invocation import API_KEY_ENV as LLAMA_API_KEY_ENV
 from epycd.host.cpulist import format_cpulist
 from epycd.listen import local_url
-from epycd.plan.llama_invocation import API_KEY_ENV as LLAMA_API_KEY_ENV
 from epycd.plan.model import LlamaEndpoint, ServerEndpoint, SingleEndpoint
 from epycd.render.policy import REQUIRED_RUN_FLAGS
 

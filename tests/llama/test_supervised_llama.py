@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from epycd.engines.llama_cpp.plan.invocation import LlamaInvocation, llama_server_argv
 from epycd.health import read_progress
-from epycd.plan.llama_invocation import LlamaInvocation, llama_server_argv
 from epycd.supervisor import read_status
 from tests.health.notifysock import NotifySocket
 from tests.health.realvllm import free_port

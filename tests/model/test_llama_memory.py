@@ -1,4 +1,5 @@
-"""The memory terms of a llama.cpp endpoint (epycd.model.llama_memory, epycd.plan.llama_sizing)
+"""The memory terms of a llama.cpp endpoint (epycd.model.llama_memory,
+epycd.engines.llama_cpp.plan.sizing)
 and `epycctl estimate` of a GGUF file. The compute buffer's formula is held to every case
 llama-server logged in benchmarks/llama-compute-run1.json (benchmarks/llama_compute.py);
 tests/llama/test_real_llama_server.py holds all the terms to the real server of this machine."""
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from epycd.cli import main
+from epycd.engines.llama_cpp.plan.sizing import fit_llama
 from epycd.model.gguf import read_gguf
 from epycd.model.llama_memory import (
     UnmeasuredModel,
@@ -23,7 +25,6 @@ from epycd.model.llama_memory import (
     padded_cells,
     repacked_bytes,
 )
-from epycd.plan.llama_sizing import fit_llama
 from epycd.sizes import GIB
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.sandbox import REPO

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from epycd.engines.llama_cpp.plan.decide import decide_llama
 from epycd.errors import UNEXPECTED_LOG
 from epycd.host.facts import HostFacts
 from epycd.plan import prepare
-from epycd.plan.decide_llama import decide_llama
 from epycd.plan.ports import assign_ports
 from epycd.plan.result import EndpointResult
 from epycd.plan.route import LlamaRoute

@@ -1,9 +1,9 @@
 """Every decision for one placed llama.cpp endpoint (`decide_llama`, docs/tuning.md rule 10):
 its threads from the placed cores, its slots from the profile or the file, the context (one
 KV pool the slots share, as llama-server sizes its own) from the file or the GGUF's training
-context cut to what fits (`epycd.plan.llama_sizing`), the prompt cache from what the fit
+context cut to what fits (`epycd.engines.llama_cpp.plan.sizing`), the prompt cache from what the fit
 leaves, the weights mapped and locked, and its typed invocation
-(`epycd.plan.llama_invocation`)."""
+(`epycd.engines.llama_cpp.plan.invocation`)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import dataclasses
 import os
 from pathlib import Path
 
+from epycd.engines.llama_cpp.plan.invocation import LlamaInvocation, llama_server_argv
+from epycd.engines.llama_cpp.plan.sizing import LlamaFit, fit_llama
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.model.facts import GgufFile
 from epycd.model.llama_memory import DEFAULT_UBATCH, UnmeasuredModel
 from epycd.plan.alloc import Placement
 from epycd.plan.homes import in_a_home
-from epycd.plan.llama_invocation import LlamaInvocation, llama_server_argv
-from epycd.plan.llama_sizing import LlamaFit, fit_llama
 from epycd.plan.model import HfCacheMount, LlamaEndpoint
 from epycd.plan.prepare import Prepared
 from epycd.plan.route import LlamaRoute

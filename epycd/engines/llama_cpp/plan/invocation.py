@@ -1,6 +1,6 @@
 """One llama-server's invocation, typed: what `llama-server` is told, as fields, and
 `llama_server_argv`, the only builder of its words. The planner fills it
-(`epycd.plan.decide_llama`) from docs/tuning.md rule 10; the renderer emits its words.
+(`epycd.engines.llama_cpp.plan.decide`) from docs/tuning.md rule 10; the renderer emits its words.
 
 The API key is not here: the supervisor reads the unit's credential and hands it to the
 server as LLAMA_API_KEY, so it is never in a unit, an argv or a record."""
