@@ -29,7 +29,6 @@ from epycd.plan.model import (
     SetEndpoint,
 )
 from epycd.plan.result import EndpointResult
-from epycd.plan.route import LlamaRoute
 from epycd.settings import load_settings
 from epycd.sizes import gib
 from epycd.text import escaped, escaped_lines
@@ -179,19 +178,6 @@ def instances_json(decided: SetEndpoint) -> dict[str, Any]:
     }
 
 
-def route_json_llama(route: LlamaRoute) -> dict[str, Any]:
-    """A llama.cpp endpoint refused after routing: its llama-server (its vLLM keys null)."""
-    return {
-        "runtime": route.runtime,
-        "engine": route.engine,
-        "llama_server": route.llama_server,
-        "llama_version": route.llama_version,
-        "requires_confirmation": bool(route.confirmation_reasons),
-        "confirmation_reasons": route.confirmation_reasons,
-        "warnings": route.warnings,
-    }
-
-
 def plan_json(result: EndpointResult) -> dict[str, Any]:
     """The `plan` keys (docs/architecture.md, "Plan keys"); keys not decided (refused early)
     are null."""
@@ -205,20 +191,8 @@ def plan_json(result: EndpointResult) -> dict[str, Any]:
             data["model"] = result.model_facts.model
             data["model_kind"] = result.model_facts.support.kind
             data["primary_endpoint"] = result.model_facts.primary_endpoint
-        if isinstance(result.route, LlamaRoute):
-            data.update(route_json_llama(result.route))
-        elif result.route is not None:
-            route = result.route
-            data.update(
-                backend=route.backend,
-                runtime=route.runtime,
-                image=route.image,
-                vllm_executable=route.vllm_executable,
-                vllm_version=route.vllm_version,
-                requires_confirmation=bool(route.confirmation_reasons),
-                confirmation_reasons=route.confirmation_reasons,
-                warnings=route.warnings,
-            )
+        if result.route is not None:
+            data.update(result.route.json_keys())
     data["errors"] = [problem.text for problem in result.errors]
     data["units"] = result.plan.units if result.plan else {}
     data["unit_dirs"] = result.plan.unit_dirs if result.plan else {}
@@ -325,12 +299,8 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
         if result.model_facts is not None:
             rows.append(("Model / kind", f"{result.model_facts.model} -- "
                          f"{result.model_facts.support.kind}"))  # fmt: skip
-        if isinstance(result.route, LlamaRoute):
-            rows.append(("Path", f"host llama-server ({result.route.llama_server})"))
-        elif result.route is not None:
-            where = result.route.image or result.route.vllm_executable
-            rows.append(("Backend / path", f"{result.route.backend}, {result.route.runtime} "
-                         f"({where})"))  # fmt: skip
+        if result.route is not None:
+            rows.append(result.route.path_row())
         rows.append(("Hardware", f"{host.cpu_model} ({host.vendor})"))
     rows += [("Error", problem.text) for problem in result.errors]
     return table(rows, header=("Item", "Value"))

@@ -20,13 +20,8 @@ from epycd.plan.hfcache import resolve_hf_cache
 from epycd.plan.model import UnitRenderer
 from epycd.plan.place import listened_on, place_all
 from epycd.plan.ports import Listener
-from epycd.plan.prepare import (
-    ModelInspector,
-    VllmProber,
-    memoized_sources,
-    prepare_all,
-    with_embedded_runtime,
-)
+from epycd.plan.prepare import memoized_sources, prepare_all, with_engine_runtimes
+from epycd.plan.prepared import ModelInspector, VllmProber
 from epycd.plan.reservations import NOTHING_HELD, Reservations
 from epycd.plan.result import EndpointResult
 from epycd.plan.sharing import Sharing
@@ -75,12 +70,10 @@ def plan_all(
     if specs is None:
         specs = load_endpoints(settings.config_dir, precisions=stack.precisions)
     root = src.host_root or settings.host_root
-    inspect, probe = memoized_sources(settings, src.inspect, src.probe, root)
-    host = with_embedded_runtime(
-        host, settings.runtime_dir, specs, probe, llama_runtime_dir=settings.llama_runtime_dir
-    )
+    probes = memoized_sources(settings, src.inspect, src.probe, root)
+    host = with_engine_runtimes(host, specs, settings, probes)
     secret_group = trusted_admin_gid(settings.daemon_conf)
-    results, ready = prepare_all(specs, host, stack, inspect, probe, secret_group)
+    results, ready = prepare_all(specs, host, stack, probes, secret_group)
     share = Sharing(
         host=host,
         stack=stack,

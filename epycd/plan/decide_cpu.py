@@ -21,7 +21,7 @@ from epycd.plan.invocation import (
     serve_invocation,
 )
 from epycd.plan.model import CpuEndpoint, HfCacheMount
-from epycd.plan.prepare import Prepared
+from epycd.plan.prepared import Prepared
 from epycd.plan.route import Route
 from epycd.plan.served import (
     Placed,

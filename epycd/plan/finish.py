@@ -7,24 +7,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from epycd.errors import EpycError, Refusal
+from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
+from epycd.plan.engines import planner_for
 from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
 from epycd.plan.model import (
     BalancedSet,
     CpuDecisions,
-    CpuEndpoint,
     EndpointDecisions,
-    LlamaEndpoint,
     Plan,
     Problem,
     UnitRenderer,
 )
-from epycd.plan.prepare import Prepared
+from epycd.plan.prepared import Prepared
 from epycd.plan.result import EndpointResult, failed
 from epycd.plan.sharing import Sharing
 from epycd.settings import Settings
-from epycd.sizes import gib
 from epycd.stack import Stack
 
 
@@ -72,15 +70,11 @@ def _inputs(
 def unfit(
     prepared: Prepared, decisions: CpuDecisions, host: HostFacts, stack: Stack
 ) -> EndpointResult:
-    """The refusal of an endpoint that does not fit, with its inputs' fingerprint: memory
-    short now is no drift of an approved endpoint whose inputs did not change. A set is
-    refused by its member with the least room."""
+    """The refusal of an endpoint that does not fit (its engine's `unfit`), with its inputs'
+    fingerprint: memory short now is no drift of an approved endpoint whose inputs did not
+    change. A set is refused by its member with the least room."""
     process = decisions.worst_member if isinstance(decisions, BalancedSet) else decisions
-    refusal = (
-        _llama_unfit(prepared, process)
-        if isinstance(process, LlamaEndpoint)
-        else _vllm_unfit(prepared, process)
-    )
+    refusal = planner_for(prepared.spec.engine).unfit(prepared, process)
     decisions.errors.append(Problem.of(refusal))
     inputs = _inputs(prepared, stack, host, decisions, units={}, dirs={})
     return failed(
@@ -89,39 +83,6 @@ def unfit(
         model_facts=prepared.facts,
         decisions=decisions,
         unfit_inputs_fingerprint=inputs_fingerprint(inputs),
-    )
-
-
-def _llama_unfit(prepared: Prepared, decisions: LlamaEndpoint) -> Refusal:
-    fit, memory = decisions.fit, decisions.fit.memory
-    return Refusal(
-        f"does not fit: {fit.required_gb} GiB needed (llama-server {fit.process_gb}: weights "
-        f"{gib(memory.weights_bytes + memory.repacked_bytes)} + KV {gib(memory.kv_bytes)} of "
-        f"{fit.context} tokens shared by {fit.slots} slots + compute "
-        f"{gib(memory.compute_bytes + memory.output_bytes + memory.server_bytes)}; OS headroom "
-        f"{fit.headroom_gb}), {fit.available_gb} GiB available on the socket's NUMA nodes",
-        file=prepared.result.path,
-        key="max_model_len",
-        fix=(
-            f"set max_model_len = {fit.suggested_context} or less"
-            if fit.suggested_context
-            else "serve a smaller quantization of the model, or place it on a larger socket"
-        ),
-    )
-
-
-def _vllm_unfit(prepared: Prepared, decisions: CpuEndpoint) -> Refusal:
-    fit = decisions.memory
-    return Refusal(
-        f"does not fit: {fit.required_gb} GiB needed (the server's processes "
-        f"{fit.process_gb}: weights {fit.weights_gb} + KV pool "
-        f"{fit.process_gb - fit.weights_gb - fit.runtime_gb:.0f} + vLLM's own "
-        f"{fit.runtime_gb}; OS headroom "
-        f"{fit.headroom_gb}), "
-        f"{fit.available_gb} GiB available on the socket's NUMA nodes",
-        file=prepared.result.path,
-        key="max_model_len",
-        fix=decisions.memory.action,
     )
 
 

@@ -24,7 +24,7 @@ from epycd.plan.argv import vllm_argv
 from epycd.plan.gpu import GpuPlacement
 from epycd.plan.invocation import RocmEngine, VllmInvocation, serve_invocation
 from epycd.plan.model import InstinctEndpoint
-from epycd.plan.prepare import Prepared
+from epycd.plan.prepared import Prepared
 from epycd.plan.served import (
     Placed,
     ServedModel,

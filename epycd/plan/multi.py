@@ -12,31 +12,20 @@ from collections.abc import Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from epycd.engines.llama_cpp.plan.decide import decide_llama, llama_fit
 from epycd.errors import InputError, Refusal
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.listen import DEFAULT_HOST
 from epycd.names import instance_unit_name
 from epycd.plan.alloc import Placement, cpu_nodes
-from epycd.plan.decide_cpu import decide
+from epycd.plan.engines import planner_for
 from epycd.plan.healing import balancer_healing
 from epycd.plan.instances import Layout, Region, plan_layout, region_of
-from epycd.plan.model import (
-    CpuDecisions,
-    CpuEndpoint,
-    EndpointService,
-    HfCacheMount,
-    InstanceSetEndpoint,
-    LlamaEndpoint,
-    LlamaService,
-    LlamaSetEndpoint,
-    VllmService,
-)
+from epycd.plan.model import CpuDecisions, EndpointService, HfCacheMount, SetEndpoint
+from epycd.plan.planner import ServerDecisions
 from epycd.plan.ports import LAST_PORT, Listener
-from epycd.plan.prepare import Prepared
+from epycd.plan.prepared import Prepared
 from epycd.plan.served import exposure_reason
-from epycd.plan.sizing import size
 from epycd.plan.unit_commands import approval_check_argv
 from epycd.spec import EndpointSpec
 from epycd.stack import Stack
@@ -44,10 +33,6 @@ from epycd.stack import Stack
 
 def wants_instances(spec: EndpointSpec) -> bool:
     return spec.instances != 1
-
-
-def is_llama(prepared: Prepared) -> bool:
-    return prepared.spec.engine == "llama.cpp"
 
 
 def regions(
@@ -97,13 +82,12 @@ def instance_ports(
 
 
 def _layout(prepared: Prepared, host: HostFacts, stack: Stack, parts: list[Region]) -> Layout:
+    planner = planner_for(prepared.spec.engine)
+
     def fits(nodes: list[int], share: float) -> bool:
         cpus = sorted(cpu for node in nodes for cpu in host.node(node).cpus)
         trial = Placement(socket=0, numa_nodes=nodes, cpus=cpus, reason="")
-        if is_llama(prepared):
-            assert prepared.facts.gguf is not None, "prepared by prepare_llama"
-            return llama_fit(prepared, prepared.facts.gguf, host, trial, share)[0].fits
-        return size(prepared, host, stack, trial, share)[1].fits
+        return planner.fits(prepared, host, stack, trial, share)
 
     file = str(prepared.result.path)
     layout = plan_layout(host, parts, prepared.spec.instances, fits, file)
@@ -136,7 +120,7 @@ def decide_set(
     name, spec = prepared.result.name, prepared.spec
     layout = _layout(prepared, host, stack, parts)
     common = {"host": host, "stack": stack, "hf_cache": hf_cache, "product_python": product_python}
-    decide_one = decide_llama if is_llama(prepared) else decide
+    decide_one = planner_for(prepared.spec.engine).decide
     if layout.count == 1:
         slot = layout.slots[0]
         placement = Placement(socket=slot.socket, numa_nodes=slot.numa_nodes, cpus=slot.cpus,
@@ -145,7 +129,7 @@ def decide_set(
         return decide_one(prepared, placement=placement, port=port, status_file=status, **common)  # type: ignore[arg-type]
     loopback = replace(prepared, spec=spec.model_copy(update={"host": DEFAULT_HOST}))
     ports = instance_ports(port, layout.count, name, taken_ports, listeners)
-    members: list[CpuEndpoint | LlamaEndpoint] = []
+    members: list[ServerDecisions] = []
     for slot, instance_port in zip(layout.slots, ports, strict=True):
         placement = Placement(socket=slot.socket, numa_nodes=slot.numa_nodes, cpus=slot.cpus,
                               reason=slot.reason)  # fmt: skip
@@ -171,8 +155,8 @@ def decide_set(
 
 
 def _set_decisions(
-    prepared: Prepared, layout: Layout, members: list[CpuEndpoint | LlamaEndpoint], port: int
-) -> InstanceSetEndpoint | LlamaSetEndpoint:
+    prepared: Prepared, layout: Layout, members: list[ServerDecisions], port: int
+) -> SetEndpoint:
     """The balancer's endpoint: the service the members share (their engine's), on the
     endpoint's own address and port, with its own unit, approval check and healing."""
     spec, name = prepared.spec, prepared.result.name
@@ -188,13 +172,12 @@ def _set_decisions(
         "reasons": layout.reasons,
         "members": members,
     }
-    engine = LlamaService if isinstance(members[0], LlamaEndpoint) else VllmService
+    planner = planner_for(prepared.spec.engine)
     service = members[0].model_dump(
-        include=set(EndpointService.model_fields) | set(engine.model_fields)
+        include=set(EndpointService.model_fields) | set(planner.service_type.model_fields)
     )
     start_timeout_s = max(m.start_timeout_s for m in members)
-    kind = LlamaSetEndpoint if engine is LlamaService else InstanceSetEndpoint
-    return kind.model_validate(
+    return planner.set_type.model_validate(
         {
             **service,
             "unit_name": members[0].unit_name.rsplit("_", 1)[0],

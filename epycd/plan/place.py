@@ -1,8 +1,8 @@
 """The prepared endpoints placed together and each planned on its placement: Instinct GPU
 endpoints first (their GPUs, `epycd.plan.gpu`), the CPU endpoints on the other NUMA nodes
 (their socket or nodes, `epycd.plan.alloc`), distinct ports (`epycd.plan.ports`); each
-decided (a CPU endpoint by `epycd.plan.decide_cpu`, a set of instances by
-`epycd.plan.multi`, an Instinct one by `epycd.plan.gpu_decide`) and finished
+decided (a CPU endpoint by its engine's planner, `epycd.plan.engines`, a set of instances
+by `epycd.plan.multi`, an Instinct one by `epycd.plan.gpu_decide`) and finished
 (`epycd.plan.finish`). A refused endpoint that held a socket or a port is planned again
 without it, so that it takes nothing from the others (`place_all`). An endpoint whose
 planning raises what no rule foresaw is its own failure (`crashed`), and the others are
@@ -14,13 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from epycd.engines.llama_cpp.plan.decide import decide_llama
 from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
 from epycd.model.instinct import shipped_gpus
 from epycd.paths import endpoint_status_file
 from epycd.plan.alloc import Placement, PlacementRequest, allocate
-from epycd.plan.decide_cpu import decide
+from epycd.plan.engines import planner_for
 from epycd.plan.finish import plan_result, unfit
 from epycd.plan.gpu import GpuPlacement, GpuRequest, cpu_host_view, gpu_nodes, place_gpus
 from epycd.plan.gpu_decide import decide_gpu
@@ -33,9 +32,9 @@ from epycd.plan.model import (
     InstinctEndpoint,
     required_fits,
 )
-from epycd.plan.multi import decide_set, is_llama, regions, wants_instances
+from epycd.plan.multi import decide_set, regions, wants_instances
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
-from epycd.plan.prepare import Prepared
+from epycd.plan.prepared import Prepared
 from epycd.plan.reservations import Reservations
 from epycd.plan.result import EndpointResult, crashed, failed
 from epycd.plan.sharing import Sharing
@@ -50,8 +49,7 @@ def _decide_placed(
 ) -> EndpointDecisions:
     if instances is not None:
         return instances.decide(prepared, port, share.hf_cache, share.product_python)
-    decide_one = decide_llama if is_llama(prepared) else decide
-    return decide_one(
+    return planner_for(prepared.spec.engine).decide(
         prepared,
         host=share.host,
         stack=share.stack,

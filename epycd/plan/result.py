@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializeAsAny
 
 from epycd.errors import EpycError, unexpected_error
 from epycd.model.facts import ModelFacts
 from epycd.plan.model import EndpointDecisions, Plan, Problem
-from epycd.plan.route import LlamaRoute, Route
+from epycd.plan.route import EngineRoute
 from epycd.spec import SpecResult
 
 
@@ -25,8 +25,8 @@ class EndpointResult(BaseModel):
         default=None, description="when refused after sizing (e.g. does not fit)"
     )
     model_facts: ModelFacts | None = None
-    route: Route | LlamaRoute | None = Field(
-        default=None, description="when refused after routing (vLLM's or llama.cpp's)"
+    route: SerializeAsAny[EngineRoute] | None = Field(
+        default=None, description="when refused after routing (its engine's route)"
     )
     errors: list[Problem] = Field(default_factory=list)
     unfit_inputs_fingerprint: str | None = Field(

@@ -14,14 +14,14 @@ An Instinct GPU endpoint (docs/instinct.md) runs the ROCm vLLM image in podman o
 (`gpu_route`); a model the recipe data lists as no LLM endpoint is refused before anything
 is fetched (`refuse_not_llm`).
 
-A llama.cpp endpoint runs llama-server on the host (`llama_route`).
+Each engine's route subclasses `EngineRoute`; llama.cpp's is
+`epycd.engines.llama_cpp.plan.route`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -30,12 +30,10 @@ from epycd.host.facts import (
     DockerFacts,
     HostFacts,
     HostVllmFacts,
-    LlamaServerFacts,
     PodmanFacts,
     RuntimeFacts,
 )
 from epycd.model.instinct import floats, recipe_for, shipped_gpus, shipped_recipes
-from epycd.paths import EMBEDDED_LLAMA_RUNTIME, llama_runtime_install_command
 from epycd.plan.model import Backend, Runtime
 from epycd.spec import EndpointSpec
 from epycd.stack import Stack, qualified_image, release
@@ -46,60 +44,48 @@ RUNTIME_FIX = (
 )
 
 
-class Route(BaseModel):
-    backend: Backend
+class EngineRoute(BaseModel):
+    """What runs an endpoint's servers, as its engine's planner chose it: each engine
+    subclasses it. An endpoint refused after routing reports it (`plan --json`, the table)."""
+
     runtime: Runtime
+    confirmation_reasons: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+
+    def json_keys(self) -> dict[str, Any]:
+        """Its `plan --json` keys (docs/architecture.md, "Plan keys")."""
+        return {
+            "runtime": self.runtime,
+            "requires_confirmation": bool(self.confirmation_reasons),
+            "confirmation_reasons": self.confirmation_reasons,
+            "warnings": self.warnings,
+        }
+
+    def path_row(self) -> tuple[str, str]:
+        """Its row in `epycctl plan`'s table."""
+        return ("Path", self.runtime)
+
+
+class Route(EngineRoute):
+    """A vLLM endpoint's route: its backend, and its image or host vLLM."""
+
+    backend: Backend
     image: str | None
     image_entrypoint_is_vllm_serve: bool = False
     vllm_executable: str | None = None
     vllm_version: str
-    confirmation_reasons: list[str] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
 
+    def json_keys(self) -> dict[str, Any]:
+        return super().json_keys() | {
+            "backend": self.backend,
+            "image": self.image,
+            "vllm_executable": self.vllm_executable,
+            "vllm_version": self.vllm_version,
+        }
 
-class LlamaRoute(BaseModel):
-    """A llama.cpp endpoint's route: llama-server on the host, the runtime's or the file's."""
-
-    engine: Literal["llama.cpp"] = "llama.cpp"
-    runtime: Literal["host"] = "host"
-    llama_server: str
-    llama_version: str
-    confirmation_reasons: list[str] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
-
-
-LLAMA_RUNTIME_FIX = (
-    f"build llama-server for this CPU ({llama_runtime_install_command(EMBEDDED_LLAMA_RUNTIME)}), "
-    "or set llama_server = the path of a llama-server of your own"
-)
-
-
-def llama_route(
-    spec: EndpointSpec,
-    host: HostFacts,
-    file: Path,
-    probe: Callable[[str], LlamaServerFacts],
-) -> LlamaRoute:
-    """The llama-server the endpoint file names, else the llama.cpp runtime's; refused
-    (1) when there is none, bad input (2) when the file names one that cannot run."""
-    refuse_non_epyc(host)
-    server = probe(spec.llama_server) if spec.llama_server else host.runtimes.llama_server
-    if server is None:
-        raise Refusal(
-            "no llama-server: the llama.cpp runtime is not built on this host",
-            file=file,
-            key="engine",
-            fix=LLAMA_RUNTIME_FIX,
-        )
-    if not server.present or server.version is None:
-        error = InputError if spec.llama_server else Refusal
-        raise error(
-            f"the llama-server {server.path} cannot be used: {server.error}",
-            file=file,
-            key="llama_server" if spec.llama_server else "engine",
-            fix=LLAMA_RUNTIME_FIX,
-        )
-    return LlamaRoute(llama_server=server.path, llama_version=server.version)
+    def path_row(self) -> tuple[str, str]:
+        where = self.image or self.vllm_executable
+        return ("Backend / path", f"{self.backend}, {self.runtime} ({where})")
 
 
 def refuse_non_epyc(host: HostFacts) -> None:

@@ -23,7 +23,7 @@ from epycd.plan import tuning
 from epycd.plan.healing import healing_for
 from epycd.plan.hfcache import host_hf_home
 from epycd.plan.model import BindMount, Healing, HfCacheMount, PrimaryEndpoint, Restart, Runtime
-from epycd.plan.prepare import Prepared
+from epycd.plan.prepared import Prepared
 from epycd.plan.route import Route
 from epycd.plan.unit_commands import approval_check_argv
 from epycd.sizes import GIB

@@ -21,7 +21,7 @@ from epycd.model.memory import check_counts, context_length, fit_memory
 from epycd.plan import tuning
 from epycd.plan.alloc import Placement
 from epycd.plan.invocation import BATCHED_TOKENS_FLAG
-from epycd.plan.prepare import Prepared
+from epycd.plan.prepared import Prepared
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec
 from epycd.spec.flags import ExtraFlags

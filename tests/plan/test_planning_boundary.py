@@ -12,13 +12,12 @@ from typing import Any
 
 import pytest
 
-from epycd.engines.llama_cpp.plan.decide import decide_llama
+from epycd.engines.llama_cpp.plan.route import LlamaRoute
 from epycd.errors import UNEXPECTED_LOG
 from epycd.host.facts import HostFacts
-from epycd.plan import prepare
+from epycd.plan.engines import planner_for
 from epycd.plan.ports import assign_ports
 from epycd.plan.result import EndpointResult
-from epycd.plan.route import LlamaRoute
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.plan.conftest import PlanWorkspace
 from tests.plan.test_llama_plan import LlamaWorkspace
@@ -112,12 +111,13 @@ def test_an_endpoint_that_raises_while_prepared_is_its_own_failure(
     lw.endpoint("a")
     alone = lw.plan()["a"]
     lw.endpoint("b", "socket = 0\n")
-    real = prepare.prepare_llama
+    planner = planner_for("llama.cpp")
+    real = planner.prepare
 
     def flaky(result: Any, *args: Any, **kwargs: Any) -> Any:
         return explode() if result.name == "b" else real(result, *args, **kwargs)
 
-    monkeypatch.setattr(prepare, "prepare_llama", flaky)
+    monkeypatch.setattr(planner, "prepare", flaky)
     with caplog.at_level(logging.ERROR, logger=UNEXPECTED_LOG):
         results = lw.plan()
     crashed_alone(results["b"], "preparing the endpoint")
@@ -133,10 +133,13 @@ def test_an_endpoint_that_raises_while_decided_gives_back_its_socket(
     alone = lw.plan()["b"]
     lw.endpoint("a", "socket = 0\n")
 
-    def flaky(prepared: Any, **kwargs: Any) -> Any:
-        return explode() if prepared.result.name == "a" else decide_llama(prepared, **kwargs)
+    planner = planner_for("llama.cpp")
+    real = planner.decide
 
-    monkeypatch.setattr("epycd.plan.place.decide_llama", flaky)
+    def flaky(prepared: Any, **kwargs: Any) -> Any:
+        return explode() if prepared.result.name == "a" else real(prepared, **kwargs)
+
+    monkeypatch.setattr(planner, "decide", flaky)
     results = lw.plan()
     crashed_alone(results["a"], "planning the endpoint")
     assert results["b"].plan == alone.plan

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from epycd.engines.llama_cpp.plan.invocation import LlamaInvocation, llama_server_argv
+from epycd.engines.llama_cpp.plan.route import LlamaRoute
 from epycd.engines.llama_cpp.plan.sizing import LlamaFit, fit_llama
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
@@ -20,8 +21,7 @@ from epycd.model.llama_memory import DEFAULT_UBATCH, UnmeasuredModel
 from epycd.plan.alloc import Placement
 from epycd.plan.homes import in_a_home
 from epycd.plan.model import HfCacheMount, LlamaEndpoint
-from epycd.plan.prepare import Prepared
-from epycd.plan.route import LlamaRoute
+from epycd.plan.prepared import Prepared
 from epycd.plan.served import Placed, served_fields, served_model, service_fields
 from epycd.plan.sizing import node_memory
 from epycd.plan.tuning import Profile
@@ -131,7 +131,7 @@ def decide_llama(
 ) -> LlamaEndpoint:
     """Every decision for one placed llama.cpp endpoint, or one instance of a set."""
     route, gguf = prepared.route, prepared.facts.gguf
-    assert isinstance(route, LlamaRoute) and gguf is not None, "prepared by prepare_llama"
+    assert isinstance(route, LlamaRoute) and gguf is not None, "prepared by its planner"
     fit, fit_warnings = llama_fit(prepared, gguf, host, placement, memory_share)
     chosen = served_model(prepared, stack, hf_cache, containerized=False)
     chosen = dataclasses.replace(chosen, dtype=gguf.file_type or "gguf")

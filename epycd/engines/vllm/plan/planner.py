@@ -1,0 +1,176 @@
+"""vLLM's planner: its runtime (a container image, a host vLLM or the embedded runtime,
+`epycd.plan.route`), the model check of a chat or completions endpoint (`check_model`), the
+memory fit (`epycd.plan.sizing`) and one server's decisions (`epycd.plan.decide_cpu`). An
+Instinct endpoint is vLLM's too: its route is the ROCm image, its decisions
+`epycd.plan.gpu_decide`'s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from epycd.errors import Refusal
+from epycd.host.facts import HostFacts, HostVllmFacts
+from epycd.model.facts import ModelFacts
+from epycd.plan import decide_cpu
+from epycd.plan.alloc import Placement
+from epycd.plan.model import CpuEndpoint, HfCacheMount, InstanceSetEndpoint, VllmService
+from epycd.plan.planner import EnginePlanner, ServerDecisions
+from epycd.plan.prepared import Prepared, Sources
+from epycd.plan.route import container_runtime, gpu_route, refuse_not_llm, route_endpoint
+from epycd.plan.secrets import check_api_key, read_token
+from epycd.plan.sizing import size
+from epycd.settings import Settings
+from epycd.spec import EndpointSpec, SpecResult
+from epycd.stack import Stack
+
+
+def needs_host_vllm(spec: EndpointSpec, host: HostFacts) -> bool:
+    if spec.device == "instinct":
+        return False
+    if spec.runtime == "host":
+        return True
+    return spec.runtime == "auto" and container_runtime(host.runtimes) is None
+
+
+def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path) -> list[str]:
+    """Refuse what vLLM cannot serve on a chat/completions endpoint; return warnings."""
+    if facts.format == "gguf":
+        vllm = next(e for e in facts.engines if e.engine == "vllm")
+        raise Refusal(
+            vllm.reason,
+            file=file,
+            key="model",
+            fix='serve it with engine = "llama.cpp", or give a model folder or hub id with '
+            "safetensors weights",
+        )
+    if facts.support.supported is False or not facts.launchable:
+        raise Refusal(facts.message or "vLLM cannot serve this model", file=file, key="model")
+    if facts.primary_endpoint not in ("chat_completions", "completions"):
+        raise Refusal(
+            f"{facts.model} is a {facts.support.kind} model: no chat or completions endpoint",
+            file=file,
+            key="model",
+            fix="choose a text-generation model",
+        )
+    warnings = list(facts.warnings)
+    if facts.support.supported is None:
+        warnings.append(f"vLLM support is undetermined ({facts.message}); vLLM decides at start")
+    family = stack.gated_family(facts.model)
+    if spec.hf_token_file is None and (facts.gated or (facts.gated is None and family)):
+        text = f"{facts.model} is gated: it needs an HF token and an accepted licence"
+        if facts.gated:
+            raise Refusal(
+                text, file=file, key="hf_token_file", fix="accept the licence and set hf_token_file"
+            )
+        warnings.append(f"{text} ({family.family if family else 'gated family'}); none given")
+    return warnings
+
+
+class VllmPlanner(EnginePlanner):
+    engine = "vllm"
+    set_type = InstanceSetEndpoint
+    service_type = VllmService
+
+    def with_runtime(
+        self, host: HostFacts, specs: list[SpecResult], settings: Settings, sources: Sources
+    ) -> HostFacts:
+        """`runtime = "auto"` without a `vllm` key serves with the embedded runtime
+        (install.sh --runtime) where no container runtime and no other host vLLM is known."""
+        from epycd.host.runtimes import embedded_vllm
+
+        wants_auto = any(
+            r.spec and r.spec.engine == self.engine and r.spec.runtime == "auto" and not r.spec.vllm
+            for r in specs
+        )
+        if not wants_auto or host.runtimes.vllm is not None or container_runtime(host.runtimes):
+            return host
+        vllm = embedded_vllm(settings.runtime_dir)
+        if vllm is None:
+            return host
+        runtimes = host.runtimes.model_copy(update={"vllm": sources.probe_vllm(vllm)})
+        return host.model_copy(update={"runtimes": runtimes})
+
+    def prepare(
+        self,
+        result: SpecResult,
+        host: HostFacts,
+        stack: Stack,
+        sources: Sources,
+        secret_group: int | None,
+    ) -> Prepared:
+        spec = result.spec
+        assert spec is not None
+        file = result.path
+        host_vllm: HostVllmFacts | None = None
+        if needs_host_vllm(spec, host):
+            host_vllm = sources.probe_vllm(spec.vllm) if spec.vllm else host.runtimes.vllm
+        check_api_key(spec, file, secret_group)
+        model = spec.model or stack.default_model
+        if spec.device == "instinct":
+            refuse_not_llm(model, file)
+            route = gpu_route(spec, host, stack, file)
+        else:
+            route = route_endpoint(spec, host, stack, file, host_vllm)
+        facts = sources.inspect(
+            model,
+            revision=spec.revision,
+            vllm_version=route.vllm_version,
+            token=read_token(spec, file, secret_group),
+            chat_template_override=spec.chat_template,
+            vllm_executable=route.vllm_executable,
+        )
+        warnings = check_model(spec, facts, stack, file)
+        served_by = host_vllm if route.runtime == "host" else None
+        return Prepared(result, spec, route, facts, warnings, host_vllm=served_by)
+
+    def fits(
+        self,
+        prepared: Prepared,
+        host: HostFacts,
+        stack: Stack,
+        placement: Placement,
+        memory_share: float,
+    ) -> bool:
+        return size(prepared, host, stack, placement, memory_share)[1].fits
+
+    def decide(
+        self,
+        prepared: Prepared,
+        *,
+        host: HostFacts,
+        stack: Stack,
+        placement: Placement,
+        port: int,
+        hf_cache: HfCacheMount,
+        product_python: str,
+        status_file: str,
+        memory_share: float = 1.0,
+    ) -> ServerDecisions:
+        return decide_cpu.decide(
+            prepared,
+            host=host,
+            stack=stack,
+            placement=placement,
+            port=port,
+            hf_cache=hf_cache,
+            product_python=product_python,
+            status_file=status_file,
+            memory_share=memory_share,
+        )
+
+    def unfit(self, prepared: Prepared, server: ServerDecisions) -> Refusal:
+        assert isinstance(server, CpuEndpoint)
+        fit = server.memory
+        return Refusal(
+            f"does not fit: {fit.required_gb} GiB needed (the server's processes "
+            f"{fit.process_gb}: weights {fit.weights_gb} + KV pool "
+            f"{fit.process_gb - fit.weights_gb - fit.runtime_gb:.0f} + vLLM's own "
+            f"{fit.runtime_gb}; OS headroom {fit.headroom_gb}), "
+            f"{fit.available_gb} GiB available on the socket's NUMA nodes",
+            file=prepared.result.path,
+            key="max_model_len",
+            fix=fit.action,
+        )
+
+
+PLANNER = VllmPlanner()

@@ -1,0 +1,88 @@
+"""What each engine does for the planner (`EnginePlanner`): its runtime found on the host,
+its endpoint prepared (route, model check), its trial memory fit, its server's decisions
+on a placement, and the refusal of one that does not fit. One implementation per engine
+(`epycd.engines.ENGINE.plan.planner`), listed by `epycd.plan.engines`; preparing,
+placing, sets and finishing ask it and never name an engine."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from pydantic import BaseModel
+
+from epycd.errors import Refusal
+from epycd.host.facts import HostFacts
+from epycd.plan.alloc import Placement
+from epycd.plan.model import CpuEndpoint, HfCacheMount, LlamaEndpoint, SetEndpoint
+from epycd.plan.prepared import Prepared, Sources
+from epycd.settings import Settings
+from epycd.spec import SpecResult
+from epycd.stack import Stack
+
+ServerDecisions = CpuEndpoint | LlamaEndpoint
+"""One server process's decisions on the CPU, of whichever engine."""
+
+
+class EnginePlanner(ABC):
+    """One engine's planning."""
+
+    engine: ClassVar[str]
+    """Its name, as the endpoint file's `engine` says (`epycd.engines.Engine.name`)."""
+    set_type: ClassVar[type[SetEndpoint]]
+    """The decisions of a set of its servers behind one balancer."""
+    service_type: ClassVar[type[BaseModel]]
+    """The fields its servers share, which a set's balancer carries."""
+
+    def with_runtime(
+        self, host: HostFacts, specs: list[SpecResult], settings: Settings, sources: Sources
+    ) -> HostFacts:
+        """The host with the engine's own runtime (built by install.sh) when an endpoint file
+        asks for it and the host has no other; probed only then."""
+        return host
+
+    @abstractmethod
+    def prepare(
+        self,
+        result: SpecResult,
+        host: HostFacts,
+        stack: Stack,
+        sources: Sources,
+        secret_group: int | None,
+    ) -> Prepared:
+        """The endpoint's route chosen, its secrets checked, its model inspected; raises the
+        `EpycError` of what it cannot serve. `secret_group`: the admin group of epycd.conf's
+        `trusted_admin_gid`, which may own a key or token file."""
+
+    @abstractmethod
+    def fits(
+        self,
+        prepared: Prepared,
+        host: HostFacts,
+        stack: Stack,
+        placement: Placement,
+        memory_share: float,
+    ) -> bool:
+        """Whether one server fits `memory_share` of the placement's memory (a set's layout
+        tries placements with it)."""
+
+    @abstractmethod
+    def decide(
+        self,
+        prepared: Prepared,
+        *,
+        host: HostFacts,
+        stack: Stack,
+        placement: Placement,
+        port: int,
+        hf_cache: HfCacheMount,
+        product_python: str,
+        status_file: str,
+        memory_share: float = 1.0,
+    ) -> ServerDecisions:
+        """One server's decisions on its placement and port."""
+
+    @abstractmethod
+    def unfit(self, prepared: Prepared, server: ServerDecisions) -> Refusal:
+        """The refusal of a server that does not fit its nodes' memory, with the terms of
+        what it needs and the fix."""

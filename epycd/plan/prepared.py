@@ -1,0 +1,54 @@
+"""An endpoint file made ready for placement (`Prepared`: its route, model facts and
+warnings) and what preparing reads from the outside world (`Sources`). Every engine's
+planner (`epycd.plan.planner.EnginePlanner`) prepares into this one type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from epycd.host.facts import HostVllmFacts
+from epycd.model.facts import ModelFacts
+from epycd.plan.route import EngineRoute, Route
+from epycd.spec import EndpointSpec, SpecResult
+
+ModelInspector = Callable[..., ModelFacts]
+"""`inspect_model`'s signature: a model id or path and its keyword options."""
+
+VllmProber = Callable[[str], HostVllmFacts]
+"""A vllm executable -> what it is (`ProbeCache.probe`)."""
+
+RouteT = TypeVar("RouteT", bound=EngineRoute)
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What preparing asks the outside world, each once per model or executable in one
+    planning run (`epycd.plan.prepare.memoized_sources`)."""
+
+    inspect: ModelInspector
+    probe_vllm: VllmProber
+
+
+@dataclass
+class Prepared:
+    """An endpoint whose file, route and model passed: ready for placement and sizing."""
+
+    result: SpecResult
+    spec: EndpointSpec
+    route: EngineRoute
+    facts: ModelFacts
+    warnings: list[str] = field(default_factory=list)
+    host_vllm: HostVllmFacts | None = None
+    """The host vLLM it runs on the host path, as probed (with its interpreter's headers)."""
+
+    def route_of(self, kind: type[RouteT]) -> RouteT:
+        """The route as its engine's own type: an engine's stages are never given another's."""
+        if not isinstance(self.route, kind):
+            raise TypeError(f"{self.result.name}: a {type(self.route).__name__}, not {kind}")
+        return self.route
+
+    @property
+    def vllm_route(self) -> Route:
+        return self.route_of(Route)
