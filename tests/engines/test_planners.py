@@ -1,0 +1,70 @@
+"""The planner asks each endpoint's engine (`epycd.plan.engines`): every registered engine
+has a planner, and in one planning run of both engines' endpoints, one server and a set laid out
+by trial fits (`instances = "auto"`),
+each planner prepares, tries and decides its own endpoints and no other's."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from epycd.engines import ENGINES as REGISTERED
+from epycd.host.facts import HostFacts
+from epycd.plan.engines import PLANNERS
+from epycd.plan.model import EndpointService, server_processes
+from tests.engines.endpoints import ENGINES, endpoint_text
+from tests.plan.conftest import PlanWorkspace
+
+HostOf = Callable[..., HostFacts]
+
+
+def test_every_registered_engine_has_a_planner_of_its_own() -> None:
+    assert sorted(PLANNERS) == sorted(e.name for e in REGISTERED) == sorted(ENGINES)
+    for name, planner in PLANNERS.items():
+        assert planner.engine == name
+        shared = set(planner.service_type.model_fields) & set(EndpointService.model_fields)
+        assert not shared, (name, shared)
+        assert set(planner.service_type.model_fields) <= set(planner.set_type.model_fields)
+
+
+def spy_on_planners(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[tuple[str, str]]]:
+    """engine -> (method, endpoint name) for each call of its planner's stages."""
+    calls: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for engine, planner in PLANNERS.items():
+        for method in ("prepare", "fits", "decide", "unfit"):
+            real = getattr(planner, method)
+
+            def spy(first: Any, *args: Any, _e: str = engine, _m: str = method, _r: Any = real,
+                    **kwargs: Any) -> Any:  # fmt: skip
+                name = first.name if _m == "prepare" else first.result.name
+                calls[_e].append((_m, name))
+                return _r(first, *args, **kwargs)
+
+            monkeypatch.setattr(planner, method, spy)
+    return calls
+
+
+def test_each_endpoint_is_planned_by_its_engines_planner_alone(
+    ws: PlanWorkspace, host_of: HostOf, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine_of: dict[str, str] = {}
+    for engine in ENGINES:
+        slug = engine.replace(".", "-")
+        for shape in ("one", "set"):
+            auto = 'instances = "auto"\n' if shape == "set" else ""
+            ws.endpoint(f"{slug}-{shape}", endpoint_text(ws.tmp, engine, "one") + auto)
+            engine_of[f"{slug}-{shape}"] = engine
+    calls = spy_on_planners(monkeypatch)
+    results = ws.plan(host_of("genoa-9654-2s-nps4"))
+    for name, result in results.items():
+        assert result.plan is not None, (name, [e.text for e in result.errors])
+        servers = server_processes(result.plan.decisions)
+        assert (len(servers) > 1) == name.endswith("set"), (name, len(servers))
+        assert {s.engine for s in servers} == {engine_of[name]}, name
+    for engine in ENGINES:
+        names = {name for _, name in calls[engine]}
+        assert names == {n for n, e in engine_of.items() if e == engine}, (engine, calls[engine])
+        assert {m for m, _ in calls[engine]} >= {"prepare", "fits", "decide"}, calls[engine]
