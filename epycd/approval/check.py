@@ -40,11 +40,10 @@ from epycd.host.facts import HostFacts
 from epycd.host.pyheaders import python_headers
 from epycd.names import unit_name
 from epycd.plan.model import (
-    CpuEndpoint,
     InstinctEndpoint,
-    LlamaEndpoint,
     Plan,
     required_gb,
+    server_processes,
     vllm_processes,
 )
 from epycd.plan.tuning import compile_gap
@@ -71,14 +70,10 @@ def unit_changes(approval: Approval) -> list[str]:
 def socket_needs(plan: Plan) -> dict[int, float]:
     """Socket -> the memory the approved plan needs there: a multi-instance set's instances
     each hold their own weights and KV pool, on every socket they use (docs/instances.md)."""
-    decisions = plan.decisions
-    if isinstance(decisions, InstinctEndpoint):
-        return {decisions.socket: 0.0}
-    if isinstance(decisions, CpuEndpoint | LlamaEndpoint):
-        return {decisions.socket: required_gb(decisions)}
     needs: dict[int, float] = {}
-    for member in decisions.members:
-        needs[member.socket] = needs.get(member.socket, 0.0) + required_gb(member)
+    for server in server_processes(plan.decisions):
+        need = 0.0 if isinstance(server, InstinctEndpoint) else required_gb(server)
+        needs[server.socket] = needs.get(server.socket, 0.0) + need
     return needs
 
 

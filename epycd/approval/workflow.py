@@ -53,7 +53,6 @@ from epycd.plan.model import (
     BalancedSet,
     EndpointDecisions,
     InstinctEndpoint,
-    LlamaEndpoint,
     Plan,
 )
 from epycd.settings import Settings
@@ -70,15 +69,7 @@ def memory_short(decisions: EndpointDecisions) -> str | None:
     if isinstance(decisions, InstinctEndpoint):
         return None
     instance = decisions.worst_member if isinstance(decisions, BalancedSet) else decisions
-    if isinstance(instance, LlamaEndpoint):
-        llama = instance.fit
-        if llama.fits:
-            return None
-        return (
-            f"does not fit: needs {llama.required_gb:g} GiB, socket {instance.socket} has "
-            f"{llama.available_gb:g} GiB available ({llama.action})"
-        )
-    fit = instance.memory
+    fit = instance.cpu_fit
     if fit.fits:
         return None
     return (
@@ -90,8 +81,7 @@ def memory_short(decisions: EndpointDecisions) -> str | None:
 def _fit_action(decisions: EndpointDecisions) -> str | None:
     if isinstance(decisions, InstinctEndpoint):
         return None
-    instance = decisions.worst_member if isinstance(decisions, BalancedSet) else decisions
-    return None if isinstance(instance, LlamaEndpoint) else instance.memory.action
+    return decisions.cpu_fit.action
 
 
 def gate(plan: Plan, *, accept_unvalidated: bool) -> None:

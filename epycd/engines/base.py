@@ -50,6 +50,9 @@ class Engine:
     loading_health: dict[str, Any] | None = None
     """The JSON `error` of the 503 its /health answers while it loads the model; None for a
     server that does not listen until it is ready."""
+    cache_variables: tuple[tuple[str, str], ...] = ()
+    """The variables that move what the server compiles and caches, each with its folder in
+    the endpoint's own cache directory (a unit sets them unless the endpoint file does)."""
     no_kube_export: str | None = None
     """Why `epycctl export` cannot write its endpoints as Kubernetes objects; None where it
     can."""

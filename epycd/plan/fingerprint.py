@@ -27,7 +27,7 @@ from typing import Any
 
 from epycd.host.facts import HostFacts
 from epycd.model.facts import ModelFacts
-from epycd.plan.model import EndpointDecisions, InstinctEndpoint, LlamaService
+from epycd.plan.model import EndpointDecisions, InstinctEndpoint
 from epycd.sizes import GIB
 
 
@@ -92,7 +92,7 @@ def shaping_model_facts(facts: ModelFacts) -> dict[str, Any]:
 
 def shaping_decisions(decisions: EndpointDecisions) -> dict[str, Any]:
     return {
-        "backend": decisions.engine if isinstance(decisions, LlamaService) else decisions.backend,
+        "backend": decisions.backend_name,
         "model_kind": decisions.model_kind,
         "primary_endpoint": decisions.primary_endpoint,
         "requires_confirmation": decisions.requires_confirmation,

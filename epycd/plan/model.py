@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Generic, Literal, NamedTuple, TypeVar
+from typing import Annotated, Generic, Literal, NamedTuple, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,6 +29,19 @@ Engine = Literal["vllm", "llama.cpp"]
 Runtime = Literal["podman", "docker", "host"]
 PrimaryEndpoint = Literal["chat_completions", "completions"]
 Restart = Literal["no", "on-failure"]
+
+
+class ServerFit(Protocol):
+    """One server's fit in its NUMA nodes' memory, whatever its engine's terms."""
+
+    @property
+    def fits(self) -> bool: ...
+    @property
+    def required_gb(self) -> float: ...
+    @property
+    def available_gb(self) -> float: ...
+    @property
+    def action(self) -> str: ...
 
 
 class HfCacheMount(BaseModel):
@@ -200,6 +213,11 @@ class VllmService(BaseModel):
         """The engine (`epycd.engines`), as `LlamaService.engine` says llama.cpp's."""
         return "vllm"
 
+    @property
+    def backend_name(self) -> str:
+        """What serves it, for its fingerprint: the backend (zentorch, stock, rocm)."""
+        return self.backend
+
 
 class VllmProcess(BaseModel):
     """One vLLM process: where it is pinned, its environment, its context and batch, and
@@ -251,6 +269,10 @@ class CpuEndpoint(EndpointService, VllmService, VllmProcess):
     max_num_batched_tokens: int
     memory: MemoryFit = Field(description="the fit in the NUMA nodes' RAM")
 
+    @property
+    def cpu_fit(self) -> ServerFit:
+        return self.memory
+
 
 class InstinctEndpoint(EndpointService, VllmService, VllmProcess):
     """An endpoint of one vLLM instance on Instinct GPUs (docs/instinct.md); its CPUs are
@@ -283,6 +305,11 @@ class LlamaService(BaseModel):
     def vllm_executable(self) -> None:
         return None
 
+    @property
+    def backend_name(self) -> str:
+        """What serves it, for its fingerprint: the engine."""
+        return self.engine
+
 
 class LlamaEndpoint(EndpointService, LlamaService):
     """An endpoint of one llama-server on CPUs, or one member of a llama.cpp set:
@@ -303,6 +330,15 @@ class LlamaEndpoint(EndpointService, LlamaService):
     fit: LlamaFit = Field(description="the fit of the process in the NUMA nodes' RAM")
     server_args: list[str] = Field(description="arguments after llama-server")
     invocation: LlamaInvocation = Field(description="the server typed; server_args are its words")
+
+    @property
+    def cpu_fit(self) -> ServerFit:
+        return self.fit
+
+    @property
+    def omp_cpus(self) -> str:
+        """The cores its threads run on: all of its pinned set."""
+        return self.cpus
 
     @property
     def kv_cache_gb(self) -> float:
@@ -396,6 +432,11 @@ class BalancedSet(EndpointService, Generic[Member]):
         return min(self.members, key=lambda m: (required_fits(m), m.max_num_seqs))
 
     @property
+    def cpu_fit(self) -> ServerFit:
+        """The fit of the member with the least room."""
+        return self.worst_member.cpu_fit
+
+    @property
     def kv_cache_gb(self) -> int | float:
         return self.worst_member.kv_cache_gb
 
@@ -406,13 +447,12 @@ class BalancedSet(EndpointService, Generic[Member]):
 
 def required_fits(process: CpuEndpoint | LlamaEndpoint) -> bool:
     """Whether one CPU process fits its nodes' memory."""
-    return process.fit.fits if isinstance(process, LlamaEndpoint) else process.memory.fits
+    return process.cpu_fit.fits
 
 
 def required_gb(process: CpuEndpoint | LlamaEndpoint) -> float:
     """What one CPU process needs of its nodes' memory, OS headroom included."""
-    fit = process.fit if isinstance(process, LlamaEndpoint) else process.memory
-    return fit.required_gb
+    return process.cpu_fit.required_gb
 
 
 class InstanceSetEndpoint(BalancedSet[CpuEndpoint], VllmService):
@@ -438,6 +478,10 @@ class LlamaSetEndpoint(BalancedSet[LlamaEndpoint], LlamaService):
     @property
     def fit(self) -> LlamaFit:
         return self.worst_member.fit
+
+    @property
+    def omp_cpus(self) -> str:
+        return self.cpus
 
 
 SingleEndpoint = CpuEndpoint | InstinctEndpoint

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from epycd.engines.llama_cpp.plan.invocation import API_KEY_ENV as LLAMA_API_KEY_ENV
+from epycd.engines import DEFAULT_ENGINE, engine_named
 from epycd.host.cpulist import format_cpulist
 from epycd.listen import local_url
 from epycd.plan.model import LlamaEndpoint, ServerEndpoint, SingleEndpoint
@@ -81,8 +81,9 @@ def supervisor(decisions: ServerEndpoint, server: list[str]) -> list[str]:
         argv += ["--status-file", decisions.status_file]
     if decisions.api_key_file:
         argv += ["--api-key-credential", API_KEY_CREDENTIAL]
-        if isinstance(decisions, LlamaEndpoint):
-            argv += ["--api-key-env", LLAMA_API_KEY_ENV]
+        key_env = engine_named(decisions.engine).api_key_env
+        if key_env != DEFAULT_ENGINE.api_key_env:  # the supervisor's default
+            argv += ["--api-key-env", key_env]
     if decisions.healing is not None:
         argv += ["--stall-timeout", str(decisions.healing.stall_s)]
     return [*argv, "--", *server]

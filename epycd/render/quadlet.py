@@ -6,8 +6,9 @@ is not sandboxed, since its main process is podman (epycd.render.sandbox.QUADLET
 
 from __future__ import annotations
 
+from epycd.engines import engine_named
 from epycd.names import unit_name
-from epycd.plan.model import InstinctEndpoint, LlamaEndpoint, ServerEndpoint, SingleEndpoint
+from epycd.plan.model import InstinctEndpoint, ServerEndpoint, SingleEndpoint
 from epycd.render import commands, gpu
 from epycd.render.healing import (
     crash_recorder_lines,
@@ -34,7 +35,7 @@ def describe(decisions: ServerEndpoint) -> str:
     where = f"socket {decisions.socket}"
     if isinstance(decisions, InstinctEndpoint):
         where = f"Instinct GPU {','.join(map(str, decisions.gpus))}"
-    server = "llama.cpp" if isinstance(decisions, LlamaEndpoint) else "vLLM"
+    server = engine_named(decisions.engine).title
     return (
         f"epyc-llm {decisions.endpoint}"
         + (f" instance {decisions.instance}" if decisions.instance is not None else "")

@@ -19,10 +19,11 @@ from __future__ import annotations
 import os
 from pathlib import PurePosixPath
 
+from epycd.engines import engine_named
 from epycd.errors import InputError
 from epycd.listen import is_loopback
 from epycd.plan.hfcache import ENDPOINT_HF_HOME
-from epycd.plan.model import LlamaEndpoint, ServerEndpoint
+from epycd.plan.model import ServerEndpoint
 from epycd.render.syntax import check_printable, escape_specifiers, quote_word
 from epycd.render.text import Line
 
@@ -188,16 +189,13 @@ def host_folders(decisions: ServerEndpoint) -> list[Line]:
 
 
 def cache_environment(decisions: ServerEndpoint) -> list[str]:
-    """HOME and vLLM's, inductor's and Triton's caches in the endpoint's own folders, unless
-    the endpoint file moved them; HOME alone for llama-server, which compiles nothing."""
+    """HOME and the caches of what the server compiles (its engine's `cache_variables`:
+    vLLM's, inductor's and Triton's; none for llama-server) in the endpoint's own folders,
+    unless the endpoint file moved them."""
     state, cache = endpoint_folders(decisions)
-    if isinstance(decisions, LlamaEndpoint):
-        return [f"HOME=%S/{state}"]
-    defaults = {
-        "HOME": f"%S/{state}",
-        "VLLM_CACHE_ROOT": f"%C/{cache}/vllm",
-        "TORCHINDUCTOR_CACHE_DIR": f"%C/{cache}/inductor",
-        "TRITON_CACHE_DIR": f"%C/{cache}/triton",
+    defaults = {"HOME": f"%S/{state}"} | {
+        name: f"%C/{cache}/{folder}"
+        for name, folder in engine_named(decisions.engine).cache_variables
     }
     return [f"{name}={value}" for name, value in defaults.items() if name not in decisions.env]
 

@@ -13,7 +13,6 @@ from epycd.listen import DEFAULT_HOST, local_url
 from epycd.plan.model import (
     EndpointDecisions,
     InstinctEndpoint,
-    LlamaService,
     Plan,
 )
 
@@ -105,8 +104,6 @@ def omp_cpus(decisions: EndpointDecisions) -> str:
     """The CPUs vLLM's OpenMP threads run on; none are bound for an Instinct endpoint."""
     if isinstance(decisions, InstinctEndpoint):
         return ""
-    if isinstance(decisions, LlamaService):
-        return decisions.cpus
     return decisions.omp_cpus
 
 

@@ -19,4 +19,9 @@ VLLM = Engine(
         kv_usage="vllm:kv_cache_usage_perc",
     ),
     api_key_env="VLLM_API_KEY",
+    cache_variables=(
+        ("VLLM_CACHE_ROOT", "vllm"),
+        ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+        ("TRITON_CACHE_DIR", "triton"),
+    ),
 )
