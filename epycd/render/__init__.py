@@ -1,8 +1,9 @@
 """Rendering: the exact systemd units for one endpoint, a pure function of its decisions.
 
-`render_units` checks the decisions once more (epycd.render.policy), then writes a Quadlet
-`.container` (podman) or a `.service` (docker, host) whose every value is quoted by
-systemd's and Quadlet's rules (epycd.render.syntax).
+`render_units` asks each server's engine (`epycd.render.engines`) to check its decisions once
+more, then to write a Quadlet `.container` (podman) or a `.service` (docker, host) whose
+every value is quoted by systemd's and Quadlet's rules (epycd.render.syntax); a set's
+balancer is the same for every engine.
 
 The HF token never enters a unit, an environment or `podman/docker inspect`: the token file
 (root-only, holding only the token) reaches the process as a file and huggingface_hub reads
@@ -22,19 +23,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from epycd.errors import EpycError
-from epycd.plan.model import (
-    BalancedSet,
-    EndpointDecisions,
-    InstinctEndpoint,
-    LlamaEndpoint,
-    RenderedUnits,
-    SetEndpoint,
-)
+from epycd.plan.model import BalancedSet, EndpointDecisions, RenderedUnits, SetEndpoint
 from epycd.render.balancer import render_balancer
-from epycd.render.gpu import check_gpu_decisions
-from epycd.render.policy import check_decisions, check_identity, check_llama_decisions
-from epycd.render.quadlet import render_container
-from epycd.render.services import render_docker, render_host, render_llama
+from epycd.render.engines import renderer_for
+from epycd.render.policy import check_identity
 
 
 def unit_file_name(decisions: EndpointDecisions) -> str:
@@ -48,19 +40,9 @@ def render_units(decisions: EndpointDecisions) -> dict[str, str]:
     if isinstance(decisions, BalancedSet):
         return _render_set(decisions)
     try:
-        if isinstance(decisions, LlamaEndpoint):
-            check_llama_decisions(decisions)
-            return {unit_file_name(decisions): render_llama(decisions)}
-        if isinstance(decisions, InstinctEndpoint):
-            check_gpu_decisions(decisions)
-        else:
-            check_decisions(decisions)
-        if decisions.runtime == "podman":
-            text = render_container(decisions)
-        elif decisions.runtime == "docker":
-            text = render_docker(decisions)
-        else:
-            text = render_host(decisions)
+        renderer = renderer_for(decisions.engine)
+        renderer.check(decisions)
+        text = renderer.unit_text(decisions)
     except EpycError as error:
         if error.file is None:
             error.file = decisions.config_file

@@ -5,7 +5,7 @@ from __future__ import annotations
 from epycd.engines import DEFAULT_ENGINE, engine_named
 from epycd.host.cpulist import format_cpulist
 from epycd.listen import local_url
-from epycd.plan.model import LlamaEndpoint, ServerEndpoint, SingleEndpoint
+from epycd.plan.model import ServerEndpoint, SingleEndpoint
 from epycd.render.policy import REQUIRED_RUN_FLAGS
 
 TOKEN_IN_CONTAINER = "/run/secrets/hf_token"
@@ -50,10 +50,6 @@ def entrypoint_flags(decisions: SingleEndpoint) -> list[str]:
     if decisions.api_key_file and decisions.image_entrypoint_is_vllm_serve:
         return ["--entrypoint=python3"]
     return []
-
-
-def llama_server_on_host(decisions: LlamaEndpoint) -> list[str]:
-    return [decisions.llama_server, *decisions.server_args]
 
 
 def vllm_serve_on_host(decisions: SingleEndpoint) -> list[str]:

@@ -19,10 +19,10 @@ from epycd.plan.model import InstinctEndpoint, SingleEndpoint
 from epycd.render.policy import (
     FLAGS_THE_PLAN_PASSES,
     FORBIDDEN_ENV,
-    _refuse,
     check_identity,
     check_runtime,
     check_serve_args,
+    refuse,
 )
 from epycd.render.text import Line
 from epycd.spec.policy import env_refusal
@@ -60,7 +60,7 @@ def check_gpu_decisions(decisions: InstinctEndpoint) -> None:
     _check_env(decisions)
     _check_args(decisions)
     if decisions.runtime == "host":
-        raise _refuse(
+        raise refuse(
             decisions, "runtime", "an Instinct endpoint runs in a container", "plan it again"
         )
     check_runtime(decisions)
@@ -72,12 +72,12 @@ def _check_gpus(decisions: InstinctEndpoint) -> None:
     except ValueError:
         cpus = []
     if not cpus or not decisions.numa_nodes:
-        raise _refuse(
+        raise refuse(
             decisions, "cpus", f"{decisions.cpus!r} is not a CPU list", "plan the endpoint again"
         )
     gpus = decisions.gpus
     if not gpus or len(set(gpus)) != len(gpus) or decisions.tensor_parallel_size != len(gpus):
-        raise _refuse(
+        raise refuse(
             decisions,
             "gpus",
             f"GPUs {gpus} do not match tensor parallel size {decisions.tensor_parallel_size}",
@@ -86,7 +86,7 @@ def _check_gpus(decisions: InstinctEndpoint) -> None:
     allowed = shipped_gpus().docker_flags
     for index, flag in enumerate(decisions.run_flags):
         if flag not in allowed:
-            raise _refuse(
+            raise refuse(
                 decisions, f"run_flags[{index}]", f"{flag}: not a flag of the recipe", "remove it"
             )
 
@@ -94,7 +94,7 @@ def _check_gpus(decisions: InstinctEndpoint) -> None:
 def _check_env(decisions: InstinctEndpoint) -> None:
     visible = ",".join(map(str, decisions.gpus))
     if decisions.env.get(GPU_VISIBLE) != visible:
-        raise _refuse(
+        raise refuse(
             decisions,
             f"env.{GPU_VISIBLE}",
             f"{GPU_VISIBLE} must name the plan's GPUs {visible!r}, never be empty",
@@ -102,10 +102,10 @@ def _check_env(decisions: InstinctEndpoint) -> None:
         )
     for name, value in decisions.env.items():
         if name in FORBIDDEN_ENV:
-            raise _refuse(decisions, f"env.{name}", f"{name} must not be set", f"remove {name}")
+            raise refuse(decisions, f"env.{name}", f"{name} must not be set", f"remove {name}")
         refusal = None if name in ENV_THE_GPU_PLAN_SETS else env_refusal(name, value)
         if refusal:
-            raise _refuse(
+            raise refuse(
                 decisions, f"env.{name}", f"{name} must not be set: {refusal[0]}", refusal[1]
             )
 

@@ -72,7 +72,7 @@ FORBIDDEN_RUN_FLAGS = {
 }
 
 
-def _refuse(decisions: EndpointService, key: str, message: str, fix: str) -> InputError:
+def refuse(decisions: EndpointService, key: str, message: str, fix: str) -> InputError:
     return InputError(message, file=decisions.config_file, key=key, fix=fix)
 
 
@@ -83,7 +83,7 @@ def check_identity(decisions: EndpointDecisions) -> None:
     if decisions.vllm_executable is not None:
         executable(decisions.vllm_executable, "vllm")
     if not is_endpoint_name(decisions.endpoint):
-        raise _refuse(
+        raise refuse(
             decisions,
             "endpoint",
             f"{decisions.endpoint!r} is not a valid endpoint name",
@@ -96,20 +96,20 @@ def check_identity(decisions: EndpointDecisions) -> None:
         else instance_unit_name(decisions.endpoint, instance)
     )
     if decisions.unit_name != expected:
-        raise _refuse(
+        raise refuse(
             decisions,
             "unit_name",
             f"unit name {decisions.unit_name!r} is not {expected}",
             "plan the endpoint again",
         )
     if not 1 <= decisions.port <= 65535:
-        raise _refuse(decisions, "port", f"port {decisions.port} is out of range", "use 1-65535")
+        raise refuse(decisions, "port", f"port {decisions.port} is out of range", "use 1-65535")
     try:
         listen_address(decisions.host)
     except ValueError as error:
-        raise _refuse(decisions, "host", str(error), "use an IP address, e.g. 127.0.0.1") from None
+        raise refuse(decisions, "host", str(error), "use an IP address, e.g. 127.0.0.1") from None
     if decisions.start_timeout_s <= 0:
-        raise _refuse(
+        raise refuse(
             decisions, "start_timeout_s", "the start timeout must be positive", "plan again"
         )
     check_healing(decisions)
@@ -125,10 +125,10 @@ def check_healing(decisions: EndpointService) -> None:
     figures = healing.model_dump(exclude={"restart", "restart_clean_exit"})
     bad = sorted(name for name, value in figures.items() if value is not None and value <= 0)
     if bad:
-        raise _refuse(decisions, "healing", f"healing {', '.join(bad)} must be positive",
+        raise refuse(decisions, "healing", f"healing {', '.join(bad)} must be positive",
                       "plan again")  # fmt: skip
     if healing.watchdog_s is not None and decisions.runtime == "podman":
-        raise _refuse(
+        raise refuse(
             decisions,
             "healing",
             "a podman unit cannot have a watchdog: podman never pings it",
@@ -149,11 +149,11 @@ def check_cpus_and_nodes(decisions: CpuEndpoint | LlamaEndpoint) -> list[int]:
     except ValueError:
         cpus = []
     if not cpus:
-        raise _refuse(
+        raise refuse(
             decisions, "cpus", f"{decisions.cpus!r} is not a CPU list", "plan the endpoint again"
         )
     if not decisions.numa_nodes or min(decisions.numa_nodes) < 0:
-        raise _refuse(
+        raise refuse(
             decisions,
             "numa_nodes",
             f"{decisions.numa_nodes} is not a list of NUMA nodes",
@@ -173,7 +173,7 @@ def check_bind(decisions: CpuEndpoint, cpus: list[int]) -> None:
         bind_cpus, planned = [], [-1]
     key = "env.VLLM_CPU_OMP_THREADS_BIND"
     if not bind_cpus or bind_cpus != planned or not set(bind_cpus) <= set(cpus):
-        raise _refuse(
+        raise refuse(
             decisions,
             key,
             f"the OpenMP bind list {bind!r} is not the plan's {decisions.omp_cpus!r} inside "
@@ -181,7 +181,7 @@ def check_bind(decisions: CpuEndpoint, cpus: list[int]) -> None:
             "plan the endpoint again",
         )
     if len(cpus) > 1 and len(bind_cpus) >= len(cpus):
-        raise _refuse(
+        raise refuse(
             decisions,
             key,
             f"the OpenMP bind list {bind!r} takes every pinned CPU: none is left to vLLM's "
@@ -204,14 +204,14 @@ def check_kv_pool(decisions: CpuEndpoint) -> None:
     """The pool is given once: whole GiB in the legacy variable, or bytes in the flag."""
     kv = decisions.env.get("VLLM_CPU_KVCACHE_SPACE")
     if (kv is None) != kv_bytes_given(decisions):
-        raise _refuse(
+        raise refuse(
             decisions,
             "env.VLLM_CPU_KVCACHE_SPACE",
             f"the KV pool must be given once: VLLM_CPU_KVCACHE_SPACE or {KV_BYTES_FLAG}",
             "plan the endpoint again",
         )
     if kv is not None and (not kv.isdecimal() or int(kv) < 1):
-        raise _refuse(
+        raise refuse(
             decisions,
             "env.VLLM_CPU_KVCACHE_SPACE",
             f"the KV pool {kv!r} is not a whole number of GiB",
@@ -222,22 +222,22 @@ def check_kv_pool(decisions: CpuEndpoint) -> None:
 def check_env(decisions: SingleEndpoint) -> None:
     for name in REQUIRED_ENV:
         if name not in decisions.env:
-            raise _refuse(decisions, f"env.{name}", f"{name} is not set", "plan the endpoint again")
+            raise refuse(decisions, f"env.{name}", f"{name} is not set", "plan the endpoint again")
     for name, why in FORBIDDEN_ENV.items():
         if name in decisions.env:
-            raise _refuse(
+            raise refuse(
                 decisions, f"env.{name}", f"{name} must not be set: {why}", f"remove {name}"
             )
     for name, value in decisions.env.items():
         refusal = None if name in ENV_THE_PLAN_SETS else env_refusal(name, value)
         if refusal:
-            raise _refuse(
+            raise refuse(
                 decisions, f"env.{name}", f"{name} must not be set: {refusal[0]}", refusal[1]
             )
     present = {name: decisions.env[name] for name in THROUGHPUT_SET if name in decisions.env}
     if present and present != THROUGHPUT_SET:
         wanted = " ".join(f"{name}={value}" for name, value in THROUGHPUT_SET.items())
-        raise _refuse(
+        raise refuse(
             decisions,
             "env." + next(iter(present)),
             f"the throughput flags go together or not at all: {wanted}"
@@ -245,7 +245,7 @@ def check_env(decisions: SingleEndpoint) -> None:
             "set throughput_flags = true, or none of the three",
         )
     if decisions.hf_token_file and "HF_TOKEN_PATH" in decisions.env:
-        raise _refuse(
+        raise refuse(
             decisions,
             "env.HF_TOKEN_PATH",
             "HF_TOKEN_PATH is set and hf_token_file names the token too",
@@ -258,7 +258,7 @@ def check_args(decisions: SingleEndpoint) -> None:
     for index, flag in enumerate(decisions.run_flags):
         why = FORBIDDEN_RUN_FLAGS.get(flag_name(flag) or flag)
         if why and flag not in REQUIRED_RUN_FLAGS:
-            raise _refuse(decisions, f"run_flags[{index}]", f"{flag}: {why}", f"remove {flag}")
+            raise refuse(decisions, f"run_flags[{index}]", f"{flag}: {why}", f"remove {flag}")
 
 
 def check_serve_args(decisions: SingleEndpoint, passed: Collection[str]) -> None:
@@ -278,7 +278,7 @@ def check_serve_args(decisions: SingleEndpoint, passed: Collection[str]) -> None
     for flag in extra.flags:
         owned = next((p for p in sorted(passed) if names(flag.name, p)), None)
         if owned is not None:
-            raise _refuse(
+            raise refuse(
                 decisions,
                 f"extra_args[{flag.position}]",
                 f"{extra.words[flag.position]!r} must not reach vLLM ({owned}: the plan "
@@ -301,7 +301,7 @@ def _check_words(
         refusal = arg_refusal(arg)
         if refusal and arg not in allowed:
             shown = "a secret" if refusal.secret else repr(arg)
-            raise _refuse(
+            raise refuse(
                 decisions,
                 f"{key}[{index}]",
                 f"{shown} must not reach vLLM ({refusal.why})",
@@ -312,21 +312,21 @@ def _check_words(
 def check_runtime(decisions: SingleEndpoint) -> None:
     if decisions.runtime == "host":
         if not decisions.vllm_executable:
-            raise _refuse(
+            raise refuse(
                 decisions, "vllm", "the host path needs the vllm executable", "set vllm = PATH"
             )
         for key, secret in secret_files(decisions):
             check_plain_path(decisions, key, secret)
         return
     if not decisions.image or not IMAGE_PATTERN.fullmatch(decisions.image):
-        raise _refuse(
+        raise refuse(
             decisions,
             "image",
             f"{decisions.image!r} is not a container image reference",
             "use NAME[:TAG][@DIGEST], e.g. docker.io/vllm/vllm-openai-cpu:v0.29.0-x86_64",
         )
     if decisions.runtime == "podman" and not _is_fully_qualified(decisions.image):
-        raise _refuse(
+        raise refuse(
             decisions,
             "image",
             f"{decisions.image!r} names no registry; podman would resolve the short name "
@@ -362,31 +362,12 @@ def check_plain_path(decisions: ServerEndpoint, key: str, path: str) -> None:
     bad = PLAIN_PATH_FORBIDDEN.search(path)
     if not path.startswith("/") or bad:
         found = f" (found {bad.group()!r})" if bad else ""
-        raise _refuse(
+        raise refuse(
             decisions,
             key,
             f"{path!r} is not a plain absolute path{found}",
             "use an absolute path without whitespace, quotes, backslashes, ':', ',' or '$'",
         )
-
-
-def check_llama_decisions(decisions: LlamaEndpoint) -> None:
-    """A llama.cpp endpoint's decisions: its identity, pinning, executable, secret files,
-    and one thread per pinned core (rule 10)."""
-    check_identity(decisions)
-    cpus = check_cpus_and_nodes(decisions)
-    executable(decisions.llama_server, "llama_server")
-    if decisions.runtime != "host":
-        raise _refuse(decisions, "runtime", "llama-server runs on the host", "plan again")
-    if decisions.invocation.threads != len(cpus):
-        raise _refuse(
-            decisions,
-            "threads",
-            f"{decisions.invocation.threads} threads on {len(cpus)} pinned cores",
-            "plan the endpoint again",
-        )
-    for key, secret in secret_files(decisions):
-        check_plain_path(decisions, key, secret)
 
 
 def check_decisions(decisions: CpuEndpoint) -> None:

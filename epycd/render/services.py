@@ -7,7 +7,7 @@ full privileges (`+`): it reads the root-only approval records and secret files.
 
 from __future__ import annotations
 
-from epycd.plan.model import LlamaEndpoint, ServerEndpoint, SingleEndpoint
+from epycd.plan.model import ServerEndpoint, SingleEndpoint
 from epycd.render import commands, sandbox
 from epycd.render.healing import crash_recorder_lines, restart_lines, start_limit_lines
 from epycd.render.quadlet import api_key_credential, description, limit_lines, part_of
@@ -81,16 +81,9 @@ def host_env(decisions: ServerEndpoint) -> list[str]:
     return assignments + sandbox.cache_environment(decisions)
 
 
-def render_host(decisions: SingleEndpoint) -> str:
-    return _host_unit(decisions, commands.vllm_serve_on_host(decisions))
-
-
-def render_llama(decisions: LlamaEndpoint) -> str:
-    """llama-server under the supervisor, pinned and sandboxed as a host vLLM is."""
-    return _host_unit(decisions, commands.llama_server_on_host(decisions))
-
-
-def _host_unit(decisions: ServerEndpoint, server: list[str]) -> str:
+def host_unit(decisions: ServerEndpoint, server: list[str]) -> str:
+    """`server` (its argv) under the supervisor on the host, pinned to the decisions' cores
+    and nodes, sandboxed, its secrets loaded as credentials."""
     service = _service_head(decisions)
     service.append(("ExecStart", command_line(commands.supervisor(decisions, server), "command")))
     service += crash_recorder_lines(decisions)
