@@ -20,6 +20,7 @@ from epycd.plan.current import LOAD_SAMPLE_SECONDS
 from epycd.plan.model import (
     BalancedSet,
     CpuEndpoint,
+    CpuServer,
     EndpointDecisions,
     InstanceSetEndpoint,
     InstinctEndpoint,
@@ -253,14 +254,14 @@ def _instance_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
     return rows
 
 
-def _member_threads(member: CpuEndpoint | LlamaEndpoint) -> str:
+def _member_threads(member: CpuServer) -> str:
     if isinstance(member, LlamaEndpoint):
         return f"{member.invocation.threads} threads"
     front = sorted(set(parse_cpulist(member.cpus)) - set(parse_cpulist(member.omp_cpus)))
     return f"OpenMP {member.omp_cpus}, front end {format_cpulist(front) or 'shares the core'}"
 
 
-def _member_batch(member: CpuEndpoint | LlamaEndpoint) -> str:
+def _member_batch(member: CpuServer) -> str:
     if isinstance(member, LlamaEndpoint):
         return f"{member.max_num_seqs} slots, context {member.max_model_len}"
     return f"max_num_seqs {member.max_num_seqs}"

@@ -11,6 +11,9 @@ from typing import Any
 
 import httpx
 
+RUNTIMES = ("podman", "docker", "host")
+"""Every runtime a server may run in: a Quadlet container, a docker container, the host."""
+
 
 @dataclass(frozen=True)
 class ServerMetrics:
@@ -50,6 +53,10 @@ class Engine:
     loading_health: dict[str, Any] | None = None
     """The JSON `error` of the 503 its /health answers while it loads the model; None for a
     server that does not listen until it is ready."""
+    runtimes: tuple[str, ...] = RUNTIMES
+    """The runtimes its servers can run in (an endpoint file's `runtime`, "auto" aside)."""
+    runtimes_reason: str = ""
+    """Why it runs in those alone, for the error of an endpoint file that asks for another."""
     cache_variables: tuple[tuple[str, str], ...] = ()
     """The variables that move what the server compiles and caches, each with its folder in
     the endpoint's own cache directory (a unit sets them unless the endpoint file does)."""

@@ -445,12 +445,17 @@ class BalancedSet(EndpointService, Generic[Member]):
         return self.worst_member.max_num_seqs
 
 
-def required_fits(process: CpuEndpoint | LlamaEndpoint) -> bool:
+CpuServer = CpuEndpoint | LlamaEndpoint
+"""One server process's decisions on CPUs, of whichever engine: a single endpoint or one
+member of a set."""
+
+
+def required_fits(process: CpuServer) -> bool:
     """Whether one CPU process fits its nodes' memory."""
     return process.cpu_fit.fits
 
 
-def required_gb(process: CpuEndpoint | LlamaEndpoint) -> float:
+def required_gb(process: CpuServer) -> float:
     """What one CPU process needs of its nodes' memory, OS headroom included."""
     return process.cpu_fit.required_gb
 

@@ -14,13 +14,13 @@ from pydantic import BaseModel
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.plan.alloc import Placement
-from epycd.plan.model import CpuEndpoint, HfCacheMount, LlamaEndpoint, SetEndpoint
+from epycd.plan.model import CpuServer, HfCacheMount, SetEndpoint
 from epycd.plan.prepared import Prepared, Sources
 from epycd.settings import Settings
 from epycd.spec import SpecResult
 from epycd.stack import Stack
 
-ServerDecisions = CpuEndpoint | LlamaEndpoint
+ServerDecisions = CpuServer
 """One server process's decisions on the CPU, of whichever engine."""
 
 

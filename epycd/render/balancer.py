@@ -42,7 +42,7 @@ from epycd.engines import engine_named
 from epycd.errors import InputError
 from epycd.listen import is_loopback
 from epycd.plan.healing import balancer_start_s
-from epycd.plan.model import CpuEndpoint, LlamaEndpoint, SetEndpoint
+from epycd.plan.model import CpuServer, SetEndpoint
 from epycd.render.healing import service_restart_lines, start_limit_lines
 from epycd.render.sandbox import COMMON_SANDBOX
 from epycd.render.syntax import check_printable, command_line, plain_value
@@ -63,7 +63,7 @@ and only for a connection that failed (`retry-on conn-failure`), never a request
 have run."""
 
 
-def member_service(member: CpuEndpoint | LlamaEndpoint) -> str:
+def member_service(member: CpuServer) -> str:
     return f"{member.unit_name}.service"
 
 

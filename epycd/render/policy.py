@@ -17,9 +17,9 @@ from epycd.names import ENDPOINT_NAME_RULE, instance_unit_name, is_endpoint_name
 from epycd.plan.invocation import CpuEngine, RocmEngine
 from epycd.plan.model import (
     CpuEndpoint,
+    CpuServer,
     EndpointDecisions,
     EndpointService,
-    LlamaEndpoint,
     ServerEndpoint,
     SingleEndpoint,
     pre_invocation_flags,
@@ -142,7 +142,7 @@ def check_pinning(decisions: CpuEndpoint) -> None:
     check_kv_pool(decisions)
 
 
-def check_cpus_and_nodes(decisions: CpuEndpoint | LlamaEndpoint) -> list[int]:
+def check_cpus_and_nodes(decisions: CpuServer) -> list[int]:
     """The pinned set, parsed; refused when it or the NUMA nodes are empty."""
     try:
         cpus = parse_cpulist(decisions.cpus)

@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
+from epycd.engines import DEFAULT_ENGINE, ENGINES
+from epycd.engines.base import RUNTIMES
 from epycd.errors import InputError
 from epycd.listen import DEFAULT_HOST, listen_address
 from epycd.names import is_endpoint_name, repo_file_problem, revision_problem
@@ -287,13 +289,16 @@ def _runtime_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
                 fix='set runtime = "auto", "podman" or "docker"',
             )
         ]
-    if data.get("engine") == "llama.cpp" and data.get("runtime", "auto") not in ("auto", "host"):
+    engine = next((e for e in ENGINES if e.name == data.get("engine", DEFAULT_ENGINE.name)), None)
+    runtime = data.get("runtime", "auto")
+    if engine is not None and runtime in RUNTIMES and runtime not in engine.runtimes:
+        allowed = " or ".join(f'"{r}"' for r in ("auto", *engine.runtimes))
         return [
             InputError(
-                "a llama.cpp endpoint runs llama-server on the host (no image is pinned yet)",
+                f"a {engine.title} endpoint {engine.runtimes_reason}",
                 file=path,
                 key="runtime",
-                fix='set runtime = "auto" or "host"',
+                fix=f"set runtime = {allowed}",
             )
         ]
     return []

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from epycd.engines import ENGINES as REGISTERED
+from epycd.engines.base import RUNTIMES
 from epycd.spec import EndpointSpec, parse_endpoint
 from epycd.spec.keys import DEVICES, ENGINES, KEYS, keys_markdown
 
@@ -96,3 +98,19 @@ def test_a_file_of_each_engine_with_only_its_keys_parses(tmp_path: Path) -> None
             data["runtime"] = "podman"
         errors = parse(tmp_path, data)
         assert not errors, (engine, device, errors)
+
+
+@pytest.mark.parametrize("engine", [e.name for e in REGISTERED])
+def test_each_engine_takes_its_runtimes_and_refuses_the_others(tmp_path: Path, engine: str) -> None:
+    """A runtime the engine's servers cannot run in is refused on `runtime`, the fix listing
+    the ones they can; each of those parses."""
+    declared = next(e for e in REGISTERED if e.name == engine)
+    for runtime in ("auto", *RUNTIMES):
+        errors = parse(tmp_path, {"engine": engine, "runtime": runtime})
+        if runtime == "auto" or runtime in declared.runtimes:
+            assert not errors, (engine, runtime, errors)
+            continue
+        [(key, message, fix)] = errors
+        assert key == "runtime" and declared.title in message, (engine, runtime, message)
+        assert fix is not None and all(f'"{r}"' in fix for r in declared.runtimes), fix
+        assert f'"{runtime}"' not in fix, fix

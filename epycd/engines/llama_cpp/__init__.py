@@ -18,6 +18,8 @@ LLAMA_CPP = Engine(
         tokens=("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total"),
     ),
     api_key_env="LLAMA_API_KEY",
+    runtimes=("host",),
+    runtimes_reason="runs llama-server on the host (no image is pinned yet)",
     loading_health={"message": "Loading model", "type": "unavailable_error", "code": 503},
     no_kube_export="no llama-server image is pinned",
 )
