@@ -1,6 +1,6 @@
 """llama-server's own buffers for model shapes and settings, against epycd's llama.cpp memory
-terms (`epycd.model.llama_memory`): the compute buffer's formula, the KV cache, the output
-buffer and the repacked matrices, from the server's log, without running a request.
+terms (`epycd.engines.llama_cpp.model.memory`): the compute buffer's formula, the KV cache,
+the output buffer and the repacked matrices, from the server's log, without running a request.
 
 Run:  .venv/bin/python benchmarks/llama_compute.py --runtime DEST --source LLAMA_CPP_DIR \\
           --models /tmp/llama-shapes --out benchmarks/llama-compute-run1.json
@@ -32,8 +32,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from llama_shape_model import Shape, write  # noqa: E402
 
+from epycd.engines.llama_cpp.model.memory import compute_bytes, repacked_bytes  # noqa: E402
 from epycd.model.gguf import read_gguf  # noqa: E402
-from epycd.model.llama_memory import compute_bytes, repacked_bytes  # noqa: E402
 
 BUFFER = re.compile(
     r"(CPU(?:_REPACK|_Mapped)?)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB"

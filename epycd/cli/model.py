@@ -10,12 +10,12 @@ import click
 
 from epycd.cli.options import CONTEXT_TOKENS, SEQUENCES, SOCKET_GIB, TEXT
 from epycd.cli.output import EXIT_NO, json_option, print_json, table
+from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
 from epycd.engines.llama_cpp.plan.sizing import LlamaFit, fit_llama
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.model.check import inspect_model
 from epycd.model.facts import GgufFile, MemoryFit, ModelFacts
-from epycd.model.llama_memory import UnmeasuredModel
 from epycd.plan.sizing import SizingRequest, fit_request
 from epycd.plan.tuning import DEFAULT_PROFILE, batch_target
 from epycd.sizes import GIB

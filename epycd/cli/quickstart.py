@@ -394,7 +394,7 @@ class Wanted:
 
 def llama_candidate(settings: Settings, wanted: Wanted) -> tuple[str, bytes, str]:
     """A llama.cpp endpoint's file: its GGUF model, served by the llama.cpp runtime."""
-    from epycd.host.llama_server import embedded_llama_server
+    from epycd.engines.llama_cpp.host import embedded_llama_server
 
     if wanted.vllm is not None:
         raise InputError(

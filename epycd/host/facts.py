@@ -115,7 +115,7 @@ class HostVllmFacts(BaseModel):
 
 
 class LlamaServerFacts(BaseModel):
-    """A llama-server executable, asked its version (`epycd.host.llama_server`)."""
+    """A llama-server executable, asked its version (`epycd.engines.llama_cpp.host`)."""
 
     path: str
     present: bool

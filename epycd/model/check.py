@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from epycd.engines.llama_cpp.model import tables as llama_tables
+from epycd.engines.llama_cpp.model.memory import kv_bytes_per_token
 from epycd.errors import InputError
 from epycd.model import config as cfg
-from epycd.model import llama_tables
 from epycd.model.facts import ChatTemplate, EngineSupport, GgufFile, ModelFacts, Support
 from epycd.model.gguf import read_gguf
 from epycd.model.hub import ModelSource, is_gguf, locate_gguf, locate_model
-from epycd.model.llama_memory import kv_bytes_per_token
 from epycd.model.registry_tables import Section, data_dir
 from epycd.model.support import is_scoring, support_from_installed, support_from_table
 from epycd.model.template import endpoints, template_from_override, template_status

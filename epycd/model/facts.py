@@ -69,7 +69,7 @@ class GgufFile(BaseModel):
         default_factory=dict,
         description="ggml tensor type -> bytes of the matrices llama.cpp's CPU backend may "
         "repack into a copy of its own: every weight matrix but the token embeddings whose "
-        "rows are a multiple of 8 (epycd.model.llama_memory.repacked_bytes)",
+        "rows are a multiple of 8 (epycd.engines.llama_cpp.model.memory.repacked_bytes)",
     )
     chat_template: bool = Field(description="tokenizer.chat_template is in the file")
 

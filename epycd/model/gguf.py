@@ -482,7 +482,7 @@ def _repackable_bytes(tensors: list[_Tensor]) -> dict[str, int]:
     """Per ggml type, the bytes of the matrices llama.cpp's CPU backend may repack: every
     tensor of two or more dimensions but the token embeddings, whose second dimension (its
     rows, ggml's ne[1]) is a multiple of 8. Which types it repacks depends on the CPU
-    (`epycd.model.llama_memory.repacked_bytes`)."""
+    (`epycd.engines.llama_cpp.model.memory.repacked_bytes`)."""
     found: Counter[str] = Counter()
     for tensor in tensors:
         shape = tensor.shape

@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from epycd.engines.llama_cpp.model.memory import llama_memory
 from epycd.model.check import inspect_model
 from epycd.model.gguf import read_gguf
-from epycd.model.llama_memory import llama_memory
 from tests.health.realvllm import VllmServer, free_port
 from tests.llama.realllama import llama_server, tiny_gguf
 from tests.machine import real_cpu
@@ -100,10 +100,11 @@ def pss_bytes(pid: int) -> int:
 
 @pytest.mark.parametrize("out_type", ["q8_0", "bf16", "q4_0"])
 def test_the_memory_terms_are_the_servers(tmp_path: Path, out_type: str) -> None:
-    """The fit's terms (epycd.model.llama_memory) against what this machine's llama-server
-    allocates for the tiny model: KV, output and repacked matrices exactly, the compute buffer
-    and the whole process's PSS (after a request) within ours. q4_0 is quantized here by the
-    runtime's own `llama quantize` (its matrices are the ones the CPU backend repacks)."""
+    """The fit's terms (epycd.engines.llama_cpp.model.memory) against what this machine's
+    llama-server allocates for the tiny model: KV, output and repacked matrices exactly, the
+    compute buffer and the whole process's PSS (after a request) within ours. q4_0 is quantized
+    here by the runtime's own `llama quantize` (its matrices are the ones the CPU backend
+    repacks)."""
     if out_type == "q4_0":
         model = tmp_path / "tiny-q4_0.gguf"
         quantize = [str(llama_server().with_name("llama")), "quantize", str(tiny_gguf("bf16"))]

@@ -16,11 +16,11 @@ from click.testing import CliRunner, Result
 from gguf import GGMLQuantizationType, LlamaFileType
 
 from epycd.cli import main
+from epycd.engines.llama_cpp.model import tables as llama_tables
+from epycd.engines.llama_cpp.model.memory import kv_bytes_per_token
 from epycd.errors import InputError, Refusal
-from epycd.model import llama_tables
 from epycd.model.check import inspect_model
 from epycd.model.gguf import read_gguf
-from epycd.model.llama_memory import kv_bytes_per_token
 from tests.model.gguf_files import CHAT_TEMPLATE, GgufShape, write_gguf
 from tests.model.hf_cache import add_to_cache, commit_for
 

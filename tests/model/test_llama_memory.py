@@ -1,4 +1,4 @@
-"""The memory terms of a llama.cpp endpoint (epycd.model.llama_memory,
+"""The memory terms of a llama.cpp endpoint (epycd.engines.llama_cpp.model.memory,
 epycd.engines.llama_cpp.plan.sizing)
 and `epycctl estimate` of a GGUF file. The compute buffer's formula is held to every case
 llama-server logged in benchmarks/llama-compute-run1.json (benchmarks/llama_compute.py);
@@ -15,9 +15,7 @@ from click.testing import CliRunner
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from epycd.cli import main
-from epycd.engines.llama_cpp.plan.sizing import fit_llama
-from epycd.model.gguf import read_gguf
-from epycd.model.llama_memory import (
+from epycd.engines.llama_cpp.model.memory import (
     UnmeasuredModel,
     compute_bytes,
     kv_bytes_per_token,
@@ -25,6 +23,8 @@ from epycd.model.llama_memory import (
     padded_cells,
     repacked_bytes,
 )
+from epycd.engines.llama_cpp.plan.sizing import fit_llama
+from epycd.model.gguf import read_gguf
 from epycd.sizes import GIB
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.sandbox import REPO

@@ -11,13 +11,13 @@ import dataclasses
 import os
 from pathlib import Path
 
+from epycd.engines.llama_cpp.model.memory import DEFAULT_UBATCH, UnmeasuredModel
 from epycd.engines.llama_cpp.plan.invocation import LlamaInvocation, llama_server_argv
 from epycd.engines.llama_cpp.plan.route import LlamaRoute
 from epycd.engines.llama_cpp.plan.sizing import LlamaFit, fit_llama
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.model.facts import GgufFile
-from epycd.model.llama_memory import DEFAULT_UBATCH, UnmeasuredModel
 from epycd.plan.alloc import Placement
 from epycd.plan.homes import in_a_home
 from epycd.plan.model import HfCacheMount, LlamaEndpoint

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from epycd.engines.llama_cpp.host import probe_llama_server
 from epycd.engines.llama_cpp.plan.decide import decide_llama, llama_fit
 from epycd.engines.llama_cpp.plan.route import LlamaProber, llama_route, with_llama_runtime
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
-from epycd.host.llama_server import probe_llama_server
 from epycd.model.facts import ModelFacts
 from epycd.plan.alloc import Placement
 from epycd.plan.model import HfCacheMount, LlamaEndpoint, LlamaService, LlamaSetEndpoint

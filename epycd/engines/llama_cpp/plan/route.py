@@ -15,7 +15,7 @@ from epycd.plan.route import EngineRoute, refuse_non_epyc
 from epycd.spec import EndpointSpec, SpecResult
 
 LlamaProber = Callable[[str], LlamaServerFacts]
-"""A llama-server executable -> what it is (`epycd.host.llama_server.probe_llama_server`)."""
+"""A llama-server executable -> what it is (`epycd.engines.llama_cpp.host.probe_llama_server`)."""
 
 LLAMA_RUNTIME_FIX = (
     f"build llama-server for this CPU ({llama_runtime_install_command(EMBEDDED_LLAMA_RUNTIME)}), "
@@ -71,7 +71,7 @@ def with_llama_runtime(
 ) -> HostFacts:
     """llama.cpp endpoints without a `llama_server` key serve with the llama.cpp runtime's
     (install.sh --engine llama.cpp); probed only when one asks for it."""
-    from epycd.host.llama_server import embedded_llama_server
+    from epycd.engines.llama_cpp.host import embedded_llama_server
 
     wanted = any(r.spec and r.spec.engine == "llama.cpp" and not r.spec.llama_server for r in specs)
     server = embedded_llama_server(runtime_dir) if wanted else None

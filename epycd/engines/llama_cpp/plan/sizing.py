@@ -1,6 +1,7 @@
 """The fit of one llama-server process in a socket's memory (docs/tuning.md rule 9): the
-process at its peak (`epycd.model.llama_memory`), plus rule 3's OS headroom, against what the
-socket has available; where it does not fit, the largest context per slot that does.
+process at its peak (`epycd.engines.llama_cpp.model.memory`), plus rule 3's OS headroom,
+against what the socket has available; where it does not fit, the largest context per slot
+that does.
 
 Unlike vLLM, llama-server takes no pool share of the socket up front: its KV cache is exactly
 the cells it is given (`-c`), so the fit is the process's own bytes, nothing reserved."""
@@ -11,13 +12,13 @@ from collections.abc import Collection
 
 from pydantic import BaseModel, Field
 
-from epycd.model.facts import GgufFile
-from epycd.model.llama_memory import (
+from epycd.engines.llama_cpp.model.memory import (
     CELL_PADDING,
     DEFAULT_UBATCH,
     LlamaMemory,
     llama_memory,
 )
+from epycd.model.facts import GgufFile
 from epycd.plan.tuning import headroom_gib
 from epycd.sizes import GIB, gib
 
@@ -52,8 +53,8 @@ def fit_llama(
     shared_pool: bool = False,
 ) -> LlamaFit:
     """`shared_pool`: the slots share one pool of `context` cells (the plan's, rule 10), else
-    each has its own `context` in the pool. Raises `epycd.model.llama_memory.UnmeasuredModel`
-    where a term is unknown."""
+    each has its own `context` in the pool. Raises `UnmeasuredModel`
+    (`epycd.engines.llama_cpp.model.memory`) where a term is unknown."""
     memory = llama_memory(
         gguf,
         context=context,

@@ -8,7 +8,7 @@ decoder that has no chat or completions endpoint) is decided here from `NOT_TEXT
 
 Make a table from the pinned source (the sdist the runtime recipe builds from, or a folder):
 
-    python -m epycd.model.llama_tables llama_cpp_python-0.3.36.tar.gz --version 0.3.36
+    python -m epycd.engines.llama_cpp.model.tables llama_cpp_python-0.3.36.tar.gz --version 0.3.36
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def load_table(version: str) -> LlamaTable:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m epycd.model.llama_tables",
+        prog="python -m epycd.engines.llama_cpp.model.tables",
         description="Write data/llama.cpp/<version>.json from the pinned llama.cpp source",
     )
     parser.add_argument("source", type=Path, help="llama-cpp-python sdist (.tar.gz) or a folder")
