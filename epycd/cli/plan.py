@@ -10,28 +10,21 @@ from typing import Any
 
 import click
 
+from epycd.cli.engine_view import GPU_KEYS
+from epycd.cli.engine_views import VIEWS, view_for
 from epycd.cli.options import SAMPLE_SECONDS, NonEmptyPath
 from epycd.cli.output import EXIT_OK, json_option, print_json, table
 from epycd.errors import InputError
-from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
-from epycd.model.facts import MemoryFit
 from epycd.plan.current import LOAD_SAMPLE_SECONDS
 from epycd.plan.model import (
     BalancedSet,
-    CpuEndpoint,
-    CpuServer,
     EndpointDecisions,
-    InstanceSetEndpoint,
     InstinctEndpoint,
-    LlamaEndpoint,
-    LlamaService,
-    LlamaSetEndpoint,
     SetEndpoint,
 )
 from epycd.plan.result import EndpointResult
 from epycd.settings import load_settings
-from epycd.sizes import gib
 from epycd.text import escaped, escaped_lines
 
 JSON_KEYS = (
@@ -67,39 +60,6 @@ JSON_KEYS = (
     "confirmation_reasons",
     "warnings",
 )
-MEMORY_KEYS = (
-    "weights_gb",
-    "kv_gb",
-    "kv_pool_gb",
-    "kv_pool_cap_gb",
-    "runtime_gb",
-    "process_gb",
-    "headroom_gb",
-    "required_gb",
-    "available_gb",
-)
-
-
-INSTANCE_KEYS = (
-    "socket",
-    "socket_reason",
-    "cpus",
-    "omp_cpus",
-    "numa_nodes",
-    "env",
-    "kv_cache_gb",
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "enforce_eager",
-    "vllm_args",
-)
-"""The keys of one vLLM process: a set has no single value for `env`, `vllm_args`,
-`max_num_batched_tokens` and `enforce_eager` (null; each member has its own), and shows
-the union of its members' CPUs and nodes, the socket they share (null across sockets), and
-its tightest member's context, batch and KV pool."""
-GPU_KEYS = ("gpus", "gfx_version", "tensor_parallel_size")
-LLAMA_KEYS = ("llama_server", "llama_version", "gguf_file", "server_args")
 KIND_KEYS = (
     "kind",
     "device",
@@ -109,74 +69,25 @@ KIND_KEYS = (
     *GPU_KEYS,
     "vram",
     "instances",
-    *LLAMA_KEYS,
+    *(key for view in VIEWS.values() for key in view.plan_keys),
 )
 """Keys after `JSON_KEYS`: what kind of endpoint and which engine serves it, how it heals, an
 Instinct endpoint's GPUs and VRAM fit (null on CPUs), a set's instances (null for one
-instance), a llama.cpp endpoint's server (null for vLLM's)."""
-
-
-def memory_json(fit: MemoryFit) -> dict[str, Any]:
-    dumped = fit.model_dump(mode="json")
-    keys = (*MEMORY_KEYS, "fits", "suggested_max_model_len", "action")
-    return {key: dumped[key] for key in keys}
+instance), then each engine's own keys (`PlanView.plan_keys`, null for the others')."""
 
 
 def decisions_json(decided: EndpointDecisions) -> dict[str, Any]:
-    """The plan keys of decisions, by kind (docs/architecture.md, "Plan keys")."""
+    """The plan keys of decisions: every endpoint's fields, then its engine's
+    (docs/architecture.md, "Plan keys")."""
     dumped = decided.model_dump(mode="json")
     data: dict[str, Any] = {key: dumped.get(key) for key in (*JSON_KEYS, *KIND_KEYS)}
     data.update(
         kind=decided.kind,
         device="instinct" if isinstance(decided, InstinctEndpoint) else "cpu",
-        engine="llama.cpp" if isinstance(decided, LlamaService) else "vllm",
+        engine=decided.engine,
     )
-    if isinstance(decided, LlamaSetEndpoint):
-        data.update({key: getattr(decided, key, None) for key in INSTANCE_KEYS})
-        data["memory"] = decided.fit.model_dump(mode="json")
-        data["instances"] = instances_json(decided)
-        return data
-    if isinstance(decided, LlamaEndpoint):
-        data.update(
-            kv_cache_gb=decided.kv_cache_gb,
-            max_model_len=decided.max_model_len,
-            max_num_seqs=decided.max_num_seqs,
-            memory=dumped["fit"],
-        )
-        return data
-    if isinstance(decided, InstanceSetEndpoint):
-        data.update({key: getattr(decided, key, None) for key in INSTANCE_KEYS})
-        data["memory"] = memory_json(decided.memory)
-        data["instances"] = instances_json(decided)
-        return data
-    if isinstance(decided, InstinctEndpoint):
-        data.update({key: dumped[key] for key in GPU_KEYS}, vram=dumped["gpu_fit"])
-        data.update(omp_cpus=None, max_num_batched_tokens=None, memory=None)
-        return data
-    data["memory"] = memory_json(decided.memory)
+    data.update(view_for(decided.engine).json_keys(decided, dumped))
     return data
-
-
-def instances_json(decided: SetEndpoint) -> dict[str, Any]:
-    """A set's layout, its balancer, and each member as a whole instance (its own port,
-    CPUs, nodes, env and args)."""
-    chosen = decided.instances
-    return {
-        "requested": chosen.requested,
-        "placement": chosen.placement,
-        "count": chosen.count,
-        "min_ready": chosen.min_ready,
-        "reasons": chosen.reasons,
-        "balancer": {
-            "kind": chosen.balancer,
-            "unit_name": decided.unit_name,
-            "host": decided.host,
-            "port": decided.port,
-        },
-        # the members' typed invocation is not a plan key: their vllm_args (server_args)
-        # are its words
-        "members": [m.model_dump(mode="json", exclude={"invocation"}) for m in chosen.members],
-    }
 
 
 def plan_json(result: EndpointResult) -> dict[str, Any]:
@@ -201,24 +112,6 @@ def plan_json(result: EndpointResult) -> dict[str, Any]:
     return data
 
 
-def _backend_text(decided: EndpointDecisions) -> str:
-    if isinstance(decided, LlamaService):
-        return f"llama.cpp {decided.llama_version} (llama-server built for this CPU)"
-    if decided.backend == "zentorch":
-        return "zentorch acceleration (Zen4+)"
-    if decided.backend == "rocm":
-        return "ROCm vLLM on AMD Instinct GPUs (docs/instinct.md)"
-    return "stock vLLM CPU, no zentorch (no acceleration; verified on Milan)"
-
-
-def _path_text(decided: EndpointDecisions) -> str:
-    if isinstance(decided, LlamaService):
-        return f"host llama-server ({decided.llama_server}), {decided.gguf_file}"
-    if decided.runtime == "host":
-        return f"host vLLM {decided.vllm_version} ({decided.vllm_executable})"
-    return f"container ({decided.runtime}, {decided.image})"
-
-
 def _hardware_text(host: HostFacts) -> str:
     return (
         f"EPYC {host.epyc_generation} ({host.zen_arch or 'unknown Zen'}), "
@@ -241,53 +134,37 @@ def _instance_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
         )
     ]
     rows += [("Instances why", reason) for reason in chosen.reasons]
+    view = view_for(decided.engine)
     for member in chosen.members:
+        threads, batch = view.member_text(member)
         rows.append(
             (
                 f"Instance {member.instance}",
                 f"{member.unit_name}: socket {member.socket}, NUMA "
                 f"{','.join(map(str, member.numa_nodes))}, pinned {member.cpus}, "
-                f"{_member_threads(member)}, port {member.port}, KV {member.kv_cache_gb} GB, "
-                f"{_member_batch(member)} ({member.socket_reason})",
+                f"{threads}, port {member.port}, KV {member.kv_cache_gb} GB, "
+                f"{batch} ({member.socket_reason})",
             )
         )
     return rows
-
-
-def _member_threads(member: CpuServer) -> str:
-    if isinstance(member, LlamaEndpoint):
-        return f"{member.invocation.threads} threads"
-    front = sorted(set(parse_cpulist(member.cpus)) - set(parse_cpulist(member.omp_cpus)))
-    return f"OpenMP {member.omp_cpus}, front end {format_cpulist(front) or 'shares the core'}"
-
-
-def _member_batch(member: CpuServer) -> str:
-    if isinstance(member, LlamaEndpoint):
-        return f"{member.max_num_seqs} slots, context {member.max_model_len}"
-    return f"max_num_seqs {member.max_num_seqs}"
 
 
 def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
     decided = result.plan.decisions if result.plan is not None else result.decisions
     rows: list[tuple[str, str]] = []
     if decided is not None:
+        view = view_for(decided.engine)
         rows += [
             ("Model / kind", f"{decided.model} -- {decided.model_kind}"),
             ("Endpoint", f"/v1/{decided.primary_endpoint.replace('_', '/')}"),
-            ("Backend", _backend_text(decided)),
-            ("Path", _path_text(decided)),
+            ("Backend", view.backend_text(decided)),
+            ("Path", view.path_text(decided)),
             ("Precision", decided.dtype),
         ]
-        if isinstance(decided, InstinctEndpoint):
-            from epycd.cli.instinct import gpu_rows
-
-            rows += gpu_rows(decided)
-        elif isinstance(decided, BalancedSet):
+        if isinstance(decided, BalancedSet):
             rows += _set_rows(decided)
-        elif isinstance(decided, LlamaEndpoint):
-            rows += _llama_rows(decided)
         else:
-            rows += _cpu_rows(decided)
+            rows += view.endpoint_rows(decided)
         rows += [
             ("Hardware", _hardware_text(host)),
             ("Port", str(decided.port)),
@@ -311,9 +188,10 @@ def _set_rows(decided: SetEndpoint) -> list[tuple[str, str]]:
     """A set's fit and context are its tightest member's (each member's own are in its
     row); its CPUs and nodes are all of its members'."""
     worst = decided.worst_member
-    fit, cpu, context = _llama_rows(worst) if isinstance(worst, LlamaEndpoint) else _cpu_rows(worst)
+    view = view_for(decided.engine)
+    fit, cpu, context = view.server_rows(worst)
     where = "across sockets" if decided.socket is None else f"socket {decided.socket}"
-    omp = f", OpenMP bind {decided.omp_cpus}" if isinstance(decided, InstanceSetEndpoint) else ""
+    omp = view.set_bind_text(decided)
     return [
         (fit[0], f"tightest instance ({worst.instance}): {fit[1]}"),
         (
@@ -322,59 +200,6 @@ def _set_rows(decided: SetEndpoint) -> list[tuple[str, str]]:
             f"NUMA nodes {','.join(map(str, decided.numa_nodes))}",
         ),
         (context[0], f"tightest instance ({worst.instance}): {context[1]}"),
-    ]
-
-
-def _llama_rows(decided: LlamaEndpoint) -> list[tuple[str, str]]:
-    fit, memory, server = decided.fit, decided.fit.memory, decided.invocation
-    return [
-        (
-            "Memory fit",
-            f"required {fit.required_gb} GB (server {fit.process_gb}: weights "
-            f"{gib(memory.weights_bytes)} + repacked {gib(memory.repacked_bytes)} + KV "
-            f"{gib(memory.kv_bytes)} + compute {gib(memory.compute_bytes)}; OS headroom "
-            f"{fit.headroom_gb}), available {fit.available_gb} GB on the socket's nodes: "
-            f"{'fits' if fit.fits else 'does NOT fit'}",
-        ),
-        (
-            "CPU config",
-            f"socket {decided.socket} ({decided.socket_reason}), pinned {decided.cpus}, "
-            f"{server.threads} threads, memory bound to NUMA nodes "
-            f"{','.join(map(str, decided.numa_nodes))}, weights {server.load_mode}",
-        ),
-        (
-            "Context",
-            f"{server.slots} slots sharing one KV pool of {server.context} tokens, prompt "
-            f"cache {server.cache_ram_mib} MiB "
-            f"(profile {decided.profile})",
-        ),
-    ]
-
-
-def _cpu_rows(decided: CpuEndpoint) -> list[tuple[str, str]]:
-    fit = decided.memory
-    return [
-        (
-            "Memory fit",
-            f"required {fit.required_gb} GB (server {fit.process_gb}: weights "
-            f"{fit.weights_gb} + KV pool {fit.kv_pool_gb} + vLLM's processes "
-            f"{fit.runtime_gb}; OS headroom {fit.headroom_gb}), available {fit.available_gb}"
-            f" GB on the socket's nodes: {'fits' if fit.fits else 'does NOT fit'}",
-        ),
-        (
-            "CPU config",
-            f"socket {decided.socket} ({decided.socket_reason}), pinned {decided.cpus}, "
-            f"OpenMP bind {decided.omp_cpus} (the rest is the front end's), "
-            f"KV {decided.kv_cache_gb} GB (in socket), memory bound to NUMA nodes "
-            f"{','.join(map(str, decided.numa_nodes))}",
-        ),
-        (
-            "Context",
-            f"max_model_len {decided.max_model_len}, max_num_seqs {decided.max_num_seqs}, "
-            f"max_num_batched_tokens {decided.max_num_batched_tokens} "
-            f"(profile {decided.profile}"
-            f"{', eager: no C++ compiler or Python headers' if decided.enforce_eager else ''})",
-        ),
     ]
 
 

@@ -139,6 +139,8 @@ def test_plan_json_and_table_show_the_llama_set(ws: PlanWorkspace, host_of: Host
     assert [m["numa_nodes"] for m in members] == [[0], [1], [2], [3]]
     assert all(m["kind"] == "llama" and m["server_args"] for m in members)
     assert data["memory"]["fits"] is True and data["server_args"] is None
+    assert data["cpus"] == "0-95" and data["numa_nodes"] == [0, 1, 2, 3], data["cpus"]
+    assert all(data[key] is None for key in ("omp_cpus", "vllm_args", "env", "image")), data
     text = confirmation_table(result, lw.host)
     assert "4 (instances = auto, placement socket, ready with 3) behind HAProxy" in text
     assert "epyc-llm-chat_3: socket 0, NUMA 2, pinned 48-71, 24 threads" in text

@@ -1,0 +1,75 @@
+"""What each engine shows of its endpoints in `epycctl plan` (`PlanView`): its `plan --json`
+keys beyond every endpoint's, and its rows of the confirmation table. One implementation per
+engine (`epycd.engines.ENGINE.cli`), listed by `epycd.cli.engine_views`; `epycd.cli.plan`
+asks it and never names an engine."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from epycd.plan.model import CpuServer, EndpointDecisions, SetEndpoint
+
+Row = tuple[str, str]
+GPU_KEYS = ("gpus", "gfx_version", "tensor_parallel_size")
+"""The plan keys of a GPU placement (null on CPUs)."""
+
+
+def instances_json(decided: SetEndpoint) -> dict[str, Any]:
+    """A set's layout, its balancer, and each member as a whole instance (its own port,
+    CPUs, nodes, env and args)."""
+    chosen = decided.instances
+    return {
+        "requested": chosen.requested,
+        "placement": chosen.placement,
+        "count": chosen.count,
+        "min_ready": chosen.min_ready,
+        "reasons": chosen.reasons,
+        "balancer": {
+            "kind": chosen.balancer,
+            "unit_name": decided.unit_name,
+            "host": decided.host,
+            "port": decided.port,
+        },
+        # the members' typed invocation is not a plan key: their vllm_args (server_args)
+        # are its words
+        "members": [m.model_dump(mode="json", exclude={"invocation"}) for m in chosen.members],
+    }
+
+
+class PlanView(ABC):
+    """One engine's endpoints, as `epycctl plan` shows them."""
+
+    engine: ClassVar[str]
+    plan_keys: ClassVar[tuple[str, ...]] = ()
+    """Its own keys of `plan --json`, after every endpoint's (null for other engines')."""
+
+    @abstractmethod
+    def json_keys(self, decided: EndpointDecisions, dumped: dict[str, Any]) -> dict[str, Any]:
+        """Its plan keys that are not a field of the same name (`dumped`): a set's, its
+        memory fit's, its device's (docs/architecture.md, "Plan keys")."""
+
+    @abstractmethod
+    def backend_text(self, decided: EndpointDecisions) -> str:
+        """What serves it, for the table's Backend row."""
+
+    @abstractmethod
+    def path_text(self, decided: EndpointDecisions) -> str:
+        """Where it runs, for the table's Path row."""
+
+    @abstractmethod
+    def endpoint_rows(self, decided: EndpointDecisions) -> list[Row]:
+        """One server's rows (its fit, CPUs and context, or its device's)."""
+
+    @abstractmethod
+    def server_rows(self, server: CpuServer) -> tuple[Row, Row, Row]:
+        """One server's memory fit, CPU and context rows on CPUs (a set shows its tightest
+        member's)."""
+
+    def set_bind_text(self, decided: SetEndpoint) -> str:
+        """What a set's CPU row adds after its pinned cores."""
+        return ""
+
+    @abstractmethod
+    def member_text(self, member: CpuServer) -> tuple[str, str]:
+        """A set member's threads and its batch, in its row of the set."""

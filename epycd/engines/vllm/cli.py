@@ -1,0 +1,148 @@
+"""vLLM's endpoints in `epycctl plan`: its memory fit's keys, a set's per-process keys, an
+Instinct endpoint's GPUs and VRAM fit; its rows of the confirmation table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from epycd.cli.engine_view import GPU_KEYS, PlanView, Row, instances_json
+from epycd.host.cpulist import format_cpulist, parse_cpulist
+from epycd.model.facts import MemoryFit
+from epycd.plan.model import (
+    CpuEndpoint,
+    CpuServer,
+    EndpointDecisions,
+    InstanceSetEndpoint,
+    InstinctEndpoint,
+    SetEndpoint,
+    VllmService,
+)
+
+MEMORY_KEYS = (
+    "weights_gb",
+    "kv_gb",
+    "kv_pool_gb",
+    "kv_pool_cap_gb",
+    "runtime_gb",
+    "process_gb",
+    "headroom_gb",
+    "required_gb",
+    "available_gb",
+)
+INSTANCE_KEYS = (
+    "socket",
+    "socket_reason",
+    "cpus",
+    "omp_cpus",
+    "numa_nodes",
+    "env",
+    "kv_cache_gb",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enforce_eager",
+    "vllm_args",
+)
+"""The keys of one server process: a set has no single value for `env`, `vllm_args`,
+`max_num_batched_tokens` and `enforce_eager` (null; each member has its own), and shows
+the union of its members' CPUs and nodes, the socket they share (null across sockets), and
+its tightest member's context, batch and KV pool."""
+
+
+def memory_json(fit: MemoryFit) -> dict[str, Any]:
+    dumped = fit.model_dump(mode="json")
+    keys = (*MEMORY_KEYS, "fits", "suggested_max_model_len", "action")
+    return {key: dumped[key] for key in keys}
+
+
+def set_json(decided: SetEndpoint) -> dict[str, Any]:
+    """A set's per-process keys, and its instances."""
+    keys = {key: getattr(decided, key, None) for key in INSTANCE_KEYS}
+    return keys | {"instances": instances_json(decided)}
+
+
+def _cpu(decided: EndpointDecisions) -> CpuEndpoint:
+    assert isinstance(decided, CpuEndpoint), decided.kind
+    return decided
+
+
+def _vllm(decided: EndpointDecisions) -> VllmService:
+    assert isinstance(decided, VllmService), decided.kind
+    return decided
+
+
+class VllmView(PlanView):
+    engine = "vllm"
+
+    def json_keys(self, decided: EndpointDecisions, dumped: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(decided, InstanceSetEndpoint):
+            return set_json(decided) | {"memory": memory_json(decided.memory)}
+        if isinstance(decided, InstinctEndpoint):
+            return {key: dumped[key] for key in GPU_KEYS} | {
+                "vram": dumped["gpu_fit"],
+                "omp_cpus": None,
+                "max_num_batched_tokens": None,
+                "memory": None,
+            }
+        return {"memory": memory_json(_cpu(decided).memory)}
+
+    def backend_text(self, decided: EndpointDecisions) -> str:
+        backend = _vllm(decided).backend
+        if backend == "zentorch":
+            return "zentorch acceleration (Zen4+)"
+        if backend == "rocm":
+            return "ROCm vLLM on AMD Instinct GPUs (docs/instinct.md)"
+        return "stock vLLM CPU, no zentorch (no acceleration; verified on Milan)"
+
+    def path_text(self, decided: EndpointDecisions) -> str:
+        vllm = _vllm(decided)
+        if decided.runtime == "host":
+            return f"host vLLM {vllm.vllm_version} ({vllm.vllm_executable})"
+        return f"container ({decided.runtime}, {vllm.image})"
+
+    def endpoint_rows(self, decided: EndpointDecisions) -> list[Row]:
+        if isinstance(decided, InstinctEndpoint):
+            from epycd.cli.instinct import gpu_rows
+
+            return gpu_rows(decided)
+        return list(self.server_rows(_cpu(decided)))
+
+    def server_rows(self, server: CpuServer) -> tuple[Row, Row, Row]:
+        decided = _cpu(server)
+        fit = decided.memory
+        eager = ", eager: no C++ compiler or Python headers" if decided.enforce_eager else ""
+        return (
+            (
+                "Memory fit",
+                f"required {fit.required_gb} GB (server {fit.process_gb}: weights "
+                f"{fit.weights_gb} + KV pool {fit.kv_pool_gb} + vLLM's processes "
+                f"{fit.runtime_gb}; OS headroom {fit.headroom_gb}), available "
+                f"{fit.available_gb} GB on the socket's nodes: "
+                f"{'fits' if fit.fits else 'does NOT fit'}",
+            ),
+            (
+                "CPU config",
+                f"socket {decided.socket} ({decided.socket_reason}), pinned {decided.cpus}, "
+                f"OpenMP bind {decided.omp_cpus} (the rest is the front end's), "
+                f"KV {decided.kv_cache_gb} GB (in socket), memory bound to NUMA nodes "
+                f"{','.join(map(str, decided.numa_nodes))}",
+            ),
+            (
+                "Context",
+                f"max_model_len {decided.max_model_len}, max_num_seqs {decided.max_num_seqs}, "
+                f"max_num_batched_tokens {decided.max_num_batched_tokens} "
+                f"(profile {decided.profile}{eager})",
+            ),
+        )
+
+    def set_bind_text(self, decided: SetEndpoint) -> str:
+        return f", OpenMP bind {decided.omp_cpus}"
+
+    def member_text(self, member: CpuServer) -> tuple[str, str]:
+        cpu = _cpu(member)
+        front = sorted(set(parse_cpulist(cpu.cpus)) - set(parse_cpulist(cpu.omp_cpus)))
+        threads = f"OpenMP {cpu.omp_cpus}, front end {format_cpulist(front) or 'shares the core'}"
+        return threads, f"max_num_seqs {cpu.max_num_seqs}"
+
+
+VIEW = VllmView()
