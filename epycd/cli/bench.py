@@ -1,6 +1,6 @@
-"""`epycctl bench NAME`: measure the ready endpoint with vLLM's own `vllm bench serve`, or a
-llama.cpp endpoint (which has no vLLM) with epycd's own client of the same measure
-(`epycd.servebench`: the server's own token counts).
+"""`epycctl bench NAME`: measure the ready endpoint with vLLM's own `vllm bench serve`, or an
+endpoint of another engine (llama.cpp's has no vLLM) with epycd's own client of the same
+measure (`epycd.servebench`: the server's own token counts).
 
 The endpoint's own vLLM runs the benchmark: the host venv's `vllm`, or `vllm` inside the
 endpoint's image (host network, the HF cache and model folders mounted as the unit mounts
@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,10 +98,10 @@ def serve_bench_args(
 
 def bench_argv(plan: Plan, args: list[str], results: Path) -> list[str]:
     """The endpoint's own vLLM: the host venv, or the image on the host network."""
-    from epycd.plan.model import LlamaService
+    from epycd.plan.model import VllmService
 
     decisions = plan.decisions
-    assert not isinstance(decisions, LlamaService), "vLLM's client only"
+    assert isinstance(decisions, VllmService), "vLLM's client only"
     if decisions.runtime == "host":
         return [str(decisions.vllm_executable), *args]
     mounts = [f"{results}:{RESULT_IN_CONTAINER}"]
@@ -156,10 +157,10 @@ def require_ready(plan: Plan, name: str) -> None:
 def offline_target(plan: Plan) -> SingleEndpoint:
     """The vLLM process the offline benchmark runs as: the endpoint's own, or a set's first
     instance (every member is sized alike; its own CPUs, nodes and environment)."""
-    from epycd.plan.model import InstanceSetEndpoint, LlamaService
+    from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, InstinctEndpoint
 
     decisions = plan.decisions
-    assert not isinstance(decisions, LlamaService), "refused offline"
+    assert isinstance(decisions, CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint), "offline"
     return decisions.members[0] if isinstance(decisions, InstanceSetEndpoint) else decisions
 
 
@@ -308,11 +309,11 @@ def bench(
     plan = approved_plan(settings, name)
     lengths = (input_len, output_len)
     if offline:
-        refuse_llama_offline(plan)
+        refuse_without_offline_bench(plan)
         runs = [offline_run(plan, name, prompts_per_concurrency, lengths)]
     else:
         require_ready(plan, name)
-        measure = llama_runs if is_llama(plan) else serve_runs
+        measure = OWN_BENCH_CLIENTS.get(plan.decisions.engine, openai_client_runs)
         runs = measure(plan, concurrencies or (1, 8, 32), prompts_per_concurrency, lengths)
     result = BenchResult(
         endpoint=name,
@@ -325,29 +326,28 @@ def bench(
     finish(settings, result, as_json)
 
 
-def is_llama(plan: Plan) -> bool:
-    from epycd.plan.model import LlamaService
+def refuse_without_offline_bench(plan: Plan) -> None:
+    """--offline is vLLM's `bench throughput`: an endpoint of another engine is refused."""
+    from epycd.engines import engine_named
 
-    return isinstance(plan.decisions, LlamaService)
-
-
-def refuse_llama_offline(plan: Plan) -> None:
-    if is_llama(plan):
+    if plan.decisions.engine not in OFFLINE_BENCH_ENGINES:
+        title = engine_named(plan.decisions.engine).title
         raise Refusal(
-            f"{plan.endpoint} is served by llama.cpp: --offline is vLLM's `bench throughput`, "
-            "which a llama.cpp endpoint does not have",
+            f"{plan.endpoint} is served by {title}: --offline is vLLM's `bench throughput`, "
+            f"which a {title} endpoint does not have",
             fix=f"epycctl bench {plan.endpoint} (without --offline) measures it serving",
         )
 
 
-def llama_runs(
+def openai_client_runs(
     plan: Plan,
     concurrencies: tuple[int, ...],
     prompts_per_concurrency: int,
     lengths: tuple[int, int],
 ) -> list[BenchRun]:
-    """A llama.cpp endpoint has no vLLM: epycd's own client (`epycd.servebench`), one run per
-    concurrency, the same measure and the same prompt counts as `vllm bench serve`."""
+    """An engine without a bench client of its own (llama-server has no vLLM): epycd's own
+    client of the OpenAI API (`epycd.servebench`), one run per concurrency, the same measure
+    and the same prompt counts as `vllm bench serve`."""
     import httpx
 
     from epycd.servebench import BenchFailed, measure
@@ -455,3 +455,10 @@ def bench_table(result: BenchResult) -> str:
     ]
     header = ("Concurrency", "Output tok/s", "TTFT ms", "TPOT ms", "Error")
     return table(rows, header=header)
+
+
+OWN_BENCH_CLIENTS: dict[str, Callable[..., list[BenchRun]]] = {"vllm": serve_runs}
+"""The engines measured by a client of their own (vLLM: `vllm bench serve` of the endpoint's
+own vLLM); any other engine by epycd's (`openai_client_runs`)."""
+OFFLINE_BENCH_ENGINES = frozenset({"vllm"})
+"""The engines `--offline` can measure (vLLM's `bench throughput`)."""
