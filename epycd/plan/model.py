@@ -25,7 +25,6 @@ from epycd.sizes import gib
 from epycd.spec.flags import ExtraFlags
 
 Backend = Literal["zentorch", "stock", "rocm"]
-Engine = Literal["vllm", "llama.cpp"]
 Runtime = Literal["podman", "docker", "host"]
 PrimaryEndpoint = Literal["chat_completions", "completions"]
 Restart = Literal["no", "on-failure"]

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_core import ErrorDetails
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from epycd.engines import DEFAULT_ENGINE, ENGINES
 from epycd.engines.base import RUNTIMES
@@ -28,6 +28,7 @@ from epycd.names import is_endpoint_name, repo_file_problem, revision_problem
 from epycd.readfile import RefusedFile, read_head
 from epycd.spec.flags import ExtraFlags
 from epycd.spec.keys import ALLOWED, inapplicable_key_errors
+from epycd.spec.keys import ENGINES as ENGINE_NAMES
 from epycd.spec.policy import env_errors, extra_args_errors
 from epycd.text import first_unsafe
 
@@ -42,6 +43,21 @@ SEE_ENDPOINT_FILE_DOCS = 'see docs/architecture.md, "Endpoint file"'
 key in it."""
 
 PathText = Annotated[str, Field(min_length=2, pattern=r"^/")]
+
+
+def registered_engine(name: str) -> str:
+    """An engine of the registry (`epycd.engines.ENGINES`); any other is refused as a value
+    outside a list is."""
+    if name not in ENGINE_NAMES:
+        raise PydanticCustomError(
+            "literal_error",
+            "Input should be one of {expected}",
+            {"expected": ", ".join(ENGINE_NAMES)},
+        )
+    return name
+
+
+EngineName = Annotated[str, AfterValidator(registered_engine)]
 
 
 class EndpointSpec(BaseModel):
@@ -74,7 +90,7 @@ class EndpointSpec(BaseModel):
     device: Literal["cpu", "instinct"] = "cpu"
     gpus: list[Annotated[int, Field(ge=0)]] | Literal["auto"] = "auto"
     tensor_parallel_size: Literal[1, 2, 4, 8, "auto"] = "auto"
-    engine: Literal["vllm", "llama.cpp"] = "vllm"
+    engine: EngineName = DEFAULT_ENGINE.name
     gguf_file: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._][A-Za-z0-9._/-]{0,254}$")
     llama_server: PathText | None = None
 

@@ -17,14 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from epycd.engines import DEFAULT_ENGINE
+from epycd.engines import ENGINES as REGISTERED
 from epycd.errors import InputError
 from epycd.spec.policy import ENV_TUNABLE_TEXT
 
-ENGINES = ("vllm", "llama.cpp")
-"""The values of `engine`, the default first."""
+ENGINES = (DEFAULT_ENGINE.name, *(e.name for e in REGISTERED if e is not DEFAULT_ENGINE))
+"""The values of `engine`, the default first: the registered engines (`epycd.engines`)."""
 DEVICES = ("cpu", "instinct")
 """The values of `device`, the default first."""
-ENGINE_TITLE = {"vllm": "vLLM", "llama.cpp": "llama.cpp"}
+ENGINE_TITLE = {e.name: e.title for e in REGISTERED}
 DEVICE_TITLE = {"cpu": "CPU", "instinct": "Instinct"}
 
 

@@ -114,3 +114,11 @@ def test_each_engine_takes_its_runtimes_and_refuses_the_others(tmp_path: Path, e
         assert key == "runtime" and declared.title in message, (engine, runtime, message)
         assert fix is not None and all(f'"{r}"' in fix for r in declared.runtimes), fix
         assert f'"{runtime}"' not in fix, fix
+
+
+def test_an_engine_outside_the_registry_is_refused_on_its_key(tmp_path: Path) -> None:
+    """`engine` takes the registered engines' names (epycd.engines.ENGINES) and no other."""
+    [(key, message, fix)] = parse(tmp_path, {"engine": "sglang"})
+    assert key == "engine" and message == "'sglang' is not allowed", message
+    assert fix is not None and all(f'"{e.name}"' in fix for e in REGISTERED), fix
+    assert sorted(ENGINES) == sorted(e.name for e in REGISTERED)
