@@ -21,8 +21,7 @@ from epycd.plan.alloc import Placement, cpu_nodes
 from epycd.plan.engines import planner_for
 from epycd.plan.healing import balancer_healing
 from epycd.plan.instances import Layout, Region, plan_layout, region_of
-from epycd.plan.model import CpuDecisions, EndpointService, HfCacheMount, SetEndpoint
-from epycd.plan.planner import ServerDecisions
+from epycd.plan.model import CpuDecisions, CpuServer, EndpointService, HfCacheMount, SetEndpoint
 from epycd.plan.ports import LAST_PORT, Listener
 from epycd.plan.prepared import Prepared
 from epycd.plan.served import exposure_reason
@@ -129,7 +128,7 @@ def decide_set(
         return decide_one(prepared, placement=placement, port=port, status_file=status, **common)  # type: ignore[arg-type]
     loopback = replace(prepared, spec=spec.model_copy(update={"host": DEFAULT_HOST}))
     ports = instance_ports(port, layout.count, name, taken_ports, listeners)
-    members: list[ServerDecisions] = []
+    members: list[CpuServer] = []
     for slot, instance_port in zip(layout.slots, ports, strict=True):
         placement = Placement(socket=slot.socket, numa_nodes=slot.numa_nodes, cpus=slot.cpus,
                               reason=slot.reason)  # fmt: skip
@@ -155,7 +154,7 @@ def decide_set(
 
 
 def _set_decisions(
-    prepared: Prepared, layout: Layout, members: list[ServerDecisions], port: int
+    prepared: Prepared, layout: Layout, members: list[CpuServer], port: int
 ) -> SetEndpoint:
     """The balancer's endpoint: the service the members share (their engine's), on the
     endpoint's own address and port, with its own unit, approval check and healing."""

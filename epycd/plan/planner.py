@@ -20,9 +20,6 @@ from epycd.settings import Settings
 from epycd.spec import SpecResult
 from epycd.stack import Stack
 
-ServerDecisions = CpuServer
-"""One server process's decisions on the CPU, of whichever engine."""
-
 
 class EnginePlanner(ABC):
     """One engine's planning."""
@@ -79,10 +76,10 @@ class EnginePlanner(ABC):
         product_python: str,
         status_file: str,
         memory_share: float = 1.0,
-    ) -> ServerDecisions:
+    ) -> CpuServer:
         """One server's decisions on its placement and port."""
 
     @abstractmethod
-    def unfit(self, prepared: Prepared, server: ServerDecisions) -> Refusal:
+    def unfit(self, prepared: Prepared, server: CpuServer) -> Refusal:
         """The refusal of a server that does not fit its nodes' memory, with the terms of
         what it needs and the fix."""

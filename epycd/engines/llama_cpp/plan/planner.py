@@ -13,8 +13,8 @@ from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.model.facts import ModelFacts
 from epycd.plan.alloc import Placement
-from epycd.plan.model import HfCacheMount, LlamaEndpoint, LlamaService, LlamaSetEndpoint
-from epycd.plan.planner import EnginePlanner, ServerDecisions
+from epycd.plan.model import CpuServer, LlamaEndpoint, LlamaService, LlamaSetEndpoint
+from epycd.plan.planner import EnginePlanner
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.secrets import check_api_key, read_token
 from epycd.settings import Settings
@@ -85,32 +85,9 @@ class LlamaPlanner(EnginePlanner):
         assert prepared.facts.gguf is not None, "checked by check_llama_model"
         return llama_fit(prepared, prepared.facts.gguf, host, placement, memory_share)[0].fits
 
-    def decide(
-        self,
-        prepared: Prepared,
-        *,
-        host: HostFacts,
-        stack: Stack,
-        placement: Placement,
-        port: int,
-        hf_cache: HfCacheMount,
-        product_python: str,
-        status_file: str,
-        memory_share: float = 1.0,
-    ) -> ServerDecisions:
-        return decide_llama(
-            prepared,
-            host=host,
-            stack=stack,
-            placement=placement,
-            port=port,
-            hf_cache=hf_cache,
-            product_python=product_python,
-            status_file=status_file,
-            memory_share=memory_share,
-        )
+    decide = staticmethod(decide_llama)
 
-    def unfit(self, prepared: Prepared, server: ServerDecisions) -> Refusal:
+    def unfit(self, prepared: Prepared, server: CpuServer) -> Refusal:
         assert isinstance(server, LlamaEndpoint)
         fit, memory = server.fit, server.fit.memory
         return Refusal(

@@ -13,8 +13,8 @@ from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.model.facts import ModelFacts
 from epycd.plan import decide_cpu
 from epycd.plan.alloc import Placement
-from epycd.plan.model import CpuEndpoint, HfCacheMount, InstanceSetEndpoint, VllmService
-from epycd.plan.planner import EnginePlanner, ServerDecisions
+from epycd.plan.model import CpuEndpoint, CpuServer, InstanceSetEndpoint, VllmService
+from epycd.plan.planner import EnginePlanner
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.route import container_runtime, gpu_route, refuse_not_llm, route_endpoint
 from epycd.plan.secrets import check_api_key, read_token
@@ -133,32 +133,9 @@ class VllmPlanner(EnginePlanner):
     ) -> bool:
         return size(prepared, host, stack, placement, memory_share)[1].fits
 
-    def decide(
-        self,
-        prepared: Prepared,
-        *,
-        host: HostFacts,
-        stack: Stack,
-        placement: Placement,
-        port: int,
-        hf_cache: HfCacheMount,
-        product_python: str,
-        status_file: str,
-        memory_share: float = 1.0,
-    ) -> ServerDecisions:
-        return decide_cpu.decide(
-            prepared,
-            host=host,
-            stack=stack,
-            placement=placement,
-            port=port,
-            hf_cache=hf_cache,
-            product_python=product_python,
-            status_file=status_file,
-            memory_share=memory_share,
-        )
+    decide = staticmethod(decide_cpu.decide)
 
-    def unfit(self, prepared: Prepared, server: ServerDecisions) -> Refusal:
+    def unfit(self, prepared: Prepared, server: CpuServer) -> Refusal:
         assert isinstance(server, CpuEndpoint)
         fit = server.memory
         return Refusal(
