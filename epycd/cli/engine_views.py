@@ -1,13 +1,16 @@
-"""The registry of plan views: one `PlanView` per engine of `epycd.engines`."""
+"""The plan views: each engine's `PlanView` is `VIEW` in its package's `cli.py`
+(`epycd.engines.base.Engine.implementation`). Nothing here names an engine."""
 
 from __future__ import annotations
 
+from epycd import engines
 from epycd.cli.engine_view import PlanView
-from epycd.engines.llama_cpp.cli import VIEW as LLAMA_CPP_VIEW
-from epycd.engines.vllm.cli import VIEW as VLLM_VIEW
-
-VIEWS: dict[str, PlanView] = {v.engine: v for v in (VLLM_VIEW, LLAMA_CPP_VIEW)}
 
 
 def view_for(engine: str) -> PlanView:
-    return VIEWS[engine]
+    return engines.engine_named(engine).implementation("cli", "VIEW", PlanView)
+
+
+def views() -> list[PlanView]:
+    """Every registered engine's view."""
+    return [view_for(engine.name) for engine in engines.ENGINES]

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from epycd.cli.engine_view import GPU_KEYS
-from epycd.cli.engine_views import VIEWS, view_for
+from epycd.cli.engine_views import view_for, views
 from epycd.cli.options import SAMPLE_SECONDS, NonEmptyPath
 from epycd.cli.output import EXIT_OK, json_option, print_json, table
 from epycd.errors import InputError
@@ -69,7 +69,7 @@ KIND_KEYS = (
     *GPU_KEYS,
     "vram",
     "instances",
-    *(key for view in VIEWS.values() for key in view.plan_keys),
+    *(key for view in views() for key in view.plan_keys),
 )
 """Keys after `JSON_KEYS`: what kind of endpoint and which engine serves it, how it heals, an
 Instinct endpoint's GPUs and VRAM fit (null on CPUs), a set's instances (null for one

@@ -6,10 +6,14 @@ engine and never names one. docs/adding-an-engine.md says how to add one."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from importlib import import_module
+from typing import Any, TypeVar, cast
 
 import httpx
+
+T = TypeVar("T")
 
 RUNTIMES = ("podman", "docker", "host")
 """Every runtime a server may run in: a Quadlet container, a docker container, the host."""
@@ -43,6 +47,9 @@ class Engine:
 
     name: str
     """The endpoint file's `engine = "..."` and `plan --json`'s `engine`."""
+    package: str
+    """The engine's package (`__name__` of its `__init__`): each stage finds the engine's
+    implementation of it there by name (`implementation`), so no stage imports an engine."""
     title: str
     """The engine's name in text for people (a balancer's Description)."""
     server: str
@@ -60,9 +67,24 @@ class Engine:
     cache_variables: tuple[tuple[str, str], ...] = ()
     """The variables that move what the server compiles and caches, each with its folder in
     the endpoint's own cache directory (a unit sets them unless the endpoint file does)."""
+    model_format: str | None = None
+    """The model format it reads by itself ("gguf"), implemented as `FORMAT` in its package's
+    `model/format.py` (`epycd.model.formats`); None for an engine of Hugging Face models."""
     no_kube_export: str | None = None
     """Why `epycctl export` cannot write its endpoints as Kubernetes objects; None where it
     can."""
+
+    def implementation(self, module: str, name: str, kind: Callable[..., T]) -> T:
+        """The engine's implementation of one stage: `name` in its package's `module`
+        ("plan.planner", "PLANNER"), as mkosi's distributions find their installers. The
+        module is imported on first use, so a stage's registry never imports an engine and an
+        engine's own stage modules may import that stage freely. `kind` is the stage's base
+        class (a callable to the type checker, which refuses an abstract class as a type)."""
+        found = getattr(import_module(f"{self.package}.{module}"), name)
+        base = cast(type, kind)
+        if not isinstance(found, base):
+            raise TypeError(f"{self.package}.{module}.{name} is no {base.__name__}")
+        return cast(T, found)
 
     def still_loading(self, response: httpx.Response) -> bool:
         """Whether `response` is this server's /health saying it still loads the model."""

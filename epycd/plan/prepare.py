@@ -14,7 +14,7 @@ from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.host.probe_cache import ProbeCache
 from epycd.host.pyheaders import with_python_headers
 from epycd.model.facts import ModelFacts
-from epycd.plan.engines import PLANNERS, planner_for
+from epycd.plan.engines import planner_for, planners
 from epycd.plan.prepared import ModelInspector, Prepared, Sources, VllmProber
 from epycd.plan.result import EndpointResult, against_endpoint_file, crashed, failed
 from epycd.plan.secrets import UnreadableHere, unreadable_here
@@ -102,6 +102,6 @@ def with_engine_runtimes(
 ) -> HostFacts:
     """The host with each engine's own runtime where an endpoint file asks for it
     (`EnginePlanner.with_runtime`)."""
-    for planner in PLANNERS.values():
+    for planner in planners():
         host = planner.with_runtime(host, specs, settings, sources)
     return host

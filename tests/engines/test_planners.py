@@ -13,7 +13,7 @@ import pytest
 
 from epycd.engines import ENGINES as REGISTERED
 from epycd.host.facts import HostFacts
-from epycd.plan.engines import PLANNERS
+from epycd.plan.engines import planners
 from epycd.plan.model import EndpointService, server_processes
 from tests.engines.endpoints import ENGINES, endpoint_text
 from tests.plan.conftest import PlanWorkspace
@@ -22,9 +22,11 @@ HostOf = Callable[..., HostFacts]
 
 
 def test_every_registered_engine_has_a_planner_of_its_own() -> None:
-    assert sorted(PLANNERS) == sorted(e.name for e in REGISTERED) == sorted(ENGINES)
-    for name, planner in PLANNERS.items():
-        assert planner.engine == name
+    found = planners()
+    assert [p.engine for p in found] == [e.name for e in REGISTERED]
+    assert sorted(e.name for e in REGISTERED) == sorted(ENGINES)
+    for planner in found:
+        name = planner.engine
         shared = set(planner.service_type.model_fields) & set(EndpointService.model_fields)
         assert not shared, (name, shared)
         assert set(planner.service_type.model_fields) <= set(planner.set_type.model_fields)
@@ -33,7 +35,8 @@ def test_every_registered_engine_has_a_planner_of_its_own() -> None:
 def spy_on_planners(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[tuple[str, str]]]:
     """engine -> (method, endpoint name) for each call of its planner's stages."""
     calls: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for engine, planner in PLANNERS.items():
+    for planner in planners():
+        engine = planner.engine
         for method in ("prepare", "fits", "decide", "unfit"):
             real = getattr(planner, method)
 

@@ -9,6 +9,7 @@ from epycd.engines.base import Engine, ServerMetrics
 
 LLAMA_CPP = Engine(
     name="llama.cpp",
+    package=__name__,
     title="llama.cpp",
     server="llama-server",
     metrics=ServerMetrics(
@@ -21,5 +22,6 @@ LLAMA_CPP = Engine(
     runtimes=("host",),
     runtimes_reason="runs llama-server on the host (no image is pinned yet)",
     loading_health={"message": "Loading model", "type": "unavailable_error", "code": 503},
+    model_format="gguf",
     no_kube_export="no llama-server image is pinned",
 )

@@ -9,6 +9,7 @@ from epycd.engines.base import Engine, ServerMetrics
 
 VLLM = Engine(
     name="vllm",
+    package=__name__,
     title="vLLM",
     server="vLLM",
     metrics=ServerMetrics(

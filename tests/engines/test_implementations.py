@@ -1,0 +1,57 @@
+"""Each stage finds an engine's implementation of it in the engine's package, by name
+(`Engine.implementation`): every registered engine has each one, of the stage's type and
+for itself; a name that is there but of another type is refused, and the stages' registries
+import no engine."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from epycd.cli.engine_view import PlanView
+from epycd.cli.engine_views import view_for, views
+from epycd.engines import ENGINES, Engine
+from epycd.plan.engines import planner_for, planners
+from epycd.plan.planner import EnginePlanner
+from epycd.render.engines import renderer_for
+from epycd.render.server import ServerRenderer
+from tests.sandbox import REPO
+
+REGISTRIES = ("epycd/plan/engines.py", "epycd/render/engines.py", "epycd/cli/engine_views.py")
+
+
+@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.name)
+def test_each_engine_implements_each_stage_for_itself(engine: Engine) -> None:
+    assert engine.package.startswith("epycd.engines.")
+    planner, renderer, view = (
+        planner_for(engine.name),
+        renderer_for(engine.name),
+        view_for(engine.name),
+    )
+    assert isinstance(planner, EnginePlanner) and planner.engine == engine.name
+    assert isinstance(renderer, ServerRenderer) and renderer.engine == engine.name
+    assert isinstance(view, PlanView) and view.engine == engine.name
+    assert planner_for(engine.name) is planner, "one planner per engine, not one per call"
+
+
+def test_the_registries_list_the_registered_engines_in_order() -> None:
+    assert [p.engine for p in planners()] == [e.name for e in ENGINES]
+    assert [v.engine for v in views()] == [e.name for e in ENGINES]
+
+
+def test_a_name_of_another_type_is_refused_naming_it() -> None:
+    engine = ENGINES[0]
+    with pytest.raises(TypeError, match=rf"{engine.package}\.render\.RENDERER is no EnginePlanner"):
+        engine.implementation("render", "RENDERER", EnginePlanner)
+    with pytest.raises(KeyError):
+        planner_for("no-such-engine")
+
+
+@pytest.mark.parametrize("registry", REGISTRIES)
+def test_a_stage_registry_imports_no_engine(registry: str) -> None:
+    tree = ast.parse(Path(REPO / registry).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m and m.startswith("epycd.engines.")}, imported
