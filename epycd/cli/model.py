@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import sys
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
 import click
 
+from epycd import engines
 from epycd.cli.options import CONTEXT_TOKENS, SEQUENCES, SOCKET_GIB, TEXT
 from epycd.cli.output import EXIT_NO, json_option, print_json, table
-from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
-from epycd.engines.llama_cpp.plan.sizing import LlamaFit, fit_llama
-from epycd.errors import InputError, Refusal
+from epycd.errors import InputError
 from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.model.check import inspect_model
-from epycd.model.facts import GgufFile, MemoryFit, ModelFacts
+from epycd.model.facts import MemoryFit, ModelFacts
+from epycd.model.formats import format_named
 from epycd.plan.sizing import SizingRequest, fit_request
 from epycd.plan.tuning import DEFAULT_PROFILE, batch_target
 from epycd.sizes import GIB
@@ -151,7 +152,7 @@ def _print_check(facts: ModelFacts, judged_by: str) -> None:
         ("revision", facts.revision or "-"),
         ("format", _format_row(facts)),
         ("architectures", ", ".join(facts.architectures) or "-"),
-        ("kind", facts.support.kind if facts.gguf is None else _llama_kind(facts)),
+        ("kind", _kind(facts)),
         ("vLLM", _vllm_row(facts)),
         ("judged by", judged_by),
         ("served by", ", ".join(e.engine for e in facts.engines if e.supported) or "none"),
@@ -179,18 +180,39 @@ def _format_row(facts: ModelFacts) -> str:
     return f"GGUF {gguf.file_type or 'unknown type'}, {size}, {gguf.file}"
 
 
-def _llama_kind(facts: ModelFacts) -> str:
-    return next((e.kind for e in facts.engines if e.engine == "llama.cpp"), "undetermined")
+def _kind(facts: ModelFacts) -> str:
+    """vLLM's kind of a Hugging Face model; the kind its own engine gives a model in an
+    engine's format."""
+    own = format_named(facts.format)
+    if own is None:
+        return facts.support.kind
+    return next((e.kind for e in facts.engines if e.engine == own.engine), "undetermined")
 
 
 def _vllm_row(facts: ModelFacts) -> str:
     support = facts.support
-    if facts.format == "gguf":
-        return f"{support.vllm_version}: no (its CPU backend loads no GGUF)"
+    if format_named(facts.format) is not None:
+        return f"{support.vllm_version}: no (its CPU backend loads no {facts.format.upper()})"
     if support.source == "installed-vllm":
         return f"{support.vllm_version} (installed vLLM's registry)"
     table_note = f"table {support.table_version}" if support.table_version else "no table"
     return f"{support.vllm_version} ({table_note})"
+
+
+class FormatEstimate(ABC):
+    """`epycctl estimate` of a model in an engine's own format (`epycd.model.formats`), in
+    that engine's terms: `ESTIMATE` in its package's `cli.py`."""
+
+    @abstractmethod
+    def run(
+        self,
+        facts: ModelFacts,
+        max_model_len: int | None,
+        max_num_seqs: int | None,
+        socket_gb: float | None,
+        as_json: bool,
+    ) -> None:
+        """Print the fit in one socket's memory; exit `EXIT_NO` where it does not fit."""
 
 
 def estimate_json(facts: ModelFacts, fit: MemoryFit, socket_note: str) -> dict[str, Any]:
@@ -217,7 +239,7 @@ def estimate_json(facts: ModelFacts, fit: MemoryFit, socket_note: str) -> dict[s
     type=SEQUENCES,
     default=None,
     help="concurrent sequences the KV must hold (default: what a balanced plan gives, "
-    "vLLM's 128 where memory allows; a GGUF file: llama-server's 4 slots)",
+    "vLLM's 128 where memory allows; a GGUF file: its server's own 4 slots)",
 )
 @click.option(
     "--socket-gb",
@@ -240,8 +262,11 @@ def estimate(
     """Does MODEL fit one socket's memory at this context and concurrency? (vLLM for
     safetensors weights, llama.cpp's llama-server for a GGUF file)"""
     facts = inspect_model(model, revision=revision, gguf_file=gguf_file)
-    if facts.gguf is not None:
-        _estimate_gguf(facts, facts.gguf, max_model_len, max_num_seqs, socket_gb, as_json)
+    own = format_named(facts.format)
+    if own is not None:
+        engine = engines.engine_named(own.engine)
+        estimate_of = engine.implementation("cli", "ESTIMATE", FormatEstimate)
+        estimate_of.run(facts, max_model_len, max_num_seqs, socket_gb, as_json)
         return
     if facts.weights_bytes is None:
         raise InputError(
@@ -249,7 +274,7 @@ def estimate(
             key="model",
             fix="use a model with safetensors weights",
         )
-    total, available, first_node, note = _socket_memory(socket_gb)
+    total, available, first_node, note = socket_memory(socket_gb)
     fit, footprint_warnings = fit_request(
         SizingRequest(
             vllm_version=facts.support.vllm_version,
@@ -273,96 +298,7 @@ def estimate(
         sys.exit(EXIT_NO)
 
 
-LLAMA_DEFAULT_SLOTS = 4
-"""llama-server's own default (`-np` auto: 4 slots sharing one unified cache)."""
-
-
-def _estimate_gguf(
-    facts: ModelFacts,
-    gguf: GgufFile,
-    max_model_len: int | None,
-    max_num_seqs: int | None,
-    socket_gb: float | None,
-    as_json: bool,
-) -> None:
-    """The fit of llama-server serving the file: `--max-num-seqs` slots (default 4, the
-    server's own) of `--max-model-len` tokens each (default: what the model was trained for,
-    which is also the most a slot takes)."""
-    trained = gguf.context_length
-    context = max_model_len or trained
-    if context is None:
-        raise InputError(
-            f"{facts.model}: the GGUF file gives no context length "
-            f"({gguf.architecture}.context_length)",
-            key="max-model-len",
-            fix="give --max-model-len",
-        )
-    if trained and context > trained:
-        raise InputError(
-            f"{facts.model}: --max-model-len {context} is above the {trained} tokens the model "
-            "was trained for (llama-server caps each slot there)",
-            key="max-model-len",
-            fix=f"give --max-model-len {trained} or less",
-        )
-    host = _this_host()  # its CPU flags decide which matrices llama.cpp repacks
-    total, available, _, note = _socket_memory(socket_gb, host)
-    try:
-        fit = fit_llama(
-            gguf,
-            context=context,
-            slots=max_num_seqs or LLAMA_DEFAULT_SLOTS,
-            cpu_flags=host.flags,
-            total_gib=total,
-            available_gib=available,
-        )
-    except UnmeasuredModel as unknown:
-        raise Refusal(
-            f"{facts.model}: the memory of llama-server serving it is unknown: {unknown}",
-            key="model",
-            fix="`epycctl check-model` gives the file's weights and KV bytes per token",
-        ) from None
-    if as_json:
-        print_json(
-            {
-                "model": facts.model,
-                "engine": "llama.cpp",
-                "gguf_file": gguf.file,
-                **fit.model_dump(),
-                "socket": note,
-                "warnings": facts.warnings,
-            }
-        )
-    else:
-        _print_llama_fit(facts, gguf, fit, note)
-    if not fit.fits:
-        sys.exit(EXIT_NO)
-
-
-def _mib(size: int) -> str:
-    return f"{size / 1024**2:.1f} MiB"
-
-
-def _print_llama_fit(facts: ModelFacts, gguf: GgufFile, fit: LlamaFit, note: str) -> None:
-    memory = fit.memory
-    rows = [
-        ("model", f"{facts.model} ({gguf.file}, {gguf.file_type or 'unknown type'})"),
-        ("engine", "llama.cpp (llama-server)"),
-        ("slots x context", f"{fit.slots} x {fit.context} ({memory.cells} cells, one pool)"),
-        ("weights", f"{_mib(memory.weights_bytes)} (the file's tensors, mapped)"),
-        ("repacked", f"{_mib(memory.repacked_bytes)} (the CPU backend's copy of some matrices)"),
-        ("KV cache", _mib(memory.kv_bytes)),
-        ("compute", f"{_mib(memory.compute_bytes)} (ubatch {memory.ubatch})"),
-        ("output", _mib(memory.output_bytes)),
-        ("server", _mib(memory.server_bytes)),
-        ("server at peak", f"{fit.process_gb} GiB"),
-        *_budget_rows(fit.headroom_gb, fit.required_gb, fit.available_gb, note, fit.fits),
-    ]
-    if fit.suggested_context:
-        rows.append(("suggested context per slot", str(fit.suggested_context)))
-    _print_answer(rows, facts.warnings, fit.action)
-
-
-def _budget_rows(
+def budget_rows(
     headroom: float, required: float, available: float, note: str, fits: bool
 ) -> list[tuple[str, str]]:
     return [
@@ -373,21 +309,21 @@ def _budget_rows(
     ]
 
 
-def _print_answer(rows: list[tuple[str, str]], warnings: list[str], action: str) -> None:
+def print_answer(rows: list[tuple[str, str]], warnings: list[str], action: str) -> None:
     click.echo(table(rows))
     for warning in warnings:
         click.echo(escaped(f"warning: {warning}"))
     click.echo(escaped(action))
 
 
-def _socket_memory(
+def socket_memory(
     socket_gb: float | None, host: HostFacts | None = None
 ) -> tuple[float, float, float | None, str]:
     """(total, available, first node available, description) of socket 0, GiB (of `host`, or
     of this host detected here, unless `socket_gb` is given)."""
     if socket_gb is not None:
         return socket_gb, socket_gb, None, f"given: {socket_gb:g} GiB"
-    host = host or _this_host()
+    host = host or this_host()
     sock = host.socket(0)
     first = host.node(sock.numa_nodes[0]).memory_available_bytes / GIB if sock.numa_nodes else None
     note = (
@@ -397,7 +333,7 @@ def _socket_memory(
     return sock.memory_gb, sock.memory_available_gb, first, note
 
 
-def _this_host() -> HostFacts:
+def this_host() -> HostFacts:
     from epycd.host.detect import detect_host
     from epycd.settings import load_settings
 
@@ -417,8 +353,8 @@ def _print_fit(facts: ModelFacts, fit: MemoryFit, note: str) -> None:
             "server at peak",
             f"{fit.process_gb} GiB (weights + the KV the sequences need + vLLM's processes)",
         ),
-        *_budget_rows(fit.headroom_gb, fit.required_gb, fit.available_gb, note, fit.fits),
+        *budget_rows(fit.headroom_gb, fit.required_gb, fit.available_gb, note, fit.fits),
     ]
     if fit.suggested_max_model_len:
         rows.append(("suggested max_model_len", str(fit.suggested_max_model_len)))
-    _print_answer(rows, facts.warnings, fit.action)
+    print_answer(rows, facts.warnings, fit.action)

@@ -11,13 +11,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from epycd.engines.llama_cpp.model import tables as llama_tables
-from epycd.engines.llama_cpp.model.memory import kv_bytes_per_token
+from epycd import engines
 from epycd.errors import InputError
 from epycd.model import config as cfg
-from epycd.model.facts import ChatTemplate, EngineSupport, GgufFile, ModelFacts, Support
-from epycd.model.gguf import read_gguf
-from epycd.model.hub import ModelSource, is_gguf, locate_gguf, locate_model
+from epycd.model.facts import ChatTemplate, EngineSupport, ModelFacts, Support
+from epycd.model.formats import ModelFormat, format_of, in_registry_order, model_formats
+from epycd.model.hub import ModelSource, locate_model
 from epycd.model.registry_tables import Section, data_dir
 from epycd.model.support import is_scoring, support_from_installed, support_from_table
 from epycd.model.template import endpoints, template_from_override, template_status
@@ -54,15 +53,21 @@ def inspect_model(
     probe_cache: ProbeCache | None = None,
     gguf_file: str | None = None,
 ) -> ModelFacts:
-    """`gguf_file`: the GGUF file of a hub repository or folder; a model that names a .gguf
-    file (or gives `gguf_file`) is read by `inspect_gguf`, every other one as vLLM reads it."""
-    if is_gguf(model, gguf_file):
-        return inspect_gguf(
+    """`gguf_file`: the GGUF file of a hub repository or folder; a model in an engine's own
+    format (`epycd.model.formats`: a .gguf file, or one given by `gguf_file`) is read by that
+    format, every other one as vLLM reads it."""
+    own_format = format_of(model, gguf_file)
+    if own_format is not None:
+        version = vllm_version or pinned_vllm_version()
+        return own_format.inspect(
             model,
-            gguf_file=gguf_file,
+            file=gguf_file,
             revision=revision,
-            vllm_version=vllm_version,
             chat_template_override=chat_template_override,
+            others=[_vllm_refusal(own_format, version)],
+            support=Support(
+                supported=False, kind="unsupported", vllm_version=version, table_version=None
+            ),
         )
     source = locate_model(model, revision=revision, token=token)
     config = read_config(source.folder)
@@ -81,17 +86,12 @@ def inspect_model(
     message = verdict(architectures, support, template, launchable)
     return ModelFacts(
         model=model,
-        engines=[
-            _vllm_engine(support, message, launchable),
-            EngineSupport(
-                engine="llama.cpp",
-                version=llama_tables.pinned_version(),
-                supported=False,
-                kind=support.kind,
-                reason="llama.cpp serves GGUF files: choose a GGUF file of this model "
-                "(gguf_file), or convert it with llama.cpp's convert_hf_to_gguf.py",
-            ),
-        ],
+        engines=in_registry_order(
+            [
+                _vllm_engine(support, message, launchable),
+                *(f.elsewhere().model_copy(update={"kind": support.kind}) for f in model_formats()),
+            ]
+        ),
         revision=source.revision,
         local_path=str(source.folder),
         architectures=architectures,
@@ -124,115 +124,15 @@ def _vllm_engine(support: Support, message: str, launchable: bool) -> EngineSupp
     )
 
 
-def inspect_gguf(
-    model: str,
-    *,
-    gguf_file: str | None = None,
-    revision: str | None = None,
-    vllm_version: str | None = None,
-    chat_template_override: str | None = None,
-) -> ModelFacts:
-    """A GGUF file's facts: llama.cpp serves it where its pinned source knows the architecture;
-    vLLM's CPU backend loads no GGUF (GGUF is GPU-only in vLLM's quantization hardware table)."""
-    source = locate_gguf(model, gguf_file, revision=revision)
-    gguf = read_gguf(source.path, name=source.name)
-    notes = list(source.warnings)
-    llama = llama_support(gguf.architecture)
-    template = (
-        template_from_override(chat_template_override)
-        if chat_template_override
-        else ChatTemplate(
-            status="present" if gguf.chat_template else "absent",
-            source="the GGUF file (tokenizer.chat_template)" if gguf.chat_template else None,
-        )
-    )
-    primary, supported_endpoints, launchable = endpoints(llama.kind, template)
-    kv_per_token = kv_bytes_per_token(gguf)
-    if kv_per_token is None:
-        notes.append("the GGUF file lacks the attention figures: KV bytes per token unknown (0)")
-    version = vllm_version or pinned_vllm_version()
-    vllm_reason = (
-        f"vLLM {version} cannot serve it: its CPU backend loads no GGUF weights "
-        "(GGUF is GPU-only in vLLM's quantization table); serve it with llama.cpp"
-    )
-    support = Support(supported=False, kind="unsupported", vllm_version=version, table_version=None)
-    llama_engine = EngineSupport(
-        engine="llama.cpp",
-        version=llama.version,
-        supported=llama.supported and launchable,
-        kind=llama.kind,
-        reason=gguf_verdict(gguf, llama, template, launchable),
-    )
-    return ModelFacts(
-        model=model,
-        format="gguf",
-        gguf=gguf,
-        engines=[
-            EngineSupport(
-                engine="vllm",
-                version=version,
-                supported=False,
-                kind="unsupported",
-                reason=vllm_reason,
-            ),
-            llama_engine,
-        ],
-        revision=source.revision,
-        local_path=str(source.path),
-        architectures=[gguf.architecture],
-        model_type=gguf.architecture,
-        torch_dtype=gguf.file_type,
-        support=support,
-        chat_template=template,
-        primary_endpoint=primary if llama.supported else None,
-        supported_endpoints=supported_endpoints if llama.supported else [],
-        launchable=bool(llama.supported and launchable),
-        gated=None,
-        weights_bytes=gguf.tensors_bytes,
-        weights_source="gguf-tensors",
-        kv_bytes_per_token=kv_per_token or 0,
-        max_position_embeddings=gguf.context_length,
-        message=llama_engine.reason,
-        warnings=notes,
-    )
-
-
-def llama_support(architecture: str) -> EngineSupport:
-    """llama.cpp's answer for a GGUF architecture, from its pinned source's table."""
-    version = llama_tables.pinned_version()
-    known = architecture in llama_tables.load_table(version).architectures
-    not_text = llama_tables.NOT_TEXT_GENERATION.get(architecture)
-    if not known:
-        reason = f"llama.cpp {version} does not know the architecture {architecture!r}"
-        return EngineSupport(
-            engine="llama.cpp", version=version, supported=False, kind="unsupported", reason=reason
-        )
-    if not_text:
-        return EngineSupport(
-            engine="llama.cpp",
-            version=version,
-            supported=False,
-            kind="pooling",
-            reason=f"{architecture} is {not_text}: no chat or completions endpoint",
-        )
+def _vllm_refusal(own_format: ModelFormat, version: str) -> EngineSupport:
+    """vLLM's answer on a model in another engine's format."""
+    title = engines.engine_named(own_format.engine).title
     return EngineSupport(
-        engine="llama.cpp", version=version, supported=True, kind="text", reason="known"
-    )
-
-
-def gguf_verdict(
-    gguf: GgufFile, llama: EngineSupport, template: ChatTemplate, launchable: bool
-) -> str:
-    """One sentence for a person, as `verdict` says it for vLLM."""
-    quant = f"{gguf.file_type} " if gguf.file_type else ""
-    if not llama.supported:
-        return f"not servable: {llama.reason}"
-    lead = f"servable by llama.cpp {llama.version}: {quant}{gguf.architecture} GGUF"
-    if template.status == "present":
-        return f"{lead}; /v1/chat/completions (template from {template.source})"
-    return (
-        f"{lead}; /v1/completions only, the file has no chat template: give "
-        "chat_template = <file> in the endpoint file to enable chat"
+        engine="vllm",
+        version=version,
+        supported=False,
+        kind="unsupported",
+        reason=f"vLLM {version} cannot serve it: {own_format.vllm_refusal}; serve it with {title}",
     )
 
 

@@ -13,7 +13,6 @@ from pydantic import BaseModel, Field
 ModelKind = Literal["text", "multimodal", "pooling", "unsupported", "undetermined"]
 TemplateStatus = Literal["present", "absent", "ambiguous", "unknown"]
 Endpoint = Literal["chat_completions", "completions", "embeddings", "score"]
-Engine = Literal["vllm", "llama.cpp"]
 WeightsFormat = Literal["safetensors", "gguf"]
 
 
@@ -39,18 +38,18 @@ class Support(BaseModel):
 
 
 class GgufFile(BaseModel):
-    """What one GGUF file says of itself (`epycd.model.gguf.read_gguf`)."""
+    """What one GGUF file says of itself (`epycd.engines.llama_cpp.model.gguf.read_gguf`)."""
 
     path: str = Field(description="where it was read: the local file or its HF cache blob")
     file: str = Field(description="its name, as the admin gave it")
     size_bytes: int
-    architecture: str = Field(description="general.architecture, as llama.cpp names it")
+    architecture: str = Field(description="general.architecture, as the server names it")
     name: str | None = Field(default=None, description="general.name")
     file_type: str | None = Field(
         default=None, description="the file's quantization (general.file_type): Q4_K_M, BF16"
     )
     tensor_types: dict[str, int] = Field(description="ggml tensor type -> how many tensors")
-    tensors_bytes: int = Field(description="the tensors' bytes: what llama.cpp maps")
+    tensors_bytes: int = Field(description="the tensors' bytes: what the server maps")
     context_length: int | None = None
     block_count: int | None = None
     embedding_length: int | None = None
@@ -67,9 +66,9 @@ class GgufFile(BaseModel):
     vocab_size: int | None = Field(default=None, description="the tokenizer's tokens")
     repackable_bytes: dict[str, int] = Field(
         default_factory=dict,
-        description="ggml tensor type -> bytes of the matrices llama.cpp's CPU backend may "
+        description="ggml tensor type -> bytes of the matrices the server's CPU backend may "
         "repack into a copy of its own: every weight matrix but the token embeddings whose "
-        "rows are a multiple of 8 (epycd.engines.llama_cpp.model.memory.repacked_bytes)",
+        "rows are a multiple of 8 (its engine's model/memory.py, repacked_bytes)",
     )
     chat_template: bool = Field(description="tokenizer.chat_template is in the file")
 
@@ -77,7 +76,7 @@ class GgufFile(BaseModel):
 class EngineSupport(BaseModel):
     """Whether one engine can serve the model as a chat or completions endpoint, and why."""
 
-    engine: Engine
+    engine: str = Field(description="a registered engine's name (epycd.engines)")
     version: str = Field(description="the engine version (or pinned source) asked")
     supported: bool | None
     kind: ModelKind

@@ -11,7 +11,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from epycd.cli import main
+from epycd.engines import ENGINES
 from epycd.host.detect import detect_host
+from epycd.model.formats import model_formats
 from epycd.plan.tuning import headroom_gib, kv_pool_gib
 from tests.hosts import make_host
 from tests.model.models import LLAMA_8B_TOTAL_SIZE
@@ -55,6 +57,20 @@ def test_check_model_exit_codes_and_json(model: str, exit_code: int, kind: str) 
     assert data["kind"] == kind
     assert data["supported"] is (kind != "unsupported")
     assert set(data["chat_template"]) >= {"status", "names"}
+
+
+def test_every_engine_answers_on_a_hugging_face_model_in_the_registrys_order() -> None:
+    """vLLM judges the folder; each engine of a format of its own refuses it with its fix."""
+    code, data = run_json("check-model", "Qwen/Qwen3-0.6B")
+    assert code == 0
+    assert [e["engine"] for e in data["engines"]] == [e.name for e in ENGINES]
+    assert data["engines"][0]["supported"] is True
+    refusals = {e["engine"]: e for e in data["engines"][1:]}
+    assert sorted(refusals) == sorted(f.engine for f in model_formats())
+    for own_format in model_formats():
+        refusal = refusals[own_format.engine]
+        assert refusal["supported"] is False
+        assert refusal["reason"] == own_format.elsewhere().reason
 
 
 def test_check_model_table_and_version_option() -> None:

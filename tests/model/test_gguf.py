@@ -16,11 +16,12 @@ from click.testing import CliRunner, Result
 from gguf import GGMLQuantizationType, LlamaFileType
 
 from epycd.cli import main
+from epycd.engines import ENGINES
 from epycd.engines.llama_cpp.model import tables as llama_tables
+from epycd.engines.llama_cpp.model.gguf import read_gguf
 from epycd.engines.llama_cpp.model.memory import kv_bytes_per_token
 from epycd.errors import InputError, Refusal
 from epycd.model.check import inspect_model
-from epycd.model.gguf import read_gguf
 from tests.model.gguf_files import CHAT_TEMPLATE, GgufShape, write_gguf
 from tests.model.hf_cache import add_to_cache, commit_for
 
@@ -90,10 +91,14 @@ def test_local_gguf_is_served_by_llama_cpp_not_vllm(tmp_path: Path) -> None:
     assert data["weights_source"] == "gguf-tensors"
     assert data["kv_bytes_per_token"] == 768
     assert data["max_position_embeddings"] == 4096
+    assert [e["engine"] for e in data["engines"]] == [e.name for e in ENGINES]
     assert engine(data, "llama.cpp")["supported"] is True
     assert engine(data, "llama.cpp")["version"] == llama_tables.pinned_version()
     assert engine(data, "vllm")["supported"] is False
-    assert "loads no GGUF" in engine(data, "vllm")["reason"]
+    assert engine(data, "vllm")["reason"].endswith(
+        "loads no GGUF weights (GGUF is GPU-only in vLLM's quantization table); "
+        "serve it with llama.cpp"
+    )
     assert data["primary_endpoint"] == "chat_completions"
     assert data["chat_template"]["source"] == "the GGUF file (tokenizer.chat_template)"
     assert data["message"].startswith("servable by llama.cpp")

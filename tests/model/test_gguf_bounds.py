@@ -23,8 +23,8 @@ from click.testing import CliRunner
 from gguf import GGUFReader, GGUFValueType
 
 from epycd.cli import main
-from epycd.model import gguf as gguf_module
-from epycd.model.gguf import GgufError, read_gguf
+from epycd.engines.llama_cpp.model import gguf as gguf_module
+from epycd.engines.llama_cpp.model.gguf import GgufError, read_gguf
 from tests.model import hostile_gguf as h
 from tests.model.gguf_files import GgufShape, write_gguf
 

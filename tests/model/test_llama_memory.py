@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from epycd.cli import main
+from epycd.engines.llama_cpp.model.gguf import read_gguf
 from epycd.engines.llama_cpp.model.memory import (
     UnmeasuredModel,
     compute_bytes,
@@ -24,7 +25,6 @@ from epycd.engines.llama_cpp.model.memory import (
     repacked_bytes,
 )
 from epycd.engines.llama_cpp.plan.sizing import fit_llama
-from epycd.model.gguf import read_gguf
 from epycd.sizes import GIB
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.sandbox import REPO

@@ -1,11 +1,19 @@
-"""llama.cpp's endpoints in `epycctl plan`: its server's keys (`llama_server`,
-`llama_version`, `gguf_file`, `server_args`), its fit's terms, its slots sharing one KV pool."""
+"""llama.cpp's commands: its endpoints in `epycctl plan` (`VIEW`: its server's keys
+(`llama_server`, `llama_version`, `gguf_file`, `server_args`), its fit's terms, its slots
+sharing one KV pool) and `epycctl estimate` of a GGUF file (`ESTIMATE`)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from epycd.cli.engine_view import PlanView, Row, instances_json
+from epycd.cli.model import FormatEstimate, budget_rows, print_answer, socket_memory, this_host
+from epycd.cli.output import EXIT_NO, print_json
+from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
+from epycd.engines.llama_cpp.plan.sizing import LlamaFit, fit_llama
+from epycd.errors import InputError, Refusal
+from epycd.model.facts import GgufFile, ModelFacts
 from epycd.plan.model import (
     CpuServer,
     EndpointDecisions,
@@ -101,3 +109,109 @@ class LlamaView(PlanView):
 
 
 VIEW = LlamaView()
+
+
+LLAMA_DEFAULT_SLOTS = 4
+"""llama-server's own default (`-np` auto: 4 slots sharing one unified cache)."""
+
+
+class GgufEstimate(FormatEstimate):
+    def run(
+        self,
+        facts: ModelFacts,
+        max_model_len: int | None,
+        max_num_seqs: int | None,
+        socket_gb: float | None,
+        as_json: bool,
+    ) -> None:
+        if facts.gguf is None:
+            raise InputError(f"{facts.model}: no GGUF file's facts", key="model")
+        estimate_gguf(facts, facts.gguf, max_model_len, max_num_seqs, socket_gb, as_json)
+
+
+ESTIMATE = GgufEstimate()
+
+
+def estimate_gguf(
+    facts: ModelFacts,
+    gguf: GgufFile,
+    max_model_len: int | None,
+    max_num_seqs: int | None,
+    socket_gb: float | None,
+    as_json: bool,
+) -> None:
+    """The fit of llama-server serving the file: `--max-num-seqs` slots (default 4, the
+    server's own) of `--max-model-len` tokens each (default: what the model was trained for,
+    which is also the most a slot takes)."""
+    trained = gguf.context_length
+    context = max_model_len or trained
+    if context is None:
+        raise InputError(
+            f"{facts.model}: the GGUF file gives no context length "
+            f"({gguf.architecture}.context_length)",
+            key="max-model-len",
+            fix="give --max-model-len",
+        )
+    if trained and context > trained:
+        raise InputError(
+            f"{facts.model}: --max-model-len {context} is above the {trained} tokens the model "
+            "was trained for (llama-server caps each slot there)",
+            key="max-model-len",
+            fix=f"give --max-model-len {trained} or less",
+        )
+    host = this_host()  # its CPU flags decide which matrices llama.cpp repacks
+    total, available, _, note = socket_memory(socket_gb, host)
+    try:
+        fit = fit_llama(
+            gguf,
+            context=context,
+            slots=max_num_seqs or LLAMA_DEFAULT_SLOTS,
+            cpu_flags=host.flags,
+            total_gib=total,
+            available_gib=available,
+        )
+    except UnmeasuredModel as unknown:
+        raise Refusal(
+            f"{facts.model}: the memory of llama-server serving it is unknown: {unknown}",
+            key="model",
+            fix="`epycctl check-model` gives the file's weights and KV bytes per token",
+        ) from None
+    if as_json:
+        print_json(
+            {
+                "model": facts.model,
+                "engine": "llama.cpp",
+                "gguf_file": gguf.file,
+                **fit.model_dump(),
+                "socket": note,
+                "warnings": facts.warnings,
+            }
+        )
+    else:
+        _print_llama_fit(facts, gguf, fit, note)
+    if not fit.fits:
+        sys.exit(EXIT_NO)
+
+
+def _mib(size: int) -> str:
+    return f"{size / 1024**2:.1f} MiB"
+
+
+def _print_llama_fit(facts: ModelFacts, gguf: GgufFile, fit: LlamaFit, note: str) -> None:
+    memory = fit.memory
+    rows = [
+        ("model", f"{facts.model} ({gguf.file}, {gguf.file_type or 'unknown type'})"),
+        ("engine", "llama.cpp (llama-server)"),
+        ("slots x context", f"{fit.slots} x {fit.context} ({memory.cells} cells, one pool)"),
+        ("weights", f"{_mib(memory.weights_bytes)} (the file's tensors, mapped)"),
+        ("repacked", f"{_mib(memory.repacked_bytes)} (the CPU backend's copy of some matrices)"),
+        ("KV cache", _mib(memory.kv_bytes)),
+        ("compute", f"{_mib(memory.compute_bytes)} (ubatch {memory.ubatch})"),
+        ("output", _mib(memory.output_bytes)),
+        ("server", _mib(memory.server_bytes)),
+        ("server at peak", f"{fit.process_gb} GiB"),
+        *budget_rows(fit.headroom_gb, fit.required_gb, fit.available_gb, note, fit.fits),
+    ]
+    if fit.suggested_context:
+        rows.append(("suggested context per slot", str(fit.suggested_context)))
+    print_answer(rows, facts.warnings, fit.action)
