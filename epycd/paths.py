@@ -14,10 +14,6 @@ EMBEDDED_RUNTIME = Path(sys.prefix) / "runtime"
 """Where `packaging/install.sh --runtime` (or, from the Debian package, its
 /usr/share/epyc-llm/vllm-runtime.sh) provisions the embedded runtime (the validated host vLLM
 stack, packaging/vllm-runtime.sh): beside the product's own venv, `/opt/epyc-llm/runtime`."""
-EMBEDDED_LLAMA_RUNTIME = Path(sys.prefix) / "llama-runtime"
-"""Where `packaging/install.sh --engine llama.cpp` builds llama-server for this CPU
-(packaging/llama-runtime.sh): `/opt/epyc-llm/llama-runtime/bin/llama-server`, which a
-llama.cpp endpoint without a `llama_server` key serves with."""
 PACKAGED_RUNTIME_RECIPE = Path("/usr/share/epyc-llm/vllm-runtime.sh")
 """The runtime recipe as the Debian package installs it (packaging/deb); install.sh keeps its
 copy in the venv's share/epyc-llm and provisions with `install.sh --runtime` instead."""
@@ -31,17 +27,6 @@ def runtime_install_command(runtime_dir: Path, recipe: Path = PACKAGED_RUNTIME_R
     if recipe.is_file():
         return f"apt-get install g++ python3-dev python3-venv numactl && {recipe} {runtime_dir}"
     return "packaging/install.sh --runtime"
-
-
-PACKAGED_LLAMA_RECIPE = Path("/usr/share/epyc-llm/llama-runtime.sh")
-
-
-def llama_runtime_install_command(runtime_dir: Path, recipe: Path = PACKAGED_LLAMA_RECIPE) -> str:
-    """The command that builds llama-server in runtime_dir on this install: the Debian
-    package's recipe (its build prerequisites from apt first), else install.sh."""
-    if recipe.is_file():
-        return f"apt-get install g++ python3-venv && {recipe} {runtime_dir}"
-    return "packaging/install.sh --engine llama.cpp"
 
 
 def daemon_conf_path(environ: Mapping[str, str] | None = None) -> Path:

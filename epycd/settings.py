@@ -20,12 +20,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from epycd.paths import (
-    DEFAULT_CONFIG_DIR,
-    EMBEDDED_LLAMA_RUNTIME,
-    EMBEDDED_RUNTIME,
-    daemon_conf_path,
-)
+from epycd.engines.llama_cpp import EMBEDDED_RUNTIME as EMBEDDED_LLAMA_RUNTIME
+from epycd.paths import DEFAULT_CONFIG_DIR, EMBEDDED_RUNTIME, daemon_conf_path
 from epycd.readfile import STATE_MAX_BYTES, RefusedFile, read_bytes
 
 

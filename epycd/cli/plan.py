@@ -69,18 +69,24 @@ KIND_KEYS = (
     *GPU_KEYS,
     "vram",
     "instances",
-    *(key for view in views() for key in view.plan_keys),
 )
 """Keys after `JSON_KEYS`: what kind of endpoint and which engine serves it, how it heals, an
 Instinct endpoint's GPUs and VRAM fit (null on CPUs), a set's instances (null for one
-instance), then each engine's own keys (`PlanView.plan_keys`, null for the others')."""
+instance); each engine's own keys follow (`plan_keys`)."""
+
+
+def plan_keys() -> tuple[str, ...]:
+    """Every key of `plan --json`, in order: each engine's own last (`PlanView.plan_keys`,
+    null for the others'). Asked when a plan is printed, not when this module is imported:
+    an engine's view may import any command's module."""
+    return (*JSON_KEYS, *KIND_KEYS, *(key for view in views() for key in view.plan_keys))
 
 
 def decisions_json(decided: EndpointDecisions) -> dict[str, Any]:
     """The plan keys of decisions: every endpoint's fields, then its engine's
     (docs/architecture.md, "Plan keys")."""
     dumped = decided.model_dump(mode="json")
-    data: dict[str, Any] = {key: dumped.get(key) for key in (*JSON_KEYS, *KIND_KEYS)}
+    data: dict[str, Any] = {key: dumped.get(key) for key in plan_keys()}
     data.update(
         kind=decided.kind,
         device="instinct" if isinstance(decided, InstinctEndpoint) else "cpu",
@@ -94,7 +100,7 @@ def plan_json(result: EndpointResult) -> dict[str, Any]:
     """The `plan` keys (docs/architecture.md, "Plan keys"); keys not decided (refused early)
     are null."""
     decided = result.plan.decisions if result.plan is not None else result.decisions
-    data: dict[str, Any] = dict.fromkeys((*JSON_KEYS, *KIND_KEYS))
+    data: dict[str, Any] = dict.fromkeys(plan_keys())
     data["endpoint"] = result.endpoint
     if decided is not None:
         data.update(decisions_json(decided))

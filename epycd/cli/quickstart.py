@@ -16,6 +16,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +25,13 @@ from types import TracebackType
 import click
 import tomli_w
 
+from epycd import engines
 from epycd.approval.record import Approval, approved_plans
 from epycd.cli.approve import consent_options
 from epycd.cli.options import TEXT
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
-from epycd.paths import llama_runtime_install_command, runtime_install_command
+from epycd.paths import runtime_install_command
 from epycd.plan.model import Plan, Runtime
 from epycd.plan.result import EndpointResult
 from epycd.plan.route import container_runtime
@@ -107,28 +109,16 @@ def model_argument(model: str) -> str:
     return model
 
 
-def llama_document(model: str, gguf_file: str | None) -> bytes:
-    data: dict[str, str] = {"engine": "llama.cpp", "model": model}
-    if gguf_file:
-        data["gguf_file"] = gguf_file
-    header = "# written by `epycctl quickstart`; edit, then `epycctl approve NAME`\n"
-    return (header + tomli_w.dumps(data)).encode()
-
-
-def llama_runtime_refusal(settings: Settings) -> Refusal:
-    return Refusal(
-        f"no llama-server: the llama.cpp runtime is not built in {settings.llama_runtime_dir}",
-        fix="build it once for this CPU: "
-        f"{llama_runtime_install_command(settings.llama_runtime_dir)} (about 13 minutes on 2 "
-        "cores); nothing was changed",
-    )
-
-
 def endpoint_document(model: str, runtime: Runtime, vllm: str | None) -> bytes:
     data: dict[str, str] = {"model": model}
     if runtime == "host":
         assert vllm is not None
         data |= {"runtime": "host", "vllm": vllm}
+    return quickstart_document(data)
+
+
+def quickstart_document(data: dict[str, str]) -> bytes:
+    """An endpoint file quickstart writes: its keys, under a line that says what to do."""
     header = "# written by `epycctl quickstart`; edit, then `epycctl approve NAME`\n"
     return (header + tomli_w.dumps(data)).encode()
 
@@ -392,51 +382,23 @@ class Wanted:
     vllm: str | None
 
 
-def llama_candidate(settings: Settings, wanted: Wanted) -> tuple[str, bytes, str]:
-    """A llama.cpp endpoint's file: its GGUF model, served by the llama.cpp runtime."""
-    from epycd.engines.llama_cpp.host import embedded_llama_server
+class QuickstartFile(ABC):
+    """What `epycctl quickstart --engine ENGINE` writes: that engine's endpoint file for the
+    wanted model. `QUICKSTART` in the engine's package's `cli.py`."""
 
-    if wanted.vllm is not None:
-        raise InputError(
-            "--vllm is for vLLM endpoints", key="--vllm", fix="leave it out with --engine llama.cpp"
-        )
-    if wanted.model is None:
-        raise InputError(
-            "a llama.cpp endpoint serves a GGUF model: none given",
-            key="--model",
-            fix="give --model /path/to/model.gguf (or a hub repository with --gguf-file)",
-        )
-    server = embedded_llama_server(settings.llama_runtime_dir)
-    if server is None:
-        raise llama_runtime_refusal(settings)
-    served = model_argument(wanted.model)
-    return served, llama_document(served, wanted.gguf_file), f"host (llama.cpp, {server})"
-
-
-def vllm_candidate_file(
-    settings: Settings, host: HostFacts, wanted: Wanted
-) -> tuple[str, bytes, str]:
-    """A vLLM endpoint's file: the default model or --model, on the runtime `auto` picks."""
-    from epycd.stack import shipped_stack
-
-    if wanted.gguf_file is not None:
-        raise InputError(
-            "--gguf-file is for llama.cpp endpoints",
-            key="--gguf-file",
-            fix="add --engine llama.cpp",
-        )
-    runtime, runtimes = pick_runtime(settings, host, wanted.vllm)
-    served = model_argument(wanted.model or shipped_stack().default_model)
-    content = endpoint_document(served, runtime, runtimes.vllm.path if runtimes.vllm else None)
-    return served, content, runtime
+    @abstractmethod
+    def candidate(
+        self, settings: Settings, host: HostFacts, wanted: Wanted
+    ) -> tuple[str, bytes, str]:
+        """(the model as the file gives it, the file's bytes, what serves it, for people);
+        bad input for an option of another engine, a refusal where nothing can serve it."""
 
 
 def planned_candidate(settings: Settings, host: HostFacts, name: str, wanted: Wanted) -> Candidate:
     """NAME.toml for the engine, runtime and model, planned and shown; nothing written yet."""
-    if wanted.engine == "llama.cpp":
-        served, content, runtime = llama_candidate(settings, wanted)
-    else:
-        served, content, runtime = vllm_candidate_file(settings, host, wanted)
+    engine = engines.engine_named(wanted.engine)
+    quickstart_file = engine.implementation("cli", "QUICKSTART", QuickstartFile)
+    served, content, runtime = quickstart_file.candidate(settings, host, wanted)
     target = settings.config_dir / f"{name}.toml"
     already = existing_matches(target, content)
     click.echo(escaped(f"runtime: {runtime}; model: {served}; endpoint file: {target}") + "\n")
@@ -450,23 +412,23 @@ def planned_candidate(settings: Settings, host: HostFacts, name: str, wanted: Wa
 @click.command("quickstart")
 @click.option(
     "--engine",
-    type=click.Choice(["vllm", "llama.cpp"]),
-    default="vllm",
+    type=click.Choice([e.name for e in engines.ENGINES]),
+    default=engines.DEFAULT_ENGINE.name,
     show_default=True,
-    help="the server: vLLM, or llama.cpp for a GGUF model (install.sh --engine llama.cpp)",
+    help="the server: " + ", ".join(f"{e.name} ({e.serves})" for e in engines.ENGINES),
 )
 @click.option(
     "--model",
     type=TEXT,
     default=None,
-    help="hub id or local model folder (default: data/epyc.json's); with --engine llama.cpp "
+    help="hub id or local model folder (default: data/epyc.json's); a GGUF model: "
     "a .gguf file, or a hub repository or folder with --gguf-file",
 )
 @click.option(
     "--gguf-file",
     type=TEXT,
     default=None,
-    help="llama.cpp: the GGUF file's name in the --model repository or folder",
+    help="a GGUF model: the file's name in the --model repository or folder",
 )
 @click.option(
     "--vllm",

@@ -54,6 +54,8 @@ class Engine:
     """The engine's name in text for people (a balancer's Description)."""
     server: str
     """The server's name in messages ("vLLM", "llama-server")."""
+    serves: str
+    """What it serves and where it comes from, for the help of `quickstart --engine`."""
     metrics: ServerMetrics
     api_key_env: str
     """The variable the server reads its API key from; the key never is in its argv."""

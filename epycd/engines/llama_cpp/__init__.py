@@ -5,6 +5,9 @@ so it has no Kubernetes export yet."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from epycd.engines.base import Engine, ServerMetrics
 
 LLAMA_CPP = Engine(
@@ -12,6 +15,7 @@ LLAMA_CPP = Engine(
     package=__name__,
     title="llama.cpp",
     server="llama-server",
+    serves="a GGUF model; install.sh --engine llama.cpp builds it",
     metrics=ServerMetrics(
         prefix="llamacpp:",
         running="llamacpp:requests_processing",
@@ -25,3 +29,18 @@ LLAMA_CPP = Engine(
     model_format="gguf",
     no_kube_export="no llama-server image is pinned",
 )
+
+EMBEDDED_RUNTIME = Path(sys.prefix) / "llama-runtime"
+"""Where `packaging/install.sh --engine llama.cpp` builds llama-server for this CPU
+(packaging/llama-runtime.sh): `/opt/epyc-llm/llama-runtime/bin/llama-server`, which a
+llama.cpp endpoint without a `llama_server` key serves with (`Settings.llama_runtime_dir`)."""
+PACKAGED_RECIPE = Path("/usr/share/epyc-llm/llama-runtime.sh")
+"""The runtime recipe as the Debian package installs it."""
+
+
+def install_command(runtime_dir: Path, recipe: Path = PACKAGED_RECIPE) -> str:
+    """The command that builds llama-server in runtime_dir on this install: the Debian
+    package's recipe (its build prerequisites from apt first), else install.sh."""
+    if recipe.is_file():
+        return f"apt-get install g++ python3-venv && {recipe} {runtime_dir}"
+    return "packaging/install.sh --engine llama.cpp"

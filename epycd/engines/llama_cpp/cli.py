@@ -1,6 +1,7 @@
 """llama.cpp's commands: its endpoints in `epycctl plan` (`VIEW`: its server's keys
 (`llama_server`, `llama_version`, `gguf_file`, `server_args`), its fit's terms, its slots
-sharing one KV pool) and `epycctl estimate` of a GGUF file (`ESTIMATE`)."""
+sharing one KV pool), `epycctl estimate` of a GGUF file (`ESTIMATE`) and the endpoint file of
+`epycctl quickstart --engine llama.cpp` (`QUICKSTART`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ from typing import Any
 from epycd.cli.engine_view import PlanView, Row, instances_json
 from epycd.cli.model import FormatEstimate, budget_rows, print_answer, socket_memory, this_host
 from epycd.cli.output import EXIT_NO, print_json
+from epycd.cli.quickstart import QuickstartFile, Wanted, model_argument, quickstart_document
+from epycd.engines.llama_cpp import install_command
+from epycd.engines.llama_cpp.host import embedded_llama_server
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
 from epycd.engines.llama_cpp.plan.sizing import LlamaFit, fit_llama
 from epycd.errors import InputError, Refusal
+from epycd.host.facts import HostFacts
 from epycd.model.facts import GgufFile, ModelFacts
 from epycd.plan.model import (
     CpuServer,
@@ -21,6 +26,7 @@ from epycd.plan.model import (
     LlamaService,
     LlamaSetEndpoint,
 )
+from epycd.settings import Settings
 from epycd.sizes import gib
 
 PLAN_KEYS = ("llama_server", "llama_version", "gguf_file", "server_args")
@@ -215,3 +221,43 @@ def _print_llama_fit(facts: ModelFacts, gguf: GgufFile, fit: LlamaFit, note: str
     if fit.suggested_context:
         rows.append(("suggested context per slot", str(fit.suggested_context)))
     print_answer(rows, facts.warnings, fit.action)
+
+
+class LlamaQuickstart(QuickstartFile):
+    """A llama.cpp endpoint's file: its GGUF model, served by the llama.cpp runtime."""
+
+    def candidate(
+        self, settings: Settings, host: HostFacts, wanted: Wanted
+    ) -> tuple[str, bytes, str]:
+        if wanted.vllm is not None:
+            raise InputError(
+                "--vllm is for vLLM endpoints",
+                key="--vllm",
+                fix="leave it out with --engine llama.cpp",
+            )
+        if wanted.model is None:
+            raise InputError(
+                "a llama.cpp endpoint serves a GGUF model: none given",
+                key="--model",
+                fix="give --model /path/to/model.gguf (or a hub repository with --gguf-file)",
+            )
+        server = embedded_llama_server(settings.llama_runtime_dir)
+        if server is None:
+            raise runtime_refusal(settings)
+        served = model_argument(wanted.model)
+        data = {"engine": "llama.cpp", "model": served}
+        if wanted.gguf_file:
+            data["gguf_file"] = wanted.gguf_file
+        return served, quickstart_document(data), f"host (llama.cpp, {server})"
+
+
+QUICKSTART = LlamaQuickstart()
+
+
+def runtime_refusal(settings: Settings) -> Refusal:
+    return Refusal(
+        f"no llama-server: the llama.cpp runtime is not built in {settings.llama_runtime_dir}",
+        fix="build it once for this CPU: "
+        f"{install_command(settings.llama_runtime_dir)} (about 13 minutes on 2 "
+        "cores); nothing was changed",
+    )

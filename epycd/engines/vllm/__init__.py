@@ -12,6 +12,7 @@ VLLM = Engine(
     package=__name__,
     title="vLLM",
     server="vLLM",
+    serves="a Hugging Face model",
     metrics=ServerMetrics(
         prefix="vllm:",
         running="vllm:num_requests_running",

@@ -1,12 +1,22 @@
 """vLLM's endpoints in `epycctl plan`: its memory fit's keys, a set's per-process keys, an
-Instinct endpoint's GPUs and VRAM fit; its rows of the confirmation table."""
+Instinct endpoint's GPUs and VRAM fit; its rows of the confirmation table (`VIEW`); and the
+endpoint file of `epycctl quickstart` (`QUICKSTART`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from epycd.cli.engine_view import GPU_KEYS, PlanView, Row, instances_json
+from epycd.cli.quickstart import (
+    QuickstartFile,
+    Wanted,
+    endpoint_document,
+    model_argument,
+    pick_runtime,
+)
+from epycd.errors import InputError
 from epycd.host.cpulist import format_cpulist, parse_cpulist
+from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit
 from epycd.plan.model import (
     CpuEndpoint,
@@ -17,6 +27,8 @@ from epycd.plan.model import (
     SetEndpoint,
     VllmService,
 )
+from epycd.settings import Settings
+from epycd.stack import shipped_stack
 
 MEMORY_KEYS = (
     "weights_gb",
@@ -146,3 +158,24 @@ class VllmView(PlanView):
 
 
 VIEW = VllmView()
+
+
+class VllmQuickstart(QuickstartFile):
+    """A vLLM endpoint's file: the default model or --model, on the runtime `auto` picks."""
+
+    def candidate(
+        self, settings: Settings, host: HostFacts, wanted: Wanted
+    ) -> tuple[str, bytes, str]:
+        if wanted.gguf_file is not None:
+            raise InputError(
+                "--gguf-file is for llama.cpp endpoints",
+                key="--gguf-file",
+                fix="add --engine llama.cpp",
+            )
+        runtime, runtimes = pick_runtime(settings, host, wanted.vllm)
+        served = model_argument(wanted.model or shipped_stack().default_model)
+        content = endpoint_document(served, runtime, runtimes.vllm.path if runtimes.vllm else None)
+        return served, content, runtime
+
+
+QUICKSTART = VllmQuickstart()

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from epycd.engines.llama_cpp import EMBEDDED_RUNTIME, install_command
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, LlamaServerFacts
-from epycd.paths import EMBEDDED_LLAMA_RUNTIME, llama_runtime_install_command
 from epycd.plan.route import EngineRoute, refuse_non_epyc
 from epycd.spec import EndpointSpec, SpecResult
 
@@ -18,7 +18,7 @@ LlamaProber = Callable[[str], LlamaServerFacts]
 """A llama-server executable -> what it is (`epycd.engines.llama_cpp.host.probe_llama_server`)."""
 
 LLAMA_RUNTIME_FIX = (
-    f"build llama-server for this CPU ({llama_runtime_install_command(EMBEDDED_LLAMA_RUNTIME)}), "
+    f"build llama-server for this CPU ({install_command(EMBEDDED_RUNTIME)}), "
     "or set llama_server = the path of a llama-server of your own"
 )
 
