@@ -114,8 +114,8 @@ class HostVllmFacts(BaseModel):
     )
 
 
-class LlamaServerFacts(BaseModel):
-    """A llama-server executable, asked its version (`epycd.engines.llama_cpp.host`)."""
+class ServerFacts(BaseModel):
+    """An engine's server executable, asked its version (its package's host facts)."""
 
     path: str
     present: bool
@@ -127,8 +127,10 @@ class RuntimeFacts(BaseModel):
     podman: PodmanFacts = PodmanFacts(present=False)
     docker: DockerFacts = DockerFacts(present=False)
     vllm: HostVllmFacts | None = None
-    llama_server: LlamaServerFacts | None = Field(
-        default=None, description="the llama.cpp runtime's llama-server, where it was built"
+    servers: dict[str, ServerFacts] = Field(
+        default_factory=dict,
+        description="engine -> its own runtime's server, where it was built and an endpoint "
+        "file of that engine asks for it (`EnginePlanner.with_runtime`)",
     )
 
 

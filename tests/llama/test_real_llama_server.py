@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from epycd.engines.llama_cpp.model.gguf import read_gguf
 from epycd.engines.llama_cpp.model.memory import llama_memory
 from epycd.model.check import inspect_model
-from epycd.engines.llama_cpp.model.gguf import read_gguf
 from tests.health.realvllm import VllmServer, free_port
 from tests.llama.realllama import llama_server, tiny_gguf
 from tests.machine import real_cpu

@@ -15,7 +15,7 @@ from epycd.engines.llama_cpp.host import probe_llama_server
 from epycd.engines.llama_cpp.plan.decide import CACHE_RAM_MAX_MIB, PROFILE_SLOTS, cache_ram_mib
 from epycd.engines.llama_cpp.plan.invocation import llama_server_argv
 from epycd.host.cpulist import parse_cpulist
-from epycd.host.facts import HostFacts, LlamaServerFacts
+from epycd.host.facts import HostFacts, ServerFacts
 from epycd.plan.model import LlamaEndpoint, Plan
 from epycd.plan.result import EndpointResult
 from tests.model.gguf_files import GgufShape, write_gguf
@@ -231,7 +231,7 @@ def test_without_a_llama_server_it_is_refused_with_the_install_step(lw: LlamaWor
     )
     bad = lw.plan()["chat"].errors[0]
     assert bad.exit_code == 2 and bad.key == "llama_server", bad.text
-    assert probe_llama_server(str(lw.server)) == LlamaServerFacts(
+    assert probe_llama_server(str(lw.server)) == ServerFacts(
         path=str(lw.server), present=True, version=VERSION
     )
 

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from epycd.childproc import run_bounded
-from epycd.host.facts import LlamaServerFacts
+from epycd.host.facts import ServerFacts
 
 VERSION_TIMEOUT_S = 5
 """`llama-server --version` loads its backends and prints a few lines: well under a second."""
@@ -24,10 +24,10 @@ def embedded_llama_server(runtime_dir: Path) -> str | None:
     return str(server) if finished and os.access(server, os.X_OK) else None
 
 
-def probe_llama_server(path: str) -> LlamaServerFacts:
+def probe_llama_server(path: str) -> ServerFacts:
     """The server at `path` and its version line; `present` False with why it cannot run."""
     if not os.access(path, os.X_OK) or not Path(path).is_file():
-        return LlamaServerFacts(path=path, present=False, error="no executable file there")
+        return ServerFacts(path=path, present=False, error="no executable file there")
     try:
         done = run_bounded(
             [path, "--version"],
@@ -35,12 +35,12 @@ def probe_llama_server(path: str) -> LlamaServerFacts:
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
         )
     except (OSError, subprocess.SubprocessError) as error:
-        return LlamaServerFacts(path=path, present=False, error=str(error))
+        return ServerFacts(path=path, present=False, error=str(error))
     lines = (done.stdout + done.stderr).splitlines()
     version = next(
         (line.split(":", 1)[1].strip() for line in lines if line.startswith("version:")), None
     )
     if done.returncode != 0 or version is None:
         tail = lines[-1] if lines else f"exit {done.returncode}"
-        return LlamaServerFacts(path=path, present=False, error=f"--version failed: {tail}")
-    return LlamaServerFacts(path=path, present=True, version=version)
+        return ServerFacts(path=path, present=False, error=f"--version failed: {tail}")
+    return ServerFacts(path=path, present=True, version=version)

@@ -8,13 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from epycd.engines.llama_cpp import EMBEDDED_RUNTIME, install_command
+from epycd.engines.llama_cpp import EMBEDDED_RUNTIME, LLAMA_CPP, install_command
 from epycd.errors import InputError, Refusal
-from epycd.host.facts import HostFacts, LlamaServerFacts
+from epycd.host.facts import HostFacts, ServerFacts
 from epycd.plan.route import EngineRoute, refuse_non_epyc
 from epycd.spec import EndpointSpec, SpecResult
 
-LlamaProber = Callable[[str], LlamaServerFacts]
+ENGINE = LLAMA_CPP.name
+LlamaProber = Callable[[str], ServerFacts]
 """A llama-server executable -> what it is (`epycd.engines.llama_cpp.host.probe_llama_server`)."""
 
 LLAMA_RUNTIME_FIX = (
@@ -47,7 +48,7 @@ def llama_route(spec: EndpointSpec, host: HostFacts, file: Path, probe: LlamaPro
     """The llama-server the endpoint file names, else the llama.cpp runtime's; refused
     (1) when there is none, bad input (2) when the file names one that cannot run."""
     refuse_non_epyc(host)
-    server = probe(spec.llama_server) if spec.llama_server else host.runtimes.llama_server
+    server = probe(spec.llama_server) if spec.llama_server else host.runtimes.servers.get(ENGINE)
     if server is None:
         raise Refusal(
             "no llama-server: the llama.cpp runtime is not built on this host",
@@ -73,9 +74,10 @@ def with_llama_runtime(
     (install.sh --engine llama.cpp); probed only when one asks for it."""
     from epycd.engines.llama_cpp.host import embedded_llama_server
 
-    wanted = any(r.spec and r.spec.engine == "llama.cpp" and not r.spec.llama_server for r in specs)
+    wanted = any(r.spec and r.spec.engine == ENGINE and not r.spec.llama_server for r in specs)
     server = embedded_llama_server(runtime_dir) if wanted else None
     if server is None:
         return host
-    runtimes = host.runtimes.model_copy(update={"llama_server": probe(server)})
+    servers = {**host.runtimes.servers, ENGINE: probe(server)}
+    runtimes = host.runtimes.model_copy(update={"servers": servers})
     return host.model_copy(update={"runtimes": runtimes})
