@@ -27,8 +27,8 @@ from epycd.listen import DEFAULT_HOST, listen_address
 from epycd.names import is_endpoint_name, repo_file_problem, revision_problem
 from epycd.readfile import RefusedFile, read_head
 from epycd.spec.flags import ExtraFlags
-from epycd.spec.keys import ALLOWED, inapplicable_key_errors
 from epycd.spec.keys import ENGINES as ENGINE_NAMES
+from epycd.spec.keys import allowed, inapplicable_key_errors
 from epycd.spec.policy import env_errors, extra_args_errors
 from epycd.text import first_unsafe
 
@@ -39,7 +39,7 @@ MAX_INSTANCES = 64
 host's L3 groups."""
 
 SEE_ENDPOINT_FILE_DOCS = 'see docs/architecture.md, "Endpoint file"'
-"""Shown only for a key `ALLOWED` (epycd.spec.keys) lacks; tests/plan/test_spec.py keeps every
+"""Shown only for a key `allowed()` (epycd.spec.keys) lacks; tests/plan/test_spec.py keeps every
 key in it."""
 
 PathText = Annotated[str, Field(min_length=2, pattern=r"^/")]
@@ -248,8 +248,8 @@ def _validation_errors(
             fix = "allowed keys: " + ", ".join(EndpointSpec.model_fields)
         else:
             message = _error_message(error)
-            allowed = ALLOWED.get(key.split(".")[0].split("[")[0], SEE_ENDPOINT_FILE_DOCS)
-            fix = f"allowed: {allowed}"
+            allowed_text = allowed().get(key.split(".")[0].split("[")[0], SEE_ENDPOINT_FILE_DOCS)
+            fix = f"allowed: {allowed_text}"
         errors.append(InputError(message, file=path, key=key, fix=fix))
     return errors
 
@@ -308,13 +308,13 @@ def _runtime_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
     engine = next((e for e in ENGINES if e.name == data.get("engine", DEFAULT_ENGINE.name)), None)
     runtime = data.get("runtime", "auto")
     if engine is not None and runtime in RUNTIMES and runtime not in engine.runtimes:
-        allowed = " or ".join(f'"{r}"' for r in ("auto", *engine.runtimes))
+        runtimes_text = " or ".join(f'"{r}"' for r in ("auto", *engine.runtimes))
         return [
             InputError(
                 f"a {engine.title} endpoint {engine.runtimes_reason}",
                 file=path,
                 key="runtime",
-                fix=f"set runtime = {allowed}",
+                fix=f"set runtime = {runtimes_text}",
             )
         ]
     return []

@@ -6,73 +6,61 @@ is its row here. From the rows come: the text of the error for a wrong value (`a
 the errors for a key that does not apply to the file's engine or device
 (`inapplicable_key_errors`), and the table of keys in docs/admin.md (`keys_markdown`;
 `python -m epycd.spec` prints it, tests/plan/test_spec_keys.py keeps the two equal).
-A new key is a field of `EndpointSpec` and a row here; a new engine lists the keys it
-takes in `engines` of their rows.
+A new key is a field of `EndpointSpec` and a row here. An engine's own keys, and the fixes
+for the shared keys it does not take, are its `EngineKeys` (`KEYS` in its package's
+`spec.py`); `keys()` puts them in.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from epycd.engines import DEFAULT_ENGINE
-from epycd.engines import ENGINES as REGISTERED
+from epycd import engines
 from epycd.errors import InputError
+from epycd.spec.key_setting import (
+    CPU_ONLY,
+    DEVICES,
+    ENGINES,
+    INSTINCT_ONLY,
+    EngineKeys,
+    KeySetting,
+)
 from epycd.spec.policy import ENV_TUNABLE_TEXT
 
-ENGINES = (DEFAULT_ENGINE.name, *(e.name for e in REGISTERED if e is not DEFAULT_ENGINE))
-"""The values of `engine`, the default first: the registered engines (`epycd.engines`)."""
-DEVICES = ("cpu", "instinct")
-"""The values of `device`, the default first."""
-ENGINE_TITLE = {e.name: e.title for e in REGISTERED}
+__all__ = ["DEVICES", "ENGINES", "KeySetting", "allowed", "inapplicable_key_errors", "keys"]
+
+ENGINE_TITLE = {e.name: e.title for e in engines.ENGINES}
 DEVICE_TITLE = {"cpu": "CPU", "instinct": "Instinct"}
 
 
-@dataclass(frozen=True)
-class KeySetting:
-    """One key of the endpoint file."""
-
-    name: str
-    allowed: str
-    """What it takes: the fix of the error for a wrong value."""
-    doc: str
-    """What it is for, as docs/admin.md's table says it (Markdown)."""
-    engines: tuple[str, ...] = ENGINES
-    """The engines it applies to."""
-    devices: tuple[str, ...] = DEVICES
-    """The devices it applies to."""
-    harmless: tuple[object, ...] = ()
-    """Values accepted where the key does not apply: its default, written out."""
-    fixes: Mapping[str, str] = field(default_factory=dict)
-    """Engine or device it does not apply to -> the fix an admin is given there."""
-
-    def applies(self, engine: str, device: str) -> bool:
-        return engine in self.engines and device in self.devices
-
-    def fix_for(self, engine: str, device: str) -> str:
-        """The fix where it does not apply: the row's own for that engine or device, else
-        the engine or device to set."""
-        where = engine if engine not in self.engines else device
-        if where in self.fixes:
-            return self.fixes[where]
-        if engine not in self.engines:
-            return f'set engine = "{self.engines[0]}", or remove {self.name}'
-        return f'set device = "{self.devices[0]}", or remove {self.name}'
-
-
 VLLM_ONLY = ("vllm",)
-CPU_ONLY = ("cpu",)
-INSTINCT_ONLY = ("instinct",)
 AUTO = ("auto",)
 
-KEYS: tuple[KeySetting, ...] = (
+
+def _engine_values() -> str:
+    """The registered engines as `engine` takes them, the default first, each with what it
+    serves."""
+    return " or ".join(
+        f'"{name}" ({"the default: " if i == 0 else ""}{engines.engine_named(name).serves})'
+        for i, name in enumerate(ENGINES)
+    )
+
+
+def _engine_doc() -> str:
+    names = [f'`"{name}"`' + (" (the default)" if i == 0 else "") for i, name in enumerate(ENGINES)]
+    return " or ".join(names) + " ([Which engine](#which-engine))"
+
+
+SHARED_KEYS: tuple[KeySetting, ...] = (
     KeySetting(
         "model",
         "a Hugging Face id like 'Qwen/Qwen3-0.6B' or an absolute path to a model folder",
-        "a Hugging Face id (`Qwen/Qwen3-0.6B`) or an absolute path to a model folder (a `.gguf` "
-        "file for llama.cpp)",
+        "a Hugging Face id (`Qwen/Qwen3-0.6B`) or an absolute path to a model folder or a "
+        "`.gguf` file",
     ),
     KeySetting(
         "revision",
@@ -82,31 +70,14 @@ KEYS: tuple[KeySetting, ...] = (
     ),
     KeySetting(
         "engine",
-        '"vllm" (the default) or "llama.cpp" (a GGUF model served by llama-server)',
-        '`"vllm"` (the default) or `"llama.cpp"` ([Which engine](#which-engine))',
-    ),
-    KeySetting(
-        "gguf_file",
-        "the GGUF file's name in the hub repository or folder `model` names, e.g. "
-        "'model-Q4_K_M.gguf' (a relative name: no '..', not an absolute path)",
-        "llama.cpp: the GGUF file in the repository or folder",
-        engines=("llama.cpp",),
-        devices=CPU_ONLY,
-    ),
-    KeySetting(
-        "llama_server",
-        "an absolute path to a llama-server executable (default: the one install.sh --engine "
-        "llama.cpp built)",
-        "llama.cpp: a llama-server of your own",
-        engines=("llama.cpp",),
-        devices=CPU_ONLY,
+        _engine_values(),
+        _engine_doc(),
     ),
     KeySetting(
         "dtype",
         "one of the stack's precisions",
         "`bfloat16` (the default), `float16` or `float32`",
         engines=VLLM_ONLY,
-        fixes={"llama.cpp": "remove dtype: a GGUF file carries its own weight types"},
     ),
     KeySetting(
         "max_model_len",
@@ -156,7 +127,6 @@ KEYS: tuple[KeySetting, ...] = (
         engines=VLLM_ONLY,
         devices=CPU_ONLY,
         fixes={
-            "llama.cpp": "remove vllm: set llama_server = PATH for a llama-server of your own",
             "instinct": "an Instinct endpoint runs the ROCm vLLM image (podman or docker)",
         },
     ),
@@ -165,7 +135,6 @@ KEYS: tuple[KeySetting, ...] = (
         "a container image reference like 'repo/name:tag'",
         "a container image",
         engines=VLLM_ONLY,
-        fixes={"llama.cpp": "remove image: llama.cpp endpoints run the host's llama-server"},
     ),
     KeySetting(
         "socket",
@@ -185,9 +154,6 @@ KEYS: tuple[KeySetting, ...] = (
         "an absolute path to a chat template file",
         "an absolute path to a chat template file",
         engines=VLLM_ONLY,
-        fixes={
-            "llama.cpp": "remove chat_template: llama-server uses the GGUF file's own chat template"
-        },
     ),
     KeySetting(
         "restart",
@@ -202,10 +168,6 @@ KEYS: tuple[KeySetting, ...] = (
         "([Security defaults](#security-defaults))",
         engines=VLLM_ONLY,
         harmless=([],),
-        fixes={
-            "llama.cpp": "remove extra_args: the plan decides llama-server's flags "
-            "(docs/tuning.md rule 10)"
-        },
     ),
     KeySetting(
         "env",
@@ -215,7 +177,6 @@ KEYS: tuple[KeySetting, ...] = (
         "([Security defaults](#security-defaults))",
         engines=VLLM_ONLY,
         harmless=({},),
-        fixes={"llama.cpp": "remove env: the plan owns llama-server's environment"},
     ),
     KeySetting(
         "throughput_flags",
@@ -225,13 +186,12 @@ KEYS: tuple[KeySetting, ...] = (
         devices=CPU_ONLY,
         harmless=(False,),
         fixes={
-            "llama.cpp": "remove throughput_flags: zentorch's throughput set is for vLLM",
             "instinct": "zentorch's throughput set is for the CPU path",
         },
     ),
     KeySetting(
         "instances",
-        "1 (the default), a number of instances (vLLM or llama-server) behind one balancer, "
+        "1 (the default), a number of instances (servers of its engine) behind one balancer, "
         'or "auto" (docs/instances.md)',
         "several instances behind one balancer (docs/instances.md)",
         devices=CPU_ONLY,
@@ -271,7 +231,6 @@ KEYS: tuple[KeySetting, ...] = (
         '`"cpu"` (the default) or `"instinct"`: AMD Instinct GPUs (docs/instinct.md)',
         engines=VLLM_ONLY,
         harmless=("cpu",),
-        fixes={"llama.cpp": "remove device: llama.cpp endpoints serve on the CPU"},
     ),
     KeySetting(
         "gpus",
@@ -289,9 +248,39 @@ KEYS: tuple[KeySetting, ...] = (
     ),
 )
 
-KEY_NAMED: dict[str, KeySetting] = {row.name: row for row in KEYS}
-ALLOWED: dict[str, str] = {row.name: row.allowed for row in KEYS}
-"""Key -> what it takes: the fix of the error for a wrong value."""
+
+@cache
+def keys() -> tuple[KeySetting, ...]:
+    """Every key's row: the shared keys with each engine's own after `engine`, and each
+    engine's fixes for the shared keys it does not take. Put together on first use, so that
+    an engine's `spec.py` may import this package."""
+    shares = {
+        engine.name: engine.implementation("spec", "KEYS", EngineKeys) for engine in engines.ENGINES
+    }
+    rows: list[KeySetting] = []
+    for row in SHARED_KEYS:
+        rows.append(_with_refusals(row, shares))
+        if row.name == "engine":
+            rows += [own for share in shares.values() for own in share.own]
+    return tuple(rows)
+
+
+def _with_refusals(row: KeySetting, shares: Mapping[str, EngineKeys]) -> KeySetting:
+    refusing = {
+        name: share.refused[row.name] for name, share in shares.items() if row.name in share.refused
+    }
+    if not refusing:
+        return row
+    return dataclasses.replace(
+        row,
+        engines=tuple(e for e in row.engines if e not in refusing),
+        fixes={**row.fixes, **refusing},
+    )
+
+
+def allowed() -> dict[str, str]:
+    """Key -> what it takes: the fix of the error for a wrong value."""
+    return {row.name: row.allowed for row in keys()}
 
 
 def _title(engine: str, device: str, row: KeySetting) -> str:
@@ -318,7 +307,7 @@ def inapplicable_key_errors(path: Path, data: Mapping[str, Any]) -> list[InputEr
             key=row.name,
             fix=row.fix_for(engine, device),
         )
-        for row in KEYS
+        for row in keys()
         if row.name in data
         and not row.applies(engine, device)
         and not any(_same(data[row.name], value) for value in row.harmless)
@@ -333,7 +322,7 @@ def _same(value: object, harmless: object) -> bool:
 def keys_markdown() -> str:
     """docs/admin.md's table of keys: each key, what it takes, where it applies."""
     lines = ["| key | what it takes | applies to |", "|-----|---------------|------------|"]
-    for row in KEYS:
+    for row in keys():
         lines.append(f"| `{row.name}` | {row.doc} | {_where(row)} |")
     return "\n".join(lines) + "\n"
 

@@ -14,7 +14,7 @@ import tomli_w
 from epycd.engines import ENGINES as REGISTERED
 from epycd.engines.base import RUNTIMES
 from epycd.spec import EndpointSpec, parse_endpoint
-from epycd.spec.keys import DEVICES, ENGINES, KEYS, keys_markdown
+from epycd.spec.keys import DEVICES, ENGINES, keys, keys_markdown
 
 REPO = Path(__file__).resolve().parents[2]
 PRECISIONS = ["bfloat16", "float16", "float32"]
@@ -61,8 +61,8 @@ def parse(tmp_path: Path, data: dict[str, object]) -> list[tuple[str | None, str
 
 
 def test_every_field_is_a_row_and_every_row_a_field() -> None:
-    assert [row.name for row in KEYS] == list(dict.fromkeys(row.name for row in KEYS))
-    assert {row.name for row in KEYS} == set(EndpointSpec.model_fields) == set(SAMPLES)
+    assert [row.name for row in keys()] == list(dict.fromkeys(row.name for row in keys()))
+    assert {row.name for row in keys()} == set(EndpointSpec.model_fields) == set(SAMPLES)
 
 
 def test_the_admin_guide_table_is_made_from_the_rows() -> None:
@@ -75,7 +75,7 @@ def test_a_key_that_does_not_apply_is_refused_with_its_fix(
     tmp_path: Path, engine: str, device: str
 ) -> None:
     base = {"engine": engine, "device": device}
-    for row in KEYS:
+    for row in keys():
         if row.name in base:
             continue
         errors = parse(tmp_path, base | {row.name: SAMPLES[row.name]})
@@ -92,7 +92,7 @@ def test_a_key_that_does_not_apply_is_refused_with_its_fix(
 
 def test_a_file_of_each_engine_with_only_its_keys_parses(tmp_path: Path) -> None:
     for engine, device in (("vllm", "cpu"), ("vllm", "instinct"), ("llama.cpp", "cpu")):
-        data = {row.name: SAMPLES[row.name] for row in KEYS if row.applies(engine, device)}
+        data = {row.name: SAMPLES[row.name] for row in keys() if row.applies(engine, device)}
         data |= {"engine": engine, "device": device}
         if device == "instinct":
             data["runtime"] = "podman"
@@ -122,3 +122,21 @@ def test_an_engine_outside_the_registry_is_refused_on_its_key(tmp_path: Path) ->
     assert key == "engine" and message == "'sglang' is not allowed", message
     assert fix is not None and all(f'"{e.name}"' in fix for e in REGISTERED), fix
     assert sorted(ENGINES) == sorted(e.name for e in REGISTERED)
+
+
+def test_an_engine_that_refuses_a_shared_key_leaves_its_row_with_its_fix() -> None:
+    """An engine's `EngineKeys.refused`: a key every engine takes stops applying to it, and
+    its files get its fix; the engine's own rows follow `engine`."""
+    from epycd.spec.key_setting import EngineKeys, KeySetting
+    from epycd.spec.keys import SHARED_KEYS, _with_refusals
+
+    port = next(row for row in SHARED_KEYS if row.name == "port")
+    assert "llama.cpp" in port.engines
+    share = EngineKeys(refused={"port": "remove port: it listens on a socket"})
+    refused = _with_refusals(port, {"llama.cpp": share, "vllm": EngineKeys()})
+    assert not refused.applies("llama.cpp", "cpu") and refused.applies("vllm", "cpu")
+    assert refused.fix_for("llama.cpp", "cpu") == "remove port: it listens on a socket"
+    rows = [row.name for row in keys()]
+    own = [r.name for e in REGISTERED for r in e.implementation("spec", "KEYS", EngineKeys).own]
+    assert rows[rows.index("engine") + 1 : rows.index("engine") + 1 + len(own)] == own
+    assert all(isinstance(row, KeySetting) for row in keys())

@@ -1,0 +1,41 @@
+"""llama.cpp's endpoint-file keys (`EngineKeys`): its own, `gguf_file` and `llama_server`,
+and the fix for each of vLLM's keys a llama.cpp endpoint file sets."""
+
+from __future__ import annotations
+
+from epycd.spec.key_setting import CPU_ONLY, EngineKeys, KeySetting
+
+ENGINE = ("llama.cpp",)
+
+KEYS = EngineKeys(
+    own=(
+        KeySetting(
+            "gguf_file",
+            "the GGUF file's name in the hub repository or folder `model` names, e.g. "
+            "'model-Q4_K_M.gguf' (a relative name: no '..', not an absolute path)",
+            "llama.cpp: the GGUF file in the repository or folder",
+            engines=ENGINE,
+            devices=CPU_ONLY,
+        ),
+        KeySetting(
+            "llama_server",
+            "an absolute path to a llama-server executable (default: the one install.sh "
+            "--engine llama.cpp built)",
+            "llama.cpp: a llama-server of your own",
+            engines=ENGINE,
+            devices=CPU_ONLY,
+        ),
+    ),
+    refused={
+        "dtype": "remove dtype: a GGUF file carries its own weight types",
+        "vllm": "remove vllm: set llama_server = PATH for a llama-server of your own",
+        "image": "remove image: llama.cpp endpoints run the host's llama-server",
+        "chat_template": "remove chat_template: llama-server uses the GGUF file's own chat "
+        "template",
+        "extra_args": "remove extra_args: the plan decides llama-server's flags "
+        "(docs/tuning.md rule 10)",
+        "env": "remove env: the plan owns llama-server's environment",
+        "throughput_flags": "remove throughput_flags: zentorch's throughput set is for vLLM",
+        "device": "remove device: llama.cpp endpoints serve on the CPU",
+    },
+)
