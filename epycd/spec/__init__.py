@@ -14,10 +14,18 @@ import hashlib
 import re
 import tomllib
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from epycd.engines import DEFAULT_ENGINE, ENGINES
@@ -27,6 +35,7 @@ from epycd.listen import DEFAULT_HOST, listen_address
 from epycd.names import is_endpoint_name, repo_file_problem, revision_problem
 from epycd.readfile import RefusedFile, read_head
 from epycd.spec.flags import ExtraFlags
+from epycd.spec.key_setting import EngineKeys, PathText
 from epycd.spec.keys import ENGINES as ENGINE_NAMES
 from epycd.spec.keys import allowed, inapplicable_key_errors
 from epycd.spec.policy import env_errors, extra_args_errors
@@ -41,8 +50,6 @@ host's L3 groups."""
 SEE_ENDPOINT_FILE_DOCS = 'see docs/architecture.md, "Endpoint file"'
 """Shown only for a key `allowed()` (epycd.spec.keys) lacks; tests/plan/test_spec.py keeps every
 key in it."""
-
-PathText = Annotated[str, Field(min_length=2, pattern=r"^/")]
 
 
 def registered_engine(name: str) -> str:
@@ -92,7 +99,6 @@ class EndpointSpec(BaseModel):
     tensor_parallel_size: Literal[1, 2, 4, 8, "auto"] = "auto"
     engine: EngineName = DEFAULT_ENGINE.name
     gguf_file: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._][A-Za-z0-9._/-]{0,254}$")
-    llama_server: PathText | None = None
 
     @field_validator("gguf_file")
     @classmethod
@@ -164,6 +170,21 @@ class EndpointSpec(BaseModel):
         if isinstance(value, int) and value < 0:
             raise ValueError(f"socket {value} is negative")
         return value
+
+
+@cache
+def spec_model() -> type[EndpointSpec]:
+    """`EndpointSpec` with each engine's own keys (`EngineKeys.fields`): the type an endpoint
+    file is validated as. An engine reads its keys from a spec through its own model."""
+    own = tuple(
+        share.fields
+        for share in (e.implementation("spec", "KEYS", EngineKeys) for e in ENGINES)
+        if share.fields is not None
+    )
+    if not own:
+        return EndpointSpec
+    bases: tuple[type, ...] = (EndpointSpec, *own)
+    return cast(type[EndpointSpec], type("EndpointSpec", bases, {"__module__": __name__}))
 
 
 @dataclass(frozen=True)
@@ -245,7 +266,7 @@ def _validation_errors(
         seen.add(key)
         if error["type"] == "extra_forbidden":
             message = "unknown key"
-            fix = "allowed keys: " + ", ".join(EndpointSpec.model_fields)
+            fix = "allowed keys: " + ", ".join(allowed())
         else:
             message = _error_message(error)
             allowed_text = allowed().get(key.split(".")[0].split("[")[0], SEE_ENDPOINT_FILE_DOCS)
@@ -346,7 +367,7 @@ def parse_endpoint(path: Path, raw: bytes, *, precisions: list[str]) -> SpecResu
         return failed(InputError(f"is not valid TOML: {exc}", file=path, fix="fix the syntax"))
     errors = _unsafe_text_errors(path, data) + _policy_errors(path, data, precisions)
     try:
-        spec = EndpointSpec.model_validate(data)
+        spec = spec_model().model_validate(data)
     except ValidationError as exc:
         errors += _validation_errors(path, exc, {e.key for e in errors})
         return failed(*errors)

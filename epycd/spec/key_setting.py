@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import BaseModel, Field
 
 from epycd.engines import DEFAULT_ENGINE
 from epycd.engines import ENGINES as REGISTERED
@@ -14,6 +17,8 @@ ENGINES = (DEFAULT_ENGINE.name, *(e.name for e in REGISTERED if e is not DEFAULT
 """The values of `engine`, the default first: the registered engines (`epycd.engines`)."""
 DEVICES = ("cpu", "instinct")
 """The values of `device`, the default first."""
+PathText = Annotated[str, Field(min_length=2, pattern=r"^/")]
+"""An absolute path, as a key takes one."""
 CPU_ONLY = ("cpu",)
 INSTINCT_ONLY = ("instinct",)
 
@@ -59,3 +64,6 @@ class EngineKeys:
     own: tuple[KeySetting, ...] = ()
     refused: Mapping[str, str] = field(default_factory=dict)
     """A shared key it does not take -> the fix its endpoint files are given."""
+    fields: type[BaseModel] | None = None
+    """The types and defaults of its own keys: a model `EndpointSpec` is extended with
+    (`epycd.spec.spec_model`), with the same config (frozen, strict, no extra keys)."""

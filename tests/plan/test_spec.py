@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from epycd.spec import EndpointSpec, endpoint_files, load_endpoints, parse_endpoint
+from epycd.spec import endpoint_files, load_endpoints, parse_endpoint, spec_model
 from epycd.spec.keys import allowed
 from epycd.stack import shipped_stack
 from tests.plan.conftest import PlanWorkspace
@@ -54,7 +54,7 @@ VLLM_LOGGING_LEVEL = "INFO"
 """
     result = parse_endpoint(tmp_path / "qwen3.toml", text.encode(), precisions=PRECISIONS)
     assert result.ok, result.errors
-    assert result.spec == EndpointSpec(
+    assert result.spec == spec_model()(
         model="Qwen/Qwen3-0.6B",
         revision="main",
         dtype="float16",
@@ -299,4 +299,4 @@ def test_secrets_are_refused_with_the_fix_and_never_echoed(
 def test_every_key_has_its_allowed_values_for_the_error_message() -> None:
     """A bad value's fix names what the key allows; the pointer to the docs (not on the
     admin's machine) is never what an admin sees."""
-    assert set(allowed()) == set(EndpointSpec.model_fields)
+    assert set(allowed()) == set(spec_model().model_fields)

@@ -3,9 +3,26 @@ and the fix for each of vLLM's keys a llama.cpp endpoint file sets."""
 
 from __future__ import annotations
 
-from epycd.spec.key_setting import CPU_ONLY, EngineKeys, KeySetting
+from pydantic import BaseModel, ConfigDict
+
+from epycd.spec.key_setting import CPU_ONLY, EngineKeys, KeySetting, PathText
 
 ENGINE = ("llama.cpp",)
+
+
+class LlamaKeys(BaseModel):
+    """llama.cpp's own keys' types and defaults (`EngineKeys.fields`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    llama_server: PathText | None = None
+
+    @classmethod
+    def of(cls, spec: BaseModel) -> LlamaKeys:
+        """Its keys in a validated endpoint file (their defaults in a spec made without
+        them, as a test makes one)."""
+        return spec if isinstance(spec, LlamaKeys) else cls()
+
 
 KEYS = EngineKeys(
     own=(
@@ -38,4 +55,5 @@ KEYS = EngineKeys(
         "throughput_flags": "remove throughput_flags: zentorch's throughput set is for vLLM",
         "device": "remove device: llama.cpp endpoints serve on the CPU",
     },
+    fields=LlamaKeys,
 )

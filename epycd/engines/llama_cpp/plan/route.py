@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from epycd.engines.llama_cpp import EMBEDDED_RUNTIME, LLAMA_CPP, install_command
+from epycd.engines.llama_cpp.spec import LlamaKeys
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, ServerFacts
 from epycd.plan.route import EngineRoute, refuse_non_epyc
@@ -48,7 +49,8 @@ def llama_route(spec: EndpointSpec, host: HostFacts, file: Path, probe: LlamaPro
     """The llama-server the endpoint file names, else the llama.cpp runtime's; refused
     (1) when there is none, bad input (2) when the file names one that cannot run."""
     refuse_non_epyc(host)
-    server = probe(spec.llama_server) if spec.llama_server else host.runtimes.servers.get(ENGINE)
+    own = LlamaKeys.of(spec).llama_server
+    server = probe(own) if own else host.runtimes.servers.get(ENGINE)
     if server is None:
         raise Refusal(
             "no llama-server: the llama.cpp runtime is not built on this host",
@@ -57,11 +59,11 @@ def llama_route(spec: EndpointSpec, host: HostFacts, file: Path, probe: LlamaPro
             fix=LLAMA_RUNTIME_FIX,
         )
     if not server.present or server.version is None:
-        error = InputError if spec.llama_server else Refusal
+        error = InputError if own else Refusal
         raise error(
             f"the llama-server {server.path} cannot be used: {server.error}",
             file=file,
-            key="llama_server" if spec.llama_server else "engine",
+            key="llama_server" if own else "engine",
             fix=LLAMA_RUNTIME_FIX,
         )
     return LlamaRoute(llama_server=server.path, llama_version=server.version)
@@ -74,7 +76,9 @@ def with_llama_runtime(
     (install.sh --engine llama.cpp); probed only when one asks for it."""
     from epycd.engines.llama_cpp.host import embedded_llama_server
 
-    wanted = any(r.spec and r.spec.engine == ENGINE and not r.spec.llama_server for r in specs)
+    wanted = any(
+        r.spec and r.spec.engine == ENGINE and not LlamaKeys.of(r.spec).llama_server for r in specs
+    )
     server = embedded_llama_server(runtime_dir) if wanted else None
     if server is None:
         return host
