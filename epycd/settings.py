@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import stat
+from functools import cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 from pydantic import AfterValidator
 from pydantic_settings import (
@@ -20,7 +21,6 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from epycd.engines.llama_cpp import EMBEDDED_RUNTIME as EMBEDDED_LLAMA_RUNTIME
 from epycd.paths import DEFAULT_CONFIG_DIR, EMBEDDED_RUNTIME, daemon_conf_path
 from epycd.readfile import STATE_MAX_BYTES, RefusedFile, read_bytes
 
@@ -75,9 +75,6 @@ class Settings(BaseSettings):
     runtime_dir: AbsolutePath = EMBEDDED_RUNTIME
     """The embedded runtime's venv: `runtime = "auto"` and quickstart serve with its
     bin/vllm where no container runtime (and no other host vLLM) is present."""
-    llama_runtime_dir: AbsolutePath = EMBEDDED_LLAMA_RUNTIME
-    """The llama.cpp runtime: llama.cpp endpoints serve with its bin/llama-server unless the
-    endpoint file names another (`llama_server`)."""
     admin_group: str | None = None
     """Members of this group may approve, stop, start and remove besides root."""
     metrics_listen: ListenAddress = "127.0.0.1:9464"
@@ -102,6 +99,24 @@ class Settings(BaseSettings):
         return self.config_dir / "epycd.conf"
 
 
+@cache
+def settings_model() -> type[Settings]:
+    """`Settings` with each engine's own (`SETTINGS`, a model in its package's settings.py,
+    where it has one): the type settings are loaded as. An engine reads its own through its
+    model."""
+    from importlib.util import find_spec
+
+    from epycd import engines
+
+    own = tuple(
+        engine.implementation("settings", "SETTINGS", type)
+        for engine in engines.ENGINES
+        if find_spec(f"{engine.package}.settings") is not None
+    )
+    bases: tuple[type, ...] = (Settings, *own)
+    return cast(type[Settings], type("Settings", bases, {"__module__": __name__}))
+
+
 def load_settings() -> Settings:
     """The settings, or an `InputError` naming epycd.conf and the bad key (never a traceback)."""
     import tomllib
@@ -123,7 +138,7 @@ def load_settings() -> Settings:
     except OSError:
         pass  # reported below as pydantic reads it
     try:
-        return Settings()
+        return settings_model()()
     except UnicodeDecodeError:
         raise InputError("is not UTF-8 text", file=conf, fix="save it as UTF-8") from None
     except OSError as exc:

@@ -26,7 +26,7 @@ from epycd.plan.model import (
 from epycd.plan.reservations import Held, Reservations
 from epycd.plan.result import EndpointResult
 from epycd.render import render_for_plan
-from epycd.settings import Settings
+from epycd.settings import settings_model
 from tests.hosts import make_host
 
 QWEN3_0_6B_CONFIG = {
@@ -81,7 +81,7 @@ class PlanWorkspace:
         self.model = write_model(tmp_path / "models" / "qwen3-0.6b")
         self.hf_home = tmp_path / "hf"
         self.hf_home.mkdir()
-        self.settings = Settings(
+        self.settings = settings_model()(
             config_dir=self.config_dir,
             state_dir=tmp_path / "state",
             run_dir=tmp_path / "run",

@@ -42,7 +42,7 @@ from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.plan.build import PlanSources, plan_all
 from epycd.plan.result import EndpointResult
 from epycd.render import render_for_plan
-from epycd.settings import Settings
+from epycd.settings import Settings, settings_model
 from tests.hosts import make_host
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.plan.conftest import PODMAN_5, write_model
@@ -130,7 +130,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     template = tmp / "templates" / "chat.jinja"
     template.parent.mkdir()
     template.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
-    settings_ = Settings(
+    engines_own: dict[str, Any] = {"llama_runtime_dir": tmp / "no-llama-runtime"}
+    settings_ = settings_model()(
         config_dir=tmp / "etc-epyc-llm",
         state_dir=tmp / "state",
         run_dir=tmp / "run",
@@ -138,7 +139,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
         quadlet_dir=tmp / "containers-systemd",
         host_root=root,
         runtime_dir=tmp / "no-runtime",
-        llama_runtime_dir=tmp / "no-llama-runtime",
+        **engines_own,
     )
     (tmp / "hf").mkdir()
     return World(

@@ -16,6 +16,7 @@ from epycd.engines.llama_cpp import install_command
 from epycd.engines.llama_cpp.host import embedded_llama_server
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
 from epycd.engines.llama_cpp.plan.sizing import LlamaFit, fit_llama
+from epycd.engines.llama_cpp.settings import LlamaSettings
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts
 from epycd.model.facts import GgufFile, ModelFacts
@@ -241,7 +242,7 @@ class LlamaQuickstart(QuickstartFile):
                 key="--model",
                 fix="give --model /path/to/model.gguf (or a hub repository with --gguf-file)",
             )
-        server = embedded_llama_server(settings.llama_runtime_dir)
+        server = embedded_llama_server(LlamaSettings.of(settings).llama_runtime_dir)
         if server is None:
             raise runtime_refusal(settings)
         served = model_argument(wanted.model)
@@ -255,9 +256,10 @@ QUICKSTART = LlamaQuickstart()
 
 
 def runtime_refusal(settings: Settings) -> Refusal:
+    runtime_dir = LlamaSettings.of(settings).llama_runtime_dir
     return Refusal(
-        f"no llama-server: the llama.cpp runtime is not built in {settings.llama_runtime_dir}",
+        f"no llama-server: the llama.cpp runtime is not built in {runtime_dir}",
         fix="build it once for this CPU: "
-        f"{install_command(settings.llama_runtime_dir)} (about 13 minutes on 2 "
+        f"{install_command(runtime_dir)} (about 13 minutes on 2 "
         "cores); nothing was changed",
     )

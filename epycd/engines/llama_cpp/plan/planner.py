@@ -9,6 +9,7 @@ from pathlib import Path
 from epycd.engines.llama_cpp.host import probe_llama_server
 from epycd.engines.llama_cpp.plan.decide import decide_llama, llama_fit
 from epycd.engines.llama_cpp.plan.route import LlamaProber, llama_route, with_llama_runtime
+from epycd.engines.llama_cpp.settings import LlamaSettings
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.model.facts import ModelFacts
@@ -50,7 +51,9 @@ class LlamaPlanner(EnginePlanner):
     def with_runtime(
         self, host: HostFacts, specs: list[SpecResult], settings: Settings, sources: Sources
     ) -> HostFacts:
-        return with_llama_runtime(host, settings.llama_runtime_dir, specs, self.probe)
+        return with_llama_runtime(
+            host, LlamaSettings.of(settings).llama_runtime_dir, specs, self.probe
+        )
 
     def prepare(
         self,
