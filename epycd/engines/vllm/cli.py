@@ -18,6 +18,7 @@ from epycd.errors import InputError
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit
+from epycd.model.formats import format_named
 from epycd.plan.model import (
     CpuEndpoint,
     CpuServer,
@@ -167,10 +168,12 @@ class VllmQuickstart(QuickstartFile):
         self, settings: Settings, host: HostFacts, wanted: Wanted
     ) -> tuple[str, bytes, str]:
         if wanted.gguf_file is not None:
+            gguf = format_named("gguf")
+            engine = gguf.engine if gguf is not None else "an engine that serves GGUF files"
             raise InputError(
-                "--gguf-file is for llama.cpp endpoints",
+                f"--gguf-file is for {engine} endpoints",
                 key="--gguf-file",
-                fix="add --engine llama.cpp",
+                fix=f"add --engine {engine}",
             )
         runtime, runtimes = pick_runtime(settings, host, wanted.vllm)
         served = model_argument(wanted.model or shipped_stack().default_model)

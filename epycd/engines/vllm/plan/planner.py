@@ -11,6 +11,7 @@ from pathlib import Path
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.model.facts import ModelFacts
+from epycd.model.formats import format_named
 from epycd.plan import decide_cpu
 from epycd.plan.alloc import Placement
 from epycd.plan.model import CpuEndpoint, CpuServer, InstanceSetEndpoint, VllmService
@@ -34,14 +35,15 @@ def needs_host_vllm(spec: EndpointSpec, host: HostFacts) -> bool:
 
 def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path) -> list[str]:
     """Refuse what vLLM cannot serve on a chat/completions endpoint; return warnings."""
-    if facts.format == "gguf":
+    own_format = format_named(facts.format)
+    if own_format is not None:
         vllm = next(e for e in facts.engines if e.engine == "vllm")
         raise Refusal(
             vllm.reason,
             file=file,
             key="model",
-            fix='serve it with engine = "llama.cpp", or give a model folder or hub id with '
-            "safetensors weights",
+            fix=f'serve it with engine = "{own_format.engine}", or give a model folder or hub '
+            "id with safetensors weights",
         )
     if facts.support.supported is False or not facts.launchable:
         raise Refusal(facts.message or "vLLM cannot serve this model", file=file, key="model")
