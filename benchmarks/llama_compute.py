@@ -32,8 +32,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from llama_shape_model import Shape, write  # noqa: E402
 
+from epycd.engines.llama_cpp.model.gguf import read_gguf  # noqa: E402
 from epycd.engines.llama_cpp.model.memory import compute_bytes, repacked_bytes  # noqa: E402
-from epycd.model.gguf import read_gguf  # noqa: E402
 
 BUFFER = re.compile(
     r"(CPU(?:_REPACK|_Mapped)?)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB"
