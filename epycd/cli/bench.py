@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -310,11 +309,14 @@ def bench(
     lengths = (input_len, output_len)
     if offline:
         refuse_without_offline_bench(plan)
-        runs = [offline_run(plan, name, prompts_per_concurrency, lengths)]
+        client = bench_client(plan.decisions.engine)
+        runs = [client.offline_run(plan, name, prompts_per_concurrency, lengths)]
     else:
         require_ready(plan, name)
-        measure = OWN_BENCH_CLIENTS.get(plan.decisions.engine, openai_client_runs)
-        runs = measure(plan, concurrencies or (1, 8, 32), prompts_per_concurrency, lengths)
+        client = bench_client(plan.decisions.engine)
+        runs = client.serve_runs(
+            plan, concurrencies or (1, 8, 32), prompts_per_concurrency, lengths
+        )
     result = BenchResult(
         endpoint=name,
         measured_at=datetime.now(UTC),
@@ -326,11 +328,45 @@ def bench(
     finish(settings, result, as_json)
 
 
+class BenchClient:
+    """How `epycctl bench` measures an engine's endpoint. This one is epycd's own client of the
+    OpenAI API, for an engine without a client of its own; an engine that has one defines
+    `BENCH` in its package's `cli.py` (vLLM: `vllm bench serve`, and `--offline`)."""
+
+    offline: bool = False
+    """Whether it has an offline mode (`--offline`: the endpoint stopped, its sizing)."""
+
+    def serve_runs(
+        self,
+        plan: Plan,
+        concurrencies: tuple[int, ...],
+        prompts_per_concurrency: int,
+        lengths: tuple[int, int],
+    ) -> list[BenchRun]:
+        return openai_client_runs(plan, concurrencies, prompts_per_concurrency, lengths)
+
+    def offline_run(
+        self, plan: Plan, name: str, prompts_per_concurrency: int, lengths: tuple[int, int]
+    ) -> BenchRun:
+        raise Refusal(f"{name}: its engine has no offline bench", fix=f"epycctl bench {name}")
+
+
+OPENAI_CLIENT = BenchClient()
+
+
+def bench_client(engine: str) -> BenchClient:
+    """The engine's own bench client, else epycd's client of the OpenAI API."""
+    from epycd import engines
+
+    return engines.engine_named(engine).implementation("cli", "BENCH", BenchClient, OPENAI_CLIENT)
+
+
 def refuse_without_offline_bench(plan: Plan) -> None:
-    """--offline is vLLM's `bench throughput`: an endpoint of another engine is refused."""
+    """--offline is an engine's own offline mode (vLLM's `bench throughput`): an endpoint of
+    an engine without one is refused."""
     from epycd.engines import engine_named
 
-    if plan.decisions.engine not in OFFLINE_BENCH_ENGINES:
+    if not bench_client(plan.decisions.engine).offline:
         title = engine_named(plan.decisions.engine).title
         raise Refusal(
             f"{plan.endpoint} is served by {title}: --offline is vLLM's `bench throughput`, "
@@ -455,10 +491,3 @@ def bench_table(result: BenchResult) -> str:
     ]
     header = ("Concurrency", "Output tok/s", "TTFT ms", "TPOT ms", "Error")
     return table(rows, header=header)
-
-
-OWN_BENCH_CLIENTS: dict[str, Callable[..., list[BenchRun]]] = {"vllm": serve_runs}
-"""The engines measured by a client of their own (vLLM: `vllm bench serve` of the endpoint's
-own vLLM); any other engine by epycd's (`openai_client_runs`)."""
-OFFLINE_BENCH_ENGINES = frozenset({"vllm"})
-"""The engines `--offline` can measure (vLLM's `bench throughput`)."""

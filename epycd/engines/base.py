@@ -76,13 +76,16 @@ class Engine:
     """Why `epycctl export` cannot write its endpoints as Kubernetes objects; None where it
     can."""
 
-    def implementation(self, module: str, name: str, kind: Callable[..., T]) -> T:
+    def implementation(
+        self, module: str, name: str, kind: Callable[..., T], default: T | None = None
+    ) -> T:
         """The engine's implementation of one stage: `name` in its package's `module`
         ("plan.planner", "PLANNER"), as mkosi's distributions find their installers. The
         module is imported on first use, so a stage's registry never imports an engine and an
         engine's own stage modules may import that stage freely. `kind` is the stage's base
-        class (a callable to the type checker, which refuses an abstract class as a type)."""
-        found = getattr(import_module(f"{self.package}.{module}"), name)
+        class (a callable to the type checker, which refuses an abstract class as a type);
+        `default` is the core's own, for a stage an engine may leave to it."""
+        found = getattr(import_module(f"{self.package}.{module}"), name, default)
         base = cast(type, kind)
         if not isinstance(found, base):
             raise TypeError(f"{self.package}.{module}.{name} is no {base.__name__}")

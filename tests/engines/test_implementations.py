@@ -6,6 +6,7 @@ import no engine."""
 from __future__ import annotations
 
 import ast
+from importlib import import_module
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,17 @@ def test_a_stage_registry_imports_no_engine(registry: str) -> None:
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not {m for m in imported if m and m.startswith("epycd.engines.")}, imported
+
+
+def test_an_engine_without_a_bench_client_is_measured_by_epycds_own() -> None:
+    """`BENCH` in an engine's cli.py where it has a client of its own (vLLM: `vllm bench
+    serve` and an offline mode); epycd's client of the OpenAI API for any other."""
+    from epycd.cli.bench import OPENAI_CLIENT, BenchClient, bench_client
+
+    for engine in ENGINES:
+        client = bench_client(engine.name)
+        assert isinstance(client, BenchClient)
+        own = vars(import_module(f"{engine.package}.cli")).get("BENCH")
+        assert client is (own if own is not None else OPENAI_CLIENT)
+    assert bench_client("vllm").offline and bench_client("vllm") is not OPENAI_CLIENT
+    assert not OPENAI_CLIENT.offline

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from epycd.cli.bench import BenchClient, BenchRun, offline_run, serve_runs
 from epycd.cli.engine_view import GPU_KEYS, PlanView, Row, instances_json
 from epycd.cli.quickstart import (
     QuickstartFile,
@@ -25,6 +26,7 @@ from epycd.plan.model import (
     EndpointDecisions,
     InstanceSetEndpoint,
     InstinctEndpoint,
+    Plan,
     SetEndpoint,
     VllmService,
 )
@@ -182,3 +184,27 @@ class VllmQuickstart(QuickstartFile):
 
 
 QUICKSTART = VllmQuickstart()
+
+
+class VllmBench(BenchClient):
+    """vLLM's own: `vllm bench serve` of the endpoint's own vLLM, and `--offline` as
+    `vllm bench throughput` with the endpoint's sizing."""
+
+    offline = True
+
+    def serve_runs(
+        self,
+        plan: Plan,
+        concurrencies: tuple[int, ...],
+        prompts_per_concurrency: int,
+        lengths: tuple[int, int],
+    ) -> list[BenchRun]:
+        return serve_runs(plan, concurrencies, prompts_per_concurrency, lengths)
+
+    def offline_run(
+        self, plan: Plan, name: str, prompts_per_concurrency: int, lengths: tuple[int, int]
+    ) -> BenchRun:
+        return offline_run(plan, name, prompts_per_concurrency, lengths)
+
+
+BENCH = VllmBench()
