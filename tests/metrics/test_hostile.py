@@ -185,16 +185,28 @@ def test_a_dripping_and_a_never_ending_body_keep_the_scrape_bounded(serve: Serve
     assert value(found, "epyc_llm_instance_up", endpoint="endless") == 0
 
 
-@pytest.fixture
-def limited() -> Iterator[str]:
-    """epycd's metrics server with no endpoints, a 0.5 s client timeout and 4 connections."""
-    server = MetricsServer(lambda: ([], {}), client_timeout_s=0.5, max_connections=4)
+def serving(client_timeout_s: float) -> Iterator[str]:
+    """epycd's metrics server with no endpoints, that client timeout and 4 connections."""
+    server = MetricsServer(lambda: ([], {}), client_timeout_s=client_timeout_s, max_connections=4)
     listen = f"127.0.0.1:{closed_port()}"
     server.apply(listen)
     try:
         yield listen
     finally:
         server.stop()
+
+
+@pytest.fixture
+def limited() -> Iterator[str]:
+    """A 0.5 s client timeout: slow clients are cut within the test's patience."""
+    yield from serving(0.5)
+
+
+@pytest.fixture
+def patient() -> Iterator[str]:
+    """A 10 s client timeout: a connection closed within seconds was closed for another
+    reason than its idleness, however loaded the machine."""
+    yield from serving(10.0)
 
 
 def connect(listen: str) -> socket.socket:
@@ -241,16 +253,16 @@ def test_an_idle_and_a_dripping_client_are_cut_off(limited: str) -> None:
     assert httpx.get(f"http://{limited}/metrics", timeout=5).status_code == 200
 
 
-def test_past_the_connection_cap_a_connection_is_closed_and_scrapes_go_on(limited: str) -> None:
-    held = [connect(limited) for _ in range(3)]
+def test_past_the_connection_cap_a_connection_is_closed_and_scrapes_go_on(patient: str) -> None:
+    held = [connect(patient) for _ in range(3)]
     started = time.monotonic()
-    assert httpx.get(f"http://{limited}/metrics", timeout=5).status_code == 200
+    assert httpx.get(f"http://{patient}/metrics", timeout=5).status_code == 200
     assert time.monotonic() - started < 2.0, "an idle client does not hold a scrape up"
-    held.append(connect(limited))
+    held.append(connect(patient))
     time.sleep(0.1)
-    refused = connect(limited)
-    assert closed_within(refused, 0.3), "the fifth connection is closed at once"
+    refused = connect(patient)
+    assert closed_within(refused, 3.0), "the fifth connection is closed, not held to its timeout"
     for sock in held:
         sock.close()
     time.sleep(0.2)
-    assert httpx.get(f"http://{limited}/metrics", timeout=5).status_code == 200
+    assert httpx.get(f"http://{patient}/metrics", timeout=5).status_code == 200
