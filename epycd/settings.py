@@ -11,7 +11,7 @@ import os
 import stat
 from functools import cache
 from pathlib import Path
-from typing import Annotated, cast
+from typing import Annotated
 
 from pydantic import AfterValidator
 from pydantic_settings import (
@@ -107,14 +107,16 @@ def settings_model() -> type[Settings]:
     from importlib.util import find_spec
 
     from epycd import engines
+    from epycd.engines.base import extended
 
-    own = tuple(
-        engine.implementation("settings", "SETTINGS", type)
-        for engine in engines.ENGINES
-        if find_spec(f"{engine.package}.settings") is not None
+    return extended(
+        Settings,
+        (
+            engine.implementation("settings", "SETTINGS", type)
+            for engine in engines.ENGINES
+            if find_spec(f"{engine.package}.settings") is not None
+        ),
     )
-    bases: tuple[type, ...] = (Settings, *own)
-    return cast(type[Settings], type("Settings", bases, {"__module__": __name__}))
 
 
 def load_settings() -> Settings:

@@ -306,14 +306,13 @@ def bench(
     settings = load_settings()
     require_admin(settings, "bench --offline" if offline else "bench")
     plan = approved_plan(settings, name)
+    client = bench_client(plan.decisions.engine)
     lengths = (input_len, output_len)
     if offline:
-        refuse_without_offline_bench(plan)
-        client = bench_client(plan.decisions.engine)
+        refuse_without_offline_bench(plan, client)
         runs = [client.offline_run(plan, name, prompts_per_concurrency, lengths)]
     else:
         require_ready(plan, name)
-        client = bench_client(plan.decisions.engine)
         runs = client.serve_runs(
             plan, concurrencies or (1, 8, 32), prompts_per_concurrency, lengths
         )
@@ -361,12 +360,12 @@ def bench_client(engine: str) -> BenchClient:
     return engines.engine_named(engine).implementation("cli", "BENCH", BenchClient, OPENAI_CLIENT)
 
 
-def refuse_without_offline_bench(plan: Plan) -> None:
+def refuse_without_offline_bench(plan: Plan, client: BenchClient) -> None:
     """--offline is an engine's own offline mode (vLLM's `bench throughput`): an endpoint of
     an engine without one is refused."""
     from epycd.engines import engine_named
 
-    if not bench_client(plan.decisions.engine).offline:
+    if not client.offline:
         title = engine_named(plan.decisions.engine).title
         raise Refusal(
             f"{plan.endpoint} is served by {title}: --offline is vLLM's `bench throughput`, "

@@ -6,7 +6,7 @@ engine and never names one. docs/adding-an-engine.md says how to add one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, TypeVar, cast
@@ -14,6 +14,7 @@ from typing import Any, TypeVar, cast
 import httpx
 
 T = TypeVar("T")
+M = TypeVar("M")
 
 RUNTIMES = ("podman", "docker", "host")
 """Every runtime a server may run in: a Quadlet container, a docker container, the host."""
@@ -99,3 +100,13 @@ class Engine:
             return bool(response.json().get("error") == self.loading_health)
         except (ValueError, AttributeError):
             return False
+
+
+def extended(base: type[M], parts: Iterable[type]) -> type[M]:
+    """`base` (a pydantic model) with the engines' models of their own fields mixed in (their
+    endpoint-file keys, their settings), under `base`'s name; `base` itself where no engine
+    has any."""
+    bases = (base, *parts)
+    if len(bases) == 1:
+        return base
+    return cast(type[M], type(base.__name__, bases, {"__module__": base.__module__}))

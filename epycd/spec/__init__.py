@@ -16,7 +16,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -29,7 +29,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from epycd.engines import DEFAULT_ENGINE, ENGINES
-from epycd.engines.base import RUNTIMES
+from epycd.engines.base import RUNTIMES, extended
 from epycd.errors import InputError
 from epycd.listen import DEFAULT_HOST, listen_address
 from epycd.names import is_endpoint_name, repo_file_problem, revision_problem
@@ -176,15 +176,8 @@ class EndpointSpec(BaseModel):
 def spec_model() -> type[EndpointSpec]:
     """`EndpointSpec` with each engine's own keys (`EngineKeys.fields`): the type an endpoint
     file is validated as. An engine reads its keys from a spec through its own model."""
-    own = tuple(
-        share.fields
-        for share in (e.implementation("spec", "KEYS", EngineKeys) for e in ENGINES)
-        if share.fields is not None
-    )
-    if not own:
-        return EndpointSpec
-    bases: tuple[type, ...] = (EndpointSpec, *own)
-    return cast(type[EndpointSpec], type("EndpointSpec", bases, {"__module__": __name__}))
+    shares = (e.implementation("spec", "KEYS", EngineKeys) for e in ENGINES)
+    return extended(EndpointSpec, (s.fields for s in shares if s.fields is not None))
 
 
 @dataclass(frozen=True)
