@@ -123,10 +123,10 @@ def pinned_parts(count: int) -> dict[str, list[str]]:
 def planned_config(server: Path, model: Path, work: Path) -> Config:
     """The planner's llama.cpp endpoint for `model` on this machine, its port left to
     `measure`."""
+    from epycd.engines.llama_cpp.plan.model import LlamaEndpoint
     from epycd.host.cpulist import format_cpulist
     from epycd.host.detect import detect_host
     from epycd.plan.build import PlanSources, plan_all
-    from epycd.plan.model import LlamaEndpoint
     from epycd.render import render_for_plan
     from epycd.settings import Settings
     from tests.machine import serving_root

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from epycd.errors import InputError
-from epycd.plan.model import Problem
+from epycd.plan.problem import Problem
 
 RECORD_FORMAT: Final = 2
 """The format `approve` writes. A record says it in `format`."""

@@ -27,7 +27,8 @@ from epycd.approval.install import pending_transactions
 from epycd.approval.record import Approval, approved_names, load_approval, sha256_text
 from epycd.errors import InputError
 from epycd.names import UNIT_PREFIX, is_endpoint_name, unit_name
-from epycd.plan.model import Plan, Problem
+from epycd.plan.model import Plan
+from epycd.plan.problem import Problem
 from epycd.readfile import RECORD_MAX_BYTES, read_bytes
 from epycd.settings import Settings
 

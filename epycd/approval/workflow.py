@@ -52,8 +52,8 @@ from epycd.names import unit_name
 from epycd.plan.model import (
     BalancedSet,
     EndpointDecisions,
-    InstinctEndpoint,
     Plan,
+    cpu_fit,
 )
 from epycd.settings import Settings
 
@@ -66,12 +66,10 @@ ACTIVE_STATES = frozenset({"active", "activating", "reloading", "deactivating"})
 def memory_short(decisions: EndpointDecisions) -> str | None:
     """Why the CPU endpoint (a set's worst member) does not fit its socket's memory; None
     when it does."""
-    if isinstance(decisions, InstinctEndpoint):
+    fit = cpu_fit(decisions)
+    if fit is None or fit.fits:
         return None
     instance = decisions.worst_member if isinstance(decisions, BalancedSet) else decisions
-    fit = instance.cpu_fit
-    if fit.fits:
-        return None
     return (
         f"does not fit: needs {fit.required_gb:g} GiB, socket {instance.socket} has "
         f"{fit.available_gb:g} GiB available"
@@ -79,9 +77,8 @@ def memory_short(decisions: EndpointDecisions) -> str | None:
 
 
 def _fit_action(decisions: EndpointDecisions) -> str | None:
-    if isinstance(decisions, InstinctEndpoint):
-        return None
-    return decisions.cpu_fit.action
+    fit = cpu_fit(decisions)
+    return None if fit is None else fit.action
 
 
 def gate(plan: Plan, *, accept_unvalidated: bool) -> None:

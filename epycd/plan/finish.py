@@ -16,10 +16,10 @@ from epycd.plan.model import (
     CpuDecisions,
     EndpointDecisions,
     Plan,
-    Problem,
     UnitRenderer,
 )
 from epycd.plan.prepared import Prepared
+from epycd.plan.problem import Problem
 from epycd.plan.result import EndpointResult, failed
 from epycd.plan.sharing import Sharing
 from epycd.settings import Settings

@@ -8,20 +8,27 @@ stays a pure function of decisions. `Plan` adds the rendered units and the finge
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Generic, Literal, NamedTuple, Protocol, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Generic,
+    Literal,
+    NamedTuple,
+    Protocol,
+    TypeVar,
+)
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, SerializeAsAny
 
-from epycd.engines.llama_cpp.plan.invocation import LlamaInvocation
-from epycd.engines.llama_cpp.plan.sizing import LlamaFit
-from epycd.errors import EpycError, Refusal
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
 from epycd.plan.invocation import ENFORCE_EAGER_FLAG, VllmInvocation
+from epycd.plan.problem import Problem
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
-from epycd.sizes import gib
 from epycd.spec.flags import ExtraFlags
 
 Backend = Literal["zentorch", "stock", "rocm"]
@@ -55,39 +62,6 @@ class BindMount(BaseModel):
     host_path: str
     container_path: str
     read_only: bool = True
-
-
-class Problem(BaseModel):
-    """An `EpycError` as data: the one shape in which an endpoint's errors are kept (its
-    result, its decisions, the approval state's view of an unplanned endpoint) and shown
-    (`text`, one line as the CLI prints the error)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    message: str
-    file: str | None = None
-    key: str | None = None
-    fix: str | None = None
-    exit_code: int = Field(description="2 bad input, 1 refused")
-    text: str = Field(description="the whole error as one line")
-
-    @classmethod
-    def of(cls, error: EpycError) -> Problem:
-        return cls(
-            message=error.message,
-            file=error.file,
-            key=error.key,
-            fix=error.fix,
-            exit_code=error.exit_code,
-            text=str(error),
-        )
-
-    @classmethod
-    def legacy(cls, value: object) -> object:
-        """A plain string, as records and callers before `Problem` held an error: a refusal."""
-        if isinstance(value, str):
-            return cls(message=value, exit_code=Refusal.exit_code, text=value)
-        return value
 
 
 class Healing(BaseModel):
@@ -190,6 +164,59 @@ class EndpointService(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     errors: list[Problem] = Field(default_factory=list)
 
+    if TYPE_CHECKING:
+        # What every engine's decisions give, as a field or a property: the core reads them
+        # whatever the engine (pydantic would take a property declared here for a field).
+
+        @property
+        def kind(self) -> str:
+            """Which of its engine's types of decisions (`decision_types`)."""
+
+        @property
+        def engine(self) -> str:
+            """The engine's name (`epycd.engines`)."""
+
+        @property
+        def backend_name(self) -> str:
+            """What serves it, for its fingerprint."""
+
+        @property
+        def image(self) -> str | None:
+            """Its container image; None for a server on the host."""
+
+        @property
+        def vllm_executable(self) -> str | None: ...
+
+        @property
+        def instance(self) -> int | None:
+            """Which instance of a set a server is; None for an endpoint."""
+
+        @property
+        def socket(self) -> int | None:
+            """The socket it is on; None for a set across sockets."""
+
+        @property
+        def socket_reason(self) -> str: ...
+
+        @property
+        def cpus(self) -> str:
+            """Every core its servers are pinned to."""
+
+        @property
+        def numa_nodes(self) -> list[int]: ...
+
+        @property
+        def kv_cache_gb(self) -> int | float:
+            """Its KV pool (a set's: its tightest member's), GiB."""
+
+        @property
+        def max_model_len(self) -> int:
+            """The context it serves."""
+
+        @property
+        def max_num_seqs(self) -> int:
+            """The sequences one server runs at once (a set's: its tightest member's)."""
+
 
 class VllmService(BaseModel):
     """What a vLLM endpoint (one instance, a set, an Instinct one) has beside every
@@ -208,8 +235,8 @@ class VllmService(BaseModel):
     )
 
     @property
-    def engine(self) -> Literal["vllm"]:
-        """The engine (`epycd.engines`), as `LlamaService.engine` says llama.cpp's."""
+    def engine(self) -> str:
+        """The engine (`epycd.engines`)."""
         return "vllm"
 
     @property
@@ -218,9 +245,9 @@ class VllmService(BaseModel):
         return self.backend
 
 
-class VllmProcess(BaseModel):
-    """One vLLM process: where it is pinned, its environment, its context and batch, and
-    `vllm serve` (typed in `invocation`, its words in `vllm_args`)."""
+class CpuPlacement(BaseModel):
+    """Where one server process is pinned: a socket's physical cores and NUMA nodes (an
+    Instinct server's are its GPUs' nodes, for the host side of the engine)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -229,8 +256,35 @@ class VllmProcess(BaseModel):
     )
     socket: int
     socket_reason: str
-    cpus: str = Field(description="pinned set (cpuset): the instance's physical cores")
+    cpus: str = Field(description="pinned set (cpuset, CPUAffinity=): the server's physical cores")
     numa_nodes: list[int]
+
+
+class CpuServer(EndpointService, CpuPlacement):
+    """One server process on CPUs, of any engine: a single endpoint or one member of a set.
+    Each engine's own type adds its decisions and its fit in the nodes' memory."""
+
+    @property
+    def cpu_fit(self) -> ServerFit:
+        """Its fit in its NUMA nodes' memory."""
+        raise NotImplementedError(type(self).__name__)
+
+    if TYPE_CHECKING:
+        # Every engine's server gives them, as a field or a property.
+
+        @property
+        def omp_cpus(self) -> str:
+            """The cores its compute threads run on."""
+
+        @property
+        def env(self) -> dict[str, str]:
+            """Its environment; never a secret."""
+
+
+class VllmProcess(CpuPlacement):
+    """One vLLM process: where it is pinned, its environment, its context and batch, and
+    `vllm serve` (typed in `invocation`, its words in `vllm_args`)."""
+
     env: dict[str, str] = Field(description="environment for vLLM; never a secret")
     kv_cache_gb: int
     max_model_len: int
@@ -257,7 +311,7 @@ class VllmProcess(BaseModel):
         return self.enforce_eager or pre_invocation_flags(self).given(ENFORCE_EAGER_FLAG)
 
 
-class CpuEndpoint(EndpointService, VllmService, VllmProcess):
+class CpuEndpoint(CpuServer, VllmService, VllmProcess):
     """An endpoint of one vLLM instance on CPUs, or one member of an instance set."""
 
     kind: Literal["cpu"] = "cpu"
@@ -284,75 +338,6 @@ class InstinctEndpoint(EndpointService, VllmService, VllmProcess):
     gpu_fit: GpuFit = Field(description="the VRAM fit per GPU")
 
 
-class LlamaService(BaseModel):
-    """What a llama.cpp endpoint (one server or a set) has beside every endpoint's fields:
-    which llama-server serves which GGUF file."""
-
-    model_config = ConfigDict(frozen=True)
-
-    engine: Literal["llama.cpp"] = "llama.cpp"
-    llama_server: str = Field(description="the llama-server executable")
-    llama_version: str = Field(description="the llama.cpp source it was built from")
-    gguf_file: str = Field(description="the GGUF file's name, as the endpoint file gives it")
-
-    @property
-    def image(self) -> None:
-        """No container image: llama-server runs on the host."""
-        return None
-
-    @property
-    def vllm_executable(self) -> None:
-        return None
-
-    @property
-    def backend_name(self) -> str:
-        """What serves it, for its fingerprint: the engine."""
-        return self.engine
-
-
-class LlamaEndpoint(EndpointService, LlamaService):
-    """An endpoint of one llama-server on CPUs, or one member of a llama.cpp set:
-    a GGUF file, pinned to one socket's cores and NUMA nodes as a vLLM instance is, sized by
-    docs/tuning.md rules 9-10."""
-
-    kind: Literal["llama"] = "llama"
-    instance: int | None = Field(
-        default=None, description="which instance of a set this is (docs/instances.md)"
-    )
-    socket: int
-    socket_reason: str
-    cpus: str = Field(description="pinned set (CPUAffinity=): the endpoint's physical cores")
-    numa_nodes: list[int]
-    env: dict[str, str] = Field(
-        default_factory=dict, description="llama-server's environment; never a secret"
-    )
-    fit: LlamaFit = Field(description="the fit of the process in the NUMA nodes' RAM")
-    server_args: list[str] = Field(description="arguments after llama-server")
-    invocation: LlamaInvocation = Field(description="the server typed; server_args are its words")
-
-    @property
-    def cpu_fit(self) -> ServerFit:
-        return self.fit
-
-    @property
-    def omp_cpus(self) -> str:
-        """The cores its threads run on: all of its pinned set."""
-        return self.cpus
-
-    @property
-    def kv_cache_gb(self) -> float:
-        """The KV pool the slots share, GiB."""
-        return gib(self.fit.memory.kv_bytes)
-
-    @property
-    def max_model_len(self) -> int:
-        return self.invocation.context
-
-    @property
-    def max_num_seqs(self) -> int:
-        return self.invocation.slots
-
-
 def pre_invocation_flags(decisions: VllmProcess) -> ExtraFlags:
     """LEGACY: the one reader of decisions without `invocation`, approval records written
     before it (eras E1-E13, tests/approval/records) and hand-made decisions. Such a record
@@ -363,8 +348,8 @@ def pre_invocation_flags(decisions: VllmProcess) -> ExtraFlags:
     return ExtraFlags.of(decisions.vllm_args)
 
 
-Member = TypeVar("Member", CpuEndpoint, LlamaEndpoint)
-"""One instance of a set: a vLLM one or a llama-server."""
+Member = TypeVar("Member", bound=CpuServer)
+"""One instance of a set: a server of the set's engine."""
 
 
 class InstanceSet(BaseModel, Generic[Member]):
@@ -436,17 +421,17 @@ class BalancedSet(EndpointService, Generic[Member]):
         return self.worst_member.cpu_fit
 
     @property
+    def omp_cpus(self) -> str:
+        """Every core the members' compute threads run on."""
+        return format_cpulist(sorted(c for m in self.members for c in parse_cpulist(m.omp_cpus)))
+
+    @property
     def kv_cache_gb(self) -> int | float:
         return self.worst_member.kv_cache_gb
 
     @property
     def max_num_seqs(self) -> int:
         return self.worst_member.max_num_seqs
-
-
-CpuServer = CpuEndpoint | LlamaEndpoint
-"""One server process's decisions on CPUs, of whichever engine: a single endpoint or one
-member of a set."""
 
 
 def required_fits(process: CpuServer) -> bool:
@@ -465,49 +450,64 @@ class InstanceSetEndpoint(BalancedSet[CpuEndpoint], VllmService):
     kind: Literal["set"] = "set"
 
     @property
-    def omp_cpus(self) -> str:
-        return format_cpulist(sorted(c for m in self.members for c in parse_cpulist(m.omp_cpus)))
-
-    @property
     def memory(self) -> MemoryFit:
         return self.worst_member.memory
-
-
-class LlamaSetEndpoint(BalancedSet[LlamaEndpoint], LlamaService):
-    """An endpoint of several llama-servers behind one balancer: one per NUMA node (or per
-    share of one) as for vLLM (docs/instances.md)."""
-
-    kind: Literal["llama-set"] = "llama-set"
-
-    @property
-    def fit(self) -> LlamaFit:
-        return self.worst_member.fit
-
-    @property
-    def omp_cpus(self) -> str:
-        return self.cpus
 
 
 SingleEndpoint = CpuEndpoint | InstinctEndpoint
 """An endpoint that is one vLLM process (its unit runs it)."""
 
-ServerEndpoint = CpuEndpoint | InstinctEndpoint | LlamaEndpoint
-"""An endpoint whose unit runs one server process, vLLM or llama-server."""
+ServerEndpoint = CpuServer | InstinctEndpoint
+"""An endpoint whose unit runs one server process, of any engine."""
 
-SetEndpoint = InstanceSetEndpoint | LlamaSetEndpoint
+SetEndpoint = BalancedSet[Any]
 """An endpoint of several instances behind a balancer."""
 
-CpuDecisions = CpuEndpoint | InstanceSetEndpoint | LlamaEndpoint | LlamaSetEndpoint
+CpuDecisions = CpuServer | SetEndpoint
 """An endpoint on CPUs, fitted in its NUMA nodes' memory."""
 
 VllmEndpoint = CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint
 """An endpoint served by vLLM."""
 
-EndpointDecisions = Annotated[
-    CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint | LlamaEndpoint | LlamaSetEndpoint,
-    Field(discriminator="kind"),
-]
-"""Everything decided for one endpoint, no rendered text: one type per kind of endpoint."""
+
+@cache
+def decision_types() -> dict[str, type[EndpointService]]:
+    """Every registered engine's types of decisions (`DECISIONS` in its package's
+    `plan/model.py`), by their `kind`."""
+    from epycd import engines
+
+    types: dict[str, type[EndpointService]] = {}
+    for engine in engines.ENGINES:
+        for kind in engine.implementation("plan.model", "DECISIONS", tuple):
+            types[kind.model_fields["kind"].default] = kind
+    return types
+
+
+def decisions_of(value: object) -> EndpointService:
+    """An endpoint's decisions, as the type their `kind` names (a record's JSON, or
+    decisions already made)."""
+    if isinstance(value, EndpointService):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(f"decisions are an object, not {type(value).__name__}")
+    kind = value.get("kind")
+    types = decision_types()
+    if kind not in types:
+        raise ValueError(f"decisions of kind {kind!r}: no registered engine makes them")
+    return types[kind].model_validate(value)
+
+
+EndpointDecisions = Annotated[SerializeAsAny[EndpointService], PlainValidator(decisions_of)]
+"""Everything decided for one endpoint, no rendered text: one of the types its engine
+makes (`decision_types`), read back by its `kind`."""
+
+
+def cpu_fit(decisions: EndpointDecisions) -> ServerFit | None:
+    """The fit of an endpoint on CPUs in its nodes' memory (a set's: its member with the least
+    room); None for one on GPUs, whose fit refuses in its own decisions."""
+    if isinstance(decisions, CpuServer | BalancedSet):
+        return decisions.cpu_fit
+    return None
 
 
 def vllm_processes(decisions: EndpointDecisions) -> list[SingleEndpoint]:
@@ -515,9 +515,9 @@ def vllm_processes(decisions: EndpointDecisions) -> list[SingleEndpoint]:
     llama.cpp endpoint."""
     if isinstance(decisions, InstanceSetEndpoint):
         return list(decisions.members)
-    if isinstance(decisions, LlamaService):
-        return []
-    return [decisions]
+    if isinstance(decisions, CpuEndpoint | InstinctEndpoint):
+        return [decisions]
+    return []
 
 
 def server_processes(decisions: EndpointDecisions) -> list[ServerEndpoint]:
@@ -525,6 +525,7 @@ def server_processes(decisions: EndpointDecisions) -> list[ServerEndpoint]:
     endpoint itself."""
     if isinstance(decisions, BalancedSet):
         return list(decisions.members)
+    assert isinstance(decisions, CpuServer | InstinctEndpoint), decisions.kind
     return [decisions]
 
 
@@ -553,7 +554,7 @@ class Plan(BaseModel):
         return self.decisions.unit_name
 
     @property
-    def instance_set(self) -> InstanceSet[CpuEndpoint] | InstanceSet[LlamaEndpoint] | None:
+    def instance_set(self) -> InstanceSet[Any] | None:
         """The instances behind the balancer; None for an endpoint of one instance."""
         decisions = self.decisions
         return decisions.instances if isinstance(decisions, BalancedSet) else None

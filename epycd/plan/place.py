@@ -26,11 +26,10 @@ from epycd.plan.gpu_decide import decide_gpu
 from epycd.plan.instances import Region
 from epycd.plan.model import (
     BalancedSet,
-    CpuDecisions,
+    CpuServer,
     EndpointDecisions,
     HfCacheMount,
-    InstinctEndpoint,
-    required_fits,
+    cpu_fit,
 )
 from epycd.plan.multi import decide_set, regions, wants_instances
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
@@ -74,17 +73,11 @@ def _plan_one(
         if exc.file is None:
             exc.file = str(prepared.result.path)
         return failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
-    if not isinstance(decisions, InstinctEndpoint) and not fits(decisions):
+    fit = cpu_fit(decisions)
+    if fit is not None and not fit.fits:
+        assert isinstance(decisions, CpuServer | BalancedSet)
         return unfit(prepared, decisions, share.host, share.stack)
     return plan_result(prepared, decisions, share)
-
-
-def fits(decisions: CpuDecisions) -> bool:
-    """Whether a CPU endpoint fits its nodes' memory, a set's every instance (an Instinct
-    one's VRAM fit refuses in its own decisions)."""
-    if isinstance(decisions, BalancedSet):
-        return required_fits(decisions.worst_member)
-    return required_fits(decisions)
 
 
 @dataclass

@@ -23,7 +23,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from epycd.errors import EpycError
-from epycd.plan.model import BalancedSet, EndpointDecisions, RenderedUnits, SetEndpoint
+from epycd.plan.model import (
+    BalancedSet,
+    CpuServer,
+    EndpointDecisions,
+    InstinctEndpoint,
+    RenderedUnits,
+    SetEndpoint,
+)
 from epycd.render.balancer import render_balancer
 from epycd.render.engines import renderer_for
 from epycd.render.policy import check_identity
@@ -39,6 +46,7 @@ def render_units(decisions: EndpointDecisions) -> dict[str, str]:
     A multi-instance endpoint: every instance's units, then the balancer's."""
     if isinstance(decisions, BalancedSet):
         return _render_set(decisions)
+    assert isinstance(decisions, CpuServer | InstinctEndpoint), decisions.kind
     try:
         renderer = renderer_for(decisions.engine)
         renderer.check(decisions)

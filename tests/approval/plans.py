@@ -12,7 +12,8 @@ from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
-from epycd.plan.model import CpuEndpoint, InstinctEndpoint, Plan, Problem
+from epycd.plan.model import CpuEndpoint, InstinctEndpoint, Plan
+from epycd.plan.problem import Problem
 from epycd.plan.tuning import omp_bind
 
 PLAN_FILE_ENV = "EPYCD_TEST_PLAN_FILE"

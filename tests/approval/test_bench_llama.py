@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from epycd.engines.llama_cpp.plan.model import LlamaEndpoint
 from epycd.host.facts import RuntimeFacts
-from epycd.plan.model import LlamaEndpoint
 from epycd.render import render_for_plan
 from tests.approval.conftest import ApprovalSandbox
 from tests.llama.realllama import llama_server, serving, tiny_gguf

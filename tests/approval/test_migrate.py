@@ -20,7 +20,8 @@ from epycd.approval.record import Approval, approval_path, load_approval
 from epycd.approval.shape import HostShape
 from epycd.errors import InputError
 from epycd.model.facts import MemoryFit
-from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, InstinctEndpoint, Plan, Problem
+from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, InstinctEndpoint, Plan
+from epycd.plan.problem import Problem
 from epycd.readfile import RECORD_MAX_BYTES
 from epycd.settings import Settings
 from tests.approval.test_records import ERAS, FIXTURES, Fixture, era_number

@@ -32,7 +32,7 @@ from epycd.approval.state import CurrentPlan, Unplanned
 from epycd.cli import main
 from epycd.daemon import Daemon
 from epycd.paths import DAEMON_STATUS_FILE
-from epycd.plan.model import Problem
+from epycd.plan.problem import Problem
 from epycd.spec import load_endpoints
 from epycd.stack import shipped_stack
 from epycd.status.collect import collect_status

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
+from epycd.engines.llama_cpp.plan.model import LlamaSetEndpoint
 from epycd.host.facts import HostFacts, RuntimeFacts
-from epycd.plan.model import LlamaSetEndpoint
 from epycd.plan.ports import listening_ports
 from epycd.render.balancer import haproxy_config
 from tests.health.realvllm import free_port

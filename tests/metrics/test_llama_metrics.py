@@ -10,10 +10,11 @@ from pathlib import Path
 
 import httpx
 
+from epycd.engines.llama_cpp.plan.model import LlamaEndpoint
 from epycd.host.facts import RuntimeFacts
 from epycd.metrics.load import LoadWindow
 from epycd.metrics.scrape import read_all, targets
-from epycd.plan.model import LlamaEndpoint, Plan
+from epycd.plan.model import Plan
 from tests.llama.realllama import llama_server, serving, tiny_gguf
 from tests.metrics.conftest import promtool
 from tests.metrics.test_exposition import Serve, ready, samples, serve, value

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from epycd.cli.plan import confirmation_table, plan_json
+from epycd.engines.llama_cpp.plan.model import LlamaEndpoint, LlamaSetEndpoint
 from epycd.errors import InputError
 from epycd.export.kube import export_kube
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
-from epycd.plan.model import LlamaEndpoint, LlamaSetEndpoint, Plan
+from epycd.plan.model import Plan
 from epycd.render.balancer import HAPROXY, haproxy_config
 from epycd.stack import shipped_stack
 from tests.plan.conftest import PlanWorkspace

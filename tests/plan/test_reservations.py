@@ -33,7 +33,8 @@ def old_approved_sockets(approved: Mapping[str, Plan]) -> dict[str, int]:
 def _socket(plan: Plan) -> int:
     """A CPU plan's socket; a set's was its first member's (which the set is planned from)."""
     if plan.instance_set is not None:
-        return plan.instance_set.members[0].socket
+        first: int = plan.instance_set.members[0].socket
+        return first
     return cpu(plan).socket
 
 

@@ -15,18 +15,13 @@ from epycd.cli.quickstart import QuickstartFile, Wanted, model_argument, quickst
 from epycd.engines.llama_cpp import install_command
 from epycd.engines.llama_cpp.host import embedded_llama_server
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
+from epycd.engines.llama_cpp.plan.model import LlamaEndpoint, LlamaService, LlamaSetEndpoint
 from epycd.engines.llama_cpp.plan.sizing import LlamaFit, fit_llama
 from epycd.engines.llama_cpp.settings import LlamaSettings
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts
 from epycd.model.facts import GgufFile, ModelFacts
-from epycd.plan.model import (
-    CpuServer,
-    EndpointDecisions,
-    LlamaEndpoint,
-    LlamaService,
-    LlamaSetEndpoint,
-)
+from epycd.plan.model import CpuServer, EndpointDecisions
 from epycd.settings import Settings
 from epycd.sizes import gib
 

@@ -4,7 +4,8 @@ identity, pinning, executable, secret files, and one thread per pinned core (rul
 
 from __future__ import annotations
 
-from epycd.plan.model import LlamaEndpoint, ServerEndpoint
+from epycd.engines.llama_cpp.plan.model import LlamaEndpoint
+from epycd.plan.model import ServerEndpoint
 from epycd.render.policy import (
     check_cpus_and_nodes,
     check_identity,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from epycd.engines.llama_cpp.model.memory import DEFAULT_UBATCH, UnmeasuredModel
 from epycd.engines.llama_cpp.plan.invocation import LlamaInvocation, llama_server_argv
+from epycd.engines.llama_cpp.plan.model import LlamaEndpoint
 from epycd.engines.llama_cpp.plan.route import LlamaRoute
 from epycd.engines.llama_cpp.plan.sizing import LlamaFit, fit_llama
 from epycd.errors import Refusal
@@ -20,7 +21,7 @@ from epycd.host.facts import HostFacts
 from epycd.model.facts import GgufFile
 from epycd.plan.alloc import Placement
 from epycd.plan.homes import in_a_home
-from epycd.plan.model import HfCacheMount, LlamaEndpoint
+from epycd.plan.model import HfCacheMount
 from epycd.plan.prepared import Prepared
 from epycd.plan.served import Placed, served_fields, served_model, service_fields
 from epycd.plan.sizing import node_memory

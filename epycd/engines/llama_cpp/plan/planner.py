@@ -8,13 +8,14 @@ from pathlib import Path
 
 from epycd.engines.llama_cpp.host import probe_llama_server
 from epycd.engines.llama_cpp.plan.decide import decide_llama, llama_fit
+from epycd.engines.llama_cpp.plan.model import LlamaEndpoint, LlamaService, LlamaSetEndpoint
 from epycd.engines.llama_cpp.plan.route import LlamaProber, llama_route, with_llama_runtime
 from epycd.engines.llama_cpp.settings import LlamaSettings
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.model.facts import ModelFacts
 from epycd.plan.alloc import Placement
-from epycd.plan.model import CpuServer, LlamaEndpoint, LlamaService, LlamaSetEndpoint
+from epycd.plan.model import CpuServer
 from epycd.plan.planner import EnginePlanner
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.secrets import check_api_key, read_token
