@@ -126,7 +126,8 @@ class CliSandbox:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("EPYCD_", "SUDO_"))}
         env.update(self.vars)
         env["PATH"] = ":".join([str(self.bin_dir), *(self.search_path if system_path else ())])
-        env["PYTHONPATH"] = str(REPO)
+        # the repository, then the caller's (an engine's entry point: tests/engines/plugins)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         env["FAKE_SYSTEMCTL_LOG"] = str(self.systemctl_log)
         env.update(extra)
         return env

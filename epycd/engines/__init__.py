@@ -1,14 +1,33 @@
 """The registry of engines: every engine epycd can serve with, one package each behind
 `epycd.engines.base.Engine`. Core code finds an engine here, by its name or by what its
-server answers, and never names one."""
+server answers, and never names one. Beside the two built in, an engine installed from a
+distribution of its own is found by its `epycd.engines` entry point
+(docs/adding-an-engine.md)."""
 
 from __future__ import annotations
+
+from importlib.metadata import entry_points
 
 from epycd.engines.base import Engine, ServerMetrics
 from epycd.engines.llama_cpp import LLAMA_CPP
 from epycd.engines.vllm import VLLM
 
-ENGINES: tuple[Engine, ...] = (VLLM, LLAMA_CPP)
+ENTRY_POINTS = "epycd.engines"
+"""The entry-point group of installed engines: NAME = "package:ENGINE", an `Engine`."""
+
+
+def installed_engines() -> tuple[Engine, ...]:
+    """The engines installed from distributions of their own, in the order Python finds them."""
+    found = []
+    for point in entry_points(group=ENTRY_POINTS):
+        engine = point.load()
+        if not isinstance(engine, Engine) or engine.name != point.name:
+            raise TypeError(f"the {ENTRY_POINTS} entry point {point.name} is no Engine of its name")
+        found.append(engine)
+    return tuple(found)
+
+
+ENGINES: tuple[Engine, ...] = (VLLM, LLAMA_CPP, *installed_engines())
 DEFAULT_ENGINE = VLLM
 """The engine of an endpoint file that names none, and of a supervisor not told one."""
 

@@ -5,8 +5,8 @@ systemd-analyze (and Quadlet, for a container) accepts; a socket that does not e
 refused with the key and nothing else disturbed; approved through the real `epycctl`, then
 a change to its plan seen as drift; and the approved record's servers as the plan's.
 
-This is the safety net of the engine interface (docs/adding-an-engine.md): a new engine is
-added to the list and passes it as it is."""
+This is the safety net of the engine interface (docs/adding-an-engine.md): every registered
+engine passes it as it is, and so does the test-only toy engine (test_toy_engine.py)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,7 @@ from epycd.approval.record import load_approval
 from epycd.approval.state import endpoint_states
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts, RuntimeFacts
-from epycd.plan.model import (
-    BalancedSet,
-    CpuEndpoint,
-    LlamaEndpoint,
-    Plan,
-    required_fits,
-    server_processes,
-)
+from epycd.plan.model import BalancedSet, CpuServer, Plan, required_fits, server_processes
 from epycd.render.balancer import HAPROXY
 from tests.approval.conftest import ApprovalSandbox
 from tests.engines.endpoints import ENGINES, SHAPES, endpoint_text
@@ -64,7 +57,7 @@ def check_servers(plan: Plan, host: HostFacts) -> None:
         assert set(server.numa_nodes) <= set(socket.numa_nodes), server.numa_nodes
         assert not cpus & seen
         seen |= cpus
-        assert isinstance(server, CpuEndpoint | LlamaEndpoint), server.kind
+        assert isinstance(server, CpuServer) and server.engine == plan.decisions.engine
         assert required_fits(server), server.unit_name
         if len(servers) > 1:
             assert server.port not in ports and server.host == "127.0.0.1"

@@ -7,6 +7,7 @@ supervisor accepts. vLLM's exposition is recorded from the real 0.32.0 CPU serve
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ from epycd.health import parse_progress
 from epycd.metrics.load import parse_sample
 from epycd.supervisor.__main__ import main as supervisor_main
 from tests.engines.endpoints import ENGINES as TESTED_ENGINES
+from tests.engines.endpoints import engine_lines
 from tests.llama.realllama import serving
 from tests.metrics.servers import recorded
 
@@ -76,9 +78,11 @@ def test_the_supervisor_accepts_each_engines_key_variable_and_no_other() -> None
     assert wrong.exit_code == 2 and "OPENAI_API_KEY" in wrong.output
 
 
-def test_engines_are_named_once_and_each_is_in_the_engine_wide_tests() -> None:
+def test_engines_are_named_once_and_each_is_in_the_engine_wide_tests(tmp_path: Path) -> None:
     names = [e.name for e in ENGINES]
     assert len(set(names)) == len(names)
-    assert list(TESTED_ENGINES) == names, "add it to tests/engines/endpoints.py"
+    assert list(TESTED_ENGINES) == names
+    for name in names:
+        assert engine_lines(tmp_path, name).startswith(f'engine = "{name}"') or name == "vllm"
     with pytest.raises(KeyError):
         engine_named("no-such-engine")

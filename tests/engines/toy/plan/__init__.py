@@ -1,0 +1,1 @@
+"""The toy engine's planning: its decisions and its planner."""

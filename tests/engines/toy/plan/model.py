@@ -1,0 +1,80 @@
+"""The toy engine's decisions: one stand-in server on CPUs, or a set of them behind one
+balancer, and its fit: the weights and a GiB per slot against the nodes' memory."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from epycd.plan.model import BalancedSet, CpuServer, ServerFit
+
+
+class ToyFit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    required_gb: float
+    available_gb: float
+
+    @property
+    def fits(self) -> bool:
+        return self.required_gb <= self.available_gb
+
+    @property
+    def action(self) -> str:
+        return "fits" if self.fits else "serve fewer slots, or a smaller model"
+
+
+class ToyService(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    engine: Literal["toy"] = "toy"
+    toy_version: str
+
+    @property
+    def image(self) -> str | None:
+        return None
+
+    @property
+    def vllm_executable(self) -> str | None:
+        return None
+
+    @property
+    def backend_name(self) -> str:
+        return self.engine
+
+
+class ToyServer(CpuServer, ToyService):
+    kind: Literal["toy"] = "toy"
+    env: dict[str, str] = Field(default_factory=dict)
+    fit: ToyFit
+    context: int
+    slots: int
+    server_args: list[str]
+
+    @property
+    def cpu_fit(self) -> ServerFit:
+        return self.fit
+
+    @property
+    def omp_cpus(self) -> str:
+        return self.cpus
+
+    @property
+    def kv_cache_gb(self) -> float:
+        return float(self.slots)
+
+    @property
+    def max_model_len(self) -> int:
+        return self.context
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.slots
+
+
+class ToySet(BalancedSet[ToyServer], ToyService):
+    kind: Literal["toy-set"] = "toy-set"
+
+
+DECISIONS = (ToyServer, ToySet)
