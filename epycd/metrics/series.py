@@ -86,7 +86,9 @@ def endpoint_series(
     cores = gauge("plan_cores", "CPUs the instance is pinned to", LABELS)
     kv = gauge("plan_kv_cache_bytes", "the KV cache pool the plan gives the server", LABELS)
     seqs = gauge(
-        "plan_max_num_seqs", "max_num_seqs (llama.cpp: slots) the plan gives (0: vLLM's)", LABELS
+        "plan_max_num_seqs",
+        "the requests the plan lets the server compute at once (0: the engine's default)",
+        LABELS,
     )
     context = gauge("plan_max_model_len", "the context length the plan gives the server", LABELS)
     for status in statuses:

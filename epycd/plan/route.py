@@ -15,7 +15,7 @@ An Instinct GPU endpoint (docs/instinct.md) runs the ROCm vLLM image in podman o
 is fetched (`refuse_not_llm`).
 
 Each engine's route subclasses `EngineRoute`; llama.cpp's is
-`epycd.engines.llama_cpp.plan.route`.
+`epycd.engines.llama_cpp.plan.planner`.
 """
 
 from __future__ import annotations

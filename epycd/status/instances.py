@@ -55,8 +55,8 @@ class InstanceLoad(BaseModel):
     running: float = Field(description="requests in the engine's batch")
     waiting: float = Field(description="requests queued for the batch")
     kv_cache_usage: float | None = Field(
-        description="fraction of the KV cache pool in use, 0 to 1; null for llama-server, "
-        "which does not export it"
+        description="fraction of the KV cache pool in use, 0 to 1; null for a server that "
+        "does not export it"
     )
     tokens_per_second: float | None = Field(
         description="prompt + generation tokens per second over the window; null with one "

@@ -93,7 +93,7 @@ class EndpointStatus(BaseModel):
     numa_nodes: list[int] = Field(default_factory=list)
     kv_cache_gb: int | float | None = Field(
         default=None,
-        description="GiB: whole for vLLM (its KV space is whole GiB), to 0.01 for llama.cpp",
+        description="GiB, as the engine sizes its KV pool (whole GiB for vLLM, else to 0.01)",
     )
     max_model_len: int | None = None
     url: str | None = Field(default=None, description="base URL with /v1")

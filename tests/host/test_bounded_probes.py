@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from epycd.childproc import MAX_OUTPUT_BYTES, OutputTooLarge, run_bounded
-from epycd.engines.llama_cpp.host import probe_llama_server
+from epycd.engines.llama_cpp.plan.planner import probe_llama_server
 from epycd.host import runtimes
 from epycd.host.vllm_probe import MARKER, probe_vllm
 from tests.sandbox import REPO
@@ -50,7 +50,7 @@ def test_a_llama_server_printing_200_mb_on_version_is_refused_with_little_memory
     server = script(tmp_path / "llama-server", FLOOD)
     started = time.monotonic()
     peak, said = peak_rss_mib(
-        "from epycd.engines.llama_cpp.host import probe_llama_server\n"
+        "from epycd.engines.llama_cpp.plan.planner import probe_llama_server\n"
         f"facts = probe_llama_server({str(server)!r})\n"
         "print(facts.present, facts.error)"
     )

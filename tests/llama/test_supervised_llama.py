@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from epycd.engines.llama_cpp.plan.invocation import LlamaInvocation, llama_server_argv
+from epycd.engines.llama_cpp.plan.model import LlamaInvocation, llama_server_argv
 from epycd.health import read_progress
 from epycd.supervisor import read_status
 from tests.health.notifysock import NotifySocket

@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType, LlamaFileType
 
 from epycd.cli import main
 from epycd.engines import ENGINES
-from epycd.engines.llama_cpp.model import tables as llama_tables
+from epycd.engines.llama_cpp.model import format as llama_tables
 from epycd.engines.llama_cpp.model.gguf import read_gguf
 from epycd.engines.llama_cpp.model.memory import kv_bytes_per_token
 from epycd.errors import InputError, Refusal

@@ -1,5 +1,5 @@
 """The memory terms of a llama.cpp endpoint (epycd.engines.llama_cpp.model.memory,
-epycd.engines.llama_cpp.plan.sizing)
+epycd.engines.llama_cpp.plan.decide)
 and `epycctl estimate` of a GGUF file. The compute buffer's formula is held to every case
 llama-server logged in benchmarks/llama-compute-run1.json (benchmarks/llama_compute.py);
 tests/llama/test_real_llama_server.py holds all the terms to the real server of this machine."""
@@ -24,7 +24,7 @@ from epycd.engines.llama_cpp.model.memory import (
     padded_cells,
     repacked_bytes,
 )
-from epycd.engines.llama_cpp.plan.sizing import fit_llama
+from epycd.engines.llama_cpp.plan.decide import fit_llama
 from epycd.sizes import GIB
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.sandbox import REPO

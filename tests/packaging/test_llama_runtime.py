@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from epycd.engines.llama_cpp.model import tables as llama_tables
+from epycd.engines.llama_cpp.model import format as llama_tables
 from tests.packaging.shellcheck import shellcheck
 from tests.sandbox import REPO
 

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from epycd.engines.llama_cpp.host import probe_llama_server
 from epycd.engines.llama_cpp.plan.decide import CACHE_RAM_MAX_MIB, PROFILE_SLOTS, cache_ram_mib
-from epycd.engines.llama_cpp.plan.invocation import llama_server_argv
-from epycd.engines.llama_cpp.plan.model import LlamaEndpoint
+from epycd.engines.llama_cpp.plan.model import LlamaEndpoint, llama_server_argv
+from epycd.engines.llama_cpp.plan.planner import probe_llama_server
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts, ServerFacts
 from epycd.plan.model import Plan

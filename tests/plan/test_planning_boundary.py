@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from epycd.engines.llama_cpp.plan.route import LlamaRoute
+from epycd.engines.llama_cpp.plan.model import LlamaRoute
 from epycd.errors import UNEXPECTED_LOG
 from epycd.host.facts import HostFacts
 from epycd.plan.engines import planner_for

@@ -13,10 +13,15 @@ from epycd.cli.model import FormatEstimate, budget_rows, print_answer, socket_me
 from epycd.cli.output import EXIT_NO, print_json
 from epycd.cli.quickstart import QuickstartFile, Wanted, model_argument, quickstart_document
 from epycd.engines.llama_cpp import install_command
-from epycd.engines.llama_cpp.host import embedded_llama_server
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
-from epycd.engines.llama_cpp.plan.model import LlamaEndpoint, LlamaService, LlamaSetEndpoint
-from epycd.engines.llama_cpp.plan.sizing import LlamaFit, fit_llama
+from epycd.engines.llama_cpp.plan.decide import fit_llama
+from epycd.engines.llama_cpp.plan.model import (
+    LlamaEndpoint,
+    LlamaFit,
+    LlamaService,
+    LlamaSetEndpoint,
+)
+from epycd.engines.llama_cpp.plan.planner import embedded_llama_server
 from epycd.engines.llama_cpp.settings import LlamaSettings
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts

@@ -1,21 +1,36 @@
 """Every decision for one placed llama.cpp endpoint (`decide_llama`, docs/tuning.md rule 10):
 its threads from the placed cores, its slots from the profile or the file, the context (one
 KV pool the slots share, as llama-server sizes its own) from the file or the GGUF's training
-context cut to what fits (`epycd.engines.llama_cpp.plan.sizing`), the prompt cache from what the fit
-leaves, the weights mapped and locked, and its typed invocation
-(`epycd.engines.llama_cpp.plan.invocation`)."""
+context cut to what fits, the prompt cache from what the fit leaves, the weights mapped and
+locked, and its typed invocation (`epycd.engines.llama_cpp.plan.model`).
+
+The fit (`fit_llama`, rule 9): the process at its peak (`epycd.engines.llama_cpp.model.memory`)
+plus rule 3's OS headroom against what the socket has available; where it does not fit, the
+largest context that does. Unlike vLLM, llama-server takes no pool share of the socket up
+front: its KV cache is exactly the cells it is given (`-c`), so the fit is the process's own
+bytes, nothing reserved."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Collection
 from pathlib import Path
 
-from epycd.engines.llama_cpp.model.memory import DEFAULT_UBATCH, UnmeasuredModel
-from epycd.engines.llama_cpp.plan.invocation import LlamaInvocation, llama_server_argv
-from epycd.engines.llama_cpp.plan.model import LlamaEndpoint
-from epycd.engines.llama_cpp.plan.route import LlamaRoute
-from epycd.engines.llama_cpp.plan.sizing import LlamaFit, fit_llama
+from epycd.engines.llama_cpp.model.memory import (
+    CELL_PADDING,
+    DEFAULT_UBATCH,
+    LlamaMemory,
+    UnmeasuredModel,
+    llama_memory,
+)
+from epycd.engines.llama_cpp.plan.model import (
+    LlamaEndpoint,
+    LlamaFit,
+    LlamaInvocation,
+    LlamaRoute,
+    llama_server_argv,
+)
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.model.facts import GgufFile
@@ -25,7 +40,8 @@ from epycd.plan.model import HfCacheMount
 from epycd.plan.prepared import Prepared
 from epycd.plan.served import Placed, served_fields, served_model, service_fields
 from epycd.plan.sizing import node_memory
-from epycd.plan.tuning import Profile
+from epycd.plan.tuning import Profile, headroom_gib
+from epycd.sizes import GIB, gib
 from epycd.stack import Stack
 
 PROFILE_SLOTS: dict[Profile, int] = {"latency": 1, "balanced": 4, "throughput": 8}
@@ -165,4 +181,105 @@ def decide_llama(
         server_args=llama_server_argv(invocation),
         invocation=invocation,
         home_read_paths=home_paths(route, model_path, prepared.spec.chat_template),
+    )
+
+
+def fit_llama(
+    gguf: GgufFile,
+    *,
+    context: int,
+    slots: int,
+    cpu_flags: Collection[str],
+    total_gib: float,
+    available_gib: float,
+    ubatch: int = DEFAULT_UBATCH,
+    shared_pool: bool = False,
+) -> LlamaFit:
+    """`shared_pool`: the slots share one pool of `context` cells (the plan's, rule 10), else
+    each has its own `context` in the pool. Raises `UnmeasuredModel`
+    (`epycd.engines.llama_cpp.model.memory`) where a term is unknown."""
+    memory = llama_memory(
+        gguf,
+        context=context,
+        slots=slots,
+        cpu_flags=cpu_flags,
+        ubatch=ubatch,
+        shared_pool=shared_pool,
+    )
+    headroom = headroom_gib(total_gib)
+    required = memory.total_bytes / GIB + headroom
+    fits = required <= available_gib
+    suggested = (
+        None
+        if fits
+        else _largest_context(
+            gguf, slots, cpu_flags, ubatch, available_gib - headroom, shared_pool=shared_pool
+        )
+    )
+    return LlamaFit(
+        context=context,
+        slots=slots,
+        memory=memory,
+        process_gb=gib(memory.total_bytes),
+        headroom_gb=round(headroom, 2),
+        required_gb=round(required, 2),
+        available_gb=round(available_gib, 2),
+        fits=fits,
+        suggested_context=suggested,
+        action=_action(fits, context, slots, suggested, shared_pool=shared_pool),
+    )
+
+
+def _largest_context(
+    gguf: GgufFile,
+    slots: int,
+    cpu_flags: Collection[str],
+    ubatch: int,
+    budget_gib: float,
+    *,
+    shared_pool: bool,
+) -> int | None:
+    """The most tokens per slot (a multiple of 256) whose process fits in `budget_gib`: the
+    process grows linearly with the cells (KV and the attention mask), so solve for them."""
+
+    def at(context: int) -> LlamaMemory:
+        return llama_memory(
+            gguf,
+            context=context,
+            slots=slots,
+            cpu_flags=cpu_flags,
+            ubatch=ubatch,
+            shared_pool=shared_pool,
+        )
+
+    smallest, larger = at(CELL_PADDING), at(2 * CELL_PADDING)
+    per_cell = (larger.total_bytes - smallest.total_bytes) / (larger.cells - smallest.cells)
+    spare = budget_gib * GIB - smallest.total_bytes
+    if spare < 0:
+        return None
+    cells = smallest.cells + int(spare // per_cell)
+    context = (cells // (1 if shared_pool else slots)) // CELL_PADDING * CELL_PADDING
+    return context if context >= CELL_PADDING else None
+
+
+def _action(
+    fits: bool, context: int, slots: int, suggested: int | None, *, shared_pool: bool
+) -> str:
+    layout = (
+        f"{slots} slots sharing {context} tokens"
+        if shared_pool
+        else f"{slots} slots of {context} tokens"
+    )
+    if fits:
+        return f"fits: {layout}"
+    if suggested is None:
+        return (
+            "does not fit: the weights alone leave no room; "
+            "use a smaller quantization or a larger socket"
+        )
+    if shared_pool:
+        return f"does not fit with {layout}; {suggested} tokens fit (or a smaller quantization)"
+    return (
+        f"does not fit at {layout}; {suggested} tokens per slot fit "
+        "(or fewer slots, or a smaller quantization)"
     )

@@ -1,19 +1,130 @@
-"""llama.cpp's decisions (`DECISIONS`): one llama-server on CPUs (`LlamaEndpoint`), or a set
-of them behind one balancer (`LlamaSetEndpoint`), with what both share (`LlamaService`)."""
+"""What a llama.cpp plan holds (`DECISIONS`): one llama-server on CPUs (`LlamaEndpoint`), or
+a set of them behind one balancer (`LlamaSetEndpoint`), with what both share
+(`LlamaService`); and the types they are made of: the route (`LlamaRoute`: llama-server on
+the host, the runtime's or the file's), the fit in one socket (`LlamaFit`, docs/tuning.md
+rule 9) and the invocation, typed (`LlamaInvocation`), with `llama_server_argv`, the only
+builder of its words; the renderer emits them.
+
+The API key is not in the invocation: the supervisor reads the unit's credential and hands it
+to the server as LLAMA_API_KEY, so it is never in a unit, an argv or a record."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from epycd.engines.llama_cpp.plan.invocation import LlamaInvocation
-from epycd.engines.llama_cpp.plan.sizing import LlamaFit
-from epycd.plan.model import BalancedSet, CpuServer, ServerFit
+from epycd.engines.llama_cpp.model.memory import LlamaMemory
+from epycd.plan.model import BalancedSet, CpuServer, HostService, ServerFit
+from epycd.plan.route import EngineRoute
 from epycd.sizes import gib
 
+LoadMode = Literal["mmap", "mmap+mlock"]
+API_KEY_ENV = "LLAMA_API_KEY"
+"""llama-server reads its API key from this variable (its `--api-key`'s env)."""
 
-class LlamaService(BaseModel):
+
+class LlamaInvocation(BaseModel):
+    """`llama-server` of one endpoint: the GGUF file, where it listens and as what, its
+    threads, slots and KV pool, how it loads the weights and what else it keeps in RAM."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model_path: str = Field(description="the GGUF file, resolved on the host")
+    alias: str = Field(description="--alias: the id /v1/models lists")
+    host: str
+    port: int
+    threads: int = Field(description="-t and -tb: the endpoint's cores, one thread each")
+    slots: int = Field(description="--parallel: requests served at once")
+    context: int = Field(
+        description="--ctx-size: the KV pool the slots share (--kv-unified), and so the most "
+        "tokens one request may hold"
+    )
+    ubatch: int = Field(description="-ub: tokens per compute step, which sizes the buffer")
+    cache_ram_mib: int = Field(description="--cache-ram: the prompt cache's RAM, 0 for none")
+    load_mode: LoadMode
+    chat_template_file: str | None = None
+
+
+def llama_server_argv(invocation: LlamaInvocation) -> list[str]:
+    """The words after the executable. `--fit off`: the plan sized the context and slots,
+    llama-server must not shrink them; `--no-ui` and `--no-slots`: no web page and no view of
+    other users' prompts on an API endpoint; `--metrics`: the watchdog's and epycd's reading
+    of its progress."""
+    argv = [
+        "--model",
+        invocation.model_path,
+        "--alias",
+        invocation.alias,
+        "--host",
+        invocation.host,
+        "--port",
+        str(invocation.port),
+        "--threads",
+        str(invocation.threads),
+        "--threads-batch",
+        str(invocation.threads),
+        "--parallel",
+        str(invocation.slots),
+        "--ctx-size",
+        str(invocation.context),
+        "--kv-unified",
+        "--ubatch-size",
+        str(invocation.ubatch),
+        "--cache-ram",
+        str(invocation.cache_ram_mib),
+        "--load-mode",
+        invocation.load_mode,
+        "--fit",
+        "off",
+        "--metrics",
+        "--no-ui",
+        "--no-slots",
+    ]
+    if invocation.chat_template_file:
+        argv += ["--jinja", "--chat-template-file", invocation.chat_template_file]
+    return argv
+
+
+class LlamaFit(BaseModel):
+    """A llama.cpp endpoint's fit in one socket, GiB where not said otherwise."""
+
+    context: int = Field(description="tokens per slot, or of the one pool the slots share")
+    slots: int
+    memory: LlamaMemory
+    process_gb: float = Field(description="the server process at its peak")
+    headroom_gb: float = Field(description="the OS's share, apart from the server (rule 3)")
+    required_gb: float = Field(description="process_gb + headroom_gb")
+    available_gb: float
+    fits: bool
+    suggested_context: int | None = Field(
+        description="where it does not fit: the most tokens (per slot, or of the shared pool) "
+        "that do, a multiple of 256"
+    )
+    action: str
+
+
+class LlamaRoute(EngineRoute):
+    """llama-server on the host, the runtime's or the file's."""
+
+    engine: Literal["llama.cpp"] = "llama.cpp"
+    runtime: Literal["host"] = "host"
+    llama_server: str
+    llama_version: str
+
+    def json_keys(self) -> dict[str, Any]:
+        """Its keys of `plan --json` (its vLLM keys stay null)."""
+        return super().json_keys() | {
+            "engine": self.engine,
+            "llama_server": self.llama_server,
+            "llama_version": self.llama_version,
+        }
+
+    def path_row(self) -> tuple[str, str]:
+        return ("Path", f"host llama-server ({self.llama_server})")
+
+
+class LlamaService(HostService):
     """What a llama.cpp endpoint (one server or a set) has beside every endpoint's fields:
     which llama-server serves which GGUF file."""
 
@@ -23,20 +134,6 @@ class LlamaService(BaseModel):
     llama_server: str = Field(description="the llama-server executable")
     llama_version: str = Field(description="the llama.cpp source it was built from")
     gguf_file: str = Field(description="the GGUF file's name, as the endpoint file gives it")
-
-    @property
-    def image(self) -> str | None:
-        """No container image: llama-server runs on the host."""
-        return None
-
-    @property
-    def vllm_executable(self) -> str | None:
-        return None
-
-    @property
-    def backend_name(self) -> str:
-        """What serves it, for its fingerprint: the engine."""
-        return self.engine
 
 
 class LlamaEndpoint(CpuServer, LlamaService):

@@ -1,33 +1,129 @@
-"""llama.cpp's planner: llama-server on the host (`route`), the GGUF model check
-(`check_llama_model`), the memory fit of one process (`decide.llama_fit`) and one server's
-decisions (`decide.decide_llama`)."""
+"""llama.cpp's planner: its llama-server (the one the endpoint file names, `llama_server`, or
+the llama.cpp runtime's that `install.sh --engine llama.cpp` built, `embedded_llama_server`),
+asked its version (`probe_llama_server`: `llama-server --version` prints it and exits) only
+when an endpoint asks for it (`with_llama_runtime`); its route (`llama_route`); the GGUF
+model check (`check_llama_model`); the memory fit of one process (`decide.llama_fit`) and one
+server's decisions (`decide.decide_llama`)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
-from epycd.engines.llama_cpp.host import probe_llama_server
+from epycd.childproc import run_bounded
+from epycd.engines.llama_cpp import EMBEDDED_RUNTIME, LLAMA_CPP, install_command
 from epycd.engines.llama_cpp.plan.decide import decide_llama, llama_fit
-from epycd.engines.llama_cpp.plan.model import LlamaEndpoint, LlamaService, LlamaSetEndpoint
-from epycd.engines.llama_cpp.plan.route import LlamaProber, llama_route, with_llama_runtime
+from epycd.engines.llama_cpp.plan.model import (
+    LlamaEndpoint,
+    LlamaRoute,
+    LlamaService,
+    LlamaSetEndpoint,
+)
 from epycd.engines.llama_cpp.settings import LlamaSettings
-from epycd.errors import Refusal
-from epycd.host.facts import HostFacts
+from epycd.engines.llama_cpp.spec import LlamaKeys
+from epycd.errors import InputError, Refusal
+from epycd.host.facts import HostFacts, ServerFacts
 from epycd.model.facts import ModelFacts
 from epycd.plan.alloc import Placement
 from epycd.plan.model import CpuServer
 from epycd.plan.planner import EnginePlanner
 from epycd.plan.prepared import Prepared, Sources
+from epycd.plan.route import refuse_non_epyc
 from epycd.plan.secrets import check_api_key, read_token
 from epycd.settings import Settings
 from epycd.sizes import gib
-from epycd.spec import SpecResult
+from epycd.spec import EndpointSpec, SpecResult
 from epycd.stack import Stack
+
+VERSION_TIMEOUT_S = 5
+"""`llama-server --version` loads its backends and prints a few lines: well under a second."""
+STAMP = ".epyc-stamp"
+"""packaging/llama-runtime.sh's record of the source it built, in the runtime's folder."""
+
+
+def embedded_llama_server(runtime_dir: Path) -> str | None:
+    """The llama.cpp runtime's `llama-server`, where its recipe finished (its stamp is there)."""
+    server = runtime_dir / "bin" / "llama-server"
+    finished = (runtime_dir / STAMP).is_file()
+    return str(server) if finished and os.access(server, os.X_OK) else None
+
+
+def probe_llama_server(path: str) -> ServerFacts:
+    """The server at `path` and its version line; `present` False with why it cannot run."""
+    if not os.access(path, os.X_OK) or not Path(path).is_file():
+        return ServerFacts(path=path, present=False, error="no executable file there")
+    try:
+        done = run_bounded(
+            [path, "--version"],
+            timeout=VERSION_TIMEOUT_S,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        return ServerFacts(path=path, present=False, error=str(error))
+    lines = (done.stdout + done.stderr).splitlines()
+    version = next(
+        (line.split(":", 1)[1].strip() for line in lines if line.startswith("version:")), None
+    )
+    if done.returncode != 0 or version is None:
+        tail = lines[-1] if lines else f"exit {done.returncode}"
+        return ServerFacts(path=path, present=False, error=f"--version failed: {tail}")
+    return ServerFacts(path=path, present=True, version=version)
+
+
+ENGINE = LLAMA_CPP.name
+LlamaProber = Callable[[str], ServerFacts]
+"""A llama-server executable -> what it is (`probe_llama_server`)."""
+LLAMA_RUNTIME_FIX = (
+    f"build llama-server for this CPU ({install_command(EMBEDDED_RUNTIME)}), "
+    "or set llama_server = the path of a llama-server of your own"
+)
+
+
+def llama_route(spec: EndpointSpec, host: HostFacts, file: Path, probe: LlamaProber) -> LlamaRoute:
+    """The llama-server the endpoint file names, else the llama.cpp runtime's; refused
+    (1) when there is none, bad input (2) when the file names one that cannot run."""
+    refuse_non_epyc(host)
+    own = LlamaKeys.of(spec).llama_server
+    server = probe(own) if own else host.runtimes.servers.get(ENGINE)
+    if server is None:
+        raise Refusal(
+            "no llama-server: the llama.cpp runtime is not built on this host",
+            file=file,
+            key="engine",
+            fix=LLAMA_RUNTIME_FIX,
+        )
+    if not server.present or server.version is None:
+        error = InputError if own else Refusal
+        raise error(
+            f"the llama-server {server.path} cannot be used: {server.error}",
+            file=file,
+            key="llama_server" if own else "engine",
+            fix=LLAMA_RUNTIME_FIX,
+        )
+    return LlamaRoute(llama_server=server.path, llama_version=server.version)
+
+
+def with_llama_runtime(
+    host: HostFacts, runtime_dir: Path, specs: list[SpecResult], probe: LlamaProber
+) -> HostFacts:
+    """llama.cpp endpoints without a `llama_server` key serve with the llama.cpp runtime's
+    (install.sh --engine llama.cpp); probed only when one asks for it."""
+    wanted = any(
+        r.spec and r.spec.engine == ENGINE and not LlamaKeys.of(r.spec).llama_server for r in specs
+    )
+    server = embedded_llama_server(runtime_dir) if wanted else None
+    if server is None:
+        return host
+    servers = {**host.runtimes.servers, ENGINE: probe(server)}
+    runtimes = host.runtimes.model_copy(update={"servers": servers})
+    return host.model_copy(update={"runtimes": runtimes})
 
 
 def check_llama_model(facts: ModelFacts, file: Path) -> list[str]:
     """Refuse what llama.cpp cannot serve on a chat/completions endpoint; return warnings."""
-    llama = next((e for e in facts.engines if e.engine == "llama.cpp"), None)
+    llama = next((e for e in facts.engines if e.engine == ENGINE), None)
     if facts.format != "gguf" or facts.gguf is None or llama is None:
         raise Refusal(
             f"{facts.model} is not a GGUF file: llama.cpp endpoints serve GGUF models",
