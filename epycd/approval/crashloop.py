@@ -36,7 +36,8 @@ from epycd.approval.record import load_approval
 from epycd.atomic import unlink_durable, write_atomic
 from epycd.errors import EpycError, InputError, file_error
 from epycd.names import INSTANCE_SEPARATOR, unit_name
-from epycd.plan.model import EndpointDecisions, Healing, Plan
+from epycd.plan.healing import Healing
+from epycd.plan.model import EndpointDecisions, Plan
 from epycd.readfile import STATE_MAX_BYTES, read_bytes
 from epycd.settings import Settings, load_settings
 from epycd.supervisor import SupervisorStatus, read_status

@@ -12,7 +12,46 @@ above it by the renderer, is only the backstop.
 
 from __future__ import annotations
 
-from epycd.plan.model import Healing, Restart
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Restart = Literal["no", "on-failure"]
+
+
+class Healing(BaseModel):
+    """How an endpoint's units come back by themselves (docs/healing.md): systemd restarts a
+    unit that failed or whose watchdog fired, after `restart_sec`; `start_limit_burst` failed
+    runs within `start_limit_interval_s` make a crash loop, which keeps the unit down (across a
+    reboot too) until `epycctl start NAME`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    restart: Restart = Field(description='Restart=: "on-failure" unless the file says "no"')
+    restart_sec: int = Field(description="RestartSec=: the pause before a restart")
+    start_limit_burst: int = Field(
+        description="failed runs within the interval that end in the crash-loop state"
+    )
+    start_limit_interval_s: int = Field(
+        description="StartLimitIntervalSec=: long enough for that many starts at the full "
+        "start budget, so a model that fails late in its start still counts"
+    )
+    watchdog_s: int | None = Field(
+        description="WatchdogSec= of a unit whose main process is epycd's supervisor (host, "
+        "docker): it pings while /health answers and the engine is not stalled; None where "
+        "podman's health check kills the container instead (HealthOnFailure=kill)"
+    )
+    stall_s: int = Field(
+        description="the engine counts as hung when requests are running and no prompt or "
+        "generation token was counted for this long"
+    )
+    restart_clean_exit: bool = Field(
+        default=False,
+        description="RestartForceExitStatus=0: a main process that exits 0 by itself is "
+        "restarted too, where no supervisor makes that exit a failure (podman: vLLM in its "
+        "container exits 0 when its EngineCore dies); False in approvals made before it",
+    )
+
 
 RESTART_SEC = 5
 """RestartSec=: long enough for the old process's port, memory and container name to be

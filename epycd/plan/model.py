@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, SerializeAsAn
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
+from epycd.plan.healing import Healing, Restart
 from epycd.plan.invocation import ENFORCE_EAGER_FLAG, VllmInvocation
 from epycd.plan.problem import Problem
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
@@ -34,7 +35,6 @@ from epycd.spec.flags import ExtraFlags
 Backend = Literal["zentorch", "stock", "rocm"]
 Runtime = Literal["podman", "docker", "host"]
 PrimaryEndpoint = Literal["chat_completions", "completions"]
-Restart = Literal["no", "on-failure"]
 
 
 class ServerFit(Protocol):
@@ -62,40 +62,6 @@ class BindMount(BaseModel):
     host_path: str
     container_path: str
     read_only: bool = True
-
-
-class Healing(BaseModel):
-    """How an endpoint's units come back by themselves (docs/healing.md): systemd restarts a
-    unit that failed or whose watchdog fired, after `restart_sec`; `start_limit_burst` failed
-    runs within `start_limit_interval_s` make a crash loop, which keeps the unit down (across a
-    reboot too) until `epycctl start NAME`."""
-
-    model_config = ConfigDict(frozen=True)
-
-    restart: Restart = Field(description='Restart=: "on-failure" unless the file says "no"')
-    restart_sec: int = Field(description="RestartSec=: the pause before a restart")
-    start_limit_burst: int = Field(
-        description="failed runs within the interval that end in the crash-loop state"
-    )
-    start_limit_interval_s: int = Field(
-        description="StartLimitIntervalSec=: long enough for that many starts at the full "
-        "start budget, so a model that fails late in its start still counts"
-    )
-    watchdog_s: int | None = Field(
-        description="WatchdogSec= of a unit whose main process is epycd's supervisor (host, "
-        "docker): it pings while /health answers and the engine is not stalled; None where "
-        "podman's health check kills the container instead (HealthOnFailure=kill)"
-    )
-    stall_s: int = Field(
-        description="the engine counts as hung when requests are running and no prompt or "
-        "generation token was counted for this long"
-    )
-    restart_clean_exit: bool = Field(
-        default=False,
-        description="RestartForceExitStatus=0: a main process that exits 0 by itself is "
-        "restarted too, where no supervisor makes that exit a failure (podman: vLLM in its "
-        "container exits 0 when its EngineCore dies); False in approvals made before it",
-    )
 
 
 class EndpointService(BaseModel):
@@ -243,6 +209,33 @@ class VllmService(BaseModel):
     def backend_name(self) -> str:
         """What serves it, for its fingerprint: the backend (zentorch, stock, rocm)."""
         return self.backend
+
+
+class HostService(BaseModel):
+    """What the servers of an engine that runs them on the host alone share in place of
+    vLLM's route: no image and no vLLM executable; what serves it, for its fingerprint, is
+    its engine. An engine's own service model (`EnginePlanner.service_type`) may build on it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    @property
+    def image(self) -> str | None:
+        """No container image: its server runs on the host."""
+        return None
+
+    @property
+    def vllm_executable(self) -> str | None:
+        return None
+
+    @property
+    def backend_name(self) -> str:
+        """What serves it, for its fingerprint: the engine."""
+        return self.engine
+
+    if TYPE_CHECKING:
+
+        @property
+        def engine(self) -> str: ...
 
 
 class CpuPlacement(BaseModel):

@@ -20,9 +20,9 @@ from epycd.listen import is_loopback
 from epycd.model.facts import ModelFacts
 from epycd.names import unit_name
 from epycd.plan import tuning
-from epycd.plan.healing import healing_for
+from epycd.plan.healing import Healing, Restart, healing_for
 from epycd.plan.hfcache import host_hf_home
-from epycd.plan.model import BindMount, Healing, HfCacheMount, PrimaryEndpoint, Restart, Runtime
+from epycd.plan.model import BindMount, HfCacheMount, PrimaryEndpoint, Runtime
 from epycd.plan.prepared import Prepared
 from epycd.plan.route import Route
 from epycd.plan.unit_commands import approval_check_argv

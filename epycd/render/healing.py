@@ -24,7 +24,8 @@ policy, b30f55f) get the units of their time.
 
 from __future__ import annotations
 
-from epycd.plan.model import EndpointDecisions, Healing
+from epycd.plan.healing import Healing
+from epycd.plan.model import EndpointDecisions
 from epycd.plan.unit_commands import crash_recorder_argv
 from epycd.render.syntax import command_line
 from epycd.render.text import Line

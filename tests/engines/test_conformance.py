@@ -2,8 +2,10 @@
 tests/engines/endpoints.py), one server or a set: planned on every fake CPU host within one
 socket's cores and nodes, fitting, on distinct loopback ports; units that the real
 systemd-analyze (and Quadlet, for a container) accepts; a socket that does not exist
-refused with the key and nothing else disturbed; approved through the real `epycctl`, then
-a change to its plan seen as drift; and the approved record's servers as the plan's.
+refused with the key and nothing else disturbed; what it holds reserved from the next
+endpoint; approved through the real `epycctl`, then a change to its plan seen as drift, the
+approved record's servers as the plan's and status's columns from it; epycd's plan series
+for each server; and its Kubernetes export written, or refused with its engine's reason.
 
 This is the safety net of the engine interface (docs/adding-an-engine.md): every registered
 engine passes it as it is, and so does the test-only toy engine (test_toy_engine.py)."""
@@ -11,20 +13,30 @@ engine passes it as it is, and so does the test-only toy engine (test_toy_engine
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from epycd.approval.record import load_approval
 from epycd.approval.state import endpoint_states
+from epycd.engines import engine_named
+from epycd.errors import InputError
+from epycd.export.kube import export_kube
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts, RuntimeFacts
+from epycd.metrics.series import endpoint_series
 from epycd.plan.model import BalancedSet, CpuServer, Plan, required_fits, server_processes
+from epycd.plan.reservations import Reservations
 from epycd.render.balancer import HAPROXY
+from epycd.stack import shipped_stack
+from epycd.status.handoff import handoff
+from epycd.status.machine import described_plan
 from tests.approval.conftest import ApprovalSandbox
 from tests.engines.endpoints import ENGINES, SHAPES, endpoint_text
 from tests.hosts import CATALOGUE
 from tests.plan.conftest import PODMAN_5, PlanWorkspace
+from tests.plan.test_set_reservations import held_by
 from tests.render.realtools import quadlet_dryrun, verify, write_units
 from tests.render.test_balancer import cached_haproxy
 
@@ -138,9 +150,68 @@ def test_approved_then_a_change_is_drift(env: ApprovalSandbox, engine: str, shap
         assert (folder / name).read_text() == text, name
     [state] = endpoint_states(env.settings, {"chat": plan})
     assert state.state == "approved"
+    shown = described_plan(record.plan)
+    assert (shown["cpus"], shown["port"]) == (plan.decisions.cpus, plan.decisions.port)
+    assert handoff(record.plan).base_url.startswith(shown["url"])
 
     ws.endpoint("chat", endpoint_text(ws.tmp, engine, shape) + "max_model_len = 512\n")
     changed = planned(ws, host)
     assert changed.fingerprint != plan.fingerprint
     [state] = endpoint_states(env.settings, {"chat": changed})
     assert state.state == "changed-needs-approval"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_what_it_holds_is_reserved(
+    ws: PlanWorkspace, host_of: HostOf, engine: str, shape: str
+) -> None:
+    host = host_of("genoa-9654-2s-nps4")
+    ws.endpoint("first", endpoint_text(ws.tmp, engine, shape))
+    first = planned(ws, host, "first")
+    ws.endpoint("next", endpoint_text(ws.tmp, engine, "one"))
+    results = ws.plan(host, reservations=Reservations.of({"first": first}))
+    again, after = results["first"].plan, results["next"].plan
+    assert again is not None and held_by(again) == held_by(first)
+    assert after is not None, [e.text for e in results["next"].errors]
+    for mine, theirs in zip(held_by(after), held_by(first), strict=True):
+        assert not mine & theirs, sorted(mine & theirs)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_its_plan_series_are_each_servers(
+    ws: PlanWorkspace, host_of: HostOf, engine: str, shape: str
+) -> None:
+    ws.endpoint("chat", endpoint_text(ws.tmp, engine, shape))
+    plan = planned(ws, host_of("genoa-9654-2s-nps4"))
+    servers = server_processes(plan.decisions)
+    series = {m.name: m for m in endpoint_series([], {"chat": plan}, datetime.now(UTC))}
+
+    def values(name: str) -> list[float]:
+        return sorted(sample.value for sample in series["epyc_llm_" + name].samples)
+
+    assert values("endpoint_instances") == [len(servers)]
+    assert values("endpoint_instances_ready") == [0]
+    assert values("plan_cores") == sorted(len(parse_cpulist(s.cpus)) for s in servers)
+    assert values("plan_max_model_len") == sorted(s.max_model_len for s in servers)
+    assert values("plan_max_num_seqs") == sorted(s.max_num_seqs for s in servers)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_its_export_is_written_or_refused_with_its_reason(
+    ws: PlanWorkspace, host_of: HostOf, engine: str, shape: str
+) -> None:
+    host = host_of("genoa-9654-2s-nps1")  # a pod gets one NUMA node: a socket is one here
+    ws.endpoint("chat", endpoint_text(ws.tmp, engine, shape))
+    plan = planned(ws, host)
+    reason = engine_named(engine).no_kube_export
+    if reason is None:
+        done = export_kube(plan, host, shipped_stack(), model_volume="models")
+        kinds = {o["kind"] for o in done.objects}
+        assert {"Deployment", "Service"} <= kinds, kinds
+        return
+    with pytest.raises(InputError) as refused:
+        export_kube(plan, host, shipped_stack())
+    assert refused.value.key == "engine" and reason in refused.value.message

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 
 from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, RuntimeFacts
-from epycd.plan.healing import balancer_healing, balancer_start_s, healing_for
-from epycd.plan.model import Healing, Plan
+from epycd.plan.healing import Healing, balancer_healing, balancer_start_s, healing_for
+from epycd.plan.model import Plan
 from tests.plan.conftest import PlanWorkspace
 
 HostOf = Callable[..., HostFacts]

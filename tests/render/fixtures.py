@@ -11,15 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from epycd.model.facts import MemoryFit
-from epycd.plan.healing import healing_for
-from epycd.plan.model import (
-    CpuEndpoint,
-    EndpointDecisions,
-    HfCacheMount,
-    InstanceSetEndpoint,
-    Plan,
-    Restart,
-)
+from epycd.plan.healing import Restart, healing_for
+from epycd.plan.model import CpuEndpoint, EndpointDecisions, HfCacheMount, InstanceSetEndpoint, Plan
 from epycd.plan.unit_commands import approval_check_argv
 
 PRODUCT_PYTHON = "/opt/epyc-llm/venv/bin/python"

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from epycd.plan.model import BalancedSet, CpuServer, ServerFit
+from epycd.plan.model import BalancedSet, CpuServer, HostService, ServerFit
 
 
 class ToyFit(BaseModel):
@@ -25,23 +25,9 @@ class ToyFit(BaseModel):
         return "fits" if self.fits else "serve fewer slots, or a smaller model"
 
 
-class ToyService(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class ToyService(HostService):
     engine: Literal["toy"] = "toy"
     toy_version: str
-
-    @property
-    def image(self) -> str | None:
-        return None
-
-    @property
-    def vllm_executable(self) -> str | None:
-        return None
-
-    @property
-    def backend_name(self) -> str:
-        return self.engine
 
 
 class ToyServer(CpuServer, ToyService):
