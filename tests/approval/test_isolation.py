@@ -4,6 +4,8 @@ the others, and `approve`/`remove` of the damaged one (which replace it) keep wo
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from epycd.approval.record import approval_path, load_approval
@@ -26,6 +28,8 @@ def damaged_copies(good: bytes) -> dict[str, bytes]:
         "wrong-shape": b'{"format": 1, "endpoint": "beta"}',
         "a-list": b"[1, 2, 3]",
         "not-utf8": b"\xff\xfe{\x00" + good[:20],
+        # decisions no registered engine makes (an engine installed by its entry point, gone)
+        "unknown-kind": re.sub(rb'"kind": ?"[^"]*"', b'"kind": "gone-engine"', good),
     }
 
 
