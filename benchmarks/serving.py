@@ -60,7 +60,8 @@ sys.path.insert(0, str(REPO))
 from runs import fmt, new_report, parse_run, run_parser  # noqa: E402
 
 from epycd.approval.record import load_approval  # noqa: E402
-from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, Plan  # noqa: E402
+from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmSetEndpoint  # noqa: E402
+from epycd.plan.model import Plan  # noqa: E402
 from epycd.render.balancer import haproxy_config  # noqa: E402
 from epycd.render.commands import supervisor, vllm_serve_on_host  # noqa: E402
 from epycd.settings import Settings  # noqa: E402
@@ -91,7 +92,7 @@ class Config:
     env: dict[str, str] = field(default_factory=dict)
     pin: list[str] = field(default_factory=list)
     served: str = ""
-    decisions: CpuEndpoint | None = None
+    decisions: VllmCpuEndpoint | None = None
 
 
 @dataclass
@@ -357,15 +358,15 @@ def approve(bench: Bench, name: str, model: Path, extra_toml: str = "") -> tuple
     return plan, seconds
 
 
-def one_instance(plan: Plan) -> CpuEndpoint:
+def one_instance(plan: Plan) -> VllmCpuEndpoint:
     """The decisions of an endpoint approved as one vLLM instance on CPUs."""
     decisions = plan.decisions
-    if not isinstance(decisions, CpuEndpoint):
+    if not isinstance(decisions, VllmCpuEndpoint):
         raise SystemExit(f"{plan.endpoint}: planned as {decisions.kind}, not one CPU instance")
     return decisions
 
 
-def unit_pin(decisions: CpuEndpoint) -> list[str]:
+def unit_pin(decisions: VllmCpuEndpoint) -> list[str]:
     """What CPUAffinity= + NUMAPolicy=bind + NUMAMask= do to the unit's processes."""
     nodes = ",".join(map(str, decisions.numa_nodes))
     if shutil.which("numactl"):
@@ -380,7 +381,7 @@ def without_port(args: list[str]) -> list[str]:
     return args
 
 
-def plan_kv(decisions: CpuEndpoint) -> tuple[list[str], dict[str, str]]:
+def plan_kv(decisions: VllmCpuEndpoint) -> tuple[list[str], dict[str, str]]:
     """The plan's KV size, passed the way the plan passes it to this vLLM."""
     if "--kv-cache-memory-bytes" in decisions.vllm_args:
         at = decisions.vllm_args.index("--kv-cache-memory-bytes")
@@ -388,7 +389,7 @@ def plan_kv(decisions: CpuEndpoint) -> tuple[list[str], dict[str, str]]:
     return [], {"VLLM_CPU_KVCACHE_SPACE": decisions.env["VLLM_CPU_KVCACHE_SPACE"]}
 
 
-def configs(model: Path, decisions: CpuEndpoint) -> list[Config]:
+def configs(model: Path, decisions: VllmCpuEndpoint) -> list[Config]:
     served = str(model)
     kv_args, kv_env = plan_kv(decisions)
     auto_env = dict(decisions.env) | {"VLLM_CPU_OMP_THREADS_BIND": "auto"}
@@ -421,7 +422,7 @@ def instances_label(count: int) -> str:
     return f"planned, {count} instances + HAProxy"
 
 
-def spawn_haproxy(bench: Bench, decisions: InstanceSetEndpoint) -> subprocess.Popen[bytes]:
+def spawn_haproxy(bench: Bench, decisions: VllmSetEndpoint) -> subprocess.Popen[bytes]:
     """Debian's HAProxy from the test cache, in the foreground, with the plan's config."""
     config = bench.work / f"haproxy-{decisions.endpoint}.cfg"
     config.write_text(haproxy_config(decisions))
@@ -442,7 +443,7 @@ def spawn_haproxy(bench: Bench, decisions: InstanceSetEndpoint) -> subprocess.Po
 
 
 def start_members(
-    bench: Bench, model: str, decisions: InstanceSetEndpoint, stack: contextlib.ExitStack
+    bench: Bench, model: str, decisions: VllmSetEndpoint, stack: contextlib.ExitStack
 ) -> tuple[list[subprocess.Popen[bytes]], str]:
     """Every instance as its unit runs it, up to READY=1; (processes, refusal)."""
     processes = []
@@ -467,7 +468,7 @@ def measure_instances(bench: Bench, size: str, count: int, concurrency: int) -> 
     model = model_path(size)
     plan, _ = approve(bench, f"bench-{size}-x{count}", model, f"instances = {count}\n")
     decisions = plan.decisions
-    if not isinstance(decisions, InstanceSetEndpoint):
+    if not isinstance(decisions, VllmSetEndpoint):
         raise SystemExit(
             f"instances = {count} planned one instance here: {decisions.socket_reason}"
         )

@@ -34,18 +34,13 @@ from epycd.approval.gate import run_gate
 from epycd.approval.install import journal_path
 from epycd.approval.record import Approval, load_approval, sha256_file
 from epycd.approval.shape import host_shape, shape_changes
+from epycd.engines.vllm.plan.model import vllm_processes
 from epycd.errors import EpycError
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts
 from epycd.host.pyheaders import python_headers
 from epycd.names import unit_name
-from epycd.plan.model import (
-    InstinctEndpoint,
-    Plan,
-    required_gb,
-    server_processes,
-    vllm_processes,
-)
+from epycd.plan.model import GpuServer, Plan, required_gb, server_processes
 from epycd.plan.tuning import compile_gap
 from epycd.settings import Settings
 
@@ -72,7 +67,7 @@ def socket_needs(plan: Plan) -> dict[int, float]:
     each hold their own weights and KV pool, on every socket they use (docs/instances.md)."""
     needs: dict[int, float] = {}
     for server in server_processes(plan.decisions):
-        need = 0.0 if isinstance(server, InstinctEndpoint) else required_gb(server)
+        need = 0.0 if isinstance(server, GpuServer) else required_gb(server)
         needs[server.socket] = needs.get(server.socket, 0.0) + need
     return needs
 

@@ -44,7 +44,8 @@ from epycd.listen import local_url
 from epycd.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from epycd.plan.model import Plan, SingleEndpoint
+    from epycd.engines.vllm.plan.model import VllmServerEndpoint
+    from epycd.plan.model import Plan
 
 RESULT_IN_CONTAINER = "/epycd-bench"
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -97,7 +98,7 @@ def serve_bench_args(
 
 def bench_argv(plan: Plan, args: list[str], results: Path) -> list[str]:
     """The endpoint's own vLLM: the host venv, or the image on the host network."""
-    from epycd.plan.model import VllmService
+    from epycd.engines.vllm.plan.model import VllmService
 
     decisions = plan.decisions
     assert isinstance(decisions, VllmService), "vLLM's client only"
@@ -153,24 +154,26 @@ def require_ready(plan: Plan, name: str) -> None:
         )
 
 
-def offline_target(plan: Plan) -> SingleEndpoint:
+def offline_target(plan: Plan) -> VllmServerEndpoint:
     """The vLLM process the offline benchmark runs as: the endpoint's own, or a set's first
     instance (every member is sized alike; its own CPUs, nodes and environment)."""
-    from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, InstinctEndpoint
+    from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmInstinctEndpoint, VllmSetEndpoint
 
     decisions = plan.decisions
-    assert isinstance(decisions, CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint), "offline"
-    return decisions.members[0] if isinstance(decisions, InstanceSetEndpoint) else decisions
+    assert isinstance(decisions, VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint), (
+        "offline"
+    )
+    return decisions.members[0] if isinstance(decisions, VllmSetEndpoint) else decisions
 
 
-def engine_args(process: SingleEndpoint) -> list[str]:
+def engine_args(process: VllmServerEndpoint) -> list[str]:
     """The engine arguments of the process the offline benchmark runs: `bench_engine_argv`
     of its typed invocation. A record from before the invocation has only its words
     (`pre_invocation_flags`): its model, then the sizing flags of `BENCH_ENGINE_FLAGS` and
     --enforce-eager they give."""
-    from epycd.plan.argv import bench_engine_argv, bench_sizing_argv
-    from epycd.plan.invocation import ENFORCE_EAGER_FLAG
-    from epycd.plan.model import pre_invocation_flags
+    from epycd.engines.vllm.plan.argv import bench_engine_argv, bench_sizing_argv
+    from epycd.engines.vllm.plan.invocation import ENFORCE_EAGER_FLAG
+    from epycd.engines.vllm.plan.model import pre_invocation_flags
 
     if process.invocation is not None:
         return bench_engine_argv(process.invocation)

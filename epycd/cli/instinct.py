@@ -8,11 +8,11 @@ import click
 
 from epycd.cli.options import NonEmptyPath
 from epycd.cli.output import json_option, print_json
-from epycd.plan.model import InstinctEndpoint
+from epycd.engines.vllm.plan.model import VllmInstinctEndpoint
 from epycd.text import escaped
 
 
-def gpu_rows(decided: InstinctEndpoint) -> list[tuple[str, str]]:
+def gpu_rows(decided: VllmInstinctEndpoint) -> list[tuple[str, str]]:
     """`epycctl plan`'s rows for an Instinct endpoint: the VRAM fit, the GPUs and CPUs."""
     fit = decided.gpu_fit
     vram = (

@@ -12,12 +12,12 @@ import click
 from epycd import engines
 from epycd.cli.options import CONTEXT_TOKENS, SEQUENCES, SOCKET_GIB, TEXT
 from epycd.cli.output import EXIT_NO, json_option, print_json, table
+from epycd.engines.vllm.plan.sizing import SizingRequest, fit_request
 from epycd.errors import InputError
 from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.model.check import inspect_model
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.formats import format_named
-from epycd.plan.sizing import SizingRequest, fit_request
 from epycd.plan.tuning import DEFAULT_PROFILE, batch_target
 from epycd.sizes import GIB
 from epycd.text import escaped

@@ -17,12 +17,7 @@ from epycd.cli.output import EXIT_OK, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.host.facts import HostFacts
 from epycd.plan.current import LOAD_SAMPLE_SECONDS
-from epycd.plan.model import (
-    BalancedSet,
-    EndpointDecisions,
-    InstinctEndpoint,
-    SetEndpoint,
-)
+from epycd.plan.model import BalancedSet, EndpointDecisions, GpuServer, SetEndpoint
 from epycd.plan.result import EndpointResult
 from epycd.settings import load_settings
 from epycd.text import escaped, escaped_lines
@@ -89,7 +84,7 @@ def decisions_json(decided: EndpointDecisions) -> dict[str, Any]:
     data: dict[str, Any] = {key: dumped.get(key) for key in plan_keys()}
     data.update(
         kind=decided.kind,
-        device="instinct" if isinstance(decided, InstinctEndpoint) else "cpu",
+        device="instinct" if isinstance(decided, GpuServer) else "cpu",
         engine=decided.engine,
     )
     data.update(view_for(decided.engine).json_keys(decided, dumped))

@@ -36,6 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epycd.engines import ENGINES, engine_named
+from epycd.engines.vllm.plan.model import (
+    VllmCpuEndpoint,
+    VllmInstinctEndpoint,
+    VllmServerEndpoint,
+    VllmSetEndpoint,
+)
 from epycd.errors import InputError, Refusal
 from epycd.export.nodes import generation_affinity, kubelet_config, node_selector
 from epycd.export.volumes import (
@@ -52,13 +58,7 @@ from epycd.export.volumes import (
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
-from epycd.plan.model import (
-    CpuEndpoint,
-    InstanceSetEndpoint,
-    InstinctEndpoint,
-    Plan,
-    SingleEndpoint,
-)
+from epycd.plan.model import Plan
 from epycd.render.gpu import GPU_CAPABILITY
 from epycd.render.quadlet import HEALTH_INTERVAL, HEALTH_RETRIES, HEALTH_TIMEOUT
 from epycd.stack import Stack
@@ -125,7 +125,7 @@ def export_kube(
             key="engine",
             fix=f"export a {exportable()} endpoint, or serve this one with its systemd unit",
         )
-    assert isinstance(decisions, CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint)
+    assert isinstance(decisions, VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint)
     notes: list[str] = []
     check_name(decisions.unit_name, decisions.config_file)
     process = pod_process(decisions, notes)
@@ -139,7 +139,7 @@ def export_kube(
     affinity = generation_affinity(decisions, host, stack, notes)
     if affinity is not None:
         pod["affinity"] = affinity
-    replicas = decisions.instances.count if isinstance(decisions, InstanceSetEndpoint) else 1
+    replicas = decisions.instances.count if isinstance(decisions, VllmSetEndpoint) else 1
     notes += host_notes(decisions, process, host, stack)
     objects: list[dict[str, Any]] = [] if template is None else [template]
     if kserve:
@@ -149,7 +149,7 @@ def export_kube(
             deployment(decisions, container, pod | {"volumes": volumes}, replicas),
             service(decisions),
         ]
-        if isinstance(decisions, InstanceSetEndpoint):
+        if isinstance(decisions, VllmSetEndpoint):
             objects.append(disruption_budget(decisions))
     return KubeExport(objects, kubelet_config(host), notes)
 
@@ -170,19 +170,19 @@ def check_name(name: str, config_file: str) -> None:
         )
 
 
-def labels(decisions: SingleEndpoint | InstanceSetEndpoint) -> dict[str, str]:
+def labels(decisions: VllmServerEndpoint | VllmSetEndpoint) -> dict[str, str]:
     return {"app.kubernetes.io/name": APP, "app.kubernetes.io/instance": decisions.endpoint}
 
 
-def metadata(decisions: SingleEndpoint | InstanceSetEndpoint) -> dict[str, Any]:
+def metadata(decisions: VllmServerEndpoint | VllmSetEndpoint) -> dict[str, Any]:
     return {"name": decisions.unit_name, "labels": labels(decisions)}
 
 
-def cpu_count(process: SingleEndpoint) -> int:
+def cpu_count(process: VllmServerEndpoint) -> int:
     return len(parse_cpulist(process.cpus))
 
 
-def cpu_request(process: SingleEndpoint, host: HostFacts) -> int:
+def cpu_request(process: VllmServerEndpoint, host: HostFacts) -> int:
     """The pod's `cpu`: the plan pins N physical cores, one logical CPU each (its `cpus`);
     the static CPU Manager counts logical CPUs, so N cores are N x the host's threads per
     core, which `full-pcpus-only` (nodes.kubelet_config) hands out as whole cores."""
@@ -190,13 +190,15 @@ def cpu_request(process: SingleEndpoint, host: HostFacts) -> int:
 
 
 def pod_process(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint, notes: list[str]
-) -> SingleEndpoint:
+    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint, notes: list[str]
+) -> VllmServerEndpoint:
     """The one vLLM process every pod runs: the endpoint's, or a set's largest member
     (most CPUs, then most memory), refused when it spans NUMA nodes."""
-    if isinstance(decisions, InstanceSetEndpoint):
+    if isinstance(decisions, VllmSetEndpoint):
         members = decisions.members
-        process: SingleEndpoint = max(members, key=lambda m: (cpu_count(m), m.memory.process_gb))
+        process: VllmServerEndpoint = max(
+            members, key=lambda m: (cpu_count(m), m.memory.process_gb)
+        )
         if any(m.vllm_args != process.vllm_args or m.env != process.env for m in members):
             notes.append(
                 f"every replica runs instance {process.instance}'s arguments and env (the "
@@ -204,7 +206,7 @@ def pod_process(
             )
     else:
         process = decisions
-    if isinstance(process, CpuEndpoint) and len(process.numa_nodes) > 1:
+    if isinstance(process, VllmCpuEndpoint) and len(process.numa_nodes) > 1:
         raise Refusal(
             f"{decisions.endpoint}'s instance spans NUMA nodes "
             f"{','.join(map(str, process.numa_nodes))}: a Guaranteed pod under the "
@@ -216,7 +218,7 @@ def pod_process(
     return process
 
 
-def serve_args(process: SingleEndpoint, notes: list[str]) -> list[str]:
+def serve_args(process: VllmServerEndpoint, notes: list[str]) -> list[str]:
     """`vllm serve`'s arguments as planned, listening on every address of the pod."""
     args = list(process.vllm_args)
     for index, arg in enumerate(args[:-1]):
@@ -230,7 +232,7 @@ def serve_args(process: SingleEndpoint, notes: list[str]) -> list[str]:
 
 
 def image_of(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
+    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
     stack: Stack,
     notes: list[str],
 ) -> tuple[str, bool]:
@@ -250,7 +252,7 @@ def image_of(
     return image, entry
 
 
-def env_of(process: SingleEndpoint, notes: list[str]) -> list[dict[str, Any]]:
+def env_of(process: VllmServerEndpoint, notes: list[str]) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
     for key, value in sorted(pod_env(process).items()):
         if key in LEFT_TO_THE_POD:
@@ -269,12 +271,12 @@ def env_of(process: SingleEndpoint, notes: list[str]) -> list[dict[str, Any]]:
     return env
 
 
-def pod_env(process: SingleEndpoint) -> dict[str, str]:
+def pod_env(process: VllmServerEndpoint) -> dict[str, str]:
     """The plan's env, and for a CPU instance the front end's share of its cores: the plan
     binds OpenMP to all but the first core(s) (`omp_cpus`), vLLM's own bind in the pod
     keeps `RESERVED_CPUS_ENV` of its cores out (its default is one)."""
     env = dict(process.env)
-    if isinstance(process, CpuEndpoint):
+    if isinstance(process, VllmCpuEndpoint):
         reserved = cpu_count(process) - len(parse_cpulist(process.omp_cpus))
         if reserved > 0:
             env.setdefault(RESERVED_CPUS_ENV, str(reserved))
@@ -291,17 +293,17 @@ def left_to_the_pod(key: str) -> str:
     )
 
 
-def secret_name(process: SingleEndpoint, key: str) -> str:
+def secret_name(process: VllmServerEndpoint, key: str) -> str:
     """`epyc-llm-NAME-KEY`: the endpoint's (a set's members share it)."""
     return f"{unit_name(process.endpoint)}-{key}"
 
 
-def secret_env(variable: str, process: SingleEndpoint, key: str) -> dict[str, Any]:
+def secret_env(variable: str, process: VllmServerEndpoint, key: str) -> dict[str, Any]:
     reference = {"name": secret_name(process, key), "key": key}
     return {"name": variable, "valueFrom": {"secretKeyRef": reference}}
 
 
-def secret_note(process: SingleEndpoint, path: str, key: str) -> str:
+def secret_note(process: VllmServerEndpoint, path: str, key: str) -> str:
     return (
         f"create the Secret {secret_name(process, key)} (key {key}) from the root-only file "
         f"{path}: kubectl create secret generic {secret_name(process, key)} "
@@ -310,8 +312,8 @@ def secret_note(process: SingleEndpoint, path: str, key: str) -> str:
 
 
 def vllm_container(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
-    process: SingleEndpoint,
+    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
+    process: VllmServerEndpoint,
     host: HostFacts,
     stack: Stack,
     model_volume: str | None,
@@ -334,11 +336,11 @@ def vllm_container(
     return container
 
 
-def resources(process: SingleEndpoint, host: HostFacts) -> dict[str, Any]:
+def resources(process: VllmServerEndpoint, host: HostFacts) -> dict[str, Any]:
     """Requests == limits (Guaranteed QoS): the cores' logical CPUs (`cpu_request`) and
     whole GiB for a CPU instance; the GPUs of an Instinct endpoint (its plan sizes VRAM, not
     host memory)."""
-    if isinstance(process, InstinctEndpoint):
+    if isinstance(process, VllmInstinctEndpoint):
         wanted: dict[str, str] = {"amd.com/gpu": str(len(process.gpus))}
     else:
         cpu = str(cpu_request(process, host))
@@ -346,11 +348,11 @@ def resources(process: SingleEndpoint, host: HostFacts) -> dict[str, Any]:
     return {"requests": dict(wanted), "limits": dict(wanted)}
 
 
-def memory_gib(process: CpuEndpoint) -> int:
+def memory_gib(process: VllmCpuEndpoint) -> int:
     return math.ceil(process.memory.process_gb) + MEMORY_MARGIN_GIB
 
 
-def probes(process: SingleEndpoint) -> dict[str, Any]:
+def probes(process: VllmServerEndpoint) -> dict[str, Any]:
     """Startup on /health for the plan's whole start budget, then readiness and liveness."""
     startup = math.ceil(process.start_timeout_s / PROBE_PERIOD_S)
     return {
@@ -369,22 +371,24 @@ def health_probe(failures: int) -> dict[str, Any]:
     }
 
 
-def security_context(process: SingleEndpoint) -> dict[str, Any]:
+def security_context(process: VllmServerEndpoint) -> dict[str, Any]:
     """The units' confinement (epycd.render.commands.CONTAINER_CONFINEMENT): every
     capability dropped but SYS_NICE (and SYS_PTRACE on Instinct, the recipe's), no new
     privileges; an Instinct container runs without a seccomp filter, as its unit does."""
-    add = ["SYS_NICE", GPU_CAPABILITY] if isinstance(process, InstinctEndpoint) else ["SYS_NICE"]
+    add = (
+        ["SYS_NICE", GPU_CAPABILITY] if isinstance(process, VllmInstinctEndpoint) else ["SYS_NICE"]
+    )
     context: dict[str, Any] = {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"], "add": add},
     }
-    if isinstance(process, InstinctEndpoint):
+    if isinstance(process, VllmInstinctEndpoint):
         context["seccompProfile"] = {"type": "Unconfined"}
     return context
 
 
 def deployment(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
+    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
     container: dict[str, Any],
     pod: dict[str, Any],
     replicas: int,
@@ -404,7 +408,7 @@ def deployment(
     }
 
 
-def service(decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint) -> dict[str, Any]:
+def service(decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint) -> dict[str, Any]:
     port = {"name": PORT_NAME, "port": decisions.port, "targetPort": PORT_NAME, "protocol": "TCP"}
     return {
         "apiVersion": "v1",
@@ -414,7 +418,7 @@ def service(decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint) -> 
     }
 
 
-def disruption_budget(decisions: InstanceSetEndpoint) -> dict[str, Any]:
+def disruption_budget(decisions: VllmSetEndpoint) -> dict[str, Any]:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
@@ -431,7 +435,7 @@ KSERVE_OWNS = ("--host", "--port", "--served-model-name")
 
 
 def inference_service(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
+    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
     container: dict[str, Any],
     pod: dict[str, Any],
     volumes: list[dict[str, Any]],
@@ -476,11 +480,11 @@ def inference_service(
     }
 
 
-def shm_note(process: SingleEndpoint, stack: Stack) -> str:
+def shm_note(process: VllmServerEndpoint, stack: Stack) -> str:
     size = shm_quantity(stack.isolated_ipc_shm_size)
     where = (
         "are the node's memory (the pod has no memory limit: it is not Guaranteed)"
-        if isinstance(process, InstinctEndpoint)
+        if isinstance(process, VllmInstinctEndpoint)
         else f"count against the pod's memory limit ({memory_gib(process)}Gi), which is not "
         "raised for them"
     )
@@ -492,8 +496,8 @@ def shm_note(process: SingleEndpoint, stack: Stack) -> str:
 
 
 def host_notes(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
-    process: SingleEndpoint,
+    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
+    process: VllmServerEndpoint,
     host: HostFacts,
     stack: Stack,
 ) -> list[str]:
@@ -510,7 +514,7 @@ def host_notes(
         "manifests as you review the plan; the cluster runs what it is given",
         "the health gate's model list and one request are not probes: readiness is /health",
     ]
-    if isinstance(process, CpuEndpoint):
+    if isinstance(process, VllmCpuEndpoint):
         cores, threads = cpu_count(process), host.threads_per_core
         notes.append(
             f"the plan pins {cores} cores, one thread each; the pod asks for cpu "
@@ -541,11 +545,11 @@ def host_notes(
             f"a stalled engine (requests running, no token for {healing.stall_s} s) is not "
             "detected: the liveness probe sees /health only"
         )
-    if isinstance(decisions, InstanceSetEndpoint):
+    if isinstance(decisions, VllmSetEndpoint):
         notes.append(
             "HAProxy's leastconn is replaced by the Service's spreading over the ready pods"
         )
-    if isinstance(decisions, InstinctEndpoint):
+    if isinstance(decisions, VllmInstinctEndpoint):
         notes.append(
             f"the plan's GPUs {','.join(map(str, decisions.gpus))} ({decisions.gfx_version}) "
             "are the device plugin's choice in a cluster; the pod asks for no host CPUs or "

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmInstinctEndpoint, VllmSetEndpoint
 from epycd.host.facts import HostFacts
 from epycd.host.generation import from_cpuid
-from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, InstinctEndpoint
 from epycd.stack import Stack
 
 NFD = "feature.node.kubernetes.io"
@@ -50,11 +50,11 @@ thread each, and the export asks for every thread of those cores (kube.cpu_reque
 ADMIN_FILLS = "ADMIN-FILLS-THIS-IN"
 """The placeholder of each KubeletConfiguration value only the node's admin can choose."""
 
-Decisions = CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint
+Decisions = VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint
 
 
 def node_selector(decisions: Decisions) -> dict[str, str]:
-    if isinstance(decisions, InstinctEndpoint):
+    if isinstance(decisions, VllmInstinctEndpoint):
         return {AMD_GPU_LABEL: "true"}
     selector = {VENDOR_LABEL: AMD_VENDOR_ID}
     if decisions.backend == "zentorch":
@@ -67,7 +67,7 @@ def generation_affinity(
 ) -> dict[str, Any] | None:
     """A required node affinity on the host's CPU family and its generation's models, when
     the route relied on the generation (zentorch on a validated one); None otherwise."""
-    if isinstance(decisions, InstinctEndpoint) or decisions.backend != "zentorch":
+    if isinstance(decisions, VllmInstinctEndpoint) or decisions.backend != "zentorch":
         return None
     if host.epyc_generation not in stack.validated_generations or host.cpu_family is None:
         return None

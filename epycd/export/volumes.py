@@ -6,16 +6,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from epycd.engines.vllm.plan.invocation import CHAT_TEMPLATE_FLAG
+from epycd.engines.vllm.plan.model import (
+    VllmCpuEndpoint,
+    VllmInstinctEndpoint,
+    VllmServerEndpoint,
+    VllmSetEndpoint,
+)
 from epycd.errors import InputError
 from epycd.names import unit_name
-from epycd.plan.invocation import CHAT_TEMPLATE_FLAG
-from epycd.plan.model import (
-    CpuEndpoint,
-    HfCacheMount,
-    InstanceSetEndpoint,
-    InstinctEndpoint,
-    SingleEndpoint,
-)
+from epycd.plan.model import HfCacheMount
 from epycd.readfile import MIB, TEMPLATE_MAX_BYTES, read_text
 from epycd.stack import Stack
 
@@ -49,8 +49,8 @@ SHM_UNITS = {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}
 
 
 def model_mount(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
-    process: SingleEndpoint,
+    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
+    process: VllmServerEndpoint,
     model_volume: str | None,
 ) -> tuple[str, bool]:
     """(where the model volume is mounted, read-only?): a local folder at the path vLLM is
@@ -71,8 +71,8 @@ def model_mount(
 
 
 def pod_volumes(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
-    process: SingleEndpoint,
+    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
+    process: VllmServerEndpoint,
     stack: Stack,
     model_volume: str | None,
 ) -> list[dict[str, Any]]:
@@ -94,13 +94,13 @@ def shm_quantity(size: str) -> str:
     return found[1] + SHM_UNITS[found[2]]
 
 
-def config_map_name(process: SingleEndpoint) -> str:
+def config_map_name(process: VllmServerEndpoint) -> str:
     """`epyc-llm-NAME-chat-template`: the endpoint's (a set's members share it)."""
     return f"{unit_name(process.endpoint)}-{CHAT_TEMPLATE}"
 
 
 def template_in_container(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint, process: SingleEndpoint
+    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint, process: VllmServerEndpoint
 ) -> str:
     """The path `--chat-template` gives vLLM (the endpoint file's, where the units mount the
     file)."""
@@ -111,7 +111,7 @@ def template_in_container(
 
 
 def chat_template_mount(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint, process: SingleEndpoint
+    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint, process: VllmServerEndpoint
 ) -> dict[str, Any]:
     return {
         "name": CHAT_TEMPLATE,
@@ -122,8 +122,8 @@ def chat_template_mount(
 
 
 def chat_template_map(
-    decisions: CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint,
-    process: SingleEndpoint,
+    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
+    process: VllmServerEndpoint,
     labels: dict[str, str],
     notes: list[str],
 ) -> dict[str, Any] | None:

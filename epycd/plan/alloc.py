@@ -22,6 +22,7 @@ from epycd.errors import EpycError, InputError, Refusal
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts, SocketTopology
 from epycd.names import INSTANCE_SEPARATOR
+from epycd.sizes import GIB
 
 
 @dataclass(frozen=True)
@@ -266,4 +267,39 @@ def _full(
             if min(capacity.values()) == 1
             else ""
         ),
+    )
+
+
+def _first_node(host: HostFacts, placement: Placement, bind: list[int]) -> int:
+    """The node of the first bound CPU: vLLM allocates the KV pool there."""
+    first_cpu = min(bind or placement.cpus)
+    for node in placement.numa_nodes:
+        if first_cpu in host.node(node).cpus:
+            return node
+    return placement.numa_nodes[0]
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    """The memory of an instance's NUMA nodes, its share of them, in GiB."""
+
+    node_count: int
+    total: float
+    available: float
+    first: int
+    """The node of the first bound CPU, where vLLM allocates the KV pool."""
+    first_available: float
+
+
+def node_memory(
+    host: HostFacts, placement: Placement, bind: list[int], memory_share: float
+) -> NodeMemory:
+    nodes = [host.node(n) for n in placement.numa_nodes]
+    first = _first_node(host, placement, bind)
+    return NodeMemory(
+        node_count=len(nodes),
+        total=sum(n.memory_total_bytes for n in nodes) / GIB * memory_share,
+        available=sum(n.memory_available_bytes for n in nodes) / GIB * memory_share,
+        first=first,
+        first_available=host.node(first).memory_available_bytes / GIB * memory_share,
     )

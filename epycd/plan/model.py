@@ -24,15 +24,11 @@ from typing import (
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, SerializeAsAny
 
 from epycd.host.cpulist import format_cpulist, parse_cpulist
-from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
 from epycd.plan.healing import Healing, Restart
-from epycd.plan.invocation import ENFORCE_EAGER_FLAG, VllmInvocation
 from epycd.plan.problem import Problem
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
-from epycd.spec.flags import ExtraFlags
 
-Backend = Literal["zentorch", "stock", "rocm"]
 Runtime = Literal["podman", "docker", "host"]
 PrimaryEndpoint = Literal["chat_completions", "completions"]
 
@@ -184,33 +180,6 @@ class EndpointService(BaseModel):
             """The sequences one server runs at once (a set's: its tightest member's)."""
 
 
-class VllmService(BaseModel):
-    """What a vLLM endpoint (one instance, a set, an Instinct one) has beside every
-    endpoint's fields: which vLLM build serves it, from where, and its container's flags."""
-
-    model_config = ConfigDict(frozen=True)
-
-    backend: Backend
-    image: str | None = Field(description="container image; None on the host path")
-    image_entrypoint_is_vllm_serve: bool = False
-    vllm_executable: str | None = Field(default=None, description="host path only")
-    vllm_version: str
-    run_flags: list[str] = Field(default_factory=list, description="container run flags")
-    extra_mounts: list[BindMount] = Field(
-        default_factory=list, description="containers: local model folder, chat template file"
-    )
-
-    @property
-    def engine(self) -> str:
-        """The engine (`epycd.engines`)."""
-        return "vllm"
-
-    @property
-    def backend_name(self) -> str:
-        """What serves it, for its fingerprint: the backend (zentorch, stock, rocm)."""
-        return self.backend
-
-
 class HostService(BaseModel):
     """What the servers of an engine that runs them on the host alone share in place of
     vLLM's route: no image and no vLLM executable; what serves it, for its fingerprint, is
@@ -274,71 +243,26 @@ class CpuServer(EndpointService, CpuPlacement):
             """Its environment; never a secret."""
 
 
-class VllmProcess(CpuPlacement):
-    """One vLLM process: where it is pinned, its environment, its context and batch, and
-    `vllm serve` (typed in `invocation`, its words in `vllm_args`)."""
+class GpuServer(EndpointService, CpuPlacement):
+    """One server on GPUs, of any engine (an Instinct endpoint, docs/instinct.md): its CPUs
+    and nodes are the GPUs' NUMA node(s), for the host side of the engine; its engine's type
+    adds the GPUs, their fit in VRAM and its own decisions. It refuses by its own fit, never
+    by the nodes' memory."""
 
-    env: dict[str, str] = Field(description="environment for vLLM; never a secret")
-    kv_cache_gb: int
-    max_model_len: int
-    max_num_seqs: int = Field(description="0: vLLM's default (an Instinct file without one)")
-    enforce_eager: bool = Field(
-        default=False,
-        description="CPU: a host vLLM without a C++ compiler or its interpreter's Python "
-        "headers (docs/tuning.md rule 4); Instinct: the VRAM fit's tight tier",
-    )
-    vllm_args: list[str] = Field(description="arguments after `vllm serve`, model first")
-    invocation: VllmInvocation | None = Field(
-        default=None,
-        description="`vllm serve` typed; `vllm_args` are its words (epycd.plan.argv); "
-        "None only in an approval record written before the planner filled it",
-    )
+    if TYPE_CHECKING:
+        # Every engine's server on GPUs gives them, as a field or a property.
 
-    @property
-    def runs_eager(self) -> bool:
-        """vLLM runs eager: the invocation's (the plan's rule 4, or --enforce-eager in the
-        endpoint file's words); a record from before the invocation says it in
-        `enforce_eager` or, for the file's flag, in its words only (`pre_invocation_flags`)."""
-        if self.invocation is not None:
-            return self.invocation.eager
-        return self.enforce_eager or pre_invocation_flags(self).given(ENFORCE_EAGER_FLAG)
+        @property
+        def gpus(self) -> list[int]:
+            """The GPU indices it holds."""
 
+        @property
+        def gpu_fit(self) -> GpuFit:
+            """Its fit in each GPU's memory."""
 
-class CpuEndpoint(CpuServer, VllmService, VllmProcess):
-    """An endpoint of one vLLM instance on CPUs, or one member of an instance set."""
-
-    kind: Literal["cpu"] = "cpu"
-    omp_cpus: str = Field(
-        description="VLLM_CPU_OMP_THREADS_BIND: the pinned set without the front end's first "
-        "core(s) (docs/tuning.md rule 1)"
-    )
-    max_num_batched_tokens: int
-    memory: MemoryFit = Field(description="the fit in the NUMA nodes' RAM")
-
-    @property
-    def cpu_fit(self) -> ServerFit:
-        return self.memory
-
-
-class InstinctEndpoint(EndpointService, VllmService, VllmProcess):
-    """An endpoint of one vLLM instance on Instinct GPUs (docs/instinct.md); its CPUs are
-    the GPUs' NUMA node(s), for the host side of the engine."""
-
-    kind: Literal["instinct"] = "instinct"
-    gpus: list[int] = Field(description="the GPU indices (HIP_VISIBLE_DEVICES)")
-    gfx_version: str | None = Field(default=None, description="the GPUs' gfx target")
-    tensor_parallel_size: int = 1
-    gpu_fit: GpuFit = Field(description="the VRAM fit per GPU")
-
-
-def pre_invocation_flags(decisions: VllmProcess) -> ExtraFlags:
-    """LEGACY: the one reader of decisions without `invocation`, approval records written
-    before it (eras E1-E13, tests/approval/records) and hand-made decisions. Such a record
-    holds `vllm serve`'s words and no typed invocation, so the KV pool's bytes flag, the
-    endpoint file's own flags and an --enforce-eager given by the file are in those words and
-    nowhere else: they are read with the one grammar of flags (epycd.spec.flags). Decisions
-    with `invocation` are read from its fields; the renderer emits either's words as stored."""
-    return ExtraFlags.of(decisions.vllm_args)
+        @property
+        def env(self) -> dict[str, str]:
+            """Its environment; never a secret."""
 
 
 Member = TypeVar("Member", bound=CpuServer)
@@ -437,20 +361,7 @@ def required_gb(process: CpuServer) -> float:
     return process.cpu_fit.required_gb
 
 
-class InstanceSetEndpoint(BalancedSet[CpuEndpoint], VllmService):
-    """An endpoint of several vLLM instances behind one balancer."""
-
-    kind: Literal["set"] = "set"
-
-    @property
-    def memory(self) -> MemoryFit:
-        return self.worst_member.memory
-
-
-SingleEndpoint = CpuEndpoint | InstinctEndpoint
-"""An endpoint that is one vLLM process (its unit runs it)."""
-
-ServerEndpoint = CpuServer | InstinctEndpoint
+ServerEndpoint = CpuServer | GpuServer
 """An endpoint whose unit runs one server process, of any engine."""
 
 SetEndpoint = BalancedSet[Any]
@@ -458,9 +369,6 @@ SetEndpoint = BalancedSet[Any]
 
 CpuDecisions = CpuServer | SetEndpoint
 """An endpoint on CPUs, fitted in its NUMA nodes' memory."""
-
-VllmEndpoint = CpuEndpoint | InstinctEndpoint | InstanceSetEndpoint
-"""An endpoint served by vLLM."""
 
 
 @cache
@@ -503,22 +411,12 @@ def cpu_fit(decisions: EndpointDecisions) -> ServerFit | None:
     return None
 
 
-def vllm_processes(decisions: EndpointDecisions) -> list[SingleEndpoint]:
-    """The endpoint's vLLM processes: a set's members, or the endpoint itself; none for a
-    llama.cpp endpoint."""
-    if isinstance(decisions, InstanceSetEndpoint):
-        return list(decisions.members)
-    if isinstance(decisions, CpuEndpoint | InstinctEndpoint):
-        return [decisions]
-    return []
-
-
 def server_processes(decisions: EndpointDecisions) -> list[ServerEndpoint]:
     """The endpoint's server processes, vLLM or llama-server: a set's members, or the
     endpoint itself."""
     if isinstance(decisions, BalancedSet):
         return list(decisions.members)
-    assert isinstance(decisions, CpuServer | InstinctEndpoint), decisions.kind
+    assert isinstance(decisions, CpuServer | GpuServer), decisions.kind
     return [decisions]
 
 
@@ -554,9 +452,9 @@ class Plan(BaseModel):
 
     @property
     def gpus(self) -> list[int]:
-        """The Instinct GPUs the endpoint holds; none for a CPU endpoint."""
+        """The GPUs the endpoint holds; none for an endpoint on CPUs."""
         decisions = self.decisions
-        return decisions.gpus if isinstance(decisions, InstinctEndpoint) else []
+        return decisions.gpus if isinstance(decisions, GpuServer) else []
 
 
 class RenderedUnits(NamedTuple):

@@ -2,7 +2,7 @@
 endpoints first (their GPUs, `epycd.plan.gpu`), the CPU endpoints on the other NUMA nodes
 (their socket or nodes, `epycd.plan.alloc`), distinct ports (`epycd.plan.ports`); each
 decided (a CPU endpoint by its engine's planner, `epycd.plan.engines`, a set of instances
-by `epycd.plan.multi`, an Instinct one by `epycd.plan.gpu_decide`) and finished
+by `epycd.plan.multi`, an Instinct one by `epycd.engines.vllm.plan.decide_gpu`) and finished
 (`epycd.plan.finish`). A refused endpoint that held a socket or a port is planned again
 without it, so that it takes nothing from the others (`place_all`). An endpoint whose
 planning raises what no rule foresaw is its own failure (`crashed`), and the others are
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from epycd.engines.vllm.plan.decide_gpu import decide_gpu
 from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
 from epycd.model.instinct import shipped_gpus
@@ -22,7 +23,6 @@ from epycd.plan.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.engines import planner_for
 from epycd.plan.finish import plan_result, unfit
 from epycd.plan.gpu import GpuPlacement, GpuRequest, cpu_host_view, gpu_nodes, place_gpus
-from epycd.plan.gpu_decide import decide_gpu
 from epycd.plan.instances import Region
 from epycd.plan.model import (
     BalancedSet,

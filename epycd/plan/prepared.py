@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from epycd.host.facts import HostVllmFacts
 from epycd.model.facts import ModelFacts
-from epycd.plan.route import EngineRoute, Route
+from epycd.plan.route import EngineRoute
 from epycd.spec import EndpointSpec, SpecResult
 
 ModelInspector = Callable[..., ModelFacts]
@@ -48,7 +48,3 @@ class Prepared:
         if not isinstance(self.route, kind):
             raise TypeError(f"{self.result.name}: a {type(self.route).__name__}, not {kind}")
         return self.route
-
-    @property
-    def vllm_route(self) -> Route:
-        return self.route_of(Route)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from epycd.plan.model import BalancedSet, EndpointDecisions, InstinctEndpoint, Plan
+from epycd.plan.model import BalancedSet, EndpointDecisions, GpuServer, Plan
 from epycd.plan.ports import Listener
 
 
@@ -49,7 +49,7 @@ class Held:
 def held_socket(decisions: EndpointDecisions) -> int | None:
     """The socket an approved plan keeps: a CPU endpoint's, a set's first (on its own socket
     every member is on it); None for an Instinct endpoint, which holds GPUs."""
-    if isinstance(decisions, InstinctEndpoint):
+    if isinstance(decisions, GpuServer):
         return None
     if isinstance(decisions, BalancedSet):
         return decisions.sockets[0]
@@ -81,7 +81,7 @@ class Reservations:
                 nodes=nodes,
                 port=decisions.port,
                 instance_ports=tuple(m.port for m in members),
-                gpus=tuple(decisions.gpus if isinstance(decisions, InstinctEndpoint) else ()),
+                gpus=tuple(decisions.gpus if isinstance(decisions, GpuServer) else ()),
             )
         return cls(held)
 

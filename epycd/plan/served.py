@@ -24,7 +24,6 @@ from epycd.plan.healing import Healing, Restart, healing_for
 from epycd.plan.hfcache import host_hf_home
 from epycd.plan.model import BindMount, HfCacheMount, PrimaryEndpoint, Runtime
 from epycd.plan.prepared import Prepared
-from epycd.plan.route import Route
 from epycd.plan.unit_commands import approval_check_argv
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec
@@ -141,22 +140,6 @@ class ServedFields(TypedDict):
     hf_token_file: str | None
     api_key_file: str | None
     chat_template: str | None
-
-
-class VllmRouteFields(TypedDict):
-    """Which vLLM build serves a vLLM endpoint, from its route (`vllm_route_fields`)."""
-
-    image: str | None
-    image_entrypoint_is_vllm_serve: bool
-    vllm_version: str
-
-
-def vllm_route_fields(route: Route) -> VllmRouteFields:
-    return VllmRouteFields(
-        image=route.image,
-        image_entrypoint_is_vllm_serve=route.image_entrypoint_is_vllm_serve,
-        vllm_version=route.vllm_version,
-    )
 
 
 def served_fields(prepared: Prepared, chosen: ServedModel) -> ServedFields:

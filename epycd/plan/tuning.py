@@ -3,8 +3,9 @@ each with its evidence in docs/tuning.md (rule numbers match).
 
 Pure functions of the instance's cores, its memory, the memory fit, the probed vLLM version,
 the host's C++ compiler and the serving interpreter's Python headers; `tune`, `size` and
-`fit_socket` (epycd.plan.sizing) apply them. The KV pool's size, its cap and the OS headroom
-(rules 2 and 3: `kv_pool`) are decided here; `epycd.model.memory` adds them up.
+`fit_socket` (epycd.engines.vllm.plan.sizing) apply them. The KV pool's size, its cap and
+the OS headroom (rules 2 and 3: `kv_pool`) are decided here; `epycd.model.memory` adds
+them up.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from epycd.plan.model import (
     BalancedSet,
     CpuServer,
     EndpointDecisions,
-    InstinctEndpoint,
+    GpuServer,
     RenderedUnits,
     SetEndpoint,
 )
@@ -46,7 +46,7 @@ def render_units(decisions: EndpointDecisions) -> dict[str, str]:
     A multi-instance endpoint: every instance's units, then the balancer's."""
     if isinstance(decisions, BalancedSet):
         return _render_set(decisions)
-    assert isinstance(decisions, CpuServer | InstinctEndpoint), decisions.kind
+    assert isinstance(decisions, CpuServer | GpuServer), decisions.kind
     try:
         renderer = renderer_for(decisions.engine)
         renderer.check(decisions)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from epycd.engines import DEFAULT_ENGINE, engine_named
+from epycd.engines.vllm.plan.model import VllmServerEndpoint
 from epycd.host.cpulist import format_cpulist
 from epycd.listen import local_url
-from epycd.plan.model import ServerEndpoint, SingleEndpoint
+from epycd.plan.model import ServerEndpoint
 from epycd.render.policy import REQUIRED_RUN_FLAGS
 
 TOKEN_IN_CONTAINER = "/run/secrets/hf_token"
@@ -35,7 +36,7 @@ def gate_timeout(decisions: ServerEndpoint) -> int:
     return max(decisions.start_timeout_s - min(60, decisions.start_timeout_s // 10), 1)
 
 
-def vllm_serve_in_container(decisions: SingleEndpoint) -> list[str]:
+def vllm_serve_in_container(decisions: VllmServerEndpoint) -> list[str]:
     """The container's command; with an API key, the launcher runs `vllm serve` (and replaces
     an image entrypoint that is `vllm serve` itself: see `entrypoint_flags`)."""
     if decisions.api_key_file:
@@ -46,13 +47,13 @@ def vllm_serve_in_container(decisions: SingleEndpoint) -> list[str]:
     return [*prefix, *decisions.vllm_args]
 
 
-def entrypoint_flags(decisions: SingleEndpoint) -> list[str]:
+def entrypoint_flags(decisions: VllmServerEndpoint) -> list[str]:
     if decisions.api_key_file and decisions.image_entrypoint_is_vllm_serve:
         return ["--entrypoint=python3"]
     return []
 
 
-def vllm_serve_on_host(decisions: SingleEndpoint) -> list[str]:
+def vllm_serve_on_host(decisions: VllmServerEndpoint) -> list[str]:
     assert decisions.vllm_executable is not None
     return [decisions.vllm_executable, "serve", *decisions.vllm_args]
 
@@ -85,7 +86,7 @@ def supervisor(decisions: ServerEndpoint, server: list[str]) -> list[str]:
     return [*argv, "--", *server]
 
 
-def health_gate(decisions: SingleEndpoint) -> list[str]:
+def health_gate(decisions: VllmServerEndpoint) -> list[str]:
     return [
         decisions.product_python,
         "-m",
@@ -102,20 +103,20 @@ def health_gate(decisions: SingleEndpoint) -> list[str]:
     ]
 
 
-def health_probe(decisions: SingleEndpoint) -> str:
+def health_probe(decisions: VllmServerEndpoint) -> str:
     """podman's --health-cmd in exec (JSON array) form: Python's urllib, no curl, no shell."""
     code = f"import urllib.request as r; r.urlopen('{base_url(decisions)}/health', timeout=5)"
     return f'["python3", "-c", "{code}"]'
 
 
-def container_env(decisions: SingleEndpoint) -> list[tuple[str, str]]:
+def container_env(decisions: VllmServerEndpoint) -> list[tuple[str, str]]:
     env = dict(decisions.env)
     if decisions.hf_token_file:
         env["HF_TOKEN_PATH"] = TOKEN_IN_CONTAINER
     return sorted(env.items())
 
 
-def ulimit_flags(decisions: SingleEndpoint) -> list[str]:
+def ulimit_flags(decisions: VllmServerEndpoint) -> list[str]:
     """The unit's limits inside the container: the engine, not systemd, sets a container's
     rlimits (docs/tuning.md rule 5)."""
     memlock = "-1" if decisions.limit_memlock == "infinity" else decisions.limit_memlock
@@ -125,12 +126,12 @@ def ulimit_flags(decisions: SingleEndpoint) -> list[str]:
     ]
 
 
-def extra_run_flags(decisions: SingleEndpoint) -> list[str]:
+def extra_run_flags(decisions: VllmServerEndpoint) -> list[str]:
     extra = [flag for flag in decisions.run_flags if flag not in REQUIRED_RUN_FLAGS]
     return [*extra, *entrypoint_flags(decisions)]
 
 
-def container_mounts(decisions: SingleEndpoint) -> list[str]:
+def container_mounts(decisions: VllmServerEndpoint) -> list[str]:
     """`-v`/`Volume=` values: HOST:CONTAINER[:ro]."""
     mounts = []
     if decisions.hf_cache:
@@ -145,7 +146,7 @@ def container_mounts(decisions: SingleEndpoint) -> list[str]:
     return mounts
 
 
-def docker_run(decisions: SingleEndpoint) -> list[str]:
+def docker_run(decisions: VllmServerEndpoint) -> list[str]:
     """`--pull=never` (docker >= 20.10), as Quadlet's `Pull=never`: approve pulls; a start
     never waits on a registry nor takes a newer image under the approved tag."""
     assert decisions.image is not None

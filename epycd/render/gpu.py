@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import TypeGuard
 
+from epycd.engines.vllm.plan.decide_gpu import GPU_VISIBLE, PLAN_GPU_FLAGS
+from epycd.engines.vllm.plan.model import VllmInstinctEndpoint, VllmServerEndpoint
 from epycd.host.cpulist import parse_cpulist
 from epycd.model.instinct import shipped_gpus
-from epycd.plan.gpu_decide import GPU_VISIBLE, PLAN_GPU_FLAGS
-from epycd.plan.model import InstinctEndpoint, SingleEndpoint
 from epycd.render.policy import (
     FLAGS_THE_PLAN_PASSES,
     FORBIDDEN_ENV,
@@ -32,11 +32,11 @@ SECCOMP_UNCONFINED = "unconfined"
 ENV_THE_GPU_PLAN_SETS = frozenset({GPU_VISIBLE})
 
 
-def is_gpu(decisions: SingleEndpoint) -> TypeGuard[InstinctEndpoint]:
-    return isinstance(decisions, InstinctEndpoint)
+def is_gpu(decisions: VllmServerEndpoint) -> TypeGuard[VllmInstinctEndpoint]:
+    return isinstance(decisions, VllmInstinctEndpoint)
 
 
-def quadlet_gpu_lines(decisions: InstinctEndpoint) -> list[Line]:
+def quadlet_gpu_lines(decisions: VllmInstinctEndpoint) -> list[Line]:
     """AddDevice= and SeccompProfile= (Quadlet 4.4); GroupAdd= on podman >= 5 only (the
     fact `podman_notify_healthy` stands for): older Quadlet gets `podman_group_args`."""
     data = shipped_gpus()
@@ -47,13 +47,13 @@ def quadlet_gpu_lines(decisions: InstinctEndpoint) -> list[Line]:
     return lines
 
 
-def podman_group_args(decisions: InstinctEndpoint) -> list[str]:
+def podman_group_args(decisions: VllmInstinctEndpoint) -> list[str]:
     if decisions.podman_notify_healthy:
         return []
     return [f"--group-add={group}" for group in shipped_gpus().groups]
 
 
-def check_gpu_decisions(decisions: InstinctEndpoint) -> None:
+def check_gpu_decisions(decisions: VllmInstinctEndpoint) -> None:
     """Raise InputError on the first rule a GPU endpoint's decisions break."""
     check_identity(decisions)
     _check_gpus(decisions)
@@ -66,7 +66,7 @@ def check_gpu_decisions(decisions: InstinctEndpoint) -> None:
     check_runtime(decisions)
 
 
-def _check_gpus(decisions: InstinctEndpoint) -> None:
+def _check_gpus(decisions: VllmInstinctEndpoint) -> None:
     try:
         cpus = parse_cpulist(decisions.cpus)
     except ValueError:
@@ -91,7 +91,7 @@ def _check_gpus(decisions: InstinctEndpoint) -> None:
             )
 
 
-def _check_env(decisions: InstinctEndpoint) -> None:
+def _check_env(decisions: VllmInstinctEndpoint) -> None:
     visible = ",".join(map(str, decisions.gpus))
     if decisions.env.get(GPU_VISIBLE) != visible:
         raise refuse(
@@ -110,5 +110,5 @@ def _check_env(decisions: InstinctEndpoint) -> None:
             )
 
 
-def _check_args(decisions: InstinctEndpoint) -> None:
+def _check_args(decisions: VllmInstinctEndpoint) -> None:
     check_serve_args(decisions, FLAGS_THE_PLAN_PASSES | set(PLAN_GPU_FLAGS))

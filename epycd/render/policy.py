@@ -10,20 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
+from epycd.engines.vllm.plan.invocation import CpuEngine, RocmEngine
+from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmServerEndpoint, pre_invocation_flags
 from epycd.errors import InputError
 from epycd.host.cpulist import parse_cpulist
 from epycd.listen import listen_address
 from epycd.names import ENDPOINT_NAME_RULE, instance_unit_name, is_endpoint_name, unit_name
-from epycd.plan.invocation import CpuEngine, RocmEngine
-from epycd.plan.model import (
-    CpuEndpoint,
-    CpuServer,
-    EndpointDecisions,
-    EndpointService,
-    ServerEndpoint,
-    SingleEndpoint,
-    pre_invocation_flags,
-)
+from epycd.plan.model import CpuServer, EndpointDecisions, EndpointService, ServerEndpoint
 from epycd.render.syntax import check_printable, executable
 from epycd.spec.flags import flag_name, names
 from epycd.spec.policy import arg_refusal, env_refusal
@@ -136,7 +129,7 @@ def check_healing(decisions: EndpointService) -> None:
         )
 
 
-def check_pinning(decisions: CpuEndpoint) -> None:
+def check_pinning(decisions: VllmCpuEndpoint) -> None:
     cpus = check_cpus_and_nodes(decisions)
     check_bind(decisions, cpus)
     check_kv_pool(decisions)
@@ -162,7 +155,7 @@ def check_cpus_and_nodes(decisions: CpuServer) -> list[int]:
     return cpus
 
 
-def check_bind(decisions: CpuEndpoint, cpus: list[int]) -> None:
+def check_bind(decisions: VllmCpuEndpoint, cpus: list[int]) -> None:
     """The OpenMP bind is the plan's `omp_cpus`, inside the pinned set, and leaves a core to
     the front end unless the instance has one core (docs/tuning.md rule 1)."""
     bind = decisions.env.get("VLLM_CPU_OMP_THREADS_BIND", "")
@@ -190,7 +183,7 @@ def check_bind(decisions: CpuEndpoint, cpus: list[int]) -> None:
         )
 
 
-def kv_bytes_given(decisions: CpuEndpoint) -> bool:
+def kv_bytes_given(decisions: VllmCpuEndpoint) -> bool:
     """Whether vLLM gets the KV pool in bytes (--kv-cache-memory-bytes): the CPU engine's
     `kv_cache_memory_bytes`, or the flag in a record's words (`pre_invocation_flags`)."""
     invocation = decisions.invocation
@@ -200,7 +193,7 @@ def kv_bytes_given(decisions: CpuEndpoint) -> bool:
     return isinstance(engine, CpuEngine) and engine.kv_cache_memory_bytes is not None
 
 
-def check_kv_pool(decisions: CpuEndpoint) -> None:
+def check_kv_pool(decisions: VllmCpuEndpoint) -> None:
     """The pool is given once: whole GiB in the legacy variable, or bytes in the flag."""
     kv = decisions.env.get("VLLM_CPU_KVCACHE_SPACE")
     if (kv is None) != kv_bytes_given(decisions):
@@ -219,7 +212,7 @@ def check_kv_pool(decisions: CpuEndpoint) -> None:
         )
 
 
-def check_env(decisions: SingleEndpoint) -> None:
+def check_env(decisions: VllmServerEndpoint) -> None:
     for name in REQUIRED_ENV:
         if name not in decisions.env:
             raise refuse(decisions, f"env.{name}", f"{name} is not set", "plan the endpoint again")
@@ -253,7 +246,7 @@ def check_env(decisions: SingleEndpoint) -> None:
         )
 
 
-def check_args(decisions: SingleEndpoint) -> None:
+def check_args(decisions: VllmServerEndpoint) -> None:
     check_serve_args(decisions, FLAGS_THE_PLAN_PASSES)
     for index, flag in enumerate(decisions.run_flags):
         why = FORBIDDEN_RUN_FLAGS.get(flag_name(flag) or flag)
@@ -261,7 +254,7 @@ def check_args(decisions: SingleEndpoint) -> None:
             raise refuse(decisions, f"run_flags[{index}]", f"{flag}: {why}", f"remove {flag}")
 
 
-def check_serve_args(decisions: SingleEndpoint, passed: Collection[str]) -> None:
+def check_serve_args(decisions: VllmServerEndpoint, passed: Collection[str]) -> None:
     """No argument the endpoint file must not pass reaches vLLM; `passed` are the flags the
     plan itself passes. Checked are the words that are not the plan's own: the file's
     (`invocation.extra`, keyed `extra_args[i]`) and an Instinct recipe's (`recipe_args[i]`),
@@ -290,7 +283,7 @@ def check_serve_args(decisions: SingleEndpoint, passed: Collection[str]) -> None
 
 
 def _check_words(
-    decisions: SingleEndpoint,
+    decisions: VllmServerEndpoint,
     key: str,
     words: Sequence[str],
     allowed: Collection[str] = (),
@@ -309,7 +302,7 @@ def _check_words(
             )
 
 
-def check_runtime(decisions: SingleEndpoint) -> None:
+def check_runtime(decisions: VllmServerEndpoint) -> None:
     if decisions.runtime == "host":
         if not decisions.vllm_executable:
             raise refuse(
@@ -370,7 +363,7 @@ def check_plain_path(decisions: ServerEndpoint, key: str, path: str) -> None:
         )
 
 
-def check_decisions(decisions: CpuEndpoint) -> None:
+def check_decisions(decisions: VllmCpuEndpoint) -> None:
     """Raise InputError on the first rule these decisions break."""
     check_identity(decisions)
     check_env(decisions)

@@ -7,8 +7,9 @@ is not sandboxed, since its main process is podman (epycd.render.sandbox.QUADLET
 from __future__ import annotations
 
 from epycd.engines import engine_named
+from epycd.engines.vllm.plan.model import VllmInstinctEndpoint, VllmServerEndpoint
 from epycd.names import unit_name
-from epycd.plan.model import InstinctEndpoint, ServerEndpoint, SingleEndpoint
+from epycd.plan.model import ServerEndpoint
 from epycd.render import commands, gpu
 from epycd.render.healing import (
     crash_recorder_lines,
@@ -33,7 +34,7 @@ HEALTH_RETRIES = "3"
 def describe(decisions: ServerEndpoint) -> str:
     """The unit's Description, before escaping."""
     where = f"socket {decisions.socket}"
-    if isinstance(decisions, InstinctEndpoint):
+    if isinstance(decisions, VllmInstinctEndpoint):
         where = f"Instinct GPU {','.join(map(str, decisions.gpus))}"
     server = engine_named(decisions.engine).title
     return (
@@ -58,7 +59,7 @@ def _words(args: list[str], what: str) -> str:
     return " ".join(quadlet_argument(arg, f"{what}[{index}]") for index, arg in enumerate(args))
 
 
-def container_lines(decisions: SingleEndpoint) -> list[Line]:
+def container_lines(decisions: VllmServerEndpoint) -> list[Line]:
     assert decisions.image is not None
     podman_args = [
         "--ipc=host",
@@ -104,7 +105,7 @@ def container_lines(decisions: SingleEndpoint) -> list[Line]:
     return lines
 
 
-def service_lines(decisions: SingleEndpoint) -> list[Line]:
+def service_lines(decisions: VllmServerEndpoint) -> list[Line]:
     lines: list[Line] = [("TimeoutStartSec", str(decisions.start_timeout_s))]
     lines += limit_lines(decisions)
     lines += restart_lines(decisions)
@@ -134,7 +135,7 @@ def limit_lines(decisions: ServerEndpoint) -> list[Line]:
     ]
 
 
-def render_container(decisions: SingleEndpoint) -> str:
+def render_container(decisions: VllmServerEndpoint) -> str:
     return unit_text(
         decisions.endpoint,
         [

@@ -7,7 +7,8 @@ full privileges (`+`): it reads the root-only approval records and secret files.
 
 from __future__ import annotations
 
-from epycd.plan.model import ServerEndpoint, SingleEndpoint
+from epycd.engines.vllm.plan.model import VllmServerEndpoint
+from epycd.plan.model import ServerEndpoint
 from epycd.render import commands, sandbox
 from epycd.render.healing import crash_recorder_lines, restart_lines, start_limit_lines
 from epycd.render.quadlet import api_key_credential, description, limit_lines, part_of
@@ -43,7 +44,7 @@ def _service_head(decisions: ServerEndpoint) -> list[Line]:
     return lines
 
 
-def render_docker(decisions: SingleEndpoint) -> str:
+def render_docker(decisions: VllmServerEndpoint) -> str:
     service = _service_head(decisions)
     service += [
         ("ExecStartPre", "-" + _docker_rm(decisions)),
@@ -65,7 +66,7 @@ def render_docker(decisions: SingleEndpoint) -> str:
     )
 
 
-def _docker_rm(decisions: SingleEndpoint) -> str:
+def _docker_rm(decisions: VllmServerEndpoint) -> str:
     """`docker` by name: systemd finds it in its fixed search path (the `-` forgives absence)."""
     return f"{commands.DOCKER} rm -f {decisions.unit_name}"
 

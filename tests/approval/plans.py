@@ -8,11 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmInstinctEndpoint
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
-from epycd.plan.model import CpuEndpoint, InstinctEndpoint, Plan
+from epycd.plan.model import Plan
 from epycd.plan.problem import Problem
 from epycd.plan.tuning import omp_bind
 
@@ -126,7 +127,7 @@ def make_plan(
     shaping = json.dumps({k: v for k, v in data.items() if k != "socket_reason"}, default=str)
     units = data.pop("units")
     return Plan(
-        decisions=CpuEndpoint.model_validate(data),
+        decisions=VllmCpuEndpoint.model_validate(data),
         units=units,
         fingerprint=hashlib.sha256(shaping.encode()).hexdigest(),
     )
@@ -147,7 +148,7 @@ def write_plan_file(path: Path, plans: dict[str, Plan], host: HostFacts) -> Path
 def on_gpus(plan: Plan, gpus: list[int]) -> Plan:
     """The CPU plan as an Instinct endpoint's on `gpus`, on a port of its own."""
     decisions = plan.decisions
-    assert isinstance(decisions, CpuEndpoint)
+    assert isinstance(decisions, VllmCpuEndpoint)
     service = decisions.model_dump(exclude={"kind", "omp_cpus", "max_num_batched_tokens", "memory"})
     fit = GpuFit(
         tensor_parallel_size=len(gpus),
@@ -157,7 +158,7 @@ def on_gpus(plan: Plan, gpus: list[int]) -> Plan:
         remaining_for_kv_gb=187.4,
         tier="safe",
     )
-    instinct = InstinctEndpoint.model_validate(
+    instinct = VllmInstinctEndpoint.model_validate(
         {**service, "gpus": gpus, "port": decisions.port + 100, "gpu_fit": fit}
     )
     return plan.model_copy(update={"decisions": instinct})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from epycd.plan.invocation import CpuEngine, VllmInvocation
+from epycd.engines.vllm.plan.invocation import CpuEngine, VllmInvocation
 from epycd.plan.model import Plan
 from epycd.spec.flags import ExtraFlags
 from tests.approval.conftest import ApprovalSandbox

@@ -18,9 +18,10 @@ from pydantic import BaseModel
 from epycd.approval import migrate as m
 from epycd.approval.record import Approval, approval_path, load_approval
 from epycd.approval.shape import HostShape
+from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmInstinctEndpoint, VllmSetEndpoint
 from epycd.errors import InputError
 from epycd.model.facts import MemoryFit
-from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, InstinctEndpoint, Plan
+from epycd.plan.model import Plan
 from epycd.plan.problem import Problem
 from epycd.readfile import RECORD_MAX_BYTES
 from epycd.settings import Settings
@@ -185,9 +186,9 @@ def test_healing_none_on_each_member_of_a_set() -> None:
 
 
 KINDS: dict[str, type[BaseModel]] = {
-    "cpu": CpuEndpoint,
-    "instinct": InstinctEndpoint,
-    "set": InstanceSetEndpoint,
+    "cpu": VllmCpuEndpoint,
+    "instinct": VllmInstinctEndpoint,
+    "set": VllmSetEndpoint,
 }
 
 
@@ -224,7 +225,7 @@ def test_migrated_plan_of_a_plan_alone() -> None:
     flat = upgraded["decisions"]
     assert (flat["host"], flat["omp_cpus"]) == ("0.0.0.0", plan["cpus"])
     decisions = Plan.model_validate(upgraded).decisions
-    assert isinstance(decisions, CpuEndpoint) and decisions.max_num_batched_tokens == 2048
+    assert isinstance(decisions, VllmCpuEndpoint) and decisions.max_num_batched_tokens == 2048
 
 
 def settings(tmp_path: Path) -> Settings:

@@ -22,12 +22,13 @@ import pytest
 import yaml
 
 from epycd.cli.export import stdout_text
+from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmSetEndpoint
 from epycd.errors import InputError, Refusal
 from epycd.export.kube import KubeExport, export_kube
 from epycd.export.volumes import shm_quantity
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
-from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, Plan
+from epycd.plan.model import Plan
 from epycd.sizes import GIB
 from epycd.stack import shipped_stack
 from tests.hosts import CATALOGUE
@@ -210,9 +211,9 @@ def test_the_front_end_keeps_the_plans_cores(
         plan = plan_results(case, folder, monkeypatch)[GOLDEN_CASES[case]].plan
     assert plan is not None
     decisions = plan.decisions
-    members = decisions.members if isinstance(decisions, InstanceSetEndpoint) else [decisions]
+    members = decisions.members if isinstance(decisions, VllmSetEndpoint) else [decisions]
     largest = max(members, key=lambda m: (len(parse_cpulist(m.cpus)), m.memory.process_gb))
-    assert isinstance(largest, CpuEndpoint)
+    assert isinstance(largest, VllmCpuEndpoint)
     reserved = len(parse_cpulist(largest.cpus)) - len(parse_cpulist(largest.omp_cpus))
     assert reserved >= 1, largest
     done, _ = export_case(case, tmp_path / "export", monkeypatch)
@@ -325,7 +326,7 @@ def test_the_chat_template_is_a_config_map(tmp_path: Path, kserve: bool) -> None
 
 def test_a_set_shares_one_chat_template_map(tmp_path: Path) -> None:
     plan, host, _ = template_plan(tmp_path, 'instances = "auto"\n')
-    assert isinstance(plan.decisions, InstanceSetEndpoint)
+    assert isinstance(plan.decisions, VllmSetEndpoint)
     done = export_kube(plan, host, shipped_stack(), model_volume="models")
     kinds = [obj["kind"] for obj in done.objects]
     assert kinds == ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget"]
@@ -362,14 +363,14 @@ def quantity_gib(value: str) -> int:
     return int(value.removesuffix("Gi"))
 
 
-def planned_cores(decisions: CpuEndpoint | InstanceSetEndpoint) -> int:
+def planned_cores(decisions: VllmCpuEndpoint | VllmSetEndpoint) -> int:
     """The physical cores the plan pins for one pod's process (a set's largest member)."""
-    members = decisions.members if isinstance(decisions, InstanceSetEndpoint) else [decisions]
+    members = decisions.members if isinstance(decisions, VllmSetEndpoint) else [decisions]
     return max(len(parse_cpulist(member.cpus)) for member in members)
 
 
 def assert_fits_one_node(
-    objects: list[dict[str, Any]], host: HostFacts, decisions: CpuEndpoint | InstanceSetEndpoint
+    objects: list[dict[str, Any]], host: HostFacts, decisions: VllmCpuEndpoint | VllmSetEndpoint
 ) -> None:
     """Guaranteed QoS (requests == limits) with cpu = the plan's N cores x the host's threads
     per core (whole cores under full-pcpus-only), no more logical CPUs and memory than one
@@ -416,12 +417,12 @@ def test_guaranteed_and_one_numa_node_on_every_shape(shape: str, tmp_path: Path)
         try:
             done = export_kube(plan, host, shipped_stack(), model_volume="models")
         except Refusal as error:
-            assert isinstance(decisions, CpuEndpoint) and len(decisions.numa_nodes) > 1, error
+            assert isinstance(decisions, VllmCpuEndpoint) and len(decisions.numa_nodes) > 1, error
             assert 'instances = "auto"' in str(error) and decisions.config_file in str(error)
             continue
-        if isinstance(decisions, InstanceSetEndpoint):
+        if isinstance(decisions, VllmSetEndpoint):
             assert done.objects[0]["spec"]["replicas"] == decisions.instances.count
-        assert isinstance(decisions, CpuEndpoint | InstanceSetEndpoint), decisions
+        assert isinstance(decisions, VllmCpuEndpoint | VllmSetEndpoint), decisions
         assert_fits_one_node(done.objects, host, decisions)
         validate(done.objects)
         exported.append(kind)

@@ -1,6 +1,6 @@
 """`epycctl estimate --json` as it answers today: the whole JSON object and the exit code of
 each call below, in tests/golden/estimate.json, so that moving the sizing into one step
-(plan/sizing.py) is checked against it. Two models from the offline hub cache
+(engines/vllm/plan/sizing.py) is checked against it. Two models from the offline hub cache
 (tests/model/models.py): Qwen3-0.6B, whose weights are estimated from config.json, and
 Llama-3.1-8B-Instruct, whose weights are its safetensors index's total; each on a socket
 given in GiB and on socket 0 of a catalogue host (tests/hosts.py), where the first NUMA

@@ -11,18 +11,17 @@ from typing import Any
 
 import pytest
 
-from epycd.host.detect import detect_host
-from epycd.host.facts import HostFacts, PodmanFacts, RuntimeFacts
-from epycd.plan.argv import vllm_argv
-from epycd.plan.build import PlanSources, plan_all
-from epycd.plan.model import (
-    CpuEndpoint,
-    EndpointDecisions,
-    InstanceSetEndpoint,
-    InstinctEndpoint,
-    Plan,
+from epycd.engines.vllm.plan.argv import vllm_argv
+from epycd.engines.vllm.plan.model import (
+    VllmCpuEndpoint,
+    VllmInstinctEndpoint,
+    VllmSetEndpoint,
     vllm_processes,
 )
+from epycd.host.detect import detect_host
+from epycd.host.facts import HostFacts, PodmanFacts, RuntimeFacts
+from epycd.plan.build import PlanSources, plan_all
+from epycd.plan.model import EndpointDecisions, Plan
 from epycd.plan.reservations import Held, Reservations
 from epycd.plan.result import EndpointResult
 from epycd.render import render_for_plan
@@ -135,24 +134,24 @@ def _decisions(planned: Planned) -> EndpointDecisions:
     return planned.decisions if isinstance(planned, Plan) else planned
 
 
-def cpu(planned: Planned) -> CpuEndpoint:
+def cpu(planned: Planned) -> VllmCpuEndpoint:
     """The decisions, which must be those of one vLLM instance on CPUs."""
     decisions = _decisions(planned)
-    assert isinstance(decisions, CpuEndpoint), decisions.kind
+    assert isinstance(decisions, VllmCpuEndpoint), decisions.kind
     return decisions
 
 
-def instinct(planned: Planned) -> InstinctEndpoint:
+def instinct(planned: Planned) -> VllmInstinctEndpoint:
     """The decisions, which must be those of an endpoint on Instinct GPUs."""
     decisions = _decisions(planned)
-    assert isinstance(decisions, InstinctEndpoint), decisions.kind
+    assert isinstance(decisions, VllmInstinctEndpoint), decisions.kind
     return decisions
 
 
-def instance_set(planned: Planned) -> InstanceSetEndpoint:
+def instance_set(planned: Planned) -> VllmSetEndpoint:
     """The decisions, which must be those of an instance set behind its balancer."""
     decisions = _decisions(planned)
-    assert isinstance(decisions, InstanceSetEndpoint), decisions.kind
+    assert isinstance(decisions, VllmSetEndpoint), decisions.kind
     return decisions
 
 

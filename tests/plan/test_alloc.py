@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from epycd.engines.vllm.plan.route import VllmRoute
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.result import EndpointResult
-from epycd.plan.route import Route
 from tests.hosts import CATALOGUE
 from tests.plan.conftest import PlanWorkspace, cpu
 
@@ -152,7 +152,7 @@ def test_nine_endpoints_fill_an_nps4_pair_then_stop(ws: PlanWorkspace, host_of: 
     assert results["e8"].plan is None and results["e8"].exit_code == 1
     assert "BIOS" not in (results["e8"].errors[0].fix or "")
     route = results["e8"].route
-    assert isinstance(route, Route) and (route.backend, route.runtime) == ("zentorch", "podman")
+    assert isinstance(route, VllmRoute) and (route.backend, route.runtime) == ("zentorch", "podman")
 
 
 def test_a_bad_file_takes_no_socket(ws: PlanWorkspace, host_of: HostOf) -> None:

@@ -15,11 +15,12 @@ import pytest
 from epycd.approval.check import socket_needs
 from epycd.approval.workflow import overlap
 from epycd.cli.plan import confirmation_table, plan_json
+from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmSetEndpoint
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.plan.instances import HOST_RESERVED_CORES, SWEET_SPOT_CORES
-from epycd.plan.model import CpuEndpoint, InstanceSet, InstanceSetEndpoint, Plan
+from epycd.plan.model import InstanceSet, Plan
 from epycd.plan.ports import endpoint_of_pid
 from epycd.plan.reservations import Reservations
 from epycd.render.balancer import haproxy_config
@@ -38,12 +39,12 @@ def _plan(ws: PlanWorkspace, host: HostFacts, text: str, name: str = "big") -> P
     return result.plan
 
 
-def _set(plan: Plan) -> InstanceSet[CpuEndpoint]:
-    assert isinstance(plan.decisions, InstanceSetEndpoint)
+def _set(plan: Plan) -> InstanceSet[VllmCpuEndpoint]:
+    assert isinstance(plan.decisions, VllmSetEndpoint)
     return plan.decisions.instances
 
 
-def _members(plan: Plan) -> list[CpuEndpoint]:
+def _members(plan: Plan) -> list[VllmCpuEndpoint]:
     return _set(plan).members
 
 
@@ -157,7 +158,7 @@ def test_memory_cuts_auto_instances(ws: PlanWorkspace, tmp_path: Path) -> None:
     count = len(chosen.members) if chosen else 1
     assert count < 3  # 3 by cores
     decisions = plan.decisions
-    assert isinstance(decisions, CpuEndpoint | InstanceSetEndpoint) and decisions.memory.fits
+    assert isinstance(decisions, VllmCpuEndpoint | VllmSetEndpoint) and decisions.memory.fits
 
 
 def test_two_one_core_instances_on_two_cores(ws: PlanWorkspace, host_of: HostOf) -> None:

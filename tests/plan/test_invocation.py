@@ -1,12 +1,12 @@
-"""The typed vLLM invocation (epycd.plan.invocation): a record, frozen, with no unknown key, its
-engine told apart by `kind`. tests/render/test_argv.py holds it and its argv builder to the
-planner's argv, word for word."""
+"""The typed vLLM invocation (epycd.engines.vllm.plan.invocation): a record, frozen, with no
+unknown key, its engine told apart by `kind`. tests/render/test_argv.py holds it and its argv
+builder to the planner's argv, word for word."""
 
 from __future__ import annotations
 
 import pytest
 
-from epycd.plan.invocation import CpuEngine, RocmEngine, VllmInvocation
+from epycd.engines.vllm.plan.invocation import CpuEngine, RocmEngine, VllmInvocation
 from epycd.spec.flags import ExtraFlags
 
 

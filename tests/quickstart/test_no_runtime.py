@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from epycd.cli.quickstart import chosen_runtime, no_runtime_text
+from epycd.engines.vllm.plan.route import choose_runtime
 from epycd.errors import Refusal
 from epycd.host.detect import detect_host
 from epycd.host.facts import DockerFacts, HostVllmFacts, PodmanFacts, RuntimeFacts
 from epycd.host.runtimes import probe_runtimes
-from epycd.plan.route import choose_runtime
 from epycd.spec import EndpointSpec
 from tests.hosts import make_host
 from tests.machine import real_cpu

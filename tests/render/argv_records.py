@@ -1,12 +1,12 @@
 """The invocation of flat decisions read back from their argv: the test-side reader that
-holds `epycd.plan.argv.vllm_argv` word for word to the planner's argv and to the stored
+holds `epycd.engines.vllm.plan.argv.vllm_argv` word for word to the planner's argv and to the stored
 records (tests/render/test_argv.py). The product never parses an argv."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from epycd.plan.invocation import (
+from epycd.engines.vllm.plan.invocation import (
     BATCHED_TOKENS_FLAG,
     CHAT_TEMPLATE_FLAG,
     ENFORCE_EAGER_FLAG,
@@ -20,7 +20,7 @@ from epycd.plan.invocation import (
     RocmEngine,
     VllmInvocation,
 )
-from epycd.plan.model import CpuEndpoint, InstinctEndpoint, SingleEndpoint
+from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmInstinctEndpoint, VllmServerEndpoint
 from epycd.sizes import GIB
 from epycd.spec.flags import ExtraFlags
 
@@ -33,12 +33,12 @@ def _after(words: list[str], flag: str) -> str | None:
     return words[index + 1] if index + 1 < len(words) else None
 
 
-def invocation_from_record(decisions: SingleEndpoint) -> VllmInvocation:
+def invocation_from_record(decisions: VllmServerEndpoint) -> VllmInvocation:
     """The invocation of one instance's flat decisions: an endpoint's own, or a member's of an
     instance set. The fields come from the
     decisions; the argv, as the planner writes it, gives what never was a field. Its
     `approved_argv` is None: for an argv of another shape (a hand-written one, or a record of
-    an older renderer) `epycd.plan.argv.vllm_argv` does not give the argv back, and the
+    an older renderer) `epycd.engines.vllm.plan.argv.vllm_argv` does not give the argv back, and the
     caller keeps it there."""
     argv = list(decisions.vllm_args)
     serving = argv.index("--host") if "--host" in argv else len(argv)
@@ -60,12 +60,12 @@ def invocation_from_record(decisions: SingleEndpoint) -> VllmInvocation:
         chat_template=template,
         extra=ExtraFlags.of(listen),
         engine=_rocm_engine(decisions, planned)
-        if isinstance(decisions, InstinctEndpoint)
+        if isinstance(decisions, VllmInstinctEndpoint)
         else _cpu_engine(decisions, planned),
     )
 
 
-def _cpu_engine(decisions: CpuEndpoint, planned: list[str]) -> CpuEngine:
+def _cpu_engine(decisions: VllmCpuEndpoint, planned: list[str]) -> CpuEngine:
     interval = _after(planned, STREAM_INTERVAL_FLAG)
     return CpuEngine(
         omp_cpus=decisions.omp_cpus,
@@ -80,7 +80,7 @@ def _cpu_engine(decisions: CpuEndpoint, planned: list[str]) -> CpuEngine:
     )
 
 
-def _rocm_engine(decisions: InstinctEndpoint, planned: list[str]) -> RocmEngine:
+def _rocm_engine(decisions: VllmInstinctEndpoint, planned: list[str]) -> RocmEngine:
     """The recipe's args are what lies between the plan's own flags: after the context and
     max_num_seqs, before the tensor-parallel flags and --enforce-eager."""
     rest = planned[4:]

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmSetEndpoint
 from epycd.model.facts import MemoryFit
 from epycd.plan.healing import Restart, healing_for
-from epycd.plan.model import CpuEndpoint, EndpointDecisions, HfCacheMount, InstanceSetEndpoint, Plan
+from epycd.plan.model import EndpointDecisions, HfCacheMount, Plan
 from epycd.plan.unit_commands import approval_check_argv
 
 PRODUCT_PYTHON = "/opt/epyc-llm/venv/bin/python"
@@ -47,7 +48,7 @@ def _approval_check(name: str) -> list[str]:
     return approval_check_argv(PRODUCT_PYTHON, name)
 
 
-def _base(name: str, **changes: object) -> CpuEndpoint:
+def _base(name: str, **changes: object) -> VllmCpuEndpoint:
     fields: dict[str, object] = {
         "endpoint": name,
         "unit_name": f"epyc-llm-{name}",
@@ -101,18 +102,18 @@ def _base(name: str, **changes: object) -> CpuEndpoint:
         "restart": "on-failure",
     }
     fields.update(changes)
-    decisions = CpuEndpoint.model_validate(fields)
+    decisions = VllmCpuEndpoint.model_validate(fields)
     return with_restart(decisions, decisions.restart) if "healing" not in changes else decisions
 
 
-def with_restart(decisions: CpuEndpoint, restart: Restart) -> CpuEndpoint:
+def with_restart(decisions: VllmCpuEndpoint, restart: Restart) -> VllmCpuEndpoint:
     """`restart` and the healing the planner gives it (epycd.plan.served.service_fields)."""
     supervised = decisions.runtime != "podman"
     healing = healing_for(restart, decisions.start_timeout_s, supervised=supervised)
     return decisions.model_copy(update={"restart": restart, "healing": healing})
 
 
-def genoa_podman() -> CpuEndpoint:
+def genoa_podman() -> VllmCpuEndpoint:
     """Socket 1 of a dual Genoa NPS4 on podman 5 (Notify=healthy), throughput flags on."""
     decisions = _base("qwen")
     env = {
@@ -124,14 +125,14 @@ def genoa_podman() -> CpuEndpoint:
     return decisions.model_copy(update={"env": env})
 
 
-def podman_before_5() -> CpuEndpoint:
+def podman_before_5() -> VllmCpuEndpoint:
     """podman 4.4-4.x: no Notify=healthy, the health gate runs as ExecStartPost."""
     return _base("qwen-old", podman_notify_healthy=False, port=8001).model_copy(
         update={"vllm_args": _args_with_port(8001)}
     )
 
 
-def milan_docker() -> CpuEndpoint:
+def milan_docker() -> VllmCpuEndpoint:
     """Stock image on docker (its entrypoint is `vllm serve`), socket 0 of one Milan."""
     return _base(
         "olmo",
@@ -166,7 +167,7 @@ def milan_docker() -> CpuEndpoint:
     )
 
 
-def host_vllm(vllm: str = "/opt/vllm-env/bin/vllm") -> CpuEndpoint:
+def host_vllm(vllm: str = "/opt/vllm-env/bin/vllm") -> VllmCpuEndpoint:
     """A host vLLM from a venv, pinned with CPUAffinity=/NUMAMask=."""
     return _base(
         "host-qwen",
@@ -187,7 +188,7 @@ def host_vllm(vllm: str = "/opt/vllm-env/bin/vllm") -> CpuEndpoint:
     )
 
 
-def gated_with_token() -> CpuEndpoint:
+def gated_with_token() -> VllmCpuEndpoint:
     """A gated model: the token file reaches the process, never the unit."""
     return _base(
         "llama",
@@ -207,7 +208,7 @@ def gated_with_token() -> CpuEndpoint:
     )
 
 
-def host_with_token(vllm: str = "/opt/vllm-env/bin/vllm") -> CpuEndpoint:
+def host_with_token(vllm: str = "/opt/vllm-env/bin/vllm") -> VllmCpuEndpoint:
     """The host path with `restart = "no"`: Restart=no, the watchdog kept."""
     name = "host-llama"
     return with_restart(host_vllm(vllm), "no").model_copy(
@@ -226,7 +227,7 @@ def _args_with_port(port: int, host: str = "127.0.0.1") -> list[str]:
     return ["Qwen/Qwen3-0.6B", "--dtype", "bfloat16", "--host", host, "--port", str(port)]
 
 
-def _renamed(decisions: CpuEndpoint, name: str, **changes: object) -> CpuEndpoint:
+def _renamed(decisions: VllmCpuEndpoint, name: str, **changes: object) -> VllmCpuEndpoint:
     return decisions.model_copy(
         update={
             "endpoint": name,
@@ -239,13 +240,13 @@ def _renamed(decisions: CpuEndpoint, name: str, **changes: object) -> CpuEndpoin
     )
 
 
-def podman_before_5_with_key() -> CpuEndpoint:
+def podman_before_5_with_key() -> VllmCpuEndpoint:
     """An API key on podman < 5: the container reads the mounted key file into VLLM_API_KEY;
     the ExecStartPost gate reads the credential."""
     return _renamed(podman_before_5(), "qwen-key", api_key_file="/etc/epyc-llm/secrets/qwen.key")
 
 
-def docker_exposed_with_key() -> CpuEndpoint:
+def docker_exposed_with_key() -> VllmCpuEndpoint:
     """Every interface, with an API key, on the stock image whose entrypoint is replaced."""
     decisions = milan_docker()
     args = [arg if arg != "127.0.0.1" else "0.0.0.0" for arg in decisions.vllm_args]
@@ -258,7 +259,7 @@ def docker_exposed_with_key() -> CpuEndpoint:
     )
 
 
-def host_ipv6_with_key(vllm: str = "/opt/vllm-env/bin/vllm") -> CpuEndpoint:
+def host_ipv6_with_key(vllm: str = "/opt/vllm-env/bin/vllm") -> VllmCpuEndpoint:
     """Every IPv6 interface, with an API key the supervisor hands to vLLM."""
     return _renamed(
         host_vllm(vllm),
@@ -282,7 +283,7 @@ CASES = {
 }
 
 
-def runnable(decisions: CpuEndpoint, python: str, vllm: Path) -> CpuEndpoint:
+def runnable(decisions: VllmCpuEndpoint, python: str, vllm: Path) -> VllmCpuEndpoint:
     """The same decisions with executables that exist on this machine."""
     pre = [[python, *argv[1:]] for argv in decisions.exec_condition]
     update: dict[str, object] = {"product_python": python, "exec_condition": pre}
@@ -301,15 +302,15 @@ def as_plan(decisions: EndpointDecisions, **changes: object) -> Plan:
     return Plan.model_validate({**fields, "decisions": decisions.model_copy(update=update)})
 
 
-def set_decisions(plan: Plan) -> InstanceSetEndpoint:
+def set_decisions(plan: Plan) -> VllmSetEndpoint:
     """The plan's decisions, which must be an instance set's."""
-    assert isinstance(plan.decisions, InstanceSetEndpoint), plan.decisions.kind
+    assert isinstance(plan.decisions, VllmSetEndpoint), plan.decisions.kind
     return plan.decisions
 
 
-def cpu_decisions(plan: Plan) -> CpuEndpoint:
+def cpu_decisions(plan: Plan) -> VllmCpuEndpoint:
     """The plan's decisions, which must be a single CPU endpoint's."""
-    assert isinstance(plan.decisions, CpuEndpoint), plan.decisions.kind
+    assert isinstance(plan.decisions, VllmCpuEndpoint), plan.decisions.kind
     return plan.decisions
 
 

@@ -1,5 +1,5 @@
-"""The typed vLLM invocation and its one argv builder (epycd.plan.invocation,
-epycd.plan.argv), held word for word to what the planner writes today.
+"""The typed vLLM invocation and its one argv builder (epycd.engines.vllm.plan.invocation,
+epycd.engines.vllm.plan.argv), held word for word to what the planner writes today.
 
 For every endpoint the real planner plans here (each golden case, instance-set members and
 Instinct endpoints included, and the cases below for what the goldens lack: a revision, a
@@ -24,12 +24,18 @@ from pathlib import Path
 import pytest
 
 from epycd.cli.bench import engine_args, offline_target
+from epycd.engines.vllm.plan.argv import bench_engine_argv, vllm_argv
+from epycd.engines.vllm.plan.invocation import CpuEngine, RocmEngine, VllmInvocation
+from epycd.engines.vllm.plan.model import (
+    VllmCpuEndpoint,
+    VllmInstinctEndpoint,
+    VllmServerEndpoint,
+    vllm_processes,
+)
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.model import instinct
-from epycd.plan.argv import bench_engine_argv, vllm_argv
-from epycd.plan.invocation import CpuEngine, RocmEngine, VllmInvocation
-from epycd.plan.model import CpuEndpoint, InstinctEndpoint, Plan, SingleEndpoint, vllm_processes
+from epycd.plan.model import Plan
 from epycd.plan.result import EndpointResult
 from epycd.spec.flags import ExtraFlags
 from tests.hosts import CATALOGUE, FakeGpu, write_host
@@ -43,7 +49,7 @@ from tests.render.test_golden import PRODUCT_PYTHON, case_folder, plan_results
 from tests.secrets import root_folder
 
 
-def instances(plan: Plan) -> list[SingleEndpoint]:
+def instances(plan: Plan) -> list[VllmServerEndpoint]:
     """The decisions of each vLLM process: a set's members, or the endpoint's own."""
     return vllm_processes(plan.decisions)
 
@@ -211,7 +217,7 @@ def test_instinct_tight_vram_with_max_num_seqs_and_extra_args(ws: PlanWorkspace)
         f'hf_token_file = "{ws.tmp / "secrets" / "hf.token"}"\n'
         f'chat_template = "{template(ws)}"\nextra_args = ["--kv-cache-dtype", "fp8"]\n',
     )
-    assert isinstance(plan.decisions, InstinctEndpoint)
+    assert isinstance(plan.decisions, VllmInstinctEndpoint)
     assert plan.decisions.gpu_fit.tier == "tight"
     [inv] = assert_reproduced(plan)
     assert isinstance(inv.engine, RocmEngine) and inv.engine.enforce_eager and inv.eager
@@ -282,7 +288,7 @@ def test_the_bench_reads_the_files_flags_in_every_spelling(ws: PlanWorkspace) ->
         'extra_args = ["--max_num_batched_tokens=8192", "--enforce_eager"]\n',
     )
     [inv] = [invocation_from_record(d) for d in instances(plan)]
-    assert isinstance(plan.decisions, CpuEndpoint)
+    assert isinstance(plan.decisions, VllmCpuEndpoint)
     assert vllm_argv(inv) == plan.decisions.vllm_args
     assert isinstance(inv.engine, CpuEngine) and not inv.engine.pass_batched_tokens
     assert inv.engine.max_num_batched_tokens == 8192

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from epycd.engines.vllm.plan.invocation import CpuEngine, RocmEngine
+from epycd.engines.vllm.plan.model import VllmCpuEndpoint
 from epycd.errors import InputError
-from epycd.plan.invocation import CpuEngine, RocmEngine
-from epycd.plan.model import CpuEndpoint
 from epycd.render import commands, policy, render_units
 from epycd.spec.flags import ExtraFlags
 from tests.render.argv_records import invocation_from_record
@@ -199,7 +199,7 @@ def test_the_flags_the_plan_passes_itself_render(factory: Any) -> None:
 # read the file's own words (`invocation.extra`) and the engine, not the argv.
 
 
-def typed(factory: Callable[[], CpuEndpoint] = genoa_podman, **changes: Any) -> CpuEndpoint:
+def typed(factory: Callable[[], VllmCpuEndpoint] = genoa_podman, **changes: Any) -> VllmCpuEndpoint:
     """A hand-written fixture with the invocation its argv gives, its words kept as approved
     (their older order has the plan's flags after the rest: no file's words), `changes` to
     it."""
@@ -209,7 +209,7 @@ def typed(factory: Callable[[], CpuEndpoint] = genoa_podman, **changes: Any) -> 
     return decisions.model_copy(update={"invocation": invocation})
 
 
-def _refused_typed(decisions: CpuEndpoint, key: str) -> InputError:
+def _refused_typed(decisions: VllmCpuEndpoint, key: str) -> InputError:
     with pytest.raises(InputError) as caught:
         render_units(decisions)
     assert (caught.value.key, caught.value.file) == (key, decisions.config_file)

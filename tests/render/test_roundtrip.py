@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from epycd.engines.vllm.plan.model import VllmServerEndpoint
 from epycd.errors import InputError
-from epycd.plan.model import SingleEndpoint
 from epycd.render import render_units
 from epycd.spec.policy import arg_refusal, env_refusal
 from tests.render import oracle
@@ -85,9 +85,9 @@ def _kv_flag(args: list[str]) -> list[str]:
 
 
 def _variants(
-    base: SingleEndpoint, name: str, manager: UserManager, token: str | None
-) -> dict[str, SingleEndpoint]:
-    variants: dict[str, SingleEndpoint] = {}
+    base: VllmServerEndpoint, name: str, manager: UserManager, token: str | None
+) -> dict[str, VllmServerEndpoint]:
+    variants: dict[str, VllmServerEndpoint] = {}
     for factory_case in ("genoa-podman", "milan-docker", "host-vllm"):
         template = CASES[factory_case]()
         endpoint = f"{name}-{factory_case[0]}"
@@ -107,7 +107,7 @@ def _variants(
     return variants
 
 
-def _round_trip(decisions_by_runtime: dict[str, SingleEndpoint], manager: UserManager) -> None:
+def _round_trip(decisions_by_runtime: dict[str, VllmServerEndpoint], manager: UserManager) -> None:
     folder = manager.root / "render"
     services: dict[str, str] = {}
     containers: dict[str, str] = {}

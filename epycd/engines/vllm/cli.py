@@ -15,21 +15,18 @@ from epycd.cli.quickstart import (
     model_argument,
     pick_runtime,
 )
+from epycd.engines.vllm.plan.model import (
+    VllmCpuEndpoint,
+    VllmInstinctEndpoint,
+    VllmService,
+    VllmSetEndpoint,
+)
 from epycd.errors import InputError
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit
 from epycd.model.formats import format_named
-from epycd.plan.model import (
-    CpuEndpoint,
-    CpuServer,
-    EndpointDecisions,
-    InstanceSetEndpoint,
-    InstinctEndpoint,
-    Plan,
-    SetEndpoint,
-    VllmService,
-)
+from epycd.plan.model import CpuServer, EndpointDecisions, Plan, SetEndpoint
 from epycd.settings import Settings
 from epycd.stack import shipped_stack
 
@@ -76,8 +73,8 @@ def set_json(decided: SetEndpoint) -> dict[str, Any]:
     return keys | {"instances": instances_json(decided)}
 
 
-def _cpu(decided: EndpointDecisions) -> CpuEndpoint:
-    assert isinstance(decided, CpuEndpoint), decided.kind
+def _cpu(decided: EndpointDecisions) -> VllmCpuEndpoint:
+    assert isinstance(decided, VllmCpuEndpoint), decided.kind
     return decided
 
 
@@ -90,9 +87,9 @@ class VllmView(PlanView):
     engine = "vllm"
 
     def json_keys(self, decided: EndpointDecisions, dumped: dict[str, Any]) -> dict[str, Any]:
-        if isinstance(decided, InstanceSetEndpoint):
+        if isinstance(decided, VllmSetEndpoint):
             return set_json(decided) | {"memory": memory_json(decided.memory)}
-        if isinstance(decided, InstinctEndpoint):
+        if isinstance(decided, VllmInstinctEndpoint):
             return {key: dumped[key] for key in GPU_KEYS} | {
                 "vram": dumped["gpu_fit"],
                 "omp_cpus": None,
@@ -116,7 +113,7 @@ class VllmView(PlanView):
         return f"container ({decided.runtime}, {vllm.image})"
 
     def endpoint_rows(self, decided: EndpointDecisions) -> list[Row]:
-        if isinstance(decided, InstinctEndpoint):
+        if isinstance(decided, VllmInstinctEndpoint):
             from epycd.cli.instinct import gpu_rows
 
             return gpu_rows(decided)

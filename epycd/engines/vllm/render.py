@@ -5,7 +5,8 @@ one's by `epycd.render.gpu`; a Quadlet `.container` for podman (`epycd.render.qu
 
 from __future__ import annotations
 
-from epycd.plan.model import CpuEndpoint, InstinctEndpoint, ServerEndpoint, SingleEndpoint
+from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmInstinctEndpoint, VllmServerEndpoint
+from epycd.plan.model import ServerEndpoint
 from epycd.render import commands
 from epycd.render.gpu import check_gpu_decisions
 from epycd.render.policy import check_decisions
@@ -14,8 +15,8 @@ from epycd.render.server import ServerRenderer
 from epycd.render.services import host_unit, render_docker
 
 
-def _vllm(decisions: ServerEndpoint) -> SingleEndpoint:
-    assert isinstance(decisions, CpuEndpoint | InstinctEndpoint), decisions.kind
+def _vllm(decisions: ServerEndpoint) -> VllmServerEndpoint:
+    assert isinstance(decisions, VllmCpuEndpoint | VllmInstinctEndpoint), decisions.kind
     return decisions
 
 
@@ -24,7 +25,7 @@ class VllmRenderer(ServerRenderer):
 
     def check(self, decisions: ServerEndpoint) -> None:
         vllm = _vllm(decisions)
-        if isinstance(vllm, InstinctEndpoint):
+        if isinstance(vllm, VllmInstinctEndpoint):
             check_gpu_decisions(vllm)
         else:
             check_decisions(vllm)

@@ -1,8 +1,151 @@
-"""vLLM's decisions (`DECISIONS`): one instance on CPUs, one on Instinct GPUs, or a set of
-CPU instances behind one balancer. Their types are still `epycd.plan.model`'s."""
+"""What a vLLM plan holds (`DECISIONS`): one instance on CPUs (`VllmCpuEndpoint`), one on
+Instinct GPUs (`VllmInstinctEndpoint`), or a set of CPU instances behind one balancer
+(`VllmSetEndpoint`); what they share (`VllmService`: which vLLM build serves them and from
+where; `VllmProcess`: one `vllm serve` process, typed in its `invocation`), and the one
+reader of a record from before the invocation (`pre_invocation_flags`)."""
 
 from __future__ import annotations
 
-from epycd.plan.model import CpuEndpoint, InstanceSetEndpoint, InstinctEndpoint
+from typing import Literal
 
-DECISIONS = (CpuEndpoint, InstinctEndpoint, InstanceSetEndpoint)
+from pydantic import BaseModel, ConfigDict, Field
+
+from epycd.engines.vllm.plan.invocation import ENFORCE_EAGER_FLAG, VllmInvocation
+from epycd.model.facts import MemoryFit
+from epycd.model.gpu_memory import GpuFit
+from epycd.plan.model import (
+    BalancedSet,
+    BindMount,
+    CpuPlacement,
+    CpuServer,
+    EndpointDecisions,
+    GpuServer,
+    ServerFit,
+)
+from epycd.spec.flags import ExtraFlags
+
+Backend = Literal["zentorch", "stock", "rocm"]
+
+
+class VllmService(BaseModel):
+    """What a vLLM endpoint (one instance, a set, an Instinct one) has beside every
+    endpoint's fields: which vLLM build serves it, from where, and its container's flags."""
+
+    model_config = ConfigDict(frozen=True)
+
+    backend: Backend
+    image: str | None = Field(description="container image; None on the host path")
+    image_entrypoint_is_vllm_serve: bool = False
+    vllm_executable: str | None = Field(default=None, description="host path only")
+    vllm_version: str
+    run_flags: list[str] = Field(default_factory=list, description="container run flags")
+    extra_mounts: list[BindMount] = Field(
+        default_factory=list, description="containers: local model folder, chat template file"
+    )
+
+    @property
+    def engine(self) -> str:
+        """The engine (`epycd.engines`)."""
+        return "vllm"
+
+    @property
+    def backend_name(self) -> str:
+        """What serves it, for its fingerprint: the backend (zentorch, stock, rocm)."""
+        return self.backend
+
+
+class VllmProcess(CpuPlacement):
+    """One vLLM process: where it is pinned, its environment, its context and batch, and
+    `vllm serve` (typed in `invocation`, its words in `vllm_args`)."""
+
+    env: dict[str, str] = Field(description="environment for vLLM; never a secret")
+    kv_cache_gb: int
+    max_model_len: int
+    max_num_seqs: int = Field(description="0: vLLM's default (an Instinct file without one)")
+    enforce_eager: bool = Field(
+        default=False,
+        description="CPU: a host vLLM without a C++ compiler or its interpreter's Python "
+        "headers (docs/tuning.md rule 4); Instinct: the VRAM fit's tight tier",
+    )
+    vllm_args: list[str] = Field(description="arguments after `vllm serve`, model first")
+    invocation: VllmInvocation | None = Field(
+        default=None,
+        description="`vllm serve` typed; `vllm_args` are its words (epycd.engines.vllm.plan.argv); "
+        "None only in an approval record written before the planner filled it",
+    )
+
+    @property
+    def runs_eager(self) -> bool:
+        """vLLM runs eager: the invocation's (the plan's rule 4, or --enforce-eager in the
+        endpoint file's words); a record from before the invocation says it in
+        `enforce_eager` or, for the file's flag, in its words only (`pre_invocation_flags`)."""
+        if self.invocation is not None:
+            return self.invocation.eager
+        return self.enforce_eager or pre_invocation_flags(self).given(ENFORCE_EAGER_FLAG)
+
+
+class VllmCpuEndpoint(CpuServer, VllmService, VllmProcess):
+    """An endpoint of one vLLM instance on CPUs, or one member of an instance set."""
+
+    kind: Literal["cpu"] = "cpu"
+    omp_cpus: str = Field(
+        description="VLLM_CPU_OMP_THREADS_BIND: the pinned set without the front end's first "
+        "core(s) (docs/tuning.md rule 1)"
+    )
+    max_num_batched_tokens: int
+    memory: MemoryFit = Field(description="the fit in the NUMA nodes' RAM")
+
+    @property
+    def cpu_fit(self) -> ServerFit:
+        return self.memory
+
+
+class VllmInstinctEndpoint(GpuServer, VllmService, VllmProcess):
+    """An endpoint of one vLLM instance on Instinct GPUs (docs/instinct.md); its CPUs are
+    the GPUs' NUMA node(s), for the host side of the engine."""
+
+    kind: Literal["instinct"] = "instinct"
+    gpus: list[int] = Field(description="the GPU indices (HIP_VISIBLE_DEVICES)")
+    gfx_version: str | None = Field(default=None, description="the GPUs' gfx target")
+    tensor_parallel_size: int = 1
+    gpu_fit: GpuFit = Field(description="the VRAM fit per GPU")
+
+
+def pre_invocation_flags(decisions: VllmProcess) -> ExtraFlags:
+    """LEGACY: the one reader of decisions without `invocation`, approval records written
+    before it (eras E1-E13, tests/approval/records) and hand-made decisions. Such a record
+    holds `vllm serve`'s words and no typed invocation, so the KV pool's bytes flag, the
+    endpoint file's own flags and an --enforce-eager given by the file are in those words and
+    nowhere else: they are read with the one grammar of flags (epycd.spec.flags). Decisions
+    with `invocation` are read from its fields; the renderer emits either's words as stored."""
+    return ExtraFlags.of(decisions.vllm_args)
+
+
+class VllmSetEndpoint(BalancedSet[VllmCpuEndpoint], VllmService):
+    """An endpoint of several vLLM instances behind one balancer."""
+
+    kind: Literal["set"] = "set"
+
+    @property
+    def memory(self) -> MemoryFit:
+        return self.worst_member.memory
+
+
+VllmServerEndpoint = VllmCpuEndpoint | VllmInstinctEndpoint
+"""An endpoint that is one vLLM process (its unit runs it)."""
+
+VllmEndpoint = VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint
+"""An endpoint served by vLLM."""
+
+
+def vllm_processes(decisions: EndpointDecisions) -> list[VllmServerEndpoint]:
+    """The endpoint's vLLM processes: a set's members, or the endpoint itself; none for a
+    llama.cpp endpoint."""
+    if isinstance(decisions, VllmSetEndpoint):
+        return list(decisions.members)
+    if isinstance(decisions, VllmCpuEndpoint | VllmInstinctEndpoint):
+        return [decisions]
+    return []
+
+
+DECISIONS = (VllmCpuEndpoint, VllmInstinctEndpoint, VllmSetEndpoint)

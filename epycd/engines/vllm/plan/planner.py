@@ -1,25 +1,26 @@
 """vLLM's planner: its runtime (a container image, a host vLLM or the embedded runtime,
-`epycd.plan.route`), the model check of a chat or completions endpoint (`check_model`), the
-memory fit (`epycd.plan.sizing`) and one server's decisions (`epycd.plan.decide_cpu`). An
-Instinct endpoint is vLLM's too: its route is the ROCm image, its decisions
-`epycd.plan.gpu_decide`'s."""
+`route.py`), the model check of a chat or completions endpoint (`check_model`), the memory
+fit (`sizing.py`) and one server's decisions (`decide_cpu.py`), in this package. An Instinct
+endpoint is vLLM's too: its route is the ROCm image, its decisions `decide_gpu.py`'s."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from epycd.engines.vllm.plan import decide_cpu
+from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmService, VllmSetEndpoint
+from epycd.engines.vllm.plan.route import gpu_route, refuse_not_llm, route_endpoint
+from epycd.engines.vllm.plan.sizing import size
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.model.facts import ModelFacts
 from epycd.model.formats import format_named
-from epycd.plan import decide_cpu
 from epycd.plan.alloc import Placement
-from epycd.plan.model import CpuEndpoint, CpuServer, InstanceSetEndpoint, VllmService
+from epycd.plan.model import CpuServer
 from epycd.plan.planner import EnginePlanner
 from epycd.plan.prepared import Prepared, Sources
-from epycd.plan.route import container_runtime, gpu_route, refuse_not_llm, route_endpoint
+from epycd.plan.route import container_runtime
 from epycd.plan.secrets import check_api_key, read_token
-from epycd.plan.sizing import size
 from epycd.settings import Settings
 from epycd.spec import EndpointSpec, SpecResult
 from epycd.stack import Stack
@@ -70,7 +71,7 @@ def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path)
 
 class VllmPlanner(EnginePlanner):
     engine = "vllm"
-    set_type = InstanceSetEndpoint
+    set_type = VllmSetEndpoint
     service_type = VllmService
 
     def with_runtime(
@@ -138,7 +139,7 @@ class VllmPlanner(EnginePlanner):
     decide = staticmethod(decide_cpu.decide)
 
     def unfit(self, prepared: Prepared, server: CpuServer) -> Refusal:
-        assert isinstance(server, CpuEndpoint)
+        assert isinstance(server, VllmCpuEndpoint)
         fit = server.memory
         return Refusal(
             f"does not fit: {fit.required_gb} GiB needed (the server's processes "

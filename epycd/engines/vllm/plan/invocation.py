@@ -1,7 +1,7 @@
 """One vLLM instance's invocation, typed: what `vllm serve` is told, as fields and before any word
-of argv. The planner fills it (`serve_invocation`, from decide_cpu and gpu_decide) and stores
-it as `EndpointDecisions.invocation`; `epycd.plan.argv` is the only builder of its words
-(`vllm_argv`, `bench_engine_argv`).
+of argv. The planner fills it (`serve_invocation`, from decide_cpu and decide_gpu) and stores
+it as each process's `invocation`; `epycd.engines.vllm.plan.argv` is the only builder of its
+words (`vllm_argv`, `bench_engine_argv`).
 
 Nothing in the product reads an argv back: the renderer's checks, the boot check and
 `epycctl bench` read these fields. A record from before the field renders from its stored

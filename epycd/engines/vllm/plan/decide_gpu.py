@@ -9,6 +9,10 @@ The recipe's model data is `data/instinct-recipes.json` (`epycd.model.instinct`)
 
 from __future__ import annotations
 
+from epycd.engines.vllm.plan.argv import vllm_argv
+from epycd.engines.vllm.plan.invocation import RocmEngine, VllmInvocation, serve_invocation
+from epycd.engines.vllm.plan.model import VllmInstinctEndpoint
+from epycd.engines.vllm.plan.route import VllmRoute, vllm_route_fields
 from epycd.host.cpulist import format_cpulist
 from epycd.model.facts import ModelFacts
 from epycd.model.gpu_memory import GpuFit
@@ -20,19 +24,9 @@ from epycd.model.instinct import (
     shipped_recipes,
 )
 from epycd.paths import endpoint_status_file
-from epycd.plan.argv import vllm_argv
 from epycd.plan.gpu import GpuPlacement
-from epycd.plan.invocation import RocmEngine, VllmInvocation, serve_invocation
-from epycd.plan.model import InstinctEndpoint
 from epycd.plan.prepared import Prepared
-from epycd.plan.served import (
-    Placed,
-    ServedModel,
-    served_fields,
-    served_model,
-    service_fields,
-    vllm_route_fields,
-)
+from epycd.plan.served import Placed, ServedModel, served_fields, served_model, service_fields
 from epycd.plan.sharing import Sharing
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec
@@ -142,7 +136,7 @@ def _recipe_warnings(model: str, recipe: tuple[list[str], Recipe | None]) -> lis
 
 def decide_gpu(
     prepared: Prepared, share: Sharing, placement: GpuPlacement, port: int
-) -> InstinctEndpoint:
+) -> VllmInstinctEndpoint:
     spec, facts = prepared.spec, prepared.facts
     chosen = served_model(prepared, share.stack, share.hf_cache, containerized=True)
     context, context_warnings = gpu_context(spec, facts, placement.fit)
@@ -159,9 +153,9 @@ def decide_gpu(
     status = str(endpoint_status_file(share.settings.run_dir, prepared.result.name))
     python = share.product_python
     invocation = gpu_invocation(spec, placement, recipe, chosen, context, port)
-    return InstinctEndpoint(
+    return VllmInstinctEndpoint(
         **served_fields(prepared, chosen),
-        **vllm_route_fields(prepared.vllm_route),
+        **vllm_route_fields(prepared.route_of(VllmRoute)),
         **service_fields(prepared, chosen, placed, share.host, share.stack, python, status),
         backend="rocm",
         socket_reason=f"the NUMA node(s) of GPU(s) {','.join(map(str, placement.gpus))}: "

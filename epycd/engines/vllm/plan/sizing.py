@@ -2,7 +2,7 @@
 docs/tuning.md (`tune`: OpenMP bind, the profile's batch target, compile or eager; the
 batched tokens, `batched_tokens`) and the memory fit of its NUMA nodes (`size_memory`),
 with their warnings. vLLM allocates the KV pool on the node of the first bound CPU
-(`node_memory`).
+(`epycd.plan.alloc.node_memory`).
 
 The memory fit is one step, `fit_request` (vLLM's own processes at the batch, then
 `fit_socket`: the tuner's pool and headroom, `epycd.plan.tuning.kv_pool`, and the
@@ -14,53 +14,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from epycd.engines.vllm.plan.invocation import BATCHED_TOKENS_FLAG
+from epycd.engines.vllm.plan.route import VllmRoute
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.footprint import runtime_gib
 from epycd.model.memory import check_counts, context_length, fit_memory
 from epycd.plan import tuning
-from epycd.plan.alloc import Placement
-from epycd.plan.invocation import BATCHED_TOKENS_FLAG
+from epycd.plan.alloc import NodeMemory, Placement, node_memory
 from epycd.plan.prepared import Prepared
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec
 from epycd.spec.flags import ExtraFlags
 from epycd.stack import Stack
-
-
-def _first_node(host: HostFacts, placement: Placement, bind: list[int]) -> int:
-    """The node of the first bound CPU: vLLM allocates the KV pool there."""
-    first_cpu = min(bind or placement.cpus)
-    for node in placement.numa_nodes:
-        if first_cpu in host.node(node).cpus:
-            return node
-    return placement.numa_nodes[0]
-
-
-@dataclass(frozen=True)
-class NodeMemory:
-    """The memory of an instance's NUMA nodes, its share of them, in GiB."""
-
-    node_count: int
-    total: float
-    available: float
-    first: int
-    """The node of the first bound CPU, where vLLM allocates the KV pool."""
-    first_available: float
-
-
-def node_memory(
-    host: HostFacts, placement: Placement, bind: list[int], memory_share: float
-) -> NodeMemory:
-    nodes = [host.node(n) for n in placement.numa_nodes]
-    first = _first_node(host, placement, bind)
-    return NodeMemory(
-        node_count=len(nodes),
-        total=sum(n.memory_total_bytes for n in nodes) / GIB * memory_share,
-        available=sum(n.memory_available_bytes for n in nodes) / GIB * memory_share,
-        first=first,
-        first_available=host.node(first).memory_available_bytes / GIB * memory_share,
-    )
 
 
 def _model_size_warnings(spec: EndpointSpec, facts: ModelFacts) -> list[str]:
@@ -204,7 +170,7 @@ def size_memory(
     warnings = _model_size_warnings(spec, facts)
     fit, footprint_warnings = fit_request(
         SizingRequest(
-            vllm_version=prepared.vllm_route.vllm_version,
+            vllm_version=prepared.route_of(VllmRoute).vllm_version,
             weights_bytes=facts.weights_bytes or 0,
             kv_bytes_per_token=facts.kv_bytes_per_token,
             max_position_embeddings=facts.max_position_embeddings,
@@ -250,7 +216,7 @@ def tune(
     prepared: Prepared, host: HostFacts, placement: Placement
 ) -> tuple[list[int], tuning.BatchTarget, bool, list[str]]:
     """Rules 1, 2 and 4: the bind list, the profile's batch target, eager or not."""
-    spec, route = prepared.spec, prepared.vllm_route
+    spec, route = prepared.spec, prepared.route_of(VllmRoute)
     bind = tuning.omp_bind(placement.cpus)
     target = tuning.batch_target(spec.profile, len(bind))
     eager, warnings = tuning.compile_choice(
@@ -278,10 +244,10 @@ def size(
         bind=bind,
         target=target,
         batched_tokens=batched_tokens(prepared.spec, target, fit.max_num_seqs),
-        kv_bytes_flag=tuning.kv_bytes_flag(prepared.vllm_route.vllm_version),
+        kv_bytes_flag=tuning.kv_bytes_flag(prepared.route_of(VllmRoute).vllm_version),
         enforce_eager=eager,
         stream_interval=tuning.stream_interval(
-            prepared.spec.profile, prepared.vllm_route.vllm_version
+            prepared.spec.profile, prepared.route_of(VllmRoute).vllm_version
         ),
     )
     return sizing, fit, memory_warnings + compile_warnings

@@ -1,4 +1,4 @@
-"""vLLM's words from the typed invocation (epycd.plan.invocation): the only builder of
+"""vLLM's words from the typed invocation (epycd.engines.vllm.plan.invocation): the only builder of
 `vllm serve`'s arguments and of the engine arguments `vllm bench throughput` shares with them.
 Pure. The planner stores `vllm_argv(invocation)` as the decisions' `vllm_args` (the words of
 the record); the renderer and `epycctl bench` call it too. It lives in the plan layer, beside
@@ -18,7 +18,7 @@ importing render (tests/test_layers.py).
 
 from __future__ import annotations
 
-from epycd.plan.invocation import (
+from epycd.engines.vllm.plan.invocation import (
     BATCHED_TOKENS_FLAG,
     CHAT_TEMPLATE_FLAG,
     ENFORCE_EAGER_FLAG,

@@ -1,37 +1,30 @@
 """Every decision for one placed CPU endpoint, or one instance of a set (`decide`): its
-sizing (`epycd.plan.sizing`), the fields every endpoint shares (`epycd.plan.served`), its
-OpenMP bind and env (`build_env`), its typed vLLM invocation (`cpu_invocation`; its words
-by `epycd.plan.argv`) and the paths under /root and /home a host endpoint reads
-(`host_home_paths`)."""
+sizing (`sizing.py`), the fields every endpoint shares (`epycd.plan.served`), its OpenMP bind
+and env (`build_env`), its typed vLLM invocation (`cpu_invocation`; its words by `argv.py`)
+and the paths under /root and /home a host endpoint reads (`host_home_paths`)."""
 
 from __future__ import annotations
 
-from epycd.host.cpulist import format_cpulist
-from epycd.host.facts import HostFacts
-from epycd.model.facts import MemoryFit
-from epycd.plan.alloc import Placement
-from epycd.plan.argv import vllm_argv
-from epycd.plan.hfcache import host_hf_home
-from epycd.plan.homes import home_read_paths
-from epycd.plan.invocation import (
+from epycd.engines.vllm.plan.argv import vllm_argv
+from epycd.engines.vllm.plan.invocation import (
     BATCHED_TOKENS_FLAG,
     STREAM_INTERVAL_FLAG,
     CpuEngine,
     VllmInvocation,
     serve_invocation,
 )
-from epycd.plan.model import CpuEndpoint, HfCacheMount
+from epycd.engines.vllm.plan.model import VllmCpuEndpoint
+from epycd.engines.vllm.plan.route import VllmRoute, vllm_route_fields
+from epycd.engines.vllm.plan.sizing import Sizing, size
+from epycd.host.cpulist import format_cpulist
+from epycd.host.facts import HostFacts
+from epycd.model.facts import MemoryFit
+from epycd.plan.alloc import Placement
+from epycd.plan.hfcache import host_hf_home
+from epycd.plan.homes import home_read_paths
+from epycd.plan.model import HfCacheMount
 from epycd.plan.prepared import Prepared
-from epycd.plan.route import Route
-from epycd.plan.served import (
-    Placed,
-    ServedModel,
-    served_fields,
-    served_model,
-    service_fields,
-    vllm_route_fields,
-)
-from epycd.plan.sizing import Sizing, size
+from epycd.plan.served import Placed, ServedModel, served_fields, served_model, service_fields
 from epycd.sizes import GIB
 from epycd.stack import Stack
 
@@ -44,7 +37,7 @@ def build_env(
         env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_gib)
     if prepared.spec.throughput_flags:
         env.update(stack.throughput_flags)
-    if prepared.vllm_route.runtime == "host" and hf is not None:
+    if prepared.route_of(VllmRoute).runtime == "host" and hf is not None:
         env["HF_HOME"] = host_hf_home(hf)
     env.update(prepared.spec.env)
     return env
@@ -77,7 +70,7 @@ def cpu_invocation(
     )
 
 
-def host_home_paths(route: Route, model: str, chat_template: str | None) -> list[str]:
+def host_home_paths(route: VllmRoute, model: str, chat_template: str | None) -> list[str]:
     if route.runtime != "host" or route.vllm_executable is None:
         return []
     local = [path for path in (model, chat_template) if path and path.startswith("/")]
@@ -85,7 +78,7 @@ def host_home_paths(route: Route, model: str, chat_template: str | None) -> list
 
 
 def _stock_notes(prepared: Prepared) -> list[str]:
-    if prepared.spec.throughput_flags and prepared.vllm_route.backend == "stock":
+    if prepared.spec.throughput_flags and prepared.route_of(VllmRoute).backend == "stock":
         return ["ZENTORCH_WEIGHT_PREPACK has no effect on the stock vLLM path"]
     return []
 
@@ -101,17 +94,17 @@ def decide(
     product_python: str,
     status_file: str,
     memory_share: float = 1.0,
-) -> CpuEndpoint:
+) -> VllmCpuEndpoint:
     """Every decision for one placed endpoint (or one instance of it, with its share of the
     nodes' memory): sizing, mounts, served name, timeouts."""
-    route = prepared.vllm_route
+    route = prepared.route_of(VllmRoute)
     sizing, fit, sized_warnings = size(prepared, host, stack, placement, memory_share)
     chosen = served_model(prepared, stack, hf_cache, containerized=route.runtime != "host")
     warnings = [*placement.warnings, *sized_warnings]
     placed = Placed(placement.socket, placement.numa_nodes, port, warnings, _stock_notes(prepared))
     host_hf = chosen.hf if not chosen.containerized else None
     invocation = cpu_invocation(prepared, chosen, fit, sizing, port)
-    return CpuEndpoint(
+    return VllmCpuEndpoint(
         **served_fields(prepared, chosen),
         **vllm_route_fields(route),
         **service_fields(prepared, chosen, placed, host, stack, product_python, status_file),
