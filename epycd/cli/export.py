@@ -1,6 +1,6 @@
 """`epycctl export kube NAME [--kserve] [--output DIR] [--model-volume CLAIM] [--json]`:
 the plan `epycctl plan NAME` shows (the approved one when NAME is approved) as Kubernetes
-manifests (epycd.export.kube, docs/fleet.md). Multi-document YAML on stdout, led by the notes
+manifests (epycd.export, docs/fleet.md). Multi-document YAML on stdout, led by the notes
 as `#` comments, then the KubeletConfiguration fragment the nodes need; or with --output DIR
 one file per object (KIND-NAME.yaml) plus kubelet-config.yaml and NOTES.txt. The notes also
 go to stderr. Nothing is applied to a cluster.
@@ -25,7 +25,7 @@ from epycd.names import is_endpoint_name
 from epycd.settings import load_settings
 
 if TYPE_CHECKING:
-    from epycd.export.kube import KubeExport
+    from epycd.export import KubeExport
     from epycd.host.facts import HostFacts
     from epycd.plan.model import Plan
 
@@ -55,7 +55,7 @@ def dump(objects: list[dict[str, Any]]) -> str:
 
 
 def kubelet_text(done: KubeExport) -> str:
-    from epycd.export.nodes import KUBELET_COMMENT
+    from epycd.export.kubelet import KUBELET_COMMENT
 
     return comment(KUBELET_COMMENT) + dump([done.kubelet_config])
 
@@ -207,7 +207,7 @@ def kube(
     as_json: bool,
 ) -> None:
     """NAME's plan as Kubernetes manifests (printed or written, never applied)."""
-    from epycd.export.kube import export_kube
+    from epycd.export import export_kube
     from epycd.stack import shipped_stack
 
     plan, host = planned(name)

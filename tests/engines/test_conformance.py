@@ -22,7 +22,7 @@ from epycd.approval.record import load_approval
 from epycd.approval.state import endpoint_states
 from epycd.engines import engine_named
 from epycd.errors import InputError
-from epycd.export.kube import export_kube
+from epycd.export import export_kube
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.metrics.series import endpoint_series

@@ -20,7 +20,12 @@ from epycd.render.engines import renderer_for
 from epycd.render.server import ServerRenderer
 from tests.sandbox import REPO
 
-REGISTRIES = ("epycd/plan/engines.py", "epycd/render/engines.py", "epycd/cli/engine_views.py")
+REGISTRIES = (
+    "epycd/plan/engines.py",
+    "epycd/render/engines.py",
+    "epycd/cli/engine_views.py",
+    "epycd/export/__init__.py",
+)
 
 
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.name)
@@ -70,3 +75,20 @@ def test_an_engine_without_a_bench_client_is_measured_by_epycds_own() -> None:
         assert client is (own if own is not None else OPENAI_CLIENT)
     assert bench_client("vllm").offline and bench_client("vllm") is not OPENAI_CLIENT
     assert not OPENAI_CLIENT.offline
+
+
+@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: e.name)
+def test_an_engine_has_a_kube_export_or_says_why_not(engine: Engine) -> None:
+    """`EXPORTER` in its package's export/kube.py exactly where `no_kube_export` is None."""
+    from epycd.export import KubeExporter
+
+    try:
+        module = import_module(f"{engine.package}.export.kube")
+    except ModuleNotFoundError:
+        exporter = None
+    else:
+        exporter = vars(module).get("EXPORTER")
+    if engine.no_kube_export is None:
+        assert isinstance(exporter, KubeExporter), engine.name
+    else:
+        assert exporter is None and engine.no_kube_export, engine.name

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from epycd.cli import main
 from epycd.cli.export import stdout_text
-from epycd.export.kube import export_kube
+from epycd.export import export_kube
 from epycd.host import runtimes
 from epycd.host.facts import RuntimeFacts
 from epycd.stack import shipped_stack

@@ -22,10 +22,10 @@ import pytest
 import yaml
 
 from epycd.cli.export import stdout_text
+from epycd.engines.vllm.export.volumes import shm_quantity
 from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmSetEndpoint
 from epycd.errors import InputError, Refusal
-from epycd.export.kube import KubeExport, export_kube
-from epycd.export.volumes import shm_quantity
+from epycd.export import KubeExport, export_kube
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.model import Plan

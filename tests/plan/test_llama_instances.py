@@ -14,7 +14,7 @@ import pytest
 from epycd.cli.plan import confirmation_table, plan_json
 from epycd.engines.llama_cpp.plan.model import LlamaEndpoint, LlamaSetEndpoint
 from epycd.errors import InputError
-from epycd.export.kube import export_kube
+from epycd.export import export_kube
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.model import Plan

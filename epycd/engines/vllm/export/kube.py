@@ -32,19 +32,10 @@ downloaded into the HF cache (that claim, or an emptyDir).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
-from epycd.engines import ENGINES, engine_named
-from epycd.engines.vllm.plan.model import (
-    VllmCpuEndpoint,
-    VllmInstinctEndpoint,
-    VllmServerEndpoint,
-    VllmSetEndpoint,
-)
-from epycd.errors import InputError, Refusal
-from epycd.export.nodes import generation_affinity, kubelet_config, node_selector
-from epycd.export.volumes import (
+from epycd.engines.vllm.export.nodes import generation_affinity, node_selector
+from epycd.engines.vllm.export.volumes import (
     CHAT_TEMPLATE,
     HF_CACHE_IN_CONTAINER,
     SHM_PATH,
@@ -55,6 +46,15 @@ from epycd.export.volumes import (
     pod_volumes,
     shm_quantity,
 )
+from epycd.engines.vllm.plan.model import (
+    VllmCpuEndpoint,
+    VllmInstinctEndpoint,
+    VllmServerEndpoint,
+    VllmSetEndpoint,
+)
+from epycd.errors import InputError, Refusal
+from epycd.export import KubeExport, KubeExporter
+from epycd.export.kubelet import kubelet_config
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
@@ -95,36 +95,20 @@ MAX_NAME = 63
 APP = "epyc-llm"
 
 
-@dataclass
-class KubeExport:
-    objects: list[dict[str, Any]]
-    kubelet_config: dict[str, Any]
-    notes: list[str] = field(default_factory=list)
+class VllmKubeExporter(KubeExporter):
+    """vLLM's export: a Deployment and Service (or an InferenceService) per endpoint, one
+    replica per instance of a set."""
 
-    def as_json(self) -> dict[str, Any]:
-        return {"objects": self.objects, "kubelet_config": self.kubelet_config,
-                "notes": self.notes}  # fmt: skip
+    def export(
+        self, plan: Plan, host: HostFacts, stack: Stack, *, kserve: bool, model_volume: str | None
+    ) -> KubeExport:
+        return export_vllm(plan, host, stack, kserve=kserve, model_volume=model_volume)
 
 
-def export_kube(
-    plan: Plan,
-    host: HostFacts,
-    stack: Stack,
-    *,
-    kserve: bool = False,
-    model_volume: str | None = None,
+def export_vllm(
+    plan: Plan, host: HostFacts, stack: Stack, *, kserve: bool, model_volume: str | None
 ) -> KubeExport:
-    """The plan as Kubernetes objects, the nodes' kubelet fragment and the notes. Raises
-    InputError (naming the endpoint file and the fix) for what the export cannot write."""
     decisions = plan.decisions
-    engine = engine_named(decisions.engine)
-    if engine.no_kube_export is not None:
-        raise InputError(
-            f"a {engine.title} endpoint has no Kubernetes export yet: {engine.no_kube_export}",
-            file=decisions.config_file,
-            key="engine",
-            fix=f"export a {exportable()} endpoint, or serve this one with its systemd unit",
-        )
     assert isinstance(decisions, VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint)
     notes: list[str] = []
     check_name(decisions.unit_name, decisions.config_file)
@@ -152,11 +136,6 @@ def export_kube(
         if isinstance(decisions, VllmSetEndpoint):
             objects.append(disruption_budget(decisions))
     return KubeExport(objects, kubelet_config(host), notes)
-
-
-def exportable() -> str:
-    """The engines whose endpoints have a Kubernetes export ("vLLM")."""
-    return " or ".join(e.title for e in ENGINES if e.no_kube_export is None)
 
 
 def check_name(name: str, config_file: str) -> None:
@@ -559,4 +538,4 @@ def host_notes(
     return notes
 
 
-__all__ = ["KubeExport", "export_kube"]
+EXPORTER = VllmKubeExporter()

@@ -1,4 +1,4 @@
-"""The pod's volumes (epycd.export.kube): the model (a claim or an emptyDir), /dev/shm, and
+"""The pod's volumes (kube.py): the model (a claim or an emptyDir), /dev/shm, and
 the endpoint's chat template file as a ConfigMap, each with the mount vLLM reads it from."""
 
 from __future__ import annotations
