@@ -61,9 +61,10 @@ from runs import fmt, new_report, parse_run, run_parser  # noqa: E402
 
 from epycd.approval.record import load_approval  # noqa: E402
 from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmSetEndpoint  # noqa: E402
+from epycd.engines.vllm.render.commands import vllm_serve_on_host  # noqa: E402
 from epycd.plan.model import Plan  # noqa: E402
 from epycd.render.balancer import haproxy_config  # noqa: E402
-from epycd.render.commands import supervisor, vllm_serve_on_host  # noqa: E402
+from epycd.render.commands import supervisor  # noqa: E402
 from epycd.settings import Settings  # noqa: E402
 from tests.health.notifysock import NotifySocket  # noqa: E402
 from tests.health.realvllm import CACHE, VENV, free_port, tiny_model_builder  # noqa: E402

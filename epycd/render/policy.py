@@ -2,67 +2,25 @@
 
 The planner already enforces these rules; a unit is what actually runs, so the renderer
 checks them again and refuses (InputError naming the endpoint file and the key) rather than
-write a unit that breaks vLLM, leaks a secret or mis-pins the instance.
+write a unit that breaks its server, leaks a secret or mis-pins the instance. Here are the
+checks of every server, whatever its engine (its identity, healing, cores and nodes, secret
+files, plain paths); each engine's renderer adds its own (vLLM's:
+`epycd.engines.vllm.render.policy`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
 
-from epycd.engines.vllm.plan.invocation import CpuEngine, RocmEngine
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmServerEndpoint, pre_invocation_flags
 from epycd.errors import InputError
 from epycd.host.cpulist import parse_cpulist
 from epycd.listen import listen_address
 from epycd.names import ENDPOINT_NAME_RULE, instance_unit_name, is_endpoint_name, unit_name
 from epycd.plan.model import CpuServer, EndpointDecisions, EndpointService, ServerEndpoint
 from epycd.render.syntax import check_printable, executable
-from epycd.spec.flags import flag_name, names
-from epycd.spec.policy import arg_refusal, env_refusal
-from epycd.stack import shipped_stack
 
 IMAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
 PLAIN_PATH_FORBIDDEN = re.compile(r"[\s:$\\\"',]")
-
-REQUIRED_ENV = ("VLLM_CPU_OMP_THREADS_BIND",)
-KV_BYTES_FLAG = "--kv-cache-memory-bytes"
-FORBIDDEN_ENV = {
-    "OMP_NUM_THREADS": "vLLM derives it from VLLM_CPU_OMP_THREADS_BIND",
-    "VLLM_CPU_NUM_OF_RESERVED_CPU": "vLLM's own default must apply",
-    "HF_TOKEN": "a secret never goes in a unit: use hf_token_file",
-    "HUGGING_FACE_HUB_TOKEN": "a secret never goes in a unit: use hf_token_file",
-}
-THROUGHPUT_SET = shipped_stack().throughput_flags
-"""The throughput variables and their values: the stack's (data/epyc.json)."""
-ENV_THE_PLAN_SETS = frozenset({*REQUIRED_ENV, *THROUGHPUT_SET, "HF_HOME", "VLLM_CPU_KVCACHE_SPACE"})
-FLAGS_THE_PLAN_PASSES = frozenset(
-    {
-        "--host",
-        "--port",
-        "--dtype",
-        "--max-model-len",
-        "--max-num-seqs",
-        KV_BYTES_FLAG,
-        "--served-model-name",
-        "--chat-template",
-        "--revision",
-    }
-)
-"""The plan passes these flags itself (and the variables of ENV_THE_PLAN_SETS); every other
-variable and the endpoint file's own flags are held to its rules (epycd.spec.policy
-env_refusal, arg_refusal) once more, and the file's flags may not give one of these."""
-REQUIRED_RUN_FLAGS = tuple(shipped_stack().run_flags)
-"""The container run flags every plan passes: the stack's (data/epyc.json)."""
-FORBIDDEN_RUN_FLAGS = {
-    "--shm-size": "podman refuses --shm-size together with --ipc=host",
-    "--device": "the CPU path needs no device",
-    "--cpuset-cpus": "the plan pins the CPUs",
-    "--cpuset-mems": "the plan pins the NUMA nodes",
-    "--ipc": "the container runs with --ipc=host",
-    "--network": "the container runs with --network=host",
-    "--net": "the container runs with --network=host",
-}
 
 
 def refuse(decisions: EndpointService, key: str, message: str, fix: str) -> InputError:
@@ -129,12 +87,6 @@ def check_healing(decisions: EndpointService) -> None:
         )
 
 
-def check_pinning(decisions: VllmCpuEndpoint) -> None:
-    cpus = check_cpus_and_nodes(decisions)
-    check_bind(decisions, cpus)
-    check_kv_pool(decisions)
-
-
 def check_cpus_and_nodes(decisions: CpuServer) -> list[int]:
     """The pinned set, parsed; refused when it or the NUMA nodes are empty."""
     try:
@@ -155,196 +107,13 @@ def check_cpus_and_nodes(decisions: CpuServer) -> list[int]:
     return cpus
 
 
-def check_bind(decisions: VllmCpuEndpoint, cpus: list[int]) -> None:
-    """The OpenMP bind is the plan's `omp_cpus`, inside the pinned set, and leaves a core to
-    the front end unless the instance has one core (docs/tuning.md rule 1)."""
-    bind = decisions.env.get("VLLM_CPU_OMP_THREADS_BIND", "")
-    try:
-        bind_cpus = parse_cpulist(bind)
-        planned = parse_cpulist(decisions.omp_cpus)
-    except ValueError:
-        bind_cpus, planned = [], [-1]
-    key = "env.VLLM_CPU_OMP_THREADS_BIND"
-    if not bind_cpus or bind_cpus != planned or not set(bind_cpus) <= set(cpus):
-        raise refuse(
-            decisions,
-            key,
-            f"the OpenMP bind list {bind!r} is not the plan's {decisions.omp_cpus!r} inside "
-            f"the pinned CPUs {decisions.cpus!r}",
-            "plan the endpoint again",
-        )
-    if len(cpus) > 1 and len(bind_cpus) >= len(cpus):
-        raise refuse(
-            decisions,
-            key,
-            f"the OpenMP bind list {bind!r} takes every pinned CPU: none is left to vLLM's "
-            "API server and scheduler",
-            "plan the endpoint again",
-        )
-
-
-def kv_bytes_given(decisions: VllmCpuEndpoint) -> bool:
-    """Whether vLLM gets the KV pool in bytes (--kv-cache-memory-bytes): the CPU engine's
-    `kv_cache_memory_bytes`, or the flag in a record's words (`pre_invocation_flags`)."""
-    invocation = decisions.invocation
-    if invocation is None:
-        return pre_invocation_flags(decisions).given(KV_BYTES_FLAG)
-    engine = invocation.engine
-    return isinstance(engine, CpuEngine) and engine.kv_cache_memory_bytes is not None
-
-
-def check_kv_pool(decisions: VllmCpuEndpoint) -> None:
-    """The pool is given once: whole GiB in the legacy variable, or bytes in the flag."""
-    kv = decisions.env.get("VLLM_CPU_KVCACHE_SPACE")
-    if (kv is None) != kv_bytes_given(decisions):
-        raise refuse(
-            decisions,
-            "env.VLLM_CPU_KVCACHE_SPACE",
-            f"the KV pool must be given once: VLLM_CPU_KVCACHE_SPACE or {KV_BYTES_FLAG}",
-            "plan the endpoint again",
-        )
-    if kv is not None and (not kv.isdecimal() or int(kv) < 1):
-        raise refuse(
-            decisions,
-            "env.VLLM_CPU_KVCACHE_SPACE",
-            f"the KV pool {kv!r} is not a whole number of GiB",
-            "plan the endpoint again",
-        )
-
-
-def check_env(decisions: VllmServerEndpoint) -> None:
-    for name in REQUIRED_ENV:
-        if name not in decisions.env:
-            raise refuse(decisions, f"env.{name}", f"{name} is not set", "plan the endpoint again")
-    for name, why in FORBIDDEN_ENV.items():
-        if name in decisions.env:
-            raise refuse(
-                decisions, f"env.{name}", f"{name} must not be set: {why}", f"remove {name}"
-            )
-    for name, value in decisions.env.items():
-        refusal = None if name in ENV_THE_PLAN_SETS else env_refusal(name, value)
-        if refusal:
-            raise refuse(
-                decisions, f"env.{name}", f"{name} must not be set: {refusal[0]}", refusal[1]
-            )
-    present = {name: decisions.env[name] for name in THROUGHPUT_SET if name in decisions.env}
-    if present and present != THROUGHPUT_SET:
-        wanted = " ".join(f"{name}={value}" for name, value in THROUGHPUT_SET.items())
-        raise refuse(
-            decisions,
-            "env." + next(iter(present)),
-            f"the throughput flags go together or not at all: {wanted}"
-            f" (found {' '.join(f'{k}={v}' for k, v in present.items())})",
-            "set throughput_flags = true, or none of the three",
-        )
-    if decisions.hf_token_file and "HF_TOKEN_PATH" in decisions.env:
-        raise refuse(
-            decisions,
-            "env.HF_TOKEN_PATH",
-            "HF_TOKEN_PATH is set and hf_token_file names the token too",
-            "keep only hf_token_file",
-        )
-
-
-def check_args(decisions: VllmServerEndpoint) -> None:
-    check_serve_args(decisions, FLAGS_THE_PLAN_PASSES)
-    for index, flag in enumerate(decisions.run_flags):
-        why = FORBIDDEN_RUN_FLAGS.get(flag_name(flag) or flag)
-        if why and flag not in REQUIRED_RUN_FLAGS:
-            raise refuse(decisions, f"run_flags[{index}]", f"{flag}: {why}", f"remove {flag}")
-
-
-def check_serve_args(decisions: VllmServerEndpoint, passed: Collection[str]) -> None:
-    """No argument the endpoint file must not pass reaches vLLM; `passed` are the flags the
-    plan itself passes. Checked are the words that are not the plan's own: the file's
-    (`invocation.extra`, keyed `extra_args[i]`) and an Instinct recipe's (`recipe_args[i]`),
-    each held to `arg_refusal`, and the file's may not give a flag of `passed`. A record
-    without `invocation` has only its whole argv (`pre_invocation_flags`, keyed
-    `vllm_args[i]`), in which the words of `passed` are the plan's and allowed."""
-    invocation = decisions.invocation
-    if invocation is None:
-        words = pre_invocation_flags(decisions).words
-        _check_words(decisions, "vllm_args", words, allowed=passed)
-        return
-    extra = invocation.extra
-    _check_words(decisions, "extra_args", extra.words)
-    for flag in extra.flags:
-        owned = next((p for p in sorted(passed) if names(flag.name, p)), None)
-        if owned is not None:
-            raise refuse(
-                decisions,
-                f"extra_args[{flag.position}]",
-                f"{extra.words[flag.position]!r} must not reach vLLM ({owned}: the plan "
-                "passes it itself)",
-                "remove it",
-            )
-    if isinstance(invocation.engine, RocmEngine):
-        _check_words(decisions, "recipe_args", invocation.engine.recipe_args)
-
-
-def _check_words(
-    decisions: VllmServerEndpoint,
-    key: str,
-    words: Sequence[str],
-    allowed: Collection[str] = (),
-) -> None:
-    """Each word held to `arg_refusal`, but a flag of `allowed` as the plan writes it (the
-    flag's own word, its value the next)."""
-    for index, arg in enumerate(words):
-        refusal = arg_refusal(arg)
-        if refusal and arg not in allowed:
-            shown = "a secret" if refusal.secret else repr(arg)
-            raise refuse(
-                decisions,
-                f"{key}[{index}]",
-                f"{shown} must not reach vLLM ({refusal.why})",
-                refusal.fix,
-            )
-
-
-def check_runtime(decisions: VllmServerEndpoint) -> None:
-    if decisions.runtime == "host":
-        if not decisions.vllm_executable:
-            raise refuse(
-                decisions, "vllm", "the host path needs the vllm executable", "set vllm = PATH"
-            )
-        for key, secret in secret_files(decisions):
-            check_plain_path(decisions, key, secret)
-        return
-    if not decisions.image or not IMAGE_PATTERN.fullmatch(decisions.image):
-        raise refuse(
-            decisions,
-            "image",
-            f"{decisions.image!r} is not a container image reference",
-            "use NAME[:TAG][@DIGEST], e.g. docker.io/vllm/vllm-openai-cpu:v0.29.0-x86_64",
-        )
-    if decisions.runtime == "podman" and not _is_fully_qualified(decisions.image):
-        raise refuse(
-            decisions,
-            "image",
-            f"{decisions.image!r} names no registry; podman would resolve the short name "
-            "through registries.conf (Quadlet warns about it)",
-            f"write it in full, e.g. docker.io/{decisions.image}",
-        )
-    paths = []
-    if decisions.hf_cache:
-        paths.append(("hf_cache", decisions.hf_cache.host_path))
-        paths.append(("hf_cache", decisions.hf_cache.container_path))
-    paths += secret_files(decisions)
-    for index, mount in enumerate(decisions.extra_mounts):
-        paths.append((f"extra_mounts[{index}]", mount.host_path))
-        paths.append((f"extra_mounts[{index}]", mount.container_path))
-    for key, path in paths:
-        check_plain_path(decisions, key, path)
-
-
 def secret_files(decisions: ServerEndpoint) -> list[tuple[str, str]]:
     """The secret files a unit loads as credentials or mounts: (key, path)."""
     files = [("hf_token_file", decisions.hf_token_file), ("api_key_file", decisions.api_key_file)]
     return [(key, path) for key, path in files if path]
 
 
-def _is_fully_qualified(image: str) -> bool:
+def is_fully_qualified(image: str) -> bool:
     first, slash, _rest = image.partition("/")
     return bool(slash) and ("." in first or ":" in first or first == "localhost")
 
@@ -361,12 +130,3 @@ def check_plain_path(decisions: ServerEndpoint, key: str, path: str) -> None:
             f"{path!r} is not a plain absolute path{found}",
             "use an absolute path without whitespace, quotes, backslashes, ':', ',' or '$'",
         )
-
-
-def check_decisions(decisions: VllmCpuEndpoint) -> None:
-    """Raise InputError on the first rule these decisions break."""
-    check_identity(decisions)
-    check_env(decisions)
-    check_pinning(decisions)
-    check_args(decisions)
-    check_runtime(decisions)

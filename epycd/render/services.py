@@ -7,16 +7,16 @@ full privileges (`+`): it reads the root-only approval records and secret files.
 
 from __future__ import annotations
 
-from epycd.engines.vllm.plan.model import VllmServerEndpoint
 from epycd.plan.model import ServerEndpoint
-from epycd.render import commands, sandbox
+from epycd.render import sandbox
+from epycd.render.commands import TOKEN_CREDENTIAL, numa_list, supervisor
 from epycd.render.healing import crash_recorder_lines, restart_lines, start_limit_lines
-from epycd.render.quadlet import api_key_credential, description, limit_lines, part_of
+from epycd.render.parts import api_key_credential, description, limit_lines, part_of
 from epycd.render.syntax import command_line, env_assignment, plain_value
 from epycd.render.text import Line, Section, unit_text
 
 
-def _unit_section(decisions: ServerEndpoint, after: str) -> Section:
+def unit_section(decisions: ServerEndpoint, after: str) -> Section:
     return (
         "Unit",
         [
@@ -29,7 +29,7 @@ def _unit_section(decisions: ServerEndpoint, after: str) -> Section:
     )
 
 
-def _service_head(decisions: ServerEndpoint) -> list[Line]:
+def service_head(decisions: ServerEndpoint) -> list[Line]:
     lines: list[Line] = [
         ("Type", "notify"),
         ("NotifyAccess", "main"),
@@ -44,33 +44,6 @@ def _service_head(decisions: ServerEndpoint) -> list[Line]:
     return lines
 
 
-def render_docker(decisions: VllmServerEndpoint) -> str:
-    service = _service_head(decisions)
-    service += [
-        ("ExecStartPre", "-" + _docker_rm(decisions)),
-        (
-            "ExecStart",
-            command_line(commands.supervisor(decisions, commands.docker_run(decisions)), "command"),
-        ),
-        *crash_recorder_lines(decisions),
-    ]
-    service += api_key_credential(decisions)
-    service += sandbox.docker_sandbox(decisions)
-    return unit_text(
-        decisions.endpoint,
-        [
-            _unit_section(decisions, "network-online.target docker.service"),
-            ("Service", service),
-            ("Install", [("WantedBy", "multi-user.target")]),
-        ],
-    )
-
-
-def _docker_rm(decisions: VllmServerEndpoint) -> str:
-    """`docker` by name: systemd finds it in its fixed search path (the `-` forgives absence)."""
-    return f"{commands.DOCKER} rm -f {decisions.unit_name}"
-
-
 def host_env(decisions: ServerEndpoint) -> list[str]:
     env = dict(sorted(decisions.env.items()))
     hf_home = sandbox.hf_home(decisions)
@@ -78,32 +51,32 @@ def host_env(decisions: ServerEndpoint) -> list[str]:
         env["HF_HOME"] = hf_home
     assignments = [env_assignment(name, value, f"env.{name}") for name, value in env.items()]
     if decisions.hf_token_file:
-        assignments.append(f"HF_TOKEN_PATH=%d/{commands.TOKEN_CREDENTIAL}")
+        assignments.append(f"HF_TOKEN_PATH=%d/{TOKEN_CREDENTIAL}")
     return assignments + sandbox.cache_environment(decisions)
 
 
 def host_unit(decisions: ServerEndpoint, server: list[str]) -> str:
     """`server` (its argv) under the supervisor on the host, pinned to the decisions' cores
     and nodes, sandboxed, its secrets loaded as credentials."""
-    service = _service_head(decisions)
-    service.append(("ExecStart", command_line(commands.supervisor(decisions, server), "command")))
+    service = service_head(decisions)
+    service.append(("ExecStart", command_line(supervisor(decisions, server), "command")))
     service += crash_recorder_lines(decisions)
     service += [
         ("CPUAffinity", decisions.cpus),
         ("NUMAPolicy", "bind"),
-        ("NUMAMask", commands.numa_list(decisions)),
+        ("NUMAMask", numa_list(decisions)),
     ]
     service += sandbox.host_folders(decisions)
     service += [("Environment", assignment) for assignment in host_env(decisions)]
     if decisions.hf_token_file:
         token = plain_value(decisions.hf_token_file, "hf_token_file")
-        service.append(("LoadCredential", f"{commands.TOKEN_CREDENTIAL}:{token}"))
+        service.append(("LoadCredential", f"{TOKEN_CREDENTIAL}:{token}"))
     service += api_key_credential(decisions)
     service += sandbox.host_sandbox(decisions)
     return unit_text(
         decisions.endpoint,
         [
-            _unit_section(decisions, "network-online.target"),
+            unit_section(decisions, "network-online.target"),
             ("Service", service),
             ("Install", [("WantedBy", "multi-user.target")]),
         ],

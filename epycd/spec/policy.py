@@ -3,7 +3,7 @@
 and what loads code, widens what the server reads or sends data out (refused, or allowed
 with the approver's consent). `epycd.spec` applies it when it loads a file (`env_errors`,
 `extra_args_errors`); the renderer applies it once more to what reaches a unit
-(epycd.render.policy, epycd.render.gpu).
+(epycd.engines.vllm.render.policy, epycd.engines.vllm.render.gpu).
 """
 
 from __future__ import annotations

@@ -7,10 +7,20 @@ import resource
 from pathlib import Path
 
 from epycd.engines.vllm.plan.model import VllmServerEndpoint
+from epycd.engines.vllm.render.commands import (
+    DOCKER,
+    container_env,
+    container_mounts,
+    docker_run,
+    health_gate,
+    health_probe,
+    vllm_serve_in_container,
+    vllm_serve_on_host,
+)
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.plan.tuning import omp_bind
-from epycd.render import commands
-from epycd.render.quadlet import describe
+from epycd.render.commands import TOKEN_CREDENTIAL, supervisor
+from epycd.render.parts import describe
 from epycd.render.sandbox import STATIC_DIRECTIVES
 from tests.render.manager import Run, UserManager
 
@@ -46,7 +56,7 @@ def runnable_generated(text: str, manager: UserManager) -> str:
 
 def runnable_docker(text: str) -> str:
     """The docker service without its `docker rm -f` pre-step (no docker daemon is touched)."""
-    return text.replace(f"ExecStartPre=-{commands.DOCKER} ", "ExecStartPre=-/bin/true ")
+    return text.replace(f"ExecStartPre=-{DOCKER} ", "ExecStartPre=-/bin/true ")
 
 
 def refused_here(manager: UserManager) -> frozenset[str]:
@@ -138,10 +148,10 @@ def check_service(decisions: VllmServerEndpoint, run: Run) -> None:
     _common(decisions, run)
     record = _main(run, ["-m", "epycd.supervisor"])
     if decisions.runtime == "docker":
-        server = commands.docker_run(decisions)
+        server = docker_run(decisions)
     else:
-        server = commands.vllm_serve_on_host(decisions)
-    assert record["argv"] == commands.supervisor(decisions, server)
+        server = vllm_serve_on_host(decisions)
+    assert record["argv"] == supervisor(decisions, server)
     if decisions.runtime == "host":
         env = record["env"]
         assert isinstance(env, dict)
@@ -151,7 +161,7 @@ def check_service(decisions: VllmServerEndpoint, run: Run) -> None:
             assert env.get("HF_HOME") == decisions.hf_cache.host_path
         assert record["cpus"] == parse_cpulist(decisions.cpus)
         if decisions.hf_token_file:
-            expected = os.path.join(env["CREDENTIALS_DIRECTORY"], commands.TOKEN_CREDENTIAL)
+            expected = os.path.join(env["CREDENTIALS_DIRECTORY"], TOKEN_CREDENTIAL)
             assert env["HF_TOKEN_PATH"] == expected
     if decisions.api_key_file:
         _has_key_credential(record)
@@ -175,12 +185,12 @@ def check_container(decisions: VllmServerEndpoint, run: Run) -> None:
     argv = record["argv"]
     assert isinstance(argv, list)
     assert decisions.image is not None
-    tail = [decisions.image, *commands.vllm_serve_in_container(decisions)]
+    tail = [decisions.image, *vllm_serve_in_container(decisions)]
     assert argv[-len(tail) :] == tail
     assert _values_after(argv, "--name") == [decisions.unit_name]
-    expected_env = sorted(f"{k}={v}" for k, v in commands.container_env(decisions))
+    expected_env = sorted(f"{k}={v}" for k, v in container_env(decisions))
     assert sorted(_values_after(argv, "--env")) == expected_env
-    assert _values_after(argv, "-v") == commands.container_mounts(decisions)
+    assert _values_after(argv, "-v") == container_mounts(decisions)
     memlock = "-1" if decisions.limit_memlock == "infinity" else decisions.limit_memlock
     for flag in (
         "--ipc=host",
@@ -196,10 +206,10 @@ def check_container(decisions: VllmServerEndpoint, run: Run) -> None:
         assert entrypoint == decisions.image_entrypoint_is_vllm_serve
     if decisions.podman_notify_healthy:
         assert "--sdnotify=healthy" in argv
-        assert _values_after(argv, "--health-cmd") == [commands.health_probe(decisions)]
+        assert _values_after(argv, "--health-cmd") == [health_probe(decisions)]
     else:
         gate = _main(run, ["-m", "epycd.health"])
-        assert gate["argv"] == commands.health_gate(decisions)
+        assert gate["argv"] == health_gate(decisions)
         if decisions.api_key_file:
             _has_key_credential(gate)
 

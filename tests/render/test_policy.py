@@ -9,8 +9,11 @@ import pytest
 
 from epycd.engines.vllm.plan.invocation import CpuEngine, RocmEngine
 from epycd.engines.vllm.plan.model import VllmCpuEndpoint
+from epycd.engines.vllm.render import policy
+from epycd.engines.vllm.render.commands import docker_run
+from epycd.engines.vllm.render.policy import FLAGS_THE_PLAN_PASSES, check_serve_args
 from epycd.errors import InputError
-from epycd.render import commands, policy, render_units
+from epycd.render import render_units
 from epycd.spec.flags import ExtraFlags
 from tests.render.argv_records import invocation_from_record
 from tests.render.fixtures import genoa_podman, host_vllm, milan_docker
@@ -154,7 +157,7 @@ def test_docker_accepts_a_docker_hub_short_name() -> None:
 def test_docker_never_pulls_at_start() -> None:
     """An absent image fails the start at once, as with podman's Pull=never: docker run's
     default pulled at boot (seen in tests/e2e/test_containers.py), waiting on a registry."""
-    argv = commands.docker_run(milan_docker())
+    argv = docker_run(milan_docker())
     assert "--pull=never" in argv[: argv.index(milan_docker().image or "")], argv
 
 
@@ -248,7 +251,7 @@ def test_an_instinct_recipes_words_are_checked() -> None:
     engine = RocmEngine(recipe_args=["--block-size", "1", "--gpu-memory-utilization=1"])
     decisions = typed(engine=engine)
     with pytest.raises(InputError) as caught:
-        policy.check_serve_args(decisions, policy.FLAGS_THE_PLAN_PASSES)
+        check_serve_args(decisions, FLAGS_THE_PLAN_PASSES)
     assert caught.value.key == "recipe_args[2]"
 
 

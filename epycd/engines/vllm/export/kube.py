@@ -52,6 +52,8 @@ from epycd.engines.vllm.plan.model import (
     VllmServerEndpoint,
     VllmSetEndpoint,
 )
+from epycd.engines.vllm.render.gpu import GPU_CAPABILITY
+from epycd.engines.vllm.render.quadlet import HEALTH_INTERVAL, HEALTH_RETRIES, HEALTH_TIMEOUT
 from epycd.errors import InputError, Refusal
 from epycd.export import KubeExport, KubeExporter
 from epycd.export.kubelet import kubelet_config
@@ -59,8 +61,6 @@ from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
 from epycd.plan.model import Plan
-from epycd.render.gpu import GPU_CAPABILITY
-from epycd.render.quadlet import HEALTH_INTERVAL, HEALTH_RETRIES, HEALTH_TIMEOUT
 from epycd.stack import Stack
 
 MEMORY_MARGIN_GIB = 2
@@ -72,7 +72,7 @@ PROBE_PERIOD_S = int(HEALTH_INTERVAL.removesuffix("s"))
 PROBE_TIMEOUT_S = int(HEALTH_TIMEOUT.removesuffix("s"))
 PROBE_FAILURES = int(HEALTH_RETRIES)
 """The probes' period, timeout and failures: those of the Quadlet unit's podman health
-check (epycd.render.quadlet), so a pod is judged as the host's container is."""
+check (epycd.engines.vllm.render.quadlet), so a pod is judged as the host's container is."""
 HEALTH_PATH = "/health"
 POD_LISTEN = "0.0.0.0"
 """A pod is reached on its own IP (by the Service): vLLM listens on every address of the
@@ -351,7 +351,7 @@ def health_probe(failures: int) -> dict[str, Any]:
 
 
 def security_context(process: VllmServerEndpoint) -> dict[str, Any]:
-    """The units' confinement (epycd.render.commands.CONTAINER_CONFINEMENT): every
+    """The units' confinement (CONTAINER_CONFINEMENT, vLLM's render/commands.py): every
     capability dropped but SYS_NICE (and SYS_PTRACE on Instinct, the recipe's), no new
     privileges; an Instinct container runs without a seccomp filter, as its unit does."""
     add = (

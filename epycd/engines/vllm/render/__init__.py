@@ -1,18 +1,19 @@
-"""vLLM's units: a CPU endpoint's decisions checked by `epycd.render.policy`, an Instinct
-one's by `epycd.render.gpu`; a Quadlet `.container` for podman (`epycd.render.quadlet`), a
-`.service` running `docker run` or the host's `vllm serve` under the supervisor
-(`epycd.render.services`)."""
+"""vLLM's units (`RENDERER`): a CPU endpoint's decisions checked by `policy.py`, an
+Instinct one's by `gpu.py`; a Quadlet `.container` for podman (`quadlet.py`), a `.service`
+running `docker run` (`docker.py`) or the host's `vllm serve` under the supervisor
+(`epycd.render.services`' `host_unit`); the argument vectors they run (`commands.py`)."""
 
 from __future__ import annotations
 
 from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmInstinctEndpoint, VllmServerEndpoint
+from epycd.engines.vllm.render.commands import vllm_serve_on_host
+from epycd.engines.vllm.render.docker import render_docker
+from epycd.engines.vllm.render.gpu import check_gpu_decisions
+from epycd.engines.vllm.render.policy import check_decisions
+from epycd.engines.vllm.render.quadlet import render_container
 from epycd.plan.model import ServerEndpoint
-from epycd.render import commands
-from epycd.render.gpu import check_gpu_decisions
-from epycd.render.policy import check_decisions
-from epycd.render.quadlet import render_container
 from epycd.render.server import ServerRenderer
-from epycd.render.services import host_unit, render_docker
+from epycd.render.services import host_unit
 
 
 def _vllm(decisions: ServerEndpoint) -> VllmServerEndpoint:
@@ -36,7 +37,7 @@ class VllmRenderer(ServerRenderer):
             return render_container(vllm)
         if vllm.runtime == "docker":
             return render_docker(vllm)
-        return host_unit(vllm, commands.vllm_serve_on_host(vllm))
+        return host_unit(vllm, vllm_serve_on_host(vllm))
 
 
 RENDERER = VllmRenderer()

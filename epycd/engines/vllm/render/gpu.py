@@ -14,16 +14,15 @@ from typing import TypeGuard
 
 from epycd.engines.vllm.plan.decide_gpu import GPU_VISIBLE, PLAN_GPU_FLAGS
 from epycd.engines.vllm.plan.model import VllmInstinctEndpoint, VllmServerEndpoint
-from epycd.host.cpulist import parse_cpulist
-from epycd.model.instinct import shipped_gpus
-from epycd.render.policy import (
+from epycd.engines.vllm.render.policy import (
     FLAGS_THE_PLAN_PASSES,
     FORBIDDEN_ENV,
-    check_identity,
     check_runtime,
     check_serve_args,
-    refuse,
 )
+from epycd.host.cpulist import parse_cpulist
+from epycd.model.instinct import shipped_gpus
+from epycd.render.policy import check_identity, refuse
 from epycd.render.text import Line
 from epycd.spec.policy import env_refusal
 
