@@ -2,7 +2,7 @@
 endpoints first (their GPUs, `epycd.plan.gpu`), the CPU endpoints on the other NUMA nodes
 (their socket or nodes, `epycd.plan.alloc`), distinct ports (`epycd.plan.ports`); each
 decided (a CPU endpoint by its engine's planner, `epycd.plan.engines`, a set of instances
-by `epycd.plan.multi`, an Instinct one by `epycd.engines.vllm.plan.decide_gpu`) and finished
+by `epycd.plan.multi`, an Instinct one by its engine's planner on its GPUs) and finished
 (`epycd.plan.finish`). A refused endpoint that held a socket or a port is planned again
 without it, so that it takes nothing from the others (`place_all`). An endpoint whose
 planning raises what no rule foresaw is its own failure (`crashed`), and the others are
@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from epycd.engines.vllm.plan.decide_gpu import decide_gpu
 from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
 from epycd.model.instinct import shipped_gpus
@@ -170,7 +169,9 @@ def _plan_gpu(
     prepared: Prepared, share: Sharing, placement: GpuPlacement, port: int
 ) -> EndpointResult:
     try:
-        decisions = decide_gpu(prepared, share, placement, port)
+        decisions = planner_for(prepared.spec.engine).decide_on_gpus(
+            prepared, share, placement, port
+        )
     except EpycError as exc:
         return failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
     return plan_result(prepared, decisions, share)

@@ -1,8 +1,9 @@
 """What each engine does for the planner (`EnginePlanner`): its runtime found on the host,
 its endpoint prepared (route, model check), its trial memory fit, its server's decisions
-on a placement, and the refusal of one that does not fit. One implementation per engine
-(`epycd.engines.ENGINE.plan.planner`), listed by `epycd.plan.engines`; preparing,
-placing, sets and finishing ask it and never name an engine."""
+on a placement of CPUs or of GPUs, and the refusal of one that does not fit. One
+implementation per engine (`epycd.engines.ENGINE.plan.planner`), listed by
+`epycd.plan.engines`; preparing, placing, sets and finishing ask it and never name an
+engine."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from pydantic import BaseModel
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.plan.alloc import Placement
-from epycd.plan.model import CpuServer, HfCacheMount, SetEndpoint
+from epycd.plan.gpu import GpuPlacement
+from epycd.plan.model import CpuServer, GpuServer, HfCacheMount, SetEndpoint
 from epycd.plan.prepared import Prepared, Sources
+from epycd.plan.sharing import Sharing
 from epycd.settings import Settings
 from epycd.spec import SpecResult
 from epycd.stack import Stack
@@ -83,3 +86,11 @@ class EnginePlanner(ABC):
     def unfit(self, prepared: Prepared, server: CpuServer) -> Refusal:
         """The refusal of a server that does not fit its nodes' memory, with the terms of
         what it needs and the fix."""
+
+    def decide_on_gpus(
+        self, prepared: Prepared, share: Sharing, placement: GpuPlacement, port: int
+    ) -> GpuServer:
+        """One server's decisions on the GPUs placed for it (an endpoint file's `device =
+        "instinct"`). An engine that serves on CPUs alone keeps this: its keys refuse a
+        `device`, so no endpoint of it is placed on GPUs."""
+        raise NotImplementedError(f"{self.engine} serves on CPUs only")

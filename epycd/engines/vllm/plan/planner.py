@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from epycd.engines.vllm.plan import decide_cpu
+from epycd.engines.vllm.plan.decide_gpu import decide_gpu
 from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmService, VllmSetEndpoint
 from epycd.engines.vllm.plan.route import gpu_route, refuse_not_llm, route_endpoint
 from epycd.engines.vllm.plan.sizing import size
@@ -16,11 +17,13 @@ from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.model.facts import ModelFacts
 from epycd.model.formats import format_named
 from epycd.plan.alloc import Placement
-from epycd.plan.model import CpuServer
+from epycd.plan.gpu import GpuPlacement
+from epycd.plan.model import CpuServer, GpuServer
 from epycd.plan.planner import EnginePlanner
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.route import container_runtime
 from epycd.plan.secrets import check_api_key, read_token
+from epycd.plan.sharing import Sharing
 from epycd.settings import Settings
 from epycd.spec import EndpointSpec, SpecResult
 from epycd.stack import Stack
@@ -137,6 +140,11 @@ class VllmPlanner(EnginePlanner):
         return size(prepared, host, stack, placement, memory_share)[1].fits
 
     decide = staticmethod(decide_cpu.decide)
+
+    def decide_on_gpus(
+        self, prepared: Prepared, share: Sharing, placement: GpuPlacement, port: int
+    ) -> GpuServer:
+        return decide_gpu(prepared, share, placement, port)
 
     def unfit(self, prepared: Prepared, server: CpuServer) -> Refusal:
         assert isinstance(server, VllmCpuEndpoint)
