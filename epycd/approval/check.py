@@ -15,10 +15,11 @@ It does not re-run the planner. The installed units are the approved plan byte f
 check re-detects the host (no load sampling, no runtime probing: fast, and free of the
 volatile figures the planner also reads, available memory and busy %) and compares the
 facts that shaped the plan: CPU identity, the pinned socket's cores, CPU list and NUMA
-nodes, and its memory against what the plan needs; and, for a host vLLM approved compiled
-(without --enforce-eager), that its compile step still has what it needs: a C++ compiler on
-systemd's PATH and the Python headers of the interpreter that serves (docs/tuning.md rule 4,
-read from files, the interpreter is not run). Changes of the endpoint file, the model
+nodes, and its memory against what the plan needs; then what the endpoint's engine needs of
+the host beyond its shape (`epycd.approval.engine_check`: for a host vLLM approved compiled,
+without --enforce-eager, that its compile step still has a C++ compiler on systemd's PATH
+and the Python headers of the interpreter that serves, docs/tuning.md rule 4, read from
+files, the interpreter is not run). Changes of the endpoint file, the model
 or data/ are reported by `epycctl status` and the daemon; they do not stop the approved
 units, which still run exactly what was approved.
 """
@@ -30,18 +31,16 @@ from pathlib import Path
 import click
 
 from epycd.approval.crashloop import read_crash_record, unit_stem, verdict_line
+from epycd.approval.engine_check import engine_check
 from epycd.approval.gate import run_gate
 from epycd.approval.install import journal_path
 from epycd.approval.record import Approval, load_approval, sha256_file
 from epycd.approval.shape import host_shape, shape_changes
-from epycd.engines.vllm.plan.model import vllm_processes
 from epycd.errors import EpycError
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts
-from epycd.host.pyheaders import python_headers
 from epycd.names import unit_name
 from epycd.plan.model import GpuServer, Plan, required_gb, server_processes
-from epycd.plan.tuning import compile_gap
 from epycd.settings import Settings
 
 
@@ -72,25 +71,6 @@ def socket_needs(plan: Plan) -> dict[int, float]:
     return needs
 
 
-def compile_problem(plan: Plan, host: HostFacts, root: Path) -> str | None:
-    """A host vLLM approved compiled (its args without --enforce-eager) whose compile step
-    lost a prerequisite since: the C++ compiler, or the serving interpreter's Python.h.
-    An eager or a container endpoint needs neither: eager is the invocation's (the plan's
-    rule 4, or --enforce-eager in the endpoint file's words); a record from before the typed
-    invocation says it in `enforce_eager` or, for the file's flag, in its words only. A set
-    runs eager when every instance does."""
-    eager = all(process.runs_eager for process in vllm_processes(plan.decisions))
-    if plan.decisions.runtime != "host" or plan.decisions.vllm_executable is None or eager:
-        return None
-    gap = compile_gap(host.cxx_compiler, python_headers(root, plan.decisions.vllm_executable))
-    if gap is None:
-        return None
-    return (
-        "compile prerequisite gone since approval (approved compiled, without "
-        f"--enforce-eager): {gap.what}: {gap.fix}, or approve again to run eager"
-    )
-
-
 def check_problems(settings: Settings, name: str, host: HostFacts) -> list[str]:
     """Every reason the approved endpoint must not start, each naming its change (`host`
     read from the settings' host root)."""
@@ -119,9 +99,7 @@ def check_problems(settings: Settings, name: str, host: HostFacts) -> list[str]:
     )
     if host_changes:
         problems.append("host changed since approval: " + ", ".join(host_changes))
-    compile_change = compile_problem(approval.plan, host, settings.host_root)
-    if compile_change:
-        problems.append(compile_change)
+    problems += engine_check(approval.plan).problems(approval.plan, host, settings.host_root)
     return problems
 
 

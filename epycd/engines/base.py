@@ -85,11 +85,19 @@ class Engine:
         module is imported on first use, so a stage's registry never imports an engine and an
         engine's own stage modules may import that stage freely. `kind` is the stage's base
         class (a callable to the type checker, which refuses an abstract class as a type);
-        `default` is the core's own, for a stage an engine may leave to it."""
-        found = getattr(import_module(f"{self.package}.{module}"), name, default)
+        `default` is the core's own, for a stage an engine may leave to it, in a module it
+        need not have."""
+        path = f"{self.package}.{module}"
+        try:
+            imported = import_module(path)
+        except ModuleNotFoundError as missing:
+            if default is None or missing.name != path:
+                raise
+            return default
+        found = getattr(imported, name, default)
         base = cast(type, kind)
         if not isinstance(found, base):
-            raise TypeError(f"{self.package}.{module}.{name} is no {base.__name__}")
+            raise TypeError(f"{path}.{name} is no {base.__name__}")
         return cast(T, found)
 
     def still_loading(self, response: httpx.Response) -> bool:

@@ -92,3 +92,20 @@ def test_an_engine_has_a_kube_export_or_says_why_not(engine: Engine) -> None:
         assert isinstance(exporter, KubeExporter), engine.name
     else:
         assert exporter is None and engine.no_kube_export, engine.name
+
+
+def test_a_stage_an_engine_may_leave_to_the_core_needs_no_module() -> None:
+    """An engine without the stage's module gets the core's default (llama.cpp has no boot
+    check of its own), one with it its own (vLLM's); without a default, the missing module
+    is an error, not a silent None."""
+    from epycd.approval.engine_check import NOTHING_MORE, EngineBootCheck
+
+    llama = next(e for e in ENGINES if e.name == "llama.cpp")
+    found = llama.implementation("approval", "BOOT_CHECK", EngineBootCheck, NOTHING_MORE)
+    assert found is NOTHING_MORE
+    vllm = next(e for e in ENGINES if e.name == "vllm")
+    assert vllm.implementation("approval", "BOOT_CHECK", EngineBootCheck, NOTHING_MORE) is not (
+        NOTHING_MORE
+    )
+    with pytest.raises(ModuleNotFoundError):
+        llama.implementation("approval", "BOOT_CHECK", EngineBootCheck)
