@@ -12,13 +12,10 @@ import click
 from epycd import engines
 from epycd.cli.options import CONTEXT_TOKENS, SEQUENCES, SOCKET_GIB, TEXT
 from epycd.cli.output import EXIT_NO, json_option, print_json, table
-from epycd.engines.vllm.plan.sizing import SizingRequest, fit_request
-from epycd.errors import InputError
 from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.model.check import inspect_model
-from epycd.model.facts import MemoryFit, ModelFacts
+from epycd.model.facts import ModelFacts
 from epycd.model.formats import format_named
-from epycd.plan.tuning import DEFAULT_PROFILE, batch_target
 from epycd.sizes import GIB
 from epycd.text import escaped
 
@@ -200,8 +197,9 @@ def _vllm_row(facts: ModelFacts) -> str:
 
 
 class FormatEstimate(ABC):
-    """`epycctl estimate` of a model in an engine's own format (`epycd.model.formats`), in
-    that engine's terms: `ESTIMATE` in its package's `cli.py`."""
+    """`epycctl estimate` of a model by the engine that serves its format, in that engine's
+    terms: `ESTIMATE` in its package's `cli.py` (an engine's own format, `epycd.model.formats`;
+    a Hugging Face model's, the default engine's)."""
 
     @abstractmethod
     def run(
@@ -213,17 +211,6 @@ class FormatEstimate(ABC):
         as_json: bool,
     ) -> None:
         """Print the fit in one socket's memory; exit `EXIT_NO` where it does not fit."""
-
-
-def estimate_json(facts: ModelFacts, fit: MemoryFit, socket_note: str) -> dict[str, Any]:
-    return {
-        "model": facts.model,
-        "revision": facts.revision,
-        "weights_source": facts.weights_source,
-        **fit.model_dump(),
-        "socket": socket_note,
-        "warnings": facts.warnings,
-    }
 
 
 @click.command("estimate")
@@ -263,39 +250,18 @@ def estimate(
     safetensors weights, llama.cpp's llama-server for a GGUF file)"""
     facts = inspect_model(model, revision=revision, gguf_file=gguf_file)
     own = format_named(facts.format)
-    if own is not None:
-        engine = engines.engine_named(own.engine)
-        estimate_of = engine.implementation("cli", "ESTIMATE", FormatEstimate)
-        estimate_of.run(facts, max_model_len, max_num_seqs, socket_gb, as_json)
-        return
-    if facts.weights_bytes is None:
-        raise InputError(
-            f"{model}: the weights' size is unknown (no safetensors metadata, config too sparse)",
-            key="model",
-            fix="use a model with safetensors weights",
-        )
-    total, available, first_node, note = socket_memory(socket_gb)
-    fit, footprint_warnings = fit_request(
-        SizingRequest(
-            vllm_version=facts.support.vllm_version,
-            weights_bytes=facts.weights_bytes,
-            kv_bytes_per_token=facts.kv_bytes_per_token,
-            max_position_embeddings=facts.max_position_embeddings,
-            max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs,
-            target=batch_target(DEFAULT_PROFILE, 1),  # a balanced plan's, whatever its cores
-            total_gib=total,
-            available_gib=available,
-            first_node_available_gib=first_node,
-        )
+    serving = (
+        engines.engine_named(own.engine) if own is not None else engines.DEFAULT_ENGINE
     )
-    facts.warnings += footprint_warnings
-    if as_json:
-        print_json(estimate_json(facts, fit, note))
-    else:
-        _print_fit(facts, fit, note)
-    if not fit.fits:
-        sys.exit(EXIT_NO)
+    estimate_of = serving.implementation("cli", "ESTIMATE", FormatEstimate)
+    estimate_of.run(facts, max_model_len, max_num_seqs, socket_gb, as_json)
+
+
+def this_host() -> HostFacts:
+    from epycd.host.detect import detect_host
+    from epycd.settings import load_settings
+
+    return detect_host(Path(load_settings().host_root), probe_runtimes=False)
 
 
 def budget_rows(
@@ -331,30 +297,3 @@ def socket_memory(
         f"available (NUMA nodes {', '.join(map(str, sock.numa_nodes))})"
     )
     return sock.memory_gb, sock.memory_available_gb, first, note
-
-
-def this_host() -> HostFacts:
-    from epycd.host.detect import detect_host
-    from epycd.settings import load_settings
-
-    return detect_host(Path(load_settings().host_root), probe_runtimes=False)
-
-
-def _print_fit(facts: ModelFacts, fit: MemoryFit, note: str) -> None:
-    rows = [
-        ("model", facts.model),
-        ("weights", f"{fit.weights_gb} GiB ({facts.weights_source})"),
-        ("KV per token", f"{fit.kv_bytes_per_token} bytes"),
-        ("context x sequences", f"{fit.context} x {fit.max_num_seqs}"),
-        ("KV needed", f"{fit.kv_gb} GiB"),
-        ("KV pool", f"{fit.kv_pool_gb} GiB"),
-        ("vLLM's processes", f"{fit.runtime_gb} GiB"),
-        (
-            "server at peak",
-            f"{fit.process_gb} GiB (weights + the KV the sequences need + vLLM's processes)",
-        ),
-        *budget_rows(fit.headroom_gb, fit.required_gb, fit.available_gb, note, fit.fits),
-    ]
-    if fit.suggested_max_model_len:
-        rows.append(("suggested max_model_len", str(fit.suggested_max_model_len)))
-    print_answer(rows, facts.warnings, fit.action)

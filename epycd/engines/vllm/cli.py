@@ -4,10 +4,13 @@ endpoint file of `epycctl quickstart` (`QUICKSTART`)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from epycd.cli.bench import BenchClient, BenchRun, offline_run, serve_runs
 from epycd.cli.engine_view import GPU_KEYS, PlanView, Row, instances_json
+from epycd.cli.model import FormatEstimate, budget_rows, print_answer, socket_memory
+from epycd.cli.output import EXIT_NO, print_json
 from epycd.cli.quickstart import (
     QuickstartFile,
     Wanted,
@@ -21,12 +24,14 @@ from epycd.engines.vllm.plan.model import (
     VllmService,
     VllmSetEndpoint,
 )
+from epycd.engines.vllm.plan.sizing import SizingRequest, fit_request
 from epycd.errors import InputError
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
-from epycd.model.facts import MemoryFit
+from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.formats import format_named
 from epycd.plan.model import CpuServer, EndpointDecisions, Plan, SetEndpoint
+from epycd.plan.tuning import DEFAULT_PROFILE, batch_target
 from epycd.settings import Settings
 from epycd.stack import shipped_stack
 
@@ -205,3 +210,81 @@ class VllmBench(BenchClient):
 
 
 BENCH = VllmBench()
+
+
+class VllmEstimate(FormatEstimate):
+    """`epycctl estimate` of a Hugging Face model as vLLM serves it: weights, the KV the
+    sequences need, the tuner's pool and vLLM's own processes, in one socket's memory."""
+
+    def run(
+        self,
+        facts: ModelFacts,
+        max_model_len: int | None,
+        max_num_seqs: int | None,
+        socket_gb: float | None,
+        as_json: bool,
+    ) -> None:
+        if facts.weights_bytes is None:
+            raise InputError(
+                f"{facts.model}: the weights' size is unknown (no safetensors metadata, config "
+                "too sparse)",
+                key="model",
+                fix="use a model with safetensors weights",
+            )
+        total, available, first_node, note = socket_memory(socket_gb)
+        fit, footprint_warnings = fit_request(
+            SizingRequest(
+                vllm_version=facts.support.vllm_version,
+                weights_bytes=facts.weights_bytes,
+                kv_bytes_per_token=facts.kv_bytes_per_token,
+                max_position_embeddings=facts.max_position_embeddings,
+                max_model_len=max_model_len,
+                max_num_seqs=max_num_seqs,
+                # a balanced plan's target, whatever its cores
+                target=batch_target(DEFAULT_PROFILE, 1),
+                total_gib=total,
+                available_gib=available,
+                first_node_available_gib=first_node,
+            )
+        )
+        facts.warnings += footprint_warnings
+        if as_json:
+            print_json(estimate_json(facts, fit, note))
+        else:
+            print_fit(facts, fit, note)
+        if not fit.fits:
+            sys.exit(EXIT_NO)
+
+
+def estimate_json(facts: ModelFacts, fit: MemoryFit, socket_note: str) -> dict[str, Any]:
+    return {
+        "model": facts.model,
+        "revision": facts.revision,
+        "weights_source": facts.weights_source,
+        **fit.model_dump(),
+        "socket": socket_note,
+        "warnings": facts.warnings,
+    }
+
+
+def print_fit(facts: ModelFacts, fit: MemoryFit, note: str) -> None:
+    rows = [
+        ("model", facts.model),
+        ("weights", f"{fit.weights_gb} GiB ({facts.weights_source})"),
+        ("KV per token", f"{fit.kv_bytes_per_token} bytes"),
+        ("context x sequences", f"{fit.context} x {fit.max_num_seqs}"),
+        ("KV needed", f"{fit.kv_gb} GiB"),
+        ("KV pool", f"{fit.kv_pool_gb} GiB"),
+        ("vLLM's processes", f"{fit.runtime_gb} GiB"),
+        (
+            "server at peak",
+            f"{fit.process_gb} GiB (weights + the KV the sequences need + vLLM's processes)",
+        ),
+        *budget_rows(fit.headroom_gb, fit.required_gb, fit.available_gb, note, fit.fits),
+    ]
+    if fit.suggested_max_model_len:
+        rows.append(("suggested max_model_len", str(fit.suggested_max_model_len)))
+    print_answer(rows, facts.warnings, fit.action)
+
+
+ESTIMATE = VllmEstimate()
