@@ -250,9 +250,7 @@ def estimate(
     safetensors weights, llama.cpp's llama-server for a GGUF file)"""
     facts = inspect_model(model, revision=revision, gguf_file=gguf_file)
     own = format_named(facts.format)
-    serving = (
-        engines.engine_named(own.engine) if own is not None else engines.DEFAULT_ENGINE
-    )
+    serving = engines.engine_named(own.engine) if own is not None else engines.DEFAULT_ENGINE
     estimate_of = serving.implementation("cli", "ESTIMATE", FormatEstimate)
     estimate_of.run(facts, max_model_len, max_num_seqs, socket_gb, as_json)
 

@@ -167,7 +167,7 @@ def test_offline_refuses_while_the_endpoint_runs(env: ApprovalSandbox, endpoint_
 
 
 def test_a_container_endpoint_is_measured_by_the_vllm_in_its_image(tmp_path: Path) -> None:
-    from epycd.cli.bench import bench_argv, serve_bench_args, throughput_argv
+    from epycd.engines.vllm.cli.bench import bench_argv, serve_bench_args, throughput_argv
 
     plan = as_plan(
         genoa_podman(), image="docker.io/amdih/zendnn_zentorch:test", port=8001,

@@ -165,7 +165,8 @@ def test_the_endpoint_is_called_at_its_own_address(
 
 
 def test_a_container_endpoint_passes_the_key_by_name(tmp_path: Path) -> None:
-    from epycd.cli.bench import bench_argv, bench_env, serve_bench_args
+    from epycd.cli.bench import bench_env
+    from epycd.engines.vllm.cli.bench import bench_argv, serve_bench_args
 
     plan = as_plan(
         genoa_podman(), image="docker.io/amdih/zendnn_zentorch:test", port=8001, host="::1",

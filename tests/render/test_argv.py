@@ -6,7 +6,7 @@ Instinct endpoints included, and the cases below for what the goldens lack: a re
 chat template, extra_args, eager by rule 4 or by the recipe's tight VRAM, the stream
 interval, a MoE recipe over several GPUs), `invocation_from_record` derives the invocation from the
 flat decisions, `vllm_argv` gives back `vllm_args` exactly, `bench_engine_argv` gives what
-the stored invocation gives, and `epycctl bench --offline` runs it (`epycd.cli.bench
+the stored invocation gives, and `epycctl bench --offline` runs it (`epycd.engines.vllm.cli.bench
 .engine_args`: the stored invocation's, a set's first member's; it no longer reads the argv,
 see the bench tests below).
 This table is the safety net for wiring the invocation into the planner and the units.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from epycd.cli.bench import engine_args, offline_target
+from epycd.engines.vllm.cli.bench import engine_args, offline_target
 from epycd.engines.vllm.plan.argv import bench_engine_argv, vllm_argv
 from epycd.engines.vllm.plan.invocation import CpuEngine, RocmEngine, VllmInvocation
 from epycd.engines.vllm.plan.model import (

@@ -5,7 +5,7 @@ inputs):
     plan.json   `epycctl plan NAME --json` for each endpoint of the case (cli/plan.py's
                 `plan_json` of the planner's result), keyed by endpoint name
     bench.json  the `vllm bench throughput` command `epycctl bench NAME --offline` runs with
-                its defaults (cli/bench.py `throughput_argv`: 4 prompts per sequence, at
+                its defaults (vLLM's cli/bench.py `throughput_argv`: 4 prompts per sequence, at
                 least 8; 128 tokens in and out), keyed by endpoint name
 
 and for the renderer's hand-written decisions (tests/render/fixtures.py CASES) the same
@@ -38,8 +38,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from epycd.cli.bench import throughput_argv
 from epycd.cli.plan import plan_json
+from epycd.engines.vllm.cli.bench import throughput_argv
 from epycd.plan.model import Plan
 from epycd.plan.result import EndpointResult
 from tests.render.fixtures import CASES as FIXTURES

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from epycd.cli.bench import BenchClient, BenchRun, offline_run, serve_runs
+from epycd.cli.bench import BenchClient, BenchRun
 from epycd.cli.engine_view import GPU_KEYS, PlanView, Row, instances_json
 from epycd.cli.model import FormatEstimate, budget_rows, print_answer, socket_memory
 from epycd.cli.output import EXIT_NO, print_json
@@ -18,6 +18,7 @@ from epycd.cli.quickstart import (
     model_argument,
     pick_runtime,
 )
+from epycd.engines.vllm.cli.bench import offline_run, serve_runs
 from epycd.engines.vllm.plan.model import (
     VllmCpuEndpoint,
     VllmInstinctEndpoint,
