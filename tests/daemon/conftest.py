@@ -8,6 +8,7 @@ here (the real-systemd proof is tests/e2e)."""
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import socket
 import sys
@@ -153,11 +154,22 @@ class DaemonSandbox(CliSandbox):
         return {s.name: s for s in collect_status(self.settings, planned_map(results))}
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
+    """A port nobody listens on now, below the kernel's ephemeral range: a real vLLM that
+    another test runs meanwhile binds its workers' ports there (port 0), and one of them could
+    take a port from that range between this choice and the plan's check of it."""
+    low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    for port in random.sample(range(low // 2, low), 100):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {low // 2}-{low - 1}")
 
 
 @pytest.fixture(scope="session")
