@@ -28,7 +28,7 @@ from typing import Any, Final
 from epycd.errors import InputError
 from epycd.plan.problem import Problem
 
-RECORD_FORMAT: Final = 2
+RECORD_FORMAT: Final = 3
 """The format `approve` writes. A record says it in `format`."""
 
 Record = dict[str, Any]
@@ -233,6 +233,15 @@ def typed_plan(record: Record) -> Record:
     return {**record, "plan": plan, "format": 2}
 
 
+def words_from_invocation(record: Record) -> Record:
+    """Format 3: a plan made since stores its engine's typed invocation alone, and its words
+    (`vllm_args`, `server_args`) are made from it when read. A format-2 record's stored
+    `vllm_args` stay as they are: they are the words its approved units ran, and today's
+    `VllmProcess` reads them as such (`recorded_vllm_args`); its `server_args` were always
+    its invocation's words."""
+    return {**record, "format": 3}
+
+
 FORMAT_1_STEPS: tuple[Step, ...] = (
     drop_exec_start_pre,
     listen_host_all,
@@ -248,7 +257,11 @@ FORMAT_1_STEPS: tuple[Step, ...] = (
 )
 """What format-1 records of each era lack, in the order of the commits that added it."""
 
-STEPS: dict[int, tuple[Step, ...]] = {1: (*FORMAT_1_STEPS, typed_plan), 2: ()}
+STEPS: dict[int, tuple[Step, ...]] = {
+    1: (*FORMAT_1_STEPS, typed_plan),
+    2: (words_from_invocation,),
+    3: (),
+}
 """Format -> the steps that bring a record of that format to the next one (the last format:
 to today's shape). A record of format v goes through `STEPS[v]`, ... `STEPS[RECORD_FORMAT]`."""
 

@@ -50,7 +50,7 @@ class Approval(BaseModel):
     `epycd.approval.migrate` (`approval_from_json`), which writes down what each key added
     since meant before it came: the model itself patches nothing."""
 
-    format: Literal[2] = RECORD_FORMAT
+    format: Literal[3] = RECORD_FORMAT
     endpoint: str
     unit_name: str
     fingerprint: str

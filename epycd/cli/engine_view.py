@@ -15,9 +15,10 @@ GPU_KEYS = ("gpus", "gfx_version", "tensor_parallel_size")
 """The plan keys of a GPU placement (null on CPUs)."""
 
 
-def instances_json(decided: SetEndpoint) -> dict[str, Any]:
+def instances_json(decided: SetEndpoint, words: str | None = None) -> dict[str, Any]:
     """A set's layout, its balancer, and each member as a whole instance (its own port,
-    CPUs, nodes, env and args)."""
+    CPUs, nodes, env and, under the key `words`, its engine's words, made from its invocation
+    as the renderer makes them)."""
     chosen = decided.instances
     return {
         "requested": chosen.requested,
@@ -31,10 +32,16 @@ def instances_json(decided: SetEndpoint) -> dict[str, Any]:
             "host": decided.host,
             "port": decided.port,
         },
-        # the members' typed invocation is not a plan key: their vllm_args (server_args)
-        # are its words
-        "members": [m.model_dump(mode="json", exclude={"invocation"}) for m in chosen.members],
+        # the members' typed invocation is not a plan key: their words are
+        "members": [_member_json(m, words) for m in chosen.members],
     }
+
+
+def _member_json(member: CpuServer, words: str | None) -> dict[str, Any]:
+    dumped = member.model_dump(mode="json", exclude={"invocation"})
+    if words is not None:
+        dumped[words] = getattr(member, words)
+    return dumped
 
 
 class PlanView(ABC):

@@ -110,9 +110,15 @@ ERAS: tuple[Era, ...] = (
     Era("E14", "b2dcb00", "+ `invocation` (the typed vLLM invocation)"),
     Era(
         "E15",
+        "e2c7f75",
+        "format 2: the plan holds `decisions` of one kind (`kind`: cpu, instinct, set) "
+        "beside its units and fingerprints",
+    ),
+    Era(
+        "E16",
         "main",
-        "the current format, 2: the plan holds `decisions` of one kind (`kind`: cpu, "
-        "instinct, set) beside its units and fingerprints",
+        "the current format, 3: a plan's words (`vllm_args`, `server_args`) are made from its "
+        "typed invocation when read, not stored beside it; hand-made decisions keep theirs",
     ),
 )
 
@@ -426,7 +432,7 @@ folder its files lived in). `expected-render/` is not generated here: it is what
 `render_units` makes of each record's plan (tests/approval/test_records.py,
 `UPDATE_RECORD_RENDER=1` rewrites it).
 
-Records up to E14 say `format: 1`, from E15 `format: 2`; the shape changed at each era
+Records up to E14 say `format: 1`, E15 `format: 2`, from E16 `format: 3`; the shape changed at each era
 below (main-line commits only; branch-only states never reached an admin's disk).
 
 | era | folder | date | what changed in a stored record | records |

@@ -128,7 +128,7 @@ def genoa_podman() -> VllmCpuEndpoint:
 def podman_before_5() -> VllmCpuEndpoint:
     """podman 4.4-4.x: no Notify=healthy, the health gate runs as ExecStartPost."""
     return _base("qwen-old", podman_notify_healthy=False, port=8001).model_copy(
-        update={"vllm_args": _args_with_port(8001)}
+        update={"recorded_vllm_args": _args_with_port(8001)}
     )
 
 

@@ -301,7 +301,9 @@ def test_the_bench_reads_the_files_flags_in_every_spelling(ws: PlanWorkspace) ->
         "--max-num-batched-tokens", "8192", "--enforce-eager",
     ]  # fmt: skip
     # a record from before the invocation: its words, read with the same grammar
-    before = decisions.model_copy(update={"invocation": None})
+    before = decisions.model_copy(
+        update={"invocation": None, "recorded_vllm_args": decisions.vllm_args}
+    )
     assert engine_args(before) == bench_engine_argv(inv)
 
 

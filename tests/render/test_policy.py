@@ -86,7 +86,7 @@ def test_the_full_throughput_set_renders() -> None:
 @pytest.mark.parametrize("arg", ["--device", "--device=cpu"])
 def test_no_device_argument(factory: Any, arg: str) -> None:
     args = [*factory().vllm_args, arg, "cpu"]
-    _refused({"vllm_args": args}, f"vllm_args[{len(args) - 2}]", factory)
+    _refused({"recorded_vllm_args": args}, f"vllm_args[{len(args) - 2}]", factory)
 
 
 @pytest.mark.parametrize("factory", [genoa_podman, milan_docker])
@@ -144,7 +144,7 @@ def test_newline_in_an_argument_is_refused_not_smuggled() -> None:
     for factory in ALL:
         args = [*factory().vllm_args, "--chat-template", "x\n[Service]\nExecStart=/bin/sh"]
         with pytest.raises(InputError, match="control character U\\+000A"):
-            render_units(factory().model_copy(update={"vllm_args": args}))
+            render_units(factory().model_copy(update={"recorded_vllm_args": args}))
 
 
 def test_docker_accepts_a_docker_hub_short_name() -> None:
@@ -187,7 +187,7 @@ def test_environment_that_takes_over_never_reaches_a_unit(
 )  # fmt: skip
 def test_flags_the_plan_owns_never_reach_a_unit(factory: Any, arg: str) -> None:
     args = [*factory().vllm_args, arg]
-    error = _refused({"vllm_args": args}, f"vllm_args[{len(args) - 1}]", factory)
+    error = _refused({"recorded_vllm_args": args}, f"vllm_args[{len(args) - 1}]", factory)
     assert "k3y" not in str(error)
 
 

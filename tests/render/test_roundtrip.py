@@ -97,7 +97,7 @@ def _variants(
                 "unit_name": f"epyc-llm-{endpoint}",
                 "model": base.model,
                 "served_model_name": base.served_model_name,
-                "vllm_args": [*base.vllm_args, *_kv_flag(template.vllm_args)],
+                "recorded_vllm_args": [*base.vllm_args, *_kv_flag(template.vllm_args)],
                 "env": {**template.env, **base.env},
                 "podman_notify_healthy": base.podman_notify_healthy,
                 "hf_token_file": token,
@@ -177,7 +177,7 @@ def test_random_decisions_verify_and_round_trip(
         update={
             "model": model,
             "served_model_name": served,
-            "vllm_args": args,
+            "recorded_vllm_args": args,
             "env": env,
             "podman_notify_healthy": notify_healthy,
         }
@@ -197,7 +197,7 @@ def test_unicode_whitespace_at_the_end_of_a_line_survives(manager: UserManager, 
     """Quadlet trims Unicode whitespace from the end of `Exec=`; systemd would keep it. Found
     by the random round trip above (a lone U+00A0), pinned here."""
     base = CASES["genoa-podman"]().model_copy(
-        update={"vllm_args": ["--x", arg], "env": {}, "podman_notify_healthy": True}
+        update={"recorded_vllm_args": ["--x", arg], "env": {}, "podman_notify_healthy": True}
     )
     _round_trip(_variants(base, "space", manager, None), manager)
 
@@ -221,7 +221,7 @@ def test_control_characters_are_refused(
     all_changes: dict[str, dict[str, object]] = {
         "model": {"model": text},
         "served_model_name": {"served_model_name": text},
-        "arg": {"vllm_args": [*decisions.vllm_args, text]},
+        "arg": {"recorded_vllm_args": [*decisions.vllm_args, text]},
         "env": {"env": {**decisions.env, "VLLM_X": text}},
         "env_name": {"env": {**decisions.env, f"VLLM_X{bad}Y": "1"}},
     }

@@ -64,7 +64,7 @@ class LlamaView(PlanView):
             keys = {key: getattr(decided, key) for key in SET_KEYS}
             return keys | {
                 "memory": decided.fit.model_dump(mode="json"),
-                "instances": instances_json(decided),
+                "instances": instances_json(decided, "server_args"),
             }
         server = _server(decided)
         return {
@@ -72,6 +72,7 @@ class LlamaView(PlanView):
             "max_model_len": server.max_model_len,
             "max_num_seqs": server.max_num_seqs,
             "memory": dumped["fit"],
+            "server_args": server.server_args,
         }
 
     def backend_text(self, decided: EndpointDecisions) -> str:

@@ -29,7 +29,6 @@ from epycd.engines.llama_cpp.plan.model import (
     LlamaFit,
     LlamaInvocation,
     LlamaRoute,
-    llama_server_argv,
 )
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
@@ -177,7 +176,6 @@ def decide_llama(
         socket_reason=placement.reason,
         cpus=placement.cpulist,
         fit=fit,
-        server_args=llama_server_argv(invocation),
         invocation=invocation,
         home_read_paths=home_paths(route, model_path, prepared.spec.chat_template),
     )

@@ -146,8 +146,14 @@ class LlamaEndpoint(CpuServer, LlamaService):
         default_factory=dict, description="llama-server's environment; never a secret"
     )
     fit: LlamaFit = Field(description="the fit of the process in the NUMA nodes' RAM")
-    server_args: list[str] = Field(description="arguments after llama-server")
-    invocation: LlamaInvocation = Field(description="the server typed; server_args are its words")
+    invocation: LlamaInvocation = Field(
+        description="the server typed; its words (`server_args`) are made when read, never stored"
+    )
+
+    @property
+    def server_args(self) -> list[str]:
+        """The arguments after llama-server: the invocation's words."""
+        return llama_server_argv(self.invocation)
 
     @property
     def cpu_fit(self) -> ServerFit:

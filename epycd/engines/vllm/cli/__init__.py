@@ -76,7 +76,7 @@ def memory_json(fit: MemoryFit) -> dict[str, Any]:
 def set_json(decided: SetEndpoint) -> dict[str, Any]:
     """A set's per-process keys, and its instances."""
     keys = {key: getattr(decided, key, None) for key in INSTANCE_KEYS}
-    return keys | {"instances": instances_json(decided)}
+    return keys | {"instances": instances_json(decided, "vllm_args")}
 
 
 def _cpu(decided: EndpointDecisions) -> VllmCpuEndpoint:
@@ -101,8 +101,10 @@ class VllmView(PlanView):
                 "omp_cpus": None,
                 "max_num_batched_tokens": None,
                 "memory": None,
+                "vllm_args": decided.vllm_args,
             }
-        return {"memory": memory_json(_cpu(decided).memory)}
+        cpu = _cpu(decided)
+        return {"memory": memory_json(cpu.memory), "vllm_args": cpu.vllm_args}
 
     def backend_text(self, decided: EndpointDecisions) -> str:
         backend = _vllm(decided).backend

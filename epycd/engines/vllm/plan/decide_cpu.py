@@ -5,7 +5,6 @@ and the paths under /root and /home a host endpoint reads (`host_home_paths`).""
 
 from __future__ import annotations
 
-from epycd.engines.vllm.plan.argv import vllm_argv
 from epycd.engines.vllm.plan.invocation import (
     BATCHED_TOKENS_FLAG,
     STREAM_INTERVAL_FLAG,
@@ -120,7 +119,6 @@ def decide(
         max_num_seqs=fit.max_num_seqs,
         max_num_batched_tokens=sizing.batched_tokens,
         enforce_eager=sizing.enforce_eager,
-        vllm_args=vllm_argv(invocation),
         invocation=invocation,
         run_flags=list(stack.run_flags) if chosen.containerized else [],
         home_read_paths=host_home_paths(route, chosen.model, prepared.spec.chat_template),

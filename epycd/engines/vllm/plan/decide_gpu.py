@@ -9,7 +9,6 @@ The recipe's model data is `data/instinct-recipes.json` (`epycd.model.instinct`)
 
 from __future__ import annotations
 
-from epycd.engines.vllm.plan.argv import vllm_argv
 from epycd.engines.vllm.plan.invocation import RocmEngine, VllmInvocation, serve_invocation
 from epycd.engines.vllm.plan.model import VllmInstinctEndpoint
 from epycd.engines.vllm.plan.route import VllmRoute, vllm_route_fields
@@ -166,7 +165,6 @@ def decide_gpu(
         max_model_len=context,
         max_num_seqs=spec.max_num_seqs or 0,
         enforce_eager=placement.fit.tier == "tight",
-        vllm_args=vllm_argv(invocation),
         invocation=invocation,
         run_flags=gpu_run_flags(),
         gpus=placement.gpus,

@@ -6,10 +6,11 @@ reader of a record from before the invocation (`pre_invocation_flags`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
+from epycd.engines.vllm.plan.argv import vllm_argv
 from epycd.engines.vllm.plan.invocation import ENFORCE_EAGER_FLAG, VllmInvocation
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
@@ -56,7 +57,11 @@ class VllmService(BaseModel):
 
 class VllmProcess(CpuPlacement):
     """One vLLM process: where it is pinned, its environment, its context and batch, and
-    `vllm serve` (typed in `invocation`, its words in `vllm_args`)."""
+    `vllm serve` typed in `invocation`. Its words (`vllm_args`) are made from the invocation
+    when they are read, never stored beside it; only a record from before format 3 holds
+    them (`recorded_vllm_args`), and its units ran with those words as they are."""
+
+    model_config = ConfigDict(serialize_by_alias=True)
 
     env: dict[str, str] = Field(description="environment for vLLM; never a secret")
     kv_cache_gb: int
@@ -67,12 +72,34 @@ class VllmProcess(CpuPlacement):
         description="CPU: a host vLLM without a C++ compiler or its interpreter's Python "
         "headers (docs/tuning.md rule 4); Instinct: the VRAM fit's tight tier",
     )
-    vllm_args: list[str] = Field(description="arguments after `vllm serve`, model first")
+    recorded_vllm_args: list[str] | None = Field(
+        default=None,
+        validation_alias=AliasChoices("vllm_args", "recorded_vllm_args"),
+        serialization_alias="vllm_args",
+        exclude_if=lambda words: words is None,
+        description="LEGACY: the words after `vllm serve` an approval record of format 1 or 2 "
+        "stored (its key: `vllm_args`); None in every plan made since",
+    )
     invocation: VllmInvocation | None = Field(
         default=None,
-        description="`vllm serve` typed; `vllm_args` are its words (epycd.engines.vllm.plan.argv); "
+        description="`vllm serve` typed; its words are `vllm_args` (epycd.engines.vllm.plan.argv); "
         "None only in an approval record written before the planner filled it",
     )
+
+    @model_validator(mode="after")
+    def _has_words(self) -> Self:
+        if self.invocation is None and self.recorded_vllm_args is None:
+            raise ValueError("a vLLM process needs its invocation (or a record's vllm_args)")
+        return self
+
+    @property
+    def vllm_args(self) -> list[str]:
+        """The arguments after `vllm serve`, model first: the invocation's words, or those a
+        record of an earlier format stored, as its approved units ran them."""
+        if self.recorded_vllm_args is not None:
+            return list(self.recorded_vllm_args)
+        assert self.invocation is not None
+        return vllm_argv(self.invocation)
 
     @property
     def runs_eager(self) -> bool:
