@@ -18,6 +18,8 @@ from pydantic import BaseModel
 from epycd.approval import migrate as m
 from epycd.approval.record import Approval, approval_path, load_approval
 from epycd.approval.shape import HostShape
+from epycd.engines.vllm.plan.argv import vllm_argv
+from epycd.engines.vllm.plan.invocation import VllmInvocation
 from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmInstinctEndpoint, VllmSetEndpoint
 from epycd.errors import InputError
 from epycd.model.facts import MemoryFit
@@ -63,9 +65,43 @@ FORMAT_1 = [f for f in FIXTURES if m.record_format(f.raw) == 1]
 on a record of a later one)."""
 
 
-def test_records_are_format_1_up_to_e14_and_format_2_from_e15() -> None:
+def test_records_are_format_1_up_to_e14_format_2_in_e15_and_3_from_e16() -> None:
     for fixture in FIXTURES:
-        assert m.record_format(fixture.raw) == (1 if era_number(fixture.era) <= 14 else 2)
+        era = era_number(fixture.era)
+        assert m.record_format(fixture.raw) == (1 if era <= 14 else 2 if era == 15 else 3)
+
+
+def _processes(record: dict[str, Any]) -> list[dict[str, Any]]:
+    decisions = record["plan"]["decisions"]
+    if decisions["kind"] == "set":
+        return list(decisions["instances"]["members"])
+    return [decisions]
+
+
+def test_format_3_stores_no_words_beside_a_planned_invocation() -> None:
+    """A plan the planner made (the golden records) stores its typed invocation alone from
+    format 3 on; its words are made from it, and they are the words format 2 stored for the
+    same plans. Hand-made decisions without an invocation's words keep theirs."""
+    by_era: dict[int, dict[str, Fixture]] = {}
+    for fixture in FIXTURES:
+        by_era.setdefault(era_number(fixture.era), {})[fixture.file] = fixture
+    newest, before = by_era[max(by_era)], by_era[15]
+    planned = [name for name in newest if name.startswith("golden-")]
+    assert len(planned) >= 10
+    for name in planned:
+        processes = _processes(newest[name].raw)
+        assert all("vllm_args" not in p and p["invocation"] for p in processes), name
+        approval = Approval.model_validate(m.migrate(before[name].raw))
+        stored = [p["vllm_args"] for p in _processes(before[name].raw)]
+        made_now = [vllm_argv(VllmInvocation.model_validate(p["invocation"])) for p in processes]
+        assert made_now == stored, name
+        decisions = approval.plan.decisions
+        members = getattr(decisions, "members", [decisions])
+        assert [d.recorded_vllm_args for d in members] == stored, name
+    assert all(
+        "vllm_args" in p for name in newest if name.startswith("cases-")
+        for p in _processes(newest[name].raw)
+    )  # fmt: skip
 
 
 def test_typed_plan_moves_every_format_1_plan_and_only_those() -> None:
