@@ -40,7 +40,7 @@ from epycd.errors import EpycError
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
-from epycd.plan.model import GpuServer, Plan, required_gb, server_processes
+from epycd.plan.model import Plan, server_processes
 from epycd.settings import Settings
 
 
@@ -66,7 +66,8 @@ def socket_needs(plan: Plan) -> dict[int, float]:
     each hold their own weights and KV pool, on every socket they use (docs/instances.md)."""
     needs: dict[int, float] = {}
     for server in server_processes(plan.decisions):
-        need = 0.0 if isinstance(server, GpuServer) else required_gb(server)
+        fit = server.cpu_fit
+        need = 0.0 if fit is None else fit.required_gb
         needs[server.socket] = needs.get(server.socket, 0.0) + need
     return needs
 

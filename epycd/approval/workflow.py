@@ -50,7 +50,6 @@ from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
 from epycd.plan.model import (
-    BalancedSet,
     EndpointDecisions,
     Plan,
     cpu_fit,
@@ -69,7 +68,7 @@ def memory_short(decisions: EndpointDecisions) -> str | None:
     fit = cpu_fit(decisions)
     if fit is None or fit.fits:
         return None
-    instance = decisions.worst_member if isinstance(decisions, BalancedSet) else decisions
+    instance = decisions.tightest_server
     return (
         f"does not fit: needs {fit.required_gb:g} GiB, socket {instance.socket} has "
         f"{fit.available_gb:g} GiB available"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from epycd.plan.model import CpuServer, EndpointDecisions, SetEndpoint
+from epycd.plan.model import CpuServer, EndpointDecisions, ServerEndpoint, SetEndpoint
 
 Row = tuple[str, str]
 GPU_KEYS = ("gpus", "gfx_version", "tensor_parallel_size")
@@ -69,14 +69,14 @@ class PlanView(ABC):
         """One server's rows (its fit, CPUs and context, or its device's)."""
 
     @abstractmethod
-    def server_rows(self, server: CpuServer) -> tuple[Row, Row, Row]:
+    def server_rows(self, server: ServerEndpoint) -> tuple[Row, Row, Row]:
         """One server's memory fit, CPU and context rows on CPUs (a set shows its tightest
         member's)."""
 
-    def set_bind_text(self, decided: SetEndpoint) -> str:
+    def set_bind_text(self, decided: EndpointDecisions) -> str:
         """What a set's CPU row adds after its pinned cores."""
         return ""
 
     @abstractmethod
-    def member_text(self, member: CpuServer) -> tuple[str, str]:
+    def member_text(self, member: ServerEndpoint) -> tuple[str, str]:
         """A set member's threads and its batch, in its row of the set."""

@@ -17,7 +17,7 @@ from epycd.cli.output import EXIT_OK, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.host.facts import HostFacts
 from epycd.plan.current import LOAD_SAMPLE_SECONDS
-from epycd.plan.model import BalancedSet, EndpointDecisions, GpuServer, SetEndpoint
+from epycd.plan.model import EndpointDecisions
 from epycd.plan.result import EndpointResult
 from epycd.settings import load_settings
 from epycd.text import escaped, escaped_lines
@@ -84,7 +84,7 @@ def decisions_json(decided: EndpointDecisions) -> dict[str, Any]:
     data: dict[str, Any] = {key: dumped.get(key) for key in plan_keys()}
     data.update(
         kind=decided.kind,
-        device="instinct" if isinstance(decided, GpuServer) else "cpu",
+        device=decided.device,
         engine=decided.engine,
     )
     data.update(view_for(decided.engine).json_keys(decided, dumped))
@@ -124,9 +124,9 @@ def _hardware_text(host: HostFacts) -> str:
 
 def _instance_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
     """A multi-instance endpoint: the balancer, why this many, and each instance's place."""
-    if not isinstance(decided, BalancedSet):
+    chosen = decided.instance_set
+    if chosen is None:
         return []
-    chosen = decided.instances
     rows = [
         (
             "Instances",
@@ -162,7 +162,7 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
             ("Path", view.path_text(decided)),
             ("Precision", decided.dtype),
         ]
-        if isinstance(decided, BalancedSet):
+        if decided.instance_set is not None:
             rows += _set_rows(decided)
         else:
             rows += view.endpoint_rows(decided)
@@ -185,10 +185,10 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
     return table(rows, header=("Item", "Value"))
 
 
-def _set_rows(decided: SetEndpoint) -> list[tuple[str, str]]:
+def _set_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
     """A set's fit and context are its tightest member's (each member's own are in its
     row); its CPUs and nodes are all of its members'."""
-    worst = decided.worst_member
+    worst = decided.tightest_server
     view = view_for(decided.engine)
     fit, cpu, context = view.server_rows(worst)
     where = "across sockets" if decided.socket is None else f"socket {decided.socket}"

@@ -27,7 +27,7 @@ from typing import Any
 
 from epycd.host.facts import HostFacts
 from epycd.model.facts import ModelFacts
-from epycd.plan.model import EndpointDecisions, GpuServer
+from epycd.plan.model import EndpointDecisions
 from epycd.sizes import GIB
 
 
@@ -119,7 +119,7 @@ def fingerprint_inputs(
         "host": shaping_host_facts(host),
         "decisions": shaping_decisions(decisions),
     }
-    if isinstance(decisions, GpuServer):
+    if decisions.gpus_held:
         inputs["gpus"] = shaping_gpu_facts(host)
     return inputs
 

@@ -12,8 +12,6 @@ from epycd.host.facts import HostFacts
 from epycd.plan.engines import planner_for
 from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
 from epycd.plan.model import (
-    BalancedSet,
-    CpuDecisions,
     EndpointDecisions,
     Plan,
     UnitRenderer,
@@ -68,13 +66,12 @@ def _inputs(
 
 
 def unfit(
-    prepared: Prepared, decisions: CpuDecisions, host: HostFacts, stack: Stack
+    prepared: Prepared, decisions: EndpointDecisions, host: HostFacts, stack: Stack
 ) -> EndpointResult:
     """The refusal of an endpoint that does not fit (its engine's `unfit`), with its inputs'
     fingerprint: memory short now is no drift of an approved endpoint whose inputs did not
     change. A set is refused by its member with the least room."""
-    process = decisions.worst_member if isinstance(decisions, BalancedSet) else decisions
-    refusal = planner_for(prepared.spec.engine).unfit(prepared, process)
+    refusal = planner_for(prepared.spec.engine).unfit(prepared, decisions.tightest_server)
     decisions.errors.append(Problem.of(refusal))
     inputs = _inputs(prepared, stack, host, decisions, units={}, dirs={})
     return failed(

@@ -7,7 +7,7 @@ stays a pure function of decisions. `Plan` adds the rendered units and the finge
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import (
@@ -126,6 +126,42 @@ class EndpointService(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     errors: list[Problem] = Field(default_factory=list)
 
+    # An endpoint is this service plus its servers: one, or a set's members behind its
+    # balancer. The core reads every endpoint through these, never by its type.
+
+    @property
+    def servers(self) -> Sequence[ServerEndpoint]:
+        """Its servers, each with its placement and its engine's decisions: the endpoint
+        itself when it is one server, a set's members (whose unit is the balancer's)."""
+        raise NotImplementedError(type(self).__name__)
+
+    @property
+    def instance_set(self) -> InstanceSet[Any] | None:
+        """A set's instances behind its balancer; None for an endpoint of one server."""
+        return None
+
+    @property
+    def tightest_server(self) -> ServerEndpoint:
+        """The server with the least room: the endpoint is sized, and refused, by it."""
+        [server] = self.servers  # a set chooses among its members
+        return server
+
+    @property
+    def device(self) -> Literal["cpu", "instinct"]:
+        """Where its servers compute: CPUs, or Instinct GPUs."""
+        return "cpu"
+
+    @property
+    def gpus_held(self) -> list[int]:
+        """The GPU indices its servers hold; none on CPUs."""
+        return []
+
+    @property
+    def cpu_fit(self) -> ServerFit | None:
+        """Its fit in its NUMA nodes' memory (a set's: its tightest server's); None on
+        GPUs, where its engine's own fit refuses."""
+        return None
+
     if TYPE_CHECKING:
         # What every engine's decisions give, as a field or a property: the core reads them
         # whatever the engine (pydantic would take a property declared here for a field).
@@ -166,6 +202,10 @@ class EndpointService(BaseModel):
 
         @property
         def numa_nodes(self) -> list[int]: ...
+
+        @property
+        def omp_cpus(self) -> str:
+            """The cores its compute threads run on ("" on GPUs)."""
 
         @property
         def kv_cache_gb(self) -> int | float:
@@ -227,16 +267,16 @@ class CpuServer(EndpointService, CpuPlacement):
     Each engine's own type adds its decisions and its fit in the nodes' memory."""
 
     @property
+    def servers(self) -> Sequence[ServerEndpoint]:
+        return [self]
+
+    @property
     def cpu_fit(self) -> ServerFit:
-        """Its fit in its NUMA nodes' memory."""
+        """Its fit in its NUMA nodes' memory: its engine's type gives it."""
         raise NotImplementedError(type(self).__name__)
 
     if TYPE_CHECKING:
         # Every engine's server gives them, as a field or a property.
-
-        @property
-        def omp_cpus(self) -> str:
-            """The cores its compute threads run on."""
 
         @property
         def env(self) -> dict[str, str]:
@@ -248,6 +288,23 @@ class GpuServer(EndpointService, CpuPlacement):
     and nodes are the GPUs' NUMA node(s), for the host side of the engine; its engine's type
     adds the GPUs, their fit in VRAM and its own decisions. It refuses by its own fit, never
     by the nodes' memory."""
+
+    @property
+    def servers(self) -> Sequence[ServerEndpoint]:
+        return [self]
+
+    @property
+    def device(self) -> Literal["cpu", "instinct"]:
+        return "instinct"
+
+    @property
+    def gpus_held(self) -> list[int]:
+        return list(self.gpus)
+
+    @property
+    def omp_cpus(self) -> str:
+        """No cores: its compute runs on its GPUs."""
+        return ""
 
     if TYPE_CHECKING:
         # Every engine's server on GPUs gives them, as a field or a property.
@@ -294,6 +351,18 @@ class BalancedSet(EndpointService, Generic[Member]):
     @property
     def members(self) -> list[Member]:
         return self.instances.members
+
+    @property
+    def servers(self) -> Sequence[Member]:
+        return self.members
+
+    @property
+    def instance_set(self) -> InstanceSet[Member]:
+        return self.instances
+
+    @property
+    def tightest_server(self) -> Member:
+        return self.worst_member
 
     @property
     def instance(self) -> None:
@@ -406,18 +475,13 @@ makes (`decision_types`), read back by its `kind`."""
 def cpu_fit(decisions: EndpointDecisions) -> ServerFit | None:
     """The fit of an endpoint on CPUs in its nodes' memory (a set's: its member with the least
     room); None for one on GPUs, whose fit refuses in its own decisions."""
-    if isinstance(decisions, CpuServer | BalancedSet):
-        return decisions.cpu_fit
-    return None
+    return decisions.cpu_fit
 
 
 def server_processes(decisions: EndpointDecisions) -> list[ServerEndpoint]:
-    """The endpoint's server processes, vLLM or llama-server: a set's members, or the
-    endpoint itself."""
-    if isinstance(decisions, BalancedSet):
-        return list(decisions.members)
-    assert isinstance(decisions, CpuServer | GpuServer), decisions.kind
-    return [decisions]
+    """The endpoint's server processes, of any engine: a set's members, or the endpoint
+    itself."""
+    return list(decisions.servers)
 
 
 class Plan(BaseModel):
@@ -447,14 +511,12 @@ class Plan(BaseModel):
     @property
     def instance_set(self) -> InstanceSet[Any] | None:
         """The instances behind the balancer; None for an endpoint of one instance."""
-        decisions = self.decisions
-        return decisions.instances if isinstance(decisions, BalancedSet) else None
+        return self.decisions.instance_set
 
     @property
     def gpus(self) -> list[int]:
         """The GPUs the endpoint holds; none for an endpoint on CPUs."""
-        decisions = self.decisions
-        return decisions.gpus if isinstance(decisions, GpuServer) else []
+        return self.decisions.gpus_held
 
 
 class RenderedUnits(NamedTuple):

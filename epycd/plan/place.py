@@ -24,11 +24,8 @@ from epycd.plan.finish import plan_result, unfit
 from epycd.plan.gpu import GpuPlacement, GpuRequest, cpu_host_view, gpu_nodes, place_gpus
 from epycd.plan.instances import Region
 from epycd.plan.model import (
-    BalancedSet,
-    CpuServer,
     EndpointDecisions,
     HfCacheMount,
-    cpu_fit,
 )
 from epycd.plan.multi import decide_set, regions, wants_instances
 from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
@@ -72,9 +69,8 @@ def _plan_one(
         if exc.file is None:
             exc.file = str(prepared.result.path)
         return failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
-    fit = cpu_fit(decisions)
+    fit = decisions.cpu_fit
     if fit is not None and not fit.fits:
-        assert isinstance(decisions, CpuServer | BalancedSet)
         return unfit(prepared, decisions, share.host, share.stack)
     return plan_result(prepared, decisions, share)
 

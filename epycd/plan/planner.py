@@ -16,7 +16,7 @@ from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.plan.alloc import Placement
 from epycd.plan.gpu import GpuPlacement
-from epycd.plan.model import CpuServer, GpuServer, HfCacheMount, SetEndpoint
+from epycd.plan.model import CpuServer, GpuServer, HfCacheMount, ServerEndpoint, SetEndpoint
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.sharing import Sharing
 from epycd.settings import Settings
@@ -83,7 +83,7 @@ class EnginePlanner(ABC):
         """One server's decisions on its placement and port."""
 
     @abstractmethod
-    def unfit(self, prepared: Prepared, server: CpuServer) -> Refusal:
+    def unfit(self, prepared: Prepared, server: ServerEndpoint) -> Refusal:
         """The refusal of a server that does not fit its nodes' memory, with the terms of
         what it needs and the fix."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from epycd.plan.model import BalancedSet, EndpointDecisions, GpuServer, Plan
+from epycd.plan.model import EndpointDecisions, Plan
 from epycd.plan.ports import Listener
 
 
@@ -49,11 +49,9 @@ class Held:
 def held_socket(decisions: EndpointDecisions) -> int | None:
     """The socket an approved plan keeps: a CPU endpoint's, a set's first (on its own socket
     every member is on it); None for an Instinct endpoint, which holds GPUs."""
-    if isinstance(decisions, GpuServer):
+    if decisions.device != "cpu":
         return None
-    if isinstance(decisions, BalancedSet):
-        return decisions.sockets[0]
-    return decisions.socket
+    return min(server.socket for server in decisions.servers)
 
 
 @dataclass(frozen=True)
@@ -70,7 +68,8 @@ class Reservations:
         held = {}
         for name, plan in approved.items():
             decisions = plan.decisions
-            members = decisions.members if isinstance(decisions, BalancedSet) else []
+            chosen = decisions.instance_set
+            members = chosen.members if chosen is not None else []
             nodes: dict[int, tuple[int, ...]] = {}
             for member in members:
                 mine = {*nodes.get(member.socket, ()), *member.numa_nodes}
@@ -81,7 +80,7 @@ class Reservations:
                 nodes=nodes,
                 port=decisions.port,
                 instance_ports=tuple(m.port for m in members),
-                gpus=tuple(decisions.gpus if isinstance(decisions, GpuServer) else ()),
+                gpus=tuple(decisions.gpus_held),
             )
         return cls(held)
 

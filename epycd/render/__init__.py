@@ -23,14 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from epycd.errors import EpycError
-from epycd.plan.model import (
-    BalancedSet,
-    CpuServer,
-    EndpointDecisions,
-    GpuServer,
-    RenderedUnits,
-    SetEndpoint,
-)
+from epycd.plan.model import EndpointDecisions, RenderedUnits
 from epycd.render.balancer import render_balancer
 from epycd.render.engines import renderer_for
 from epycd.render.policy import check_identity
@@ -44,23 +37,23 @@ def unit_file_name(decisions: EndpointDecisions) -> str:
 def render_units(decisions: EndpointDecisions) -> dict[str, str]:
     """File name -> exact text. Raises InputError (naming the file and key) on unsafe values.
     A multi-instance endpoint: every instance's units, then the balancer's."""
-    if isinstance(decisions, BalancedSet):
+    if decisions.instance_set is not None:
         return _render_set(decisions)
-    assert isinstance(decisions, CpuServer | GpuServer), decisions.kind
+    [server] = decisions.servers
     try:
-        renderer = renderer_for(decisions.engine)
-        renderer.check(decisions)
-        text = renderer.unit_text(decisions)
+        renderer = renderer_for(server.engine)
+        renderer.check(server)
+        text = renderer.unit_text(server)
     except EpycError as error:
         if error.file is None:
-            error.file = decisions.config_file
+            error.file = server.config_file
         raise
-    return {unit_file_name(decisions): text}
+    return {unit_file_name(server): text}
 
 
-def _render_set(decisions: SetEndpoint) -> dict[str, str]:
+def _render_set(decisions: EndpointDecisions) -> dict[str, str]:
     units: dict[str, str] = {}
-    for member in decisions.instances.members:
+    for member in decisions.servers:
         units.update(render_units(member))
     try:
         check_identity(decisions)
@@ -76,9 +69,9 @@ def unit_dirs(
     decisions: EndpointDecisions, *, unit_dir: Path, quadlet_dir: Path
 ) -> dict[str, Path]:
     """File name -> the folder it is installed in (Quadlet's folder for `.container`)."""
-    if isinstance(decisions, BalancedSet):
+    if decisions.instance_set is not None:
         dirs = {f"{decisions.unit_name}.service": unit_dir}
-        for member in decisions.instances.members:
+        for member in decisions.servers:
             dirs.update(unit_dirs(member, unit_dir=unit_dir, quadlet_dir=quadlet_dir))
         return dirs
     folder = quadlet_dir if decisions.runtime == "podman" else unit_dir

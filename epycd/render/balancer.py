@@ -42,7 +42,7 @@ from epycd.engines import engine_named
 from epycd.errors import InputError
 from epycd.listen import is_loopback
 from epycd.plan.healing import balancer_start_s
-from epycd.plan.model import CpuServer, SetEndpoint
+from epycd.plan.model import CpuServer, EndpointService
 from epycd.render.healing import service_restart_lines, start_limit_lines
 from epycd.render.sandbox import COMMON_SANDBOX
 from epycd.render.syntax import check_printable, command_line, plain_value
@@ -67,10 +67,10 @@ def member_service(member: CpuServer) -> str:
     return f"{member.unit_name}.service"
 
 
-def haproxy_config(decisions: SetEndpoint) -> str:
+def haproxy_config(decisions: EndpointService) -> str:
     """The whole haproxy.cfg: one frontend on the endpoint's address, one backend of the
     instances on loopback."""
-    assert decisions.instances is not None
+    assert decisions.instance_set is not None
     lines = [
         "global",
         "    log stdout format raw local0",
@@ -97,12 +97,12 @@ def haproxy_config(decisions: SetEndpoint) -> str:
     ]
     lines += [
         f"    server instance-{member.instance} {member.host}:{member.port}"
-        for member in decisions.instances.members
+        for member in decisions.instance_set.members
     ]
     return "\n".join(lines) + "\n"
 
 
-def config_credential(decisions: SetEndpoint) -> str:
+def config_credential(decisions: EndpointService) -> str:
     """`SetCredential=` of the config: systemd C-unescapes it, so newlines are `\\n`; no
     value of it may hold a backslash or a specifier."""
     text = haproxy_config(decisions)
@@ -117,18 +117,21 @@ def config_credential(decisions: SetEndpoint) -> str:
     return f"{CONFIG_CREDENTIAL}:" + text.replace("\n", "\\n")
 
 
-def ip_lines(decisions: SetEndpoint) -> list[Line]:
+def ip_lines(decisions: EndpointService) -> list[Line]:
     """On loopback, the balancer talks to loopback only: its clients and its instances."""
     if not is_loopback(decisions.host):
         return []
     return [("IPAddressAllow", "localhost"), ("IPAddressDeny", "any")]
 
 
-def _dependencies(decisions: SetEndpoint) -> list[Line]:
-    assert decisions.instances is not None
-    members = " ".join(member_service(m) for m in decisions.instances.members)
+def _dependencies(decisions: EndpointService) -> list[Line]:
+    assert decisions.instance_set is not None
+    members = " ".join(member_service(m) for m in decisions.instance_set.members)
     need = "Wants"
-    if decisions.healing is None and decisions.instances.min_ready >= decisions.instances.count:
+    if (
+        decisions.healing is None
+        and decisions.instance_set.min_ready >= decisions.instance_set.count
+    ):
         need = "Requires"
     return [
         ("Wants", "network-online.target"),
@@ -138,7 +141,7 @@ def _dependencies(decisions: SetEndpoint) -> list[Line]:
     ]
 
 
-def restart_lines(decisions: SetEndpoint) -> list[Line]:
+def restart_lines(decisions: EndpointService) -> list[Line]:
     """Restart= and RestartSec= from the balancer's healing (no watchdog: HAProxy does not
     ping one); in a record from before the healing policy, Restart=on-failure alone."""
     if decisions.healing is None:
@@ -146,16 +149,16 @@ def restart_lines(decisions: SetEndpoint) -> list[Line]:
     return service_restart_lines(decisions.healing)
 
 
-def engine_name(decisions: SetEndpoint) -> str:
+def engine_name(decisions: EndpointService) -> str:
     """The engine a set's instances run, as its balancer's Description names it, so that
     `systemctl status` says what the balancer fronts (`Engine.title`: `vLLM`, as every vLLM
     set's approved unit has always said)."""
     return engine_named(decisions.engine).title
 
 
-def render_balancer(decisions: SetEndpoint) -> str:
-    assert decisions.instances is not None
-    count = decisions.instances.count
+def render_balancer(decisions: EndpointService) -> str:
+    assert decisions.instance_set is not None
+    count = decisions.instance_set.count
     engine = engine_name(decisions)
     description = plain_value(
         f"epyc-llm {decisions.endpoint}: HAProxy in front of {count} {engine} instances of "
@@ -173,7 +176,7 @@ def render_balancer(decisions: SetEndpoint) -> str:
     )
 
 
-def _service_lines(decisions: SetEndpoint) -> list[Line]:
+def _service_lines(decisions: EndpointService) -> list[Line]:
     """[Service]: HAProxy under a dynamic user, sandboxed, reading its config from a
     credential; only a port below 1024 keeps the capability to bind it."""
     start = [HAPROXY, "-Ws", "-f", f"%d/{CONFIG_CREDENTIAL}"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from epycd.engines import engine_named
 from epycd.names import unit_name
-from epycd.plan.model import GpuServer, ServerEndpoint
+from epycd.plan.model import ServerEndpoint
 from epycd.render.commands import API_KEY_CREDENTIAL
 from epycd.render.syntax import (
     plain_value,
@@ -17,8 +17,8 @@ from epycd.render.text import Line
 def describe(decisions: ServerEndpoint) -> str:
     """The unit's Description, before escaping."""
     where = f"socket {decisions.socket}"
-    if isinstance(decisions, GpuServer):
-        where = f"Instinct GPU {','.join(map(str, decisions.gpus))}"
+    if decisions.gpus_held:
+        where = f"Instinct GPU {','.join(map(str, decisions.gpus_held))}"
     server = engine_named(decisions.engine).title
     return (
         f"epyc-llm {decisions.endpoint}"

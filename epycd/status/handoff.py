@@ -11,8 +11,6 @@ from pydantic import BaseModel, Field
 
 from epycd.listen import DEFAULT_HOST, local_url
 from epycd.plan.model import (
-    BalancedSet,
-    CpuServer,
     EndpointDecisions,
     Plan,
 )
@@ -103,9 +101,7 @@ def cpu_count(cpus: str) -> int:
 
 def omp_cpus(decisions: EndpointDecisions) -> str:
     """The CPUs vLLM's OpenMP threads run on; none are bound for an Instinct endpoint."""
-    if isinstance(decisions, CpuServer | BalancedSet):
-        return decisions.omp_cpus
-    return ""
+    return decisions.omp_cpus
 
 
 def handoff(plan: Plan) -> Handoff:

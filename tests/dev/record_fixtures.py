@@ -432,8 +432,8 @@ folder its files lived in). `expected-render/` is not generated here: it is what
 `render_units` makes of each record's plan (tests/approval/test_records.py,
 `UPDATE_RECORD_RENDER=1` rewrites it).
 
-Records up to E14 say `format: 1`, E15 `format: 2`, from E16 `format: 3`; the shape changed at each era
-below (main-line commits only; branch-only states never reached an admin's disk).
+Records up to E14 say `format: 1`, E15 `format: 2`, from E16 `format: 3`; the shape changed
+at each era below (main-line commits only; branch-only states never reached an admin's disk).
 
 | era | folder | date | what changed in a stored record | records |
 |-----|--------|------|---------------------------------|---------|

@@ -26,7 +26,7 @@ from epycd.engines.llama_cpp.settings import LlamaSettings
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts
 from epycd.model.facts import GgufFile, ModelFacts
-from epycd.plan.model import CpuServer, EndpointDecisions
+from epycd.plan.model import CpuServer, EndpointDecisions, ServerEndpoint
 from epycd.settings import Settings
 from epycd.sizes import gib
 
@@ -85,7 +85,7 @@ class LlamaView(PlanView):
     def endpoint_rows(self, decided: EndpointDecisions) -> list[Row]:
         return list(self.server_rows(_server(decided)))
 
-    def server_rows(self, server: CpuServer) -> tuple[Row, Row, Row]:
+    def server_rows(self, server: ServerEndpoint) -> tuple[Row, Row, Row]:
         decided = _server(server)
         fit, memory, invocation = decided.fit, decided.fit.memory, decided.invocation
         return (
@@ -110,7 +110,7 @@ class LlamaView(PlanView):
             ),
         )
 
-    def member_text(self, member: CpuServer) -> tuple[str, str]:
+    def member_text(self, member: ServerEndpoint) -> tuple[str, str]:
         server = _server(member)
         threads = f"{server.invocation.threads} threads"
         return threads, f"{server.max_num_seqs} slots, context {server.max_model_len}"

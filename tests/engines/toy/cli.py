@@ -6,7 +6,7 @@ from typing import Any
 
 from epycd.cli.engine_view import PlanView, Row, instances_json
 from epycd.host.cpulist import parse_cpulist
-from epycd.plan.model import BalancedSet, CpuServer, EndpointDecisions
+from epycd.plan.model import BalancedSet, CpuServer, EndpointDecisions, ServerEndpoint
 from tests.engines.toy.plan.model import ToyServer
 
 
@@ -32,7 +32,7 @@ class ToyView(PlanView):
     def endpoint_rows(self, decided: EndpointDecisions) -> list[Row]:
         return list(self.server_rows(_server(decided)))
 
-    def server_rows(self, server: CpuServer) -> tuple[Row, Row, Row]:
+    def server_rows(self, server: ServerEndpoint) -> tuple[Row, Row, Row]:
         toy = _server(server)
         return (
             ("Memory fit", f"required {toy.fit.required_gb} GB of {toy.fit.available_gb} GB"),
@@ -40,7 +40,7 @@ class ToyView(PlanView):
             ("Context", f"{toy.slots} slots of {toy.context} tokens"),
         )
 
-    def member_text(self, member: CpuServer) -> tuple[str, str]:
+    def member_text(self, member: ServerEndpoint) -> tuple[str, str]:
         toy = _server(member)
         return f"{len(parse_cpulist(toy.cpus))} cores", f"{toy.slots} slots"
 

@@ -27,7 +27,7 @@ from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, ServerFacts
 from epycd.model.facts import ModelFacts
 from epycd.plan.alloc import Placement
-from epycd.plan.model import CpuServer
+from epycd.plan.model import ServerEndpoint
 from epycd.plan.planner import EnginePlanner
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.route import refuse_non_epyc
@@ -187,7 +187,7 @@ class LlamaPlanner(EnginePlanner):
 
     decide = staticmethod(decide_llama)
 
-    def unfit(self, prepared: Prepared, server: CpuServer) -> Refusal:
+    def unfit(self, prepared: Prepared, server: ServerEndpoint) -> Refusal:
         assert isinstance(server, LlamaEndpoint)
         fit, memory = server.fit, server.fit.memory
         return Refusal(

@@ -31,7 +31,7 @@ from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.formats import format_named
-from epycd.plan.model import CpuServer, EndpointDecisions, Plan, SetEndpoint
+from epycd.plan.model import EndpointDecisions, Plan, ServerEndpoint, SetEndpoint
 from epycd.plan.tuning import DEFAULT_PROFILE, batch_target
 from epycd.settings import Settings
 from epycd.stack import shipped_stack
@@ -127,7 +127,7 @@ class VllmView(PlanView):
             return gpu_rows(decided)
         return list(self.server_rows(_cpu(decided)))
 
-    def server_rows(self, server: CpuServer) -> tuple[Row, Row, Row]:
+    def server_rows(self, server: ServerEndpoint) -> tuple[Row, Row, Row]:
         decided = _cpu(server)
         fit = decided.memory
         eager = ", eager: no C++ compiler or Python headers" if decided.enforce_eager else ""
@@ -155,10 +155,10 @@ class VllmView(PlanView):
             ),
         )
 
-    def set_bind_text(self, decided: SetEndpoint) -> str:
+    def set_bind_text(self, decided: EndpointDecisions) -> str:
         return f", OpenMP bind {decided.omp_cpus}"
 
-    def member_text(self, member: CpuServer) -> tuple[str, str]:
+    def member_text(self, member: ServerEndpoint) -> tuple[str, str]:
         cpu = _cpu(member)
         front = sorted(set(parse_cpulist(cpu.cpus)) - set(parse_cpulist(cpu.omp_cpus)))
         threads = f"OpenMP {cpu.omp_cpus}, front end {format_cpulist(front) or 'shares the core'}"

@@ -18,7 +18,7 @@ from epycd.model.facts import ModelFacts
 from epycd.model.formats import format_named
 from epycd.plan.alloc import Placement
 from epycd.plan.gpu import GpuPlacement
-from epycd.plan.model import CpuServer, GpuServer
+from epycd.plan.model import GpuServer, ServerEndpoint
 from epycd.plan.planner import EnginePlanner
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.route import container_runtime
@@ -146,7 +146,7 @@ class VllmPlanner(EnginePlanner):
     ) -> GpuServer:
         return decide_gpu(prepared, share, placement, port)
 
-    def unfit(self, prepared: Prepared, server: CpuServer) -> Refusal:
+    def unfit(self, prepared: Prepared, server: ServerEndpoint) -> Refusal:
         assert isinstance(server, VllmCpuEndpoint)
         fit = server.memory
         return Refusal(

@@ -8,7 +8,7 @@ from typing import Literal
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.plan.alloc import Placement, node_memory
-from epycd.plan.model import CpuServer, HfCacheMount
+from epycd.plan.model import HfCacheMount, ServerEndpoint
 from epycd.plan.planner import EnginePlanner
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.route import EngineRoute, refuse_non_epyc
@@ -99,8 +99,9 @@ class ToyPlanner(EnginePlanner):
             server_args=["-m", "http.server", str(port), "--bind", prepared.spec.host],
         )
 
-    def unfit(self, prepared: Prepared, server: CpuServer) -> Refusal:
+    def unfit(self, prepared: Prepared, server: ServerEndpoint) -> Refusal:
         fit = server.cpu_fit
+        assert fit is not None, "a toy server is on CPUs"
         return Refusal(
             f"does not fit: {fit.required_gb} GiB needed, {fit.available_gb} GiB available",
             file=prepared.result.path,
