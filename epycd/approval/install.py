@@ -63,6 +63,7 @@ from epycd.atomic import (
 )
 from epycd.errors import InputError, Refusal
 from epycd.names import is_endpoint_name
+from epycd.plan.model import RECORD_CONTEXT
 from epycd.readfile import RECORD_MAX_BYTES, read_bytes
 from epycd.settings import Settings
 
@@ -326,7 +327,7 @@ def install(settings: Settings, approval: Approval, previous: Approval | None) -
     record_path = approval_path(settings, approval.endpoint)
     make_dirs(record_path.parent)
     staged_record = staged_path(record_path, "new")
-    record_text = approval.model_dump_json(indent=2)
+    record_text = approval.model_dump_json(indent=2, context=RECORD_CONTEXT)
     write_durable(staged_record, record_text.encode(), RECORD_MODE)
     fsync_dir(record_path.parent)
     crash_point("approval-staged")

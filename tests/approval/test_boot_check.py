@@ -169,7 +169,7 @@ def test_an_eager_host_vllm_needs_neither(env: ApprovalSandbox, flag: str, plann
     header = with_python(env)
     plan = make_plan("chat", env.host(), env.settings.config_dir)
     decisions = cpu_decisions(plan)
-    words = {"vllm_args": [*decisions.vllm_args, flag], "enforce_eager": planned}
+    words = {"recorded_vllm_args": [*decisions.vllm_args, flag], "enforce_eager": planned}
     eager = plan.model_copy(update={"decisions": decisions.model_copy(update=words)})
     approve_chat(env, plan=eager)
     header.unlink()

@@ -6,12 +6,26 @@ reader of a record from before the invocation (`pre_invocation_flags`)."""
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from epycd.engines.vllm.plan.argv import vllm_argv
-from epycd.engines.vllm.plan.invocation import ENFORCE_EAGER_FLAG, VllmInvocation
+from epycd.engines.vllm.plan.invocation import (
+    ENFORCE_EAGER_FLAG,
+    CpuEngine,
+    RocmEngine,
+    VllmInvocation,
+)
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
 from epycd.plan.model import (
@@ -22,6 +36,7 @@ from epycd.plan.model import (
     EndpointDecisions,
     GpuServer,
     ServerFit,
+    in_record,
 )
 from epycd.spec.flags import ExtraFlags
 
@@ -59,7 +74,9 @@ class VllmProcess(CpuPlacement):
     """One vLLM process: where it is pinned, its environment, its context and batch, and
     `vllm serve` typed in `invocation`. Its words (`vllm_args`) are made from the invocation
     when they are read, never stored beside it; only a record from before format 3 holds
-    them (`recorded_vllm_args`), and its units ran with those words as they are."""
+    them (`recorded_vllm_args`), and its units ran with those words as they are. The fields
+    that repeat the invocation (`invocation_facts`) are left out of a record and filled from
+    the invocation when it is read."""
 
     model_config = ConfigDict(serialize_by_alias=True)
 
@@ -85,6 +102,34 @@ class VllmProcess(CpuPlacement):
         description="`vllm serve` typed; its words are `vllm_args` (epycd.engines.vllm.plan.argv); "
         "None only in an approval record written before the planner filled it",
     )
+
+    @classmethod
+    def invocation_facts(cls, invocation: VllmInvocation) -> dict[str, Any]:
+        """Its fields that are its invocation's facts, by key. A record stores them once, in
+        the invocation; they are filled from it when the record is read. A record from
+        before the invocation stores them as fields."""
+        return {
+            "max_model_len": invocation.max_model_len,
+            "max_num_seqs": invocation.engine.max_num_seqs or 0,
+            "enforce_eager": invocation.engine.enforce_eager,
+        }
+
+    @model_validator(mode="before")
+    @classmethod
+    def _facts_of_invocation(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("invocation") is not None:
+            return cls.invocation_facts(VllmInvocation.model_validate(data["invocation"])) | data
+        return data
+
+    @model_serializer(mode="wrap")
+    def _facts_once_in_a_record(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self.invocation is not None and in_record(info):
+            for key in self.invocation_facts(self.invocation):
+                data.pop(key, None)
+        return data
 
     @model_validator(mode="after")
     def _has_words(self) -> Self:
@@ -122,6 +167,15 @@ class VllmCpuEndpoint(CpuServer, VllmService, VllmProcess):
     max_num_batched_tokens: int
     memory: MemoryFit = Field(description="the fit in the NUMA nodes' RAM")
 
+    @classmethod
+    def invocation_facts(cls, invocation: VllmInvocation) -> dict[str, Any]:
+        engine = invocation.engine
+        assert isinstance(engine, CpuEngine), engine.kind
+        return super().invocation_facts(invocation) | {
+            "omp_cpus": engine.omp_cpus,
+            "max_num_batched_tokens": engine.max_num_batched_tokens,
+        }
+
     @property
     def cpu_fit(self) -> ServerFit:
         return self.memory
@@ -136,6 +190,14 @@ class VllmInstinctEndpoint(GpuServer, VllmService, VllmProcess):
     gfx_version: str | None = Field(default=None, description="the GPUs' gfx target")
     tensor_parallel_size: int = 1
     gpu_fit: GpuFit = Field(description="the VRAM fit per GPU")
+
+    @classmethod
+    def invocation_facts(cls, invocation: VllmInvocation) -> dict[str, Any]:
+        engine = invocation.engine
+        assert isinstance(engine, RocmEngine), engine.kind
+        return super().invocation_facts(invocation) | {
+            "tensor_parallel_size": engine.tensor_parallel_size
+        }
 
 
 def pre_invocation_flags(decisions: VllmProcess) -> ExtraFlags:
