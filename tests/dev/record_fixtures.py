@@ -117,8 +117,9 @@ ERAS: tuple[Era, ...] = (
     Era(
         "E16",
         "main",
-        "the current format, 3: a plan's words (`vllm_args`, `server_args`) are made from its "
-        "typed invocation when read, not stored beside it; hand-made decisions keep theirs",
+        "the current format, 3: a plan stores each fact once: its words (`vllm_args`, "
+        "`server_args`), context, sequences, batch, OpenMP CPUs, eager and tensor parallelism "
+        "are read from its typed invocation; hand-made decisions keep their words",
     ),
 )
 
