@@ -80,9 +80,10 @@ def _processes(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 def test_format_3_stores_no_copy_of_a_planned_invocation() -> None:
     """A plan the planner made (the golden records) stores its typed invocation alone from
-    format 3 on: its words, context, sequences, batch, OpenMP CPUs, eager and tensor
-    parallelism are read from it, and they are what format 2 stored beside it for the same
-    plans. Hand-made decisions without an invocation's words keep theirs."""
+    format 3 on: its words, dtype, address, port, served name, context, sequences, batch,
+    OpenMP CPUs, eager and tensor parallelism are read from it, and they are what format 2
+    stored beside it for the same plans. Hand-made decisions without an invocation's words
+    keep theirs."""
     by_era: dict[int, dict[str, Fixture]] = {}
     for fixture in FIXTURES:
         by_era.setdefault(era_number(fixture.era), {})[fixture.file] = fixture
@@ -91,7 +92,7 @@ def test_format_3_stores_no_copy_of_a_planned_invocation() -> None:
     assert len(planned) >= 10
     for name in planned:
         processes = _processes(newest[name].raw)
-        copies = {"vllm_args", "max_model_len", "max_num_seqs", "enforce_eager", "omp_cpus"}
+        copies = {"vllm_args", "port", "max_model_len", "max_num_seqs", "enforce_eager", "omp_cpus"}
         assert all(not copies & set(p) and p["invocation"] for p in processes), name
         approval = Approval.model_validate(m.migrate(before[name].raw))
         stored = [p["vllm_args"] for p in _processes(before[name].raw)]
@@ -280,7 +281,7 @@ def test_a_migrated_record_is_complete_and_has_nothing_else(fixture: Fixture) ->
     members = decisions["instances"]["members"] if decisions["kind"] == "set" else []
     for index, each in enumerate([decisions, *members]):
         kind = KINDS[each["kind"]]
-        left = in_invocation(each) if m.record_format(fixture.raw) >= 3 else set()
+        left = in_invocation(each) if m.record_format(fixture.raw) == m.RECORD_FORMAT else set()
         assert kept_fields(kind) - left <= set(each) <= fields(kind), index
         if each["kind"] == "cpu":
             assert set(each["memory"]) == fields(MemoryFit), index

@@ -118,8 +118,9 @@ ERAS: tuple[Era, ...] = (
         "E16",
         "main",
         "the current format, 3: a plan stores each fact once: its words (`vllm_args`, "
-        "`server_args`), context, sequences, batch, OpenMP CPUs, eager and tensor parallelism "
-        "are read from its typed invocation; hand-made decisions keep their words",
+        "`server_args`), dtype, address, port, served name, context, sequences, batch, OpenMP "
+        "CPUs, eager and tensor parallelism are read from its typed invocation; hand-made "
+        "decisions keep their words",
     ),
 )
 

@@ -103,10 +103,13 @@ def decide(
     placed = Placed(placement.socket, placement.numa_nodes, port, warnings, _stock_notes(prepared))
     host_hf = chosen.hf if not chosen.containerized else None
     invocation = cpu_invocation(prepared, chosen, fit, sizing, port)
-    return VllmCpuEndpoint(
+    service = {
         **served_fields(prepared, chosen),
         **vllm_route_fields(route),
         **service_fields(prepared, chosen, placed, host, stack, product_python, status_file),
+    }
+    return VllmCpuEndpoint(
+        **(service | VllmCpuEndpoint.invocation_facts(invocation)),
         backend=route.backend,
         vllm_executable=route.vllm_executable,
         socket_reason=placement.reason,
@@ -115,7 +118,6 @@ def decide(
         kv_cache_gb=fit.kv_pool_gb,
         memory=fit,
         invocation=invocation,
-        **VllmCpuEndpoint.invocation_facts(invocation),
         run_flags=list(stack.run_flags) if chosen.containerized else [],
         home_read_paths=host_home_paths(route, chosen.model, prepared.spec.chat_template),
     )

@@ -152,10 +152,13 @@ def decide_gpu(
     status = str(endpoint_status_file(share.settings.run_dir, prepared.result.name))
     python = share.product_python
     invocation = gpu_invocation(spec, placement, recipe, chosen, context, port)
-    return VllmInstinctEndpoint(
+    service = {
         **served_fields(prepared, chosen),
         **vllm_route_fields(prepared.route_of(VllmRoute)),
         **service_fields(prepared, chosen, placed, share.host, share.stack, python, status),
+    }
+    return VllmInstinctEndpoint(
+        **(service | VllmInstinctEndpoint.invocation_facts(invocation)),
         backend="rocm",
         socket_reason=f"the NUMA node(s) of GPU(s) {','.join(map(str, placement.gpus))}: "
         + placement.reason,
@@ -163,7 +166,6 @@ def decide_gpu(
         env=gpu_env(placement, recipe[1], spec),
         kv_cache_gb=gpu_kv_pool_gb(placement.fit),
         invocation=invocation,
-        **VllmInstinctEndpoint.invocation_facts(invocation),
         run_flags=gpu_run_flags(),
         gpus=placement.gpus,
         gfx_version=placement.gfx_version,

@@ -109,6 +109,10 @@ class VllmProcess(CpuPlacement):
         the invocation; they are filled from it when the record is read. A record from
         before the invocation stores them as fields."""
         return {
+            "dtype": invocation.dtype,
+            "host": invocation.host,
+            "port": invocation.port,
+            "served_model_name": invocation.served_model_name,
             "max_model_len": invocation.max_model_len,
             "max_num_seqs": invocation.engine.max_num_seqs or 0,
             "enforce_eager": invocation.engine.enforce_eager,
