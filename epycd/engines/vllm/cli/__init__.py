@@ -89,6 +89,30 @@ def _vllm(decided: EndpointDecisions) -> VllmService:
     return decided
 
 
+def gpu_rows(decided: VllmInstinctEndpoint) -> list[tuple[str, str]]:
+    """`epycctl plan`'s rows for an Instinct endpoint: the VRAM fit, the GPUs and CPUs."""
+    fit = decided.gpu_fit
+    vram = (
+        f"tensor parallel {fit.tensor_parallel_size}: weights {fit.weights_gb} + overhead "
+        f"{fit.overhead_gb} of {fit.vram_gb} GiB per GPU, {fit.remaining_for_kv_gb} GiB left "
+        f"for the KV cache ({fit.tier})"
+    )
+    return [
+        ("VRAM fit", vram),
+        (
+            "GPUs / CPUs",
+            f"Instinct {decided.gfx_version} GPU(s) {','.join(map(str, decided.gpus))} "
+            f"(HIP_VISIBLE_DEVICES), pinned to CPUs {decided.cpus} and NUMA node(s) "
+            f"{','.join(map(str, decided.numa_nodes))} ({decided.socket_reason})",
+        ),
+        (
+            "Context",
+            f"max_model_len {decided.max_model_len}"
+            f"{', eager: tight VRAM' if decided.enforce_eager else ''}",
+        ),
+    ]
+
+
 class VllmView(PlanView):
     engine = "vllm"
 
@@ -122,8 +146,6 @@ class VllmView(PlanView):
 
     def endpoint_rows(self, decided: EndpointDecisions) -> list[Row]:
         if isinstance(decided, VllmInstinctEndpoint):
-            from epycd.cli.instinct import gpu_rows
-
             return gpu_rows(decided)
         return list(self.server_rows(_cpu(decided)))
 
