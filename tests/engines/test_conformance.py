@@ -28,6 +28,7 @@ from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.metrics.series import endpoint_series
 from epycd.plan.model import BalancedSet, CpuServer, Plan, required_fits, server_processes
 from epycd.plan.reservations import Reservations
+from epycd.render import render_units
 from epycd.render.balancer import HAPROXY
 from epycd.stack import shipped_stack
 from epycd.status.handoff import handoff
@@ -145,6 +146,7 @@ def test_approved_then_a_change_is_drift(env: ApprovalSandbox, engine: str, shap
     record = load_approval(env.settings, "chat")
     assert record is not None and record.fingerprint == plan.fingerprint
     assert server_processes(record.plan.decisions) == server_processes(plan.decisions)
+    assert render_units(record.plan.decisions) == plan.units  # the record's facts, read back
     for name, text in plan.units.items():
         folder = env.settings.quadlet_dir if name.endswith(".container") else env.settings.unit_dir
         assert (folder / name).read_text() == text, name
