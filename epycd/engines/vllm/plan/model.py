@@ -118,12 +118,23 @@ class VllmProcess(CpuPlacement):
             "enforce_eager": invocation.engine.enforce_eager,
         }
 
+    @classmethod
+    def nested_invocation_facts(cls, invocation: VllmInvocation) -> dict[str, dict[str, Any]]:
+        """The invocation's facts inside another field's object, by field: left out of a
+        record and filled from the invocation as `invocation_facts` are."""
+        return {}
+
     @model_validator(mode="before")
     @classmethod
     def _facts_of_invocation(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("invocation") is not None:
-            return cls.invocation_facts(VllmInvocation.model_validate(data["invocation"])) | data
-        return data
+        if not isinstance(data, dict) or data.get("invocation") is None:
+            return data
+        invocation = VllmInvocation.model_validate(data["invocation"])
+        filled = cls.invocation_facts(invocation) | data
+        for field, facts in cls.nested_invocation_facts(invocation).items():
+            if isinstance(filled.get(field), dict):
+                filled[field] = facts | filled[field]
+        return filled
 
     @model_serializer(mode="wrap")
     def _facts_once_in_a_record(
@@ -133,6 +144,9 @@ class VllmProcess(CpuPlacement):
         if self.invocation is not None and in_record(info):
             for key in self.invocation_facts(self.invocation):
                 data.pop(key, None)
+            for field, facts in self.nested_invocation_facts(self.invocation).items():
+                if isinstance(data.get(field), dict):
+                    data[field] = {k: v for k, v in data[field].items() if k not in facts}
         return data
 
     @model_validator(mode="after")
@@ -178,6 +192,16 @@ class VllmCpuEndpoint(CpuServer, VllmService, VllmProcess):
         return super().invocation_facts(invocation) | {
             "omp_cpus": engine.omp_cpus,
             "max_num_batched_tokens": engine.max_num_batched_tokens,
+        }
+
+    @classmethod
+    def nested_invocation_facts(cls, invocation: VllmInvocation) -> dict[str, dict[str, Any]]:
+        """The memory fit was computed at the invocation's context and sequences."""
+        return {
+            "memory": {
+                "context": invocation.max_model_len,
+                "max_num_seqs": invocation.engine.max_num_seqs,
+            }
         }
 
     @property
