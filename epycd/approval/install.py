@@ -63,7 +63,7 @@ from epycd.atomic import (
 )
 from epycd.errors import InputError, Refusal
 from epycd.names import is_endpoint_name
-from epycd.plan.model import RECORD_CONTEXT
+from epycd.plan.invocation_facts import RECORD_CONTEXT
 from epycd.readfile import RECORD_MAX_BYTES, read_bytes
 from epycd.settings import Settings
 

@@ -21,30 +21,13 @@ from typing import (
     TypeVar,
 )
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PlainValidator,
-    SerializationInfo,
-    SerializeAsAny,
-)
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, SerializeAsAny
 
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.model.gpu_memory import GpuFit
 from epycd.plan.healing import Healing, Restart
 from epycd.plan.problem import Problem
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
-
-RECORD_CONTEXT: dict[str, Any] = {"record": True}
-"""The serialization context of an approval record: an engine's decisions drop there what
-their typed invocation holds (`in_record`), so the record stores each fact once."""
-
-
-def in_record(info: SerializationInfo) -> bool:
-    """Whether this dump writes an approval record (`RECORD_CONTEXT`)."""
-    return bool(info.context and info.context.get("record"))
-
 
 Runtime = Literal["podman", "docker", "host"]
 PrimaryEndpoint = Literal["chat_completions", "completions"]

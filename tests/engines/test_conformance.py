@@ -12,13 +12,15 @@ engine passes it as it is, and so does the test-only toy engine (test_toy_engine
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from epycd.approval.record import load_approval
+from epycd.approval.record import approval_path, load_approval
 from epycd.approval.state import endpoint_states
 from epycd.engines import engine_named
 from epycd.errors import InputError
@@ -26,7 +28,15 @@ from epycd.export import export_kube
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.metrics.series import endpoint_series
-from epycd.plan.model import BalancedSet, CpuServer, Plan, required_fits, server_processes
+from epycd.plan.invocation_facts import InvocationFacts
+from epycd.plan.model import (
+    BalancedSet,
+    CpuServer,
+    Plan,
+    decision_types,
+    required_fits,
+    server_processes,
+)
 from epycd.plan.reservations import Reservations
 from epycd.render import render_units
 from epycd.render.balancer import HAPROXY
@@ -128,6 +138,20 @@ def test_a_socket_that_is_not_there_is_refused_alone(
     check_servers(good, host)
 
 
+def assert_each_fact_once(record: dict[str, Any]) -> None:
+    """No server's record repeats what its typed invocation holds (`InvocationFacts`)."""
+    decisions = record["plan"]["decisions"]
+    servers = decisions["instances"]["members"] if decisions.get("instances") else [decisions]
+    for server in servers:
+        kind = decision_types()[server["kind"]]
+        if not issubclass(kind, InvocationFacts) or server.get("invocation") is None:
+            continue
+        invocation = kind.invocation_type.model_validate(server["invocation"])
+        assert not set(kind.invocation_facts(invocation)) & set(server), server["kind"]
+        for field, facts in kind.nested_invocation_facts(invocation).items():
+            assert not set(facts) & set(server[field]), (server["kind"], field)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_approved_then_a_change_is_drift(env: ApprovalSandbox, engine: str, shape: str) -> None:
@@ -147,6 +171,7 @@ def test_approved_then_a_change_is_drift(env: ApprovalSandbox, engine: str, shap
     assert record is not None and record.fingerprint == plan.fingerprint
     assert server_processes(record.plan.decisions) == server_processes(plan.decisions)
     assert render_units(record.plan.decisions) == plan.units  # the record's facts, read back
+    assert_each_fact_once(json.loads(approval_path(env.settings, "chat").read_text()))
     for name, text in plan.units.items():
         folder = env.settings.quadlet_dir if name.endswith(".container") else env.settings.unit_dir
         assert (folder / name).read_text() == text, name

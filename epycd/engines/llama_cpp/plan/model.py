@@ -10,11 +10,12 @@ to the server as LLAMA_API_KEY, so it is never in a unit, an argv or a record.""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from epycd.engines.llama_cpp.model.memory import LlamaMemory
+from epycd.plan.invocation_facts import InvocationFacts
 from epycd.plan.model import BalancedSet, CpuServer, HostService, ServerFit
 from epycd.plan.route import EngineRoute
 from epycd.sizes import gib
@@ -136,10 +137,12 @@ class LlamaService(HostService):
     gguf_file: str = Field(description="the GGUF file's name, as the endpoint file gives it")
 
 
-class LlamaEndpoint(CpuServer, LlamaService):
+class LlamaEndpoint(InvocationFacts, CpuServer, LlamaService):
     """An endpoint of one llama-server on CPUs, or one member of a llama.cpp set:
     a GGUF file, pinned to one socket's cores and NUMA nodes as a vLLM instance is, sized by
     docs/tuning.md rules 9-10."""
+
+    invocation_type: ClassVar[type[BaseModel]] = LlamaInvocation
 
     kind: Literal["llama"] = "llama"
     env: dict[str, str] = Field(
@@ -149,6 +152,11 @@ class LlamaEndpoint(CpuServer, LlamaService):
     invocation: LlamaInvocation = Field(
         description="the server typed; its words (`server_args`) are made when read, never stored"
     )
+
+    @classmethod
+    def nested_invocation_facts(cls, invocation: LlamaInvocation) -> dict[str, dict[str, Any]]:
+        """Its fit was computed at the invocation's context and slots."""
+        return {"fit": {"context": invocation.context, "slots": invocation.slots}}
 
     @property
     def server_args(self) -> list[str]:

@@ -6,16 +6,13 @@ reader of a record from before the invocation (`pre_invocation_flags`)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 from pydantic import (
     AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
-    model_serializer,
     model_validator,
 )
 
@@ -28,6 +25,7 @@ from epycd.engines.vllm.plan.invocation import (
 )
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
+from epycd.plan.invocation_facts import InvocationFacts
 from epycd.plan.model import (
     BalancedSet,
     BindMount,
@@ -36,7 +34,6 @@ from epycd.plan.model import (
     EndpointDecisions,
     GpuServer,
     ServerFit,
-    in_record,
 )
 from epycd.spec.flags import ExtraFlags
 
@@ -70,7 +67,7 @@ class VllmService(BaseModel):
         return self.backend
 
 
-class VllmProcess(CpuPlacement):
+class VllmProcess(InvocationFacts, CpuPlacement):
     """One vLLM process: where it is pinned, its environment, its context and batch, and
     `vllm serve` typed in `invocation`. Its words (`vllm_args`) are made from the invocation
     when they are read, never stored beside it; only a record from before format 3 holds
@@ -79,6 +76,7 @@ class VllmProcess(CpuPlacement):
     the invocation when it is read."""
 
     model_config = ConfigDict(serialize_by_alias=True)
+    invocation_type: ClassVar[type[BaseModel]] = VllmInvocation
 
     env: dict[str, str] = Field(description="environment for vLLM; never a secret")
     kv_cache_gb: int
@@ -105,9 +103,6 @@ class VllmProcess(CpuPlacement):
 
     @classmethod
     def invocation_facts(cls, invocation: VllmInvocation) -> dict[str, Any]:
-        """Its fields that are its invocation's facts, by key. A record stores them once, in
-        the invocation; they are filled from it when the record is read. A record from
-        before the invocation stores them as fields."""
         return {
             "dtype": invocation.dtype,
             "host": invocation.host,
@@ -117,37 +112,6 @@ class VllmProcess(CpuPlacement):
             "max_num_seqs": invocation.engine.max_num_seqs or 0,
             "enforce_eager": invocation.engine.enforce_eager,
         }
-
-    @classmethod
-    def nested_invocation_facts(cls, invocation: VllmInvocation) -> dict[str, dict[str, Any]]:
-        """The invocation's facts inside another field's object, by field: left out of a
-        record and filled from the invocation as `invocation_facts` are."""
-        return {}
-
-    @model_validator(mode="before")
-    @classmethod
-    def _facts_of_invocation(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or data.get("invocation") is None:
-            return data
-        invocation = VllmInvocation.model_validate(data["invocation"])
-        filled = cls.invocation_facts(invocation) | data
-        for field, facts in cls.nested_invocation_facts(invocation).items():
-            if isinstance(filled.get(field), dict):
-                filled[field] = facts | filled[field]
-        return filled
-
-    @model_serializer(mode="wrap")
-    def _facts_once_in_a_record(
-        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
-    ) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        if self.invocation is not None and in_record(info):
-            for key in self.invocation_facts(self.invocation):
-                data.pop(key, None)
-            for field, facts in self.nested_invocation_facts(self.invocation).items():
-                if isinstance(data.get(field), dict):
-                    data[field] = {k: v for k, v in data[field].items() if k not in facts}
-        return data
 
     @model_validator(mode="after")
     def _has_words(self) -> Self:
