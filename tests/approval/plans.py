@@ -149,7 +149,9 @@ def on_gpus(plan: Plan, gpus: list[int]) -> Plan:
     """The CPU plan as an Instinct endpoint's on `gpus`, on a port of its own."""
     decisions = plan.decisions
     assert isinstance(decisions, VllmCpuEndpoint)
-    service = decisions.model_dump(exclude={"kind", "omp_cpus", "max_num_batched_tokens", "memory"})
+    cpu_only = {"kind", "omp_cpus", "max_num_batched_tokens", "memory", "invocation"}
+    # no CPU invocation on GPUs: its words, as a record from before the invocation holds them
+    service = decisions.model_dump(exclude=cpu_only) | {"vllm_args": decisions.vllm_args}
     fit = GpuFit(
         tensor_parallel_size=len(gpus),
         vram_gb=192.0,

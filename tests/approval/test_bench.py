@@ -140,7 +140,7 @@ def test_offline_runs_bench_throughput_with_the_endpoints_sizing_and_pin(
             "--max-num-seqs", "4", "--max-num-batched-tokens", "2048",
             "--kv-cache-memory-bytes", str(2**30), "--port", "8000"]  # fmt: skip
     calls = approve_host_endpoint(
-        env, closed_port(), cpus=cpus, numa_nodes=[0], vllm_args=args, max_num_seqs=4
+        env, closed_port(), cpus=cpus, numa_nodes=[0], recorded_vllm_args=args, max_num_seqs=4
     )
     done = env.epycctl("bench", "chat", "--offline", "--output-len", "64", "--json")
     assert done.returncode == 0, done.stderr
@@ -173,7 +173,7 @@ def test_a_container_endpoint_is_measured_by_the_vllm_in_its_image(tmp_path: Pat
         genoa_podman(), image="docker.io/amdih/zendnn_zentorch:test", port=8001,
         served_model_name="qwen", model="Qwen/Qwen3-0.6B", cpus="98-191",
         numa_nodes=[4, 5], env={"VLLM_CPU_OMP_THREADS_BIND": "99-191"},
-        vllm_args=["Qwen/Qwen3-0.6B", "--max-num-seqs", "8"], max_num_seqs=8,
+        recorded_vllm_args=["Qwen/Qwen3-0.6B", "--max-num-seqs", "8"], max_num_seqs=8,
         hf_cache=HfCacheMount(host_path="/srv/hf"), extra_mounts=[],
     )  # fmt: skip
     args = serve_bench_args(plan, 4, 16, (128, 128), "/epycd-bench/c4.json")

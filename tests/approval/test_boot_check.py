@@ -203,7 +203,7 @@ def test_a_typed_plans_eager_is_its_invocations(
                          max_num_batched_tokens=d.max_num_batched_tokens,
                          enforce_eager=planned),
     )  # fmt: skip
-    typed = with_decisions(plan, vllm_args=[*d.vllm_args, *argv], invocation=invocation)
+    typed = with_decisions(plan, recorded_vllm_args=[*d.vllm_args, *argv], invocation=invocation)
     approve_chat(env, plan=typed)
     header.unlink()
     done = boot_check(env, "chat", env.host_root)

@@ -14,7 +14,7 @@ from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmSetEndpoint
 from epycd.model.facts import MemoryFit
 from epycd.plan.healing import Restart, healing_for
 from epycd.plan.model import EndpointDecisions, HfCacheMount, Plan
-from epycd.plan.unit_commands import approval_check_argv
+from epycd.plan.service.unit_commands import approval_check_argv
 
 PRODUCT_PYTHON = "/opt/epyc-llm/venv/bin/python"
 GENOA_IMAGE = (
@@ -107,7 +107,7 @@ def _base(name: str, **changes: object) -> VllmCpuEndpoint:
 
 
 def with_restart(decisions: VllmCpuEndpoint, restart: Restart) -> VllmCpuEndpoint:
-    """`restart` and the healing the planner gives it (epycd.plan.served.service_fields)."""
+    """`restart` and the healing the planner gives it (epycd.plan.service.served.service_fields)."""
     supervised = decisions.runtime != "podman"
     healing = healing_for(restart, decisions.start_timeout_s, supervised=supervised)
     return decisions.model_copy(update={"restart": restart, "healing": healing})
@@ -228,6 +228,7 @@ def _args_with_port(port: int, host: str = "127.0.0.1") -> list[str]:
 
 
 def _renamed(decisions: VllmCpuEndpoint, name: str, **changes: object) -> VllmCpuEndpoint:
+    assert set(changes) <= set(VllmCpuEndpoint.model_fields), changes  # model_copy checks none
     return decisions.model_copy(
         update={
             "endpoint": name,
@@ -254,7 +255,7 @@ def docker_exposed_with_key() -> VllmCpuEndpoint:
         decisions,
         "olmo-key",
         host="0.0.0.0",
-        vllm_args=args,
+        recorded_vllm_args=args,
         api_key_file="/etc/epyc-llm/secrets/olmo.key",
     )
 
@@ -265,7 +266,11 @@ def host_ipv6_with_key(vllm: str = "/opt/vllm-env/bin/vllm") -> VllmCpuEndpoint:
         host_vllm(vllm),
         "host-key",
         host="::",
-        vllm_args=[*_args_with_port(8003, "::"), "--kv-cache-memory-bytes", str(64 * 1024**3)],
+        recorded_vllm_args=[
+            *_args_with_port(8003, "::"),
+            "--kv-cache-memory-bytes",
+            str(64 * 1024**3),
+        ],
         api_key_file="/etc/epyc-llm/secrets/host.key",
     )
 
@@ -315,5 +320,9 @@ def cpu_decisions(plan: Plan) -> VllmCpuEndpoint:
 
 
 def with_decisions(plan: Plan, **update: object) -> Plan:
-    """The plan with `update` applied to its decisions (units not rendered again)."""
+    """The plan with `update` applied to its decisions (units not rendered again). Only
+    fields: `model_copy` would keep any other key unseen (a property such as `vllm_args`
+    is set through its stored field, `recorded_vllm_args`)."""
+    fields = set(type(plan.decisions).model_fields)
+    assert set(update) <= fields, sorted(set(update) - fields)
     return plan.model_copy(update={"decisions": plan.decisions.model_copy(update=update)})
