@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 from epycd.approval.record import current_approver  # noqa: E402
 from epycd.approval.workflow import install_approval, make_approval  # noqa: E402
-from epycd.plan.current import plan_endpoints  # noqa: E402
+from epycd.plan.pipeline.current import plan_endpoints  # noqa: E402
 from epycd.render import render_for_plan  # noqa: E402
 from epycd.settings import Settings  # noqa: E402
 from epycd.supervisor import SupervisorStatus, write_status  # noqa: E402

@@ -23,7 +23,7 @@ Configurations:
 - **planned** (`--planned`): what epyc-llm's planner decides for a llama.cpp endpoint of this
   file on this machine (docs/tuning.md rule 10: its `server_args`, run under numactl with the
   plan's CPUs and NUMA nodes as its unit's CPUAffinity= and NUMAPolicy=bind do), planned
-  through `epycd.plan.build.plan_all` against this host (under an EPYC identity where the
+  through `epycd.plan.pipeline.build.plan_all` against this host (under an EPYC identity where the
   product would refuse the CPU).
 
 Each: start-up (spawn to the first /health 200), then vLLM's own `vllm bench serve` (the
@@ -126,7 +126,7 @@ def planned_config(server: Path, model: Path, work: Path) -> Config:
     from epycd.engines.llama_cpp.plan.model import LlamaEndpoint
     from epycd.host.cpulist import format_cpulist
     from epycd.host.detect import detect_host
-    from epycd.plan.build import PlanSources, plan_all
+    from epycd.plan.pipeline.build import PlanSources, plan_all
     from epycd.render import render_for_plan
     from epycd.settings import Settings
     from tests.machine import serving_root

@@ -88,7 +88,7 @@ def time_cli(root: Path, env: dict[str, str], runs: int) -> tuple[list[float], d
 
 
 IMPORTS = (
-    "import epycd.cli, epycd.cli.plan, epycd.plan.build, epycd.host.detect, epycd.render, "
+    "import epycd.cli, epycd.cli.plan, epycd.plan.pipeline.build, epycd.host.detect, epycd.render, "
     "epycd.model.check"
 )
 
@@ -107,7 +107,7 @@ def time_in_process(root: Path, env: dict[str, str], runs: int) -> tuple[list[fl
     os.environ.update(env)
     from epycd.host.detect import detect_host
     from epycd.host.facts import RuntimeFacts
-    from epycd.plan.build import PlanSources, plan_all
+    from epycd.plan.pipeline.build import PlanSources, plan_all
     from epycd.render import render_for_plan
     from epycd.settings import Settings
 

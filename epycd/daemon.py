@@ -241,7 +241,7 @@ class Daemon:
     def plan(self) -> None:
         """Plan every endpoint file; on failure keep the last answer and say why."""
         from epycd.approval.record import approved_plans
-        from epycd.plan.current import plan_endpoints
+        from epycd.plan.pipeline.current import plan_endpoints
         from epycd.render import render_for_plan
         from epycd.status.collect import planned_map
 

@@ -33,7 +33,7 @@ from epycd.readfile import RECORD_MAX_BYTES, read_bytes
 from epycd.settings import Settings
 
 if TYPE_CHECKING:
-    from epycd.plan.result import EndpointResult
+    from epycd.plan.pipeline.result import EndpointResult
 
 StateName = Literal["pending-approval", "approved", "changed-needs-approval", "orphaned", "damaged"]
 

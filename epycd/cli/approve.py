@@ -31,7 +31,7 @@ from epycd.errors import InputError, Refusal
 from epycd.events import EPYCCTL, Event, emit
 from epycd.host.facts import HostFacts
 from epycd.plan.model import Plan
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.result import EndpointResult
 from epycd.settings import Settings, load_settings
 
 P = ParamSpec("P")
@@ -41,7 +41,7 @@ R = TypeVar("R")
 def current_plan(settings: Settings, name: str) -> tuple[EndpointResult, HostFacts]:
     """Plan every endpoint file together (disjoint sockets, distinct ports), exactly as
     `epycctl plan` does; NAME's result."""
-    from epycd.plan.current import endpoint_specs, plan_endpoints
+    from epycd.plan.pipeline.current import endpoint_specs, plan_endpoints
     from epycd.render import render_for_plan
 
     specs = endpoint_specs(settings)

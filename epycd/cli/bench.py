@@ -84,7 +84,7 @@ def api_key(plan: Plan) -> str | None:
     reader; None for an endpoint without one."""
     if not plan.decisions.api_key_file:
         return None
-    from epycd.plan.secrets import read_api_key
+    from epycd.plan.service.secrets import read_api_key
 
     return read_api_key(Path(plan.decisions.api_key_file), Path(plan.decisions.config_file))
 

@@ -147,7 +147,7 @@ def write_files(folder: Path, files: dict[str, str], force: bool) -> None:
 def planned(name: str) -> tuple[Plan, HostFacts]:
     """(the approved plan, else the current one; the host's facts), as `epycctl plan`."""
     from epycd.approval.record import approved_plans, load_approval
-    from epycd.plan.current import endpoint_specs, plan_endpoints
+    from epycd.plan.pipeline.current import endpoint_specs, plan_endpoints
     from epycd.render import render_for_plan
 
     settings = load_settings()

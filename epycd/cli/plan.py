@@ -16,9 +16,9 @@ from epycd.cli.options import SAMPLE_SECONDS, NonEmptyPath
 from epycd.cli.output import EXIT_OK, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.host.facts import HostFacts
-from epycd.plan.current import LOAD_SAMPLE_SECONDS
 from epycd.plan.model import EndpointDecisions
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.current import LOAD_SAMPLE_SECONDS
+from epycd.plan.pipeline.result import EndpointResult
 from epycd.settings import load_settings
 from epycd.text import escaped, escaped_lines
 
@@ -238,7 +238,7 @@ def show(result: EndpointResult, host: HostFacts) -> None:
 def plan(name: str, as_json: bool, root: Path | None, sample_seconds: float) -> None:
     """Show what NAME's endpoint file would run, and the units, without writing anything."""
     from epycd.approval.record import approved_plans
-    from epycd.plan.current import endpoint_specs, plan_endpoints
+    from epycd.plan.pipeline.current import endpoint_specs, plan_endpoints
     from epycd.render import render_for_plan
 
     settings = load_settings()

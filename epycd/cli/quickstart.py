@@ -33,7 +33,7 @@ from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.paths import runtime_install_command
 from epycd.plan.model import Plan, Runtime
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.result import EndpointResult
 from epycd.plan.route import container_runtime
 from epycd.readfile import read_bytes
 from epycd.settings import Settings
@@ -216,7 +216,7 @@ def plan_candidate(
 ) -> EndpointResult:
     """NAME planned from `content` (not yet on disk) together with the other endpoint files,
     exactly as `epycctl plan` would plan it once written."""
-    from epycd.plan.current import endpoint_specs, plan_endpoints
+    from epycd.plan.pipeline.current import endpoint_specs, plan_endpoints
     from epycd.render import render_for_plan
     from epycd.spec import parse_endpoint
     from epycd.stack import shipped_stack
@@ -345,7 +345,7 @@ def prepared_host(name: str) -> tuple[Settings, HostFacts]:
     from epycd.approval.permissions import require_admin
     from epycd.approval.record import checked_name
     from epycd.approval.workflow import recover_interrupted
-    from epycd.plan.current import LOAD_SAMPLE_SECONDS, endpoint_specs, gather_host
+    from epycd.plan.pipeline.current import LOAD_SAMPLE_SECONDS, endpoint_specs, gather_host
     from epycd.settings import load_settings
 
     settings = load_settings()

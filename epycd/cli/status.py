@@ -52,7 +52,7 @@ def journal_tail(unit: str) -> list[str]:
 
 def current_statuses(settings: Settings) -> list[EndpointStatus]:
     from epycd.approval.record import approved_plans
-    from epycd.plan.current import plan_endpoints
+    from epycd.plan.pipeline.current import plan_endpoints
     from epycd.render import render_for_plan
     from epycd.status.collect import collect_status, planned_map
 
@@ -340,7 +340,7 @@ def start(name: str, as_json: bool) -> None:
     from epycd.approval.record import approved_plans, current_approver, readable_approval
     from epycd.approval.workflow import main_service, start_wait_s, units_to_enable
     from epycd.atomic import unlink_durable
-    from epycd.plan.current import plan_endpoints
+    from epycd.plan.pipeline.current import plan_endpoints
     from epycd.render import render_for_plan
     from epycd.status.collect import collect_status, planned_map
     from epycd.status.stop import stop_marker_path

@@ -1,6 +1,6 @@
 """An endpoint file made ready for placement (`Prepared`: its route, model facts and
 warnings) and what preparing reads from the outside world (`Sources`). Every engine's
-planner (`epycd.plan.planner.EnginePlanner`) prepares into this one type."""
+planner (`epycd.plan.engines.planner.EnginePlanner`) prepares into this one type."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ RouteT = TypeVar("RouteT", bound=EngineRoute)
 @dataclass(frozen=True)
 class Sources:
     """What preparing asks the outside world, each once per model or executable in one
-    planning run (`epycd.plan.prepare.memoized_sources`)."""
+    planning run (`epycd.plan.pipeline.prepare.memoized_sources`)."""
 
     inspect: ModelInspector
     probe_vllm: VllmProber

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from epycd.plan.healing import Healing
 from epycd.plan.model import EndpointDecisions
-from epycd.plan.unit_commands import crash_recorder_argv
+from epycd.plan.service.unit_commands import crash_recorder_argv
 from epycd.render.syntax import command_line
 from epycd.render.text import Line
 

@@ -22,8 +22,8 @@ from pathlib import PurePosixPath
 from epycd.engines import engine_named
 from epycd.errors import InputError
 from epycd.listen import is_loopback
-from epycd.plan.hfcache import ENDPOINT_HF_HOME
 from epycd.plan.model import ServerEndpoint
+from epycd.plan.service.hfcache import ENDPOINT_HF_HOME
 from epycd.render.syntax import check_printable, escape_specifiers, quote_word
 from epycd.render.text import Line
 

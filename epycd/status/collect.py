@@ -21,7 +21,7 @@ from epycd.status.units import UnitState, main_unit, read_unit_states
 from epycd.supervisor import SupervisorStatus, read_status
 
 if TYPE_CHECKING:
-    from epycd.plan.result import EndpointResult
+    from epycd.plan.pipeline.result import EndpointResult
 
 
 def supervisor_status_file(settings: Settings, plan: Plan | None, name: str) -> Path:

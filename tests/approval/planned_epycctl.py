@@ -24,7 +24,7 @@ from epycd.cli import main
 from epycd.errors import InputError
 from epycd.host.facts import HostFacts
 from epycd.plan.model import Plan
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.result import EndpointResult
 from epycd.settings import Settings
 from tests.approval.plans import PLAN_FILE_ENV
 

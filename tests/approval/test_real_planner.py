@@ -13,8 +13,8 @@ import pytest
 from epycd.approval.record import load_approval
 from epycd.approval.state import endpoint_states_of
 from epycd.engines.vllm.plan.model import VllmCpuEndpoint
-from epycd.plan.build import PlanSources, plan_all
-from epycd.plan.reservations import Reservations
+from epycd.plan.pipeline.build import PlanSources, plan_all
+from epycd.plan.placement.reservations import Reservations
 from epycd.render import render_for_plan
 from tests.approval.conftest import ApprovalSandbox
 from tests.health.realvllm import stock_vllm_executable, vllm_executable

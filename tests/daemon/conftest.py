@@ -25,7 +25,7 @@ from epycd.approval.workflow import install_approval, make_approval
 from epycd.host.facts import HostVllmFacts
 from epycd.host.probe_cache import PROBE_CACHE, ProbeCache
 from epycd.paths import endpoint_status_file
-from epycd.plan.current import Planned, plan_endpoints
+from epycd.plan.pipeline.current import Planned, plan_endpoints
 from epycd.render import render_for_plan
 from epycd.settings import Settings
 from epycd.status.collect import collect_status, planned_map

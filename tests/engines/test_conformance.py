@@ -37,7 +37,7 @@ from epycd.plan.model import (
     required_fits,
     server_processes,
 )
-from epycd.plan.reservations import Reservations
+from epycd.plan.placement.reservations import Reservations
 from epycd.render import render_units
 from epycd.render.balancer import HAPROXY
 from epycd.stack import shipped_stack

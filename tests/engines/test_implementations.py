@@ -15,13 +15,13 @@ from epycd.cli.engine_view import PlanView
 from epycd.cli.engine_views import view_for, views
 from epycd.engines import ENGINES, Engine
 from epycd.plan.engines import planner_for, planners
-from epycd.plan.planner import EnginePlanner
+from epycd.plan.engines.planner import EnginePlanner
 from epycd.render.engines import renderer_for
 from epycd.render.server import ServerRenderer
 from tests.sandbox import REPO
 
 REGISTRIES = (
-    "epycd/plan/engines.py",
+    "epycd/plan/engines/__init__.py",
     "epycd/render/engines.py",
     "epycd/cli/engine_views.py",
     "epycd/export/__init__.py",

@@ -13,7 +13,7 @@ from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.healing import healing_for
 from epycd.plan.model import Plan
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.result import EndpointResult
 from tests.hosts import CATALOGUE, MI210, FakeGpu, HostShape, gpus_on_nodes
 from tests.instinct.conftest import DOCKER
 from tests.plan.conftest import PlanWorkspace, instinct

@@ -13,7 +13,7 @@ import httpx
 
 from epycd.engines.llama_cpp.plan.model import LlamaSetEndpoint
 from epycd.host.facts import HostFacts, RuntimeFacts
-from epycd.plan.ports import listening_ports
+from epycd.plan.placement.ports import listening_ports
 from epycd.render.balancer import haproxy_config
 from tests.health.realvllm import free_port
 from tests.llama.realllama import healthy, llama_server, tiny_gguf

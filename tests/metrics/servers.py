@@ -113,7 +113,7 @@ def in_unit(unit: str, body: Path, port: int) -> Iterator[int]:
     """A server answering GET /metrics with the file `body` (read at each request) on
     127.0.0.1:`port`, as a process of its own in a cgroup named after `unit`, as systemd
     runs an endpoint's vLLM: the planner then knows the port for the endpoint's own
-    (`epycd.plan.ports.endpoint_of_pid`), not another process's. Yields its pid."""
+    (`epycd.plan.placement.ports.endpoint_of_pid`), not another process's. Yields its pid."""
     import subprocess
     import sys
     import tempfile

@@ -20,10 +20,10 @@ from epycd.engines.vllm.plan.model import (
 )
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, PodmanFacts, RuntimeFacts
-from epycd.plan.build import PlanSources, plan_all
 from epycd.plan.model import EndpointDecisions, Plan
-from epycd.plan.reservations import Held, Reservations
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.build import PlanSources, plan_all
+from epycd.plan.pipeline.result import EndpointResult
+from epycd.plan.placement.reservations import Held, Reservations
 from epycd.render import render_for_plan
 from epycd.settings import settings_model
 from tests.hosts import make_host

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from epycd.engines.vllm.plan.route import VllmRoute
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.result import EndpointResult
 from tests.hosts import CATALOGUE
 from tests.plan.conftest import PlanWorkspace, cpu
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
-from epycd.plan.ports import Listener
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.result import EndpointResult
+from epycd.plan.placement.ports import Listener
 from tests.plan.conftest import PlanWorkspace, cpu, write_model
 from tests.plan.test_sizing import BIG
 

@@ -19,7 +19,7 @@ import pytest
 
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, RuntimeFacts
-from epycd.plan.fingerprint import canonical_json, fingerprint, fingerprint_inputs
+from epycd.plan.pipeline.fingerprint import canonical_json, fingerprint, fingerprint_inputs
 from epycd.stack import parse_stack, shipped_stack, stack_path
 from tests.hosts import CATALOGUE, write_host
 from tests.plan.conftest import PODMAN_5, PlanWorkspace

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from epycd.host.facts import HostFacts, HostVllmFacts
-from epycd.plan.hfcache import ENDPOINT_HF_HOME, host_hf_home
-from epycd.plan.homes import home_read_paths, in_a_home
 from epycd.plan.model import HfCacheMount
+from epycd.plan.service.hfcache import ENDPOINT_HF_HOME, host_hf_home
+from epycd.plan.service.homes import home_read_paths, in_a_home
 from tests.plan.conftest import PlanWorkspace, cpu
 
 

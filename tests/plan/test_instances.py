@@ -19,10 +19,10 @@ from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmSetEndpoint
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, RuntimeFacts
-from epycd.plan.instances import HOST_RESERVED_CORES, SWEET_SPOT_CORES
 from epycd.plan.model import InstanceSet, Plan
-from epycd.plan.ports import endpoint_of_pid
-from epycd.plan.reservations import Reservations
+from epycd.plan.placement.instances import HOST_RESERVED_CORES, SWEET_SPOT_CORES
+from epycd.plan.placement.ports import endpoint_of_pid
+from epycd.plan.placement.reservations import Reservations
 from epycd.render.balancer import haproxy_config
 from tests.hosts import CATALOGUE, write_host
 from tests.plan.conftest import PODMAN_5, PlanWorkspace, cpu, instance_set, write_model

@@ -17,7 +17,7 @@ from epycd.engines.llama_cpp.plan.planner import probe_llama_server
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts, ServerFacts
 from epycd.plan.model import Plan
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.result import EndpointResult
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.plan.conftest import PlanWorkspace
 from tests.secrets import root_folder, write_secret

@@ -16,8 +16,8 @@ from epycd.engines.llama_cpp.plan.model import LlamaRoute
 from epycd.errors import UNEXPECTED_LOG
 from epycd.host.facts import HostFacts
 from epycd.plan.engines import planner_for
-from epycd.plan.ports import assign_ports
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.result import EndpointResult
+from epycd.plan.placement.ports import assign_ports
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.plan.conftest import PlanWorkspace
 from tests.plan.test_llama_plan import LlamaWorkspace
@@ -158,7 +158,7 @@ def test_an_endpoint_that_makes_placing_raise_is_left_out(
             explode()
         return assign_ports(requests, *args, **kwargs)
 
-    monkeypatch.setattr("epycd.plan.place.assign_ports", flaky)
+    monkeypatch.setattr("epycd.plan.pipeline.place.assign_ports", flaky)
     results = lw.plan()
     crashed_alone(results["b"], "placing the endpoint beside the others")
     assert results["a"].plan == before["a"].plan and results["c"].plan == before["c"].plan

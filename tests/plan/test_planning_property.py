@@ -39,8 +39,8 @@ from epycd.errors import UNEXPECTED_LOG
 from epycd.host import runtimes
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, RuntimeFacts
-from epycd.plan.build import PlanSources, plan_all
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.build import PlanSources, plan_all
+from epycd.plan.pipeline.result import EndpointResult
 from epycd.render import render_for_plan
 from epycd.settings import Settings, settings_model
 from tests.hosts import make_host

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from epycd.host.facts import HostFacts
-from epycd.plan.ports import Listener, PortRequest, assign_ports, endpoint_of_pid, listening_ports
+from epycd.plan.placement.ports import (
+    Listener,
+    PortRequest,
+    assign_ports,
+    endpoint_of_pid,
+    listening_ports,
+)
 from tests.plan.conftest import PlanWorkspace, cpu
 
 HostOf = Callable[..., HostFacts]

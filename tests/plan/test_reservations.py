@@ -1,4 +1,4 @@
-"""`Reservations.of` holds exactly what the four `approved_*` maps of plan/current.py held
+"""`Reservations.of` holds exactly what the four `approved_*` maps of plan/pipeline/current.py held
 before it (the old builders are kept here as the reference): each endpoint's sockets (a set's
 further NUMA nodes were `NAME_NODE` keys), its set's nodes, its port and instance ports, its
 Instinct GPUs."""
@@ -12,7 +12,7 @@ import pytest
 from epycd.host.facts import HostFacts
 from epycd.names import INSTANCE_SEPARATOR
 from epycd.plan.model import Plan
-from epycd.plan.reservations import Reservations
+from epycd.plan.placement.reservations import Reservations
 from tests.approval.plans import on_gpus
 from tests.plan.conftest import PlanWorkspace, cpu
 
@@ -20,7 +20,7 @@ HostOf = Callable[..., HostFacts]
 
 
 def old_approved_sockets(approved: Mapping[str, Plan]) -> dict[str, int]:
-    """plan/current.py's `approved_sockets` before `Reservations`."""
+    """plan/pipeline/current.py's `approved_sockets` before `Reservations`."""
     held = {name: _socket(plan) for name, plan in approved.items() if not plan.gpus}
     for name, plan in approved.items():
         members = plan.instance_set.members if plan.instance_set is not None else []

@@ -12,7 +12,7 @@ import pytest
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.plan.model import BalancedSet, Plan, server_processes
-from epycd.plan.reservations import Reservations
+from epycd.plan.placement.reservations import Reservations
 from tests.engines.endpoints import ENGINES, engine_lines
 from tests.plan.conftest import PlanWorkspace
 

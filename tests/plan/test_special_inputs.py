@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epycd.host.facts import HostFacts
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.result import EndpointResult
 from epycd.readfile import MODEL_JSON_MAX_BYTES, SECRET_MAX_BYTES, TEMPLATE_MAX_BYTES
 from epycd.spec import MAX_ENDPOINT_FILE_BYTES
 from tests.plan.conftest import CHATML, PlanWorkspace, fake_host, write_model

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from epycd.host.facts import HostFacts
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.result import EndpointResult
 from epycd.spec.policy import env_refusal
 from tests.plan.conftest import PlanWorkspace, cpu, fake_host
 

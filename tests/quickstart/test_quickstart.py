@@ -16,7 +16,7 @@ from epycd.approval.state import endpoint_states_of
 from epycd.cli.quickstart import endpoint_document, existing_matches, model_argument
 from epycd.errors import Refusal
 from epycd.paths import endpoint_status_file
-from epycd.plan.build import PlanSources, plan_all
+from epycd.plan.pipeline.build import PlanSources, plan_all
 from epycd.render import render_for_plan
 from epycd.spec import parse_endpoint
 from epycd.supervisor import SupervisorStatus, write_status

@@ -36,7 +36,7 @@ from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.model import instinct
 from epycd.plan.model import Plan
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.result import EndpointResult
 from epycd.spec.flags import ExtraFlags
 from tests.hosts import CATALOGUE, FakeGpu, write_host
 from tests.instinct.conftest import DOCKER, workspace_in

@@ -18,7 +18,7 @@ import pytest
 
 from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.plan.model import Plan
-from epycd.plan.ports import listening_ports
+from epycd.plan.placement.ports import listening_ports
 from epycd.render.balancer import HAPROXY, haproxy_config
 from tests.health.realvllm import free_port
 from tests.plan.conftest import PODMAN_5, PlanWorkspace, fake_host

@@ -29,7 +29,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from epycd.host.facts import HostVllmFacts, RuntimeFacts
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.result import EndpointResult
 from tests.model.hf_cache import add_to_cache
 from tests.model.models import model_files
 from tests.plan.conftest import PlanWorkspace, fake_host

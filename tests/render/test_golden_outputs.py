@@ -41,7 +41,7 @@ import pytest
 from epycd.cli.plan import plan_json
 from epycd.engines.vllm.cli.bench import throughput_argv
 from epycd.plan.model import Plan
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.result import EndpointResult
 from tests.render.fixtures import CASES as FIXTURES
 from tests.render.fixtures import as_plan
 from tests.render.test_golden import CASES, GOLDEN, PLACEHOLDER, case_folder, plan_results

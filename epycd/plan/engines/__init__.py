@@ -1,11 +1,11 @@
 """The engine planners: each engine's `EnginePlanner` is `PLANNER` in its package's
-`plan/planner.py` (`epycd.engines.base.Engine.implementation`), found by the endpoint file's
+`plan/engines/planner.py` (`epycd.engines.base.Engine.implementation`), found by the endpoint file's
 `engine`. Nothing here names an engine."""
 
 from __future__ import annotations
 
 from epycd import engines
-from epycd.plan.planner import EnginePlanner
+from epycd.plan.engines.planner import EnginePlanner
 
 
 def planner_for(engine: str) -> EnginePlanner:

@@ -14,11 +14,11 @@ from pydantic import BaseModel
 
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
-from epycd.plan.alloc import Placement
-from epycd.plan.gpu import GpuPlacement
 from epycd.plan.model import CpuServer, GpuServer, HfCacheMount, ServerEndpoint, SetEndpoint
+from epycd.plan.placement.alloc import Placement
+from epycd.plan.placement.gpu import GpuPlacement
+from epycd.plan.placement.sharing import Sharing
 from epycd.plan.prepared import Prepared, Sources
-from epycd.plan.sharing import Sharing
 from epycd.settings import Settings
 from epycd.spec import SpecResult
 from epycd.stack import Stack

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epycd.host.facts import HostFacts
-from epycd.plan.hfcache import resolve_hf_cache
 from epycd.plan.model import UnitRenderer
-from epycd.plan.place import listened_on, place_all
-from epycd.plan.ports import Listener
-from epycd.plan.prepare import memoized_sources, prepare_all, with_engine_runtimes
+from epycd.plan.pipeline.place import listened_on, place_all
+from epycd.plan.pipeline.prepare import memoized_sources, prepare_all, with_engine_runtimes
+from epycd.plan.pipeline.result import EndpointResult
+from epycd.plan.placement.ports import Listener
+from epycd.plan.placement.reservations import NOTHING_HELD, Reservations
+from epycd.plan.placement.sharing import Sharing
 from epycd.plan.prepared import ModelInspector, VllmProber
-from epycd.plan.reservations import NOTHING_HELD, Reservations
-from epycd.plan.result import EndpointResult
-from epycd.plan.sharing import Sharing
+from epycd.plan.service.hfcache import resolve_hf_cache
 from epycd.settings import Settings, trusted_admin_gid
 from epycd.spec import SpecResult, load_endpoints
 from epycd.stack import Stack, shipped_stack

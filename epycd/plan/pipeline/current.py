@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from epycd.host.facts import HostFacts
-from epycd.plan.build import PlanSources, plan_all
 from epycd.plan.model import Plan, UnitRenderer
-from epycd.plan.reservations import Reservations
-from epycd.plan.result import EndpointResult
+from epycd.plan.pipeline.build import PlanSources, plan_all
+from epycd.plan.pipeline.result import EndpointResult
+from epycd.plan.placement.reservations import Reservations
 from epycd.settings import Settings
 from epycd.spec import SpecResult, load_endpoints
 from epycd.stack import shipped_stack

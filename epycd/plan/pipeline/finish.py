@@ -10,16 +10,16 @@ from typing import Any
 from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
 from epycd.plan.engines import planner_for
-from epycd.plan.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
 from epycd.plan.model import (
     EndpointDecisions,
     Plan,
     UnitRenderer,
 )
+from epycd.plan.pipeline.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
+from epycd.plan.pipeline.result import EndpointResult, failed
+from epycd.plan.placement.sharing import Sharing
 from epycd.plan.prepared import Prepared
 from epycd.plan.problem import Problem
-from epycd.plan.result import EndpointResult, failed
-from epycd.plan.sharing import Sharing
 from epycd.settings import Settings
 from epycd.stack import Stack
 

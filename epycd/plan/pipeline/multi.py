@@ -1,5 +1,5 @@
 """Planning an endpoint of several instances (docs/instances.md): the layout of
-`epycd.plan.instances`, each instance decided as a whole endpoint on its own cores, nodes,
+`epycd.plan.placement.instances`, each instance decided as a whole endpoint on its own cores, nodes,
 share of memory and loopback port, and the set's decisions for the balancer in front.
 
 An "auto" layout of one instance is the plain endpoint: no balancer, the reasons in its
@@ -17,15 +17,15 @@ from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.listen import DEFAULT_HOST
 from epycd.names import instance_unit_name
-from epycd.plan.alloc import Placement, cpu_nodes
 from epycd.plan.engines import planner_for
 from epycd.plan.healing import balancer_healing
-from epycd.plan.instances import Layout, Region, plan_layout, region_of
 from epycd.plan.model import CpuDecisions, CpuServer, EndpointService, HfCacheMount, SetEndpoint
-from epycd.plan.ports import LAST_PORT, Listener
+from epycd.plan.placement.alloc import Placement, cpu_nodes
+from epycd.plan.placement.instances import Layout, Region, plan_layout, region_of
+from epycd.plan.placement.ports import LAST_PORT, Listener
 from epycd.plan.prepared import Prepared
-from epycd.plan.served import exposure_reason
-from epycd.plan.unit_commands import approval_check_argv
+from epycd.plan.service.served import exposure_reason
+from epycd.plan.service.unit_commands import approval_check_argv
 from epycd.spec import EndpointSpec
 from epycd.stack import Stack
 
@@ -42,7 +42,7 @@ def regions(
     approved_nodes: Collection[int] = (),
 ) -> list[Region]:
     """The endpoint's own placement, with the nodes of its socket its approval holds
-    (`approved_nodes`, epycd.plan.current.approved_sockets), and with `placement = "host"`
+    (`approved_nodes`, epycd.plan.pipeline.current.approved_sockets), and with `placement = "host"`
     every other socket no other endpoint holds, in socket order."""
     sock = next(s for s in host.socket_topology if s.socket == placement.socket)
     extra = {n for n in cpu_nodes(sock, host) if n in approved_nodes} - set(placement.numa_nodes)

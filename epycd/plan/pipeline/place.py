@@ -1,13 +1,14 @@
 """The prepared endpoints placed together and each planned on its placement: Instinct GPU
-endpoints first (their GPUs, `epycd.plan.gpu`), the CPU endpoints on the other NUMA nodes
-(their socket or nodes, `epycd.plan.alloc`), distinct ports (`epycd.plan.ports`); each
-decided (a CPU endpoint by its engine's planner, `epycd.plan.engines`, a set of instances
-by `epycd.plan.multi`, an Instinct one by its engine's planner on its GPUs) and finished
-(`epycd.plan.finish`). A refused endpoint that held a socket or a port is planned again
-without it, so that it takes nothing from the others (`place_all`). An endpoint whose
-planning raises what no rule foresaw is its own failure (`crashed`), and the others are
-planned as if it were absent: in its own decisions (`_plan_guarded`), or in what the
-endpoints share, by placing them again one at a time (`_place_isolated`)."""
+endpoints first (their GPUs, `epycd.plan.placement.gpu`), the CPU endpoints on the other
+NUMA nodes (their socket or nodes, `epycd.plan.placement.alloc`), distinct ports
+(`epycd.plan.placement.ports`); each decided (a CPU endpoint by its engine's planner,
+`epycd.plan.engines`, a set of instances by `epycd.plan.pipeline.multi`, an Instinct one by
+its engine's planner on its GPUs) and finished (`epycd.plan.pipeline.finish`). A refused
+endpoint that held a socket or a port is planned again without it, so that it takes nothing
+from the others (`place_all`). An endpoint whose planning raises what no rule foresaw is its
+own failure (`crashed`), and the others are planned as if it were absent: in its own
+decisions (`_plan_guarded`), or in what the endpoints share, by placing them again one at a
+time (`_place_isolated`)."""
 
 from __future__ import annotations
 
@@ -18,21 +19,21 @@ from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
 from epycd.model.instinct import shipped_gpus
 from epycd.paths import endpoint_status_file
-from epycd.plan.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.engines import planner_for
-from epycd.plan.finish import plan_result, unfit
-from epycd.plan.gpu import GpuPlacement, GpuRequest, cpu_host_view, gpu_nodes, place_gpus
-from epycd.plan.instances import Region
 from epycd.plan.model import (
     EndpointDecisions,
     HfCacheMount,
 )
-from epycd.plan.multi import decide_set, regions, wants_instances
-from epycd.plan.ports import Listener, PortRequest, assign_ports, listening_ports
+from epycd.plan.pipeline.finish import plan_result, unfit
+from epycd.plan.pipeline.multi import decide_set, regions, wants_instances
+from epycd.plan.pipeline.result import EndpointResult, crashed, failed
+from epycd.plan.placement.alloc import Placement, PlacementRequest, allocate
+from epycd.plan.placement.gpu import GpuPlacement, GpuRequest, cpu_host_view, gpu_nodes, place_gpus
+from epycd.plan.placement.instances import Region
+from epycd.plan.placement.ports import Listener, PortRequest, assign_ports, listening_ports
+from epycd.plan.placement.reservations import Reservations
+from epycd.plan.placement.sharing import Sharing
 from epycd.plan.prepared import Prepared
-from epycd.plan.reservations import Reservations
-from epycd.plan.result import EndpointResult, crashed, failed
-from epycd.plan.sharing import Sharing
 
 
 def _decide_placed(
@@ -78,7 +79,7 @@ def _plan_one(
 @dataclass
 class InstancesInput:
     """What an endpoint of several instances needs beyond its placement and port: the
-    sockets it may use, the ports others hold (epycd.plan.multi)."""
+    sockets it may use, the ports others hold (epycd.plan.pipeline.multi)."""
 
     share: Sharing
     parts: list[Region]

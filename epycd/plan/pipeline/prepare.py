@@ -15,9 +15,9 @@ from epycd.host.probe_cache import ProbeCache
 from epycd.host.pyheaders import with_python_headers
 from epycd.model.facts import ModelFacts
 from epycd.plan.engines import planner_for, planners
+from epycd.plan.pipeline.result import EndpointResult, against_endpoint_file, crashed, failed
 from epycd.plan.prepared import ModelInspector, Prepared, Sources, VllmProber
-from epycd.plan.result import EndpointResult, against_endpoint_file, crashed, failed
-from epycd.plan.secrets import UnreadableHere, unreadable_here
+from epycd.plan.service.secrets import UnreadableHere, unreadable_here
 from epycd.settings import Settings
 from epycd.spec import SpecResult
 from epycd.stack import Stack

@@ -190,7 +190,7 @@ def allocate(
 ) -> dict[str, Placement | EpycError]:
     """A placement, or the error saying why there is none, for every request. `reserved`:
     approved endpoint -> the sockets it sits on, one entry per seat (its socket, then one
-    per further NUMA node of a set, `epycd.plan.reservations.Held.seats`); a requested
+    per further NUMA node of a set, `epycd.plan.placement.reservations.Held.seats`); a requested
     endpoint's first seat is its `kept` instead."""
     sockets = {sock.socket: sock for sock in host.socket_topology}
     capacity = {i: len(cpu_nodes(sock, host)) for i, sock in sockets.items()}

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from epycd.plan.model import EndpointDecisions, Plan
-from epycd.plan.ports import Listener
+from epycd.plan.placement.ports import Listener
 
 
 @dataclass(frozen=True)
@@ -35,14 +35,14 @@ class Held:
         return sorted((socket, node) for socket, nodes in self.nodes.items() for node in nodes)
 
     def seats(self) -> list[int]:
-        """The sockets it sits on, one entry per seat (`epycd.plan.alloc.allocate`): its
+        """The sockets it sits on, one entry per seat (`epycd.plan.placement.alloc.allocate`): its
         socket, then the socket of each node of a set but the first, which no other
         endpoint may be given a part of."""
         first = [] if self.socket is None else [self.socket]
         return first + [socket for socket, _ in self._node_seats()[1:]]
 
     def extra_nodes(self) -> set[int]:
-        """The NUMA nodes of a set but the first (epycd.plan.multi.regions)."""
+        """The NUMA nodes of a set but the first (epycd.plan.pipeline.multi.regions)."""
         return {node for _, node in self._node_seats()[1:]}
 
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from epycd.host.facts import HostFacts
 from epycd.plan.model import HfCacheMount, UnitRenderer
-from epycd.plan.ports import Listener
-from epycd.plan.reservations import Reservations
+from epycd.plan.placement.ports import Listener
+from epycd.plan.placement.reservations import Reservations
 from epycd.settings import Settings
 from epycd.stack import Stack
 

@@ -11,8 +11,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from epycd.plan.homes import in_a_home
 from epycd.plan.model import HfCacheMount
+from epycd.plan.service.homes import in_a_home
 
 ROOT_HF_HOME = Path("/root/.cache/huggingface")
 ENDPOINT_HF_HOME = "/var/cache/epyc-llm/huggingface"

@@ -21,10 +21,10 @@ from epycd.model.facts import ModelFacts
 from epycd.names import unit_name
 from epycd.plan import tuning
 from epycd.plan.healing import Healing, Restart, healing_for
-from epycd.plan.hfcache import host_hf_home
 from epycd.plan.model import BindMount, HfCacheMount, PrimaryEndpoint, Runtime
 from epycd.plan.prepared import Prepared
-from epycd.plan.unit_commands import approval_check_argv
+from epycd.plan.service.hfcache import host_hf_home
+from epycd.plan.service.unit_commands import approval_check_argv
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec
 from epycd.spec.policy import consent_reasons

@@ -1,7 +1,7 @@
 """A test-only engine, "toy", written in the tests alone: the proof that an engine needs no
 edit in epycd. It serves any Hugging Face model folder with a stand-in server (Python's
 http.server) on the host, sized by one simple rule, and has every stage an engine has: its
-endpoint-file keys (`spec.py`), decisions (`plan/model.py`), planner (`plan/planner.py`),
+endpoint-file keys (`spec.py`), decisions (`plan/model.py`), planner (`plan/engines/planner.py`),
 units (`render.py`) and plan view (`cli.py`). It is registered as an installed engine would
 be, by the `epycd.engines` entry point of tests/engines/plugins (a dist-info there); a
 process sees it only with that folder on its path (tests/engines/test_toy_engine.py)."""

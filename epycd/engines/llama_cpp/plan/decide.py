@@ -33,11 +33,11 @@ from epycd.engines.llama_cpp.plan.model import (
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.model.facts import GgufFile
-from epycd.plan.alloc import Placement, node_memory
-from epycd.plan.homes import in_a_home
 from epycd.plan.model import HfCacheMount
+from epycd.plan.placement.alloc import Placement, node_memory
 from epycd.plan.prepared import Prepared
-from epycd.plan.served import Placed, served_fields, served_model, service_fields
+from epycd.plan.service.homes import in_a_home
+from epycd.plan.service.served import Placed, served_fields, served_model, service_fields
 from epycd.plan.tuning import Profile, headroom_gib
 from epycd.sizes import GIB, gib
 from epycd.stack import Stack

@@ -26,12 +26,12 @@ from epycd.engines.llama_cpp.spec import LlamaKeys
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, ServerFacts
 from epycd.model.facts import ModelFacts
-from epycd.plan.alloc import Placement
+from epycd.plan.engines.planner import EnginePlanner
 from epycd.plan.model import ServerEndpoint
-from epycd.plan.planner import EnginePlanner
+from epycd.plan.placement.alloc import Placement
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.route import refuse_non_epyc
-from epycd.plan.secrets import check_api_key, read_token
+from epycd.plan.service.secrets import check_api_key, read_token
 from epycd.settings import Settings
 from epycd.sizes import gib
 from epycd.spec import EndpointSpec, SpecResult

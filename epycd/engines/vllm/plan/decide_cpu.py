@@ -1,7 +1,7 @@
 """Every decision for one placed CPU endpoint, or one instance of a set (`decide`): its
-sizing (`sizing.py`), the fields every endpoint shares (`epycd.plan.served`), its OpenMP bind
-and env (`build_env`), its typed vLLM invocation (`cpu_invocation`; its words by `argv.py`)
-and the paths under /root and /home a host endpoint reads (`host_home_paths`)."""
+sizing (`sizing.py`), the fields every endpoint shares (`epycd.plan.service.served`), its
+OpenMP bind and env (`build_env`), its typed vLLM invocation (`cpu_invocation`; its words by
+`argv.py`) and the paths under /root and /home a host endpoint reads (`host_home_paths`)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,18 @@ from epycd.engines.vllm.plan.sizing import Sizing, size
 from epycd.host.cpulist import format_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit
-from epycd.plan.alloc import Placement
-from epycd.plan.hfcache import host_hf_home
-from epycd.plan.homes import home_read_paths
 from epycd.plan.model import HfCacheMount
+from epycd.plan.placement.alloc import Placement
 from epycd.plan.prepared import Prepared
-from epycd.plan.served import Placed, ServedModel, served_fields, served_model, service_fields
+from epycd.plan.service.hfcache import host_hf_home
+from epycd.plan.service.homes import home_read_paths
+from epycd.plan.service.served import (
+    Placed,
+    ServedModel,
+    served_fields,
+    served_model,
+    service_fields,
+)
 from epycd.sizes import GIB
 from epycd.stack import Stack
 

@@ -23,10 +23,16 @@ from epycd.model.instinct import (
     shipped_recipes,
 )
 from epycd.paths import endpoint_status_file
-from epycd.plan.gpu import GpuPlacement
+from epycd.plan.placement.gpu import GpuPlacement
+from epycd.plan.placement.sharing import Sharing
 from epycd.plan.prepared import Prepared
-from epycd.plan.served import Placed, ServedModel, served_fields, served_model, service_fields
-from epycd.plan.sharing import Sharing
+from epycd.plan.service.served import (
+    Placed,
+    ServedModel,
+    served_fields,
+    served_model,
+    service_fields,
+)
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec
 from epycd.spec.policy import consent_reasons

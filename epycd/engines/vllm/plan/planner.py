@@ -16,14 +16,14 @@ from epycd.errors import Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.model.facts import ModelFacts
 from epycd.model.formats import format_named
-from epycd.plan.alloc import Placement
-from epycd.plan.gpu import GpuPlacement
+from epycd.plan.engines.planner import EnginePlanner
 from epycd.plan.model import GpuServer, ServerEndpoint
-from epycd.plan.planner import EnginePlanner
+from epycd.plan.placement.alloc import Placement
+from epycd.plan.placement.gpu import GpuPlacement
+from epycd.plan.placement.sharing import Sharing
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.route import container_runtime
-from epycd.plan.secrets import check_api_key, read_token
-from epycd.plan.sharing import Sharing
+from epycd.plan.service.secrets import check_api_key, read_token
 from epycd.settings import Settings
 from epycd.spec import EndpointSpec, SpecResult
 from epycd.stack import Stack

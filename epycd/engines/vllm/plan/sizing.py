@@ -2,7 +2,7 @@
 docs/tuning.md (`tune`: OpenMP bind, the profile's batch target, compile or eager; the
 batched tokens, `batched_tokens`) and the memory fit of its NUMA nodes (`size_memory`),
 with their warnings. vLLM allocates the KV pool on the node of the first bound CPU
-(`epycd.plan.alloc.node_memory`).
+(`epycd.plan.placement.alloc.node_memory`).
 
 The memory fit is one step, `fit_request` (vLLM's own processes at the batch, then
 `fit_socket`: the tuner's pool and headroom, `epycd.plan.tuning.kv_pool`, and the
@@ -21,7 +21,7 @@ from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.footprint import runtime_gib
 from epycd.model.memory import check_counts, context_length, fit_memory
 from epycd.plan import tuning
-from epycd.plan.alloc import NodeMemory, Placement, node_memory
+from epycd.plan.placement.alloc import NodeMemory, Placement, node_memory
 from epycd.plan.prepared import Prepared
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec

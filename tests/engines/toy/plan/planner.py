@@ -7,13 +7,13 @@ from typing import Literal
 
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
-from epycd.plan.alloc import Placement, node_memory
+from epycd.plan.engines.planner import EnginePlanner
 from epycd.plan.model import HfCacheMount, ServerEndpoint
-from epycd.plan.planner import EnginePlanner
+from epycd.plan.placement.alloc import Placement, node_memory
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.route import EngineRoute, refuse_non_epyc
-from epycd.plan.secrets import check_api_key, read_token
-from epycd.plan.served import Placed, served_fields, served_model, service_fields
+from epycd.plan.service.secrets import check_api_key, read_token
+from epycd.plan.service.served import Placed, served_fields, served_model, service_fields
 from epycd.sizes import GIB
 from epycd.spec import SpecResult
 from epycd.stack import Stack
