@@ -69,7 +69,9 @@ def chats(check: str, count: int) -> None:
 
 def members() -> list[int]:
     approval = json.loads(Path(f"/var/lib/epyc-llm/approvals/{NAME}.json").read_text())
-    return [int(m["port"]) for m in approval["plan"]["decisions"]["instances"]["members"]]
+    # a vLLM member's port is its typed invocation's (a record stores each fact once)
+    members = approval["plan"]["decisions"]["instances"]["members"]
+    return [int(m["invocation"]["port"]) for m in members]
 
 
 def units(check: str) -> None:
