@@ -52,7 +52,6 @@ from epycd.names import unit_name
 from epycd.plan.model import (
     EndpointDecisions,
     Plan,
-    cpu_fit,
 )
 from epycd.settings import Settings
 
@@ -65,7 +64,7 @@ ACTIVE_STATES = frozenset({"active", "activating", "reloading", "deactivating"})
 def memory_short(decisions: EndpointDecisions) -> str | None:
     """Why the CPU endpoint (a set's worst member) does not fit its socket's memory; None
     when it does."""
-    fit = cpu_fit(decisions)
+    fit = decisions.cpu_fit
     if fit is None or fit.fits:
         return None
     instance = decisions.tightest_server
@@ -76,7 +75,7 @@ def memory_short(decisions: EndpointDecisions) -> str | None:
 
 
 def _fit_action(decisions: EndpointDecisions) -> str | None:
-    fit = cpu_fit(decisions)
+    fit = decisions.cpu_fit
     return None if fit is None else fit.action
 
 

@@ -21,7 +21,8 @@ their typed invocation holds (`in_record`), so the record stores each fact once.
 
 def in_record(info: SerializationInfo) -> bool:
     """Whether this dump writes an approval record (`RECORD_CONTEXT`)."""
-    return bool(info.context and info.context.get("record"))
+    context = info.context or {}
+    return all(context.get(key) == value for key, value in RECORD_CONTEXT.items())
 
 
 class InvocationFacts(BaseModel):

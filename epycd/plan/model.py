@@ -472,12 +472,6 @@ EndpointDecisions = Annotated[SerializeAsAny[EndpointService], PlainValidator(de
 makes (`decision_types`), read back by its `kind`."""
 
 
-def cpu_fit(decisions: EndpointDecisions) -> ServerFit | None:
-    """The fit of an endpoint on CPUs in its nodes' memory (a set's: its member with the least
-    room); None for one on GPUs, whose fit refuses in its own decisions."""
-    return decisions.cpu_fit
-
-
 def server_processes(decisions: EndpointDecisions) -> list[ServerEndpoint]:
     """The endpoint's server processes, of any engine: a set's members, or the endpoint
     itself."""
