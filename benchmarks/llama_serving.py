@@ -123,7 +123,7 @@ def pinned_parts(count: int) -> dict[str, list[str]]:
 def planned_config(server: Path, model: Path, work: Path) -> Config:
     """The planner's llama.cpp endpoint for `model` on this machine, its port left to
     `measure`."""
-    from epycd.engines.llama_cpp.plan.model import LlamaEndpoint
+    from epycd.engines.llama_cpp.plan.model import LlamaServer
     from epycd.host.cpulist import format_cpulist
     from epycd.host.detect import detect_host
     from epycd.plan.pipeline.build import PlanSources, plan_all
@@ -155,7 +155,7 @@ def planned_config(server: Path, model: Path, work: Path) -> Config:
     if result.plan is None:
         raise SystemExit("the planner refused: " + "; ".join(p.text for p in result.errors))
     decided = result.plan.decisions
-    assert isinstance(decided, LlamaEndpoint)
+    assert isinstance(decided, LlamaServer)
     words = list(decided.server_args)
     at = words.index("--port")
     del words[at : at + 2]

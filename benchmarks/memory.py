@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runs import fmt, new_report, parse_run, run_parser
 from serving import PLANNED, Bench, approve, configs, machine, model_path, one_instance, parameters
 
-from epycd.model.footprint import load_footprint
+from epycd.engines.vllm.model.footprint import load_footprint
 from epycd.sizes import GIB
 
 KV_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")

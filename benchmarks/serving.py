@@ -60,9 +60,9 @@ sys.path.insert(0, str(REPO))
 from runs import fmt, new_report, parse_run, run_parser  # noqa: E402
 
 from epycd.approval.record import load_approval  # noqa: E402
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmSetEndpoint  # noqa: E402
+from epycd.engines.vllm.plan.model import VllmCpuServer  # noqa: E402
 from epycd.engines.vllm.render.commands import vllm_serve_on_host  # noqa: E402
-from epycd.plan.model import Plan  # noqa: E402
+from epycd.plan.endpoint import EndpointDecisions, Plan  # noqa: E402
 from epycd.render.balancer import haproxy_config  # noqa: E402
 from epycd.render.commands import supervisor  # noqa: E402
 from epycd.settings import Settings  # noqa: E402
@@ -93,7 +93,7 @@ class Config:
     env: dict[str, str] = field(default_factory=dict)
     pin: list[str] = field(default_factory=list)
     served: str = ""
-    decisions: VllmCpuEndpoint | None = None
+    decisions: VllmCpuServer | None = None
 
 
 @dataclass
@@ -359,15 +359,16 @@ def approve(bench: Bench, name: str, model: Path, extra_toml: str = "") -> tuple
     return plan, seconds
 
 
-def one_instance(plan: Plan) -> VllmCpuEndpoint:
+def one_instance(plan: Plan) -> VllmCpuServer:
     """The decisions of an endpoint approved as one vLLM instance on CPUs."""
     decisions = plan.decisions
-    if not isinstance(decisions, VllmCpuEndpoint):
+    server = decisions.first
+    if decisions.instances is not None or not isinstance(server, VllmCpuServer):
         raise SystemExit(f"{plan.endpoint}: planned as {decisions.kind}, not one CPU instance")
-    return decisions
+    return server
 
 
-def unit_pin(decisions: VllmCpuEndpoint) -> list[str]:
+def unit_pin(decisions: VllmCpuServer) -> list[str]:
     """What CPUAffinity= + NUMAPolicy=bind + NUMAMask= do to the unit's processes."""
     nodes = ",".join(map(str, decisions.numa_nodes))
     if shutil.which("numactl"):
@@ -382,7 +383,7 @@ def without_port(args: list[str]) -> list[str]:
     return args
 
 
-def plan_kv(decisions: VllmCpuEndpoint) -> tuple[list[str], dict[str, str]]:
+def plan_kv(decisions: VllmCpuServer) -> tuple[list[str], dict[str, str]]:
     """The plan's KV size, passed the way the plan passes it to this vLLM."""
     if "--kv-cache-memory-bytes" in decisions.vllm_args:
         at = decisions.vllm_args.index("--kv-cache-memory-bytes")
@@ -390,7 +391,7 @@ def plan_kv(decisions: VllmCpuEndpoint) -> tuple[list[str], dict[str, str]]:
     return [], {"VLLM_CPU_KVCACHE_SPACE": decisions.env["VLLM_CPU_KVCACHE_SPACE"]}
 
 
-def configs(model: Path, decisions: VllmCpuEndpoint) -> list[Config]:
+def configs(model: Path, decisions: VllmCpuServer) -> list[Config]:
     served = str(model)
     kv_args, kv_env = plan_kv(decisions)
     auto_env = dict(decisions.env) | {"VLLM_CPU_OMP_THREADS_BIND": "auto"}
@@ -423,7 +424,7 @@ def instances_label(count: int) -> str:
     return f"planned, {count} instances + HAProxy"
 
 
-def spawn_haproxy(bench: Bench, decisions: VllmSetEndpoint) -> subprocess.Popen[bytes]:
+def spawn_haproxy(bench: Bench, decisions: EndpointDecisions) -> subprocess.Popen[bytes]:
     """Debian's HAProxy from the test cache, in the foreground, with the plan's config."""
     config = bench.work / f"haproxy-{decisions.endpoint}.cfg"
     config.write_text(haproxy_config(decisions))
@@ -444,11 +445,12 @@ def spawn_haproxy(bench: Bench, decisions: VllmSetEndpoint) -> subprocess.Popen[
 
 
 def start_members(
-    bench: Bench, model: str, decisions: VllmSetEndpoint, stack: contextlib.ExitStack
+    bench: Bench, model: str, decisions: EndpointDecisions, stack: contextlib.ExitStack
 ) -> tuple[list[subprocess.Popen[bytes]], str]:
     """Every instance as its unit runs it, up to READY=1; (processes, refusal)."""
     processes = []
     for member in decisions.members:
+        assert isinstance(member, VllmCpuServer), member.kind
         config = Config(member.unit_name, [], env=dict(member.env), pin=unit_pin(member),
                         decisions=member)  # fmt: skip
         sock = stack.enter_context(NotifySocket(bench.work / f"notify-{member.instance}"))
@@ -469,7 +471,7 @@ def measure_instances(bench: Bench, size: str, count: int, concurrency: int) -> 
     model = model_path(size)
     plan, _ = approve(bench, f"bench-{size}-x{count}", model, f"instances = {count}\n")
     decisions = plan.decisions
-    if not isinstance(decisions, VllmSetEndpoint):
+    if decisions.kind != "set":
         raise SystemExit(
             f"instances = {count} planned one instance here: {decisions.socket_reason}"
         )

@@ -48,7 +48,7 @@ from epycd.metrics.load import LoadWindow
 from epycd.metrics.server import MetricsServer
 from epycd.notify import Notifier
 from epycd.paths import DAEMON_STATUS_FILE
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.settings import Settings, load_settings
 from epycd.status.changes import EVENT_LEVELS, Seen, StateEvent, seen, state_events
 from epycd.status.machine import SERVING, EndpointStatus

@@ -165,7 +165,7 @@ def test_an_upward_import_within_the_plan_is_found(tmp_path: Path) -> None:
     service = tmp_path / "epycd" / "plan" / "service"
     service.mkdir(parents=True)
     (service / "served.py").write_text("def f():\n    from epycd.plan.pipeline import build\n")
-    (service / "homes.py").write_text("from epycd.plan.model import Plan\n")
+    (service / "homes.py").write_text("from epycd.plan.endpoint import Plan\n")
     assert upward_plan_imports(tmp_path) == ["epycd.plan.service.served -> epycd.plan.pipeline"]
 
 

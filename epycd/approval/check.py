@@ -40,7 +40,7 @@ from epycd.errors import EpycError
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
-from epycd.plan.model import Plan, server_processes
+from epycd.plan.endpoint import Plan
 from epycd.settings import Settings
 
 
@@ -65,7 +65,7 @@ def socket_needs(plan: Plan) -> dict[int, float]:
     """Socket -> the memory the approved plan needs there: a multi-instance set's instances
     each hold their own weights and KV pool, on every socket they use (docs/instances.md)."""
     needs: dict[int, float] = {}
-    for server in server_processes(plan.decisions):
+    for server in list(plan.decisions.servers):
         fit = server.cpu_fit
         need = 0.0 if fit is None else fit.required_gb
         needs[server.socket] = needs.get(server.socket, 0.0) + need

@@ -36,8 +36,9 @@ from epycd.approval.record import load_approval
 from epycd.atomic import unlink_durable, write_atomic
 from epycd.errors import EpycError, InputError, file_error
 from epycd.names import INSTANCE_SEPARATOR, unit_name
+from epycd.plan.endpoint import Plan
 from epycd.plan.healing import Healing
-from epycd.plan.model import EndpointDecisions, Plan
+from epycd.plan.model import EndpointService
 from epycd.readfile import STATE_MAX_BYTES, read_bytes
 from epycd.settings import Settings, load_settings
 from epycd.supervisor import SupervisorStatus, read_status
@@ -125,7 +126,7 @@ def read_crash_record(settings: Settings, stem: str) -> CrashRecord | None:
 def unit_stems(plan: Plan) -> list[str]:
     """Every vLLM unit of an approved endpoint that can have a record: its own, and its
     instances' (a set's own unit is its balancer)."""
-    members = plan.instance_set.members if plan.instance_set is not None else []
+    members = plan.decisions.members
     return [plan.unit_name, *(member.unit_name for member in members)]
 
 
@@ -181,14 +182,14 @@ def why(status: SupervisorStatus | None) -> tuple[str, list[str]]:
     return status.reason, status.first_error
 
 
-def target_of(plan: Plan, stem: str) -> EndpointDecisions | None:
+def target_of(plan: Plan, stem: str) -> EndpointService | None:
     if stem == plan.unit_name:
         return plan.decisions
-    members = plan.instance_set.members if plan.instance_set is not None else []
+    members = plan.decisions.members
     return next((member for member in members if member.unit_name == stem), None)
 
 
-def label(name: str, target: EndpointDecisions) -> str:
+def label(name: str, target: EndpointService) -> str:
     instance = target.instance
     return name if instance is None else f"{name} instance {instance}"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from epycd.engines import engine_named
 from epycd.host.facts import HostFacts
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 
 
 class EngineBootCheck:

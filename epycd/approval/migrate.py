@@ -28,7 +28,7 @@ from typing import Any, Final
 from epycd.errors import InputError
 from epycd.plan.problem import Problem
 
-RECORD_FORMAT: Final = 3
+RECORD_FORMAT: Final = 4
 """The format `approve` writes. A record says it in `format`."""
 
 Record = dict[str, Any]
@@ -242,6 +242,28 @@ def words_from_invocation(record: Record) -> Record:
     return {**record, "format": 3}
 
 
+def one_endpoint_type(record: Record) -> Record:
+    """Format 4: one endpoint type. The plan's decisions are the endpoint's service and its
+    `servers`, each a server's own decisions, with a set's balancing in `instances`; before,
+    they were one flat object per kind: a server's, or a set's service with its members
+    under `instances`. A server's decisions keep every key they had (reading fills nothing
+    from the service that they hold), so the units they rendered are rendered again."""
+    plan = record.get("plan")
+    if not isinstance(plan, dict) or not isinstance(plan.get("decisions"), dict):
+        return {**record, "format": 4}
+    decisions = plan["decisions"]
+    if "servers" in decisions:
+        return {**record, "format": 4}
+    instances = decisions.get("instances")
+    if isinstance(instances, dict) and "members" in instances:
+        shape = {k: v for k, v in instances.items() if k != "members"}
+        top = {k: v for k, v in decisions.items() if k not in ("kind", "instances")}
+        endpoint = {**top, "servers": instances["members"], "instances": shape}
+    else:
+        endpoint = {**decisions, "servers": [decisions]}
+    return {**record, "plan": {**plan, "decisions": endpoint}, "format": 4}
+
+
 FORMAT_1_STEPS: tuple[Step, ...] = (
     drop_exec_start_pre,
     listen_host_all,
@@ -260,7 +282,8 @@ FORMAT_1_STEPS: tuple[Step, ...] = (
 STEPS: dict[int, tuple[Step, ...]] = {
     1: (*FORMAT_1_STEPS, typed_plan),
     2: (words_from_invocation,),
-    3: (),
+    3: (one_endpoint_type,),
+    4: (),
 }
 """Format -> the steps that bring a record of that format to the next one (the last format:
 to today's shape). A record of format v goes through `STEPS[v]`, ... `STEPS[RECORD_FORMAT]`."""

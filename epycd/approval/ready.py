@@ -56,7 +56,7 @@ def ready_check(settings: Settings, name: str) -> tuple[int, str]:
             fix=f"run `epycctl approve {name}`",
         )
     chosen = approval.plan.instance_set
-    units = [f"{member.unit_name}.service" for member in chosen.members]
+    units = [f"{member.unit_name}.service" for member in approval.plan.decisions.members]
     states = settled_states(units, chosen.min_ready)
     ready = [unit for unit, state in states.items() if state == "active"]
     balancer = f"{unit_name(name)}.service"

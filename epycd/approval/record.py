@@ -21,7 +21,7 @@ from epycd.approval.migrate import RECORD_FORMAT, parse_record
 from epycd.approval.shape import HostShape
 from epycd.errors import InputError
 from epycd.names import ENDPOINT_NAME_FIX, is_endpoint_name
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.readfile import RECORD_MAX_BYTES, read_bytes
 from epycd.settings import Settings
 
@@ -50,7 +50,7 @@ class Approval(BaseModel):
     `epycd.approval.migrate` (`approval_from_json`), which writes down what each key added
     since meant before it came: the model itself patches nothing."""
 
-    format: Literal[3] = RECORD_FORMAT
+    format: Literal[4] = RECORD_FORMAT
     endpoint: str
     unit_name: str
     fingerprint: str

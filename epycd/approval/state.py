@@ -27,7 +27,7 @@ from epycd.approval.install import pending_transactions
 from epycd.approval.record import Approval, approved_names, load_approval, sha256_text
 from epycd.errors import InputError
 from epycd.names import UNIT_PREFIX, is_endpoint_name, unit_name
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.plan.problem import Problem
 from epycd.readfile import RECORD_MAX_BYTES, read_bytes
 from epycd.settings import Settings
@@ -71,7 +71,8 @@ class EndpointState(BaseModel):
 def comparable_plan(plan: Plan) -> dict[str, Any]:
     """The plan's JSON without what moves on its own (busy %, available memory, wording),
     its decisions on the top level, as the diff has always shown them."""
-    kept = plan.decisions.model_dump(mode="json", exclude=set(VOLATILE_DECISION_KEYS))
+    shown = plan.decisions.unit_decisions
+    kept = shown.model_dump(mode="json", exclude=set(VOLATILE_DECISION_KEYS))
     kept |= plan.model_dump(mode="json", exclude={"decisions", *VOLATILE_PLAN_KEYS})
     memory = kept.get("memory")  # an Instinct endpoint's fit is `gpu_fit`; a set's, its members'
     if isinstance(memory, dict):

@@ -49,10 +49,7 @@ from epycd.events import EPYCCTL, Event, emit
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
-from epycd.plan.model import (
-    EndpointDecisions,
-    Plan,
-)
+from epycd.plan.endpoint import EndpointDecisions, Plan
 from epycd.settings import Settings
 
 QUADLET_SUFFIX = ".container"
@@ -278,7 +275,7 @@ def finish_or_undo(settings: Settings) -> None:
 
 def plan_ports(plan: Plan) -> set[int]:
     """The endpoint's port and, for a multi-instance endpoint, its instances' ports."""
-    members = plan.instance_set.members if plan.instance_set is not None else []
+    members = plan.decisions.members
     return {plan.decisions.port, *(member.port for member in members)}
 
 

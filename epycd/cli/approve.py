@@ -30,7 +30,7 @@ from epycd.cli.plan import confirmation_table
 from epycd.errors import InputError, Refusal
 from epycd.events import EPYCCTL, Event, emit
 from epycd.host.facts import HostFacts
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.plan.pipeline.result import EndpointResult
 from epycd.settings import Settings, load_settings
 

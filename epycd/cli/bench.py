@@ -33,7 +33,7 @@ from epycd.listen import local_url
 from epycd.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from epycd.plan.model import Plan
+    from epycd.plan.endpoint import Plan
 
 API_KEY_ENV = "OPENAI_API_KEY"
 """Where vLLM's bench client (`vllm bench serve`, OpenAI backends) reads the API key."""

@@ -8,18 +8,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from epycd.plan.model import CpuServer, EndpointDecisions, ServerEndpoint, SetEndpoint
+from epycd.plan.endpoint import EndpointDecisions
+from epycd.plan.model import AnyServer
 
 Row = tuple[str, str]
 GPU_KEYS = ("gpus", "gfx_version", "tensor_parallel_size")
 """The plan keys of a GPU placement (null on CPUs)."""
 
 
-def instances_json(decided: SetEndpoint, words: str | None = None) -> dict[str, Any]:
+def instances_json(decided: EndpointDecisions, words: str | None = None) -> dict[str, Any]:
     """A set's layout, its balancer, and each member as a whole instance (its own port,
     CPUs, nodes, env and, under the key `words`, its engine's words, made from its invocation
     as the renderer makes them)."""
     chosen = decided.instances
+    assert chosen is not None, "a set's"
     return {
         "requested": chosen.requested,
         "placement": chosen.placement,
@@ -33,11 +35,11 @@ def instances_json(decided: SetEndpoint, words: str | None = None) -> dict[str, 
             "port": decided.port,
         },
         # the members' typed invocation is not a plan key: their words are
-        "members": [_member_json(m, words) for m in chosen.members],
+        "members": [_member_json(m, words) for m in decided.members],
     }
 
 
-def _member_json(member: CpuServer, words: str | None) -> dict[str, Any]:
+def _member_json(member: AnyServer, words: str | None) -> dict[str, Any]:
     dumped = member.model_dump(mode="json", exclude={"invocation"})
     if words is not None:
         dumped[words] = getattr(member, words)
@@ -69,7 +71,7 @@ class PlanView(ABC):
         """One server's rows (its fit, CPUs and context, or its device's)."""
 
     @abstractmethod
-    def server_rows(self, server: ServerEndpoint) -> tuple[Row, Row, Row]:
+    def server_rows(self, server: AnyServer) -> tuple[Row, Row, Row]:
         """One server's memory fit, CPU and context rows on CPUs (a set shows its tightest
         member's)."""
 
@@ -78,5 +80,5 @@ class PlanView(ABC):
         return ""
 
     @abstractmethod
-    def member_text(self, member: ServerEndpoint) -> tuple[str, str]:
+    def member_text(self, member: AnyServer) -> tuple[str, str]:
         """A set member's threads and its batch, in its row of the set."""

@@ -27,7 +27,7 @@ from epycd.settings import load_settings
 if TYPE_CHECKING:
     from epycd.export import KubeExport
     from epycd.host.facts import HostFacts
-    from epycd.plan.model import Plan
+    from epycd.plan.endpoint import Plan
 
 KUBELET_FILE = "kubelet-config.yaml"
 NOTES_FILE = "NOTES.txt"

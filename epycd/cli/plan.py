@@ -16,7 +16,7 @@ from epycd.cli.options import SAMPLE_SECONDS, NonEmptyPath
 from epycd.cli.output import EXIT_OK, json_option, print_json, table
 from epycd.errors import InputError
 from epycd.host.facts import HostFacts
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.endpoint import EndpointDecisions
 from epycd.plan.pipeline.current import LOAD_SAMPLE_SECONDS
 from epycd.plan.pipeline.result import EndpointResult
 from epycd.settings import load_settings
@@ -80,7 +80,7 @@ def plan_keys() -> tuple[str, ...]:
 def decisions_json(decided: EndpointDecisions) -> dict[str, Any]:
     """The plan keys of decisions: every endpoint's fields, then its engine's
     (docs/architecture.md, "Plan keys")."""
-    dumped = decided.model_dump(mode="json")
+    dumped = decided.unit_decisions.model_dump(mode="json")
     data: dict[str, Any] = {key: dumped.get(key) for key in plan_keys()}
     data.update(
         kind=decided.kind,
@@ -136,7 +136,7 @@ def _instance_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
     ]
     rows += [("Instances why", reason) for reason in chosen.reasons]
     view = view_for(decided.engine)
-    for member in chosen.members:
+    for member in decided.members:
         threads, batch = view.member_text(member)
         rows.append(
             (

@@ -32,7 +32,8 @@ from epycd.cli.options import TEXT
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.paths import runtime_install_command
-from epycd.plan.model import Plan, Runtime
+from epycd.plan.endpoint import Plan
+from epycd.plan.model import Runtime
 from epycd.plan.pipeline.result import EndpointResult
 from epycd.plan.route import container_runtime
 from epycd.readfile import read_bytes

@@ -18,7 +18,7 @@ from epycd.errors import InputError
 
 if TYPE_CHECKING:
     from epycd.host.facts import HostFacts
-    from epycd.plan.model import Plan
+    from epycd.plan.endpoint import Plan
     from epycd.stack import Stack
 
 

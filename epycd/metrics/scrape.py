@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from epycd.engines import metric_prefixes
 from epycd.listen import local_url
-from epycd.plan.model import Plan, server_processes
+from epycd.plan.endpoint import Plan
 
 DEADLINE_S = 0.5
 """The bound of one instance's answer; all are read at once, so it bounds the scrape too."""
@@ -65,7 +65,7 @@ def targets(plans: Iterable[Plan]) -> list[Target]:
     (instance 0), at the address this machine reaches it on."""
     found = []
     for plan in plans:
-        for number, process in enumerate(server_processes(plan.decisions)):
+        for number, process in enumerate(list(plan.decisions.servers)):
             instance = process.instance if process.instance is not None else number
             found.append(
                 Target(

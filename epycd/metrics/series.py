@@ -19,7 +19,8 @@ from prometheus_client.metrics_core import Metric
 
 from epycd.host.cpulist import parse_cpulist
 from epycd.metrics.scrape import LABELS, Dropped, Reading, Target, targets
-from epycd.plan.model import Plan, ServerEndpoint, server_processes
+from epycd.plan.endpoint import Plan
+from epycd.plan.model import AnyServer
 from epycd.sizes import GIB
 from epycd.status.machine import COUNT_WORDS, EndpointStatus
 
@@ -33,7 +34,7 @@ class Instance:
     """One server process of an approved endpoint, with its status where there is one."""
 
     target: Target
-    process: ServerEndpoint
+    process: AnyServer
     ready: bool
     ready_since: datetime | None
     startup_seconds: float | None
@@ -43,7 +44,7 @@ def instances(status: EndpointStatus | None, plan: Plan) -> Iterator[Instance]:
     """The plan's server processes; none is ready while there is no status yet (epycd
     serves /metrics before its first reading of the endpoints' state)."""
     by_number = {entry.instance: entry for entry in status.instances} if status else {}
-    processes = server_processes(plan.decisions)
+    processes = list(plan.decisions.servers)
     for target, process in zip(targets([plan]), processes, strict=True):
         entry = by_number.get(int(target.vllm_instance))
         if status is None:

@@ -29,7 +29,7 @@ from prometheus_client.registry import Collector
 
 from epycd.metrics.scrape import DEADLINE_S, Dropped, Target, forward, read_all, targets
 from epycd.metrics.series import dropped_series, endpoint_series, reading_series
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.settings import parse_listen
 from epycd.status.machine import EndpointStatus
 

@@ -47,6 +47,11 @@ class InvocationFacts(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _facts_of_invocation(cls, data: Any) -> Any:
+        return cls.with_invocation_facts(data)
+
+    @classmethod
+    def with_invocation_facts(cls, data: Any) -> Any:
+        """A record's decisions with the fields its invocation holds filled from it."""
         if not isinstance(data, dict) or data.get("invocation") is None:
             return data
         invocation = cls.invocation_type.model_validate(data["invocation"])

@@ -1,29 +1,26 @@
-"""What a plan is: every decision for one endpoint, then the units rendered from it.
-
-`EndpointDecisions` is the planner's output and the renderer's only input, so rendering
-stays a pure function of decisions. `Plan` adds the rendered units and the fingerprint;
-`plan --json` prints it (docs/architecture.md, "Plan keys").
+"""What a server's decisions are built on, whatever its engine: the unit it runs
+(`EndpointService`: the model it serves and how, where it listens, how it heals, what the
+approver must review), where it is pinned (`CpuPlacement`), one server on CPUs (`CpuServer`)
+or on GPUs (`GpuServer`), and what an engine's servers share across their endpoint
+(`EngineService`). The endpoint of one or several servers, and its plan, are
+`epycd.plan.endpoint`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from functools import cache
-from pathlib import Path
 from typing import (
     TYPE_CHECKING,
-    Annotated,
-    Any,
-    Generic,
+    ClassVar,
     Literal,
-    NamedTuple,
     Protocol,
-    TypeVar,
 )
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, SerializeAsAny
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+)
 
-from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.model.gpu_memory import GpuFit
 from epycd.plan.healing import Healing, Restart
 from epycd.plan.problem import Problem
@@ -126,49 +123,13 @@ class EndpointService(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     errors: list[Problem] = Field(default_factory=list)
 
-    # An endpoint is this service plus its servers: one, or a set's members behind its
-    # balancer. The core reads every endpoint through these, never by its type.
-
-    @property
-    def servers(self) -> Sequence[ServerEndpoint]:
-        """Its servers, each with its placement and its engine's decisions: the endpoint
-        itself when it is one server, a set's members (whose unit is the balancer's)."""
-        raise NotImplementedError(type(self).__name__)
-
-    @property
-    def instance_set(self) -> InstanceSet[Any] | None:
-        """A set's instances behind its balancer; None for an endpoint of one server."""
-        return None
-
-    @property
-    def tightest_server(self) -> ServerEndpoint:
-        """The server with the least room: the endpoint is sized, and refused, by it."""
-        [server] = self.servers  # a set chooses among its members
-        return server
-
-    @property
-    def device(self) -> Literal["cpu", "instinct"]:
-        """Where its servers compute: CPUs, or Instinct GPUs."""
-        return "cpu"
-
-    @property
-    def gpus_held(self) -> list[int]:
-        """The GPU indices its servers hold; none on CPUs."""
-        return []
-
-    @property
-    def cpu_fit(self) -> ServerFit | None:
-        """Its fit in its NUMA nodes' memory (a set's: its tightest server's); None on
-        GPUs, where its engine's own fit refuses."""
-        return None
-
     if TYPE_CHECKING:
         # What every engine's decisions give, as a field or a property: the core reads them
         # whatever the engine (pydantic would take a property declared here for a field).
 
         @property
         def kind(self) -> str:
-            """Which of its engine's types of decisions (`decision_types`)."""
+            """Which of its engine's server types (`server_types`); a set's `set_kind`."""
 
         @property
         def engine(self) -> str:
@@ -220,12 +181,18 @@ class EndpointService(BaseModel):
             """The sequences one server runs at once (a set's: its tightest member's)."""
 
 
-class HostService(BaseModel):
-    """What the servers of an engine that runs them on the host alone share in place of
-    vLLM's route: no image and no vLLM executable; what serves it, for its fingerprint, is
-    its engine. An engine's own service model (`EnginePlanner.service_type`) may build on it."""
+class EngineService(BaseModel):
+    """The fields an engine's servers share across their endpoint (its route: which build
+    serves them, from where): an endpoint stores them once, beside its service's fields,
+    and each of its servers reads them from there (`Endpoint`)."""
 
     model_config = ConfigDict(frozen=True)
+
+
+class HostService(EngineService):
+    """What the servers of an engine that runs them on the host alone share in place of
+    vLLM's route: no image and no vLLM executable; what serves it, for its fingerprint, is
+    its engine. An engine's own service model may build on it."""
 
     @property
     def image(self) -> str | None:
@@ -263,12 +230,21 @@ class CpuPlacement(BaseModel):
 
 
 class CpuServer(EndpointService, CpuPlacement):
-    """One server process on CPUs, of any engine: a single endpoint or one member of a set.
-    Each engine's own type adds its decisions and its fit in the nodes' memory."""
+    """One server process on CPUs, of any engine: a single endpoint's or one member of a
+    set. Each engine's own type adds its decisions and its fit in the nodes' memory."""
+
+    set_kind: ClassVar[str]
+    """What `plan --json` calls an endpoint of several of these (its `kind`)."""
 
     @property
-    def servers(self) -> Sequence[ServerEndpoint]:
-        return [self]
+    def device(self) -> Literal["cpu", "instinct"]:
+        """Where it computes: CPUs."""
+        return "cpu"
+
+    @property
+    def gpus_held(self) -> list[int]:
+        """The GPU indices it holds: none on CPUs."""
+        return []
 
     @property
     def cpu_fit(self) -> ServerFit:
@@ -289,9 +265,13 @@ class GpuServer(EndpointService, CpuPlacement):
     adds the GPUs, their fit in VRAM and its own decisions. It refuses by its own fit, never
     by the nodes' memory."""
 
+    set_kind: ClassVar[str] = "instinct"
+    """Its endpoint is one server: a set is on CPUs."""
+
     @property
-    def servers(self) -> Sequence[ServerEndpoint]:
-        return [self]
+    def cpu_fit(self) -> ServerFit | None:
+        """None: its engine's own fit on the GPUs refuses it."""
+        return None
 
     @property
     def device(self) -> Literal["cpu", "instinct"]:
@@ -322,210 +302,5 @@ class GpuServer(EndpointService, CpuPlacement):
             """Its environment; never a secret."""
 
 
-Member = TypeVar("Member", bound=CpuServer)
-"""One instance of a set: a server of the set's engine."""
-
-
-class InstanceSet(BaseModel, Generic[Member]):
-    """The instances of a set behind its balancer (docs/instances.md): how many and why,
-    how many must be ready, and each member, a whole instance on a loopback port."""
-
-    model_config = ConfigDict(frozen=True)
-
-    requested: int | str = Field(description='the endpoint file\'s instances: N or "auto"')
-    placement: Literal["socket", "host"]
-    count: int
-    min_ready: int = Field(description="instances that must pass the health gate")
-    balancer: Literal["haproxy"] = "haproxy"
-    reasons: list[str] = Field(description="why this many instances")
-    members: list[Member]
-
-
-class BalancedSet(EndpointService, Generic[Member]):
-    """An endpoint of several instances behind one balancer, of either engine: its own unit,
-    address and healing are the balancer's; what the instances hold together (CPUs, nodes,
-    memory) is computed from the members, never stored twice."""
-
-    instances: InstanceSet[Member]
-
-    @property
-    def members(self) -> list[Member]:
-        return self.instances.members
-
-    @property
-    def servers(self) -> Sequence[Member]:
-        return self.members
-
-    @property
-    def instance_set(self) -> InstanceSet[Member]:
-        return self.instances
-
-    @property
-    def tightest_server(self) -> Member:
-        return self.worst_member
-
-    @property
-    def instance(self) -> None:
-        """The set itself is no instance."""
-        return None
-
-    @property
-    def cpus(self) -> str:
-        return format_cpulist(sorted(c for m in self.members for c in parse_cpulist(m.cpus)))
-
-    @property
-    def numa_nodes(self) -> list[int]:
-        return sorted({node for m in self.members for node in m.numa_nodes})
-
-    @property
-    def sockets(self) -> list[int]:
-        return sorted({m.socket for m in self.members})
-
-    @property
-    def socket_reason(self) -> str:
-        return f"{self.instances.count} instances: " + "; ".join(self.instances.reasons)
-
-    @property
-    def socket(self) -> int | None:
-        """The socket every member is on; None for a set across sockets."""
-        sockets = self.sockets
-        return sockets[0] if len(sockets) == 1 else None
-
-    @property
-    def max_model_len(self) -> int:
-        """The context every member serves."""
-        return min(m.max_model_len for m in self.members)
-
-    @property
-    def worst_member(self) -> Member:
-        """The member with the least room: the set is sized, and refused, by it."""
-        return min(self.members, key=lambda m: (required_fits(m), m.max_num_seqs))
-
-    @property
-    def cpu_fit(self) -> ServerFit:
-        """The fit of the member with the least room."""
-        return self.worst_member.cpu_fit
-
-    @property
-    def omp_cpus(self) -> str:
-        """Every core the members' compute threads run on."""
-        return format_cpulist(sorted(c for m in self.members for c in parse_cpulist(m.omp_cpus)))
-
-    @property
-    def kv_cache_gb(self) -> int | float:
-        return self.worst_member.kv_cache_gb
-
-    @property
-    def max_num_seqs(self) -> int:
-        return self.worst_member.max_num_seqs
-
-
-def required_fits(process: CpuServer) -> bool:
-    """Whether one CPU process fits its nodes' memory."""
-    return process.cpu_fit.fits
-
-
-def required_gb(process: CpuServer) -> float:
-    """What one CPU process needs of its nodes' memory, OS headroom included."""
-    return process.cpu_fit.required_gb
-
-
-ServerEndpoint = CpuServer | GpuServer
-"""An endpoint whose unit runs one server process, of any engine."""
-
-SetEndpoint = BalancedSet[Any]
-"""An endpoint of several instances behind a balancer."""
-
-CpuDecisions = CpuServer | SetEndpoint
-"""An endpoint on CPUs, fitted in its NUMA nodes' memory."""
-
-
-@cache
-def decision_types() -> dict[str, type[EndpointService]]:
-    """Every registered engine's types of decisions (`DECISIONS` in its package's
-    `plan/model.py`), by their `kind`."""
-    from epycd import engines
-
-    types: dict[str, type[EndpointService]] = {}
-    for engine in engines.ENGINES:
-        for kind in engine.implementation("plan.model", "DECISIONS", tuple):
-            types[kind.model_fields["kind"].default] = kind
-    return types
-
-
-def decisions_of(value: object) -> EndpointService:
-    """An endpoint's decisions, as the type their `kind` names (a record's JSON, or
-    decisions already made)."""
-    if isinstance(value, EndpointService):
-        return value
-    if not isinstance(value, dict):
-        raise ValueError(f"decisions are an object, not {type(value).__name__}")
-    kind = value.get("kind")
-    types = decision_types()
-    if kind not in types:
-        raise ValueError(f"decisions of kind {kind!r}: no registered engine makes them")
-    return types[kind].model_validate(value)
-
-
-EndpointDecisions = Annotated[SerializeAsAny[EndpointService], PlainValidator(decisions_of)]
-"""Everything decided for one endpoint, no rendered text: one of the types its engine
-makes (`decision_types`), read back by its `kind`."""
-
-
-def server_processes(decisions: EndpointDecisions) -> list[ServerEndpoint]:
-    """The endpoint's server processes, of any engine: a set's members, or the endpoint
-    itself."""
-    return list(decisions.servers)
-
-
-class Plan(BaseModel):
-    """An endpoint's decisions, the units rendered from them and their fingerprints: what
-    `epycctl plan` shows and an approval record stores."""
-
-    model_config = ConfigDict(frozen=True)
-
-    decisions: EndpointDecisions
-    units: dict[str, str] = Field(description="unit file name -> exact text")
-    unit_dirs: dict[str, str] = Field(
-        default_factory=dict, description="unit file name -> the folder it is installed in"
-    )
-    fingerprint: str = Field(description="over the units and every input that shaped them")
-    inputs_fingerprint: str = Field(
-        default="", description="over the shaping inputs only: what drift compares"
-    )
-
-    @property
-    def endpoint(self) -> str:
-        return self.decisions.endpoint
-
-    @property
-    def unit_name(self) -> str:
-        return self.decisions.unit_name
-
-    @property
-    def instance_set(self) -> InstanceSet[Any] | None:
-        """The instances behind the balancer; None for an endpoint of one instance."""
-        return self.decisions.instance_set
-
-    @property
-    def gpus(self) -> list[int]:
-        """The GPUs the endpoint holds; none for an endpoint on CPUs."""
-        return self.decisions.gpus_held
-
-
-class RenderedUnits(NamedTuple):
-    """The units rendered from one endpoint's decisions."""
-
-    units: dict[str, str]
-    """unit file name -> exact text"""
-    unit_dirs: dict[str, str]
-    """unit file name -> the folder it is installed in"""
-
-
-UnitRenderer = Callable[
-    [EndpointDecisions, Path, Path],
-    RenderedUnits,
-]
-"""(decisions, unit folder, Quadlet folder) -> the units. The planner is given one
-(`epycd.render.render_for_plan`) by the layer above, so the plan layer never imports the
-renderer that sits on top of it."""
+AnyServer = CpuServer | GpuServer
+"""One server of an endpoint, of any engine: the decisions of one unit's process."""

@@ -23,23 +23,38 @@ from __future__ import annotations
 from pathlib import Path
 
 from epycd.errors import EpycError
-from epycd.plan.model import EndpointDecisions, RenderedUnits
+from epycd.plan.endpoint import EndpointDecisions, RenderedUnits
+from epycd.plan.model import AnyServer, EndpointService
 from epycd.render.balancer import render_balancer
 from epycd.render.engines import renderer_for
 from epycd.render.policy import check_identity
 
 
-def unit_file_name(decisions: EndpointDecisions) -> str:
-    suffix = ".container" if decisions.runtime == "podman" else ".service"
-    return decisions.unit_name + suffix
+def unit_file_name(unit: EndpointService) -> str:
+    """A unit's file name: a server's, or a set's balancer (a `.service`)."""
+    suffix = ".container" if unit.runtime == "podman" else ".service"
+    return unit.unit_name + suffix
 
 
 def render_units(decisions: EndpointDecisions) -> dict[str, str]:
     """File name -> exact text. Raises InputError (naming the file and key) on unsafe values.
-    A multi-instance endpoint: every instance's units, then the balancer's."""
-    if decisions.instance_set is not None:
-        return _render_set(decisions)
-    [server] = decisions.servers
+    Each server's unit, then, for a set, the balancer's."""
+    units: dict[str, str] = {}
+    for server in decisions.servers:
+        units.update(_server_unit(server))
+    if decisions.instance_set is None:
+        return units
+    try:
+        check_identity(decisions)
+        units[f"{decisions.unit_name}.service"] = render_balancer(decisions)
+    except EpycError as error:
+        if error.file is None:
+            error.file = decisions.config_file
+        raise
+    return units
+
+
+def _server_unit(server: AnyServer) -> dict[str, str]:
     try:
         renderer = renderer_for(server.engine)
         renderer.check(server)
@@ -51,31 +66,17 @@ def render_units(decisions: EndpointDecisions) -> dict[str, str]:
     return {unit_file_name(server): text}
 
 
-def _render_set(decisions: EndpointDecisions) -> dict[str, str]:
-    units: dict[str, str] = {}
-    for member in decisions.servers:
-        units.update(render_units(member))
-    try:
-        check_identity(decisions)
-        units[f"{decisions.unit_name}.service"] = render_balancer(decisions)
-    except EpycError as error:
-        if error.file is None:
-            error.file = decisions.config_file
-        raise
-    return units
-
-
 def unit_dirs(
     decisions: EndpointDecisions, *, unit_dir: Path, quadlet_dir: Path
 ) -> dict[str, Path]:
     """File name -> the folder it is installed in (Quadlet's folder for `.container`)."""
+    dirs = {
+        unit_file_name(server): quadlet_dir if server.runtime == "podman" else unit_dir
+        for server in decisions.servers
+    }
     if decisions.instance_set is not None:
-        dirs = {f"{decisions.unit_name}.service": unit_dir}
-        for member in decisions.servers:
-            dirs.update(unit_dirs(member, unit_dir=unit_dir, quadlet_dir=quadlet_dir))
-        return dirs
-    folder = quadlet_dir if decisions.runtime == "podman" else unit_dir
-    return {unit_file_name(decisions): folder}
+        dirs = {f"{decisions.unit_name}.service": unit_dir} | dirs
+    return dirs
 
 
 def render_for_plan(

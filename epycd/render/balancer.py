@@ -41,8 +41,9 @@ from __future__ import annotations
 from epycd.engines import engine_named
 from epycd.errors import InputError
 from epycd.listen import is_loopback
+from epycd.plan.endpoint import EndpointDecisions
 from epycd.plan.healing import balancer_start_s
-from epycd.plan.model import CpuServer, EndpointService
+from epycd.plan.model import EndpointService
 from epycd.render.healing import service_restart_lines, start_limit_lines
 from epycd.render.sandbox import COMMON_SANDBOX
 from epycd.render.syntax import check_printable, command_line, plain_value
@@ -63,11 +64,11 @@ and only for a connection that failed (`retry-on conn-failure`), never a request
 have run."""
 
 
-def member_service(member: CpuServer) -> str:
+def member_service(member: EndpointService) -> str:
     return f"{member.unit_name}.service"
 
 
-def haproxy_config(decisions: EndpointService) -> str:
+def haproxy_config(decisions: EndpointDecisions) -> str:
     """The whole haproxy.cfg: one frontend on the endpoint's address, one backend of the
     instances on loopback."""
     assert decisions.instance_set is not None
@@ -97,12 +98,12 @@ def haproxy_config(decisions: EndpointService) -> str:
     ]
     lines += [
         f"    server instance-{member.instance} {member.host}:{member.port}"
-        for member in decisions.instance_set.members
+        for member in decisions.members
     ]
     return "\n".join(lines) + "\n"
 
 
-def config_credential(decisions: EndpointService) -> str:
+def config_credential(decisions: EndpointDecisions) -> str:
     """`SetCredential=` of the config: systemd C-unescapes it, so newlines are `\\n`; no
     value of it may hold a backslash or a specifier."""
     text = haproxy_config(decisions)
@@ -117,16 +118,16 @@ def config_credential(decisions: EndpointService) -> str:
     return f"{CONFIG_CREDENTIAL}:" + text.replace("\n", "\\n")
 
 
-def ip_lines(decisions: EndpointService) -> list[Line]:
+def ip_lines(decisions: EndpointDecisions) -> list[Line]:
     """On loopback, the balancer talks to loopback only: its clients and its instances."""
     if not is_loopback(decisions.host):
         return []
     return [("IPAddressAllow", "localhost"), ("IPAddressDeny", "any")]
 
 
-def _dependencies(decisions: EndpointService) -> list[Line]:
+def _dependencies(decisions: EndpointDecisions) -> list[Line]:
     assert decisions.instance_set is not None
-    members = " ".join(member_service(m) for m in decisions.instance_set.members)
+    members = " ".join(member_service(m) for m in decisions.members)
     need = "Wants"
     if (
         decisions.healing is None
@@ -141,7 +142,7 @@ def _dependencies(decisions: EndpointService) -> list[Line]:
     ]
 
 
-def restart_lines(decisions: EndpointService) -> list[Line]:
+def restart_lines(decisions: EndpointDecisions) -> list[Line]:
     """Restart= and RestartSec= from the balancer's healing (no watchdog: HAProxy does not
     ping one); in a record from before the healing policy, Restart=on-failure alone."""
     if decisions.healing is None:
@@ -149,14 +150,14 @@ def restart_lines(decisions: EndpointService) -> list[Line]:
     return service_restart_lines(decisions.healing)
 
 
-def engine_name(decisions: EndpointService) -> str:
+def engine_name(decisions: EndpointDecisions) -> str:
     """The engine a set's instances run, as its balancer's Description names it, so that
     `systemctl status` says what the balancer fronts (`Engine.title`: `vLLM`, as every vLLM
     set's approved unit has always said)."""
     return engine_named(decisions.engine).title
 
 
-def render_balancer(decisions: EndpointService) -> str:
+def render_balancer(decisions: EndpointDecisions) -> str:
     assert decisions.instance_set is not None
     count = decisions.instance_set.count
     engine = engine_name(decisions)
@@ -176,7 +177,7 @@ def render_balancer(decisions: EndpointService) -> str:
     )
 
 
-def _service_lines(decisions: EndpointService) -> list[Line]:
+def _service_lines(decisions: EndpointDecisions) -> list[Line]:
     """[Service]: HAProxy under a dynamic user, sandboxed, reading its config from a
     credential; only a port below 1024 keeps the capability to bind it."""
     start = [HAPROXY, "-Ws", "-f", f"%d/{CONFIG_CREDENTIAL}"]

@@ -5,22 +5,22 @@ from __future__ import annotations
 from epycd.engines import DEFAULT_ENGINE, engine_named
 from epycd.host.cpulist import format_cpulist
 from epycd.listen import local_url
-from epycd.plan.model import ServerEndpoint
+from epycd.plan.model import AnyServer
 
 TOKEN_CREDENTIAL = "hf_token"
 API_KEY_CREDENTIAL = "api_key"
 
 
-def base_url(decisions: ServerEndpoint) -> str:
+def base_url(decisions: AnyServer) -> str:
     return local_url(decisions.host, decisions.port)
 
 
-def gate_timeout(decisions: ServerEndpoint) -> int:
+def gate_timeout(decisions: AnyServer) -> int:
     """The gate's own bound, inside TimeoutStartSec so the gate, not systemd, reports it."""
     return max(decisions.start_timeout_s - min(60, decisions.start_timeout_s // 10), 1)
 
 
-def supervisor(decisions: ServerEndpoint, server: list[str]) -> list[str]:
+def supervisor(decisions: AnyServer, server: list[str]) -> list[str]:
     argv = [
         decisions.product_python,
         "-m",
@@ -48,5 +48,5 @@ def supervisor(decisions: ServerEndpoint, server: list[str]) -> list[str]:
     return [*argv, "--", *server]
 
 
-def numa_list(decisions: ServerEndpoint) -> str:
+def numa_list(decisions: AnyServer) -> str:
     return format_cpulist(decisions.numa_nodes)

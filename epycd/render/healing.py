@@ -25,7 +25,7 @@ policy, b30f55f) get the units of their time.
 from __future__ import annotations
 
 from epycd.plan.healing import Healing
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.model import EndpointService
 from epycd.plan.service.unit_commands import crash_recorder_argv
 from epycd.render.syntax import command_line
 from epycd.render.text import Line
@@ -36,7 +36,7 @@ LEGACY_RESTART_SEC = "30s"
 """RestartSec= of a record from before the healing policy with restart = "on-failure"."""
 
 
-def restart_lines(decisions: EndpointDecisions) -> list[Line]:
+def restart_lines(decisions: EndpointService) -> list[Line]:
     """[Service] Restart=, RestartSec= and, for a supervised unit, WatchdogSec=."""
     healing = decisions.healing
     if healing is None:
@@ -67,7 +67,7 @@ def start_limit_lines(healing: Healing | None) -> list[Line]:
     ]
 
 
-def crash_recorder_lines(decisions: EndpointDecisions) -> list[Line]:
+def crash_recorder_lines(decisions: EndpointService) -> list[Line]:
     """[Service] ExecStopPost= of the crash recorder, for the unit `decisions.unit_name`."""
     if decisions.healing is None:
         return []
@@ -75,7 +75,7 @@ def crash_recorder_lines(decisions: EndpointDecisions) -> list[Line]:
     return [("ExecStopPost", command_line(argv, "crash_recorder", prefix="-+"))]
 
 
-def health_on_failure_lines(decisions: EndpointDecisions) -> list[Line]:
+def health_on_failure_lines(decisions: EndpointService) -> list[Line]:
     """[Container] of podman >= 5 (Notify=healthy): a container whose health check fails is
     killed, podman exits and `Restart=` brings it back (podman-systemd.unit(5)). podman < 5
     runs no health check after the start: there the unit restarts when the container exits."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from epycd.engines import engine_named
 from epycd.names import unit_name
-from epycd.plan.model import ServerEndpoint
+from epycd.plan.model import AnyServer
 from epycd.render.commands import API_KEY_CREDENTIAL
 from epycd.render.syntax import (
     plain_value,
@@ -14,7 +14,7 @@ from epycd.render.syntax import (
 from epycd.render.text import Line
 
 
-def describe(decisions: ServerEndpoint) -> str:
+def describe(decisions: AnyServer) -> str:
     """The unit's Description, before escaping."""
     where = f"socket {decisions.socket}"
     if decisions.gpus_held:
@@ -27,18 +27,18 @@ def describe(decisions: ServerEndpoint) -> str:
     )
 
 
-def part_of(decisions: ServerEndpoint) -> list[Line]:
+def part_of(decisions: AnyServer) -> list[Line]:
     """An instance of a multi-instance endpoint stops and restarts with its balancer."""
     if decisions.instance is None:
         return []
     return [("PartOf", f"{unit_name(decisions.endpoint)}.service")]
 
 
-def description(decisions: ServerEndpoint) -> str:
+def description(decisions: AnyServer) -> str:
     return plain_value(describe(decisions), "model")
 
 
-def api_key_credential(decisions: ServerEndpoint) -> list[Line]:
+def api_key_credential(decisions: AnyServer) -> list[Line]:
     """The API key reaches the health gate as a credential (vLLM reads the mounted file)."""
     if not decisions.api_key_file:
         return []
@@ -46,7 +46,7 @@ def api_key_credential(decisions: ServerEndpoint) -> list[Line]:
     return [("LoadCredential", f"{API_KEY_CREDENTIAL}:{path}")]
 
 
-def limit_lines(decisions: ServerEndpoint) -> list[Line]:
+def limit_lines(decisions: AnyServer) -> list[Line]:
     """Open files and locked memory as vLLM wants them (docs/tuning.md rule 5)."""
     return [
         ("LimitNOFILE", str(decisions.limit_nofile)),

@@ -16,7 +16,7 @@ from epycd.errors import InputError
 from epycd.host.cpulist import parse_cpulist
 from epycd.listen import listen_address
 from epycd.names import ENDPOINT_NAME_RULE, instance_unit_name, is_endpoint_name, unit_name
-from epycd.plan.model import CpuServer, EndpointDecisions, EndpointService, ServerEndpoint
+from epycd.plan.model import AnyServer, CpuServer, EndpointService
 from epycd.render.syntax import check_printable, executable
 
 IMAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
@@ -27,7 +27,7 @@ def refuse(decisions: EndpointService, key: str, message: str, fix: str) -> Inpu
     return InputError(message, file=decisions.config_file, key=key, fix=fix)
 
 
-def check_identity(decisions: EndpointDecisions) -> None:
+def check_identity(decisions: EndpointService) -> None:
     check_printable(decisions.model, "model")
     check_printable(decisions.served_model_name, "served_model_name")
     executable(decisions.product_python, "product_python")
@@ -107,7 +107,7 @@ def check_cpus_and_nodes(decisions: CpuServer) -> list[int]:
     return cpus
 
 
-def secret_files(decisions: ServerEndpoint) -> list[tuple[str, str]]:
+def secret_files(decisions: AnyServer) -> list[tuple[str, str]]:
     """The secret files a unit loads as credentials or mounts: (key, path)."""
     files = [("hf_token_file", decisions.hf_token_file), ("api_key_file", decisions.api_key_file)]
     return [(key, path) for key, path in files if path]
@@ -118,7 +118,7 @@ def is_fully_qualified(image: str) -> bool:
     return bool(slash) and ("." in first or ":" in first or first == "localhost")
 
 
-def check_plain_path(decisions: ServerEndpoint, key: str, path: str) -> None:
+def check_plain_path(decisions: AnyServer, key: str, path: str) -> None:
     """A mounted or credential path: `-v`/`Volume=`/`LoadCredential=` split at `:` and `,`,
     and Quadlet copies `Volume=` into the unit without quoting."""
     bad = PLAIN_PATH_FORBIDDEN.search(path)

@@ -22,7 +22,7 @@ from pathlib import PurePosixPath
 from epycd.engines import engine_named
 from epycd.errors import InputError
 from epycd.listen import is_loopback
-from epycd.plan.model import ServerEndpoint
+from epycd.plan.model import AnyServer
 from epycd.plan.service.hfcache import ENDPOINT_HF_HOME
 from epycd.render.syntax import check_printable, escape_specifiers, quote_word
 from epycd.render.text import Line
@@ -138,12 +138,12 @@ def _path_word(path: str, what: str) -> str:
     return quote_word(escape_specifiers(os.path.normpath(path)))
 
 
-def endpoint_folders(decisions: ServerEndpoint) -> tuple[str, str]:
+def endpoint_folders(decisions: AnyServer) -> tuple[str, str]:
     """The endpoint's state and cache folders, relative to /var/lib and /var/cache."""
     return (f"epyc-llm/endpoints/{decisions.endpoint}", f"epyc-llm/endpoints/{decisions.endpoint}")
 
 
-def status_lines(decisions: ServerEndpoint) -> list[Line]:
+def status_lines(decisions: AnyServer) -> list[Line]:
     """The supervisor's status folder, writable by it and kept after a stop for `status`:
     the endpoint's own folder under /run is its RuntimeDirectory= (epycd.paths
     .endpoint_status_file); another (a moved EPYCD_RUN_DIR) is a ReadWritePaths=."""
@@ -162,14 +162,14 @@ def status_lines(decisions: ServerEndpoint) -> list[Line]:
 CACHE_VARIABLES = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
-def hf_home(decisions: ServerEndpoint) -> str | None:
+def hf_home(decisions: AnyServer) -> str | None:
     """HF_HOME of a host endpoint: the plan's variable, else the resolved cache."""
     if "HF_HOME" in decisions.env:
         return decisions.env["HF_HOME"]
     return decisions.hf_cache.host_path if decisions.hf_cache else None
 
 
-def host_folders(decisions: ServerEndpoint) -> list[Line]:
+def host_folders(decisions: AnyServer) -> list[Line]:
     """State, caches and status where the endpoint's user may write; everything else is
     read-only (ProtectSystem=strict)."""
     state, cache = endpoint_folders(decisions)
@@ -188,7 +188,7 @@ def host_folders(decisions: ServerEndpoint) -> list[Line]:
     return lines + status_lines(decisions)
 
 
-def cache_environment(decisions: ServerEndpoint) -> list[str]:
+def cache_environment(decisions: AnyServer) -> list[str]:
     """HOME and the caches of what the server compiles (its engine's `cache_variables`:
     vLLM's, inductor's and Triton's; none for llama-server) in the endpoint's own folders,
     unless the endpoint file moved them."""
@@ -200,7 +200,7 @@ def cache_environment(decisions: ServerEndpoint) -> list[str]:
     return [f"{name}={value}" for name, value in defaults.items() if name not in decisions.env]
 
 
-def ip_lines(decisions: ServerEndpoint) -> list[Line]:
+def ip_lines(decisions: AnyServer) -> list[Line]:
     """Loopback only, when the endpoint listens on loopback and never downloads (a local
     model folder, or HF_HUB_OFFLINE=1)."""
     offline = decisions.model.startswith("/") or decisions.env.get("HF_HUB_OFFLINE") == "1"
@@ -209,7 +209,7 @@ def ip_lines(decisions: ServerEndpoint) -> list[Line]:
     return [("IPAddressAllow", "localhost"), ("IPAddressDeny", "any")]
 
 
-def home_lines(decisions: ServerEndpoint) -> list[Line]:
+def home_lines(decisions: AnyServer) -> list[Line]:
     """The homes hidden, or (when the plan must read inside them: a pyenv interpreter, a
     model in ~) an empty tmpfs over them with exactly those paths bound back read-only."""
     if not decisions.home_read_paths:
@@ -220,7 +220,7 @@ def home_lines(decisions: ServerEndpoint) -> list[Line]:
     ]
 
 
-def host_sandbox(decisions: ServerEndpoint) -> list[Line]:
+def host_sandbox(decisions: AnyServer) -> list[Line]:
     return [
         ("User", PRODUCT_USER),
         ("Group", PRODUCT_USER),
@@ -231,7 +231,7 @@ def host_sandbox(decisions: ServerEndpoint) -> list[Line]:
     ]
 
 
-def docker_sandbox(decisions: ServerEndpoint) -> list[Line]:
+def docker_sandbox(decisions: AnyServer) -> list[Line]:
     """The docker client and the supervisor: root for the socket, nothing else."""
     return [
         *DOCKER_ONLY,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from epycd.plan.model import ServerEndpoint
+from epycd.plan.model import AnyServer
 
 
 class ServerRenderer(ABC):
@@ -19,11 +19,11 @@ class ServerRenderer(ABC):
     """Its name (`epycd.engines.Engine.name`)."""
 
     @abstractmethod
-    def check(self, decisions: ServerEndpoint) -> None:
+    def check(self, decisions: AnyServer) -> None:
         """Raise `InputError` (naming the key and the fix) on the first rule these decisions
         break: what a unit must never carry, whoever made the decisions."""
 
     @abstractmethod
-    def unit_text(self, decisions: ServerEndpoint) -> str:
+    def unit_text(self, decisions: AnyServer) -> str:
         """The exact text of the server's unit (a Quadlet `.container` or a `.service`, by
         its `runtime`), every value quoted by systemd's rules."""

@@ -7,7 +7,7 @@ full privileges (`+`): it reads the root-only approval records and secret files.
 
 from __future__ import annotations
 
-from epycd.plan.model import ServerEndpoint
+from epycd.plan.model import AnyServer
 from epycd.render import sandbox
 from epycd.render.commands import TOKEN_CREDENTIAL, numa_list, supervisor
 from epycd.render.healing import crash_recorder_lines, restart_lines, start_limit_lines
@@ -16,7 +16,7 @@ from epycd.render.syntax import command_line, env_assignment, plain_value
 from epycd.render.text import Line, Section, unit_text
 
 
-def unit_section(decisions: ServerEndpoint, after: str) -> Section:
+def unit_section(decisions: AnyServer, after: str) -> Section:
     return (
         "Unit",
         [
@@ -29,7 +29,7 @@ def unit_section(decisions: ServerEndpoint, after: str) -> Section:
     )
 
 
-def service_head(decisions: ServerEndpoint) -> list[Line]:
+def service_head(decisions: AnyServer) -> list[Line]:
     lines: list[Line] = [
         ("Type", "notify"),
         ("NotifyAccess", "main"),
@@ -44,7 +44,7 @@ def service_head(decisions: ServerEndpoint) -> list[Line]:
     return lines
 
 
-def host_env(decisions: ServerEndpoint) -> list[str]:
+def host_env(decisions: AnyServer) -> list[str]:
     env = dict(sorted(decisions.env.items()))
     hf_home = sandbox.hf_home(decisions)
     if hf_home is not None:
@@ -55,7 +55,7 @@ def host_env(decisions: ServerEndpoint) -> list[str]:
     return assignments + sandbox.cache_environment(decisions)
 
 
-def host_unit(decisions: ServerEndpoint, server: list[str]) -> str:
+def host_unit(decisions: AnyServer, server: list[str]) -> str:
     """`server` (its argv) under the supervisor on the host, pinned to the decisions' cores
     and nodes, sandboxed, its secrets loaded as credentials."""
     service = service_head(decisions)

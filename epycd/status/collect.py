@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from epycd.approval.crashloop import CrashRecord, read_crash_record, unit_stems
 from epycd.approval.record import readable_approval
 from epycd.approval.state import CurrentPlan, endpoint_states, unplanned
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.settings import Settings
 from epycd.status.instances import member_units
 from epycd.status.machine import EndpointStatus, endpoint_status
@@ -83,7 +83,7 @@ def member_supervisors(plan: Plan | None) -> dict[str, SupervisorStatus | None]:
         return {}
     return {
         f"{m.unit_name}.service": read_supervisor(Path(m.status_file)) if m.status_file else None
-        for m in plan.instance_set.members
+        for m in plan.decisions.members
     }
 
 

@@ -10,10 +10,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from epycd.listen import DEFAULT_HOST, local_url
-from epycd.plan.model import (
-    EndpointDecisions,
-    Plan,
-)
+from epycd.plan.endpoint import EndpointDecisions, Plan
 
 HANDOFF_MAX_TOKENS = 128
 

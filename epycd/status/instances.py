@@ -17,7 +17,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from epycd.approval.crashloop import CRASH_LOOP, CrashRecord, Failure, recent, verdict_text
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.status.units import UnitState
 from epycd.supervisor import SupervisorStatus
 
@@ -79,7 +79,7 @@ def member_units(plan: Plan | None) -> list[str]:
     """The instances' services, for `systemctl show` (Quadlet names them the same)."""
     if plan is None or plan.instance_set is None:
         return []
-    return [f"{member.unit_name}.service" for member in plan.instance_set.members]
+    return [f"{member.unit_name}.service" for member in plan.decisions.members]
 
 
 def instance_statuses(
@@ -92,7 +92,7 @@ def instance_statuses(
 ) -> list[InstanceStatus]:
     assert plan.instance_set is not None
     out = []
-    for member in plan.instance_set.members:
+    for member in plan.decisions.members:
         unit = f"{member.unit_name}.service"
         state, phase, reason, _ = runtime_state(
             units.get(unit) or UnitState(unit=unit), supervisors.get(unit)

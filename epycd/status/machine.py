@@ -37,7 +37,7 @@ from epycd.approval.crashloop import (
 )
 from epycd.approval.record import Approval
 from epycd.approval.state import EndpointState
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.status.handoff import Handoff, base_url, handoff
 from epycd.status.instances import (
     DEGRADED,
@@ -258,7 +258,7 @@ def _set_failures(
     status: EndpointStatus, plan: Plan, crashes: Mapping[str, CrashRecord | None], now: datetime
 ) -> None:
     """`restarts` and `last_failure` over every unit of the endpoint (a set's instances)."""
-    members = {m.unit_name: m for m in (plan.instance_set.members if plan.instance_set else [])}
+    members = {m.unit_name: m for m in plan.decisions.members}
     failures: list[Failure] = []
     last: list[Failure] = []
     for stem in unit_stems(plan):

@@ -11,7 +11,7 @@ import pytest
 
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from tests.approval.planned_epycctl import MODULE as PLANNED_EPYCCTL
 from tests.approval.plans import PLAN_FILE_ENV, write_plan_file
 from tests.hosts import make_host

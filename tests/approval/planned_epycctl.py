@@ -23,7 +23,7 @@ import epycd.cli.approve as approve_cli
 from epycd.cli import main
 from epycd.errors import InputError
 from epycd.host.facts import HostFacts
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.plan.pipeline.result import EndpointResult
 from epycd.settings import Settings
 from tests.approval.plans import PLAN_FILE_ENV

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmInstinctEndpoint
+from epycd.engines.vllm.plan.model import VllmCpuServer, VllmInstinctServer
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Endpoint, Plan
 from epycd.plan.problem import Problem
 from epycd.plan.tuning import omp_bind
 
@@ -127,7 +127,7 @@ def make_plan(
     shaping = json.dumps({k: v for k, v in data.items() if k != "socket_reason"}, default=str)
     units = data.pop("units")
     return Plan(
-        decisions=VllmCpuEndpoint.model_validate(data),
+        decisions=VllmCpuServer.model_validate(data),
         units=units,
         fingerprint=hashlib.sha256(shaping.encode()).hexdigest(),
     )
@@ -147,8 +147,8 @@ def write_plan_file(path: Path, plans: dict[str, Plan], host: HostFacts) -> Path
 
 def on_gpus(plan: Plan, gpus: list[int]) -> Plan:
     """The CPU plan as an Instinct endpoint's on `gpus`, on a port of its own."""
-    decisions = plan.decisions
-    assert isinstance(decisions, VllmCpuEndpoint)
+    decisions = plan.decisions.first
+    assert isinstance(decisions, VllmCpuServer)
     cpu_only = {"kind", "omp_cpus", "max_num_batched_tokens", "memory", "invocation"}
     # no CPU invocation on GPUs: its words, as a record from before the invocation holds them
     service = decisions.model_dump(exclude=cpu_only) | {"vllm_args": decisions.vllm_args}
@@ -160,7 +160,7 @@ def on_gpus(plan: Plan, gpus: list[int]) -> Plan:
         remaining_for_kv_gb=187.4,
         tier="safe",
     )
-    instinct = VllmInstinctEndpoint.model_validate(
+    instinct = VllmInstinctServer.model_validate(
         {**service, "gpus": gpus, "port": decisions.port + 100, "gpu_fit": fit}
     )
-    return plan.model_copy(update={"decisions": instinct})
+    return plan.model_copy(update={"decisions": Endpoint.of_server(instinct)})

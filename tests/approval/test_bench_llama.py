@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from epycd.engines.llama_cpp.plan.model import LlamaEndpoint
+from epycd.engines.llama_cpp.plan.model import LlamaServer
 from epycd.host.facts import RuntimeFacts
 from epycd.render import render_for_plan
 from tests.approval.conftest import ApprovalSandbox
@@ -49,7 +49,7 @@ def approve_llama(env: ApprovalSandbox, folder: Path, port: int) -> None:
     result = ws.plan(host)["tiny"]
     assert result.plan is not None, [e.text for e in result.errors]
     decisions = result.plan.decisions
-    assert isinstance(decisions, LlamaEndpoint)
+    assert isinstance(decisions.first, LlamaServer)
     units, dirs = render_for_plan(decisions, env.settings.unit_dir, env.settings.quadlet_dir)
     env.set_plans(result.plan.model_copy(update={"units": units, "unit_dirs": dirs}))
     done = env.epycctl("approve", "tiny", "--yes", "--no-start")

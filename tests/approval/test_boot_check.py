@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from epycd.engines.vllm.plan.invocation import CpuEngine, VllmInvocation
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.spec.flags import ExtraFlags
 from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
@@ -170,7 +170,7 @@ def test_an_eager_host_vllm_needs_neither(env: ApprovalSandbox, flag: str, plann
     plan = make_plan("chat", env.host(), env.settings.config_dir)
     decisions = cpu_decisions(plan)
     words = {"recorded_vllm_args": [*decisions.vllm_args, flag], "enforce_eager": planned}
-    eager = plan.model_copy(update={"decisions": decisions.model_copy(update=words)})
+    eager = with_decisions(plan, **words)
     approve_chat(env, plan=eager)
     header.unlink()
     (env.host_root / "usr/bin/g++").unlink()

@@ -11,7 +11,7 @@ from epycd.approval.check import check_problems
 from epycd.approval.install import STEPS
 from epycd.approval.record import load_approval
 from epycd.approval.state import endpoint_states
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
 

@@ -20,8 +20,8 @@ from epycd.approval.crashloop import (
     record_run,
 )
 from epycd.paths import endpoint_status_file
+from epycd.plan.endpoint import Plan
 from epycd.plan.healing import Healing
-from epycd.plan.model import Plan
 from epycd.supervisor import SupervisorStatus, write_status
 from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan

@@ -20,10 +20,10 @@ from epycd.approval.record import Approval, approval_path, load_approval
 from epycd.approval.shape import HostShape
 from epycd.engines.vllm.plan.argv import vllm_argv
 from epycd.engines.vllm.plan.invocation import VllmInvocation
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmInstinctEndpoint, VllmSetEndpoint
+from epycd.engines.vllm.plan.model import VllmCpuServer, VllmInstinctServer
 from epycd.errors import InputError
 from epycd.model.facts import MemoryFit
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan, shared_fields
 from epycd.plan.problem import Problem
 from epycd.readfile import RECORD_MAX_BYTES
 from epycd.settings import Settings
@@ -56,6 +56,7 @@ def test_every_format_1_step_is_tested() -> None:
     assert {
         1: (*m.FORMAT_1_STEPS, m.typed_plan),
         2: (m.words_from_invocation,),
+        3: (m.one_endpoint_type,),
         m.RECORD_FORMAT: (),
     } == m.STEPS
 
@@ -65,14 +66,16 @@ FORMAT_1 = [f for f in FIXTURES if m.record_format(f.raw) == 1]
 on a record of a later one)."""
 
 
-def test_records_are_format_1_up_to_e14_format_2_in_e15_and_3_from_e16() -> None:
+def test_records_are_format_1_up_to_e14_then_one_format_an_era() -> None:
     for fixture in FIXTURES:
         era = era_number(fixture.era)
-        assert m.record_format(fixture.raw) == (1 if era <= 14 else 2 if era == 15 else 3)
+        assert m.record_format(fixture.raw) == (1 if era <= 14 else era - 13 if era < 17 else 4)
 
 
 def _processes(record: dict[str, Any]) -> list[dict[str, Any]]:
     decisions = record["plan"]["decisions"]
+    if "servers" in decisions:
+        return list(decisions["servers"])
     if decisions["kind"] == "set":
         return list(decisions["instances"]["members"])
     return [decisions]
@@ -87,7 +90,7 @@ def test_format_3_stores_no_copy_of_a_planned_invocation() -> None:
     by_era: dict[int, dict[str, Fixture]] = {}
     for fixture in FIXTURES:
         by_era.setdefault(era_number(fixture.era), {})[fixture.file] = fixture
-    newest, before = by_era[max(by_era)], by_era[15]
+    newest, before = by_era[16], by_era[15]
     planned = [name for name in newest if name.startswith("golden-")]
     assert len(planned) >= 10
     for name in planned:
@@ -98,11 +101,10 @@ def test_format_3_stores_no_copy_of_a_planned_invocation() -> None:
         stored = [p["vllm_args"] for p in _processes(before[name].raw)]
         made_now = [vllm_argv(VllmInvocation.model_validate(p["invocation"])) for p in processes]
         assert made_now == stored, name
-        decisions = approval.plan.decisions
-        members = getattr(decisions, "members", [decisions])
-        assert [d.recorded_vllm_args for d in members] == stored, name
+        servers = approval.plan.decisions.servers
+        assert [getattr(d, "recorded_vllm_args", None) for d in servers] == stored, name
         for kept, process in zip(_processes(before[name].raw), processes, strict=True):
-            kind = VllmInstinctEndpoint if process["kind"] == "instinct" else VllmCpuEndpoint
+            kind = VllmInstinctServer if process["kind"] == "instinct" else VllmCpuServer
             read = kind.model_validate(process)
             assert read.invocation is not None
             facts = kind.invocation_facts(read.invocation)
@@ -120,6 +122,51 @@ def test_format_3_stores_no_copy_of_a_planned_invocation() -> None:
         "vllm_args" in p for name in newest if name.startswith("cases-")
         for p in _processes(newest[name].raw)
     )  # fmt: skip
+
+
+def test_format_4_stores_what_the_servers_share_once() -> None:
+    """A plan the planner made stores, from format 4 on, one endpoint: its service and what
+    its servers share at the top, once, and each server only what is its own. Read back, it
+    is the endpoint that format 3 stored, for the same plans."""
+    by_era: dict[int, dict[str, Fixture]] = {}
+    for fixture in FIXTURES:
+        by_era.setdefault(era_number(fixture.era), {})[fixture.file] = fixture
+    newest, before = by_era[max(by_era)], by_era[16]
+    assert m.record_format(newest["golden-genoa-podman.json"].raw) == 4
+    planned = [name for name in newest if name.startswith("golden-")]
+    assert len(planned) >= 10
+    for name in planned:
+        decisions = newest[name].raw["plan"]["decisions"]
+        for server in decisions["servers"]:
+            repeated = {k for k, v in server.items() if k in decisions and decisions[k] == v}
+            assert not repeated, (name, repeated)
+        read = Approval.model_validate(m.migrate(newest[name].raw)).plan.decisions
+        was = Approval.model_validate(m.migrate(before[name].raw)).plan.decisions
+        assert read.servers == was.servers and read.instances == was.instances, name
+        assert read.model_dump(exclude={"servers"}) == was.model_dump(exclude={"servers"}), name
+        stored = len(set(decisions) - {"servers", "instances"}) + sum(
+            map(len, decisions["servers"])
+        )
+        flat = before[name].raw["plan"]["decisions"]
+        members = flat.get("instances", {}).get("members", []) if flat.get("instances") else []
+        was_stored = len(set(flat) - {"instances"}) + sum(map(len, members))
+        assert stored < was_stored if members else stored <= was_stored, (name, stored, was_stored)
+
+
+def test_one_endpoint_type_moves_a_set_and_a_server() -> None:
+    """Format 3's flat decisions become one endpoint: a set's members its servers, with its
+    balancing beside them; one server's decisions its only server, kept whole."""
+    for file in ("golden-instances-host-vllm.json", "golden-genoa-podman.json"):
+        raw = oldest(file, "E16").raw
+        flat = raw["plan"]["decisions"]
+        moved = m.one_endpoint_type(raw)
+        decisions = moved["plan"]["decisions"]
+        assert moved["format"] == 4 and m.one_endpoint_type(moved) == moved
+        if flat["kind"] == "set":
+            assert decisions["servers"] == flat["instances"]["members"]
+            assert "members" not in decisions["instances"] and "kind" not in decisions
+        else:
+            assert decisions["servers"] == [flat] and decisions.get("instances") is None
 
 
 def test_typed_plan_moves_every_format_1_plan_and_only_those() -> None:
@@ -244,9 +291,8 @@ def test_healing_none_on_each_member_of_a_set() -> None:
 
 
 KINDS: dict[str, type[BaseModel]] = {
-    "cpu": VllmCpuEndpoint,
-    "instinct": VllmInstinctEndpoint,
-    "set": VllmSetEndpoint,
+    "cpu": VllmCpuServer,
+    "instinct": VllmInstinctServer,
 }
 
 
@@ -269,7 +315,7 @@ def in_invocation(decisions: dict[str, Any]) -> set[str]:
     """The keys a format-3 record leaves to the typed invocation of a vLLM process."""
     if decisions.get("invocation") is None or decisions["kind"] not in ("cpu", "instinct"):
         return set()
-    kind = VllmInstinctEndpoint if decisions["kind"] == "instinct" else VllmCpuEndpoint
+    kind = VllmInstinctServer if decisions["kind"] == "instinct" else VllmCpuServer
     return set(kind.invocation_facts(VllmInvocation.model_validate(decisions["invocation"])))
 
 
@@ -283,14 +329,20 @@ def test_a_migrated_record_is_complete_and_has_nothing_else(fixture: Fixture) ->
     assert set(record["host_shape"]) == fields(HostShape)
     assert set(record["plan"]) == fields(Plan)
     decisions = record["plan"]["decisions"]
-    members = decisions["instances"]["members"] if decisions["kind"] == "set" else []
-    for index, each in enumerate([decisions, *members]):
+    servers = decisions["servers"]
+    written = m.record_format(fixture.raw)
+    assert isinstance(written, int)
+    for index, each in enumerate(servers):
         kind = KINDS[each["kind"]]
-        left = in_invocation(each) if m.record_format(fixture.raw) == m.RECORD_FORMAT else set()
+        shared = shared_fields(kind)
+        left = in_invocation(each) if written >= 3 else set()  # format 3: facts stored once
+        if written >= 4:  # one endpoint: a server's record holds what is its own
+            left |= {key for key in shared if key not in each}
+            assert set(decisions) - {"servers", "instances"} <= shared, index
         assert kept_fields(kind) - left <= set(each) <= fields(kind), index
         if each["kind"] == "cpu":
             memory = set(each["memory"])
-            if left:  # a format-3 record: the fit's context and sequences are its invocation's
+            if in_invocation(each) and written >= 3:  # its context and sequences: the invocation's
                 memory |= {"context", "max_num_seqs"}
             assert memory == fields(MemoryFit), index
     assert Approval.model_validate(record).plan.endpoint == fixture.endpoint
@@ -304,10 +356,10 @@ def test_the_newest_records_need_no_step() -> None:
 def test_migrated_plan_of_a_plan_alone() -> None:
     plan = oldest("cases-host-vllm.json").raw["plan"]
     upgraded = m.migrated_plan(plan)
-    flat = upgraded["decisions"]
+    [flat] = upgraded["decisions"]["servers"]
     assert (flat["host"], flat["omp_cpus"]) == ("0.0.0.0", plan["cpus"])
-    decisions = Plan.model_validate(upgraded).decisions
-    assert isinstance(decisions, VllmCpuEndpoint) and decisions.max_num_batched_tokens == 2048
+    server = Plan.model_validate(upgraded).decisions.first
+    assert isinstance(server, VllmCpuServer) and server.max_num_batched_tokens == 2048
 
 
 def settings(tmp_path: Path) -> Settings:

@@ -77,7 +77,7 @@ def test_non_root_is_refused_but_can_read_the_state(open_env: ApprovalSandbox) -
             "-c",
             "import json,sys; from epycd.settings import Settings; "
             "from epycd.approval.state import endpoint_states; "
-            "from epycd.plan.model import Plan; "
+            "from epycd.plan.endpoint import Plan; "
             "d=json.load(open(sys.argv[1])); "
             "plans={n: Plan.model_validate(p) for n,p in d['plans'].items()}; "
             "print([s.state for s in endpoint_states(Settings(), plans)])",

@@ -12,7 +12,7 @@ import pytest
 
 from epycd.approval.record import load_approval
 from epycd.approval.state import endpoint_states_of
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint
+from epycd.engines.vllm.plan.model import VllmCpuServer
 from epycd.plan.pipeline.build import PlanSources, plan_all
 from epycd.plan.placement.reservations import Reservations
 from epycd.render import render_for_plan
@@ -202,7 +202,8 @@ def test_a_stock_host_vllm_on_a_zentorch_host_is_consent_not_a_dead_end(
     assert done.returncode == 0, done.stdout + done.stderr
     approval = load_approval(env.settings, "plain")
     assert approval is not None and approval.accepted_unvalidated
-    assert isinstance(approval.plan.decisions, VllmCpuEndpoint)
-    assert approval.plan.decisions.backend == "stock"
+    server = approval.plan.decisions.first
+    assert isinstance(server, VllmCpuServer)
+    assert server.backend == "stock"
     service = Path(approval.units["epyc-llm-plain.service"].path).read_text()
     assert str(stock) in service

@@ -18,10 +18,9 @@ from epycd.approval.record import (
 from epycd.approval.workflow import make_approval
 from epycd.atomic import write_atomic
 from epycd.errors import InputError
-from epycd.plan.model import Plan
-from epycd.render import render_units
+from epycd.plan.endpoint import Plan
 from tests.approval.conftest import ApprovalSandbox
-from tests.render.fixtures import CASES, as_plan
+from tests.render.fixtures import CASES, as_plan, units_of
 
 APPROVER = Approver(uid=0, user="root", sudo_uid=1000, sudo_user="alice")
 
@@ -29,7 +28,7 @@ APPROVER = Approver(uid=0, user="root", sudo_uid=1000, sudo_user="alice")
 def rendered_plan(case: str, env: ApprovalSandbox) -> Plan:
     decisions = CASES[case]()
     config_file = str(env.settings.config_dir / f"{decisions.endpoint}.toml")
-    return as_plan(decisions, units=render_units(decisions), config_file=config_file)
+    return as_plan(decisions, units=units_of(decisions), config_file=config_file)
 
 
 def write_record(env: ApprovalSandbox, plan: Plan) -> Approval:

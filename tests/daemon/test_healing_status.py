@@ -131,7 +131,7 @@ def test_an_instance_in_a_crash_loop_and_a_set_with_none_ready(ws: DaemonSandbox
     ws.endpoint("pair", "instances = 2\n")
     approval = ws.approve("pair")
     assert approval.plan.instance_set is not None
-    members = approval.plan.instance_set.members
+    members = approval.plan.decisions.members
     for unit in (BALANCER, *INSTANCES):
         ws.set_unit(unit, "active")
     second = members[1]

@@ -51,7 +51,7 @@ def test_ready_then_degraded_when_an_instance_fails(ws: DaemonSandbox) -> None:
     assert isinstance(instances, list)
     assert [(i["unit"], i["state"]) for i in instances] == [(u, "ready") for u in INSTANCES]
     assert approval.plan.instance_set is not None
-    assert [i["port"] for i in instances] == [m.port for m in approval.plan.instance_set.members]
+    assert [i["port"] for i in instances] == [m.port for m in approval.plan.decisions.members]
 
     ws.set_unit(INSTANCES[1], "failed", "exit-code")
     pair = status_of(ws, "pair")

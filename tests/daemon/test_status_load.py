@@ -19,7 +19,7 @@ import pytest
 
 from epycd.daemon import Daemon
 from epycd.paths import DAEMON_STATUS_FILE
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.settings import Settings
 from epycd.status.collect import planned_map
 from epycd.status.daemon_file import daemon_loads, is_epycd

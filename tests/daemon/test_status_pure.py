@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from epycd.approval.migrate import migrated_plan
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.status.handoff import handoff
 from epycd.status.machine import EndpointStatus, counts_text, runtime_state
 from epycd.status.units import UnitState, parse_show
@@ -79,8 +79,9 @@ def test_the_handoff_counts_the_bound_threads_not_the_pinned_cpus() -> None:
     plan = as_plan(milan_docker(), cpus="0-7", omp_cpus="1-7")
     done = handoff(plan)
     assert (done.threads, done.cpus) == (7, "0-7")
-    stored = plan.model_dump(mode="json")
-    legacy = {**stored.pop("decisions"), **stored}  # format 1: the decisions flat in the plan
+    stored = plan.model_dump(mode="json", exclude={"decisions"})
+    flat = plan.decisions.first.model_dump(mode="json")
+    legacy = {**flat, **stored}  # format 1: the only server's decisions flat in the plan
     del legacy["kind"]
     del legacy["omp_cpus"]  # a record approved before the bind list was its own field
     assert handoff(Plan.model_validate(migrated_plan(legacy))).threads == 8

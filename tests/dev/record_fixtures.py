@@ -116,11 +116,18 @@ ERAS: tuple[Era, ...] = (
     ),
     Era(
         "E16",
-        "main",
-        "the current format, 3: a plan stores each fact once: its words (`vllm_args`, "
+        "fb922e9",
+        "format 3: a plan stores each fact once: its words (`vllm_args`, "
         "`server_args`), dtype, address, port, served name, context, sequences, batch, OpenMP "
         "CPUs, eager and tensor parallelism are read from its typed invocation; hand-made "
         "decisions keep their words",
+    ),
+    Era(
+        "E17",
+        "main",
+        "the current format, 4: one endpoint type: the decisions are the endpoint's service "
+        "and what its servers share of their engine's, once, then `servers`, each only what "
+        "is its own, and a set's `instances` (no members)",
     ),
 )
 
@@ -301,7 +308,10 @@ class Maker:
             decisions = make()
             config_file = settings.config_dir / f"{decisions.endpoint}.toml"
             config_file.write_text(f'model = "{decisions.model}"\n')
-            units = render.render_units(decisions)
+            if hasattr(fixtures, "units_of"):  # from E17: the endpoint of that one server
+                units = fixtures.units_of(decisions)
+            else:
+                units = render.render_units(decisions)
             if hasattr(fixtures, "as_plan"):
                 plan = fixtures.as_plan(decisions, units=units, config_file=str(config_file))
             else:  # E5's as_plan, before the helper existed
@@ -434,8 +444,9 @@ folder its files lived in). `expected-render/` is not generated here: it is what
 `render_units` makes of each record's plan (tests/approval/test_records.py,
 `UPDATE_RECORD_RENDER=1` rewrites it).
 
-Records up to E14 say `format: 1`, E15 `format: 2`, from E16 `format: 3`; the shape changed
-at each era below (main-line commits only; branch-only states never reached an admin's disk).
+Records up to E14 say `format: 1`, E15 `format: 2`, E16 `format: 3`, from E17 `format: 4`;
+the shape changed at each era below (main-line commits only; branch-only states never reached
+an admin's disk).
 
 | era | folder | date | what changed in a stored record | records |
 |-----|--------|------|---------------------------------|---------|

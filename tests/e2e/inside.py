@@ -490,7 +490,7 @@ def engine_fault(
 def member_status(endpoint: str, index: int) -> dict[str, Any]:
     """The supervisor's status file of instance `index` (0-based) of the set `endpoint`."""
     approval = json.loads(Path(f"/var/lib/epyc-llm/approvals/{endpoint}.json").read_text())
-    member = approval["plan"]["decisions"]["instances"]["members"][index]
+    member = approval["plan"]["decisions"]["servers"][index]
     return read_json(Path(member["status_file"])) or {}
 
 

@@ -69,8 +69,8 @@ def chats(check: str, count: int) -> None:
 
 def members() -> list[int]:
     approval = json.loads(Path(f"/var/lib/epyc-llm/approvals/{NAME}.json").read_text())
-    # a vLLM member's port is its typed invocation's (a record stores each fact once)
-    members = approval["plan"]["decisions"]["instances"]["members"]
+    # a set's servers; a vLLM one's port is its typed invocation's (stored once)
+    members = approval["plan"]["decisions"]["servers"]
     return [int(m["invocation"]["port"]) for m in members]
 
 

@@ -188,7 +188,7 @@ def set_units(check: str) -> None:
 
 def member_ports() -> list[int]:
     approval = json.loads(Path(f"/var/lib/epyc-llm/approvals/{SET}.json").read_text())
-    return [int(m["port"]) for m in approval["plan"]["decisions"]["instances"]["members"]]
+    return [int(m["port"]) for m in approval["plan"]["decisions"]["servers"]]
 
 
 def predicted_tokens(port: int) -> float | str:

@@ -28,15 +28,9 @@ from epycd.export import export_kube
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.metrics.series import endpoint_series
+from epycd.plan.endpoint import Plan, server_types
 from epycd.plan.invocation_facts import InvocationFacts
-from epycd.plan.model import (
-    BalancedSet,
-    CpuServer,
-    Plan,
-    decision_types,
-    required_fits,
-    server_processes,
-)
+from epycd.plan.model import CpuServer
 from epycd.plan.placement.reservations import Reservations
 from epycd.render import render_units
 from epycd.render.balancer import HAPROXY
@@ -69,7 +63,7 @@ def planned(ws: PlanWorkspace, host: HostFacts, name: str = "chat") -> Plan:
 def check_servers(plan: Plan, host: HostFacts) -> None:
     """Each server on one socket's physical cores and that socket's nodes, fitting; no
     core shared; every port its own; the endpoint on loopback."""
-    servers = server_processes(plan.decisions)
+    servers = list(plan.decisions.servers)
     seen: set[int] = set()
     ports = {plan.decisions.port}
     for server in servers:
@@ -81,7 +75,7 @@ def check_servers(plan: Plan, host: HostFacts) -> None:
         assert not cpus & seen
         seen |= cpus
         assert isinstance(server, CpuServer) and server.engine == plan.decisions.engine
-        assert required_fits(server), server.unit_name
+        assert server.cpu_fit.fits, server.unit_name
         if len(servers) > 1:
             assert server.port not in ports and server.host == "127.0.0.1"
             ports.add(server.port)
@@ -97,7 +91,7 @@ def test_it_plans_on_every_fake_host(
     ws.endpoint("chat", endpoint_text(ws.tmp, engine, shape))
     plan = planned(ws, host)
     assert plan.decisions.engine == engine
-    assert isinstance(plan.decisions, BalancedSet) == (shape == "set")
+    assert (plan.decisions.instances is not None) == (shape == "set")
     check_servers(plan, host)
 
 
@@ -139,17 +133,23 @@ def test_a_socket_that_is_not_there_is_refused_alone(
 
 
 def assert_each_fact_once(record: dict[str, Any]) -> None:
-    """No server's record repeats what its typed invocation holds (`InvocationFacts`)."""
+    """The endpoint holds what its servers share once, each server only what is its own,
+    and nothing repeats what a server's typed invocation holds (`InvocationFacts`)."""
     decisions = record["plan"]["decisions"]
-    servers = decisions["instances"]["members"] if decisions.get("instances") else [decisions]
+    servers = decisions["servers"]
     for server in servers:
-        kind = decision_types()[server["kind"]]
+        repeated = {key for key, value in server.items() if decisions.get(key, server) == value}
+        assert not repeated, (server["kind"], repeated)
+        kind = server_types()[server["kind"]]
         if not issubclass(kind, InvocationFacts) or server.get("invocation") is None:
             continue
         invocation = kind.invocation_type.model_validate(server["invocation"])
-        assert not set(kind.invocation_facts(invocation)) & set(server), server["kind"]
-        for field, facts in kind.nested_invocation_facts(invocation).items():
-            assert not set(facts) & set(server[field]), (server["kind"], field)
+        facts = set(kind.invocation_facts(invocation))
+        assert not facts & set(server), server["kind"]
+        if decisions.get("instances") is None:
+            assert not facts & set(decisions), (server["kind"], facts & set(decisions))
+        for field, nested in kind.nested_invocation_facts(invocation).items():
+            assert not set(nested) & set(server[field]), (server["kind"], field)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -169,7 +169,7 @@ def test_approved_then_a_change_is_drift(env: ApprovalSandbox, engine: str, shap
     assert done.returncode == 0, done.stderr
     record = load_approval(env.settings, "chat")
     assert record is not None and record.fingerprint == plan.fingerprint
-    assert server_processes(record.plan.decisions) == server_processes(plan.decisions)
+    assert record.plan.decisions.servers == plan.decisions.servers
     assert render_units(record.plan.decisions) == plan.units  # the record's facts, read back
     assert_each_fact_once(json.loads(approval_path(env.settings, "chat").read_text()))
     for name, text in plan.units.items():
@@ -212,7 +212,7 @@ def test_its_plan_series_are_each_servers(
 ) -> None:
     ws.endpoint("chat", endpoint_text(ws.tmp, engine, shape))
     plan = planned(ws, host_of("genoa-9654-2s-nps4"))
-    servers = server_processes(plan.decisions)
+    servers = list(plan.decisions.servers)
     series = {m.name: m for m in endpoint_series([], {"chat": plan}, datetime.now(UTC))}
 
     def values(name: str) -> list[float]:

@@ -13,8 +13,9 @@ import pytest
 
 from epycd.engines import ENGINES as REGISTERED
 from epycd.host.facts import HostFacts
+from epycd.plan.endpoint import server_types, shared_fields
 from epycd.plan.engines import planners
-from epycd.plan.model import EndpointService, server_processes
+from epycd.plan.model import EndpointService, EngineService
 from tests.engines.endpoints import ENGINES, endpoint_text
 from tests.plan.conftest import PlanWorkspace
 
@@ -25,11 +26,19 @@ def test_every_registered_engine_has_a_planner_of_its_own() -> None:
     found = planners()
     assert [p.engine for p in found] == [e.name for e in REGISTERED]
     assert sorted(e.name for e in REGISTERED) == sorted(ENGINES)
-    for planner in found:
-        name = planner.engine
-        shared = set(planner.service_type.model_fields) & set(EndpointService.model_fields)
-        assert not shared, (name, shared)
-        assert set(planner.service_type.model_fields) <= set(planner.set_type.model_fields)
+    for kind, server_type in server_types().items():
+        [service] = [b for b in server_type.__mro__[1:] if _engine_service(b)]
+        assert issubclass(service, EngineService)
+        overlap = set(service.model_fields) & set(EndpointService.model_fields)
+        assert not overlap, (kind, overlap)
+        assert shared_fields(server_type) == set(EndpointService.model_fields) | set(
+            service.model_fields
+        ), kind
+
+
+def _engine_service(base: type) -> bool:
+    """An engine's own service: what its servers share, beside every endpoint's fields."""
+    return issubclass(base, EngineService) and bool(vars(base).get("__annotations__"))
 
 
 def spy_on_planners(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[tuple[str, str]]]:
@@ -64,7 +73,7 @@ def test_each_endpoint_is_planned_by_its_engines_planner_alone(
     results = ws.plan(host_of("genoa-9654-2s-nps4"))
     for name, result in results.items():
         assert result.plan is not None, (name, [e.text for e in result.errors])
-        servers = server_processes(result.plan.decisions)
+        servers = list(result.plan.decisions.servers)
         assert (len(servers) > 1) == name.endswith("set"), (name, len(servers))
         assert {s.engine for s in servers} == {engine_of[name]}, name
     for engine in ENGINES:

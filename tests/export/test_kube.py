@@ -23,12 +23,12 @@ import yaml
 
 from epycd.cli.export import stdout_text
 from epycd.engines.vllm.export.volumes import shm_quantity
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmSetEndpoint
+from epycd.engines.vllm.plan.model import VllmCpuServer, vllm_processes
 from epycd.errors import InputError, Refusal
 from epycd.export import KubeExport, export_kube
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import EndpointDecisions, Plan
 from epycd.sizes import GIB
 from epycd.stack import shipped_stack
 from tests.hosts import CATALOGUE
@@ -210,10 +210,8 @@ def test_the_front_end_keeps_the_plans_cores(
     with case_folder(case, tmp_path) as folder:
         plan = plan_results(case, folder, monkeypatch)[GOLDEN_CASES[case]].plan
     assert plan is not None
-    decisions = plan.decisions
-    members = decisions.members if isinstance(decisions, VllmSetEndpoint) else [decisions]
+    members = [m for m in vllm_processes(plan.decisions) if isinstance(m, VllmCpuServer)]
     largest = max(members, key=lambda m: (len(parse_cpulist(m.cpus)), m.memory.process_gb))
-    assert isinstance(largest, VllmCpuEndpoint)
     reserved = len(parse_cpulist(largest.cpus)) - len(parse_cpulist(largest.omp_cpus))
     assert reserved >= 1, largest
     done, _ = export_case(case, tmp_path / "export", monkeypatch)
@@ -326,7 +324,7 @@ def test_the_chat_template_is_a_config_map(tmp_path: Path, kserve: bool) -> None
 
 def test_a_set_shares_one_chat_template_map(tmp_path: Path) -> None:
     plan, host, _ = template_plan(tmp_path, 'instances = "auto"\n')
-    assert isinstance(plan.decisions, VllmSetEndpoint)
+    assert plan.decisions.kind == "set"
     done = export_kube(plan, host, shipped_stack(), model_volume="models")
     kinds = [obj["kind"] for obj in done.objects]
     assert kinds == ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget"]
@@ -363,14 +361,13 @@ def quantity_gib(value: str) -> int:
     return int(value.removesuffix("Gi"))
 
 
-def planned_cores(decisions: VllmCpuEndpoint | VllmSetEndpoint) -> int:
+def planned_cores(decisions: EndpointDecisions) -> int:
     """The physical cores the plan pins for one pod's process (a set's largest member)."""
-    members = decisions.members if isinstance(decisions, VllmSetEndpoint) else [decisions]
-    return max(len(parse_cpulist(member.cpus)) for member in members)
+    return max(len(parse_cpulist(server.cpus)) for server in decisions.servers)
 
 
 def assert_fits_one_node(
-    objects: list[dict[str, Any]], host: HostFacts, decisions: VllmCpuEndpoint | VllmSetEndpoint
+    objects: list[dict[str, Any]], host: HostFacts, decisions: EndpointDecisions
 ) -> None:
     """Guaranteed QoS (requests == limits) with cpu = the plan's N cores x the host's threads
     per core (whole cores under full-pcpus-only), no more logical CPUs and memory than one
@@ -417,12 +414,12 @@ def test_guaranteed_and_one_numa_node_on_every_shape(shape: str, tmp_path: Path)
         try:
             done = export_kube(plan, host, shipped_stack(), model_volume="models")
         except Refusal as error:
-            assert isinstance(decisions, VllmCpuEndpoint) and len(decisions.numa_nodes) > 1, error
+            assert decisions.kind == "cpu" and len(decisions.numa_nodes) > 1, error
             assert 'instances = "auto"' in str(error) and decisions.config_file in str(error)
             continue
-        if isinstance(decisions, VllmSetEndpoint):
+        if decisions.instances is not None:
             assert done.objects[0]["spec"]["replicas"] == decisions.instances.count
-        assert isinstance(decisions, VllmCpuEndpoint | VllmSetEndpoint), decisions
+        assert decisions.kind in ("cpu", "set"), decisions
         assert_fits_one_node(done.objects, host, decisions)
         validate(done.objects)
         exported.append(kind)

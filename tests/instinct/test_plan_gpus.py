@@ -8,11 +8,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint
+from epycd.engines.vllm.plan.model import VllmCpuServer
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
+from epycd.plan.endpoint import Plan
 from epycd.plan.healing import healing_for
-from epycd.plan.model import Plan
 from epycd.plan.pipeline.result import EndpointResult
 from tests.hosts import CATALOGUE, MI210, FakeGpu, HostShape, gpus_on_nodes
 from tests.instinct.conftest import DOCKER
@@ -201,7 +201,7 @@ def test_no_gpu_host_refuses_an_instinct_endpoint(ws: PlanWorkspace, host_of: Ho
     ws.endpoint("cpu", QWEN)
     results = ws.plan(host_of("genoa-9654-2s-nps4"))
     assert "no AMD GPU on this host" in refused(results["gpu"])
-    assert isinstance(planned(results["cpu"]).decisions, VllmCpuEndpoint)
+    assert isinstance(planned(results["cpu"]).decisions.first, VllmCpuServer)
 
 
 def test_a_gpu_that_does_not_exist(ws: PlanWorkspace, host_of: HostOf) -> None:

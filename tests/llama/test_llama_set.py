@@ -11,8 +11,9 @@ from pathlib import Path
 
 import httpx
 
-from epycd.engines.llama_cpp.plan.model import LlamaSetEndpoint
+from epycd.engines.llama_cpp.plan.model import LlamaServer
 from epycd.host.facts import HostFacts, RuntimeFacts
+from epycd.plan.endpoint import EndpointDecisions
 from epycd.plan.placement.ports import listening_ports
 from epycd.render.balancer import haproxy_config
 from tests.health.realvllm import free_port
@@ -39,7 +40,14 @@ def _chat(url: str) -> str:
     return str(reply.json()["choices"][0]["message"]["content"])
 
 
-def planned_set(tmp_path: Path) -> LlamaSetEndpoint:
+def llama_members(decided: EndpointDecisions) -> list[LlamaServer]:
+    """A llama.cpp set's servers."""
+    members = list(decided.members)
+    assert all(isinstance(m, LlamaServer) for m in members), decided.kind
+    return [m for m in members if isinstance(m, LlamaServer)]
+
+
+def planned_set(tmp_path: Path) -> EndpointDecisions:
     ws = PlanWorkspace(tmp_path)
     port = free_port()
     ws.endpoint(
@@ -51,7 +59,7 @@ def planned_set(tmp_path: Path) -> LlamaSetEndpoint:
     result = ws.plan(host, listeners=listening_ports())["tiny"]
     assert result.plan is not None, [e.text for e in result.errors]
     decided = result.plan.decisions
-    assert isinstance(decided, LlamaSetEndpoint), decided.kind
+    assert decided.kind == "llama-set", decided.kind
     return decided
 
 
@@ -59,14 +67,14 @@ def test_two_planned_llama_servers_behind_the_real_haproxy(
     tmp_path: Path, reap: list[subprocess.Popen[bytes]]
 ) -> None:
     decided = planned_set(tmp_path)
-    urls = [f"http://127.0.0.1:{m.port}" for m in decided.members]
+    urls = [f"http://127.0.0.1:{m.port}" for m in llama_members(decided)]
     servers = [
         subprocess.Popen(
             [str(llama_server()), *m.server_args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        for m in decided.members
+        for m in llama_members(decided)
     ]
     reap += servers
     binary, env = cached_haproxy()

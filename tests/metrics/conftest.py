@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from epycd.host.facts import DockerFacts, RuntimeFacts
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from tests.plan.conftest import PlanWorkspace, fake_host
 from tests.render.fixtures import as_plan, host_vllm, with_decisions
 from tests.render.realtools import test_cache as cache_root

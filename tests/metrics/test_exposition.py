@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from epycd.metrics.server import MetricsServer
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.sizes import GIB
 from epycd.status.machine import EndpointStatus
 from tests.metrics.conftest import promtool, single
@@ -143,7 +143,7 @@ def test_a_set_has_series_per_instance_with_its_socket_and_node(
     serve: Serve, docker_set: Plan
 ) -> None:
     assert docker_set.instance_set is not None
-    members = docker_set.instance_set.members
+    members = docker_set.decisions.members
     status = EndpointStatus(name="multi", state="degraded", unit="epyc-llm-multi.service")
     url = serve([status], {"multi": docker_set})
     found = samples(httpx.get(url, timeout=5).text)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import httpx
 
-from epycd.engines.llama_cpp.plan.model import LlamaEndpoint
+from epycd.engines.llama_cpp.plan.model import LlamaServer
 from epycd.host.facts import RuntimeFacts
 from epycd.metrics.load import LoadWindow
 from epycd.metrics.scrape import read_all, targets
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from tests.llama.realllama import llama_server, serving, tiny_gguf
 from tests.metrics.conftest import promtool
 from tests.metrics.test_exposition import Serve, ready, samples, serve, value
@@ -32,7 +32,7 @@ def llama_plan(tmp_path: Path, port: int) -> Plan:
     )
     result = ws.plan(fake_host(tmp_path, "vm-zen5-24g", RuntimeFacts()))["tiny"]
     assert result.plan is not None, [e.text for e in result.errors]
-    assert isinstance(result.plan.decisions, LlamaEndpoint)
+    assert isinstance(result.plan.decisions.first, LlamaServer)
     return result.plan
 
 
@@ -61,8 +61,8 @@ def test_llama_servers_families_are_forwarded_with_the_endpoints_labels(
     predicted = value(found, "llamacpp_tokens_predicted_total", **labels)
     assert predicted == usage["completion_tokens"] == 5
     assert value(found, "llamacpp_prompt_tokens_total", **labels) == usage["prompt_tokens"]
-    decisions = plan.decisions
-    assert isinstance(decisions, LlamaEndpoint)
+    decisions = plan.decisions.first
+    assert isinstance(decisions, LlamaServer)
     assert value(found, "epyc_llm_plan_max_num_seqs", **labels) == decisions.invocation.slots
     assert value(found, "epyc_llm_plan_max_model_len", **labels) == 1024
     assert not [name for name, _ in found if name.startswith("llamacpp_n_tokens_max")], (

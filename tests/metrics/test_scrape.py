@@ -6,9 +6,8 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from epycd.engines.vllm.plan.model import VllmSetEndpoint
 from epycd.metrics.scrape import LABELS, Target, read_all, relabelled, targets
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from tests.metrics.conftest import single
 from tests.metrics.servers import answering, closed_port, hung, recorded, trickling
 from tests.render.fixtures import with_decisions
@@ -87,7 +86,7 @@ def test_an_answer_that_is_not_an_exposition_gives_no_series() -> None:
 
 
 def test_a_set_is_read_instance_by_instance(docker_set: Plan) -> None:
-    assert isinstance(docker_set.decisions, VllmSetEndpoint)
+    assert docker_set.decisions.kind == "set"
     members = docker_set.decisions.members
     found = targets([docker_set])
     assert len(found) == len(members) >= 2

@@ -12,9 +12,10 @@ from click.testing import CliRunner, Result
 
 from epycd.cli import main
 from epycd.engines import ENGINES
+from epycd.engines.vllm.plan.tuning import kv_pool_gib
 from epycd.host.detect import detect_host
 from epycd.model.formats import model_formats
-from epycd.plan.tuning import headroom_gib, kv_pool_gib
+from epycd.plan.tuning import headroom_gib
 from tests.hosts import make_host
 from tests.model.models import LLAMA_8B_TOTAL_SIZE
 

@@ -12,9 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from epycd.engines.vllm.plan.sizing import fit_socket
+from epycd.engines.vllm.plan.tuning import KV_MARGIN, kv_pool_gib
 from epycd.errors import InputError
 from epycd.model.facts import MemoryFit
-from epycd.plan.tuning import KV_MARGIN, headroom_gib, kv_pool_gib
+from epycd.plan.tuning import headroom_gib
 from epycd.sizes import GIB
 from tests.model.models import LLAMA_8B_TOTAL_SIZE, LLAMA_70B_TOTAL_SIZE
 

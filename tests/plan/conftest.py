@@ -13,14 +13,13 @@ import pytest
 
 from epycd.engines.vllm.plan.argv import vllm_argv
 from epycd.engines.vllm.plan.model import (
-    VllmCpuEndpoint,
-    VllmInstinctEndpoint,
-    VllmSetEndpoint,
+    VllmCpuServer,
+    VllmInstinctServer,
     vllm_processes,
 )
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, PodmanFacts, RuntimeFacts
-from epycd.plan.model import EndpointDecisions, Plan
+from epycd.plan.endpoint import EndpointDecisions, Plan
 from epycd.plan.pipeline.build import PlanSources, plan_all
 from epycd.plan.pipeline.result import EndpointResult
 from epycd.plan.placement.reservations import Held, Reservations
@@ -134,24 +133,26 @@ def _decisions(planned: Planned) -> EndpointDecisions:
     return planned.decisions if isinstance(planned, Plan) else planned
 
 
-def cpu(planned: Planned) -> VllmCpuEndpoint:
-    """The decisions, which must be those of one vLLM instance on CPUs."""
+def cpu(planned: Planned) -> VllmCpuServer:
+    """The only server of an endpoint of one vLLM instance on CPUs."""
     decisions = _decisions(planned)
-    assert isinstance(decisions, VllmCpuEndpoint), decisions.kind
-    return decisions
+    server = decisions.first
+    assert decisions.instances is None and isinstance(server, VllmCpuServer), decisions.kind
+    return server
 
 
-def instinct(planned: Planned) -> VllmInstinctEndpoint:
-    """The decisions, which must be those of an endpoint on Instinct GPUs."""
+def instinct(planned: Planned) -> VllmInstinctServer:
+    """The only server of an endpoint on Instinct GPUs."""
     decisions = _decisions(planned)
-    assert isinstance(decisions, VllmInstinctEndpoint), decisions.kind
-    return decisions
+    server = decisions.first
+    assert isinstance(server, VllmInstinctServer), decisions.kind
+    return server
 
 
-def instance_set(planned: Planned) -> VllmSetEndpoint:
-    """The decisions, which must be those of an instance set behind its balancer."""
+def instance_set(planned: Planned) -> EndpointDecisions:
+    """The decisions, which must be those of a vLLM instance set behind its balancer."""
     decisions = _decisions(planned)
-    assert isinstance(decisions, VllmSetEndpoint), decisions.kind
+    assert decisions.kind == "set", decisions.kind
     return decisions
 
 

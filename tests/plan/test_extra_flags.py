@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from epycd.plan.tuning import compile_choice
+from epycd.engines.vllm.plan.tuning import compile_choice
 from epycd.spec import EndpointSpec
 from epycd.spec.flags import ExtraFlags, Flag, flag_name, names, read_flags
 from epycd.spec.policy import arg_refusal, consent_reasons

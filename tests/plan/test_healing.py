@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 
 from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, RuntimeFacts
+from epycd.plan.endpoint import Plan
 from epycd.plan.healing import Healing, balancer_healing, balancer_start_s, healing_for
-from epycd.plan.model import Plan
 from tests.plan.conftest import PlanWorkspace
 
 HostOf = Callable[..., HostFacts]
@@ -108,9 +108,9 @@ def test_each_instance_heals_by_its_runtime_and_the_balancer_by_its_own(
     plan = _plan(ws, host_of("vm-zen5-24g"), text + "instances = 2\n", name="pair")
     assert plan.instance_set is not None
     assert plan.decisions.healing == balancer_healing(
-        "on-failure", max(m.start_timeout_s for m in plan.instance_set.members)
+        "on-failure", max(m.start_timeout_s for m in plan.decisions.members)
     )
-    for member in plan.instance_set.members:
+    for member in plan.decisions.members:
         assert member.healing == healing_for(
             "on-failure", member.start_timeout_s, supervised=supervised
         )
@@ -122,7 +122,7 @@ def test_restart_no_reaches_the_instances_and_the_balancer(
     plan = _plan(ws, host_of("vm-zen5-24g"), 'instances = 2\nrestart = "no"\n', name="pair")
     assert plan.instance_set is not None
     assert plan.decisions.healing == balancer_healing(
-        "no", plan.instance_set.members[0].start_timeout_s
+        "no", plan.decisions.members[0].start_timeout_s
     )
-    assert {m.restart for m in plan.instance_set.members} == {"no"}
-    assert {m.healing.restart for m in plan.instance_set.members if m.healing} == {"no"}
+    assert {m.restart for m in plan.decisions.members} == {"no"}
+    assert {m.healing.restart for m in plan.decisions.members if m.healing} == {"no"}

@@ -15,11 +15,11 @@ import pytest
 from epycd.approval.check import socket_needs
 from epycd.approval.workflow import overlap
 from epycd.cli.plan import confirmation_table, plan_json
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmSetEndpoint
+from epycd.engines.vllm.plan.model import VllmCpuServer
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, RuntimeFacts
-from epycd.plan.model import InstanceSet, Plan
+from epycd.plan.endpoint import InstanceSet, Plan
 from epycd.plan.placement.instances import HOST_RESERVED_CORES, SWEET_SPOT_CORES
 from epycd.plan.placement.ports import endpoint_of_pid
 from epycd.plan.placement.reservations import Reservations
@@ -39,13 +39,14 @@ def _plan(ws: PlanWorkspace, host: HostFacts, text: str, name: str = "big") -> P
     return result.plan
 
 
-def _set(plan: Plan) -> InstanceSet[VllmCpuEndpoint]:
-    assert isinstance(plan.decisions, VllmSetEndpoint)
+def _set(plan: Plan) -> InstanceSet:
+    assert plan.decisions.kind == "set" and plan.decisions.instances is not None
     return plan.decisions.instances
 
 
-def _members(plan: Plan) -> list[VllmCpuEndpoint]:
-    return _set(plan).members
+def _members(plan: Plan) -> list[VllmCpuServer]:
+    _set(plan)
+    return [m for m in plan.decisions.members if isinstance(m, VllmCpuServer)]
 
 
 def _check_set(plan: Plan, host: HostFacts) -> None:
@@ -155,10 +156,10 @@ def test_memory_cuts_auto_instances(ws: PlanWorkspace, tmp_path: Path) -> None:
     chosen = plan.instance_set
     reasons = chosen.reasons if chosen else [plan.decisions.socket_reason]
     assert any("do not fit" in r for r in reasons), reasons
-    count = len(chosen.members) if chosen else 1
+    count = len(plan.decisions.servers)
     assert count < 3  # 3 by cores
-    decisions = plan.decisions
-    assert isinstance(decisions, VllmCpuEndpoint | VllmSetEndpoint) and decisions.memory.fits
+    fit = plan.decisions.cpu_fit
+    assert fit is not None and fit.fits
 
 
 def test_two_one_core_instances_on_two_cores(ws: PlanWorkspace, host_of: HostOf) -> None:

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from epycd.cli.plan import confirmation_table, plan_json
-from epycd.engines.llama_cpp.plan.model import LlamaEndpoint, LlamaSetEndpoint
+from epycd.engines.llama_cpp.plan.model import LlamaServer
 from epycd.errors import InputError
 from epycd.export import export_kube
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import EndpointDecisions, Plan
 from epycd.render.balancer import HAPROXY, haproxy_config
 from epycd.stack import shipped_stack
 from tests.plan.conftest import PlanWorkspace
@@ -28,12 +28,19 @@ from tests.render.test_balancer import cached_haproxy, haproxy_check
 HostOf = Callable[..., HostFacts]
 
 
-def planned_set(lw: LlamaWorkspace, text: str) -> tuple[Plan, LlamaSetEndpoint]:
+def llama_members(decided: EndpointDecisions) -> list[LlamaServer]:
+    """A llama.cpp set's servers."""
+    members = list(decided.members)
+    assert all(isinstance(m, LlamaServer) for m in members), decided.kind
+    return [m for m in members if isinstance(m, LlamaServer)]
+
+
+def planned_set(lw: LlamaWorkspace, text: str) -> tuple[Plan, EndpointDecisions]:
     lw.endpoint("chat", text)
     result = lw.plan()["chat"]
     assert result.plan is not None, [e.text for e in result.errors]
     decisions = result.plan.decisions
-    assert isinstance(decisions, LlamaSetEndpoint), decisions.kind
+    assert decisions.kind == "llama-set", decisions.kind
     return result.plan, decisions
 
 
@@ -43,12 +50,12 @@ def unit_value(text: str, key: str) -> str:
     return found.group(1)
 
 
-def check_members(plan: Plan, decided: LlamaSetEndpoint, host: HostFacts) -> None:
+def check_members(plan: Plan, decided: EndpointDecisions, host: HostFacts) -> None:
     """Disjoint whole cores within each member's node(s) and socket, one thread per core,
     its unit pinned and bound there, on its own loopback port, fitting its share."""
     seen: set[int] = set()
-    for member in decided.members:
-        assert isinstance(member, LlamaEndpoint)
+    for member in llama_members(decided):
+        assert isinstance(member, LlamaServer)
         cpus = parse_cpulist(member.cpus)
         assert not seen & set(cpus)
         seen |= set(cpus)
@@ -65,7 +72,7 @@ def check_members(plan: Plan, decided: LlamaSetEndpoint, host: HostFacts) -> Non
         assert unit_value(unit, "NUMAPolicy") == "bind"
         assert parse_cpulist(unit_value(unit, "NUMAMask")) == member.numa_nodes
         assert f"--threads {len(cpus)}" in unit_value(unit, "ExecStart")
-    assert len({m.port for m in decided.members}) == len(decided.members)
+    assert len({m.port for m in llama_members(decided)}) == len(llama_members(decided))
 
 
 def test_nps4_host_wide_auto_is_one_llama_server_per_numa_node(
@@ -73,13 +80,13 @@ def test_nps4_host_wide_auto_is_one_llama_server_per_numa_node(
 ) -> None:
     lw = LlamaWorkspace(ws, host_of("genoa-9654-2s-nps4"))
     plan, decided = planned_set(lw, 'instances = "auto"\nplacement = "host"\nport = 8100\n')
-    assert [m.numa_nodes for m in decided.members] == [[n] for n in range(8)]
-    assert [m.socket for m in decided.members] == [0] * 4 + [1] * 4
-    assert all(m.invocation.threads == 24 for m in decided.members)
+    assert [m.numa_nodes for m in llama_members(decided)] == [[n] for n in range(8)]
+    assert [m.socket for m in llama_members(decided)] == [0] * 4 + [1] * 4
+    assert all(m.invocation.threads == 24 for m in llama_members(decided))
     assert decided.socket is None and decided.sockets == [0, 1]
     check_members(plan, decided, lw.host)
     node_gib = lw.host.node(0).memory_available_bytes / 2**30
-    assert decided.members[0].fit.available_gb <= node_gib + 0.1
+    assert llama_members(decided)[0].fit.available_gb <= node_gib + 0.1
     assert set(plan.units) == {"epyc-llm-chat.service"} | {
         f"epyc-llm-chat_{i}.service" for i in range(1, 9)
     }
@@ -87,7 +94,7 @@ def test_nps4_host_wide_auto_is_one_llama_server_per_numa_node(
     assert HAPROXY in unit_value(balancer, "ExecStart")
     config = haproxy_config(decided)
     assert [int(p) for p in re.findall(r"server instance-\d+ 127\.0\.0\.1:(\d+)", config)] == [
-        m.port for m in decided.members
+        m.port for m in llama_members(decided)
     ]
 
 
@@ -108,8 +115,8 @@ def test_two_sockets_nps1_two_instances_take_a_socket_each(
 ) -> None:
     lw = LlamaWorkspace(ws, host_of("genoa-9654-2s-nps1"))
     plan, decided = planned_set(lw, 'instances = 2\nplacement = "host"\n')
-    assert [m.socket for m in decided.members] == [0, 1]
-    for member in decided.members:
+    assert [m.socket for m in llama_members(decided)] == [0, 1]
+    for member in llama_members(decided):
         sock = next(s for s in lw.host.socket_topology if s.socket == member.socket)
         assert member.cpus == sock.physical_cpus and member.invocation.threads == 96
     check_members(plan, decided, lw.host)
@@ -123,8 +130,8 @@ def test_instances_sharing_a_node_share_its_memory(ws: PlanWorkspace, host_of: H
     plan, two = planned_set(lw, "instances = 8\n")
     assert [m.numa_nodes for m in two.members] == [[n // 2] for n in range(8)]
     check_members(plan, two, lw.host)
-    assert two.members[0].fit.available_gb == pytest.approx(
-        one.members[0].fit.available_gb / 2, abs=0.02
+    assert llama_members(two)[0].fit.available_gb == pytest.approx(
+        llama_members(one)[0].fit.available_gb / 2, abs=0.02
     )
 
 

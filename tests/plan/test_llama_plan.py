@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from epycd.engines.llama_cpp.plan.decide import CACHE_RAM_MAX_MIB, PROFILE_SLOTS, cache_ram_mib
-from epycd.engines.llama_cpp.plan.model import LlamaEndpoint, llama_server_argv
+from epycd.engines.llama_cpp.plan.model import LlamaServer, llama_server_argv
 from epycd.engines.llama_cpp.plan.planner import probe_llama_server
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts, ServerFacts
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.plan.pipeline.result import EndpointResult
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.plan.conftest import PlanWorkspace
@@ -64,11 +64,11 @@ class LlamaWorkspace:
     def plan(self, **kwargs: object) -> dict[str, EndpointResult]:
         return self.ws.plan(self.host, **kwargs)
 
-    def planned(self, name: str) -> tuple[Plan, LlamaEndpoint]:
+    def planned(self, name: str) -> tuple[Plan, LlamaServer]:
         result = self.plan()[name]
         assert result.plan is not None, [e.text for e in result.errors]
-        decisions = result.plan.decisions
-        assert isinstance(decisions, LlamaEndpoint), decisions.kind
+        decisions = result.plan.decisions.first
+        assert isinstance(decisions, LlamaServer), decisions.kind
         return result.plan, decisions
 
 
@@ -114,7 +114,7 @@ def test_the_unit_runs_llama_server_under_the_supervisor_with_the_key_as_a_crede
 
 
 def assert_key_as_credential(
-    plan: Plan, decided: LlamaEndpoint, lw: LlamaWorkspace, key: Path
+    plan: Plan, decided: LlamaServer, lw: LlamaWorkspace, key: Path
 ) -> None:
     text = plan.units["epyc-llm-chat.service"]
     start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
@@ -135,10 +135,11 @@ def test_the_slots_follow_the_profile_or_the_file(lw: LlamaWorkspace) -> None:
     results = lw.plan()
     one, two = (results[name].plan for name in ("one", "two"))
     assert one is not None and two is not None
-    assert isinstance(one.decisions, LlamaEndpoint) and isinstance(two.decisions, LlamaEndpoint)
-    assert one.decisions.invocation.slots == PROFILE_SLOTS["latency"]
-    assert (two.decisions.invocation.slots, two.decisions.invocation.context) == (3, 1000)
-    assert one.decisions.socket != two.decisions.socket, "each on its own socket"
+    first, second = one.decisions.first, two.decisions.first
+    assert isinstance(first, LlamaServer) and isinstance(second, LlamaServer)
+    assert first.invocation.slots == PROFILE_SLOTS["latency"]
+    assert (second.invocation.slots, second.invocation.context) == (3, 1000)
+    assert first.socket != second.socket, "each on its own socket"
     assert one.decisions.port != two.decisions.port
 
 
@@ -152,8 +153,8 @@ def test_a_context_the_file_does_not_give_is_cut_to_what_fits(
     lw.endpoint("auto")
     result = lw.plan()["auto"]
     assert result.plan is not None, [e.text for e in result.errors]
-    decided = result.plan.decisions
-    assert isinstance(decided, LlamaEndpoint)
+    decided = result.plan.decisions.first
+    assert isinstance(decided, LlamaServer)
     assert decided.fit.fits and 256 <= decided.fit.context < 2_097_152
     assert decided.fit.context % 256 == 0
     assert any("does not fit" in warning for warning in decided.warnings), decided.warnings

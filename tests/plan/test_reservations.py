@@ -11,7 +11,7 @@ import pytest
 
 from epycd.host.facts import HostFacts
 from epycd.names import INSTANCE_SEPARATOR
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.plan.placement.reservations import Reservations
 from tests.approval.plans import on_gpus
 from tests.plan.conftest import PlanWorkspace, cpu
@@ -23,7 +23,7 @@ def old_approved_sockets(approved: Mapping[str, Plan]) -> dict[str, int]:
     """plan/pipeline/current.py's `approved_sockets` before `Reservations`."""
     held = {name: _socket(plan) for name, plan in approved.items() if not plan.gpus}
     for name, plan in approved.items():
-        members = plan.instance_set.members if plan.instance_set is not None else []
+        members = plan.decisions.members
         nodes = sorted({(m.socket, node) for m in members for node in m.numa_nodes})
         for socket, node in nodes[1:]:
             held[f"{name}{INSTANCE_SEPARATOR}{node}"] = socket
@@ -33,7 +33,7 @@ def old_approved_sockets(approved: Mapping[str, Plan]) -> dict[str, int]:
 def _socket(plan: Plan) -> int:
     """A CPU plan's socket; a set's was its first member's (which the set is planned from)."""
     if plan.instance_set is not None:
-        first: int = plan.instance_set.members[0].socket
+        first: int = plan.decisions.members[0].socket
         return first
     return cpu(plan).socket
 
@@ -44,7 +44,7 @@ def old_maps(approved: Mapping[str, Plan]) -> dict[str, object]:
         "gpus": {name: plan.gpus for name, plan in approved.items() if plan.gpus},
         "ports": {name: plan.decisions.port for name, plan in approved.items()},
         "instance_ports": {
-            name: [m.port for m in plan.instance_set.members]
+            name: [m.port for m in plan.decisions.members]
             for name, plan in approved.items()
             if plan.instance_set is not None
         },

@@ -11,7 +11,7 @@ import pytest
 
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
-from epycd.plan.model import BalancedSet, Plan, server_processes
+from epycd.plan.endpoint import Plan
 from epycd.plan.placement.reservations import Reservations
 from tests.engines.endpoints import ENGINES, engine_lines
 from tests.plan.conftest import PlanWorkspace
@@ -21,7 +21,7 @@ HostOf = Callable[..., HostFacts]
 
 def held_by(plan: Plan) -> tuple[set[int], set[int], set[int]]:
     """The CPUs, NUMA nodes and ports of a plan's servers, and its own port."""
-    servers = server_processes(plan.decisions)
+    servers = plan.decisions.servers
     cpus = {c for s in servers for c in parse_cpulist(s.cpus)}
     nodes = {n for s in servers for n in s.numa_nodes}
     ports = {s.port for s in servers} | {plan.decisions.port}
@@ -39,7 +39,7 @@ def test_a_new_file_never_lands_on_an_approved_set(
     ws.endpoint("big", engine_lines(ws.tmp, set_engine) + spread)
     first = ws.plan(host)["big"]
     assert first.plan is not None, [e.text for e in first.errors]
-    assert isinstance(first.plan.decisions, BalancedSet)
+    assert first.plan.decisions.instances is not None
     approved = Reservations.of({"big": first.plan})
     set_cpus, set_nodes, set_ports = held_by(first.plan)
 

@@ -6,8 +6,8 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from epycd.engines.vllm.plan.tuning import kv_pool_gib
 from epycd.host.facts import HostFacts
-from epycd.plan.tuning import kv_pool_gib
 from epycd.stack import shipped_stack
 from tests.plan.conftest import QWEN3_0_6B_CONFIG, PlanWorkspace, cpu, write_model
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint
+from epycd.engines.vllm.plan.model import VllmCpuServer
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.spec import parse_endpoint
 from tests.hosts import CATALOGUE, write_host, write_python, write_venv_vllm, write_vllm_script
 from tests.plan.conftest import PODMAN_5, PlanWorkspace, cpu
@@ -51,7 +51,7 @@ def plans(ws: PlanWorkspace, host: HostFacts, **kwargs: object) -> dict[str, Pla
     return found
 
 
-def decided(ws: PlanWorkspace, host: HostFacts, **kwargs: object) -> dict[str, VllmCpuEndpoint]:
+def decided(ws: PlanWorkspace, host: HostFacts, **kwargs: object) -> dict[str, VllmCpuServer]:
     """The decisions of `plans`: every endpoint here is one vLLM instance on CPUs."""
     return {name: cpu(plan) for name, plan in plans(ws, host, **kwargs).items()}
 
@@ -61,7 +61,7 @@ def expected_front_end(cores: int) -> int:
     return 0 if cores == 1 else 2 if cores >= 64 else 1
 
 
-def check_bind(plan: VllmCpuEndpoint, host: HostFacts) -> None:
+def check_bind(plan: VllmCpuServer, host: HostFacts) -> None:
     pinned = parse_cpulist(plan.cpus)
     bind = parse_cpulist(plan.env["VLLM_CPU_OMP_THREADS_BIND"])
     physical = set(parse_cpulist(host.socket(plan.socket).physical_cpus))
@@ -401,7 +401,7 @@ def test_every_unit_kind_carries_the_limits(ws: PlanWorkspace, host_of: HostOf) 
     assert "--ulimit=nofile=65536:65536 --ulimit=memlock=-1:-1" in container
 
 
-def stream_interval_of(plan: VllmCpuEndpoint) -> int:
+def stream_interval_of(plan: VllmCpuServer) -> int:
     """What vLLM will use: the flag's value, or its own default of 1 without it."""
     args = plan.vllm_args
     if "--stream-interval" not in args:

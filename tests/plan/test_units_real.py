@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, RuntimeFacts
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from tests.plan.conftest import PlanWorkspace
 from tests.render.realtools import quadlet_dryrun, verify, write_units
 

@@ -20,7 +20,7 @@ from epycd.engines.vllm.plan.invocation import (
     RocmEngine,
     VllmInvocation,
 )
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmInstinctEndpoint, VllmServerEndpoint
+from epycd.engines.vllm.plan.model import AnyVllmServer, VllmCpuServer, VllmInstinctServer
 from epycd.sizes import GIB
 from epycd.spec.flags import ExtraFlags
 
@@ -33,7 +33,7 @@ def _after(words: list[str], flag: str) -> str | None:
     return words[index + 1] if index + 1 < len(words) else None
 
 
-def invocation_from_record(decisions: VllmServerEndpoint) -> VllmInvocation:
+def invocation_from_record(decisions: AnyVllmServer) -> VllmInvocation:
     """The invocation of one instance's flat decisions: an endpoint's own, or a member's of an
     instance set. The fields come from the
     decisions; the argv, as the planner writes it, gives what never was a field. Its
@@ -60,12 +60,12 @@ def invocation_from_record(decisions: VllmServerEndpoint) -> VllmInvocation:
         chat_template=template,
         extra=ExtraFlags.of(listen),
         engine=_rocm_engine(decisions, planned)
-        if isinstance(decisions, VllmInstinctEndpoint)
+        if isinstance(decisions, VllmInstinctServer)
         else _cpu_engine(decisions, planned),
     )
 
 
-def _cpu_engine(decisions: VllmCpuEndpoint, planned: list[str]) -> CpuEngine:
+def _cpu_engine(decisions: VllmCpuServer, planned: list[str]) -> CpuEngine:
     interval = _after(planned, STREAM_INTERVAL_FLAG)
     return CpuEngine(
         omp_cpus=decisions.omp_cpus,
@@ -80,7 +80,7 @@ def _cpu_engine(decisions: VllmCpuEndpoint, planned: list[str]) -> CpuEngine:
     )
 
 
-def _rocm_engine(decisions: VllmInstinctEndpoint, planned: list[str]) -> RocmEngine:
+def _rocm_engine(decisions: VllmInstinctServer, planned: list[str]) -> RocmEngine:
     """The recipe's args are what lies between the plan's own flags: after the context and
     max_num_seqs, before the tensor-parallel flags and --enforce-eager."""
     rest = planned[4:]

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmSetEndpoint
+from epycd.engines.vllm.plan.model import VllmCpuServer
 from epycd.model.facts import MemoryFit
+from epycd.plan.endpoint import Endpoint, EndpointDecisions, Plan, decisions_of
 from epycd.plan.healing import Restart, healing_for
-from epycd.plan.model import EndpointDecisions, HfCacheMount, Plan
+from epycd.plan.model import AnyServer, HfCacheMount
 from epycd.plan.service.unit_commands import approval_check_argv
+from epycd.render import render_units
 
 PRODUCT_PYTHON = "/opt/epyc-llm/venv/bin/python"
 GENOA_IMAGE = (
@@ -48,7 +50,7 @@ def _approval_check(name: str) -> list[str]:
     return approval_check_argv(PRODUCT_PYTHON, name)
 
 
-def _base(name: str, **changes: object) -> VllmCpuEndpoint:
+def _base(name: str, **changes: object) -> VllmCpuServer:
     fields: dict[str, object] = {
         "endpoint": name,
         "unit_name": f"epyc-llm-{name}",
@@ -102,18 +104,18 @@ def _base(name: str, **changes: object) -> VllmCpuEndpoint:
         "restart": "on-failure",
     }
     fields.update(changes)
-    decisions = VllmCpuEndpoint.model_validate(fields)
+    decisions = VllmCpuServer.model_validate(fields)
     return with_restart(decisions, decisions.restart) if "healing" not in changes else decisions
 
 
-def with_restart(decisions: VllmCpuEndpoint, restart: Restart) -> VllmCpuEndpoint:
+def with_restart(decisions: VllmCpuServer, restart: Restart) -> VllmCpuServer:
     """`restart` and the healing the planner gives it (epycd.plan.service.served.service_fields)."""
     supervised = decisions.runtime != "podman"
     healing = healing_for(restart, decisions.start_timeout_s, supervised=supervised)
     return decisions.model_copy(update={"restart": restart, "healing": healing})
 
 
-def genoa_podman() -> VllmCpuEndpoint:
+def genoa_podman() -> VllmCpuServer:
     """Socket 1 of a dual Genoa NPS4 on podman 5 (Notify=healthy), throughput flags on."""
     decisions = _base("qwen")
     env = {
@@ -125,14 +127,14 @@ def genoa_podman() -> VllmCpuEndpoint:
     return decisions.model_copy(update={"env": env})
 
 
-def podman_before_5() -> VllmCpuEndpoint:
+def podman_before_5() -> VllmCpuServer:
     """podman 4.4-4.x: no Notify=healthy, the health gate runs as ExecStartPost."""
     return _base("qwen-old", podman_notify_healthy=False, port=8001).model_copy(
         update={"recorded_vllm_args": _args_with_port(8001)}
     )
 
 
-def milan_docker() -> VllmCpuEndpoint:
+def milan_docker() -> VllmCpuServer:
     """Stock image on docker (its entrypoint is `vllm serve`), socket 0 of one Milan."""
     return _base(
         "olmo",
@@ -167,7 +169,7 @@ def milan_docker() -> VllmCpuEndpoint:
     )
 
 
-def host_vllm(vllm: str = "/opt/vllm-env/bin/vllm") -> VllmCpuEndpoint:
+def host_vllm(vllm: str = "/opt/vllm-env/bin/vllm") -> VllmCpuServer:
     """A host vLLM from a venv, pinned with CPUAffinity=/NUMAMask=."""
     return _base(
         "host-qwen",
@@ -188,7 +190,7 @@ def host_vllm(vllm: str = "/opt/vllm-env/bin/vllm") -> VllmCpuEndpoint:
     )
 
 
-def gated_with_token() -> VllmCpuEndpoint:
+def gated_with_token() -> VllmCpuServer:
     """A gated model: the token file reaches the process, never the unit."""
     return _base(
         "llama",
@@ -208,7 +210,7 @@ def gated_with_token() -> VllmCpuEndpoint:
     )
 
 
-def host_with_token(vllm: str = "/opt/vllm-env/bin/vllm") -> VllmCpuEndpoint:
+def host_with_token(vllm: str = "/opt/vllm-env/bin/vllm") -> VllmCpuServer:
     """The host path with `restart = "no"`: Restart=no, the watchdog kept."""
     name = "host-llama"
     return with_restart(host_vllm(vllm), "no").model_copy(
@@ -227,8 +229,8 @@ def _args_with_port(port: int, host: str = "127.0.0.1") -> list[str]:
     return ["Qwen/Qwen3-0.6B", "--dtype", "bfloat16", "--host", host, "--port", str(port)]
 
 
-def _renamed(decisions: VllmCpuEndpoint, name: str, **changes: object) -> VllmCpuEndpoint:
-    assert set(changes) <= set(VllmCpuEndpoint.model_fields), changes  # model_copy checks none
+def _renamed(decisions: VllmCpuServer, name: str, **changes: object) -> VllmCpuServer:
+    assert set(changes) <= set(VllmCpuServer.model_fields), changes  # model_copy checks none
     return decisions.model_copy(
         update={
             "endpoint": name,
@@ -241,13 +243,13 @@ def _renamed(decisions: VllmCpuEndpoint, name: str, **changes: object) -> VllmCp
     )
 
 
-def podman_before_5_with_key() -> VllmCpuEndpoint:
+def podman_before_5_with_key() -> VllmCpuServer:
     """An API key on podman < 5: the container reads the mounted key file into VLLM_API_KEY;
     the ExecStartPost gate reads the credential."""
     return _renamed(podman_before_5(), "qwen-key", api_key_file="/etc/epyc-llm/secrets/qwen.key")
 
 
-def docker_exposed_with_key() -> VllmCpuEndpoint:
+def docker_exposed_with_key() -> VllmCpuServer:
     """Every interface, with an API key, on the stock image whose entrypoint is replaced."""
     decisions = milan_docker()
     args = [arg if arg != "127.0.0.1" else "0.0.0.0" for arg in decisions.vllm_args]
@@ -260,7 +262,7 @@ def docker_exposed_with_key() -> VllmCpuEndpoint:
     )
 
 
-def host_ipv6_with_key(vllm: str = "/opt/vllm-env/bin/vllm") -> VllmCpuEndpoint:
+def host_ipv6_with_key(vllm: str = "/opt/vllm-env/bin/vllm") -> VllmCpuServer:
     """Every IPv6 interface, with an API key the supervisor hands to vLLM."""
     return _renamed(
         host_vllm(vllm),
@@ -288,7 +290,7 @@ CASES = {
 }
 
 
-def runnable(decisions: VllmCpuEndpoint, python: str, vllm: Path) -> VllmCpuEndpoint:
+def runnable(decisions: VllmCpuServer, python: str, vllm: Path) -> VllmCpuServer:
     """The same decisions with executables that exist on this machine."""
     pre = [[python, *argv[1:]] for argv in decisions.exec_condition]
     update: dict[str, object] = {"product_python": python, "exec_condition": pre}
@@ -297,7 +299,7 @@ def runnable(decisions: VllmCpuEndpoint, python: str, vllm: Path) -> VllmCpuEndp
     return decisions.model_copy(update=update)
 
 
-def as_plan(decisions: EndpointDecisions, **changes: object) -> Plan:
+def as_plan(decisions: EndpointDecisions | AnyServer, **changes: object) -> Plan:
     """The decisions as a plan (no units rendered) with `changes` applied, for the code that
     reads an approved plan."""
     plan_keys = set(Plan.model_fields) - {"decisions"}
@@ -307,22 +309,35 @@ def as_plan(decisions: EndpointDecisions, **changes: object) -> Plan:
     return Plan.model_validate({**fields, "decisions": decisions.model_copy(update=update)})
 
 
-def set_decisions(plan: Plan) -> VllmSetEndpoint:
-    """The plan's decisions, which must be an instance set's."""
-    assert isinstance(plan.decisions, VllmSetEndpoint), plan.decisions.kind
+def set_decisions(plan: Plan) -> EndpointDecisions:
+    """The plan's decisions, which must be a vLLM instance set's."""
+    assert plan.decisions.kind == "set", plan.decisions.kind
     return plan.decisions
 
 
-def cpu_decisions(plan: Plan) -> VllmCpuEndpoint:
-    """The plan's decisions, which must be a single CPU endpoint's."""
-    assert isinstance(plan.decisions, VllmCpuEndpoint), plan.decisions.kind
-    return plan.decisions
+def cpu_decisions(plan: Plan) -> VllmCpuServer:
+    """The only server of the plan, which must be a single CPU endpoint's."""
+    server = plan.decisions.first
+    assert plan.decisions.instances is None and isinstance(server, VllmCpuServer), server.kind
+    return server
 
 
 def with_decisions(plan: Plan, **update: object) -> Plan:
-    """The plan with `update` applied to its decisions (units not rendered again). Only
-    fields: `model_copy` would keep any other key unseen (a property such as `vllm_args`
-    is set through its stored field, `recorded_vllm_args`)."""
-    fields = set(type(plan.decisions).model_fields)
+    """The plan with `update` applied to its decisions (units not rendered again): to its
+    only server's, or to a set's service. Only fields: `model_copy` would keep any other key
+    unseen (a property such as `vllm_args` is set through its stored field,
+    `recorded_vllm_args`)."""
+    decisions = plan.decisions
+    if decisions.instances is not None:
+        assert set(update) <= set(Endpoint.model_fields), sorted(update)
+        return plan.model_copy(update={"decisions": decisions.model_copy(update=update)})
+    server = decisions.first
+    fields = set(type(server).model_fields)
     assert set(update) <= fields, sorted(set(update) - fields)
-    return plan.model_copy(update={"decisions": plan.decisions.model_copy(update=update)})
+    changed = Endpoint.of_server(server.model_copy(update=update))
+    return plan.model_copy(update={"decisions": changed})
+
+
+def units_of(decisions: EndpointDecisions | AnyServer) -> dict[str, str]:
+    """The units of an endpoint, or of the endpoint of one server."""
+    return render_units(decisions_of(decisions))

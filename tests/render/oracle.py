@@ -6,7 +6,7 @@ import os
 import resource
 from pathlib import Path
 
-from epycd.engines.vllm.plan.model import VllmServerEndpoint
+from epycd.engines.vllm.plan.model import AnyVllmServer
 from epycd.engines.vllm.render.commands import (
     DOCKER,
     container_env,
@@ -27,7 +27,7 @@ from tests.render.manager import Run, UserManager
 PODMAN = "/usr/bin/podman"
 
 
-def on_this_machine(decisions: VllmServerEndpoint, manager: UserManager) -> VllmServerEndpoint:
+def on_this_machine(decisions: AnyVllmServer, manager: UserManager) -> AnyVllmServer:
     """Executables replaced by the argv dumper; pinned to CPUs and node 0 of this machine."""
     cpus = format_cpulist(os.sched_getaffinity(0))
     bind = format_cpulist(omp_bind(list(os.sched_getaffinity(0))))
@@ -121,7 +121,7 @@ def _main(run: Run, marker: list[str]) -> dict[str, object]:
     return found[0]
 
 
-def _common(decisions: VllmServerEndpoint, run: Run) -> None:
+def _common(decisions: AnyVllmServer, run: Run) -> None:
     assert run.result == "success", run
     assert run.description == describe(decisions)
     argvs = [r["argv"] for r in run.records]
@@ -144,7 +144,7 @@ def _as_allowed(limit: int, which: int) -> int:
     return hard if limit == resource.RLIM_INFINITY or limit > hard else limit
 
 
-def check_service(decisions: VllmServerEndpoint, run: Run) -> None:
+def check_service(decisions: AnyVllmServer, run: Run) -> None:
     _common(decisions, run)
     record = _main(run, ["-m", "epycd.supervisor"])
     if decisions.runtime == "docker":
@@ -179,7 +179,7 @@ def _values_after(argv: list[str], flag: str) -> list[str]:
     return [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == flag]
 
 
-def check_container(decisions: VllmServerEndpoint, run: Run) -> None:
+def check_container(decisions: AnyVllmServer, run: Run) -> None:
     _common(decisions, run)
     record = _main(run, ["run"])
     argv = record["argv"]
@@ -228,7 +228,7 @@ def key_file(folder: Path) -> str:
     return str(path)
 
 
-def with_real_secrets(decisions: VllmServerEndpoint, folder: Path) -> VllmServerEndpoint:
+def with_real_secrets(decisions: AnyVllmServer, folder: Path) -> AnyVllmServer:
     """The fixture's secret files replaced by root-only files that exist here."""
     update: dict[str, object] = {}
     if decisions.hf_token_file:

@@ -27,15 +27,15 @@ from epycd.engines.vllm.cli.bench import engine_args, offline_target
 from epycd.engines.vllm.plan.argv import bench_engine_argv, vllm_argv
 from epycd.engines.vllm.plan.invocation import CpuEngine, RocmEngine, VllmInvocation
 from epycd.engines.vllm.plan.model import (
-    VllmCpuEndpoint,
-    VllmInstinctEndpoint,
-    VllmServerEndpoint,
+    AnyVllmServer,
+    VllmCpuServer,
+    VllmInstinctServer,
     vllm_processes,
 )
 from epycd.host.detect import detect_host
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.model import instinct
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.plan.pipeline.result import EndpointResult
 from epycd.spec.flags import ExtraFlags
 from tests.hosts import CATALOGUE, FakeGpu, write_host
@@ -49,7 +49,7 @@ from tests.render.test_golden import PRODUCT_PYTHON, case_folder, plan_results
 from tests.secrets import root_folder
 
 
-def instances(plan: Plan) -> list[VllmServerEndpoint]:
+def instances(plan: Plan) -> list[AnyVllmServer]:
     """The decisions of each vLLM process: a set's members, or the endpoint's own."""
     return vllm_processes(plan.decisions)
 
@@ -217,8 +217,9 @@ def test_instinct_tight_vram_with_max_num_seqs_and_extra_args(ws: PlanWorkspace)
         f'hf_token_file = "{ws.tmp / "secrets" / "hf.token"}"\n'
         f'chat_template = "{template(ws)}"\nextra_args = ["--kv-cache-dtype", "fp8"]\n',
     )
-    assert isinstance(plan.decisions, VllmInstinctEndpoint)
-    assert plan.decisions.gpu_fit.tier == "tight"
+    gpu = plan.decisions.first
+    assert isinstance(gpu, VllmInstinctServer)
+    assert gpu.gpu_fit.tier == "tight"
     [inv] = assert_reproduced(plan)
     assert isinstance(inv.engine, RocmEngine) and inv.engine.enforce_eager and inv.eager
     assert inv.engine.max_num_seqs == 16 and inv.engine.recipe_args
@@ -288,8 +289,9 @@ def test_the_bench_reads_the_files_flags_in_every_spelling(ws: PlanWorkspace) ->
         'extra_args = ["--max_num_batched_tokens=8192", "--enforce_eager"]\n',
     )
     [inv] = [invocation_from_record(d) for d in instances(plan)]
-    assert isinstance(plan.decisions, VllmCpuEndpoint)
-    assert vllm_argv(inv) == plan.decisions.vllm_args
+    server = plan.decisions.first
+    assert isinstance(server, VllmCpuServer)
+    assert vllm_argv(inv) == server.vllm_args
     assert isinstance(inv.engine, CpuEngine) and not inv.engine.pass_batched_tokens
     assert inv.engine.max_num_batched_tokens == 8192
     assert not inv.engine.enforce_eager and inv.eager

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from epycd.host.facts import DockerFacts, HostFacts, HostVllmFacts, RuntimeFacts
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.plan.placement.ports import listening_ports
 from epycd.render.balancer import HAPROXY, haproxy_config
 from tests.health.realvllm import free_port
@@ -195,7 +195,7 @@ def test_the_real_haproxy_spreads_and_routes_around_a_dead_instance(
     assert plan.instance_set is not None
     backends = [
         subprocess.Popen([sys.executable, str(tmp_path / "backend.py"), str(m.port), str(i)])
-        for i, m in enumerate(plan.instance_set.members, 1)
+        for i, m in enumerate(plan.decisions.members, 1)
     ]
     balancer = subprocess.Popen(
         [str(binary), "-f", str(tmp_path / "haproxy.cfg")],

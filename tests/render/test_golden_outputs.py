@@ -40,7 +40,7 @@ import pytest
 
 from epycd.cli.plan import plan_json
 from epycd.engines.vllm.cli.bench import throughput_argv
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 from epycd.plan.pipeline.result import EndpointResult
 from tests.render.fixtures import CASES as FIXTURES
 from tests.render.fixtures import as_plan

@@ -12,12 +12,20 @@ import pytest
 
 from epycd.errors import InputError
 from epycd.host.facts import HostFacts
+from epycd.plan.endpoint import EndpointDecisions, Plan
 from epycd.plan.healing import balancer_start_s, start_limit_interval_s
-from epycd.plan.model import EndpointDecisions, Plan
+from epycd.plan.model import AnyServer
 from epycd.render import render_units
 from epycd.render.balancer import haproxy_config
 from tests.plan.conftest import PlanWorkspace
-from tests.render.fixtures import CASES, PRODUCT_PYTHON, runnable, set_decisions, with_restart
+from tests.render.fixtures import (
+    CASES,
+    PRODUCT_PYTHON,
+    runnable,
+    set_decisions,
+    units_of,
+    with_restart,
+)
 from tests.render.realtools import quadlet_dryrun, verify, write_units
 
 HostOf = Callable[..., HostFacts]
@@ -47,8 +55,8 @@ def healing_lines(text: str) -> dict[str, list[tuple[str, str]]]:
     }
 
 
-def only_unit(decisions: EndpointDecisions) -> str:
-    [text] = render_units(decisions).values()
+def only_unit(decisions: EndpointDecisions | AnyServer) -> str:
+    [text] = units_of(decisions).values()
     return text
 
 
@@ -183,9 +191,7 @@ def test_the_balancer_wants_its_instances_and_restarts_on_its_own_budget(
     assert not [key for key, _ in unit if key in ("Requires", "BindsTo", "Requisite")]
     budget = balancer_start_s(plan.decisions.start_timeout_s)
     assert plan.instance_set is not None
-    assert plan.decisions.start_timeout_s == max(
-        m.start_timeout_s for m in plan.instance_set.members
-    )
+    assert plan.decisions.start_timeout_s == max(m.start_timeout_s for m in plan.decisions.members)
     assert healing_lines(text) == {
         "Unit": [
             ("StartLimitIntervalSec", f"{start_limit_interval_s(budget)}s"),
@@ -237,7 +243,7 @@ def test_quadlet_passes_health_on_failure_to_podman_and_keeps_the_recorder(
     tmp_path: Path, product_python: str, real_vllm: Path
 ) -> None:
     decisions = runnable(CASES["genoa-podman"](), product_python, real_vllm)
-    write_units(tmp_path / "quadlet", render_units(decisions))
+    write_units(tmp_path / "quadlet", units_of(decisions))
     [(name, generated)] = quadlet_dryrun(tmp_path / "quadlet").items()
     service = sections(generated)["Service"]
     [start] = [value for key, value in service if key == "ExecStart"]
@@ -265,6 +271,6 @@ def test_healing_that_cannot_work_is_refused(case: str, change: dict[str, int], 
     assert decisions.healing is not None
     broken = decisions.model_copy(update={"healing": decisions.healing.model_copy(update=change)})
     with pytest.raises(InputError) as raised:
-        render_units(broken)
+        units_of(broken)
     assert words in str(raised.value) and raised.value.key == "healing"
     assert raised.value.file == decisions.config_file

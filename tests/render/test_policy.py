@@ -8,15 +8,14 @@ from typing import Any
 import pytest
 
 from epycd.engines.vllm.plan.invocation import CpuEngine, RocmEngine
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint
+from epycd.engines.vllm.plan.model import VllmCpuServer
 from epycd.engines.vllm.render import policy
 from epycd.engines.vllm.render.commands import docker_run
 from epycd.engines.vllm.render.policy import FLAGS_THE_PLAN_PASSES, check_serve_args
 from epycd.errors import InputError
-from epycd.render import render_units
 from epycd.spec.flags import ExtraFlags
 from tests.render.argv_records import invocation_from_record
-from tests.render.fixtures import genoa_podman, host_vllm, milan_docker
+from tests.render.fixtures import genoa_podman, host_vllm, milan_docker, units_of
 
 ALL = [genoa_podman, milan_docker, host_vllm]
 
@@ -24,7 +23,7 @@ ALL = [genoa_podman, milan_docker, host_vllm]
 def _refused(changes: dict[str, Any], key: str, factory: Any = genoa_podman) -> InputError:
     decisions = factory().model_copy(update=changes)
     with pytest.raises(InputError) as caught:
-        render_units(decisions)
+        units_of(decisions)
     assert caught.value.key == key
     assert caught.value.file == decisions.config_file
     return caught.value
@@ -73,7 +72,7 @@ def test_throughput_flags_all_or_none(partial: dict[str, str]) -> None:
 
 
 def test_the_full_throughput_set_renders() -> None:
-    text = next(iter(render_units(genoa_podman()).values()))
+    text = next(iter(units_of(genoa_podman()).values()))
     for assignment in (
         "TORCHINDUCTOR_FREEZING=1",
         "VLLM_USE_AOT_COMPILE=0",
@@ -112,7 +111,7 @@ def test_container_mounts_must_survive_volume_syntax(path: str) -> None:
 
 
 def test_host_path_allows_spaces_in_the_cache() -> None:
-    text = next(iter(render_units(host_vllm()).values()))
+    text = next(iter(units_of(host_vllm()).values()))
     assert 'Environment="HF_HOME=/var/cache/hf home"\n' in text
 
 
@@ -144,14 +143,12 @@ def test_newline_in_an_argument_is_refused_not_smuggled() -> None:
     for factory in ALL:
         args = [*factory().vllm_args, "--chat-template", "x\n[Service]\nExecStart=/bin/sh"]
         with pytest.raises(InputError, match="control character U\\+000A"):
-            render_units(factory().model_copy(update={"recorded_vllm_args": args}))
+            units_of(factory().model_copy(update={"recorded_vllm_args": args}))
 
 
 def test_docker_accepts_a_docker_hub_short_name() -> None:
     decisions = milan_docker().model_copy(update={"image": "vllm/vllm-openai-cpu:latest-x86_64"})
-    assert "vllm/vllm-openai-cpu:latest-x86_64 allenai" in next(
-        iter(render_units(decisions).values())
-    )
+    assert "vllm/vllm-openai-cpu:latest-x86_64 allenai" in next(iter(units_of(decisions).values()))
 
 
 def test_docker_never_pulls_at_start() -> None:
@@ -195,14 +192,14 @@ def test_flags_the_plan_owns_never_reach_a_unit(factory: Any, arg: str) -> None:
 def test_the_flags_the_plan_passes_itself_render(factory: Any) -> None:
     args = factory().vllm_args
     assert "--port" in args and "--host" in args
-    assert render_units(factory())
+    assert units_of(factory())
 
 
 # Decisions with their typed invocation, as the planner makes them: the checks
 # read the file's own words (`invocation.extra`) and the engine, not the argv.
 
 
-def typed(factory: Callable[[], VllmCpuEndpoint] = genoa_podman, **changes: Any) -> VllmCpuEndpoint:
+def typed(factory: Callable[[], VllmCpuServer] = genoa_podman, **changes: Any) -> VllmCpuServer:
     """A hand-written fixture with the invocation its argv gives, its words kept as approved
     (their older order has the plan's flags after the rest: no file's words), `changes` to
     it."""
@@ -212,16 +209,16 @@ def typed(factory: Callable[[], VllmCpuEndpoint] = genoa_podman, **changes: Any)
     return decisions.model_copy(update={"invocation": invocation})
 
 
-def _refused_typed(decisions: VllmCpuEndpoint, key: str) -> InputError:
+def _refused_typed(decisions: VllmCpuServer, key: str) -> InputError:
     with pytest.raises(InputError) as caught:
-        render_units(decisions)
+        units_of(decisions)
     assert (caught.value.key, caught.value.file) == (key, decisions.config_file)
     return caught.value
 
 
 @pytest.mark.parametrize("factory", ALL)
 def test_a_typed_record_renders(factory: Any) -> None:
-    assert render_units(typed(factory)) == render_units(factory())
+    assert units_of(typed(factory)) == units_of(factory())
 
 
 @pytest.mark.parametrize(
@@ -244,7 +241,7 @@ def test_the_file_may_not_give_a_flag_the_plan_passes(monkeypatch: pytest.Monkey
 def test_the_argv_of_a_typed_record_is_not_read_for_the_files_words() -> None:
     """Its argv is emitted as stored; what the file gave is `invocation.extra`."""
     decisions = typed(extra=ExtraFlags.of(["--enable-prefix-caching"]))
-    assert render_units(decisions)
+    assert units_of(decisions)
 
 
 def test_an_instinct_recipes_words_are_checked() -> None:

@@ -7,15 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from epycd.render import render_units
-from tests.render.fixtures import CASES, runnable
+from tests.render.fixtures import CASES, runnable, units_of
 from tests.render.realtools import quadlet_dryrun, verify, write_units
 
 
 def _rendered(product_python: str, vllm: Path, suffix: str) -> dict[str, str]:
     units: dict[str, str] = {}
     for factory in CASES.values():
-        for name, text in render_units(runnable(factory(), product_python, vllm)).items():
+        for name, text in units_of(runnable(factory(), product_python, vllm)).items():
             if name.endswith(suffix):
                 units[name] = text
     return units

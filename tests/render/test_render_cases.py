@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from epycd.render import render_units, unit_dirs
-from tests.render.fixtures import CASES
+from epycd.plan.endpoint import decisions_of
+from epycd.render import unit_dirs
+from tests.render.fixtures import CASES, units_of
 from tests.sandbox import REPO, run_python
 
 RENDER_ALL = (
-    "import json; from epycd.render import render_units; from tests.render.fixtures import CASES;"
-    "print(json.dumps({case: render_units(make()) for case, make in CASES.items()}))"
+    "import json; from tests.render.fixtures import CASES, units_of;"
+    "print(json.dumps({case: units_of(make()) for case, make in CASES.items()}))"
 )
 
 
@@ -27,7 +28,7 @@ def test_rendering_depends_only_on_the_decisions(tmp_path: Path) -> None:
     for case, make in CASES.items():
         decisions = make()
         before = decisions.model_dump_json()
-        here[case] = render_units(decisions)
+        here[case] = units_of(decisions)
         assert decisions.model_dump_json() == before, case
     elsewhere = {"PYTHONPATH": str(REPO), "PYTHONHASHSEED": "4242", "TZ": "Pacific/Kiritimati",
                  "LANG": "tr_TR.UTF-8", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}  # fmt: skip
@@ -39,19 +40,19 @@ def test_rendering_depends_only_on_the_decisions(tmp_path: Path) -> None:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_unit_names_and_folders(case: str) -> None:
     decisions = CASES[case]()
-    folders = unit_dirs(decisions, unit_dir=Path("/u"), quadlet_dir=Path("/q"))
+    folders = unit_dirs(decisions_of(decisions), unit_dir=Path("/u"), quadlet_dir=Path("/q"))
     suffix = ".container" if decisions.runtime == "podman" else ".service"
     assert folders == {
         f"epyc-llm-{decisions.endpoint}{suffix}": Path("/q" if suffix == ".container" else "/u")
     }
-    assert set(folders) == set(render_units(decisions))
+    assert set(folders) == set(units_of(decisions))
 
 
 def test_token_never_in_a_unit() -> None:
     assert any(factory().hf_token_file for factory in CASES.values()), "no case has a token"
     for factory in CASES.values():
         decisions = factory()
-        text = next(iter(render_units(decisions).values()))
+        text = next(iter(units_of(decisions).values()))
         assert "HF_TOKEN=" not in text
         assert "HUGGING_FACE_HUB_TOKEN" not in text
         if decisions.hf_token_file:

@@ -16,12 +16,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from epycd.engines.vllm.plan.model import VllmServerEndpoint
+from epycd.engines.vllm.plan.model import AnyVllmServer
 from epycd.errors import InputError
-from epycd.render import render_units
 from epycd.spec.policy import arg_refusal, env_refusal
 from tests.render import oracle
-from tests.render.fixtures import CASES, runnable
+from tests.render.fixtures import CASES, runnable, units_of
 from tests.render.manager import UserManager
 from tests.render.realtools import quadlet_dryrun, verify, write_units
 
@@ -85,9 +84,9 @@ def _kv_flag(args: list[str]) -> list[str]:
 
 
 def _variants(
-    base: VllmServerEndpoint, name: str, manager: UserManager, token: str | None
-) -> dict[str, VllmServerEndpoint]:
-    variants: dict[str, VllmServerEndpoint] = {}
+    base: AnyVllmServer, name: str, manager: UserManager, token: str | None
+) -> dict[str, AnyVllmServer]:
+    variants: dict[str, AnyVllmServer] = {}
     for factory_case in ("genoa-podman", "milan-docker", "host-vllm"):
         template = CASES[factory_case]()
         endpoint = f"{name}-{factory_case[0]}"
@@ -107,12 +106,12 @@ def _variants(
     return variants
 
 
-def _round_trip(decisions_by_runtime: dict[str, VllmServerEndpoint], manager: UserManager) -> None:
+def _round_trip(decisions_by_runtime: dict[str, AnyVllmServer], manager: UserManager) -> None:
     folder = manager.root / "render"
     services: dict[str, str] = {}
     containers: dict[str, str] = {}
     for decisions in decisions_by_runtime.values():
-        for name, text in render_units(decisions).items():
+        for name, text in units_of(decisions).items():
             (containers if name.endswith(".container") else services)[name] = text
     if containers:
         write_units(folder / "quadlet", containers)
@@ -187,7 +186,7 @@ def test_random_decisions_verify_and_round_trip(
     variants = _variants(base, name, manager, token)
     if any(arg in ("", ";") for arg in args):
         with pytest.raises(InputError, match="Quadlet"):
-            render_units(variants.pop("podman"))
+            units_of(variants.pop("podman"))
     _round_trip(variants, manager)
 
 
@@ -227,5 +226,5 @@ def test_control_characters_are_refused(
     }
     bad_decisions = decisions.model_copy(update=all_changes[field])
     with pytest.raises(InputError) as caught:
-        render_units(bad_decisions)
+        units_of(bad_decisions)
     assert caught.value.file == decisions.config_file

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from epycd.host.facts import HostFacts, HostVllmFacts
-from epycd.plan.model import EndpointDecisions, Plan
-from epycd.render import render_units
+from epycd.plan.endpoint import EndpointDecisions, Plan
+from epycd.plan.model import AnyServer
 from epycd.render.sandbox import DOCKER_LEFT_OUT, HOST_LEFT_OUT, PRODUCT_USER
 from tests.hosts import CATALOGUE
 from tests.plan.conftest import PlanWorkspace
-from tests.render.fixtures import CASES
+from tests.render.fixtures import CASES, units_of
 from tests.secrets import root_folder, write_secret
 
 THRESHOLD = "45"
@@ -66,8 +66,8 @@ def reviewed(units: dict[str, str], folder: Path) -> dict[str, Review]:
     return reviews
 
 
-def assert_confined(decisions: EndpointDecisions, folder: Path) -> float:
-    [(name, result)] = reviewed(render_units(decisions), folder).items()
+def assert_confined(decisions: EndpointDecisions | AnyServer, folder: Path) -> float:
+    [(name, result)] = reviewed(units_of(decisions), folder).items()
     assert result.returncode == 0, f"{name}: exposure {result.exposure}\n{result.output}"
     assert result.exposure <= MAX_EXPOSURE, result.output
     reasons = HOST_LEFT_OUT if decisions.runtime == "host" else DOCKER_LEFT_OUT
@@ -150,7 +150,7 @@ def test_epycd_service_passes_and_says_why_for_each_failed_check(tmp_path: Path)
 
 def test_the_old_unprotected_units_fail_the_threshold(tmp_path: Path) -> None:
     """The reviewer does fail a unit without the sandbox (9.6): the test can fail."""
-    text = next(iter(render_units(CASES["host-vllm"]()).values()))
+    text = next(iter(units_of(CASES["host-vllm"]()).values()))
     bare = "\n".join(line for line in text.splitlines() if not line.startswith(SANDBOX_KEYS))
     [(_name, result)] = reviewed({"bare.service": bare + "\n"}, tmp_path).items()
     assert result.returncode != 0 and result.exposure > MAX_EXPOSURE

@@ -15,18 +15,14 @@ from epycd.cli.quickstart import QuickstartFile, Wanted, model_argument, quickst
 from epycd.engines.llama_cpp import install_command
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
 from epycd.engines.llama_cpp.plan.decide import fit_llama
-from epycd.engines.llama_cpp.plan.model import (
-    LlamaEndpoint,
-    LlamaFit,
-    LlamaService,
-    LlamaSetEndpoint,
-)
+from epycd.engines.llama_cpp.plan.model import LlamaFit, LlamaServer, LlamaService
 from epycd.engines.llama_cpp.plan.planner import embedded_llama_server
 from epycd.engines.llama_cpp.settings import LlamaSettings
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts
 from epycd.model.facts import GgufFile, ModelFacts
-from epycd.plan.model import CpuServer, EndpointDecisions, ServerEndpoint
+from epycd.plan.endpoint import EndpointDecisions
+from epycd.plan.model import AnyServer
 from epycd.settings import Settings
 from epycd.sizes import gib
 
@@ -45,14 +41,14 @@ SET_KEYS = (
 sockets), its tightest member's context, slots and KV pool."""
 
 
-def _server(decided: EndpointDecisions | CpuServer) -> LlamaEndpoint:
-    assert isinstance(decided, LlamaEndpoint), decided.kind
-    return decided
+def _server(server: AnyServer) -> LlamaServer:
+    assert isinstance(server, LlamaServer), server.kind
+    return server
 
 
 def _service(decided: EndpointDecisions) -> LlamaService:
-    assert isinstance(decided, LlamaService), decided.kind
-    return decided
+    """What its servers share: which llama-server serves which GGUF file."""
+    return _server(decided.first)
 
 
 class LlamaView(PlanView):
@@ -60,13 +56,13 @@ class LlamaView(PlanView):
     plan_keys = PLAN_KEYS
 
     def json_keys(self, decided: EndpointDecisions, dumped: dict[str, Any]) -> dict[str, Any]:
-        if isinstance(decided, LlamaSetEndpoint):
+        if decided.instances is not None:
             keys = {key: getattr(decided, key) for key in SET_KEYS}
             return keys | {
-                "memory": decided.fit.model_dump(mode="json"),
+                "memory": _server(decided.tightest_server).fit.model_dump(mode="json"),
                 "instances": instances_json(decided, "server_args"),
             }
-        server = _server(decided)
+        server = _server(decided.first)
         return {
             "kv_cache_gb": server.kv_cache_gb,
             "max_model_len": server.max_model_len,
@@ -83,9 +79,9 @@ class LlamaView(PlanView):
         return f"host llama-server ({service.llama_server}), {service.gguf_file}"
 
     def endpoint_rows(self, decided: EndpointDecisions) -> list[Row]:
-        return list(self.server_rows(_server(decided)))
+        return list(self.server_rows(decided.first))
 
-    def server_rows(self, server: ServerEndpoint) -> tuple[Row, Row, Row]:
+    def server_rows(self, server: AnyServer) -> tuple[Row, Row, Row]:
         decided = _server(server)
         fit, memory, invocation = decided.fit, decided.fit.memory, decided.invocation
         return (
@@ -110,7 +106,7 @@ class LlamaView(PlanView):
             ),
         )
 
-    def member_text(self, member: ServerEndpoint) -> tuple[str, str]:
+    def member_text(self, member: AnyServer) -> tuple[str, str]:
         server = _server(member)
         threads = f"{server.invocation.threads} threads"
         return threads, f"{server.max_num_seqs} slots, context {server.max_model_len}"

@@ -4,8 +4,8 @@ identity, pinning, executable, secret files, and one thread per pinned core (rul
 
 from __future__ import annotations
 
-from epycd.engines.llama_cpp.plan.model import LlamaEndpoint
-from epycd.plan.model import ServerEndpoint
+from epycd.engines.llama_cpp.plan.model import LlamaServer
+from epycd.plan.model import AnyServer
 from epycd.render.policy import (
     check_cpus_and_nodes,
     check_identity,
@@ -18,15 +18,15 @@ from epycd.render.services import host_unit
 from epycd.render.syntax import executable
 
 
-def _llama(decisions: ServerEndpoint) -> LlamaEndpoint:
-    assert isinstance(decisions, LlamaEndpoint), decisions.kind
+def _llama(decisions: AnyServer) -> LlamaServer:
+    assert isinstance(decisions, LlamaServer), decisions.kind
     return decisions
 
 
 class LlamaRenderer(ServerRenderer):
     engine = "llama.cpp"
 
-    def check(self, decisions: ServerEndpoint) -> None:
+    def check(self, decisions: AnyServer) -> None:
         llama = _llama(decisions)
         check_identity(llama)
         cpus = check_cpus_and_nodes(llama)
@@ -43,7 +43,7 @@ class LlamaRenderer(ServerRenderer):
         for key, secret in secret_files(llama):
             check_plain_path(llama, key, secret)
 
-    def unit_text(self, decisions: ServerEndpoint) -> str:
+    def unit_text(self, decisions: AnyServer) -> str:
         llama = _llama(decisions)
         return host_unit(llama, [llama.llama_server, *llama.server_args])
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from epycd.approval.engine_check import EngineBootCheck
 from epycd.engines.vllm.plan.model import vllm_processes
+from epycd.engines.vllm.plan.tuning import compile_gap
 from epycd.host.facts import HostFacts
 from epycd.host.pyheaders import python_headers
-from epycd.plan.model import Plan
-from epycd.plan.tuning import compile_gap
+from epycd.plan.endpoint import Plan
 
 
 class VllmBootCheck(EngineBootCheck):

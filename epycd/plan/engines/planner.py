@@ -10,11 +10,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from pydantic import BaseModel
-
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
-from epycd.plan.model import CpuServer, GpuServer, HfCacheMount, ServerEndpoint, SetEndpoint
+from epycd.plan.model import AnyServer, CpuServer, GpuServer, HfCacheMount
 from epycd.plan.placement.alloc import Placement
 from epycd.plan.placement.gpu import GpuPlacement
 from epycd.plan.placement.sharing import Sharing
@@ -29,10 +27,6 @@ class EnginePlanner(ABC):
 
     engine: ClassVar[str]
     """Its name, as the endpoint file's `engine` says (`epycd.engines.Engine.name`)."""
-    set_type: ClassVar[type[SetEndpoint]]
-    """The decisions of a set of its servers behind one balancer."""
-    service_type: ClassVar[type[BaseModel]]
-    """The fields its servers share, which a set's balancer carries."""
 
     def with_runtime(
         self, host: HostFacts, specs: list[SpecResult], settings: Settings, sources: Sources
@@ -83,7 +77,7 @@ class EnginePlanner(ABC):
         """One server's decisions on its placement and port."""
 
     @abstractmethod
-    def unfit(self, prepared: Prepared, server: ServerEndpoint) -> Refusal:
+    def unfit(self, prepared: Prepared, server: AnyServer) -> Refusal:
         """The refusal of a server that does not fit its nodes' memory, with the terms of
         what it needs and the fix."""
 

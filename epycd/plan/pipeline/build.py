@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epycd.host.facts import HostFacts
-from epycd.plan.model import UnitRenderer
+from epycd.plan.endpoint import UnitRenderer
 from epycd.plan.pipeline.place import listened_on, place_all
 from epycd.plan.pipeline.prepare import memoized_sources, prepare_all, with_engine_runtimes
 from epycd.plan.pipeline.result import EndpointResult

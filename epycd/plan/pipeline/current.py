@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from epycd.host.facts import HostFacts
-from epycd.plan.model import Plan, UnitRenderer
+from epycd.plan.endpoint import Plan, UnitRenderer
 from epycd.plan.pipeline.build import PlanSources, plan_all
 from epycd.plan.pipeline.result import EndpointResult
 from epycd.plan.placement.reservations import Reservations

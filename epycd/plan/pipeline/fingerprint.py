@@ -27,7 +27,7 @@ from typing import Any
 
 from epycd.host.facts import HostFacts
 from epycd.model.facts import ModelFacts
-from epycd.plan.model import EndpointDecisions
+from epycd.plan.endpoint import EndpointDecisions
 from epycd.sizes import GIB
 
 

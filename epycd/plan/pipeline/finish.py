@@ -9,12 +9,8 @@ from typing import Any
 
 from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
+from epycd.plan.endpoint import EndpointDecisions, Plan, UnitRenderer
 from epycd.plan.engines import planner_for
-from epycd.plan.model import (
-    EndpointDecisions,
-    Plan,
-    UnitRenderer,
-)
 from epycd.plan.pipeline.fingerprint import fingerprint, fingerprint_inputs, inputs_fingerprint
 from epycd.plan.pipeline.result import EndpointResult, failed
 from epycd.plan.placement.sharing import Sharing

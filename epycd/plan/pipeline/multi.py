@@ -17,9 +17,10 @@ from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.listen import DEFAULT_HOST
 from epycd.names import instance_unit_name
+from epycd.plan.endpoint import Endpoint, InstanceSet
 from epycd.plan.engines import planner_for
 from epycd.plan.healing import balancer_healing
-from epycd.plan.model import CpuDecisions, CpuServer, EndpointService, HfCacheMount, SetEndpoint
+from epycd.plan.model import CpuServer, EndpointService, HfCacheMount
 from epycd.plan.placement.alloc import Placement, cpu_nodes
 from epycd.plan.placement.instances import Layout, Region, plan_layout, region_of
 from epycd.plan.placement.ports import LAST_PORT, Listener
@@ -113,7 +114,7 @@ def decide_set(
     hf_cache: HfCacheMount,
     product_python: str,
     run_dir: Path,
-) -> CpuDecisions:
+) -> Endpoint:
     """The set's decisions: each instance decided on its slot (vLLM's or llama-server's
     decisions), the balancer on `port`."""
     name, spec = prepared.result.name, prepared.spec
@@ -125,7 +126,8 @@ def decide_set(
         placement = Placement(socket=slot.socket, numa_nodes=slot.numa_nodes, cpus=slot.cpus,
                               reason="; ".join(layout.reasons))  # fmt: skip
         status = str(run_dir / "endpoints" / name / "status.json")
-        return decide_one(prepared, placement=placement, port=port, status_file=status, **common)  # type: ignore[arg-type]
+        server = decide_one(prepared, placement=placement, port=port, status_file=status, **common)  # type: ignore[arg-type]
+        return Endpoint.of_server(server)
     loopback = replace(prepared, spec=spec.model_copy(update={"host": DEFAULT_HOST}))
     ports = instance_ports(port, layout.count, name, taken_ports, listeners)
     members: list[CpuServer] = []
@@ -155,28 +157,24 @@ def decide_set(
 
 def _set_decisions(
     prepared: Prepared, layout: Layout, members: list[CpuServer], port: int
-) -> SetEndpoint:
-    """The balancer's endpoint: the service the members share (their engine's), on the
-    endpoint's own address and port, with its own unit, approval check and healing."""
+) -> Endpoint:
+    """The set's endpoint: the members' service, on the endpoint's own address and port,
+    with the balancer's own unit, approval check and healing; the members its servers."""
     spec, name = prepared.spec, prepared.result.name
     reasons = [r for r in members[0].confirmation_reasons if "listens on" not in r]
     if exposed := exposure_reason(spec, port):
         reasons.append(exposed)
     warnings = list(dict.fromkeys(w for m in members for w in m.warnings)) + layout.warnings
-    instances = {
-        "requested": layout.requested,
-        "placement": spec.placement,
-        "count": layout.count,
-        "min_ready": spec.min_ready or layout.count,
-        "reasons": layout.reasons,
-        "members": members,
-    }
-    planner = planner_for(prepared.spec.engine)
-    service = members[0].model_dump(
-        include=set(EndpointService.model_fields) | set(planner.service_type.model_fields)
+    instances = InstanceSet(
+        requested=layout.requested,
+        placement=spec.placement,
+        count=layout.count,
+        min_ready=spec.min_ready or layout.count,
+        reasons=layout.reasons,
     )
+    service = members[0].model_dump(include=set(EndpointService.model_fields))
     start_timeout_s = max(m.start_timeout_s for m in members)
-    return planner.set_type.model_validate(
+    return Endpoint.model_validate(
         {
             **service,
             "unit_name": members[0].unit_name.rsplit("_", 1)[0],
@@ -189,6 +187,7 @@ def _set_decisions(
             "requires_confirmation": bool(reasons),
             "confirmation_reasons": reasons,
             "warnings": warnings,
+            "servers": members,
             "instances": instances,
         }
     )

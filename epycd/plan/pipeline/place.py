@@ -19,11 +19,9 @@ from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
 from epycd.model.instinct import shipped_gpus
 from epycd.paths import endpoint_status_file
+from epycd.plan.endpoint import Endpoint, EndpointDecisions
 from epycd.plan.engines import planner_for
-from epycd.plan.model import (
-    EndpointDecisions,
-    HfCacheMount,
-)
+from epycd.plan.model import HfCacheMount
 from epycd.plan.pipeline.finish import plan_result, unfit
 from epycd.plan.pipeline.multi import decide_set, regions, wants_instances
 from epycd.plan.pipeline.result import EndpointResult, crashed, failed
@@ -45,7 +43,7 @@ def _decide_placed(
 ) -> EndpointDecisions:
     if instances is not None:
         return instances.decide(prepared, port, share.hf_cache, share.product_python)
-    return planner_for(prepared.spec.engine).decide(
+    server = planner_for(prepared.spec.engine).decide(
         prepared,
         host=share.host,
         stack=share.stack,
@@ -55,6 +53,7 @@ def _decide_placed(
         product_python=share.product_python,
         status_file=str(endpoint_status_file(share.settings.run_dir, prepared.result.name)),
     )
+    return Endpoint.of_server(server)
 
 
 def _plan_one(
@@ -166,12 +165,10 @@ def _plan_gpu(
     prepared: Prepared, share: Sharing, placement: GpuPlacement, port: int
 ) -> EndpointResult:
     try:
-        decisions = planner_for(prepared.spec.engine).decide_on_gpus(
-            prepared, share, placement, port
-        )
+        server = planner_for(prepared.spec.engine).decide_on_gpus(prepared, share, placement, port)
     except EpycError as exc:
         return failed(prepared.result, exc, model_facts=prepared.facts, route=prepared.route)
-    return plan_result(prepared, decisions, share)
+    return plan_result(prepared, Endpoint.of_server(server), share)
 
 
 def _placements(

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, SerializeAsAny
 
 from epycd.errors import EpycError, unexpected_error
 from epycd.model.facts import ModelFacts
-from epycd.plan.model import EndpointDecisions, Plan
+from epycd.plan.endpoint import EndpointDecisions, Plan
 from epycd.plan.problem import Problem
 from epycd.plan.route import EngineRoute
 from epycd.spec import SpecResult

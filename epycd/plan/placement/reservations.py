@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from epycd.plan.model import EndpointDecisions, Plan
+from epycd.plan.endpoint import EndpointDecisions, Plan
 from epycd.plan.placement.ports import Listener
 
 
@@ -68,8 +68,7 @@ class Reservations:
         held = {}
         for name, plan in approved.items():
             decisions = plan.decisions
-            chosen = decisions.instance_set
-            members = chosen.members if chosen is not None else []
+            members = decisions.members
             nodes: dict[int, tuple[int, ...]] = {}
             for member in members:
                 mine = {*nodes.get(member.socket, ()), *member.numa_nodes}

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from epycd.host.facts import HostFacts
-from epycd.plan.model import HfCacheMount, UnitRenderer
+from epycd.plan.endpoint import UnitRenderer
+from epycd.plan.model import HfCacheMount
 from epycd.plan.placement.ports import Listener
 from epycd.plan.placement.reservations import Reservations
 from epycd.settings import Settings

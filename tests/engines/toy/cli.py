@@ -6,20 +6,21 @@ from typing import Any
 
 from epycd.cli.engine_view import PlanView, Row, instances_json
 from epycd.host.cpulist import parse_cpulist
-from epycd.plan.model import BalancedSet, CpuServer, EndpointDecisions, ServerEndpoint
+from epycd.plan.endpoint import EndpointDecisions
+from epycd.plan.model import AnyServer
 from tests.engines.toy.plan.model import ToyServer
 
 
-def _server(decided: EndpointDecisions | CpuServer) -> ToyServer:
-    assert isinstance(decided, ToyServer), decided.kind
-    return decided
+def _server(server: AnyServer) -> ToyServer:
+    assert isinstance(server, ToyServer), server.kind
+    return server
 
 
 class ToyView(PlanView):
     engine = "toy"
 
     def json_keys(self, decided: EndpointDecisions, dumped: dict[str, Any]) -> dict[str, Any]:
-        if isinstance(decided, BalancedSet):
+        if decided.instances is not None:
             return {"instances": instances_json(decided)}
         return {"memory": dumped["fit"]}
 
@@ -30,9 +31,9 @@ class ToyView(PlanView):
         return "host"
 
     def endpoint_rows(self, decided: EndpointDecisions) -> list[Row]:
-        return list(self.server_rows(_server(decided)))
+        return list(self.server_rows(decided.first))
 
-    def server_rows(self, server: ServerEndpoint) -> tuple[Row, Row, Row]:
+    def server_rows(self, server: AnyServer) -> tuple[Row, Row, Row]:
         toy = _server(server)
         return (
             ("Memory fit", f"required {toy.fit.required_gb} GB of {toy.fit.available_gb} GB"),
@@ -40,7 +41,7 @@ class ToyView(PlanView):
             ("Context", f"{toy.slots} slots of {toy.context} tokens"),
         )
 
-    def member_text(self, member: ServerEndpoint) -> tuple[str, str]:
+    def member_text(self, member: AnyServer) -> tuple[str, str]:
         toy = _server(member)
         return f"{len(parse_cpulist(toy.cpus))} cores", f"{toy.slots} slots"
 

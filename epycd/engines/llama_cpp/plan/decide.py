@@ -25,10 +25,10 @@ from epycd.engines.llama_cpp.model.memory import (
     llama_memory,
 )
 from epycd.engines.llama_cpp.plan.model import (
-    LlamaEndpoint,
     LlamaFit,
     LlamaInvocation,
     LlamaRoute,
+    LlamaServer,
 )
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
@@ -143,7 +143,7 @@ def decide_llama(
     product_python: str,
     status_file: str,
     memory_share: float = 1.0,
-) -> LlamaEndpoint:
+) -> LlamaServer:
     """Every decision for one placed llama.cpp endpoint, or one instance of a set."""
     route, gguf = prepared.route, prepared.facts.gguf
     assert isinstance(route, LlamaRoute) and gguf is not None, "prepared by its planner"
@@ -167,7 +167,7 @@ def decide_llama(
         load_mode="mmap+mlock",
         chat_template_file=prepared.spec.chat_template,
     )
-    return LlamaEndpoint(
+    return LlamaServer(
         **served_fields(prepared, chosen),
         **service_fields(prepared, chosen, placed, host, stack, product_python, status_file),
         llama_server=route.llama_server,

@@ -1,9 +1,9 @@
-"""What a llama.cpp plan holds (`DECISIONS`): one llama-server on CPUs (`LlamaEndpoint`), or
-a set of them behind one balancer (`LlamaSetEndpoint`), with what both share
-(`LlamaService`); and the types they are made of: the route (`LlamaRoute`: llama-server on
-the host, the runtime's or the file's), the fit in one socket (`LlamaFit`, docs/tuning.md
-rule 9) and the invocation, typed (`LlamaInvocation`), with `llama_server_argv`, the only
-builder of its words; the renderer emits them.
+"""What a llama.cpp server's decisions are (`SERVERS`): one llama-server on CPUs
+(`LlamaServer`: an endpoint's only server, or one of a set's), with what the servers of
+an endpoint share (`LlamaService`); and the types they are made of: the route
+(`LlamaRoute`: llama-server on the host, the runtime's or the file's), the fit in one
+socket (`LlamaFit`, docs/tuning.md rule 9) and the invocation, typed (`LlamaInvocation`),
+with `llama_server_argv`, the only builder of its words; the renderer emits them.
 
 The API key is not in the invocation: the supervisor reads the unit's credential and hands it
 to the server as LLAMA_API_KEY, so it is never in a unit, an argv or a record."""
@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from epycd.engines.llama_cpp.model.memory import LlamaMemory
 from epycd.plan.invocation_facts import InvocationFacts
-from epycd.plan.model import BalancedSet, CpuServer, HostService, ServerFit
+from epycd.plan.model import CpuServer, HostService, ServerFit
 from epycd.plan.route import EngineRoute
 from epycd.sizes import gib
 
@@ -137,14 +137,15 @@ class LlamaService(HostService):
     gguf_file: str = Field(description="the GGUF file's name, as the endpoint file gives it")
 
 
-class LlamaEndpoint(InvocationFacts, CpuServer, LlamaService):
-    """An endpoint of one llama-server on CPUs, or one member of a llama.cpp set:
+class LlamaServer(InvocationFacts, CpuServer, LlamaService):
+    """One llama-server on CPUs, an endpoint's only server or one of a set's:
     a GGUF file, pinned to one socket's cores and NUMA nodes as a vLLM instance is, sized by
     docs/tuning.md rules 9-10."""
 
     invocation_type: ClassVar[type[BaseModel]] = LlamaInvocation
 
     kind: Literal["llama"] = "llama"
+    set_kind: ClassVar[str] = "llama-set"
     env: dict[str, str] = Field(
         default_factory=dict, description="llama-server's environment; never a secret"
     )
@@ -186,15 +187,4 @@ class LlamaEndpoint(InvocationFacts, CpuServer, LlamaService):
         return self.invocation.slots
 
 
-class LlamaSetEndpoint(BalancedSet[LlamaEndpoint], LlamaService):
-    """An endpoint of several llama-servers behind one balancer: one per NUMA node (or per
-    share of one) as for vLLM (docs/instances.md)."""
-
-    kind: Literal["llama-set"] = "llama-set"
-
-    @property
-    def fit(self) -> LlamaFit:
-        return self.worst_member.fit
-
-
-DECISIONS = (LlamaEndpoint, LlamaSetEndpoint)
+SERVERS = (LlamaServer,)

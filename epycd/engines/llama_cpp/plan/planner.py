@@ -16,10 +16,8 @@ from epycd.childproc import run_bounded
 from epycd.engines.llama_cpp import EMBEDDED_RUNTIME, LLAMA_CPP, install_command
 from epycd.engines.llama_cpp.plan.decide import decide_llama, llama_fit
 from epycd.engines.llama_cpp.plan.model import (
-    LlamaEndpoint,
     LlamaRoute,
-    LlamaService,
-    LlamaSetEndpoint,
+    LlamaServer,
 )
 from epycd.engines.llama_cpp.settings import LlamaSettings
 from epycd.engines.llama_cpp.spec import LlamaKeys
@@ -27,7 +25,7 @@ from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, ServerFacts
 from epycd.model.facts import ModelFacts
 from epycd.plan.engines.planner import EnginePlanner
-from epycd.plan.model import ServerEndpoint
+from epycd.plan.model import AnyServer
 from epycd.plan.placement.alloc import Placement
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.route import refuse_non_epyc
@@ -139,8 +137,6 @@ def check_llama_model(facts: ModelFacts, file: Path) -> list[str]:
 
 class LlamaPlanner(EnginePlanner):
     engine = "llama.cpp"
-    set_type = LlamaSetEndpoint
-    service_type = LlamaService
 
     def __init__(self, probe: LlamaProber = probe_llama_server) -> None:
         self.probe = probe
@@ -187,8 +183,8 @@ class LlamaPlanner(EnginePlanner):
 
     decide = staticmethod(decide_llama)
 
-    def unfit(self, prepared: Prepared, server: ServerEndpoint) -> Refusal:
-        assert isinstance(server, LlamaEndpoint)
+    def unfit(self, prepared: Prepared, server: AnyServer) -> Refusal:
+        assert isinstance(server, LlamaServer)
         fit, memory = server.fit, server.fit.memory
         return Refusal(
             f"does not fit: {fit.required_gb} GiB needed (llama-server {fit.process_gb}: "

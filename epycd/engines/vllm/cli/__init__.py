@@ -20,19 +20,20 @@ from epycd.cli.quickstart import (
 )
 from epycd.engines.vllm.cli.bench import offline_run, serve_runs
 from epycd.engines.vllm.plan.model import (
-    VllmCpuEndpoint,
-    VllmInstinctEndpoint,
+    VllmCpuServer,
+    VllmInstinctServer,
     VllmService,
-    VllmSetEndpoint,
 )
 from epycd.engines.vllm.plan.sizing import SizingRequest, fit_request
+from epycd.engines.vllm.plan.tuning import batch_target
 from epycd.errors import InputError
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.formats import format_named
-from epycd.plan.model import EndpointDecisions, Plan, ServerEndpoint, SetEndpoint
-from epycd.plan.tuning import DEFAULT_PROFILE, batch_target
+from epycd.plan.endpoint import EndpointDecisions, Plan
+from epycd.plan.model import AnyServer
+from epycd.plan.tuning import DEFAULT_PROFILE
 from epycd.settings import Settings
 from epycd.stack import shipped_stack
 
@@ -73,23 +74,25 @@ def memory_json(fit: MemoryFit) -> dict[str, Any]:
     return {key: dumped[key] for key in keys}
 
 
-def set_json(decided: SetEndpoint) -> dict[str, Any]:
+def set_json(decided: EndpointDecisions) -> dict[str, Any]:
     """A set's per-process keys, and its instances."""
     keys = {key: getattr(decided, key, None) for key in INSTANCE_KEYS}
     return keys | {"instances": instances_json(decided, "vllm_args")}
 
 
-def _cpu(decided: EndpointDecisions) -> VllmCpuEndpoint:
-    assert isinstance(decided, VllmCpuEndpoint), decided.kind
-    return decided
+def _cpu(server: AnyServer) -> VllmCpuServer:
+    assert isinstance(server, VllmCpuServer), server.kind
+    return server
 
 
 def _vllm(decided: EndpointDecisions) -> VllmService:
-    assert isinstance(decided, VllmService), decided.kind
-    return decided
+    """What its servers share: which vLLM serves them, from where."""
+    first = decided.first
+    assert isinstance(first, VllmService), first.kind
+    return first
 
 
-def gpu_rows(decided: VllmInstinctEndpoint) -> list[tuple[str, str]]:
+def gpu_rows(decided: VllmInstinctServer) -> list[tuple[str, str]]:
     """`epycctl plan`'s rows for an Instinct endpoint: the VRAM fit, the GPUs and CPUs."""
     fit = decided.gpu_fit
     vram = (
@@ -117,17 +120,19 @@ class VllmView(PlanView):
     engine = "vllm"
 
     def json_keys(self, decided: EndpointDecisions, dumped: dict[str, Any]) -> dict[str, Any]:
-        if isinstance(decided, VllmSetEndpoint):
-            return set_json(decided) | {"memory": memory_json(decided.memory)}
-        if isinstance(decided, VllmInstinctEndpoint):
+        if decided.instances is not None:
+            tightest = _cpu(decided.tightest_server)
+            return set_json(decided) | {"memory": memory_json(tightest.memory)}
+        server = decided.first
+        if isinstance(server, VllmInstinctServer):
             return {key: dumped[key] for key in GPU_KEYS} | {
                 "vram": dumped["gpu_fit"],
                 "omp_cpus": None,
                 "max_num_batched_tokens": None,
                 "memory": None,
-                "vllm_args": decided.vllm_args,
+                "vllm_args": server.vllm_args,
             }
-        cpu = _cpu(decided)
+        cpu = _cpu(server)
         return {"memory": memory_json(cpu.memory), "vllm_args": cpu.vllm_args}
 
     def backend_text(self, decided: EndpointDecisions) -> str:
@@ -145,11 +150,12 @@ class VllmView(PlanView):
         return f"container ({decided.runtime}, {vllm.image})"
 
     def endpoint_rows(self, decided: EndpointDecisions) -> list[Row]:
-        if isinstance(decided, VllmInstinctEndpoint):
-            return gpu_rows(decided)
-        return list(self.server_rows(_cpu(decided)))
+        server = decided.first
+        if isinstance(server, VllmInstinctServer):
+            return gpu_rows(server)
+        return list(self.server_rows(server))
 
-    def server_rows(self, server: ServerEndpoint) -> tuple[Row, Row, Row]:
+    def server_rows(self, server: AnyServer) -> tuple[Row, Row, Row]:
         decided = _cpu(server)
         fit = decided.memory
         eager = ", eager: no C++ compiler or Python headers" if decided.enforce_eager else ""
@@ -180,7 +186,7 @@ class VllmView(PlanView):
     def set_bind_text(self, decided: EndpointDecisions) -> str:
         return f", OpenMP bind {decided.omp_cpus}"
 
-    def member_text(self, member: ServerEndpoint) -> tuple[str, str]:
+    def member_text(self, member: AnyServer) -> tuple[str, str]:
         cpu = _cpu(member)
         front = sorted(set(parse_cpulist(cpu.cpus)) - set(parse_cpulist(cpu.omp_cpus)))
         threads = f"OpenMP {cpu.omp_cpus}, front end {format_cpulist(front) or 'shares the core'}"

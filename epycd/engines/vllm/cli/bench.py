@@ -28,10 +28,10 @@ from epycd.cli.bench import (
     api_key,
     bench_env,
 )
-from epycd.engines.vllm.plan.model import VllmServerEndpoint
+from epycd.engines.vllm.plan.model import AnyVllmServer
 from epycd.errors import Refusal
 from epycd.listen import local_url
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Plan
 
 RESULT_IN_CONTAINER = "/epycd-bench"
 
@@ -57,7 +57,7 @@ def bench_argv(plan: Plan, args: list[str], results: Path) -> list[str]:
     """The endpoint's own vLLM: the host venv, or the image on the host network."""
     from epycd.engines.vllm.plan.model import VllmService
 
-    decisions = plan.decisions
+    decisions = plan.decisions.first
     assert isinstance(decisions, VllmService), "vLLM's client only"
     if decisions.runtime == "host":
         return [str(decisions.vllm_executable), *args]
@@ -73,19 +73,17 @@ def bench_argv(plan: Plan, args: list[str], results: Path) -> list[str]:
     return [*argv, str(plan.decisions.image), *args]
 
 
-def offline_target(plan: Plan) -> VllmServerEndpoint:
+def offline_target(plan: Plan) -> AnyVllmServer:
     """The vLLM process the offline benchmark runs as: the endpoint's own, or a set's first
     instance (every member is sized alike; its own CPUs, nodes and environment)."""
-    from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmInstinctEndpoint, VllmSetEndpoint
+    from epycd.engines.vllm.plan.model import VllmCpuServer, VllmInstinctServer
 
-    decisions = plan.decisions
-    assert isinstance(decisions, VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint), (
-        "offline"
-    )
-    return decisions.members[0] if isinstance(decisions, VllmSetEndpoint) else decisions
+    first = plan.decisions.first
+    assert isinstance(first, VllmCpuServer | VllmInstinctServer), "offline"
+    return first
 
 
-def engine_args(process: VllmServerEndpoint) -> list[str]:
+def engine_args(process: AnyVllmServer) -> list[str]:
     """The engine arguments of the process the offline benchmark runs: `bench_engine_argv`
     of its typed invocation. A record from before the invocation has only its words
     (`pre_invocation_flags`): its model, then the sizing flags of `BENCH_ENGINE_FLAGS` and

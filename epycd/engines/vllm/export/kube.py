@@ -47,10 +47,10 @@ from epycd.engines.vllm.export.volumes import (
     shm_quantity,
 )
 from epycd.engines.vllm.plan.model import (
-    VllmCpuEndpoint,
-    VllmInstinctEndpoint,
-    VllmServerEndpoint,
-    VllmSetEndpoint,
+    AnyVllmServer,
+    VllmCpuServer,
+    VllmInstinctServer,
+    vllm_processes,
 )
 from epycd.engines.vllm.render.gpu import GPU_CAPABILITY
 from epycd.engines.vllm.render.quadlet import HEALTH_INTERVAL, HEALTH_RETRIES, HEALTH_TIMEOUT
@@ -60,7 +60,7 @@ from epycd.export.kubelet import kubelet_config
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
-from epycd.plan.model import Plan
+from epycd.plan.endpoint import Endpoint, InstanceSet, Plan
 from epycd.stack import Stack
 
 MEMORY_MARGIN_GIB = 2
@@ -109,7 +109,6 @@ def export_vllm(
     plan: Plan, host: HostFacts, stack: Stack, *, kserve: bool, model_volume: str | None
 ) -> KubeExport:
     decisions = plan.decisions
-    assert isinstance(decisions, VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint)
     notes: list[str] = []
     check_name(decisions.unit_name, decisions.config_file)
     process = pod_process(decisions, notes)
@@ -123,7 +122,7 @@ def export_vllm(
     affinity = generation_affinity(decisions, host, stack, notes)
     if affinity is not None:
         pod["affinity"] = affinity
-    replicas = decisions.instances.count if isinstance(decisions, VllmSetEndpoint) else 1
+    replicas = decisions.instances.count if decisions.instances is not None else 1
     notes += host_notes(decisions, process, host, stack)
     objects: list[dict[str, Any]] = [] if template is None else [template]
     if kserve:
@@ -133,8 +132,8 @@ def export_vllm(
             deployment(decisions, container, pod | {"volumes": volumes}, replicas),
             service(decisions),
         ]
-        if isinstance(decisions, VllmSetEndpoint):
-            objects.append(disruption_budget(decisions))
+        if decisions.instances is not None:
+            objects.append(disruption_budget(decisions, decisions.instances))
     return KubeExport(objects, kubelet_config(host), notes)
 
 
@@ -149,43 +148,38 @@ def check_name(name: str, config_file: str) -> None:
         )
 
 
-def labels(decisions: VllmServerEndpoint | VllmSetEndpoint) -> dict[str, str]:
+def labels(decisions: Endpoint) -> dict[str, str]:
     return {"app.kubernetes.io/name": APP, "app.kubernetes.io/instance": decisions.endpoint}
 
 
-def metadata(decisions: VllmServerEndpoint | VllmSetEndpoint) -> dict[str, Any]:
+def metadata(decisions: Endpoint) -> dict[str, Any]:
     return {"name": decisions.unit_name, "labels": labels(decisions)}
 
 
-def cpu_count(process: VllmServerEndpoint) -> int:
+def cpu_count(process: AnyVllmServer) -> int:
     return len(parse_cpulist(process.cpus))
 
 
-def cpu_request(process: VllmServerEndpoint, host: HostFacts) -> int:
+def cpu_request(process: AnyVllmServer, host: HostFacts) -> int:
     """The pod's `cpu`: the plan pins N physical cores, one logical CPU each (its `cpus`);
     the static CPU Manager counts logical CPUs, so N cores are N x the host's threads per
     core, which `full-pcpus-only` (nodes.kubelet_config) hands out as whole cores."""
     return cpu_count(process) * host.threads_per_core
 
 
-def pod_process(
-    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint, notes: list[str]
-) -> VllmServerEndpoint:
+def pod_process(decisions: Endpoint, notes: list[str]) -> AnyVllmServer:
     """The one vLLM process every pod runs: the endpoint's, or a set's largest member
     (most CPUs, then most memory), refused when it spans NUMA nodes."""
-    if isinstance(decisions, VllmSetEndpoint):
-        members = decisions.members
-        process: VllmServerEndpoint = max(
-            members, key=lambda m: (cpu_count(m), m.memory.process_gb)
-        )
-        if any(m.vllm_args != process.vllm_args or m.env != process.env for m in members):
+    processes = vllm_processes(decisions)
+    process = processes[0]
+    if decisions.instances is not None:
+        process = max(processes, key=lambda m: (cpu_count(m), _process_gb(m)))
+        if any(m.vllm_args != process.vllm_args or m.env != process.env for m in processes):
             notes.append(
                 f"every replica runs instance {process.instance}'s arguments and env (the "
                 "largest); the plan's members differ in sizing or port"
             )
-    else:
-        process = decisions
-    if isinstance(process, VllmCpuEndpoint) and len(process.numa_nodes) > 1:
+    if isinstance(process, VllmCpuServer) and len(process.numa_nodes) > 1:
         raise Refusal(
             f"{decisions.endpoint}'s instance spans NUMA nodes "
             f"{','.join(map(str, process.numa_nodes))}: a Guaranteed pod under the "
@@ -197,7 +191,11 @@ def pod_process(
     return process
 
 
-def serve_args(process: VllmServerEndpoint, notes: list[str]) -> list[str]:
+def _process_gb(process: AnyVllmServer) -> float:
+    return process.memory.process_gb if isinstance(process, VllmCpuServer) else 0.0
+
+
+def serve_args(process: AnyVllmServer, notes: list[str]) -> list[str]:
     """`vllm serve`'s arguments as planned, listening on every address of the pod."""
     args = list(process.vllm_args)
     for index, arg in enumerate(args[:-1]):
@@ -211,27 +209,28 @@ def serve_args(process: VllmServerEndpoint, notes: list[str]) -> list[str]:
 
 
 def image_of(
-    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
+    decisions: Endpoint,
     stack: Stack,
     notes: list[str],
 ) -> tuple[str, bool]:
     """The image and whether its entrypoint is `vllm serve`: the plan's, or on the host path
     (no image) the stack's CPU image for the plan's backend."""
-    if decisions.image is not None:
-        return decisions.image, decisions.image_entrypoint_is_vllm_serve
-    if decisions.backend == "zentorch":
+    route = vllm_processes(decisions)[0]
+    if route.image is not None:
+        return route.image, route.image_entrypoint_is_vllm_serve
+    if route.backend == "zentorch":
         image, entry = stack.image, stack.image_entrypoint_is_vllm_serve
     else:
         image, entry = stack.stock_image_pinned, stack.stock_image.entrypoint_is_vllm_serve
     notes.append(
-        f"the plan runs the host vLLM {decisions.vllm_executable} ({decisions.vllm_version}); "
-        f"the pod runs the stack's {decisions.backend} image {image} (vLLM "
+        f"the plan runs the host vLLM {route.vllm_executable} ({route.vllm_version}); "
+        f"the pod runs the stack's {route.backend} image {image} (vLLM "
         f"{stack.vllm_version})"
     )
     return image, entry
 
 
-def env_of(process: VllmServerEndpoint, notes: list[str]) -> list[dict[str, Any]]:
+def env_of(process: AnyVllmServer, notes: list[str]) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
     for key, value in sorted(pod_env(process).items()):
         if key in LEFT_TO_THE_POD:
@@ -250,12 +249,12 @@ def env_of(process: VllmServerEndpoint, notes: list[str]) -> list[dict[str, Any]
     return env
 
 
-def pod_env(process: VllmServerEndpoint) -> dict[str, str]:
+def pod_env(process: AnyVllmServer) -> dict[str, str]:
     """The plan's env, and for a CPU instance the front end's share of its cores: the plan
     binds OpenMP to all but the first core(s) (`omp_cpus`), vLLM's own bind in the pod
     keeps `RESERVED_CPUS_ENV` of its cores out (its default is one)."""
     env = dict(process.env)
-    if isinstance(process, VllmCpuEndpoint):
+    if isinstance(process, VllmCpuServer):
         reserved = cpu_count(process) - len(parse_cpulist(process.omp_cpus))
         if reserved > 0:
             env.setdefault(RESERVED_CPUS_ENV, str(reserved))
@@ -272,17 +271,17 @@ def left_to_the_pod(key: str) -> str:
     )
 
 
-def secret_name(process: VllmServerEndpoint, key: str) -> str:
+def secret_name(process: AnyVllmServer, key: str) -> str:
     """`epyc-llm-NAME-KEY`: the endpoint's (a set's members share it)."""
     return f"{unit_name(process.endpoint)}-{key}"
 
 
-def secret_env(variable: str, process: VllmServerEndpoint, key: str) -> dict[str, Any]:
+def secret_env(variable: str, process: AnyVllmServer, key: str) -> dict[str, Any]:
     reference = {"name": secret_name(process, key), "key": key}
     return {"name": variable, "valueFrom": {"secretKeyRef": reference}}
 
 
-def secret_note(process: VllmServerEndpoint, path: str, key: str) -> str:
+def secret_note(process: AnyVllmServer, path: str, key: str) -> str:
     return (
         f"create the Secret {secret_name(process, key)} (key {key}) from the root-only file "
         f"{path}: kubectl create secret generic {secret_name(process, key)} "
@@ -291,8 +290,8 @@ def secret_note(process: VllmServerEndpoint, path: str, key: str) -> str:
 
 
 def vllm_container(
-    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
-    process: VllmServerEndpoint,
+    decisions: Endpoint,
+    process: AnyVllmServer,
     host: HostFacts,
     stack: Stack,
     model_volume: str | None,
@@ -315,11 +314,11 @@ def vllm_container(
     return container
 
 
-def resources(process: VllmServerEndpoint, host: HostFacts) -> dict[str, Any]:
+def resources(process: AnyVllmServer, host: HostFacts) -> dict[str, Any]:
     """Requests == limits (Guaranteed QoS): the cores' logical CPUs (`cpu_request`) and
     whole GiB for a CPU instance; the GPUs of an Instinct endpoint (its plan sizes VRAM, not
     host memory)."""
-    if isinstance(process, VllmInstinctEndpoint):
+    if isinstance(process, VllmInstinctServer):
         wanted: dict[str, str] = {"amd.com/gpu": str(len(process.gpus))}
     else:
         cpu = str(cpu_request(process, host))
@@ -327,11 +326,11 @@ def resources(process: VllmServerEndpoint, host: HostFacts) -> dict[str, Any]:
     return {"requests": dict(wanted), "limits": dict(wanted)}
 
 
-def memory_gib(process: VllmCpuEndpoint) -> int:
+def memory_gib(process: VllmCpuServer) -> int:
     return math.ceil(process.memory.process_gb) + MEMORY_MARGIN_GIB
 
 
-def probes(process: VllmServerEndpoint) -> dict[str, Any]:
+def probes(process: AnyVllmServer) -> dict[str, Any]:
     """Startup on /health for the plan's whole start budget, then readiness and liveness."""
     startup = math.ceil(process.start_timeout_s / PROBE_PERIOD_S)
     return {
@@ -350,24 +349,22 @@ def health_probe(failures: int) -> dict[str, Any]:
     }
 
 
-def security_context(process: VllmServerEndpoint) -> dict[str, Any]:
+def security_context(process: AnyVllmServer) -> dict[str, Any]:
     """The units' confinement (CONTAINER_CONFINEMENT, vLLM's render/commands.py): every
     capability dropped but SYS_NICE (and SYS_PTRACE on Instinct, the recipe's), no new
     privileges; an Instinct container runs without a seccomp filter, as its unit does."""
-    add = (
-        ["SYS_NICE", GPU_CAPABILITY] if isinstance(process, VllmInstinctEndpoint) else ["SYS_NICE"]
-    )
+    add = ["SYS_NICE", GPU_CAPABILITY] if isinstance(process, VllmInstinctServer) else ["SYS_NICE"]
     context: dict[str, Any] = {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"], "add": add},
     }
-    if isinstance(process, VllmInstinctEndpoint):
+    if isinstance(process, VllmInstinctServer):
         context["seccompProfile"] = {"type": "Unconfined"}
     return context
 
 
 def deployment(
-    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
+    decisions: Endpoint,
     container: dict[str, Any],
     pod: dict[str, Any],
     replicas: int,
@@ -387,7 +384,7 @@ def deployment(
     }
 
 
-def service(decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint) -> dict[str, Any]:
+def service(decisions: Endpoint) -> dict[str, Any]:
     port = {"name": PORT_NAME, "port": decisions.port, "targetPort": PORT_NAME, "protocol": "TCP"}
     return {
         "apiVersion": "v1",
@@ -397,13 +394,13 @@ def service(decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint)
     }
 
 
-def disruption_budget(decisions: VllmSetEndpoint) -> dict[str, Any]:
+def disruption_budget(decisions: Endpoint, instances: InstanceSet) -> dict[str, Any]:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": metadata(decisions),
         "spec": {
-            "minAvailable": decisions.instances.min_ready,
+            "minAvailable": instances.min_ready,
             "selector": {"matchLabels": labels(decisions)},
         },
     }
@@ -414,7 +411,7 @@ KSERVE_OWNS = ("--host", "--port", "--served-model-name")
 
 
 def inference_service(
-    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
+    decisions: Endpoint,
     container: dict[str, Any],
     pod: dict[str, Any],
     volumes: list[dict[str, Any]],
@@ -459,11 +456,11 @@ def inference_service(
     }
 
 
-def shm_note(process: VllmServerEndpoint, stack: Stack) -> str:
+def shm_note(process: AnyVllmServer, stack: Stack) -> str:
     size = shm_quantity(stack.isolated_ipc_shm_size)
     where = (
         "are the node's memory (the pod has no memory limit: it is not Guaranteed)"
-        if isinstance(process, VllmInstinctEndpoint)
+        if isinstance(process, VllmInstinctServer)
         else f"count against the pod's memory limit ({memory_gib(process)}Gi), which is not "
         "raised for them"
     )
@@ -475,8 +472,8 @@ def shm_note(process: VllmServerEndpoint, stack: Stack) -> str:
 
 
 def host_notes(
-    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
-    process: VllmServerEndpoint,
+    decisions: Endpoint,
+    process: AnyVllmServer,
     host: HostFacts,
     stack: Stack,
 ) -> list[str]:
@@ -493,7 +490,7 @@ def host_notes(
         "manifests as you review the plan; the cluster runs what it is given",
         "the health gate's model list and one request are not probes: readiness is /health",
     ]
-    if isinstance(process, VllmCpuEndpoint):
+    if isinstance(process, VllmCpuServer):
         cores, threads = cpu_count(process), host.threads_per_core
         notes.append(
             f"the plan pins {cores} cores, one thread each; the pod asks for cpu "
@@ -524,13 +521,13 @@ def host_notes(
             f"a stalled engine (requests running, no token for {healing.stall_s} s) is not "
             "detected: the liveness probe sees /health only"
         )
-    if isinstance(decisions, VllmSetEndpoint):
+    if decisions.instances is not None:
         notes.append(
             "HAProxy's leastconn is replaced by the Service's spreading over the ready pods"
         )
-    if isinstance(decisions, VllmInstinctEndpoint):
+    if isinstance(gpu := decisions.first, VllmInstinctServer):
         notes.append(
-            f"the plan's GPUs {','.join(map(str, decisions.gpus))} ({decisions.gfx_version}) "
+            f"the plan's GPUs {','.join(map(str, gpu.gpus))} ({gpu.gfx_version}) "
             "are the device plugin's choice in a cluster; the pod asks for no host CPUs or "
             "memory (the plan sizes VRAM), so it is not Guaranteed"
         )

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmInstinctEndpoint, VllmSetEndpoint
 from epycd.host.facts import HostFacts
 from epycd.host.generation import from_cpuid
+from epycd.plan.endpoint import Endpoint
 from epycd.stack import Stack
 
 NFD = "feature.node.kubernetes.io"
@@ -42,24 +42,22 @@ AMD_GPU_LABEL = f"{NFD}/amd-gpu"
 CPUID_MODELS = range(256)
 """Every model number of one CPUID family (an 8-bit field with the extended model)."""
 
-Decisions = VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint
 
-
-def node_selector(decisions: Decisions) -> dict[str, str]:
-    if isinstance(decisions, VllmInstinctEndpoint):
+def node_selector(decisions: Endpoint) -> dict[str, str]:
+    if decisions.device == "instinct":
         return {AMD_GPU_LABEL: "true"}
     selector = {VENDOR_LABEL: AMD_VENDOR_ID}
-    if decisions.backend == "zentorch":
+    if decisions.backend_name == "zentorch":
         selector[BF16_LABEL] = "true"
     return selector
 
 
 def generation_affinity(
-    decisions: Decisions, host: HostFacts, stack: Stack, notes: list[str]
+    decisions: Endpoint, host: HostFacts, stack: Stack, notes: list[str]
 ) -> dict[str, Any] | None:
     """A required node affinity on the host's CPU family and its generation's models, when
     the route relied on the generation (zentorch on a validated one); None otherwise."""
-    if isinstance(decisions, VllmInstinctEndpoint) or decisions.backend != "zentorch":
+    if decisions.device == "instinct" or decisions.backend_name != "zentorch":
         return None
     if host.epyc_generation not in stack.validated_generations or host.cpu_family is None:
         return None

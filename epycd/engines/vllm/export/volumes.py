@@ -8,13 +8,11 @@ from typing import Any
 
 from epycd.engines.vllm.plan.invocation import CHAT_TEMPLATE_FLAG
 from epycd.engines.vllm.plan.model import (
-    VllmCpuEndpoint,
-    VllmInstinctEndpoint,
-    VllmServerEndpoint,
-    VllmSetEndpoint,
+    AnyVllmServer,
 )
 from epycd.errors import InputError
 from epycd.names import unit_name
+from epycd.plan.endpoint import Endpoint
 from epycd.plan.model import HfCacheMount
 from epycd.readfile import MIB, TEMPLATE_MAX_BYTES, read_text
 from epycd.stack import Stack
@@ -49,8 +47,8 @@ SHM_UNITS = {"": "", "b": "", "k": "Ki", "m": "Mi", "g": "Gi"}
 
 
 def model_mount(
-    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
-    process: VllmServerEndpoint,
+    decisions: Endpoint,
+    process: AnyVllmServer,
     model_volume: str | None,
 ) -> tuple[str, bool]:
     """(where the model volume is mounted, read-only?): a local folder at the path vLLM is
@@ -71,8 +69,8 @@ def model_mount(
 
 
 def pod_volumes(
-    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
-    process: VllmServerEndpoint,
+    decisions: Endpoint,
+    process: AnyVllmServer,
     stack: Stack,
     model_volume: str | None,
 ) -> list[dict[str, Any]]:
@@ -94,14 +92,12 @@ def shm_quantity(size: str) -> str:
     return found[1] + SHM_UNITS[found[2]]
 
 
-def config_map_name(process: VllmServerEndpoint) -> str:
+def config_map_name(process: AnyVllmServer) -> str:
     """`epyc-llm-NAME-chat-template`: the endpoint's (a set's members share it)."""
     return f"{unit_name(process.endpoint)}-{CHAT_TEMPLATE}"
 
 
-def template_in_container(
-    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint, process: VllmServerEndpoint
-) -> str:
+def template_in_container(decisions: Endpoint, process: AnyVllmServer) -> str:
     """The path `--chat-template` gives vLLM (the endpoint file's, where the units mount the
     file)."""
     args = process.vllm_args
@@ -110,9 +106,7 @@ def template_in_container(
     return str(decisions.chat_template)
 
 
-def chat_template_mount(
-    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint, process: VllmServerEndpoint
-) -> dict[str, Any]:
+def chat_template_mount(decisions: Endpoint, process: AnyVllmServer) -> dict[str, Any]:
     return {
         "name": CHAT_TEMPLATE,
         "mountPath": template_in_container(decisions, process),
@@ -122,8 +116,8 @@ def chat_template_mount(
 
 
 def chat_template_map(
-    decisions: VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint,
-    process: VllmServerEndpoint,
+    decisions: Endpoint,
+    process: AnyVllmServer,
     labels: dict[str, str],
     notes: list[str],
 ) -> dict[str, Any] | None:

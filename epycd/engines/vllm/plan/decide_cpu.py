@@ -12,7 +12,7 @@ from epycd.engines.vllm.plan.invocation import (
     VllmInvocation,
     serve_invocation,
 )
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint
+from epycd.engines.vllm.plan.model import VllmCpuServer
 from epycd.engines.vllm.plan.route import VllmRoute, vllm_route_fields
 from epycd.engines.vllm.plan.sizing import Sizing, size
 from epycd.host.cpulist import format_cpulist
@@ -99,7 +99,7 @@ def decide(
     product_python: str,
     status_file: str,
     memory_share: float = 1.0,
-) -> VllmCpuEndpoint:
+) -> VllmCpuServer:
     """Every decision for one placed endpoint (or one instance of it, with its share of the
     nodes' memory): sizing, mounts, served name, timeouts."""
     route = prepared.route_of(VllmRoute)
@@ -114,8 +114,8 @@ def decide(
         **vllm_route_fields(route),
         **service_fields(prepared, chosen, placed, host, stack, product_python, status_file),
     }
-    return VllmCpuEndpoint(
-        **(service | VllmCpuEndpoint.invocation_facts(invocation)),
+    return VllmCpuServer(
+        **(service | VllmCpuServer.invocation_facts(invocation)),
         backend=route.backend,
         vllm_executable=route.vllm_executable,
         socket_reason=placement.reason,

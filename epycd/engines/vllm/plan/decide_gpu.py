@@ -10,7 +10,7 @@ The recipe's model data is `data/instinct-recipes.json` (`epycd.model.instinct`)
 from __future__ import annotations
 
 from epycd.engines.vllm.plan.invocation import RocmEngine, VllmInvocation, serve_invocation
-from epycd.engines.vllm.plan.model import VllmInstinctEndpoint
+from epycd.engines.vllm.plan.model import VllmInstinctServer
 from epycd.engines.vllm.plan.route import VllmRoute, vllm_route_fields
 from epycd.host.cpulist import format_cpulist
 from epycd.model.facts import ModelFacts
@@ -141,7 +141,7 @@ def _recipe_warnings(model: str, recipe: tuple[list[str], Recipe | None]) -> lis
 
 def decide_gpu(
     prepared: Prepared, share: Sharing, placement: GpuPlacement, port: int
-) -> VllmInstinctEndpoint:
+) -> VllmInstinctServer:
     spec, facts = prepared.spec, prepared.facts
     chosen = served_model(prepared, share.stack, share.hf_cache, containerized=True)
     context, context_warnings = gpu_context(spec, facts, placement.fit)
@@ -163,8 +163,8 @@ def decide_gpu(
         **vllm_route_fields(prepared.route_of(VllmRoute)),
         **service_fields(prepared, chosen, placed, share.host, share.stack, python, status),
     }
-    return VllmInstinctEndpoint(
-        **(service | VllmInstinctEndpoint.invocation_facts(invocation)),
+    return VllmInstinctServer(
+        **(service | VllmInstinctServer.invocation_facts(invocation)),
         backend="rocm",
         socket_reason=f"the NUMA node(s) of GPU(s) {','.join(map(str, placement.gpus))}: "
         + placement.reason,

@@ -1,6 +1,6 @@
-"""What a vLLM plan holds (`DECISIONS`): one instance on CPUs (`VllmCpuEndpoint`), one on
-Instinct GPUs (`VllmInstinctEndpoint`), or a set of CPU instances behind one balancer
-(`VllmSetEndpoint`); what they share (`VllmService`: which vLLM build serves them and from
+"""What a vLLM server's decisions are (`SERVERS`): one instance on CPUs (`VllmCpuServer`:
+an endpoint's only server, or one of a set's) or one on Instinct GPUs
+(`VllmInstinctServer`); what they share (`VllmService`: which vLLM build serves them and from
 where; `VllmProcess`: one `vllm serve` process, typed in its `invocation`), and the one
 reader of a record from before the invocation (`pre_invocation_flags`)."""
 
@@ -25,26 +25,18 @@ from epycd.engines.vllm.plan.invocation import (
 )
 from epycd.model.facts import MemoryFit
 from epycd.model.gpu_memory import GpuFit
+from epycd.plan.endpoint import Endpoint
 from epycd.plan.invocation_facts import InvocationFacts
-from epycd.plan.model import (
-    BalancedSet,
-    BindMount,
-    CpuPlacement,
-    CpuServer,
-    EndpointDecisions,
-    GpuServer,
-    ServerFit,
-)
+from epycd.plan.model import BindMount, CpuPlacement, CpuServer, EngineService, GpuServer, ServerFit
 from epycd.spec.flags import ExtraFlags
 
 Backend = Literal["zentorch", "stock", "rocm"]
 
 
-class VllmService(BaseModel):
-    """What a vLLM endpoint (one instance, a set, an Instinct one) has beside every
-    endpoint's fields: which vLLM build serves it, from where, and its container's flags."""
-
-    model_config = ConfigDict(frozen=True)
+class VllmService(EngineService):
+    """What every vLLM server of an endpoint (one instance, a set's, an Instinct one) shares
+    beside the service's fields: which vLLM build serves it, from where, and its container's
+    flags."""
 
     backend: Backend
     image: str | None = Field(description="container image; None on the host path")
@@ -138,10 +130,11 @@ class VllmProcess(InvocationFacts, CpuPlacement):
         return self.enforce_eager or pre_invocation_flags(self).given(ENFORCE_EAGER_FLAG)
 
 
-class VllmCpuEndpoint(CpuServer, VllmService, VllmProcess):
-    """An endpoint of one vLLM instance on CPUs, or one member of an instance set."""
+class VllmCpuServer(CpuServer, VllmService, VllmProcess):
+    """One vLLM server on CPUs: an endpoint's only server, or one of a set's."""
 
     kind: Literal["cpu"] = "cpu"
+    set_kind: ClassVar[str] = "set"
     omp_cpus: str = Field(
         description="VLLM_CPU_OMP_THREADS_BIND: the pinned set without the front end's first "
         "core(s) (docs/tuning.md rule 1)"
@@ -173,9 +166,9 @@ class VllmCpuEndpoint(CpuServer, VllmService, VllmProcess):
         return self.memory
 
 
-class VllmInstinctEndpoint(GpuServer, VllmService, VllmProcess):
-    """An endpoint of one vLLM instance on Instinct GPUs (docs/instinct.md); its CPUs are
-    the GPUs' NUMA node(s), for the host side of the engine."""
+class VllmInstinctServer(GpuServer, VllmService, VllmProcess):
+    """One vLLM server on Instinct GPUs, an endpoint's only server (docs/instinct.md); its
+    CPUs are the GPUs' NUMA node(s), for the host side of the engine."""
 
     kind: Literal["instinct"] = "instinct"
     gpus: list[int] = Field(description="the GPU indices (HIP_VISIBLE_DEVICES)")
@@ -202,31 +195,13 @@ def pre_invocation_flags(decisions: VllmProcess) -> ExtraFlags:
     return ExtraFlags.of(decisions.vllm_args)
 
 
-class VllmSetEndpoint(BalancedSet[VllmCpuEndpoint], VllmService):
-    """An endpoint of several vLLM instances behind one balancer."""
-
-    kind: Literal["set"] = "set"
-
-    @property
-    def memory(self) -> MemoryFit:
-        return self.worst_member.memory
+AnyVllmServer = VllmCpuServer | VllmInstinctServer
+"""One vLLM server, on CPUs or on GPUs: the decisions of one process its unit runs."""
 
 
-VllmServerEndpoint = VllmCpuEndpoint | VllmInstinctEndpoint
-"""An endpoint that is one vLLM process (its unit runs it)."""
-
-VllmEndpoint = VllmCpuEndpoint | VllmInstinctEndpoint | VllmSetEndpoint
-"""An endpoint served by vLLM."""
+def vllm_processes(decisions: Endpoint) -> list[AnyVllmServer]:
+    """The endpoint's vLLM processes; none for another engine's endpoint."""
+    return [s for s in decisions.servers if isinstance(s, VllmCpuServer | VllmInstinctServer)]
 
 
-def vllm_processes(decisions: EndpointDecisions) -> list[VllmServerEndpoint]:
-    """The endpoint's vLLM processes: a set's members, or the endpoint itself; none for a
-    llama.cpp endpoint."""
-    if isinstance(decisions, VllmSetEndpoint):
-        return list(decisions.members)
-    if isinstance(decisions, VllmCpuEndpoint | VllmInstinctEndpoint):
-        return [decisions]
-    return []
-
-
-DECISIONS = (VllmCpuEndpoint, VllmInstinctEndpoint, VllmSetEndpoint)
+SERVERS = (VllmCpuServer, VllmInstinctServer)

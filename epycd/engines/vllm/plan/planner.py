@@ -9,7 +9,7 @@ from pathlib import Path
 
 from epycd.engines.vllm.plan import decide_cpu
 from epycd.engines.vllm.plan.decide_gpu import decide_gpu
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmService, VllmSetEndpoint
+from epycd.engines.vllm.plan.model import VllmCpuServer
 from epycd.engines.vllm.plan.route import gpu_route, refuse_not_llm, route_endpoint
 from epycd.engines.vllm.plan.sizing import size
 from epycd.errors import Refusal
@@ -17,7 +17,7 @@ from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.model.facts import ModelFacts
 from epycd.model.formats import format_named
 from epycd.plan.engines.planner import EnginePlanner
-from epycd.plan.model import GpuServer, ServerEndpoint
+from epycd.plan.model import AnyServer, GpuServer
 from epycd.plan.placement.alloc import Placement
 from epycd.plan.placement.gpu import GpuPlacement
 from epycd.plan.placement.sharing import Sharing
@@ -74,8 +74,6 @@ def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path)
 
 class VllmPlanner(EnginePlanner):
     engine = "vllm"
-    set_type = VllmSetEndpoint
-    service_type = VllmService
 
     def with_runtime(
         self, host: HostFacts, specs: list[SpecResult], settings: Settings, sources: Sources
@@ -146,8 +144,8 @@ class VllmPlanner(EnginePlanner):
     ) -> GpuServer:
         return decide_gpu(prepared, share, placement, port)
 
-    def unfit(self, prepared: Prepared, server: ServerEndpoint) -> Refusal:
-        assert isinstance(server, VllmCpuEndpoint)
+    def unfit(self, prepared: Prepared, server: AnyServer) -> Refusal:
+        assert isinstance(server, VllmCpuServer)
         fit = server.memory
         return Refusal(
             f"does not fit: {fit.required_gb} GiB needed (the server's processes "

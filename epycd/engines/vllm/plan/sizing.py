@@ -5,8 +5,8 @@ with their warnings. vLLM allocates the KV pool on the node of the first bound C
 (`epycd.plan.placement.alloc.node_memory`).
 
 The memory fit is one step, `fit_request` (vLLM's own processes at the batch, then
-`fit_socket`: the tuner's pool and headroom, `epycd.plan.tuning.kv_pool`, and the
-arithmetic, `epycd.model.memory.fit_memory`), which the plan, the instance layout and
+`fit_socket`: the tuner's pool and headroom, `epycd.engines.vllm.plan.tuning.kv_pool`, and the
+arithmetic, `epycd.engines.vllm.model.memory.fit_memory`), which the plan, the instance layout and
 `epycctl estimate` all call."""
 
 from __future__ import annotations
@@ -14,15 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from epycd.engines.vllm.model.footprint import runtime_gib
+from epycd.engines.vllm.model.memory import check_counts, context_length, fit_memory
+from epycd.engines.vllm.plan import tuning
 from epycd.engines.vllm.plan.invocation import BATCHED_TOKENS_FLAG
 from epycd.engines.vllm.plan.route import VllmRoute
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit, ModelFacts
-from epycd.model.footprint import runtime_gib
-from epycd.model.memory import check_counts, context_length, fit_memory
-from epycd.plan import tuning
 from epycd.plan.placement.alloc import NodeMemory, Placement, node_memory
 from epycd.plan.prepared import Prepared
+from epycd.plan.tuning import omp_bind
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec
 from epycd.spec.flags import ExtraFlags
@@ -217,7 +218,7 @@ def tune(
 ) -> tuple[list[int], tuning.BatchTarget, bool, list[str]]:
     """Rules 1, 2 and 4: the bind list, the profile's batch target, eager or not."""
     spec, route = prepared.spec, prepared.route_of(VllmRoute)
-    bind = tuning.omp_bind(placement.cpus)
+    bind = omp_bind(placement.cpus)
     target = tuning.batch_target(spec.profile, len(bind))
     eager, warnings = tuning.compile_choice(
         spec.profile,

@@ -4,7 +4,7 @@ the podman health check's probe."""
 
 from __future__ import annotations
 
-from epycd.engines.vllm.plan.model import VllmServerEndpoint
+from epycd.engines.vllm.plan.model import AnyVllmServer
 from epycd.engines.vllm.render.policy import REQUIRED_RUN_FLAGS
 from epycd.render.commands import API_KEY_CREDENTIAL, base_url, gate_timeout, numa_list
 
@@ -24,7 +24,7 @@ KEY_LAUNCHER = (
 The key stays out of the unit, the argv and `podman/docker inspect`."""
 
 
-def vllm_serve_in_container(decisions: VllmServerEndpoint) -> list[str]:
+def vllm_serve_in_container(decisions: AnyVllmServer) -> list[str]:
     """The container's command; with an API key, the launcher runs `vllm serve` (and replaces
     an image entrypoint that is `vllm serve` itself: see `entrypoint_flags`)."""
     if decisions.api_key_file:
@@ -35,18 +35,18 @@ def vllm_serve_in_container(decisions: VllmServerEndpoint) -> list[str]:
     return [*prefix, *decisions.vllm_args]
 
 
-def entrypoint_flags(decisions: VllmServerEndpoint) -> list[str]:
+def entrypoint_flags(decisions: AnyVllmServer) -> list[str]:
     if decisions.api_key_file and decisions.image_entrypoint_is_vllm_serve:
         return ["--entrypoint=python3"]
     return []
 
 
-def vllm_serve_on_host(decisions: VllmServerEndpoint) -> list[str]:
+def vllm_serve_on_host(decisions: AnyVllmServer) -> list[str]:
     assert decisions.vllm_executable is not None
     return [decisions.vllm_executable, "serve", *decisions.vllm_args]
 
 
-def health_gate(decisions: VllmServerEndpoint) -> list[str]:
+def health_gate(decisions: AnyVllmServer) -> list[str]:
     return [
         decisions.product_python,
         "-m",
@@ -63,20 +63,20 @@ def health_gate(decisions: VllmServerEndpoint) -> list[str]:
     ]
 
 
-def health_probe(decisions: VllmServerEndpoint) -> str:
+def health_probe(decisions: AnyVllmServer) -> str:
     """podman's --health-cmd in exec (JSON array) form: Python's urllib, no curl, no shell."""
     code = f"import urllib.request as r; r.urlopen('{base_url(decisions)}/health', timeout=5)"
     return f'["python3", "-c", "{code}"]'
 
 
-def container_env(decisions: VllmServerEndpoint) -> list[tuple[str, str]]:
+def container_env(decisions: AnyVllmServer) -> list[tuple[str, str]]:
     env = dict(decisions.env)
     if decisions.hf_token_file:
         env["HF_TOKEN_PATH"] = TOKEN_IN_CONTAINER
     return sorted(env.items())
 
 
-def ulimit_flags(decisions: VllmServerEndpoint) -> list[str]:
+def ulimit_flags(decisions: AnyVllmServer) -> list[str]:
     """The unit's limits inside the container: the engine, not systemd, sets a container's
     rlimits (docs/tuning.md rule 5)."""
     memlock = "-1" if decisions.limit_memlock == "infinity" else decisions.limit_memlock
@@ -86,12 +86,12 @@ def ulimit_flags(decisions: VllmServerEndpoint) -> list[str]:
     ]
 
 
-def extra_run_flags(decisions: VllmServerEndpoint) -> list[str]:
+def extra_run_flags(decisions: AnyVllmServer) -> list[str]:
     extra = [flag for flag in decisions.run_flags if flag not in REQUIRED_RUN_FLAGS]
     return [*extra, *entrypoint_flags(decisions)]
 
 
-def container_mounts(decisions: VllmServerEndpoint) -> list[str]:
+def container_mounts(decisions: AnyVllmServer) -> list[str]:
     """`-v`/`Volume=` values: HOST:CONTAINER[:ro]."""
     mounts = []
     if decisions.hf_cache:
@@ -106,7 +106,7 @@ def container_mounts(decisions: VllmServerEndpoint) -> list[str]:
     return mounts
 
 
-def docker_run(decisions: VllmServerEndpoint) -> list[str]:
+def docker_run(decisions: AnyVllmServer) -> list[str]:
     """`--pull=never` (docker >= 20.10), as Quadlet's `Pull=never`: approve pulls; a start
     never waits on a registry nor takes a newer image under the approved tag."""
     assert decisions.image is not None

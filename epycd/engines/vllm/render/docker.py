@@ -3,7 +3,7 @@ run` of vLLM's image (the host path is `epycd.render.services`' `host_unit`)."""
 
 from __future__ import annotations
 
-from epycd.engines.vllm.plan.model import VllmServerEndpoint
+from epycd.engines.vllm.plan.model import AnyVllmServer
 from epycd.engines.vllm.render.commands import DOCKER, docker_run
 from epycd.render import sandbox
 from epycd.render.commands import supervisor
@@ -14,7 +14,7 @@ from epycd.render.syntax import command_line
 from epycd.render.text import unit_text
 
 
-def render_docker(decisions: VllmServerEndpoint) -> str:
+def render_docker(decisions: AnyVllmServer) -> str:
     service = service_head(decisions)
     service += [
         ("ExecStartPre", "-" + _docker_rm(decisions)),
@@ -36,6 +36,6 @@ def render_docker(decisions: VllmServerEndpoint) -> str:
     )
 
 
-def _docker_rm(decisions: VllmServerEndpoint) -> str:
+def _docker_rm(decisions: AnyVllmServer) -> str:
     """`docker` by name: systemd finds it in its fixed search path (the `-` forgives absence)."""
     return f"{DOCKER} rm -f {decisions.unit_name}"

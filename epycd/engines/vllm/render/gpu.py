@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TypeGuard
 
 from epycd.engines.vllm.plan.decide_gpu import GPU_VISIBLE, PLAN_GPU_FLAGS
-from epycd.engines.vllm.plan.model import VllmInstinctEndpoint, VllmServerEndpoint
+from epycd.engines.vllm.plan.model import AnyVllmServer, VllmInstinctServer
 from epycd.engines.vllm.render.policy import (
     FLAGS_THE_PLAN_PASSES,
     FORBIDDEN_ENV,
@@ -31,11 +31,11 @@ SECCOMP_UNCONFINED = "unconfined"
 ENV_THE_GPU_PLAN_SETS = frozenset({GPU_VISIBLE})
 
 
-def is_gpu(decisions: VllmServerEndpoint) -> TypeGuard[VllmInstinctEndpoint]:
-    return isinstance(decisions, VllmInstinctEndpoint)
+def is_gpu(decisions: AnyVllmServer) -> TypeGuard[VllmInstinctServer]:
+    return isinstance(decisions, VllmInstinctServer)
 
 
-def quadlet_gpu_lines(decisions: VllmInstinctEndpoint) -> list[Line]:
+def quadlet_gpu_lines(decisions: VllmInstinctServer) -> list[Line]:
     """AddDevice= and SeccompProfile= (Quadlet 4.4); GroupAdd= on podman >= 5 only (the
     fact `podman_notify_healthy` stands for): older Quadlet gets `podman_group_args`."""
     data = shipped_gpus()
@@ -46,13 +46,13 @@ def quadlet_gpu_lines(decisions: VllmInstinctEndpoint) -> list[Line]:
     return lines
 
 
-def podman_group_args(decisions: VllmInstinctEndpoint) -> list[str]:
+def podman_group_args(decisions: VllmInstinctServer) -> list[str]:
     if decisions.podman_notify_healthy:
         return []
     return [f"--group-add={group}" for group in shipped_gpus().groups]
 
 
-def check_gpu_decisions(decisions: VllmInstinctEndpoint) -> None:
+def check_gpu_decisions(decisions: VllmInstinctServer) -> None:
     """Raise InputError on the first rule a GPU endpoint's decisions break."""
     check_identity(decisions)
     _check_gpus(decisions)
@@ -65,7 +65,7 @@ def check_gpu_decisions(decisions: VllmInstinctEndpoint) -> None:
     check_runtime(decisions)
 
 
-def _check_gpus(decisions: VllmInstinctEndpoint) -> None:
+def _check_gpus(decisions: VllmInstinctServer) -> None:
     try:
         cpus = parse_cpulist(decisions.cpus)
     except ValueError:
@@ -90,7 +90,7 @@ def _check_gpus(decisions: VllmInstinctEndpoint) -> None:
             )
 
 
-def _check_env(decisions: VllmInstinctEndpoint) -> None:
+def _check_env(decisions: VllmInstinctServer) -> None:
     visible = ",".join(map(str, decisions.gpus))
     if decisions.env.get(GPU_VISIBLE) != visible:
         raise refuse(
@@ -109,5 +109,5 @@ def _check_env(decisions: VllmInstinctEndpoint) -> None:
             )
 
 
-def _check_args(decisions: VllmInstinctEndpoint) -> None:
+def _check_args(decisions: VllmInstinctServer) -> None:
     check_serve_args(decisions, FLAGS_THE_PLAN_PASSES | set(PLAN_GPU_FLAGS))

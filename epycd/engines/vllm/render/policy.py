@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from epycd.engines.vllm.plan.invocation import CpuEngine, RocmEngine
-from epycd.engines.vllm.plan.model import VllmCpuEndpoint, VllmServerEndpoint, pre_invocation_flags
+from epycd.engines.vllm.plan.model import AnyVllmServer, VllmCpuServer, pre_invocation_flags
 from epycd.host.cpulist import parse_cpulist
 from epycd.render.policy import (
     IMAGE_PATTERN,
@@ -63,13 +63,13 @@ FORBIDDEN_RUN_FLAGS = {
 }
 
 
-def check_pinning(decisions: VllmCpuEndpoint) -> None:
+def check_pinning(decisions: VllmCpuServer) -> None:
     cpus = check_cpus_and_nodes(decisions)
     check_bind(decisions, cpus)
     check_kv_pool(decisions)
 
 
-def check_bind(decisions: VllmCpuEndpoint, cpus: list[int]) -> None:
+def check_bind(decisions: VllmCpuServer, cpus: list[int]) -> None:
     """The OpenMP bind is the plan's `omp_cpus`, inside the pinned set, and leaves a core to
     the front end unless the instance has one core (docs/tuning.md rule 1)."""
     bind = decisions.env.get("VLLM_CPU_OMP_THREADS_BIND", "")
@@ -97,7 +97,7 @@ def check_bind(decisions: VllmCpuEndpoint, cpus: list[int]) -> None:
         )
 
 
-def kv_bytes_given(decisions: VllmCpuEndpoint) -> bool:
+def kv_bytes_given(decisions: VllmCpuServer) -> bool:
     """Whether vLLM gets the KV pool in bytes (--kv-cache-memory-bytes): the CPU engine's
     `kv_cache_memory_bytes`, or the flag in a record's words (`pre_invocation_flags`)."""
     invocation = decisions.invocation
@@ -107,7 +107,7 @@ def kv_bytes_given(decisions: VllmCpuEndpoint) -> bool:
     return isinstance(engine, CpuEngine) and engine.kv_cache_memory_bytes is not None
 
 
-def check_kv_pool(decisions: VllmCpuEndpoint) -> None:
+def check_kv_pool(decisions: VllmCpuServer) -> None:
     """The pool is given once: whole GiB in the legacy variable, or bytes in the flag."""
     kv = decisions.env.get("VLLM_CPU_KVCACHE_SPACE")
     if (kv is None) != kv_bytes_given(decisions):
@@ -126,7 +126,7 @@ def check_kv_pool(decisions: VllmCpuEndpoint) -> None:
         )
 
 
-def check_env(decisions: VllmServerEndpoint) -> None:
+def check_env(decisions: AnyVllmServer) -> None:
     for name in REQUIRED_ENV:
         if name not in decisions.env:
             raise refuse(decisions, f"env.{name}", f"{name} is not set", "plan the endpoint again")
@@ -160,7 +160,7 @@ def check_env(decisions: VllmServerEndpoint) -> None:
         )
 
 
-def check_args(decisions: VllmServerEndpoint) -> None:
+def check_args(decisions: AnyVllmServer) -> None:
     check_serve_args(decisions, FLAGS_THE_PLAN_PASSES)
     for index, flag in enumerate(decisions.run_flags):
         why = FORBIDDEN_RUN_FLAGS.get(flag_name(flag) or flag)
@@ -168,7 +168,7 @@ def check_args(decisions: VllmServerEndpoint) -> None:
             raise refuse(decisions, f"run_flags[{index}]", f"{flag}: {why}", f"remove {flag}")
 
 
-def check_serve_args(decisions: VllmServerEndpoint, passed: Collection[str]) -> None:
+def check_serve_args(decisions: AnyVllmServer, passed: Collection[str]) -> None:
     """No argument the endpoint file must not pass reaches vLLM; `passed` are the flags the
     plan itself passes. Checked are the words that are not the plan's own: the file's
     (`invocation.extra`, keyed `extra_args[i]`) and an Instinct recipe's (`recipe_args[i]`),
@@ -197,7 +197,7 @@ def check_serve_args(decisions: VllmServerEndpoint, passed: Collection[str]) -> 
 
 
 def _check_words(
-    decisions: VllmServerEndpoint,
+    decisions: AnyVllmServer,
     key: str,
     words: Sequence[str],
     allowed: Collection[str] = (),
@@ -216,7 +216,7 @@ def _check_words(
             )
 
 
-def check_runtime(decisions: VllmServerEndpoint) -> None:
+def check_runtime(decisions: AnyVllmServer) -> None:
     if decisions.runtime == "host":
         if not decisions.vllm_executable:
             raise refuse(
@@ -252,7 +252,7 @@ def check_runtime(decisions: VllmServerEndpoint) -> None:
         check_plain_path(decisions, key, path)
 
 
-def check_decisions(decisions: VllmCpuEndpoint) -> None:
+def check_decisions(decisions: VllmCpuServer) -> None:
     """Raise InputError on the first rule these decisions break."""
     check_identity(decisions)
     check_env(decisions)

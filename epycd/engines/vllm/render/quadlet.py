@@ -6,7 +6,7 @@ is not sandboxed, since its main process is podman (epycd.render.sandbox.QUADLET
 
 from __future__ import annotations
 
-from epycd.engines.vllm.plan.model import VllmServerEndpoint
+from epycd.engines.vllm.plan.model import AnyVllmServer
 from epycd.engines.vllm.render.commands import (
     container_env,
     container_mounts,
@@ -43,7 +43,7 @@ def _words(args: list[str], what: str) -> str:
     return " ".join(quadlet_argument(arg, f"{what}[{index}]") for index, arg in enumerate(args))
 
 
-def container_lines(decisions: VllmServerEndpoint) -> list[Line]:
+def container_lines(decisions: AnyVllmServer) -> list[Line]:
     assert decisions.image is not None
     podman_args = [
         "--ipc=host",
@@ -87,7 +87,7 @@ def container_lines(decisions: VllmServerEndpoint) -> list[Line]:
     return lines
 
 
-def service_lines(decisions: VllmServerEndpoint) -> list[Line]:
+def service_lines(decisions: AnyVllmServer) -> list[Line]:
     lines: list[Line] = [("TimeoutStartSec", str(decisions.start_timeout_s))]
     lines += limit_lines(decisions)
     lines += restart_lines(decisions)
@@ -101,7 +101,7 @@ def service_lines(decisions: VllmServerEndpoint) -> list[Line]:
     return lines + crash_recorder_lines(decisions)
 
 
-def render_container(decisions: VllmServerEndpoint) -> str:
+def render_container(decisions: AnyVllmServer) -> str:
     return unit_text(
         decisions.endpoint,
         [

@@ -1,13 +1,13 @@
-"""The toy engine's decisions: one stand-in server on CPUs, or a set of them behind one
-balancer, and its fit: the weights and a GiB per slot against the nodes' memory."""
+"""The toy engine's server: one stand-in server on CPUs (an endpoint's only one, or one of
+a set's), and its fit: the weights and a GiB per slot against the nodes' memory."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from epycd.plan.model import BalancedSet, CpuServer, HostService, ServerFit
+from epycd.plan.model import CpuServer, HostService, ServerFit
 
 
 class ToyFit(BaseModel):
@@ -32,6 +32,7 @@ class ToyService(HostService):
 
 class ToyServer(CpuServer, ToyService):
     kind: Literal["toy"] = "toy"
+    set_kind: ClassVar[str] = "toy-set"
     env: dict[str, str] = Field(default_factory=dict)
     fit: ToyFit
     context: int
@@ -59,8 +60,4 @@ class ToyServer(CpuServer, ToyService):
         return self.slots
 
 
-class ToySet(BalancedSet[ToyServer], ToyService):
-    kind: Literal["toy-set"] = "toy-set"
-
-
-DECISIONS = (ToyServer, ToySet)
+SERVERS = (ToyServer,)

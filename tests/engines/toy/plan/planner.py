@@ -8,7 +8,7 @@ from typing import Literal
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.plan.engines.planner import EnginePlanner
-from epycd.plan.model import HfCacheMount, ServerEndpoint
+from epycd.plan.model import AnyServer, HfCacheMount
 from epycd.plan.placement.alloc import Placement, node_memory
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.route import EngineRoute, refuse_non_epyc
@@ -17,7 +17,7 @@ from epycd.plan.service.served import Placed, served_fields, served_model, servi
 from epycd.sizes import GIB
 from epycd.spec import SpecResult
 from epycd.stack import Stack
-from tests.engines.toy.plan.model import ToyFit, ToyServer, ToyService, ToySet
+from tests.engines.toy.plan.model import ToyFit, ToyServer
 
 DEFAULT_CONTEXT = 2048
 DEFAULT_SLOTS = 2
@@ -37,8 +37,6 @@ def toy_fit(prepared: Prepared, host: HostFacts, placement: Placement, share: fl
 
 class ToyPlanner(EnginePlanner):
     engine = "toy"
-    set_type = ToySet
-    service_type = ToyService
 
     def prepare(
         self,
@@ -99,7 +97,7 @@ class ToyPlanner(EnginePlanner):
             server_args=["-m", "http.server", str(port), "--bind", prepared.spec.host],
         )
 
-    def unfit(self, prepared: Prepared, server: ServerEndpoint) -> Refusal:
+    def unfit(self, prepared: Prepared, server: AnyServer) -> Refusal:
         fit = server.cpu_fit
         assert fit is not None, "a toy server is on CPUs"
         return Refusal(

@@ -5,8 +5,9 @@ server, the engine core and its worker each import torch and the tokenizer, the 
 second copy of the weights while it loads them and the compile workspace of its warm-up. The
 runtime is measured, not derived: `benchmarks/memory.py` starts the planned server and records
 the peak of the tree's summed PSS per process, and the figures are written, dated and with
-their source, to `data/footprint/<vLLM version>.json`. The fit (`epycd.model.memory`) counts
-weights + KV pool + this runtime as the tree's peak (`process_gb`), and the OS headroom apart.
+their source, to `data/footprint/<vLLM version>.json`. The fit
+(`epycd.engines.vllm.model.memory`) counts weights + KV pool + this runtime as the tree's
+peak (`process_gb`), and the OS headroom apart.
 
 Which measure: PSS (proportional set size) summed over the tree, not RSS. The three vLLM
 processes map the same torch, Python and tokenizer pages; RSS counts them once per process,

@@ -4,13 +4,14 @@ and "Against the socket, all of it"; the context and KV figures: docs/sources.md
 figures from config.json".
 
 Weights, the KV pool vLLM is given, vLLM's own runtime (its processes beside weights and KV,
-measured: `epycd.model.footprint`, docs/tuning.md rule 7) and the OS headroom must add up
-inside the chosen socket's memory (the recipe checked total host RAM and forgot the pool it
-pre-allocates). The first three are the server's process tree at its peak (`process_gb`). This
-module holds the arithmetic: the context (`context_length`), the sum against the memory
-available and what to change when it fails (`fit_memory`). How big the pool, its cap and the
-headroom are is the tuner's decision (`epycd.plan.tuning`, docs/tuning.md rules 2 and 3), given
-here as inputs (`PoolSize`, the cap, the headroom).
+measured: `epycd.engines.vllm.model.footprint`, docs/tuning.md rule 7) and the OS
+headroom must add up inside the chosen socket's memory (the recipe checked total host RAM
+and forgot the pool it pre-allocates). The first three are the server's process tree at its
+peak (`process_gb`). This module holds the arithmetic: the context (`context_length`), the
+sum against the memory available and what to change when it fails (`fit_memory`). How big
+the pool, its cap and the headroom are is the tuner's decision
+(`epycd.engines.vllm.plan.tuning`, docs/tuning.md rules 2 and 3), given here as inputs
+(`PoolSize`, the cap, the headroom).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def check_counts(max_num_seqs: int | None, max_model_len: int | None) -> None:
 
 class PoolSize(NamedTuple):
     """The sequences and the KV pool the tuner chose inside its cap
-    (`epycd.plan.tuning.size_pool`)."""
+    (`epycd.engines.vllm.plan.tuning.size_pool`)."""
 
     max_num_seqs: int
     kv_needed_gib: float
@@ -74,7 +75,7 @@ def fit_memory(
 ) -> MemoryFit:
     """The fit of weights + KV pool + runtime + headroom in the `available` GiB, and what to
     change if it fails: the arithmetic of the pool the tuner sized inside `cap` and of its
-    headroom (`epycd.plan.tuning.kv_pool`). `runtime` is vLLM's own processes
+    headroom (`epycd.engines.vllm.plan.tuning.kv_pool`). `runtime` is vLLM's own processes
     (`Footprint.runtime_gib`), `weights` the weights in GiB."""
     process = weights + (sized.pool_gib if sized.fits else sized.wanted_pool_gib) + runtime
     suggested, action = _advice(
