@@ -21,7 +21,6 @@ from pydantic import (
     Field,
 )
 
-from epycd.model.gpu_memory import GpuFit
 from epycd.plan.healing import Healing, Restart
 from epycd.plan.problem import Problem
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
@@ -292,10 +291,6 @@ class GpuServer(EndpointService, CpuPlacement):
         @property
         def gpus(self) -> list[int]:
             """The GPU indices it holds."""
-
-        @property
-        def gpu_fit(self) -> GpuFit:
-            """Its fit in each GPU's memory."""
 
         @property
         def env(self) -> dict[str, str]:

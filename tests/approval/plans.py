@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from epycd.engines.vllm.model.gpu_memory import GpuFit
 from epycd.engines.vllm.plan.model import VllmCpuServer, VllmInstinctServer
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit
-from epycd.model.gpu_memory import GpuFit
 from epycd.plan.endpoint import Endpoint, Plan
 from epycd.plan.problem import Problem
 from epycd.plan.tuning import omp_bind

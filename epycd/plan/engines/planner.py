@@ -1,6 +1,6 @@
 """What each engine does for the planner (`EnginePlanner`): its runtime found on the host,
-its endpoint prepared (route, model check), its trial memory fit, its server's decisions
-on a placement of CPUs or of GPUs, and the refusal of one that does not fit. One
+its endpoint prepared (route, model check), its trial memory fit, the GPUs it spans, its
+server's decisions on a placement of CPUs or of GPUs, and the refusal of one that does not fit. One
 implementation per engine (`epycd.engines.ENGINE.plan.planner`), listed by
 `epycd.plan.engines`; preparing, placing, sets and finishing ask it and never name an
 engine."""
@@ -14,7 +14,7 @@ from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.plan.model import AnyServer, CpuServer, GpuServer, HfCacheMount
 from epycd.plan.placement.alloc import Placement
-from epycd.plan.placement.gpu import GpuPlacement
+from epycd.plan.placement.gpu import GpuPlacement, GpuSizer
 from epycd.plan.placement.sharing import Sharing
 from epycd.plan.prepared import Prepared, Sources
 from epycd.settings import Settings
@@ -80,6 +80,12 @@ class EnginePlanner(ABC):
     def unfit(self, prepared: Prepared, server: AnyServer) -> Refusal:
         """The refusal of a server that does not fit its nodes' memory, with the terms of
         what it needs and the fix."""
+
+    def gpu_sizer(self, prepared: Prepared) -> GpuSizer:
+        """How many GPUs of a kind the endpoint spans, and the fit behind it (an endpoint
+        file's `device = "instinct"`). An engine that serves on CPUs alone keeps this: its
+        keys refuse a `device`, so no endpoint of it is placed on GPUs."""
+        raise NotImplementedError(f"{self.engine} serves on CPUs only")
 
     def decide_on_gpus(
         self, prepared: Prepared, share: Sharing, placement: GpuPlacement, port: int

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
-from epycd.model.instinct import shipped_gpus
 from epycd.paths import endpoint_status_file
 from epycd.plan.endpoint import Endpoint, EndpointDecisions
 from epycd.plan.engines import planner_for
@@ -132,18 +131,14 @@ def _place_gpus(ready: list[Prepared], share: Sharing) -> dict[str, GpuPlacement
         GpuRequest(
             name=p.result.name,
             file=p.result.path,
-            model=p.facts.model,
             gpus=None if p.spec.gpus == "auto" else list(p.spec.gpus),
-            tensor_parallel_size=None
-            if p.spec.tensor_parallel_size == "auto"
-            else p.spec.tensor_parallel_size,
-            weights_bytes=p.facts.weights_bytes or 0,
+            sizer=planner_for(p.spec.engine).gpu_sizer(p),
             kept=approved_gpus.get(p.result.name),
         )
         for p in ready
     ]
     held = share.reservations.gpus_except(names)
-    return place_gpus(requests, share.host, shipped_gpus(), held)
+    return place_gpus(requests, share.host, held)
 
 
 def _cpu_view(

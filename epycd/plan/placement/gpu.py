@@ -1,10 +1,10 @@
-"""Which AMD Instinct GPUs, tensor-parallel size and CPUs each GPU endpoint gets
-(docs/instinct.md), before the CPU endpoints are placed on what is left.
+"""Which AMD Instinct GPUs and CPUs each GPU endpoint gets (docs/instinct.md), before the
+CPU endpoints are placed on what is left.
 
 - GPUs: the file's list, else free GPUs of one kind (gfx and VRAM), one socket's first.
   GPUs held by other endpoints (approved or planned in this round) are never shared.
-- Tensor-parallel size: the file's, else the smallest power of two whose VRAM holds the
-  model with the recipe's overhead and KV margin (`epycd.model.gpu_memory`).
+- How many: the endpoint's engine sizes it (`GpuSizer`): the GPU count its model needs on
+  that kind, and the fit behind it, or the refusal.
 - CPUs: the NUMA nodes of the chosen GPUs, all their threads; GPU endpoints whose GPUs sit
   on one node split its cores. CPU endpoints are then placed on the other nodes only
   (`cpu_host_view`), so no core is shared between a GPU and a CPU endpoint.
@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,20 +22,40 @@ from pydantic import BaseModel, Field
 from epycd.errors import EpycError, InputError, Refusal
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import GpuFacts, HostFacts
-from epycd.model.gpu_memory import GpuFit, fit_vram, launchable, smallest_fitting_tp
-from epycd.model.instinct import InstinctGpus
-from epycd.sizes import GIB
+
+
+class GpuSizing(BaseModel):
+    """An engine's answer for one endpoint on GPUs of one kind: how many it spans, the fit
+    behind that count (the engine's own type, handed back to it to decide), and what the
+    admin should hear of it."""
+
+    count: int
+    fit: BaseModel
+    warnings: list[str] = Field(default_factory=list)
+    confirmation_reasons: list[str] = Field(default_factory=list)
+
+
+class GpuSizer(ABC):
+    """One endpoint's engine sizing it on GPUs (`EnginePlanner.gpu_sizer`). `kind`: every
+    GPU of the host of one kind (gfx and VRAM), the first of them the kind's facts."""
+
+    @abstractmethod
+    def on(self, kind: Sequence[GpuFacts], count: int) -> GpuSizing | EpycError:
+        """The sizing on exactly `count` GPUs of the kind (the file lists them, or the
+        approved plan held them), or why it cannot span that many."""
+
+    @abstractmethod
+    def smallest(self, kind: Sequence[GpuFacts], free: int) -> GpuSizing | EpycError:
+        """The fewest GPUs of the kind that hold the model, at most `free`, or the refusal."""
 
 
 @dataclass(frozen=True)
 class GpuRequest:
     name: str
     file: Path
-    model: str
     gpus: list[int] | None
     """The file's GPU list, or None for "auto"."""
-    tensor_parallel_size: int | None
-    weights_bytes: int
+    sizer: GpuSizer
     kept: list[int] | None = None
     """The GPUs of the endpoint's approved plan: kept while free and still fitting."""
 
@@ -43,7 +64,7 @@ class GpuPlacement(BaseModel):
     gpus: list[int]
     gfx_version: str
     product: str
-    fit: GpuFit
+    fit: BaseModel = Field(description="its engine's fit on these GPUs (`GpuSizing.fit`)")
     numa_nodes: list[int]
     socket: int
     cpus: list[int] = Field(default_factory=list, description="every thread of its share")
@@ -52,63 +73,12 @@ class GpuPlacement(BaseModel):
     confirmation_reasons: list[str] = Field(default_factory=list)
 
 
-QUANTIZED_FIX = (
-    "choose a quantized variant (the recipe's fp8/mxfp4 variant, the provider's -FP8/AWQ/GPTQ "
-    "checkpoint, or AMD Quark's amd/<model> on Hugging Face) or a smaller model"
-)
-
-
 def _kind(gpu: GpuFacts) -> tuple[str, float]:
     return gpu.gfx_version, gpu.vram_gb
 
 
-def _fit_text(request: GpuRequest, gpu: GpuFacts, fit: GpuFit) -> str:
-    return (
-        f"{request.model} ({request.weights_bytes / GIB:.1f} GiB of weights) with tensor "
-        f"parallel size {fit.tensor_parallel_size} puts {fit.weights_gb:g} GiB on each "
-        f"{gpu.product} ({gpu.vram_gb:g} GiB), {fit.remaining_for_kv_gb:g} GiB left for the "
-        f"KV cache after {fit.overhead_gb:g} GiB overhead"
-    )
-
-
-def _decide_tp(
-    request: GpuRequest, kind: list[GpuFacts], free: int, data: InstinctGpus
-) -> GpuFit | EpycError:
-    """The fit for the file's TP or the smallest fitting power of two within `free` GPUs."""
-    gpu = kind[0]
-    sizes = [tp for tp in data.tensor_parallel_sizes if tp <= len(kind)]
-    if request.tensor_parallel_size is not None:
-        fit = fit_vram(request.weights_bytes, gpu.vram_gb, request.tensor_parallel_size, data.fit)
-        if launchable(fit):
-            return fit
-        better = smallest_fitting_tp(request.weights_bytes, gpu.vram_gb, sizes, data.fit)
-        return Refusal(
-            f"{_fit_text(request, gpu, fit)}: below the {data.fit.min_kv_gb:g} GiB the recipe "
-            "needs",
-            file=request.file,
-            key="tensor_parallel_size",
-            fix=f"set tensor_parallel_size = {better.tensor_parallel_size}"
-            if better
-            else QUANTIZED_FIX,
-        )
-    best = smallest_fitting_tp(request.weights_bytes, gpu.vram_gb, sizes, data.fit)
-    if best is None:
-        largest = fit_vram(request.weights_bytes, gpu.vram_gb, max(sizes), data.fit)
-        return Refusal(
-            f"too big for all {len(kind)} {gpu.product} GPU(s): {_fit_text(request, gpu, largest)}",
-            file=request.file,
-            key="model",
-            fix=QUANTIZED_FIX,
-        )
-    if best.tensor_parallel_size > free:
-        return Refusal(
-            f"needs tensor parallel size {best.tensor_parallel_size}, and only {free} "
-            f"{gpu.product} GPU(s) are free (the others serve other endpoints)",
-            file=request.file,
-            key="gpus",
-            fix="remove an endpoint that holds GPUs, or choose a smaller model",
-        )
-    return best
+def _of_kind(host: HostFacts, gpu: GpuFacts) -> list[GpuFacts]:
+    return [other for other in host.gpus if _kind(other) == _kind(gpu)]
 
 
 def _pick(free: list[GpuFacts], count: int, socket_of: Mapping[int, int]) -> list[GpuFacts]:
@@ -123,7 +93,7 @@ def _pick(free: list[GpuFacts], count: int, socket_of: Mapping[int, int]) -> lis
 
 
 def _explicit(
-    request: GpuRequest, host: HostFacts, taken: Mapping[int, str], data: InstinctGpus
+    request: GpuRequest, host: HostFacts, taken: Mapping[int, str]
 ) -> list[GpuFacts] | EpycError:
     assert request.gpus is not None
     known = {gpu.index: gpu for gpu in host.gpus}
@@ -149,52 +119,32 @@ def _explicit(
             key="gpus",
             fix="list GPUs of one kind",
         )
-    tp = request.tensor_parallel_size
-    if len(chosen) not in data.tensor_parallel_sizes or tp not in (None, len(chosen)):
-        return InputError(
-            f"{len(chosen)} GPU(s) listed: the tensor parallel size is the number of GPUs, "
-            f"one of {', '.join(map(str, data.tensor_parallel_sizes))}",
-            file=request.file,
-            key="gpus",
-            fix="list 1, 2, 4 or 8 GPUs, and leave tensor_parallel_size at that number or auto",
-        )
     return chosen
 
 
 def _place_one(
-    request: GpuRequest,
-    host: HostFacts,
-    taken: Mapping[int, str],
-    data: InstinctGpus,
-) -> tuple[list[GpuFacts], GpuFit, str] | EpycError:
+    request: GpuRequest, host: HostFacts, taken: Mapping[int, str]
+) -> tuple[list[GpuFacts], GpuSizing, str] | EpycError:
     socket_of = {n: s.socket for s in host.socket_topology for n in s.numa_nodes}
     if request.gpus is not None:
-        chosen = _explicit(request, host, taken, data)
+        chosen = _explicit(request, host, taken)
         if isinstance(chosen, EpycError):
             return chosen
-        kind = [gpu for gpu in host.gpus if _kind(gpu) == _kind(chosen[0])]
-        fit = _decide_tp(_with_tp(request, len(chosen)), kind, len(chosen), data)
-        return fit if isinstance(fit, EpycError) else (chosen, fit, "forced by gpus")
+        sized = request.sizer.on(_of_kind(host, chosen[0]), len(chosen))
+        return sized if isinstance(sized, EpycError) else (chosen, sized, "forced by gpus")
     free = [gpu for gpu in host.gpus if gpu.index not in taken]
-    kind_key = _kind(free[0] if free else host.gpus[0])
-    kind = [gpu for gpu in host.gpus if _kind(gpu) == kind_key]
-    free = [gpu for gpu in free if _kind(gpu) == kind_key]
+    kind = _of_kind(host, free[0] if free else host.gpus[0])
+    free = [gpu for gpu in free if _kind(gpu) == _kind(kind[0])]
     kept = [gpu for gpu in free if request.kept and gpu.index in request.kept]
     if request.kept and len(kept) == len(request.kept):
-        fit = fit_vram(request.weights_bytes, kept[0].vram_gb, len(kept), data.fit)
-        if launchable(fit) and request.tensor_parallel_size in (None, len(kept)):
-            return kept, fit, "kept from its approved plan"
-    fit_or_error = _decide_tp(request, kind, len(free), data)
-    if isinstance(fit_or_error, EpycError):
-        return fit_or_error
-    chosen = _pick(free, fit_or_error.tensor_parallel_size, socket_of)
-    return chosen, fit_or_error, "the first free GPUs of one kind, one socket's first"
-
-
-def _with_tp(request: GpuRequest, tp: int) -> GpuRequest:
-    return GpuRequest(
-        request.name, request.file, request.model, request.gpus, tp, request.weights_bytes
-    )
+        sized = request.sizer.on(kind, len(kept))
+        if not isinstance(sized, EpycError):
+            return kept, sized, "kept from its approved plan"
+    sized = request.sizer.smallest(kind, len(free))
+    if isinstance(sized, EpycError):
+        return sized
+    chosen = _pick(free, sized.count, socket_of)
+    return chosen, sized, "the first free GPUs of one kind, one socket's first"
 
 
 def no_gpu_refusal(request: GpuRequest) -> Refusal:
@@ -207,42 +157,33 @@ def no_gpu_refusal(request: GpuRequest) -> Refusal:
 
 
 def _placement(
-    host: HostFacts, chosen: list[GpuFacts], fit: GpuFit, reason: str, data: InstinctGpus
+    host: HostFacts, chosen: list[GpuFacts], sized: GpuSizing, reason: str
 ) -> GpuPlacement:
     gpu = chosen[0]
-    warnings, reasons = [], []
+    warnings = []
     nodes = sorted({g.numa_node for g in chosen if g.numa_node is not None})
     if len(nodes) < len({g.numa_node for g in chosen}):
         warnings.append("the NUMA node of some GPUs is unknown: CPUs pinned to the known ones")
     if not nodes:
         nodes = sorted(host.socket_topology[0].numa_nodes)
         warnings.append(f"the GPUs' NUMA nodes are unknown: pinned to socket 0's nodes {nodes}")
-    if gpu.gfx_version not in data.validated_gfx:
-        reasons.append(f"{gpu.product} is {gpu.gfx_version}: {data.unvalidated_note}")
-    if fit.tier == "tight":
-        warnings.append(
-            f"only {fit.remaining_for_kv_gb:g} GiB per GPU is left for the KV cache (under "
-            f"{data.fit.safe_kv_gb:g}): started with --enforce-eager, as HIP graph capture "
-            "could run out of memory"
-        )
     socket = next(s.socket for s in host.socket_topology if nodes[0] in s.numa_nodes)
     return GpuPlacement(
         gpus=[g.index for g in chosen],
         gfx_version=gpu.gfx_version,
         product=gpu.product,
-        fit=fit,
+        fit=sized.fit,
         numa_nodes=nodes,
         socket=socket,
         reason=reason,
-        warnings=warnings,
-        confirmation_reasons=reasons,
+        warnings=[*warnings, *sized.warnings],
+        confirmation_reasons=sized.confirmation_reasons,
     )
 
 
 def place_gpus(
     requests: Sequence[GpuRequest],
     host: HostFacts,
-    data: InstinctGpus,
     held: Mapping[str, list[int]],
 ) -> dict[str, GpuPlacement | EpycError]:
     """A placement or the error why there is none, for every request; `held`: the GPUs of
@@ -254,13 +195,13 @@ def place_gpus(
         if not host.gpus:
             results[request.name] = no_gpu_refusal(request)
             continue
-        placed = _place_one(request, host, taken, data)
+        placed = _place_one(request, host, taken)
         if isinstance(placed, EpycError):
             results[request.name] = placed
             continue
-        chosen, fit, reason = placed
+        chosen, sized, reason = placed
         taken |= {gpu.index: request.name for gpu in chosen}
-        results[request.name] = _placement(host, chosen, fit, reason, data)
+        results[request.name] = _placement(host, chosen, sized, reason)
     return _share_cpus(host, results)
 
 

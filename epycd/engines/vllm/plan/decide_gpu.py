@@ -9,12 +9,12 @@ The recipe's model data is `data/instinct-recipes.json` (`epycd.model.instinct`)
 
 from __future__ import annotations
 
+from epycd.engines.vllm.model.gpu_memory import GpuFit
 from epycd.engines.vllm.plan.invocation import RocmEngine, VllmInvocation, serve_invocation
 from epycd.engines.vllm.plan.model import VllmInstinctServer
 from epycd.engines.vllm.plan.route import VllmRoute, vllm_route_fields
 from epycd.host.cpulist import format_cpulist
 from epycd.model.facts import ModelFacts
-from epycd.model.gpu_memory import GpuFit
 from epycd.model.instinct import (
     InstinctRecipes,
     Recipe,
@@ -97,14 +97,15 @@ def gpu_invocation(
 ) -> VllmInvocation:
     """The recipe's args, the GPUs' tensor parallelism (`mp` for a MoE recipe over several),
     eager in the VRAM fit's "tight" tier."""
-    tp = placement.fit.tensor_parallel_size
+    fit = vram_fit(placement)
+    tp = fit.tensor_parallel_size
     moe = tp > 1 and recipe[1] is not None and recipe[1].moe
     engine = RocmEngine(
         max_num_seqs=spec.max_num_seqs or None,
         recipe_args=list(recipe[0]),
         tensor_parallel_size=tp,
         distributed_executor_backend="mp" if moe else None,
-        enforce_eager=placement.fit.tier == "tight",
+        enforce_eager=fit.tier == "tight",
     )
     return serve_invocation(
         spec,
@@ -115,6 +116,12 @@ def gpu_invocation(
         port=port,
         engine=engine,
     )
+
+
+def vram_fit(placement: GpuPlacement) -> GpuFit:
+    """The fit this engine's sizer (`gpus.py`) gave the placement."""
+    assert isinstance(placement.fit, GpuFit), type(placement.fit)
+    return placement.fit
 
 
 def gpu_kv_pool_gb(fit: GpuFit) -> int:
@@ -144,7 +151,8 @@ def decide_gpu(
 ) -> VllmInstinctServer:
     spec, facts = prepared.spec, prepared.facts
     chosen = served_model(prepared, share.stack, share.hf_cache, containerized=True)
-    context, context_warnings = gpu_context(spec, facts, placement.fit)
+    fit = vram_fit(placement)
+    context, context_warnings = gpu_context(spec, facts, fit)
     recipe = recipe_args(chosen.model, shipped_recipes())
     placed = Placed(
         placement.socket,
@@ -170,10 +178,10 @@ def decide_gpu(
         + placement.reason,
         cpus=gpu_cpus(placement),
         env=gpu_env(placement, recipe[1], spec),
-        kv_cache_gb=gpu_kv_pool_gb(placement.fit),
+        kv_cache_gb=gpu_kv_pool_gb(fit),
         invocation=invocation,
         run_flags=gpu_run_flags(),
         gpus=placement.gpus,
         gfx_version=placement.gfx_version,
-        gpu_fit=placement.fit,
+        gpu_fit=fit,
     )

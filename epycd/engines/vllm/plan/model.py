@@ -16,6 +16,7 @@ from pydantic import (
     model_validator,
 )
 
+from epycd.engines.vllm.model.gpu_memory import GpuFit
 from epycd.engines.vllm.plan.argv import vllm_argv
 from epycd.engines.vllm.plan.invocation import (
     ENFORCE_EAGER_FLAG,
@@ -24,7 +25,6 @@ from epycd.engines.vllm.plan.invocation import (
     VllmInvocation,
 )
 from epycd.model.facts import MemoryFit
-from epycd.model.gpu_memory import GpuFit
 from epycd.plan.endpoint import Endpoint
 from epycd.plan.invocation_facts import InvocationFacts
 from epycd.plan.model import BindMount, CpuPlacement, CpuServer, EngineService, GpuServer, ServerFit

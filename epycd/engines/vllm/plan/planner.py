@@ -1,7 +1,8 @@
 """vLLM's planner: its runtime (a container image, a host vLLM or the embedded runtime,
 `route.py`), the model check of a chat or completions endpoint (`check_model`), the memory
 fit (`sizing.py`) and one server's decisions (`decide_cpu.py`), in this package. An Instinct
-endpoint is vLLM's too: its route is the ROCm image, its decisions `decide_gpu.py`'s."""
+endpoint is vLLM's too: its route is the ROCm image, its tensor-parallel size `gpus.py`'s,
+its decisions `decide_gpu.py`'s."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from epycd.engines.vllm.plan import decide_cpu
 from epycd.engines.vllm.plan.decide_gpu import decide_gpu
+from epycd.engines.vllm.plan.gpus import TensorParallelSizer
 from epycd.engines.vllm.plan.model import VllmCpuServer
 from epycd.engines.vllm.plan.route import gpu_route, refuse_not_llm, route_endpoint
 from epycd.engines.vllm.plan.sizing import size
@@ -19,7 +21,7 @@ from epycd.model.formats import format_named
 from epycd.plan.engines.planner import EnginePlanner
 from epycd.plan.model import AnyServer, GpuServer
 from epycd.plan.placement.alloc import Placement
-from epycd.plan.placement.gpu import GpuPlacement
+from epycd.plan.placement.gpu import GpuPlacement, GpuSizer
 from epycd.plan.placement.sharing import Sharing
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.route import container_runtime
@@ -138,6 +140,9 @@ class VllmPlanner(EnginePlanner):
         return size(prepared, host, stack, placement, memory_share)[1].fits
 
     decide = staticmethod(decide_cpu.decide)
+
+    def gpu_sizer(self, prepared: Prepared) -> GpuSizer:
+        return TensorParallelSizer(prepared)
 
     def decide_on_gpus(
         self, prepared: Prepared, share: Sharing, placement: GpuPlacement, port: int
