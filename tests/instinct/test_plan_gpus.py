@@ -266,3 +266,18 @@ def test_approved_gpu_endpoints_keep_their_gpus_and_nodes(
     cpu = cpu_decisions(planned(results["cpu"]))
     assert cpu.numa_nodes == [2]
     assert not set(parse_cpulist(cpu.cpus)) & node_cpus(host, [0, 1, 3])
+
+
+def test_a_tensor_parallel_size_beyond_the_free_gpus_is_refused_not_shrunk(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    """Eight MI300X, six held by two endpoints: another that asks for tensor parallel size 4
+    is refused on `gpus`, rather than placed on the two left with vLLM told 4."""
+    ws.endpoint("quad", GPU + QWEN + "gpus = [0, 1, 2, 3]\n")
+    ws.endpoint("pair", GPU + QWEN + "gpus = [4, 5]\n")
+    ws.endpoint("four", GPU + QWEN + "tensor_parallel_size = 4\n")
+    results = ws.plan(host_of("genoa-2s-8x-mi300x"))
+    assert planned(results["quad"]).gpus == [0, 1, 2, 3]
+    text = refused(results["four"])
+    assert "tensor parallel size 4" in text and "only 2" in text
+    assert results["four"].errors[0].key == "gpus"

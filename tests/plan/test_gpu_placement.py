@@ -116,3 +116,12 @@ def test_an_approved_endpoint_keeps_its_gpus_while_its_engine_still_sizes_them(
     result = placed(place_gpus([kept], host, held={})["a"])
     assert (result.gpus, result.reason) == ([4, 5], "kept from its approved plan")
     assert sizer.asked == [("on", 2)]
+
+
+def test_a_sizing_beyond_the_free_gpus_is_refused_whatever_the_engine_says(
+    host_of: HostOf,
+) -> None:
+    host = host_of("genoa-2s-8x-mi300x")
+    result = place_gpus([request("b", FixedSizer(8))], host, held={"a": [0]})["b"]
+    assert isinstance(result, Refusal) and result.key == "gpus"
+    assert "needs 8" in result.message and f"only {len(host.gpus) - 1}" in result.message

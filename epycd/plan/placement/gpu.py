@@ -143,6 +143,14 @@ def _place_one(
     sized = request.sizer.smallest(kind, len(free))
     if isinstance(sized, EpycError):
         return sized
+    if sized.count > len(free):
+        return Refusal(
+            f"needs {sized.count} {kind[0].product} GPU(s), and only {len(free)} are free (the "
+            "others serve other endpoints)",
+            file=request.file,
+            key="gpus",
+            fix="remove an endpoint that holds GPUs, or choose a smaller model",
+        )
     chosen = _pick(free, sized.count, socket_of)
     return chosen, sized, "the first free GPUs of one kind, one socket's first"
 

@@ -53,9 +53,10 @@ class TensorParallelSizer(GpuSizer):
         return self._forced(kind, count)
 
     def smallest(self, kind: Sequence[GpuFacts], free: int) -> GpuSizing | EpycError:
-        if self.tensor_parallel_size is not None:
-            return self._forced(kind, self.tensor_parallel_size)
         gpu = kind[0]
+        if self.tensor_parallel_size is not None:
+            sized = self._forced(kind, self.tensor_parallel_size)
+            return sized if isinstance(sized, EpycError) else self._within(sized, gpu, free)
         best = smallest_fitting_tp(
             self.weights_bytes, gpu.vram_gb, self._sizes(kind), self.data.fit
         )
@@ -69,15 +70,18 @@ class TensorParallelSizer(GpuSizer):
                 key="model",
                 fix=QUANTIZED_FIX,
             )
-        if best.tensor_parallel_size > free:
-            return Refusal(
-                f"needs tensor parallel size {best.tensor_parallel_size}, and only {free} "
-                f"{gpu.product} GPU(s) are free (the others serve other endpoints)",
-                file=self.file,
-                key="gpus",
-                fix="remove an endpoint that holds GPUs, or choose a smaller model",
-            )
-        return self._sizing(gpu, best)
+        return self._within(self._sizing(gpu, best), gpu, free)
+
+    def _within(self, sized: GpuSizing, gpu: GpuFacts, free: int) -> GpuSizing | EpycError:
+        if sized.count <= free:
+            return sized
+        return Refusal(
+            f"needs tensor parallel size {sized.count}, and only {free} "
+            f"{gpu.product} GPU(s) are free (the others serve other endpoints)",
+            file=self.file,
+            key="gpus",
+            fix="remove an endpoint that holds GPUs, or choose a smaller model",
+        )
 
     def _sizes(self, kind: Sequence[GpuFacts]) -> list[int]:
         return [tp for tp in self.data.tensor_parallel_sizes if tp <= len(kind)]
