@@ -15,7 +15,7 @@ from epycd.cli.output import EXIT_NO, json_option, print_json, table
 from epycd.host.facts import HostFacts, RuntimeFacts
 from epycd.model.check import inspect_model
 from epycd.model.facts import ModelFacts
-from epycd.model.formats import format_named
+from epycd.model.formats import format_named, in_engines_own_format
 from epycd.sizes import GIB
 from epycd.text import escaped
 
@@ -181,14 +181,12 @@ def _kind(facts: ModelFacts) -> str:
     """vLLM's kind of a Hugging Face model; the kind its own engine gives a model in an
     engine's format."""
     own = format_named(facts.format)
-    if own is None:
-        return facts.support.kind
-    return next((e.kind for e in facts.engines if e.engine == own.engine), "undetermined")
+    return next((e.kind for e in facts.engines if own and e.engine == own.engine), "undetermined")
 
 
 def _vllm_row(facts: ModelFacts) -> str:
     support = facts.support
-    if format_named(facts.format) is not None:
+    if in_engines_own_format(facts):
         return f"{support.vllm_version}: no (its CPU backend loads no {facts.format.upper()})"
     if support.source == "installed-vllm":
         return f"{support.vllm_version} (installed vLLM's registry)"

@@ -71,8 +71,9 @@ class Engine:
     """The variables that move what the server compiles and caches, each with its folder in
     the endpoint's own cache directory (a unit sets them unless the endpoint file does)."""
     model_format: str | None = None
-    """The model format it reads by itself ("gguf"), implemented as `FORMAT` in its package's
-    `model/format.py` (`epycd.model.formats`); None for an engine of Hugging Face models."""
+    """The model format it reads ("safetensors": Hugging Face models; "gguf"), implemented as
+    `FORMAT` in its package's `model/format.py` (`epycd.model.formats`); None for an engine
+    that serves models of another engine's format."""
     no_kube_export: str | None = None
     """Why `epycctl export` cannot write its endpoints as Kubernetes objects; None where it
     can."""

@@ -186,8 +186,8 @@ def vllm_facts() -> HostVllmFacts:
 def vllm_registry(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
     """The real vLLM venv's model registry as the planner keeps it in the probe cache
     ((entry, answer)), asked once per session: importing vLLM takes about 5 s here, and each
-    test's run folder starts empty (epycd.model.support.installed_registry)."""
-    from epycd.model.support import installed_registry
+    test's run folder starts empty (epycd.engines.vllm.model.support.installed_registry)."""
+    from epycd.engines.vllm.model.support import installed_registry
 
     cache = ProbeCache(tmp_path_factory.mktemp("registry") / PROBE_CACHE)
     installed_registry(vllm_executable(), cache=cache)

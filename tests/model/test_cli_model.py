@@ -14,7 +14,7 @@ from epycd.cli import main
 from epycd.engines import ENGINES
 from epycd.engines.vllm.plan.tuning import kv_pool_gib
 from epycd.host.detect import detect_host
-from epycd.model.formats import model_formats
+from epycd.model.formats import InspectRequest, format_of, model_formats
 from epycd.plan.tuning import headroom_gib
 from tests.hosts import make_host
 from tests.model.models import LLAMA_8B_TOTAL_SIZE
@@ -66,12 +66,15 @@ def test_every_engine_answers_on_a_hugging_face_model_in_the_registrys_order() -
     assert code == 0
     assert [e["engine"] for e in data["engines"]] == [e.name for e in ENGINES]
     assert data["engines"][0]["supported"] is True
+    holder = format_of(InspectRequest("Qwen/Qwen3-0.6B"))
+    assert holder.catch_all and data["engines"][0]["engine"] == holder.engine
     refusals = {e["engine"]: e for e in data["engines"][1:]}
-    assert sorted(refusals) == sorted(f.engine for f in model_formats())
-    for own_format in model_formats():
+    others = [f for f in model_formats() if f is not holder]
+    assert sorted(refusals) == sorted(f.engine for f in others)
+    for own_format in others:
         refusal = refusals[own_format.engine]
         assert refusal["supported"] is False
-        assert refusal["reason"] == own_format.elsewhere().reason
+        assert refusal["reason"] == own_format.elsewhere(holder, InspectRequest("m")).reason
 
 
 def test_check_model_table_and_version_option() -> None:

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from huggingface_hub import scan_cache_dir
 
+from epycd.engines.vllm.model import format as vllm_format
+from epycd.engines.vllm.model.format import pinned_vllm_version
 from epycd.errors import InputError, Refusal
-from epycd.model import check
-from epycd.model.check import inspect_model, pinned_vllm_version
+from epycd.model.check import inspect_model
 from tests.model.hf_cache import add_to_cache, commit_for, repo_folder
 from tests.model.models import (
     BGE_SMALL_PARAMETERS,
@@ -62,7 +63,7 @@ def test_endpoints_follow_the_template() -> None:
 
 def test_default_version_is_the_pinned_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert inspect_model("Qwen/Qwen3-0.6B").support.vllm_version == pinned_vllm_version()
-    monkeypatch.setattr(check, "data_dir", lambda: tmp_path)
+    monkeypatch.setattr(vllm_format, "data_dir", lambda: tmp_path)
     assert pinned_vllm_version() == "0.25.1"  # no data/epyc.json yet
     (tmp_path / "epyc.json").write_text(json.dumps({"vllm_version": "0.32.0"}))
     assert pinned_vllm_version() == "0.32.0"

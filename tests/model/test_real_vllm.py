@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from epycd.engines.vllm.model.registry_tables import load_table
+from epycd.engines.vllm.model.support import installed_registry
 from epycd.model.check import inspect_model
-from epycd.model.registry_tables import load_table
-from epycd.model.support import installed_registry
 from tests.health.realvllm import (
     VllmServer,
     build_tiny_model,

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from epycd.errors import InputError
-from epycd.model.registry_tables import (
+from epycd.engines.vllm.model.registry_tables import (
     available_versions,
     build_table,
     choose_table_version,
@@ -16,7 +15,8 @@ from epycd.model.registry_tables import (
     parse_registry,
     tables_dir,
 )
-from epycd.model.support import architecture_kind, classify
+from epycd.engines.vllm.model.support import architecture_kind, classify
+from epycd.errors import InputError
 
 # The shape of vLLM's registry.py that broke the recipe's line parser: a nested `},` inside
 # _EMBEDDING_MODELS (a dict comprehension merge) ended the section early for a line reader.

@@ -21,6 +21,7 @@ VLLM = Engine(
         kv_usage="vllm:kv_cache_usage_perc",
     ),
     api_key_env="VLLM_API_KEY",
+    model_format="safetensors",
     cache_variables=(
         ("VLLM_CACHE_ROOT", "vllm"),
         ("TORCHINDUCTOR_CACHE_DIR", "inductor"),

@@ -29,10 +29,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from epycd.engines.llama_cpp.model.gguf import read_gguf
 from epycd.engines.llama_cpp.model.memory import kv_bytes_per_token
 from epycd.errors import InputError
-from epycd.model.facts import ChatTemplate, EngineSupport, GgufFile, ModelFacts, Support
-from epycd.model.formats import ModelFormat
+from epycd.model.facts import ChatTemplate, EngineSupport, GgufFile, ModelFacts
+from epycd.model.formats import (
+    InspectRequest,
+    ModelFormat,
+    catch_all_support,
+    in_registry_order,
+)
 from epycd.model.hub import is_gguf, locate_gguf
-from epycd.model.registry_tables import available_versions, data_dir
+from epycd.model.tables import available_versions, data_dir
 from epycd.model.template import endpoints, template_from_override
 
 ARCH_SOURCE = "src/llama-arch.cpp"
@@ -158,32 +163,21 @@ ENGINE = "llama.cpp"
 class GgufFormat(ModelFormat):
     engine = ENGINE
     name = "gguf"
-    vllm_refusal = (
-        "its CPU backend loads no GGUF weights (GGUF is GPU-only in vLLM's quantization table)"
-    )
 
-    def holds(self, model: str, file: str | None) -> bool:
-        return is_gguf(model, file)
+    def holds(self, request: InspectRequest) -> bool:
+        return is_gguf(request.model, request.file)
 
-    def inspect(
-        self,
-        model: str,
-        *,
-        file: str | None,
-        revision: str | None,
-        chat_template_override: str | None,
-        others: list[EngineSupport],
-        support: Support,
-    ) -> ModelFacts:
+    def inspect(self, request: InspectRequest, others: list[EngineSupport]) -> ModelFacts:
         """A GGUF file's facts: llama.cpp serves it where its pinned source knows the
         architecture."""
-        source = locate_gguf(model, file, revision=revision)
+        model = request.model
+        source = locate_gguf(model, request.file, revision=request.revision)
         gguf = read_gguf(source.path, name=source.name)
         notes = list(source.warnings)
         known = architecture_support(gguf.architecture)
         template = (
-            template_from_override(chat_template_override)
-            if chat_template_override
+            template_from_override(request.chat_template_override)
+            if request.chat_template_override
             else ChatTemplate(
                 status="present" if gguf.chat_template else "absent",
                 source="the GGUF file (tokenizer.chat_template)" if gguf.chat_template else None,
@@ -206,13 +200,13 @@ class GgufFormat(ModelFormat):
             model=model,
             format="gguf",
             gguf=gguf,
-            engines=[*others, own],
+            engines=in_registry_order([*others, own]),
             revision=source.revision,
             local_path=str(source.path),
             architectures=[gguf.architecture],
             model_type=gguf.architecture,
             torch_dtype=gguf.file_type,
-            support=support,
+            support=catch_all_support(others),
             chat_template=template,
             primary_endpoint=primary if known.supported else None,
             supported_endpoints=supported_endpoints if known.supported else [],
@@ -226,7 +220,7 @@ class GgufFormat(ModelFormat):
             warnings=notes,
         )
 
-    def elsewhere(self) -> EngineSupport:
+    def elsewhere(self, holder: ModelFormat, request: InspectRequest) -> EngineSupport:
         return EngineSupport(
             engine=ENGINE,
             version=pinned_version(),

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from epycd.model.registry_tables import available_versions, choose_table_version, data_dir
+from epycd.engines.vllm.model.registry_tables import available_versions, choose_table_version
+from epycd.model.tables import data_dir
 from epycd.sizes import GIB
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from epycd.engines.vllm.model.format import FORMAT
 from epycd.engines.vllm.plan import decide_cpu
 from epycd.engines.vllm.plan.decide_gpu import decide_gpu
 from epycd.engines.vllm.plan.gpus import TensorParallelSizer
@@ -42,8 +43,8 @@ def needs_host_vllm(spec: EndpointSpec, host: HostFacts) -> bool:
 def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path) -> list[str]:
     """Refuse what vLLM cannot serve on a chat/completions endpoint; return warnings."""
     own_format = format_named(facts.format)
-    if own_format is not None:
-        vllm = next(e for e in facts.engines if e.engine == "vllm")
+    if own_format is not None and own_format is not FORMAT:
+        vllm = next(e for e in facts.engines if e.engine == FORMAT.engine)
         raise Refusal(
             vllm.reason,
             file=file,

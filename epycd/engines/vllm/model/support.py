@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from epycd.childproc import run_bounded
-from epycd.model.facts import ModelKind, Support
-from epycd.model.registry_tables import (
+from epycd.engines.vllm.model.registry_tables import (
     SECTIONS,
     Section,
     available_versions,
     choose_table_version,
     load_table,
 )
+from epycd.model.facts import ModelKind, Support
 
 if TYPE_CHECKING:
     from epycd.host.probe_cache import ProbeCache
