@@ -1,7 +1,7 @@
 """The tuning rules every engine's plan shares (docs/tuning.md; rule numbers match): the
-profiles, the OS's share of a socket's memory (rule 3), the unit's limits (rule 5) and the
-OpenMP bind that leaves a server's front end its own core(s) (rule 1). Each engine's own
-rules are in its package (vLLM's: `epycd.engines.vllm.plan.tuning`)."""
+profiles, the OS's share of a socket's memory (rule 3) and the unit's limits (rule 5). Each
+engine's own rules are in its package (vLLM's, with the OpenMP bind of rule 1:
+`epycd.engines.vllm.plan.tuning`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,6 @@ from typing import Literal
 Profile = Literal["balanced", "latency", "throughput"]
 PROFILES: tuple[Profile, ...] = ("balanced", "latency", "throughput")
 DEFAULT_PROFILE: Profile = "balanced"
-
-LARGE_INSTANCE_CORES = 64
-"""Rule 1: from this many physical cores an instance leaves 2 cores to the front end."""
 
 LIMIT_NOFILE = 65536
 """Rule 5: vLLM raises its soft open-file limit to 65535 at start and warns when it cannot
@@ -29,18 +26,3 @@ def headroom_gib(socket_total_gib: float) -> float:
     and KV; 10 % keeps small sockets usable and reaches the recipe's 16 GiB from 160 GiB up.
     """
     return min(16.0, max(2.0, 0.1 * socket_total_gib))
-
-
-def front_end_cores(instance_cores: int) -> int:
-    """Rule 1: physical cores kept out of the OpenMP bind for the API server, tokenizer and
-    the scheduler that busy-loops a core: 1, 2 from `LARGE_INSTANCE_CORES`, 0 on one core."""
-    if instance_cores <= 1:
-        return 0
-    return 2 if instance_cores >= LARGE_INSTANCE_CORES else 1
-
-
-def omp_bind(cpus: list[int]) -> list[int]:
-    """Rule 1: the OpenMP bind list: the instance's physical CPUs without its last ones, the
-    cores vLLM's own `auto` bind reserves (and the ones that served faster here)."""
-    ordered = sorted(cpus)
-    return ordered[: len(ordered) - front_end_cores(len(ordered))]

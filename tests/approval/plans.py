@@ -10,12 +10,12 @@ from typing import Any
 
 from epycd.engines.vllm.model.gpu_memory import GpuFit
 from epycd.engines.vllm.plan.model import VllmCpuServer, VllmInstinctServer
+from epycd.engines.vllm.plan.tuning import omp_bind
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit
 from epycd.plan.endpoint import Endpoint, Plan
 from epycd.plan.problem import Problem
-from epycd.plan.tuning import omp_bind
 
 PLAN_FILE_ENV = "EPYCD_TEST_PLAN_FILE"
 

@@ -175,3 +175,14 @@ def test_the_kubernetes_export_refuses_a_llama_set_naming_the_engine(
     with pytest.raises(InputError) as refused:
         export_kube(plan, lw.host, shipped_stack())
     assert refused.value.key == "engine" and "llama.cpp" in str(refused.value)
+
+
+def test_llama_servers_of_one_core_each_carry_no_warning_of_vllms_front_end(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    """The warning of one-core instances is vLLM's (its OpenMP bind keeps a core for its
+    front end); llama-server's threads take every core it is given."""
+    lw = LlamaWorkspace(ws, host_of("vm-zen5-24g"))
+    _, decided = planned_set(lw, "instances = 2\n")
+    assert [m.cpus for m in decided.members] == ["0", "1"]
+    assert not [w for w in decided.warnings if "front end" in w]

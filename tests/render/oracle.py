@@ -7,6 +7,7 @@ import resource
 from pathlib import Path
 
 from epycd.engines.vllm.plan.model import AnyVllmServer
+from epycd.engines.vllm.plan.tuning import omp_bind
 from epycd.engines.vllm.render.commands import (
     DOCKER,
     container_env,
@@ -18,7 +19,6 @@ from epycd.engines.vllm.render.commands import (
     vllm_serve_on_host,
 )
 from epycd.host.cpulist import format_cpulist, parse_cpulist
-from epycd.plan.tuning import omp_bind
 from epycd.render.commands import TOKEN_CREDENTIAL, supervisor
 from epycd.render.parts import describe
 from epycd.render.sandbox import STATIC_DIRECTIVES

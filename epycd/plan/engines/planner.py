@@ -8,6 +8,7 @@ engine."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import ClassVar
 
 from epycd.errors import Refusal
@@ -15,6 +16,7 @@ from epycd.host.facts import HostFacts
 from epycd.plan.model import AnyServer, CpuServer, GpuServer, HfCacheMount
 from epycd.plan.placement.alloc import Placement
 from epycd.plan.placement.gpu import GpuPlacement, GpuSizer
+from epycd.plan.placement.instances import Slot
 from epycd.plan.placement.sharing import Sharing
 from epycd.plan.prepared import Prepared, Sources
 from epycd.settings import Settings
@@ -75,6 +77,10 @@ class EnginePlanner(ABC):
         memory_share: float = 1.0,
     ) -> CpuServer:
         """One server's decisions on its placement and port."""
+
+    def layout_warnings(self, slots: Sequence[Slot]) -> list[str]:
+        """What the admin should know of a set's instances on these slots (their cores)."""
+        return []
 
     @abstractmethod
     def unfit(self, prepared: Prepared, server: AnyServer) -> Refusal:

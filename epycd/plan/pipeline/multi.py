@@ -91,6 +91,9 @@ def _layout(prepared: Prepared, host: HostFacts, stack: Stack, parts: list[Regio
 
     file = str(prepared.result.path)
     layout = plan_layout(host, parts, prepared.spec.instances, fits, file)
+    if layout.count > 1:
+        warnings = [*layout.warnings, *planner.layout_warnings(layout.slots)]
+        layout = layout.model_copy(update={"warnings": warnings})
     min_ready = prepared.spec.min_ready
     if min_ready is not None and min_ready > layout.count:
         raise InputError(

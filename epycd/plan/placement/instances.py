@@ -1,4 +1,4 @@
-"""One endpoint, many instances (docs/instances.md): how many vLLM instances an endpoint runs, on
+"""One endpoint, many instances (docs/instances.md): how many server instances an endpoint runs, on
 which cores and NUMA nodes, and why.
 
 Pure functions of the host's topology, the part of it the endpoint may use (`Region`s: its
@@ -12,8 +12,8 @@ holds) and a memory check the planner supplies. The rules:
   cores per host ("the sweet spot"), spread evenly over the sockets.
 - Every instance keeps at least `MIN_AUTO_INSTANCE_CORES` cores under "auto": one for the
   OpenMP threads and one for its front end (docs/tuning.md rule 1, the last core of each
-  instance's set). An explicit count may go down to one core per instance; that instance's
-  front end then shares its only core, and the plan warns.
+  instance's set). An explicit count may go down to one core per instance; its engine says
+  what that costs (`EnginePlanner.layout_warnings`: vLLM's front end then shares the core).
 - Instances on one node take whole L3 groups (CCDs) when there are at least as many groups
   as instances, else even runs of consecutive cores.
 - Each instance holds its own weights and KV pool: instances sharing a node share its memory
@@ -30,7 +30,6 @@ from pydantic import BaseModel, Field
 from epycd.errors import InputError
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts, SocketTopology
-from epycd.plan import tuning
 
 SWEET_SPOT_CORES = 32
 """AMD's multi-instance recipe for EPYC: instances of about 32 cores each."""
@@ -65,14 +64,6 @@ class Slot(BaseModel):
     @property
     def cpulist(self) -> str:
         return format_cpulist(self.cpus)
-
-    @property
-    def omp_cpus(self) -> list[int]:
-        return tuning.omp_bind(self.cpus)
-
-    @property
-    def front_end_cpus(self) -> list[int]:
-        return sorted(set(self.cpus) - set(self.omp_cpus))
 
 
 class Layout(BaseModel):
@@ -230,7 +221,7 @@ def plan_layout(
     for region, count in zip(regions, counts, strict=True):
         if count:
             slots += _slots(host, region, count, start=len(slots) + 1)
-    return Layout(requested=requested, slots=slots, reasons=reasons, warnings=_warnings(slots))
+    return Layout(requested=requested, slots=slots, reasons=reasons)
 
 
 def _slots(host: HostFacts, region: Region, count: int, start: int) -> list[Slot]:
@@ -262,14 +253,3 @@ def _slots(host: HostFacts, region: Region, count: int, start: int) -> list[Slot
             )
         )
     return slots
-
-
-def _warnings(slots: list[Slot]) -> list[str]:
-    single = [str(slot.index) for slot in slots if not slot.front_end_cpus]
-    if not single:
-        return []
-    return [
-        f"instance(s) {', '.join(single)} have one core: vLLM's front end shares the OpenMP "
-        "core there (docs/tuning.md rule 1 reserves none on one core); fewer instances "
-        "leave each one a front-end core"
-    ]

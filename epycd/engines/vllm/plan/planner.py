@@ -6,6 +6,7 @@ its decisions `decide_gpu.py`'s."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from epycd.engines.vllm.model.format import FORMAT
@@ -15,6 +16,7 @@ from epycd.engines.vllm.plan.gpus import TensorParallelSizer
 from epycd.engines.vllm.plan.model import VllmCpuServer
 from epycd.engines.vllm.plan.route import gpu_route, refuse_not_llm, route_endpoint
 from epycd.engines.vllm.plan.sizing import size
+from epycd.engines.vllm.plan.tuning import front_end_cores
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts
 from epycd.model.facts import ModelFacts
@@ -23,6 +25,7 @@ from epycd.plan.engines.planner import EnginePlanner
 from epycd.plan.model import AnyServer, GpuServer
 from epycd.plan.placement.alloc import Placement
 from epycd.plan.placement.gpu import GpuPlacement, GpuSizer
+from epycd.plan.placement.instances import Slot
 from epycd.plan.placement.sharing import Sharing
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.route import container_runtime
@@ -149,6 +152,17 @@ class VllmPlanner(EnginePlanner):
         self, prepared: Prepared, share: Sharing, placement: GpuPlacement, port: int
     ) -> GpuServer:
         return decide_gpu(prepared, share, placement, port)
+
+    def layout_warnings(self, slots: Sequence[Slot]) -> list[str]:
+        """Rule 1 reserves no front-end core on an instance of one core."""
+        single = [str(slot.index) for slot in slots if not front_end_cores(len(slot.cpus))]
+        if not single:
+            return []
+        return [
+            f"instance(s) {', '.join(single)} have one core: vLLM's front end shares the "
+            "OpenMP core there (docs/tuning.md rule 1 reserves none on one core); fewer "
+            "instances leave each one a front-end core"
+        ]
 
     def unfit(self, prepared: Prepared, server: AnyServer) -> Refusal:
         assert isinstance(server, VllmCpuServer)

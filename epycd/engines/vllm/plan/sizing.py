@@ -19,11 +19,11 @@ from epycd.engines.vllm.model.memory import check_counts, context_length, fit_me
 from epycd.engines.vllm.plan import tuning
 from epycd.engines.vllm.plan.invocation import BATCHED_TOKENS_FLAG
 from epycd.engines.vllm.plan.route import VllmRoute
+from epycd.engines.vllm.plan.tuning import omp_bind
 from epycd.host.facts import HostFacts
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.plan.placement.alloc import NodeMemory, Placement, node_memory
 from epycd.plan.prepared import Prepared
-from epycd.plan.tuning import omp_bind
 from epycd.sizes import GIB
 from epycd.spec import EndpointSpec
 from epycd.spec.flags import ExtraFlags

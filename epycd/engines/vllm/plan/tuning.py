@@ -1,6 +1,6 @@
 """vLLM's tuning rules, that make a planned endpoint serve at least as well as a plain
 `vllm serve`, each with its evidence in docs/tuning.md (rule numbers match); the rules every
-engine shares (profiles, headroom, limits, the OpenMP bind) are `epycd.plan.tuning`'s.
+engine shares (profiles, headroom, limits) are `epycd.plan.tuning`'s.
 
 Pure functions of the instance's cores, its memory, the memory fit, the probed vLLM version,
 the host's C++ compiler and the serving interpreter's Python headers; `tune`, `size` and
@@ -21,6 +21,9 @@ from epycd.host.facts import PythonHeaders
 from epycd.plan.tuning import Profile, headroom_gib
 from epycd.sizes import GIB
 from epycd.spec.flags import ExtraFlags
+
+LARGE_INSTANCE_CORES = 64
+"""Rule 1: from this many physical cores an instance leaves 2 cores to the front end."""
 
 VLLM_DEFAULT_MAX_NUM_SEQS = 128
 VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
@@ -263,3 +266,18 @@ def compile_choice(
         f"{gap.what}: {runs} (--enforce-eager): no inductor compile at start, fewer tokens/s; "
         f"{gap.fix} to compile"
     ]
+
+
+def front_end_cores(instance_cores: int) -> int:
+    """Rule 1: physical cores kept out of the OpenMP bind for the API server, tokenizer and
+    the scheduler that busy-loops a core: 1, 2 from `LARGE_INSTANCE_CORES`, 0 on one core."""
+    if instance_cores <= 1:
+        return 0
+    return 2 if instance_cores >= LARGE_INSTANCE_CORES else 1
+
+
+def omp_bind(cpus: list[int]) -> list[int]:
+    """Rule 1: the OpenMP bind list: the instance's physical CPUs without its last ones, the
+    cores vLLM's own `auto` bind reserves (and the ones that served faster here)."""
+    ordered = sorted(cpus)
+    return ordered[: len(ordered) - front_end_cores(len(ordered))]
