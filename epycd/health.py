@@ -4,7 +4,9 @@ Three phases, one after the other, each with its own bound and no retry:
 `health` waits for `/health` to answer 200 (connection refused or a reset while the model
 loads is waiting, not failure; the server exiting is an immediate failure), `models` asks
 `/v1/models` once for the served id, `request` sends one deterministic request on the
-primary endpoint and checks that its first choice carries text.
+primary endpoint and checks its answer: text in the first choice of a chat or completions
+endpoint, one vector of finite numbers per input of an embeddings endpoint (all of one width,
+the model's where the plan gives it), one finite score per document of a rerank endpoint.
 
 After the gate, while serving (docs/healing.md, "Watchdog"): `health_problem` asks `/health`,
 and `StallWatch` reads the engine's progress from vLLM's own `/metrics` (`read_progress`):
@@ -13,13 +15,14 @@ vLLM's `/health` answers 200 while its engine process is frozen, its token count
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import click
 import httpx
@@ -31,16 +34,35 @@ from epycd.readfile import SECRET_MAX_BYTES, read_text
 from epycd.text import escaped
 
 Phase = Literal["health", "models", "request"]
-PrimaryEndpoint = Literal["chat_completions", "completions"]
+PrimaryEndpoint = Literal["chat_completions", "completions", "embeddings", "rerank"]
+PRIMARY_ENDPOINTS: tuple[PrimaryEndpoint, ...] = (
+    "chat_completions",
+    "completions",
+    "embeddings",
+    "rerank",
+)
+PATHS: dict[PrimaryEndpoint, str] = {
+    "chat_completions": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+    "rerank": "/v1/rerank",
+}
+"""Each primary endpoint's path, the same on vLLM and llama-server (rerank as Jina and
+Cohere's API: a query, documents, and `results` of `index` and `relevance_score`)."""
 
 SMOKE_PROMPT = "Say hello."
 SMOKE_MAX_TOKENS = 16
+SMOKE_TEXTS = [SMOKE_PROMPT, "The quick brown fox jumps over the lazy dog."]
+"""The embeddings request's inputs and the rerank request's documents."""
 
 
 class GateConfig(BaseModel):
     url: str = Field(description="base URL without /v1, e.g. http://127.0.0.1:8000")
     served_model_name: str
     endpoint: PrimaryEndpoint = "chat_completions"
+    embedding_width: int | None = Field(
+        default=None, gt=0, description="the numbers in each vector of an embeddings endpoint"
+    )
     api_key: str | None = None
     load_timeout: float = Field(default=1800.0, gt=0, description="bound of phase health")
     health_timeout: float = Field(default=10.0, gt=0, description="bound of phase models")
@@ -139,27 +161,32 @@ def check_models(client: httpx.Client, config: GateConfig) -> None:
 
 def smoke_request(config: GateConfig) -> tuple[str, dict[str, Any]]:
     """The path and JSON body of the one deterministic request on the primary endpoint."""
-    body: dict[str, Any] = {
-        "model": config.served_model_name,
-        "temperature": 0,
-        "max_tokens": SMOKE_MAX_TOKENS,
-    }
+    path = PATHS[config.endpoint]
+    model = {"model": config.served_model_name}
+    if config.endpoint == "embeddings":
+        return path, model | {"input": SMOKE_TEXTS}
+    if config.endpoint == "rerank":
+        return path, model | {"query": SMOKE_PROMPT, "documents": SMOKE_TEXTS}
+    body = model | {"temperature": 0, "max_tokens": SMOKE_MAX_TOKENS}
     if config.endpoint == "chat_completions":
-        return "/v1/chat/completions", body | {
-            "messages": [{"role": "user", "content": SMOKE_PROMPT}]
-        }
-    return "/v1/completions", body | {"prompt": SMOKE_PROMPT}
+        return path, body | {"messages": [{"role": "user", "content": SMOKE_PROMPT}]}
+    return path, body | {"prompt": SMOKE_PROMPT}
 
 
-def answer_text(payload: Any, endpoint: PrimaryEndpoint) -> str:
-    """The generated text of choices[0]; ValueError when the payload is an error or empty."""
+def _refuse_error_payload(payload: Any) -> dict[str, Any]:
+    """The answer as a JSON object; ValueError when it is none or carries an error."""
     if not isinstance(payload, dict):
         raise ValueError("the answer is not a JSON object")
     if payload.get("error") or payload.get("object") == "error":
         error = payload.get("error", payload)
         message = error.get("message") if isinstance(error, dict) else error
         raise ValueError(f"error payload: {message or payload.get('message')}")
-    choices = payload.get("choices")
+    return payload
+
+
+def answer_text(payload: Any, endpoint: PrimaryEndpoint) -> str:
+    """The generated text of choices[0]; ValueError when the payload is an error or empty."""
+    choices = _refuse_error_payload(payload).get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ValueError("no choices[0] in the answer")
     choice = choices[0]
@@ -177,6 +204,57 @@ def answer_text(payload: Any, endpoint: PrimaryEndpoint) -> str:
     return text
 
 
+def _finite(value: object) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def answer_vectors(payload: Any, inputs: int, width: int | None) -> list[list[float]]:
+    """One vector per input, in order, each of `width` finite numbers (of one width when
+    `width` is None); ValueError otherwise."""
+    data = _refuse_error_payload(payload).get("data")
+    if not isinstance(data, list) or len(data) != inputs:
+        raise ValueError(f"data holds no {inputs} embeddings")
+    vectors = [item.get("embedding") if isinstance(item, dict) else None for item in data]
+    for index, vector in enumerate(vectors):
+        if not isinstance(vector, list) or not vector:
+            raise ValueError(f"data[{index}].embedding is not a list of numbers")
+        if not all(_finite(number) for number in vector):
+            raise ValueError(f"data[{index}].embedding holds a number that is not finite")
+    widths = sorted({len(vector) for vector in vectors if isinstance(vector, list)})
+    expected = width or widths[0]
+    if widths != [expected]:
+        raise ValueError(f"the vectors have {', '.join(map(str, widths))} numbers, not {expected}")
+    return [list(vector) for vector in vectors if isinstance(vector, list)]
+
+
+def answer_scores(payload: Any, documents: int) -> list[float]:
+    """One finite relevance score per document, by the document's index; ValueError
+    otherwise."""
+    results = _refuse_error_payload(payload).get("results")
+    if not isinstance(results, list) or len(results) != documents:
+        raise ValueError(f"results holds no {documents} scores")
+    scores: dict[int, float] = {}
+    for result in results:
+        index = result.get("index") if isinstance(result, dict) else None
+        score = result.get("relevance_score") if isinstance(result, dict) else None
+        if not isinstance(index, int) or not 0 <= index < documents or not _finite(score):
+            raise ValueError(f"{result} is not a document's index and finite relevance_score")
+        scores[index] = float(score)
+    if len(scores) != documents:
+        raise ValueError("the results score a document twice")
+    return [scores[index] for index in range(documents)]
+
+
+def check_answer(payload: Any, config: GateConfig) -> None:
+    """ValueError unless the answer is what the primary endpoint gives."""
+    if config.endpoint == "embeddings":
+        answer_vectors(payload, len(SMOKE_TEXTS), config.embedding_width)
+    elif config.endpoint == "rerank":
+        answer_scores(payload, len(SMOKE_TEXTS))
+    else:
+        answer_text(payload, config.endpoint)
+
+
 def check_request(client: httpx.Client, config: GateConfig) -> None:
     path, body = smoke_request(config)
     try:
@@ -186,7 +264,7 @@ def check_request(client: httpx.Client, config: GateConfig) -> None:
     if response.status_code != 200:
         raise PhaseFailed("request", f"{path} answered {_describe(response)}")
     try:
-        answer_text(response.json(), config.endpoint)
+        check_answer(response.json(), config)
     except ValueError as error:
         raise PhaseFailed("request", f"{path} answered 200 but {error}") from error
 
@@ -351,7 +429,12 @@ def credential_path(name: str | None) -> Path | None:
 @click.command(name="epycd-health-gate")
 @click.option("--url", required=True, help="Base URL without /v1, e.g. http://127.0.0.1:8000.")
 @click.option("--served-model-name", required=True)
-@click.option("--endpoint", type=click.Choice(["chat_completions", "completions"]), required=True)
+@click.option("--endpoint", type=click.Choice(PRIMARY_ENDPOINTS), required=True)
+@click.option(
+    "--embedding-width",
+    type=click.IntRange(min=1),
+    help="the numbers in each vector of an embeddings endpoint (any one width if not given)",
+)
 @click.option("--timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True)
 @click.option(
     "--api-key-credential",
@@ -361,6 +444,7 @@ def main(
     url: str,
     served_model_name: str,
     endpoint: PrimaryEndpoint,
+    embedding_width: int | None,
     timeout: float,
     api_key_credential: str | None,
 ) -> None:
@@ -372,6 +456,7 @@ def main(
         url=url,
         served_model_name=served_model_name,
         endpoint=endpoint,
+        embedding_width=embedding_width,
         load_timeout=timeout,
         api_key=read_api_key(credential_path(api_key_credential)),
     )

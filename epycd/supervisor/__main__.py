@@ -11,6 +11,7 @@ import click
 from epycd.engines import api_key_variables
 from epycd.health import (
     API_KEY_ENV,
+    PRIMARY_ENDPOINTS,
     GateConfig,
     PrimaryEndpoint,
     credential_path,
@@ -25,10 +26,15 @@ from epycd.supervisor.run import DEFAULT_STALL_TIMEOUT_S, Supervisor, Supervisor
 @click.option("--served-model-name", required=True, help="the id /v1/models must list")
 @click.option(
     "--endpoint",
-    type=click.Choice(["chat_completions", "completions"]),
+    type=click.Choice(PRIMARY_ENDPOINTS),
     default="chat_completions",
     show_default=True,
     help="the primary endpoint the smoke request goes to",
+)
+@click.option(
+    "--embedding-width",
+    type=click.IntRange(min=1),
+    help="the numbers in each vector of an embeddings endpoint (any one width if not given)",
 )
 @click.option(
     "--api-key-file",
@@ -93,6 +99,7 @@ def main(
     url: str,
     served_model_name: str,
     endpoint: PrimaryEndpoint,
+    embedding_width: int | None,
     api_key_file: Path | None,
     api_key_credential: str | None,
     api_key_env: str,
@@ -114,6 +121,7 @@ def main(
             url=url.rstrip("/"),
             served_model_name=served_model_name,
             endpoint=endpoint,
+            embedding_width=embedding_width,
             api_key=read_api_key(api_key_file, "--api-key-file")
             or read_api_key(credential_path(api_key_credential)),
             health_timeout=health_timeout,

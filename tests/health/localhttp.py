@@ -85,4 +85,20 @@ def openai_replies(model: str = "tiny", text: str = "hello") -> dict[str, Reply]
             {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]},
         ),
         "/v1/completions": (200, {"choices": [{"index": 0, "text": text}]}),
+        "/v1/embeddings": (200, embeddings_reply([[0.5, -0.25, 1.0], [0.0, 2.0, -1.5]])),
+        "/v1/rerank": (200, rerank_reply([0.25, 0.75])),
     }
+
+
+def embeddings_reply(vectors: list[list[float]]) -> dict[str, Any]:
+    """An OpenAI embeddings answer of these vectors, in order."""
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+    return {"object": "list", "data": data, "usage": {"prompt_tokens": 9, "total_tokens": 9}}
+
+
+def rerank_reply(scores: list[float]) -> dict[str, Any]:
+    """A rerank answer (Jina and Cohere's shape, as vLLM and llama-server give it): one
+    result per document, best first."""
+    ranked = sorted(enumerate(scores), key=lambda pair: -pair[1])
+    results = [{"index": i, "relevance_score": score} for i, score in ranked]
+    return {"model": "tiny", "usage": {"prompt_tokens": 15, "total_tokens": 15}, "results": results}

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from epycd.health import GateConfig, answer_text, run_gate, smoke_request
-from tests.health.localhttp import local_server, openai_replies
+from epycd.health import SMOKE_TEXTS, GateConfig, answer_text, run_gate, smoke_request
+from tests.health.localhttp import embeddings_reply, local_server, openai_replies, rerank_reply
 from tests.health.realvllm import free_port
 
 LOADING = {"message": "Loading model", "type": "unavailable_error", "code": 503}
@@ -199,3 +199,46 @@ def test_a_port_that_accepts_but_never_answers_is_polled_with_short_probes() -> 
     assert (result.ok, result.phase) == (False, "health")
     assert "ReadTimeout" in result.reason
     assert time.monotonic() - started < 3
+
+
+def test_an_embeddings_endpoint_passes_with_one_vector_per_input() -> None:
+    with local_server(openai_replies()) as (url, routes):
+        result = run_gate(config(url, endpoint="embeddings", embedding_width=3))
+    assert result.ok, result.reason
+    assert result.reason == "tiny answered on /v1/embeddings"
+    method, path, _, body = routes.seen[-1]
+    assert (method, path) == ("POST", "/v1/embeddings")
+    assert body == {"model": "tiny", "input": SMOKE_TEXTS}
+
+
+def test_a_rerank_endpoint_passes_with_one_score_per_document() -> None:
+    with local_server(openai_replies()) as (url, routes):
+        result = run_gate(config(url, endpoint="rerank"))
+    assert result.ok, result.reason
+    _, path, _, body = routes.seen[-1]
+    assert path == "/v1/rerank"
+    assert body == {"model": "tiny", "query": SMOKE_TEXTS[0], "documents": SMOKE_TEXTS}
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "reply", "width", "said"),
+    [
+        ("embeddings", embeddings_reply([[0.5, float("nan")], [0.0, 1.0]]), None, "not finite"),
+        ("embeddings", embeddings_reply([[0.5, 1.0], [0.0, 1.0, 2.0]]), None, "2, 3 numbers"),
+        ("embeddings", embeddings_reply([[0.5, 1.0], [0.0, 1.0]]), 768, "not 768"),
+        ("embeddings", embeddings_reply([[0.5, 1.0]]), None, "no 2 embeddings"),
+        ("embeddings", embeddings_reply([[], []]), None, "not a list of numbers"),
+        ("embeddings", {"error": {"message": "input too long"}}, None, "input too long"),
+        ("rerank", rerank_reply([0.5]), None, "no 2 scores"),
+        ("rerank", rerank_reply([0.5, float("inf")]), None, "finite relevance_score"),
+        ("rerank", {"results": [{"index": 0, "relevance_score": 1}] * 2}, None, "twice"),
+    ],
+)
+def test_a_pooling_answer_that_is_not_what_the_endpoint_gives_fails_in_request(
+    endpoint: str, reply: Any, width: int | None, said: str
+) -> None:
+    replies = openai_replies() | {f"/v1/{endpoint}": (200, reply)}
+    with local_server(replies) as (url, _):
+        result = run_gate(config(url, endpoint=endpoint, embedding_width=width))
+    assert (result.ok, result.phase) == (False, "request")
+    assert said in result.reason
