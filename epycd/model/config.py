@@ -178,3 +178,13 @@ def _mlp_params(text: Config, hidden: int) -> tuple[int, int | None]:
     )
     moe = matrices * hidden * (experts * expert_size + shared_size) + hidden * experts
     return dense, moe
+
+
+def labels(config: Config) -> int:
+    """A classification head's labels: `id2label`'s, else `num_labels`, else Transformers'
+    default of 2."""
+    id2label = config.get("id2label")
+    if isinstance(id2label, dict) and id2label:
+        return len(id2label)
+    count = config.get("num_labels")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 2

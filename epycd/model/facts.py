@@ -10,9 +10,21 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-ModelKind = Literal["text", "multimodal", "pooling", "unsupported", "undetermined"]
+ModelKind = Literal[
+    "text",
+    "multimodal",
+    "embedding",
+    "rerank",
+    "classify",
+    "pooling",
+    "unsupported",
+    "undetermined",
+]
+"""What a model is to its engine. `embedding`, `rerank` and `classify` are the pooling models
+it serves as such; `pooling` one it runs but not on an endpoint epyc-llm gives (a reward or
+token-classification head, a late-interaction retriever)."""
 TemplateStatus = Literal["present", "absent", "ambiguous", "unknown"]
-Endpoint = Literal["chat_completions", "completions", "embeddings", "score"]
+Endpoint = Literal["chat_completions", "completions", "embeddings", "rerank", "score"]
 WeightsFormat = Literal["safetensors", "gguf"]
 
 
@@ -71,6 +83,11 @@ class GgufFile(BaseModel):
         "rows are a multiple of 8 (its engine's model/memory.py, repacked_bytes)",
     )
     chat_template: bool = Field(description="tokenizer.chat_template is in the file")
+    pooling_type: str | None = Field(
+        default=None,
+        description="{arch}.pooling_type as llama.cpp names it (none, mean, cls, last, rank): "
+        "an embedder's or, rank, a reranker's; None where the file gives none",
+    )
 
 
 class EngineSupport(BaseModel):

@@ -96,9 +96,9 @@ def _from_tokenizer_config(value: Any) -> ChatTemplate:
 
 
 def endpoints(
-    kind: ModelKind, template: ChatTemplate, *, scoring: bool = False
+    kind: ModelKind, template: ChatTemplate
 ) -> tuple[Endpoint | None, list[Endpoint], bool]:
-    """(primary endpoint, supported endpoints, launchable as a chat/completions endpoint)."""
+    """(primary endpoint, supported endpoints, launchable on its primary endpoint)."""
     chat = template.status == "present"
     if kind in ("text", "undetermined"):
         if chat:
@@ -108,7 +108,8 @@ def endpoints(
         if chat:
             return "chat_completions", ["chat_completions", "completions"], True
         return None, [], False
-    if kind == "pooling":
-        pooled: list[Endpoint] = ["embeddings", "score"] if scoring else ["embeddings"]
-        return None, pooled, False
+    if kind == "embedding":
+        return "embeddings", ["embeddings"], True
+    if kind == "rerank":
+        return "rerank", ["rerank", "score"], True
     return None, [], False

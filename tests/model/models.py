@@ -253,6 +253,46 @@ BGE_SMALL_EN_V1_5: dict[str, Any] = {
     "vocab_size": 30522,
 }
 
+BGE_RERANKER_BASE: dict[str, Any] = {
+    "architectures": ["XLMRobertaForSequenceClassification"],
+    "attention_probs_dropout_prob": 0.1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "hidden_size": 768,
+    "id2label": {"0": "LABEL_0"},
+    "initializer_range": 0.02,
+    "intermediate_size": 3072,
+    "label2id": {"LABEL_0": 0},
+    "layer_norm_eps": 1e-05,
+    "max_position_embeddings": 514,
+    "model_type": "xlm-roberta",
+    "num_attention_heads": 12,
+    "num_hidden_layers": 12,
+    "pad_token_id": 1,
+    "position_embedding_type": "absolute",
+    "torch_dtype": "float32",
+    "type_vocab_size": 1,
+    "use_cache": True,
+    "vocab_size": 250002,
+}
+"""BAAI/bge-reranker-base: a cross-encoder, one label."""
+
+TWITTER_ROBERTA_SENTIMENT: dict[str, Any] = {
+    "architectures": ["RobertaForSequenceClassification"],
+    "hidden_size": 768,
+    "id2label": {"0": "negative", "1": "neutral", "2": "positive"},
+    "label2id": {"negative": 0, "neutral": 1, "positive": 2},
+    "intermediate_size": 3072,
+    "max_position_embeddings": 514,
+    "model_type": "roberta",
+    "num_attention_heads": 12,
+    "num_hidden_layers": 12,
+    "vocab_size": 50265,
+}
+"""cardiffnlp/twitter-roberta-base-sentiment-latest: a classifier of three labels."""
+
 GLM_4_9B_CHAT_HF: dict[str, Any] = {
     "architectures": ["GlmForCausalLM"],
     "attention_bias": True,
@@ -394,6 +434,13 @@ def model_files(scratch: Path | None = None) -> dict[str, dict[str, bytes | Path
             "config.json": _json(BGE_SMALL_EN_V1_5),
             "tokenizer_config.json": _tokenizer_config(None, model_max_length=512),
             **({"model.safetensors": bge_small_safetensors(scratch)} if scratch else {}),
+        },
+        "BAAI/bge-reranker-base": {
+            "config.json": _json(BGE_RERANKER_BASE),
+            "tokenizer_config.json": _tokenizer_config(None, model_max_length=512),
+        },
+        "cardiffnlp/twitter-roberta-base-sentiment-latest": {
+            "config.json": _json(TWITTER_ROBERTA_SENTIMENT),
         },
         "THUDM/glm-4-9b-chat-hf": {
             "config.json": _json(GLM_4_9B_CHAT_HF),

@@ -47,7 +47,9 @@ def run_json(*args: str) -> tuple[int, dict[str, Any]]:
         ("allenai/OLMo-2-0425-1B", 0, "text"),
         ("Qwen/Qwen2.5-VL-7B-Instruct", 0, "multimodal"),
         ("THUDM/glm-4-9b-chat-hf", 0, "text"),
-        ("BAAI/bge-small-en-v1.5", 1, "pooling"),
+        ("BAAI/bge-small-en-v1.5", 0, "embedding"),
+        ("BAAI/bge-reranker-base", 0, "rerank"),
+        ("cardiffnlp/twitter-roberta-base-sentiment-latest", 1, "classify"),
         ("google-t5/t5-small", 1, "unsupported"),
     ],
 )

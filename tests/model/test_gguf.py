@@ -127,7 +127,7 @@ def test_endpoint_template_overrides_the_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("architecture", "verdict", "kind"),
     [
-        ("bert", "an embedding encoder", "pooling"),
+        ("clip", "a vision encoder", "pooling"),
         ("no-such-arch", "does not know the architecture 'no-such-arch'", "unsupported"),
     ],
 )
@@ -224,6 +224,7 @@ def test_the_table_covers_every_architecture_the_pinned_reader_names() -> None:
     table = llama_tables.load_table(llama_tables.pinned_version())
     assert set(gguf.MODEL_ARCH_NAMES.values()) <= set(table.architectures)
     assert set(llama_tables.NOT_TEXT_GENERATION) <= set(table.architectures)
+    assert set(llama_tables.EMBEDDERS) <= set(table.architectures)
 
 
 def test_the_table_is_the_sources_own_map(tmp_path: Path) -> None:
@@ -255,3 +256,33 @@ def test_commands_that_never_read_a_gguf_file_do_not_load_its_reader(command: st
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "LOADED []"
+
+
+@pytest.mark.parametrize(
+    ("architecture", "pooling", "kind", "primary", "said"),
+    [
+        ("bert", None, "embedding", "embeddings", "bert is an embedding encoder: /v1/embeddings"),
+        ("qwen2", 3, "embedding", "embeddings", "an embedder (last pooling)"),
+        ("qwen2", 4, "rerank", "rerank", "a reranker: /v1/rerank (--rerank)"),
+        ("qwen2", 0, "text", "chat_completions", "servable by llama.cpp"),
+    ],
+)
+def test_embedders_and_rerankers_are_known_by_architecture_and_pooling_type(
+    tmp_path: Path,
+    architecture: str,
+    pooling: int | None,
+    kind: str,
+    primary: str,
+    said: str,
+) -> None:
+    path = tmp_path / "m.gguf"
+    extra = {} if pooling is None else {"{arch}.pooling_type": pooling}
+    write_gguf(path, GgufShape(architecture=architecture, extra=extra))
+    code, data, _ = run_json("check-model", str(path))
+    assert code == 0
+    assert engine(data, "llama.cpp")["kind"] == kind
+    assert engine(data, "llama.cpp")["supported"] is True
+    assert data["primary_endpoint"] == primary
+    assert said in data["message"]
+    names = {None: None, 0: "none", 3: "last", 4: "rank"}
+    assert read_gguf(path).pooling_type == names[pooling]

@@ -30,7 +30,9 @@ CLASSIFIED = [
     ("deepseek-ai/DeepSeek-V2-Lite", "text", "unknown", "completions", True),
     ("allenai/OLMo-2-0425-1B", "text", "absent", "completions", True),
     ("Qwen/Qwen2.5-VL-7B-Instruct", "multimodal", "present", "chat_completions", True),
-    ("BAAI/bge-small-en-v1.5", "pooling", "absent", None, False),
+    ("BAAI/bge-small-en-v1.5", "embedding", "absent", "embeddings", True),
+    ("BAAI/bge-reranker-base", "rerank", "absent", "rerank", True),
+    ("cardiffnlp/twitter-roberta-base-sentiment-latest", "classify", "unknown", None, False),
     ("THUDM/glm-4-9b-chat-hf", "text", "present", "chat_completions", True),
     ("google-t5/t5-small", "unsupported", "unknown", None, False),
 ]

@@ -17,6 +17,7 @@ from epycd.engines.vllm.model.registry_tables import (
 )
 from epycd.engines.vllm.model.support import architecture_kind, classify
 from epycd.errors import InputError
+from epycd.model.config import labels as config_labels
 
 # The shape of vLLM's registry.py that broke the recipe's line parser: a nested `},` inside
 # _EMBEDDING_MODELS (a dict comprehension merge) ended the section early for a line reader.
@@ -74,7 +75,7 @@ def test_generation_wins_over_pooling_and_transformers_classes_decide() -> None:
     sections = parse_registry(REGISTRY_EXCERPT)
     assert architecture_kind("GlmForCausalLM", sections) == "text"
     assert architecture_kind("LlamaForCausalLM", sections) == "text"
-    assert architecture_kind("BertModel", sections) == "pooling"
+    assert architecture_kind("BertModel", sections) == "embedding"
     assert architecture_kind("Qwen2_5_VLForConditionalGeneration", sections) == "multimodal"
     assert architecture_kind("Olmo2ForCausalLM", sections) == "text"
     assert architecture_kind("Emu3ForConditionalGeneration", sections) == "multimodal"
@@ -114,7 +115,7 @@ def test_shipped_tables_come_from_real_registries(version: str) -> None:
     # The comprehension merge of the real registry: Llama-class archs are also embeddings.
     assert "LlamaForCausalLM" in sections["_EMBEDDING_MODELS"]
     assert architecture_kind("GlmForCausalLM", sections) == "text"
-    assert architecture_kind("BertModel", sections) == "pooling"
+    assert architecture_kind("BertModel", sections) == "embedding"
 
 
 def test_glm_moved_to_the_transformers_backend_in_0_32() -> None:
@@ -136,3 +137,40 @@ def test_table_choice_uses_the_nearest_lower_version_and_warns() -> None:
     assert choose_table_version("0.32.0+cpu", versions) == ("0.32.0", [])
     chosen, notes = choose_table_version("0.10.0", versions)
     assert chosen is None and notes
+
+
+@pytest.mark.parametrize("version", ["0.25.1", "0.32.0"])
+@pytest.mark.parametrize(
+    ("architecture", "labels", "kind"),
+    [
+        ("BertModel", 2, "embedding"),
+        ("BertForSequenceClassification", 1, "rerank"),
+        ("XLMRobertaForSequenceClassification", 1, "rerank"),
+        ("BertForSequenceClassification", 2, "classify"),
+        ("Qwen2ForRewardModel", 1, "pooling"),
+        ("BertForTokenClassification", 1, "pooling"),
+        ("Qwen2ForCausalLM", 1, "text"),
+    ],
+)
+def test_pooling_kinds_by_section_and_labels(
+    version: str, architecture: str, labels: int, kind: str
+) -> None:
+    """A sequence classifier of one label is a reranker; a causal LM that vLLM's registry
+    also lists among its embedders stays a text model."""
+    sections = json.loads((tables_dir() / f"{version}.json").read_text())["sections"]
+    assert classify([architecture], sections, labels=labels)[0] == kind
+
+
+@pytest.mark.parametrize(
+    ("config", "labels"),
+    [
+        ({"id2label": {"0": "LABEL_0"}, "num_labels": 5}, 1),
+        ({"num_labels": 3}, 3),
+        ({}, 2),
+        ({"id2label": {}, "num_labels": True}, 2),
+    ],
+)
+def test_a_heads_labels_come_from_id2label_then_num_labels(
+    config: dict[str, object], labels: int
+) -> None:
+    assert config_labels(config) == labels

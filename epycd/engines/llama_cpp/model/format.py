@@ -5,9 +5,10 @@
 llama.cpp's architectures are one JSON file per pinned llama.cpp source in `data/llama.cpp/`:
 the `LLM_ARCH_NAMES` map of its `src/llama-arch.cpp`, the `general.architecture` values a GGUF
 file may carry and that build loads. It is read from the source, never compiled; an
-architecture missing from it is one that build refuses to load. What an architecture *is*
-(text generation, or an encoder, embedder, draft head or audio decoder that has no chat or
-completions endpoint) is decided here from `NOT_TEXT_GENERATION`.
+architecture missing from it is one that build refuses to load. What a file *is* is decided
+here: an embedder (`EMBEDDERS`, or an embedding pooling type in the file), a reranker (rank
+pooling), text generation, or an encoder, draft head or audio decoder that no endpoint
+serves (`NOT_TEXT_GENERATION`).
 
 Make a table from the pinned source (the sdist the runtime recipe builds from, or a folder):
 
@@ -44,8 +45,7 @@ ARCH_SOURCE = "src/llama-arch.cpp"
 ARCH_MAP = re.compile(r"LLM_ARCH_NAMES\s*=\s*\{(?P<body>.*?)\n\};", re.DOTALL)
 ARCH_ENTRY = re.compile(r'\{\s*LLM_ARCH_[A-Z0-9_]+\s*,\s*"(?P<name>[^"]+)"\s*\}')
 
-NOT_TEXT_GENERATION = {
-    "clip": "a vision encoder (llama-quantize's placeholder)",
+EMBEDDERS = {
     "bert": "an embedding encoder",
     "modern-bert": "an embedding encoder",
     "nomic-bert": "an embedding encoder",
@@ -54,14 +54,20 @@ NOT_TEXT_GENERATION = {
     "jina-bert-v2": "an embedding encoder",
     "jina-bert-v3": "an embedding encoder",
     "eurobert": "an embedding encoder",
-    "t5encoder": "an encoder without a decoder",
     "gemma-embedding": "an embedding model",
     "llama-embed": "an embedding model",
+}
+"""Architectures llama-server serves on /v1/embeddings (`--embeddings`), and only there."""
+NOT_TEXT_GENERATION = {
+    "clip": "a vision encoder (llama-quantize's placeholder)",
+    "t5encoder": "an encoder without a decoder",
     "wavtokenizer-dec": "an audio decoder",
     "eagle3": "a speculative-decoding draft head",
     "dflash": "a speculative-decoding draft head",
 }
-"""Architectures llama-server loads but cannot serve chat or completions from."""
+"""Architectures llama-server loads but serves no endpoint of from."""
+EMBEDDING_POOLING = ("mean", "cls", "last")
+"""A file's pooling types of an embedder; "rank" is a reranker's (`--rerank`)."""
 
 
 class LlamaTable(BaseModel):
@@ -174,7 +180,7 @@ class GgufFormat(ModelFormat):
         source = locate_gguf(model, request.file, revision=request.revision)
         gguf = read_gguf(source.path, name=source.name)
         notes = list(source.warnings)
-        known = architecture_support(gguf.architecture)
+        known = architecture_support(gguf.architecture, gguf.pooling_type)
         template = (
             template_from_override(request.chat_template_override)
             if request.chat_template_override
@@ -234,23 +240,34 @@ class GgufFormat(ModelFormat):
 FORMAT = GgufFormat()
 
 
-def architecture_support(architecture: str) -> EngineSupport:
-    """llama.cpp's answer for a GGUF architecture, from its pinned source's table."""
+def architecture_support(architecture: str, pooling_type: str | None = None) -> EngineSupport:
+    """llama.cpp's answer for a GGUF architecture, from its pinned source's table, and the
+    file's pooling type: a reranker's (rank), an embedder's, or none for a text model."""
     version = pinned_version()
     known = architecture in load_table(version).architectures
-    not_text = NOT_TEXT_GENERATION.get(architecture)
     if not known:
         reason = f"llama.cpp {version} does not know the architecture {architecture!r}"
         return EngineSupport(
             engine=ENGINE, version=version, supported=False, kind="unsupported", reason=reason
         )
-    if not_text:
+    if pooling_type == "rank":
+        reason = f"{architecture} with rank pooling is a reranker: /v1/rerank (--rerank)"
+        return EngineSupport(
+            engine=ENGINE, version=version, supported=True, kind="rerank", reason=reason
+        )
+    if architecture in EMBEDDERS or pooling_type in EMBEDDING_POOLING:
+        what = EMBEDDERS.get(architecture, f"an embedder ({pooling_type} pooling)")
+        reason = f"{architecture} is {what}: /v1/embeddings (--embeddings)"
+        return EngineSupport(
+            engine=ENGINE, version=version, supported=True, kind="embedding", reason=reason
+        )
+    if not_text := NOT_TEXT_GENERATION.get(architecture):
         return EngineSupport(
             engine=ENGINE,
             version=version,
             supported=False,
             kind="pooling",
-            reason=f"{architecture} is {not_text}: no chat or completions endpoint",
+            reason=f"{architecture} is {not_text}: no endpoint serves it",
         )
     return EngineSupport(
         engine=ENGINE, version=version, supported=True, kind="text", reason="known"
@@ -263,6 +280,8 @@ def verdict(gguf: GgufFile, known: EngineSupport, template: ChatTemplate, launch
     if not known.supported:
         return f"not servable: {known.reason}"
     lead = f"servable by llama.cpp {known.version}: {quant}{gguf.architecture} GGUF"
+    if known.kind in ("embedding", "rerank"):
+        return f"{lead}, {known.reason}"
     if template.status == "present":
         return f"{lead}; /v1/chat/completions (template from {template.source})"
     return (

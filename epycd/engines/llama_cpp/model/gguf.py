@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, Keys, LlamaFileType
+from gguf import (
+    GGML_QUANT_SIZES,
+    GGMLQuantizationType,
+    GGUFValueType,
+    Keys,
+    LlamaFileType,
+    PoolingType,
+)
 
 from epycd.errors import InputError
 from epycd.model.facts import GgufFile
@@ -461,7 +468,17 @@ def _facts(contents: _Contents, path: Path, name: str, size: int) -> GgufFile:
         vocab_size=fields.vocab_size(Keys.Tokenizer.LIST, Keys.LLM.VOCAB_SIZE.format(arch=arch)),
         repackable_bytes=_repackable_bytes(contents.tensors),
         chat_template=fields.has_text(Keys.Tokenizer.CHAT_TEMPLATE),
+        pooling_type=_pooling_type(fields.integer(Keys.LLM.POOLING_TYPE.format(arch=arch))),
     )
+
+
+def _pooling_type(value: int | None) -> str | None:
+    """llama.cpp's name of a pooling type (`enum llama_pooling_type`); None for a value it
+    does not know."""
+    try:
+        return PoolingType(value).name.lower() if value is not None else None
+    except ValueError:
+        return None
 
 
 def _first(values: list[int] | None) -> int | None:

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from epycd import engines
-from epycd.engines.vllm.model.registry_tables import Section
-from epycd.engines.vllm.model.support import is_scoring, support_from_installed, support_from_table
+from epycd.engines.vllm.model.support import support_from_installed, support_from_table
 from epycd.errors import InputError
 from epycd.model import config as cfg
 from epycd.model.facts import ChatTemplate, EngineSupport, ModelFacts, Support
@@ -64,18 +63,16 @@ class HuggingFaceFormat(ModelFormat):
         architectures = [str(a) for a in config.get("architectures") or []]
         notes = list(source.warnings)
 
-        support, sections = _support(
+        support = _support(
             architectures,
+            cfg.labels(config),
             request.engine_version,
             request.engine_executable,
             notes,
             request.probe_cache,
         )
         template = _chat_template(request.chat_template_override, source.folder)
-        scoring = any(is_scoring(a, sections) for a in architectures)
-        primary, supported_endpoints, launchable = endpoints(
-            support.kind, template, scoring=scoring
-        )
+        primary, supported_endpoints, launchable = endpoints(support.kind, template)
         weights_bytes, weights_source = _weights(source, config, notes)
         kv_per_token = cfg.kv_bytes_per_token(config)
         if kv_per_token is None:
@@ -163,17 +160,22 @@ def read_config(folder: Path) -> dict[str, Any]:
 
 def _support(
     architectures: list[str],
+    labels: int,
     vllm_version: str | None,
     vllm_executable: str | None,
     notes: list[str],
     probe_cache: ProbeCache | None = None,
-) -> tuple[Support, Mapping[str, Section]]:
+) -> Support:
     if vllm_executable:
         try:
-            return support_from_installed(architectures, Path(vllm_executable), probe_cache)
+            return support_from_installed(
+                architectures, Path(vllm_executable), probe_cache, labels=labels
+            )[0]
         except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
             notes.append(f"the vLLM at {vllm_executable} could not be asked ({exc}): used tables")
-    return support_from_table(architectures, vllm_version or pinned_vllm_version())
+    return support_from_table(architectures, vllm_version or pinned_vllm_version(), labels=labels)[
+        0
+    ]
 
 
 def _weights(
@@ -207,9 +209,17 @@ def verdict(
         return f"not servable: vLLM {version} does not support {arch}"
     if support.kind == "pooling":
         return (
-            f"not servable as chat or completions: vLLM {version} runs {arch} as a pooling "
-            "(embedding/scoring) model"
+            f"not servable: vLLM {version} runs {arch} as a pooling model that no endpoint "
+            "gives (a reward or token-classification head, or a late-interaction retriever)"
         )
+    if support.kind == "classify":
+        return (
+            f"not servable: vLLM {version} runs {arch} as a classifier of several labels; a "
+            "reranker has one (config.json's id2label)"
+        )
+    if support.kind in ("embedding", "rerank"):
+        paths = "/v1/embeddings" if support.kind == "embedding" else "/v1/rerank and /v1/score"
+        return f"servable: {support.kind} model {arch} on vLLM {version}; {paths}"
     if support.kind == "multimodal" and not launchable:
         return (
             f"not launchable: multimodal {arch} needs a chat template and has none "

@@ -36,15 +36,16 @@ GENERATION_SECTIONS = {
     "_TEXT_GENERATION_MODELS": "text",
     "_MULTIMODAL_MODELS": "multimodal",
 }
-POOLING_SECTIONS = (
-    "_EMBEDDING_MODELS",
-    "_CROSS_ENCODER_MODELS",
-    "_LATE_INTERACTION_MODELS",
-    "_REWARD_MODELS",
-    "_TOKEN_CLASSIFICATION_MODELS",
-    "_SEQUENCE_CLASSIFICATION_MODELS",
-)
-SCORING_SECTIONS = ("_CROSS_ENCODER_MODELS", "_SEQUENCE_CLASSIFICATION_MODELS")
+POOLING_SECTIONS: dict[str, ModelKind] = {
+    "_EMBEDDING_MODELS": "embedding",
+    "_CROSS_ENCODER_MODELS": "rerank",
+    "_SEQUENCE_CLASSIFICATION_MODELS": "classify",
+    "_LATE_INTERACTION_MODELS": "pooling",
+    "_REWARD_MODELS": "pooling",
+    "_TOKEN_CLASSIFICATION_MODELS": "pooling",
+}
+"""The pooling sections, in the order they decide. A sequence classifier of one label is a
+reranker (a cross-encoder: vLLM serves it on /v1/rerank and /v1/score), of more a classifier."""
 TRANSFORMERS_SECTIONS = ("_TRANSFORMERS_SUPPORTED_MODELS", "_TRANSFORMERS_BACKEND_MODELS")
 SPECULATIVE_SECTION = "_SPECULATIVE_DECODING_MODELS"
 
@@ -72,44 +73,51 @@ print(json.dumps({{
 
 def transformers_kind(class_name: str) -> ModelKind:
     """Kind of a Transformers-backend class such as `TransformersMultiModalForCausalLM`."""
-    pooling_marks = ("Embedding", "SequenceClassification", "Reward", "TokenClassification")
-    if any(mark in class_name for mark in pooling_marks):
+    if "Embedding" in class_name:
+        return "embedding"
+    if "SequenceClassification" in class_name:
+        return "classify"
+    if any(mark in class_name for mark in ("Reward", "TokenClassification")):
         return "pooling"
     if "MultiModal" in class_name:
         return "multimodal"
     return "text"
 
 
+POOLING_KINDS: tuple[ModelKind, ...] = ("embedding", "rerank", "classify", "pooling")
+
+
 def architecture_kind(arch: str, sections: Mapping[str, Section]) -> ModelKind | None:
-    """text | multimodal | pooling, 'unsupported' for a draft model, None if vLLM lacks it."""
+    """text | multimodal | a pooling kind, 'unsupported' for a draft model, None if vLLM
+    lacks it."""
     for section, kind in GENERATION_SECTIONS.items():
         if arch in sections.get(section, {}):
             return "text" if kind == "text" else "multimodal"
     for section in TRANSFORMERS_SECTIONS:
         class_name = sections.get(section, {}).get(arch)
-        if class_name is not None and transformers_kind(class_name) != "pooling":
+        if class_name is not None and transformers_kind(class_name) not in POOLING_KINDS:
             return transformers_kind(class_name)
-    if any(arch in sections.get(section, {}) for section in POOLING_SECTIONS):
-        return "pooling"
-    for section in TRANSFORMERS_SECTIONS:
+    for section, pooling in POOLING_SECTIONS.items():
         if arch in sections.get(section, {}):
-            return "pooling"
+            return pooling
+    for section in TRANSFORMERS_SECTIONS:
+        class_name = sections.get(section, {}).get(arch)
+        if class_name is not None:
+            return transformers_kind(class_name)
     if arch in sections.get(SPECULATIVE_SECTION, {}):
         return "unsupported"
     return None
-
-
-def is_scoring(arch: str, sections: Mapping[str, Section]) -> bool:
-    return any(arch in sections.get(section, {}) for section in SCORING_SECTIONS)
 
 
 def classify(
     architectures: list[str],
     sections: Mapping[str, Section],
     *,
+    labels: int = 2,
     previously_supported: Mapping[str, str] | None = None,
 ) -> tuple[ModelKind, str | None, list[str]]:
-    """(kind, the architecture that decided it, warnings). The first known architecture decides."""
+    """(kind, the architecture that decided it, warnings). The first known architecture
+    decides; a sequence classifier of one label (`labels`, config.json's) is a reranker."""
     notes: list[str] = []
     if not architectures:
         return "undetermined", None, ["config.json lists no architectures"]
@@ -118,6 +126,8 @@ def classify(
         kind = architecture_kind(arch, sections)
         if kind == "unsupported":
             draft = draft or arch
+        elif kind == "classify" and labels == 1:
+            return "rerank", arch, notes
         elif kind is not None:
             return kind, arch, notes
     if draft is not None:
@@ -131,7 +141,7 @@ def classify(
 
 
 def support_from_table(
-    architectures: list[str], vllm_version: str, *, tables: Path | None = None
+    architectures: list[str], vllm_version: str, *, labels: int = 2, tables: Path | None = None
 ) -> tuple[Support, Mapping[str, Section]]:
     chosen, notes = choose_table_version(vllm_version, available_versions(tables))
     if chosen is None:
@@ -147,7 +157,10 @@ def support_from_table(
         )
     table = load_table(chosen, tables)
     kind, _, more = classify(
-        architectures, table.sections, previously_supported=table.previously_supported
+        architectures,
+        table.sections,
+        labels=labels,
+        previously_supported=table.previously_supported,
     )
     return _support(kind, vllm_version, chosen, "table", [*notes, *more]), table.sections
 
@@ -214,11 +227,15 @@ def _dump_registry(python: str, timeout: float) -> dict[str, Any]:
 
 
 def support_from_installed(
-    architectures: list[str], vllm_executable: Path, cache: ProbeCache | None = None
+    architectures: list[str],
+    vllm_executable: Path,
+    cache: ProbeCache | None = None,
+    *,
+    labels: int = 2,
 ) -> tuple[Support, Mapping[str, Section]]:
     """The installed vLLM is the authority: `get_supported_archs()` says yes or no."""
     version, supported_archs, sections = installed_registry(vllm_executable, cache=cache)
-    kind, arch, notes = classify(architectures, sections)
+    kind, arch, notes = classify(architectures, sections, labels=labels)
     if kind != "undetermined" and not any(a in supported_archs for a in architectures):
         kind = "unsupported"
     elif (

@@ -43,6 +43,9 @@ def needs_host_vllm(spec: EndpointSpec, host: HostFacts) -> bool:
     return spec.runtime == "auto" and container_runtime(host.runtimes) is None
 
 
+POOLING_WORDS = {"embeddings": "an embedding model", "rerank": "a reranker"}
+
+
 def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path) -> list[str]:
     """Refuse what vLLM cannot serve on a chat/completions endpoint; return warnings."""
     own_format = format_named(facts.format)
@@ -57,6 +60,15 @@ def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path)
         )
     if facts.support.supported is False or not facts.launchable:
         raise Refusal(facts.message or "vLLM cannot serve this model", file=file, key="model")
+    if (endpoint := facts.primary_endpoint) in ("embeddings", "rerank"):
+        raise Refusal(
+            f"{facts.model} is {POOLING_WORDS[endpoint]} (/v1/{endpoint}): "
+            "epyc-llm plans chat and completions endpoints, and not yet embeddings or rerank",
+            file=file,
+            key="model",
+            fix="choose a text-generation model; serve this one with `vllm serve --runner "
+            "pooling` until epyc-llm plans it",
+        )
     if facts.primary_endpoint not in ("chat_completions", "completions"):
         raise Refusal(
             f"{facts.model} is a {facts.support.kind} model: no chat or completions endpoint",
