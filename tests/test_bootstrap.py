@@ -218,7 +218,12 @@ def test_a_rebuilt_builder_rebuilds_those_that_read_it(tmp_path: Path) -> None:
     lib = root / "tests/tools/tiny_model.py"
     lib.write_text(lib.read_text() + "\n# one line\n")
     done = bootstrap(root, env)
-    assert sorted(ran(tmp_path)) == ["tiny_gguf", "vllm_image", "vllm_venv"], done.stdout
+    assert sorted(ran(tmp_path)) == [
+        "tiny_gguf",
+        "tiny_pooling",
+        "vllm_image",
+        "vllm_venv",
+    ], done.stdout
 
 
 @pytest.mark.parametrize("failing", ["rootfs", "vllm_venv"])

@@ -1,8 +1,9 @@
-"""The health gate of embeddings and rerank endpoints against real servers on this CPU: vLLM's
-pooling runner serving the tiny model as an embedder and as a one-label reranker, and
-llama-server with `--embeddings` serving the tiny GGUF. The engines' own answers to a
-request the endpoint does not serve pass through the gate as its reason. The reranker runs
-first, before the embedder of the module's fixture starts: one vLLM at a time."""
+"""The health gate of embeddings and rerank endpoints against real servers on this CPU:
+vLLM's pooling runner serving the tiny model as an embedder, a tiny BERT cross-encoder on
+plain `vllm serve`, and llama-server with `--embeddings` serving the tiny GGUF. The engines'
+own answers to a request the endpoint does not serve pass through the gate as its reason.
+The reranker runs first, before the embedder of the module's fixture starts: one vLLM at a
+time."""
 
 from __future__ import annotations
 
@@ -15,12 +16,7 @@ import httpx
 import pytest
 
 from epycd.health import GateConfig, GateResult, run_gate
-from tests.health.pooling_models import (
-    EMBEDDING_FLAGS,
-    RERANK_FLAGS,
-    build_tiny_reranker,
-    tiny_width,
-)
+from tests.health.pooling_models import EMBEDDING_FLAGS, tiny_bert, tiny_width
 from tests.health.realvllm import VllmServer, free_port, serve_argv, tiny_model
 from tests.llama.realllama import serving
 
@@ -50,13 +46,17 @@ def vllm_serving(
 
 @pytest.mark.vllm
 @pytest.mark.serves
-def test_vllm_rerank_passes_with_one_score_per_document(tmp_path: Path) -> None:
-    model = build_tiny_reranker(tmp_path / "reranker")
+def test_vllm_rerank_of_a_bert_cross_encoder_passes_with_one_score_per_document(
+    tmp_path: Path,
+) -> None:
+    """Plain `vllm serve` of a one-label BERT classifier: its runner resolves to pooling."""
     (tmp_path / "work").mkdir()
-    with vllm_serving(model, RERANK_FLAGS, tmp_path / "work") as (url, server):
+    with vllm_serving(tiny_bert("reranker"), (), tmp_path / "work") as (url, server):
         result = run_gate(gate(url, endpoint="rerank"), server.alive)
         assert result.ok, result.reason
         assert result.reason == f"{SERVED} answered on /v1/rerank"
+        embeddings = run_gate(gate(url, endpoint="embeddings"))
+        assert (embeddings.ok, embeddings.phase) == (False, "request"), "a reranker embeds not"
 
 
 @pytest.fixture(scope="module")

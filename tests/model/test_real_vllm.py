@@ -12,6 +12,7 @@ import pytest
 from epycd.engines.vllm.model.registry_tables import load_table
 from epycd.engines.vllm.model.support import installed_registry
 from epycd.model.check import inspect_model
+from tests.health.pooling_models import tiny_bert
 from tests.health.realvllm import (
     VllmServer,
     build_tiny_model,
@@ -93,3 +94,21 @@ def test_a_model_without_a_template_answers_on_completions_only(
     assert reply.status_code == 200, answer_and_log(reply, server)
     refused = ask(base, "chat_completions")
     assert refused.status_code >= 400, "vLLM invented a chat template"
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "primary"),
+    [("embedder", "embedding", "embeddings"), ("reranker", "rerank", "rerank")],
+)
+def test_the_real_registry_knows_the_tiny_bert_pair_as_the_tables_do(
+    name: str, kind: str, primary: str
+) -> None:
+    """A BertModel embeds; a one-label BertForSequenceClassification reranks: the installed
+    vLLM's registry and the shipped table give the same answer."""
+    model = str(tiny_bert(name))
+    installed = inspect_model(model, vllm_executable=str(vllm_executable()))
+    tabled = inspect_model(model, vllm_version="0.32.0")
+    assert installed.support.source == "installed-vllm"
+    assert (installed.support.kind, installed.primary_endpoint) == (kind, primary)
+    assert (tabled.support.kind, tabled.primary_endpoint) == (kind, primary)
+    assert installed.launchable and tabled.launchable

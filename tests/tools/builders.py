@@ -106,6 +106,12 @@ BUILDERS: tuple[Builder, ...] = (
         needs=("llama_server", "vllm_venv"),
     ),
     Builder("vllm_image", builds=("vllm-image",), needs=("rootfs", "vllm_venv")),
+    Builder(
+        "tiny_pooling",
+        builds=("tiny-pooling",),
+        reads=("tests/tools/tiny_pooling.py",),
+        needs=("vllm_venv",),
+    ),
 )
 BY_NAME = {builder.name: builder for builder in BUILDERS}
 
