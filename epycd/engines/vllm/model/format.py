@@ -170,12 +170,10 @@ def _support(
         try:
             return support_from_installed(
                 architectures, Path(vllm_executable), probe_cache, labels=labels
-            )[0]
+            )
         except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
             notes.append(f"the vLLM at {vllm_executable} could not be asked ({exc}): used tables")
-    return support_from_table(architectures, vllm_version or pinned_vllm_version(), labels=labels)[
-        0
-    ]
+    return support_from_table(architectures, vllm_version or pinned_vllm_version(), labels=labels)
 
 
 def _weights(

@@ -142,18 +142,15 @@ def classify(
 
 def support_from_table(
     architectures: list[str], vllm_version: str, *, labels: int = 2, tables: Path | None = None
-) -> tuple[Support, Mapping[str, Section]]:
+) -> Support:
     chosen, notes = choose_table_version(vllm_version, available_versions(tables))
     if chosen is None:
-        return (
-            Support(
-                supported=None,
-                kind="undetermined",
-                vllm_version=vllm_version,
-                table_version=None,
-                warnings=notes,
-            ),
-            {},
+        return Support(
+            supported=None,
+            kind="undetermined",
+            vllm_version=vllm_version,
+            table_version=None,
+            warnings=notes,
         )
     table = load_table(chosen, tables)
     kind, _, more = classify(
@@ -162,7 +159,7 @@ def support_from_table(
         labels=labels,
         previously_supported=table.previously_supported,
     )
-    return _support(kind, vllm_version, chosen, "table", [*notes, *more]), table.sections
+    return _support(kind, vllm_version, chosen, "table", [*notes, *more])
 
 
 def _support(
@@ -232,7 +229,7 @@ def support_from_installed(
     cache: ProbeCache | None = None,
     *,
     labels: int = 2,
-) -> tuple[Support, Mapping[str, Section]]:
+) -> Support:
     """The installed vLLM is the authority: `get_supported_archs()` says yes or no."""
     version, supported_archs, sections = installed_registry(vllm_executable, cache=cache)
     kind, arch, notes = classify(architectures, sections, labels=labels)
@@ -243,4 +240,4 @@ def support_from_installed(
     ):
         kind = "undetermined"
         notes.append("vLLM lists the architecture but in no section this product knows")
-    return _support(kind, version, None, "installed-vllm", notes), sections
+    return _support(kind, version, None, "installed-vllm", notes)
