@@ -25,6 +25,7 @@ it serves as such; `pooling` one it runs but not on an endpoint epyc-llm gives (
 token-classification head, a late-interaction retriever)."""
 TemplateStatus = Literal["present", "absent", "ambiguous", "unknown"]
 Endpoint = Literal["chat_completions", "completions", "embeddings", "rerank", "score"]
+POOLING_ENDPOINTS: tuple[Endpoint, ...] = ("embeddings", "rerank")
 WeightsFormat = Literal["safetensors", "gguf"]
 
 
@@ -127,6 +128,11 @@ class ModelFacts(BaseModel):
     is_mla: bool = False
     message: str = ""
     warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def pooling(self) -> bool:
+        """An embedder or a reranker: one forward pass over the input, no tokens generated."""
+        return self.primary_endpoint in POOLING_ENDPOINTS
 
 
 class MemoryFit(BaseModel):

@@ -21,12 +21,12 @@ from pydantic import (
     Field,
 )
 
+from epycd.health import PrimaryEndpoint
 from epycd.plan.healing import Healing, Restart
 from epycd.plan.problem import Problem
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
 
 Runtime = Literal["podman", "docker", "host"]
-PrimaryEndpoint = Literal["chat_completions", "completions"]
 
 
 class ServerFit(Protocol):

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from epycd.health import PATHS
 from epycd.listen import DEFAULT_HOST, local_url
 from epycd.plan.endpoint import EndpointDecisions, Plan
 
@@ -20,7 +21,9 @@ class Handoff(BaseModel):
 
     base_url: str = Field(description="with the trailing /v1")
     served_model_name: str
-    endpoint: str = Field(description="/v1/chat/completions or /v1/completions")
+    endpoint: str = Field(
+        description="its path: /v1/chat/completions, /v1/completions, /v1/embeddings or /v1/rerank"
+    )
     why: str
     runtime: str
     port: int
@@ -44,17 +47,37 @@ def base_url(port: int, host: str = DEFAULT_HOST) -> str:
     return f"{local_url(host, port)}/v1"
 
 
+WHY = {
+    "chat_completions": "the model has a chat template: chat messages on /v1/chat/completions",
+    "completions": "the model has no chat template: raw prompts on /v1/completions",
+    "embeddings": "an embedding model: one vector per input on /v1/embeddings",
+    "rerank": "a reranker: documents scored against a query on /v1/rerank",
+}
+RERANK_QUERY = "What is the capital of France?"
+RERANK_DOCUMENTS = ["Paris is the capital of France.", "Berlin is the capital of Germany."]
+EMBEDDING_INPUTS = ["Hello, world", "Goodbye, world"]
+
+
 def primary_path(primary: str) -> str:
-    return "/v1/chat/completions" if primary == "chat_completions" else "/v1/completions"
+    return PATHS[primary] if primary in PATHS else PATHS["completions"]
 
 
-def ready_curl(url: str, served: str, primary: str, key_file: str | None = None) -> str:
+def request_body(served: str, primary: str) -> dict[str, Any]:
+    """What the hand-off's examples send to the endpoint's own path."""
+    if primary == "embeddings":
+        return {"model": served, "input": EMBEDDING_INPUTS}
+    if primary == "rerank":
+        return {"model": served, "query": RERANK_QUERY, "documents": RERANK_DOCUMENTS}
     body: dict[str, Any] = {"model": served}
     if primary == "chat_completions":
         body["messages"] = [{"role": "user", "content": "Hello"}]
     else:
         body["prompt"] = "Hello, world"
-    body |= {"max_tokens": HANDOFF_MAX_TOKENS, "temperature": 0.7}
+    return body | {"max_tokens": HANDOFF_MAX_TOKENS, "temperature": 0.7}
+
+
+def ready_curl(url: str, served: str, primary: str, key_file: str | None = None) -> str:
+    body = request_body(served, primary)
     auth = f'-H "Authorization: Bearer $(cat {shlex.quote(key_file)})" ' if key_file else ""
     target = shlex.quote(url + primary_path(primary).removeprefix("/v1"))  # [::1] is a glob
     return (
@@ -64,15 +87,34 @@ def ready_curl(url: str, served: str, primary: str, key_file: str | None = None)
 
 
 def openai_example(url: str, served: str, primary: str, key_file: str | None = None) -> str:
-    if key_file:
-        key = f"open({key_file!r}).read().strip()"
+    """The OpenAI client's call for the endpoint's path; for rerank, which the OpenAI API
+    lacks, httpx (the OpenAI client's own HTTP library) posts the same body as the curl."""
+    key = f"open({key_file!r}).read().strip()" if key_file else None
+    if primary == "rerank":
+        auth = f'headers={{"Authorization": "Bearer " + {key}}}, ' if key else ""
+        return (
+            "import httpx\n\n"
+            f"r = httpx.post({url + '/rerank'!r}, {auth}json={{\n"
+            f'    "model": {served!r},\n'
+            f'    "query": {RERANK_QUERY!r},\n'
+            f'    "documents": {RERANK_DOCUMENTS!r},\n'
+            "})\n"
+            'for result in r.json()["results"]:\n'
+            '    print(result["index"], result["relevance_score"])\n'
+        )
+    if key:
         head = f"from openai import OpenAI\n\nclient = OpenAI(base_url={url!r}, api_key={key})\n"
     else:
         head = (
             "from openai import OpenAI\n\n"
             f'client = OpenAI(base_url={url!r}, api_key="EMPTY")  # any non-empty key\n'
         )
-    if primary == "chat_completions":
+    if primary == "embeddings":
+        call = (
+            f"r = client.embeddings.create(model={served!r}, input={EMBEDDING_INPUTS!r})\n"
+            "print(len(r.data), len(r.data[0].embedding))\n"
+        )
+    elif primary == "chat_completions":
         call = (
             "r = client.chat.completions.create(\n"
             f"    model={served!r},\n"
@@ -109,10 +151,7 @@ def handoff(plan: Plan) -> Handoff:
         plan.decisions.served_model_name or plan.decisions.model,
         plan.decisions.primary_endpoint,
     )
-    if primary == "chat_completions":
-        why = "the model has a chat template: chat messages on /v1/chat/completions"
-    else:
-        why = "the model has no chat template: raw prompts on /v1/completions"
+    why = WHY.get(primary, WHY["completions"])
     return Handoff(
         base_url=url,
         served_model_name=served,

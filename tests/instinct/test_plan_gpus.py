@@ -16,13 +16,16 @@ from epycd.plan.healing import healing_for
 from epycd.plan.pipeline.result import EndpointResult
 from tests.hosts import CATALOGUE, MI210, FakeGpu, HostShape, gpus_on_nodes
 from tests.instinct.conftest import DOCKER
-from tests.plan.conftest import PlanWorkspace, instinct
+from tests.plan.conftest import PlanWorkspace, instinct, write_model
 from tests.plan.conftest import cpu as cpu_decisions
 
 HostOf = Callable[..., HostFacts]
 LLAMA_70B = 'model = "meta-llama/Llama-3.1-70B-Instruct"\n'
 QWEN = 'model = "Qwen/Qwen3-0.6B"\n'
 GPU = 'device = "instinct"\n'
+BERT_CONFIG = {"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 384,
+               "num_hidden_layers": 6, "num_attention_heads": 12,
+               "max_position_embeddings": 512, "vocab_size": 30522}  # fmt: skip
 
 
 def token(ws: PlanWorkspace) -> str:
@@ -281,3 +284,18 @@ def test_a_tensor_parallel_size_beyond_the_free_gpus_is_refused_not_shrunk(
     text = refused(results["four"])
     assert "tensor parallel size 4" in text and "only 2" in text
     assert results["four"].errors[0].key == "gpus"
+
+
+def test_an_embedding_model_on_instinct_gpus_is_refused_naming_the_device(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    """Instinct endpoints serve the recipe's LLMs; an embedder is the CPU's, and the file is
+    told so while the endpoint beside it plans."""
+    bert = write_model(ws.tmp / "models" / "bert", BERT_CONFIG)
+    path = ws.endpoint("pooled", GPU + f'model = "{bert}"\n')
+    ws.endpoint("gpu", GPU + QWEN)
+    results = ws.plan(host_of("genoa-2s-8x-mi300x"))
+    [problem] = results["pooled"].errors
+    assert (problem.file, problem.key) == (str(path), "device")
+    assert "on the CPU" in problem.text and 'device = "cpu"' in (problem.fix or "")
+    planned(results["gpu"])

@@ -124,19 +124,6 @@ def test_chat_template_file_is_passed_and_mounted(
     assert str(template) in [m.container_path for m in plan.extra_mounts]
 
 
-def test_pooling_model_is_refused(ws: PlanWorkspace, host_of: HostOf, tmp_path: Path) -> None:
-    pooling = write_model(
-        tmp_path / "models" / "bert",
-        {"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 384,
-         "num_hidden_layers": 6, "num_attention_heads": 12, "max_position_embeddings": 512,
-         "vocab_size": 30522},
-    )  # fmt: skip
-    path = ws.endpoint("embed", f'model = "{pooling}"\n')
-    result = ws.plan(host_of("genoa-9654-2s-nps1"))["embed"]
-    assert result.exit_code == 1 and result.plan is None
-    assert (result.errors[0].file, result.errors[0].key) == (str(path), "model")
-
-
 def test_a_gguf_file_is_refused_with_vllms_reason(
     ws: PlanWorkspace, host_of: HostOf, tmp_path: Path
 ) -> None:

@@ -1,50 +1,101 @@
-"""Embedding and reranker models in endpoint files: check-model calls them servable on
-their own endpoints, and the plan refuses them, for now, with that reason and what serves
-them meanwhile; the other endpoints plan as before."""
+"""Embedding and reranker models in endpoint files: vLLM's pooling runner serves them on
+their own paths, sized as encoders (docs/tuning.md, "Embedding and reranker models");
+llama.cpp refuses them, for now, with that reason and what serves them meanwhile; the other
+endpoints plan as before."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
 
+from epycd.engines.vllm.model.memory import MIN_POOL_GIB
+from epycd.engines.vllm.plan.tuning import batch_target
 from epycd.host.facts import HostFacts
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.model.hf_cache import add_to_cache
 from tests.model.models import model_files
-from tests.plan.conftest import PlanWorkspace
+from tests.plan.conftest import PlanWorkspace, cpu
 from tests.plan.test_llama_plan import LlamaWorkspace
 
 HostOf = Callable[..., HostFacts]
 
 
-@pytest.mark.parametrize(
-    ("model", "kind", "path"),
-    [
-        ("BAAI/bge-small-en-v1.5", "an embedding model", "/v1/embeddings"),
-        ("BAAI/bge-reranker-base", "a reranker", "/v1/rerank"),
-    ],
-)
-def test_a_pooling_model_is_refused_with_its_kind_and_the_others_plan(
-    ws: PlanWorkspace,
-    host_of: HostOf,
-    monkeypatch: pytest.MonkeyPatch,
-    model: str,
-    kind: str,
-    path: str,
-) -> None:
+def _cached_models(ws: PlanWorkspace, monkeypatch: pytest.MonkeyPatch) -> None:
     for repo_id, files in model_files().items():
         add_to_cache(ws.hf_home / "hub", repo_id, files)
     monkeypatch.setenv("HF_HOME", str(ws.hf_home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _flag(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+@pytest.mark.parametrize(
+    ("model", "endpoint"),
+    [("BAAI/bge-small-en-v1.5", "embeddings"), ("BAAI/bge-reranker-base", "rerank")],
+)
+def test_a_pooling_model_plans_on_vllms_pooling_runner_beside_a_chat_endpoint(
+    ws: PlanWorkspace,
+    host_of: HostOf,
+    monkeypatch: pytest.MonkeyPatch,
+    model: str,
+    endpoint: str,
+) -> None:
+    """Its own path for the gate, `--runner pooling`, the model's own sequence limit (not
+    the stack's chat context), one step holding a whole input, the profile's sequences
+    uncut by a context-sized KV budget, and no streaming flag; the chat endpoint beside it
+    plans as before."""
+    _cached_models(ws, monkeypatch)
     ws.endpoint("pooled", f'model = "{model}"\n')
     ws.endpoint("chat")
     results = ws.plan(host_of("genoa-9654-2s-nps4"))
-    [problem] = results["pooled"].errors
-    assert problem.key == "model"
-    assert f"is {kind} ({path})" in problem.text
-    assert "--runner pooling" in (problem.fix or "")
-    assert results["chat"].plan is not None
+    pooled, chat = results["pooled"].plan, results["chat"].plan
+    assert pooled is not None, results["pooled"].errors
+    assert chat is not None, results["chat"].errors
+    decided = cpu(pooled)
+    config = model_files()[model]["config.json"]
+    assert isinstance(config, bytes)
+    positions = json.loads(config)["max_position_embeddings"]
+    assert decided.primary_endpoint == endpoint
+    assert _flag(decided.vllm_args, "--runner") == "pooling"
+    assert decided.max_model_len == positions
+    batched = _flag(decided.vllm_args, "--max-num-batched-tokens")
+    assert batched is not None and int(batched) >= positions
+    assert decided.max_num_seqs == batch_target("balanced", 1).max_num_seqs
+    assert decided.kv_cache_gb == MIN_POOL_GIB
+    assert "--stream-interval" not in decided.vllm_args
+    assert "--runner" not in cpu(chat).vllm_args
+    assert cpu(chat).primary_endpoint == "chat_completions"
+
+
+def test_the_throughput_profile_batches_more_inputs_of_an_embedder(
+    ws: PlanWorkspace, host_of: HostOf, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _cached_models(ws, monkeypatch)
+    for profile in ("latency", "balanced", "throughput"):
+        ws.endpoint(profile, f'model = "BAAI/bge-small-en-v1.5"\nprofile = "{profile}"\n')
+    results = ws.plan(host_of("genoa-9654-2s-nps4"))
+    sizes = {}
+    for profile, result in results.items():
+        assert result.plan is not None, result.errors
+        decided = cpu(result.plan)
+        sizes[profile] = (decided.max_num_seqs,
+                          decided.max_num_batched_tokens)  # fmt: skip
+    assert sizes["latency"] < sizes["balanced"] < sizes["throughput"], sizes
+
+
+def test_an_embedder_asked_for_more_than_its_length_is_capped_and_told(
+    ws: PlanWorkspace, host_of: HostOf, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _cached_models(ws, monkeypatch)
+    ws.endpoint("pooled", 'model = "BAAI/bge-small-en-v1.5"\nmax_model_len = 8192\n')
+    plan = ws.plan(host_of("genoa-9654-2s-nps1"))["pooled"].plan
+    assert plan is not None
+    assert cpu(plan).max_model_len == 512
+    assert any("capped to the model's 512" in w for w in cpu(plan).warnings)
 
 
 @pytest.mark.parametrize(

@@ -15,13 +15,14 @@ import os
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+from epycd.health import PrimaryEndpoint
 from epycd.host.facts import HostFacts
 from epycd.listen import is_loopback
-from epycd.model.facts import ModelFacts
+from epycd.model.facts import Endpoint, ModelFacts
 from epycd.names import unit_name
 from epycd.plan import tuning
 from epycd.plan.healing import Healing, Restart, healing_for
-from epycd.plan.model import BindMount, HfCacheMount, PrimaryEndpoint, Runtime
+from epycd.plan.model import BindMount, HfCacheMount, Runtime
 from epycd.plan.prepared import Prepared
 from epycd.plan.service.hfcache import host_hf_home
 from epycd.plan.service.unit_commands import approval_check_argv
@@ -122,6 +123,15 @@ def served_model(
     )
 
 
+def served_endpoint(endpoint: Endpoint | None) -> PrimaryEndpoint:
+    """The path the endpoint serves and its gate asks: an embedder's or a reranker's own, a
+    chat model's chat, anything else's raw completions (the engines' model checks refused
+    what serves neither)."""
+    if endpoint == "chat_completions" or endpoint == "embeddings" or endpoint == "rerank":
+        return endpoint
+    return "completions"
+
+
 class ServedFields(TypedDict):
     """The decisions on what an endpoint serves and from where (`served_fields`)."""
 
@@ -147,8 +157,7 @@ def served_fields(prepared: Prepared, chosen: ServedModel) -> ServedFields:
     vLLM or llama.cpp."""
     spec, route, facts = prepared.spec, prepared.route, prepared.facts
     name = prepared.result.name
-    chat = facts.primary_endpoint == "chat_completions"
-    primary: PrimaryEndpoint = "chat_completions" if chat else "completions"
+    primary = served_endpoint(facts.primary_endpoint)
     return ServedFields(
         endpoint=name,
         unit_name=unit_name(name),

@@ -7,7 +7,8 @@ importing render (tests/test_layers.py).
 
 `vllm serve` (after `serve`):
 
-    CPU     MODEL --dtype D --max-model-len N --max-num-seqs S [--max-num-batched-tokens B]
+    CPU     MODEL --dtype D --max-model-len N [--runner pooling] --max-num-seqs S
+            [--max-num-batched-tokens B]
             [--kv-cache-memory-bytes K] [--enforce-eager] [--stream-interval I] SERVING
     Instinct MODEL --dtype D --max-model-len N [--max-num-seqs S] RECIPE...
             [--tensor-parallel-size T [--distributed-executor-backend mp]] [--enforce-eager]
@@ -26,6 +27,7 @@ from epycd.engines.vllm.plan.invocation import (
     KV_BYTES_FLAG,
     MAX_NUM_SEQS_FLAG,
     REVISION_FLAG,
+    RUNNER_FLAG,
     STREAM_INTERVAL_FLAG,
     TENSOR_PARALLEL_FLAG,
     CpuEngine,
@@ -54,8 +56,13 @@ def vllm_argv(inv: VllmInvocation) -> list[str]:
         return list(inv.approved_argv)
     engine = inv.engine
     args = [inv.model_arg, "--dtype", inv.dtype, "--max-model-len", str(inv.max_model_len)]
+    args += _runner_args(inv)
     args += _cpu_args(engine) if isinstance(engine, CpuEngine) else _rocm_args(engine)
     return args + _serving_args(inv)
+
+
+def _runner_args(inv: VllmInvocation) -> list[str]:
+    return [] if inv.runner is None else [RUNNER_FLAG, inv.runner]
 
 
 def _cpu_args(engine: CpuEngine) -> list[str]:
@@ -102,7 +109,7 @@ def bench_engine_argv(inv: VllmInvocation) -> list[str]:
     --enforce-eager when vLLM runs eager."""
     engine = inv.engine
     args = ["--model", inv.model_arg, "--dtype", inv.dtype]
-    args += ["--max-model-len", str(inv.max_model_len)]
+    args += ["--max-model-len", str(inv.max_model_len), *_runner_args(inv)]
     if isinstance(engine, CpuEngine):
         args += [MAX_NUM_SEQS_FLAG, str(engine.max_num_seqs)]
         if engine.pass_batched_tokens:

@@ -54,7 +54,7 @@ def cpu_invocation(
     """The CPU engine of docs/tuning.md's rules, a flag the endpoint file gives itself left
     to the file (in any spelling of its grammar, `epycd.spec.flags`)."""
     extra = prepared.spec.extra_flags
-    interval = sizing.stream_interval
+    interval = None if prepared.facts.pooling else sizing.stream_interval
     engine = CpuEngine(
         omp_cpus=format_cpulist(sizing.bind),
         max_num_seqs=fit.max_num_seqs,
@@ -72,6 +72,7 @@ def cpu_invocation(
         context=fit.context,
         port=port,
         engine=engine,
+        pooling=prepared.facts.pooling,
     )
 
 

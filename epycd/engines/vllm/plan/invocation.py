@@ -30,6 +30,8 @@ TENSOR_PARALLEL_FLAG = "--tensor-parallel-size"
 EXECUTOR_BACKEND_FLAG = "--distributed-executor-backend"
 REVISION_FLAG = "--revision"
 CHAT_TEMPLATE_FLAG = "--chat-template"
+RUNNER_FLAG = "--runner"
+"""`vllm serve --runner {auto,draft,generate,pooling}` (vLLM 0.32.0's --help)."""
 KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 """Rule 3's legacy form of the pool: whole GiB in the env instead of bytes on argv."""
 
@@ -100,6 +102,9 @@ class VllmInvocation(BaseModel):
     served_model_name: str
     revision: str | None = None
     chat_template: str | None = None
+    runner: Literal["pooling"] | None = None
+    """vLLM's pooling runner, for an embedder or a reranker; None: its own choice (`auto`),
+    or the endpoint file's `--runner`."""
     extra: ExtraFlags = ExtraFlags()
     engine: Engine
     approved_argv: list[str] | None = None
@@ -124,9 +129,11 @@ def serve_invocation(
     context: int,
     port: int,
     engine: CpuEngine | RocmEngine,
+    pooling: bool = False,
 ) -> VllmInvocation:
     """The planner's invocation of one instance: where the endpoint file has it listen, its
-    revision and template, and its extra_args, around the engine the planner decided."""
+    revision and template, the pooling runner for a `pooling` model, and its extra_args,
+    around the engine the planner decided."""
     return VllmInvocation(
         model_arg=model_arg,
         dtype=dtype,
@@ -136,6 +143,7 @@ def serve_invocation(
         served_model_name=served,
         revision=spec.revision or None,
         chat_template=spec.chat_template or None,
+        runner="pooling" if pooling and not spec.extra_flags.given(RUNNER_FLAG) else None,
         extra=spec.extra_flags,
         engine=engine,
     )

@@ -43,11 +43,8 @@ def needs_host_vllm(spec: EndpointSpec, host: HostFacts) -> bool:
     return spec.runtime == "auto" and container_runtime(host.runtimes) is None
 
 
-POOLING_WORDS = {"embeddings": "an embedding model", "rerank": "a reranker"}
-
-
 def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path) -> list[str]:
-    """Refuse what vLLM cannot serve on a chat/completions endpoint; return warnings."""
+    """Refuse what vLLM cannot serve on an endpoint of its primary path; return warnings."""
     own_format = format_named(facts.format)
     if own_format is not None and own_format is not FORMAT:
         vllm = next(e for e in facts.engines if e.engine == FORMAT.engine)
@@ -60,21 +57,22 @@ def check_model(spec: EndpointSpec, facts: ModelFacts, stack: Stack, file: Path)
         )
     if facts.support.supported is False or not facts.launchable:
         raise Refusal(facts.message or "vLLM cannot serve this model", file=file, key="model")
-    if (endpoint := facts.primary_endpoint) in ("embeddings", "rerank"):
+    if facts.pooling and spec.device == "instinct":
         raise Refusal(
-            f"{facts.model} is {POOLING_WORDS[endpoint]} (/v1/{endpoint}): "
-            "epyc-llm plans chat and completions endpoints, and not yet embeddings or rerank",
+            f"{facts.model} is an {facts.support.kind} model (/v1/{facts.primary_endpoint}): "
+            "epyc-llm serves embedding and reranker models on the CPU, Instinct GPUs serve "
+            "the recipe's LLMs",
             file=file,
-            key="model",
-            fix="choose a text-generation model; serve this one with `vllm serve --runner "
-            "pooling` until epyc-llm plans it",
+            key="device",
+            fix='remove device = "instinct" (or set device = "cpu")',
         )
-    if facts.primary_endpoint not in ("chat_completions", "completions"):
+    if facts.primary_endpoint is None:
         raise Refusal(
-            f"{facts.model} is a {facts.support.kind} model: no chat or completions endpoint",
+            f"{facts.model} is a {facts.support.kind} model: no chat, completions, embeddings "
+            "or rerank endpoint",
             file=file,
             key="model",
-            fix="choose a text-generation model",
+            fix="choose a text-generation, embedding or reranker model",
         )
     warnings = list(facts.warnings)
     if facts.support.supported is None:

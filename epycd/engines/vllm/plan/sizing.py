@@ -79,6 +79,7 @@ def fit_socket(
     runtime_gib: float,
     first_node_available_gib: float | None = None,
     target_seqs: int = 1,
+    step_tokens: int | None = None,
 ) -> MemoryFit:
     """The fit of weights + KV pool + runtime + headroom in one socket (or an instance's
     nodes), and what to change if it fails. `runtime_gib` is vLLM's own processes
@@ -87,7 +88,8 @@ def fit_socket(
     `max_num_seqs` None: `target_seqs` (the profile's), or fewer when the pool cap holds fewer
     full-context sequences, never below 1. `first_node_available_gib` is the free memory of
     the socket's first NUMA node; the weights' share on it is taken in proportion to that
-    node's part of the socket's free memory.
+    node's part of the socket's free memory. `step_tokens`: a pooling model's batched tokens,
+    all its pool holds (`tuning.size_step_pool`).
     """
     check_counts(max_num_seqs, max_model_len)
     context = context_length(max_model_len, max_position_embeddings)
@@ -100,6 +102,7 @@ def fit_socket(
         socket_total_gib=socket_total_gib,
         socket_available_gib=socket_available_gib,
         first_node_available_gib=first_node_available_gib,
+        step_tokens=step_tokens,
     )
     return fit_memory(
         pool.size,
@@ -132,13 +135,20 @@ class SizingRequest:
     first_node_available_gib: float | None
     extra_args: Sequence[str] = ()
     """The endpoint file's extra_args: its own `--max-num-batched-tokens` sizes the batch."""
+    pooling: bool = False
+    """An embedder or a reranker: each input read whole in one step, nothing generated."""
 
 
 def fit_request(request: SizingRequest) -> tuple[MemoryFit, list[str]]:
     """The fit at vLLM's own processes for the largest batch (`runtime_gib`), and the
     footprint's warnings."""
     seqs = request.max_num_seqs or request.target.max_num_seqs
-    most_batched = _batched_tokens(request.extra_args, request.target, seqs)
+    whole_input = (
+        context_length(request.max_model_len, request.max_position_embeddings)
+        if request.pooling
+        else None
+    )
+    most_batched = _batched_tokens(request.extra_args, request.target, seqs, whole_input)
     runtime, warnings = runtime_gib(request.vllm_version, request.weights_bytes, most_batched)
     fit = fit_socket(
         weights_bytes=request.weights_bytes,
@@ -151,6 +161,7 @@ def fit_request(request: SizingRequest) -> tuple[MemoryFit, list[str]]:
         runtime_gib=runtime,
         first_node_available_gib=request.first_node_available_gib,
         target_seqs=request.target.max_num_seqs,
+        step_tokens=most_batched if request.pooling else None,
     )
     return fit, warnings
 
@@ -175,13 +186,14 @@ def size_memory(
             weights_bytes=facts.weights_bytes or 0,
             kv_bytes_per_token=facts.kv_bytes_per_token,
             max_position_embeddings=facts.max_position_embeddings,
-            max_model_len=spec.max_model_len or stack.defaults.max_model_len,
+            max_model_len=spec.max_model_len or _default_length(facts, stack),
             max_num_seqs=spec.max_num_seqs,
             target=target,
             total_gib=memory.total,
             available_gib=memory.available,
             first_node_available_gib=memory.first_available,
             extra_args=spec.extra_args,
+            pooling=facts.pooling,
         )
     )
     warnings += footprint_warnings
@@ -190,15 +202,31 @@ def size_memory(
     return fit, warnings
 
 
-def batched_tokens(spec: EndpointSpec, target: tuning.BatchTarget, seqs: int) -> int:
+def _default_length(facts: ModelFacts, stack: Stack) -> int | None:
+    """The stack's context for a generating model; a pooling model's own limit (None: its
+    max positions), which is all an input may hold."""
+    return None if facts.pooling else stack.defaults.max_model_len
+
+
+def batched_tokens(
+    spec: EndpointSpec, target: tuning.BatchTarget, seqs: int, whole_input: int | None = None
+) -> int:
     """Rule 2's size, or the endpoint file's own `--max-num-batched-tokens` in extra_args, in
-    any spelling of its grammar (`epycd.spec.flags`)."""
-    return _batched_tokens(spec.extra_args, target, seqs)
+    any spelling of its grammar (`epycd.spec.flags`). `whole_input`: a pooling model's
+    context, which one step must hold (vLLM has no chunked prefill for pooling)."""
+    return _batched_tokens(spec.extra_args, target, seqs, whole_input)
 
 
-def _batched_tokens(extra_args: Sequence[str], target: tuning.BatchTarget, seqs: int) -> int:
+def _batched_tokens(
+    extra_args: Sequence[str],
+    target: tuning.BatchTarget,
+    seqs: int,
+    whole_input: int | None = None,
+) -> int:
     given = ExtraFlags.of(extra_args).value(BATCHED_TOKENS_FLAG)
-    return int(given) if given and given.isdecimal() else tuning.batched_tokens(target, seqs)
+    if given and given.isdecimal():
+        return int(given)
+    return max(tuning.batched_tokens(target, seqs), whole_input or 0)
 
 
 @dataclass(frozen=True)
@@ -244,7 +272,9 @@ def size(
     sizing = Sizing(
         bind=bind,
         target=target,
-        batched_tokens=batched_tokens(prepared.spec, target, fit.max_num_seqs),
+        batched_tokens=batched_tokens(
+            prepared.spec, target, fit.max_num_seqs, fit.context if prepared.facts.pooling else None
+        ),
         kv_bytes_flag=tuning.kv_bytes_flag(prepared.route_of(VllmRoute).vllm_version),
         enforce_eager=eager,
         stream_interval=tuning.stream_interval(

@@ -124,6 +124,20 @@ def size_pool(
     return PoolSize(max_num_seqs, kv_needed, fits, pool, wanted_pool)
 
 
+def size_step_pool(
+    cap: int, kv_bytes_per_token: int, step_tokens: int, max_num_seqs: int | None, target_seqs: int
+) -> PoolSize:
+    """Rules 2 and 3 for an embedder or a reranker: vLLM reads each input whole in one step
+    and generates nothing, so no sequence holds KV past its step. The pool is one step's
+    tokens plus `KV_MARGIN`, in whole GiB, at least `MIN_POOL_GIB`, and the profile's
+    `target_seqs` stand uncut (an encoder such as BERT takes no pool at all)."""
+    seqs = max_num_seqs or target_seqs
+    kv_needed = kv_bytes_per_token * step_tokens / GIB
+    wanted_pool = max(MIN_POOL_GIB, math.ceil(kv_needed * (1 + KV_MARGIN)))
+    fits = cap >= wanted_pool
+    return PoolSize(seqs, kv_needed, fits, wanted_pool if fits else cap, wanted_pool)
+
+
 @dataclass(frozen=True)
 class KvPool:
     """Rules 2 and 3 on one socket's (or instance's) memory, in GiB."""
@@ -143,13 +157,18 @@ def kv_pool(
     socket_total_gib: float,
     socket_available_gib: float,
     first_node_available_gib: float | None,
+    step_tokens: int | None = None,
 ) -> KvPool:
-    """The headroom, the pool's cap and the sequences and pool inside it."""
+    """The headroom, the pool's cap and the sequences and pool inside it; `step_tokens`: a
+    pooling model's, whose pool holds one step (`size_step_pool`)."""
     headroom = headroom_gib(socket_total_gib)
     cap = pool_cap_gib(resident_gib, headroom, socket_total_gib, socket_available_gib,
                        first_node_available_gib)  # fmt: skip
-    return KvPool(headroom, cap, size_pool(cap, kv_bytes_per_token, context, max_num_seqs,
-                                           target_seqs))  # fmt: skip
+    if step_tokens is not None:
+        sized = size_step_pool(cap, kv_bytes_per_token, step_tokens, max_num_seqs, target_seqs)
+    else:
+        sized = size_pool(cap, kv_bytes_per_token, context, max_num_seqs, target_seqs)
+    return KvPool(headroom, cap, sized)
 
 
 def version_tuple(version: str | None) -> tuple[int, ...] | None:

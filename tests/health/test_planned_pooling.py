@@ -1,0 +1,88 @@
+"""A planned embedding and reranker endpoint, served for real: `epycctl plan` of the tiny BERT
+embedder and one-label reranker with the real vLLM venv on this machine, then its unit's
+ExecStart= run as systemd would (the supervisor with the plan's gate, the plan's `vllm
+serve` words and environment, a test-made NOTIFY_SOCKET): READY=1 once the gate's request
+passed on the endpoint's own path, then the hand-off's curl and Python example answered by
+it, and a chat request passed through with vLLM's own error while the endpoint serves on."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from epycd.status.handoff import base_url, openai_example, ready_curl
+from tests.health.notifysock import NotifySocket
+from tests.health.pooling_models import tiny_bert
+from tests.health.realvllm import free_port, vllm_env, vllm_executable
+from tests.health.supervising import start_supervisor
+from tests.machine import serving
+from tests.plan.conftest import PlanWorkspace
+from tests.plan.test_cli_plan import run
+
+pytestmark = [pytest.mark.vllm, pytest.mark.serves]
+
+LOAD_BOUND_S = 300
+
+
+def exec_start(unit: str) -> list[str]:
+    """The unit's ExecStart= words (the plan's are plain paths and flags: shlex reads them as
+    systemd does)."""
+    [line] = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    return shlex.split(line.removeprefix("ExecStart="))
+
+
+@pytest.mark.parametrize(("name", "endpoint"), [("embedder", "embeddings"), ("reranker", "rerank")])
+def test_a_planned_pooling_endpoint_gets_ready_and_answers_its_handoff(
+    tmp_path: Path, reap: list[subprocess.Popen[bytes]], name: str, endpoint: str
+) -> None:
+    (tmp_path / "ws").mkdir()
+    ws = PlanWorkspace(tmp_path / "ws")
+    port = free_port()
+    ws.endpoint("pooled", f'model = "{tiny_bert(name)}"\nvllm = "{vllm_executable()}"\n'
+                f'runtime = "host"\nport = {port}\n')  # fmt: skip
+    planned = run(ws, "pooled", "--json", "--root", str(serving(tmp_path).root))
+    assert planned.exit_code == 0, planned.output
+    data = json.loads(planned.output)
+    assert data["primary_endpoint"] == endpoint
+    argv = exec_start(data["units"]["epyc-llm-pooled.service"])
+    assert argv[argv.index("--endpoint") + 1] == endpoint
+    assert "--runner" in argv and argv[argv.index("--runner") + 1] == "pooling"
+    served, url = data["served_model_name"], base_url(port)
+
+    log = tmp_path / "supervisor.log"
+    with NotifySocket(tmp_path / "notify") as sock:
+        env = vllm_env(tmp_path / "work") | data["env"] | {"NOTIFY_SOCKET": str(sock.path)}
+        reap.append(start_supervisor(argv, env, log))
+        ready = sock.wait_for("READY=1", LOAD_BOUND_S)
+        assert ready is not None, log.read_text()[-4000:]
+
+        curl = subprocess.run(["bash", "-O", "failglob", "-c", ready_curl(url, served, endpoint)],
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert curl.returncode == 0, curl.stderr
+        answer = json.loads(curl.stdout)
+        python = subprocess.run([sys.executable, "-c", openai_example(url, served, endpoint)],
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert python.returncode == 0, python.stderr
+        if endpoint == "embeddings":
+            widths = {len(item["embedding"]) for item in answer["data"]}
+            assert len(answer["data"]) == 2 and len(widths) == 1, answer
+            assert python.stdout.split() == ["2", str(widths.pop())]
+        else:
+            assert sorted(r["index"] for r in answer["results"]) == [0, 1], answer
+            scored = sorted(line.split()[0] for line in python.stdout.splitlines())
+            assert scored == ["0", "1"], python.stdout
+
+        message = {"role": "user", "content": "hi"}
+        chat = httpx.post(f"{url}/chat/completions", json={"model": served, "messages": [message]},
+                          timeout=30)  # fmt: skip
+        assert chat.status_code >= 400, "a pooling endpoint generates no chat"
+        assert chat.status_code < 500, chat.text
+        again = subprocess.run(["bash", "-c", ready_curl(url, served, endpoint)],
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert json.loads(again.stdout).keys() == answer.keys(), "it serves on after the error"
