@@ -8,6 +8,11 @@ OpenAI completions API, `concurrency` requests in flight until `prompts` are don
 the server's own count: the `usage` of each response, never a count of the streamed chunks.
 Output tok/s is the completion tokens over the wall time; TTFT is the first streamed text;
 TPOT the rest of a request's time over its other tokens.
+
+An embeddings or rerank endpoint (`measure_pooling`, either engine) generates nothing: each
+request is random text of `input_len` words from a fixed list, as one embeddings input, or
+for rerank a short query and `RERANK_DOCUMENTS` documents of that length. The measure is
+requests/s, input tok/s (the server's `usage` again) and the latency's median and mean.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import statistics
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import httpx
@@ -181,4 +188,131 @@ def measure(
         mean_tpot_ms=1000 * sum(tpots) / len(tpots) if tpots else None,
         prompt_tokens=sum(t.prompt_tokens for t in timings),
         completion_tokens=completion,
+    )
+
+
+RERANK_DOCUMENTS = 4
+RERANK_QUERY_WORDS = 8
+COMMON_WORDS = (
+    "time year people way day man thing woman life child world school state family student "
+    "group country problem hand part place case week company system program question work "
+    "government number night point home water room mother area money story fact month lot "
+    "right study book eye job word business issue side kind head house service friend father "
+    "power hour game line end member law car city community name president team minute idea"
+)
+WORDS = tuple(COMMON_WORDS.split())
+"""Common English words: one token each in most vocabularies, so `input_len` words are
+about `input_len` tokens (the measure counts the server's own tokens, not these)."""
+
+
+@dataclass(frozen=True)
+class PoolingMeasured:
+    completed: int
+    duration: float
+    request_throughput: float
+    input_throughput: float
+    p50_latency_ms: float
+    mean_latency_ms: float
+    prompt_tokens: int
+
+
+def random_text(draw: random.Random, words: int) -> str:
+    return " ".join(draw.choice(WORDS) for _ in range(words))
+
+
+def pooling_bodies(
+    endpoint: str, model: str, count: int, input_len: int
+) -> list[dict[str, object]]:
+    """`count` request bodies for `endpoint` ("embeddings" or "rerank"), the same for the same
+    arguments."""
+    draw = random.Random(SEED)
+    if endpoint == "embeddings":
+        return [{"model": model, "input": random_text(draw, input_len)} for _ in range(count)]
+    return [
+        {
+            "model": model,
+            "query": random_text(draw, RERANK_QUERY_WORDS),
+            "documents": [random_text(draw, input_len) for _ in range(RERANK_DOCUMENTS)],
+        }
+        for _ in range(count)
+    ]
+
+
+async def one_pooling_request(
+    client: httpx.AsyncClient, url: str, body: dict[str, object]
+) -> tuple[float, int]:
+    """(seconds to the whole answer, the server's count of the request's tokens)."""
+    started, reply = await _sent(client, client.build_request("POST", url, json=body))
+    try:
+        await reply.aread()
+    finally:
+        await reply.aclose()
+    ended = time.perf_counter()
+    if reply.status_code != 200:
+        raise BenchFailed(f"{url} answered {reply.status_code}: {reply.text[:300]}")
+    usage = reply.json().get("usage") or {}
+    tokens = usage.get("prompt_tokens") or usage.get("total_tokens")
+    if not isinstance(tokens, int):
+        raise BenchFailed(f"{url} gave no usage: the server's token count is the measure")
+    return ended - started, tokens
+
+
+async def _concurrently(
+    count: int,
+    concurrency: int,
+    key: str | None,
+    send: Callable[[httpx.AsyncClient, int], Awaitable[None]],
+) -> float:
+    """`send(client, i)` for each of `count` requests, `concurrency` at a time; the wall time."""
+    queue = list(reversed(range(count)))
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while queue:
+            await send(client, queue.pop())
+
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(
+        headers=headers(key), timeout=REQUEST_TIMEOUT_S, limits=limits
+    ) as client:
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        return time.perf_counter() - started
+
+
+def measure_pooling(
+    base_url: str,
+    model: str,
+    key: str | None,
+    *,
+    endpoint: str,
+    concurrency: int,
+    prompts: int,
+    input_len: int,
+) -> PoolingMeasured:
+    """One run of `prompts` requests at `concurrency` on /v1/`endpoint`, after as many warm-up
+    requests (not counted)."""
+    url = f"{base_url}/v1/{endpoint}"
+    bodies = pooling_bodies(endpoint, model, prompts + concurrency, input_len)
+    answered: list[tuple[float, int]] = []
+
+    def sender(offset: int, keep: bool) -> Callable[[httpx.AsyncClient, int], Awaitable[None]]:
+        async def send(client: httpx.AsyncClient, index: int) -> None:
+            result = await one_pooling_request(client, url, bodies[offset + index])
+            if keep:
+                answered.append(result)
+
+        return send
+
+    asyncio.run(_concurrently(concurrency, concurrency, key, sender(0, keep=False)))
+    duration = asyncio.run(_concurrently(prompts, concurrency, key, sender(concurrency, keep=True)))
+    latencies = [seconds for seconds, _ in answered]
+    tokens = sum(count for _, count in answered)
+    return PoolingMeasured(
+        completed=len(answered),
+        duration=duration,
+        request_throughput=len(answered) / duration,
+        input_throughput=tokens / duration,
+        p50_latency_ms=1000 * statistics.median(latencies),
+        mean_latency_ms=1000 * statistics.fmean(latencies),
+        prompt_tokens=tokens,
     )

@@ -3,7 +3,9 @@
 `vllm bench throughput`, `epycd.engines.vllm.cli.bench`), or for an engine without one
 (llama.cpp) by epycd's own client of the same measure (`epycd.servebench`: the server's own
 token counts). Random prompts, fixed seed, one run per concurrency; the results (output
-tok/s, TTFT, TPOT) are kept in `STATE_DIR/bench/NAME.json`.
+tok/s, TTFT, TPOT) are kept in `STATE_DIR/bench/NAME.json`. An embeddings or rerank endpoint,
+of either engine, is measured by epycd's pooling client (`epycd.servebench.measure_pooling`):
+requests/s, input tok/s and latency.
 
 The client calls the endpoint as any client on this machine does: at its own address
 (`epycd.listen.local_url`: the endpoint file's `host`, IPv6 in brackets, loopback for a
@@ -40,6 +42,14 @@ API_KEY_ENV = "OPENAI_API_KEY"
 PROGRESS_INTERVAL_S = 1.0
 BENCH_TIMEOUT_S = 3600
 METRICS = ("completed", "duration", "output_throughput", "mean_ttft_ms", "mean_tpot_ms")
+POOLING_METRICS = (
+    "completed",
+    "duration",
+    "request_throughput",
+    "input_throughput",
+    "p50_latency_ms",
+    "mean_latency_ms",
+)
 
 
 class BenchRun(BaseModel):
@@ -50,6 +60,12 @@ class BenchRun(BaseModel):
     mean_tpot_ms: float | None = None
     completed: int | None = None
     duration: float | None = None
+    request_throughput: float | None = Field(
+        default=None, description="requests/s (an embeddings or rerank endpoint's measure)"
+    )
+    input_throughput: float | None = Field(default=None, description="input tokens/s (the same)")
+    p50_latency_ms: float | None = None
+    mean_latency_ms: float | None = None
     error: str | None = None
 
 
@@ -144,7 +160,7 @@ def bench(
     settings = load_settings()
     require_admin(settings, "bench --offline" if offline else "bench")
     plan = approved_plan(settings, name)
-    client = bench_client(plan.decisions.engine)
+    client = bench_client(plan.decisions.engine, plan.decisions.primary_endpoint)
     lengths = (input_len, output_len)
     if offline:
         refuse_without_offline_bench(plan, client)
@@ -188,13 +204,33 @@ class BenchClient:
         raise Refusal(f"{name}: its engine has no offline bench", fix=f"epycctl bench {name}")
 
 
+class PoolingBenchClient(BenchClient):
+    """An embeddings or rerank endpoint, of either engine: epycd's own client of its path
+    (`epycd.servebench.measure_pooling`): requests/s, input tok/s and latency. No offline
+    mode: vLLM's `bench throughput` generates."""
+
+    def serve_runs(
+        self,
+        plan: Plan,
+        concurrencies: tuple[int, ...],
+        prompts_per_concurrency: int,
+        lengths: tuple[int, int],
+    ) -> list[BenchRun]:
+        return pooling_runs(plan, concurrencies, prompts_per_concurrency, lengths[0])
+
+
 OPENAI_CLIENT = BenchClient()
+POOLING_CLIENT = PoolingBenchClient()
+POOLING_ENDPOINTS = ("embeddings", "rerank")
 
 
-def bench_client(engine: str) -> BenchClient:
-    """The engine's own bench client, else epycd's client of the OpenAI API."""
+def bench_client(engine: str, primary_endpoint: str = "chat_completions") -> BenchClient:
+    """epycd's pooling client for an embeddings or rerank endpoint; else the engine's own
+    bench client, else epycd's client of the OpenAI API."""
     from epycd import engines
 
+    if primary_endpoint in POOLING_ENDPOINTS:
+        return POOLING_CLIENT
     return engines.engine_named(engine).implementation("cli", "BENCH", BenchClient, OPENAI_CLIENT)
 
 
@@ -203,6 +239,12 @@ def refuse_without_offline_bench(plan: Plan, client: BenchClient) -> None:
     an engine without one is refused."""
     from epycd.engines import engine_named
 
+    if not client.offline and plan.decisions.primary_endpoint in POOLING_ENDPOINTS:
+        raise Refusal(
+            f"{plan.endpoint} serves /v1/{plan.decisions.primary_endpoint}: --offline is "
+            "vLLM's `bench throughput`, which measures generated tokens",
+            fix=f"epycctl bench {plan.endpoint} (without --offline) measures it serving",
+        )
     if not client.offline:
         title = engine_named(plan.decisions.engine).title
         raise Refusal(
@@ -254,6 +296,41 @@ def openai_client_runs(
     return runs
 
 
+def pooling_runs(
+    plan: Plan, concurrencies: tuple[int, ...], prompts_per_concurrency: int, input_len: int
+) -> list[BenchRun]:
+    """`epycd.servebench.measure_pooling` on the endpoint's own path, one run per
+    concurrency, as many prompts as the generating runs."""
+    import httpx
+
+    from epycd.servebench import BenchFailed, measure_pooling
+
+    base = local_url(plan.decisions.host, plan.decisions.port)
+    key = api_key(plan)
+    runs = []
+    for concurrency in concurrencies:
+        prompts = max(8, prompts_per_concurrency * concurrency)
+        click.echo(f"concurrency {concurrency}: running", err=True)
+        try:
+            measured = measure_pooling(
+                base,
+                plan.decisions.served_model_name,
+                key,
+                endpoint=plan.decisions.primary_endpoint,
+                concurrency=concurrency,
+                prompts=prompts,
+                input_len=input_len,
+            )
+        except (BenchFailed, httpx.HTTPError) as error:
+            text = f"{type(error).__name__}: {error}"
+            text = text.replace(key, "<api key>") if key else text
+            runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, error=text))
+            continue
+        values = {name: getattr(measured, name) for name in POOLING_METRICS}
+        runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, **values))
+    return runs
+
+
 def approved_plan(settings: Settings, name: str) -> Plan:
     from epycd.approval.record import load_approval
 
@@ -283,8 +360,27 @@ def show(result: BenchResult, as_json: bool) -> None:
     sys.stdout.flush()
 
 
+def _number(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
 def bench_table(result: BenchResult) -> str:
-    """Output tok/s, TTFT and TPOT per concurrency (`bench`, and `status NAME`'s last one)."""
+    """Output tok/s, TTFT and TPOT per concurrency (`bench`, and `status NAME`'s last one);
+    requests/s, input tok/s and latency for an embeddings or rerank endpoint."""
+    if any(run.request_throughput is not None for run in result.runs):
+        pooled = [
+            (
+                run.concurrency,
+                _number(run.request_throughput, 1),
+                _number(run.input_throughput, 0),
+                _number(run.p50_latency_ms, 1),
+                _number(run.mean_latency_ms, 1),
+                run.error or "",
+            )
+            for run in result.runs
+        ]
+        columns = ("Concurrency", "Requests/s", "Input tok/s", "p50 ms", "Mean ms", "Error")
+        return table(pooled, header=columns)
     rows = [
         (
             run.concurrency,

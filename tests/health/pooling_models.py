@@ -10,14 +10,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.health.realvllm import CACHE, tiny_model_builder
+from tests.health.realvllm import CACHE, VllmServer, free_port, serve_argv, tiny_model_builder
 
 EMBEDDING_FLAGS = ("--runner", "pooling", "--convert", "embed")
 TINY_POOLING = CACHE / "tiny-pooling"
+SERVED = "tiny"
 
 
 def tiny_bert(name: str) -> Path:
@@ -31,3 +34,16 @@ def tiny_bert(name: str) -> Path:
 def tiny_width() -> int:
     """The tiny model's hidden size: its embeddings' width."""
     return int(tiny_model_builder().TINY.hidden)
+
+
+@contextmanager
+def vllm_serving(
+    model: Path, flags: tuple[str, ...], work: Path
+) -> Iterator[tuple[str, VllmServer]]:
+    """A real `vllm serve` of `model` with `flags`: its base URL (not yet ready) and itself."""
+    port = free_port()
+    server = VllmServer(serve_argv(model, port, SERVED, *flags), work)
+    try:
+        yield f"http://127.0.0.1:{port}", server
+    finally:
+        server.stop()

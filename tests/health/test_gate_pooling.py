@@ -8,7 +8,6 @@ time."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +15,16 @@ import httpx
 import pytest
 
 from epycd.health import GateConfig, GateResult, run_gate
-from tests.health.pooling_models import EMBEDDING_FLAGS, tiny_bert, tiny_width
-from tests.health.realvllm import VllmServer, free_port, serve_argv, tiny_model
+from tests.health.pooling_models import (
+    EMBEDDING_FLAGS,
+    SERVED,
+    tiny_bert,
+    tiny_width,
+    vllm_serving,
+)
+from tests.health.realvllm import tiny_model
 from tests.llama.realllama import serving
 
-SERVED = "tiny"
 LONG_INPUT = " ".join(["the quick brown fox jumps over the lazy dog"] * 200)
 """About 1,800 tokens: over the tiny model's 512 (as served) and llama-server's 64."""
 
@@ -29,19 +33,6 @@ def gate(url: str, **overrides: Any) -> GateConfig:
     return GateConfig.model_validate(
         {"url": url, "served_model_name": SERVED, "load_timeout": 300} | overrides
     )
-
-
-@contextmanager
-def vllm_serving(
-    model: Path, flags: tuple[str, ...], work: Path
-) -> Iterator[tuple[str, VllmServer]]:
-    """A real `vllm serve` of `model` with `flags`: its base URL (not yet ready) and itself."""
-    port = free_port()
-    server = VllmServer(serve_argv(model, port, SERVED, *flags), work)
-    try:
-        yield f"http://127.0.0.1:{port}", server
-    finally:
-        server.stop()
 
 
 @pytest.mark.vllm
