@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field
 from epycd.cli.output import json_option, print_json, table
 from epycd.errors import InputError, Refusal
 from epycd.listen import local_url
+from epycd.model.facts import POOLING_ENDPOINTS
 from epycd.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -221,7 +222,6 @@ class PoolingBenchClient(BenchClient):
 
 OPENAI_CLIENT = BenchClient()
 POOLING_CLIENT = PoolingBenchClient()
-POOLING_ENDPOINTS = ("embeddings", "rerank")
 
 
 def bench_client(engine: str, primary_endpoint: str = "chat_completions") -> BenchClient:

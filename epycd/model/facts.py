@@ -125,6 +125,12 @@ class ModelFacts(BaseModel):
     ]
     kv_bytes_per_token: int
     max_position_embeddings: int | None
+    max_input_tokens: int | None = Field(
+        default=None,
+        description="an embedder's or reranker's longest input as its engine derives it (vLLM: "
+        "sentence-transformers' max_seq_length, else the positions under the tokenizer's "
+        "model_max_length); None for a generating model",
+    )
     is_mla: bool = False
     message: str = ""
     warnings: list[str] = Field(default_factory=list)

@@ -46,6 +46,7 @@ SMALL_FILES = [
     "chat_template.jinja",
     "chat_template.json",
     "*.safetensors.index.json",
+    "sentence_*_config.json",
 ]
 DEFAULT_TIMEOUT_S = 10.0
 TRUE_WORDS = {"1", "on", "yes", "true"}

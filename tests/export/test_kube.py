@@ -44,9 +44,10 @@ GOLDEN_CASES = {
     "host-vllm": "host-qwen",
     "instances-podman-nps4": "qwen",
     "instinct-mi300x-podman": "gpu",
+    "pooling-podman": "embed",
 }
 """Golden case -> the endpoint exported: a CPU endpoint on the stock path, one on a host
-vLLM (the stack's image instead), an instance set and an Instinct endpoint."""
+vLLM (the stack's image instead), an instance set, an Instinct endpoint and an embedder."""
 KUBE_KINDS = {"Deployment", "Service", "PodDisruptionBudget"}
 KSERVE_SCHEMA = Path(__file__).parent / "kserve" / "inferenceservice-v1beta1.schema.json"
 

@@ -433,6 +433,7 @@ def model_files(scratch: Path | None = None) -> dict[str, dict[str, bytes | Path
         "BAAI/bge-small-en-v1.5": {
             "config.json": _json(BGE_SMALL_EN_V1_5),
             "tokenizer_config.json": _tokenizer_config(None, model_max_length=512),
+            "sentence_bert_config.json": _json({"max_seq_length": 512, "do_lower_case": True}),
             **({"model.safetensors": bge_small_safetensors(scratch)} if scratch else {}),
         },
         "BAAI/bge-reranker-base": {

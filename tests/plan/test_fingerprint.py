@@ -247,6 +247,16 @@ PINNED: dict[str, dict[str, Pinned]] = {
             "44ad3004894b651a948be242d9132aba70fc7d6b65a255715b359a30d94f86ef",
         ),
     },
+    "pooling-podman": {
+        "embed": Pinned(
+            "08cb477947c86e679c766442d317464c0b9346f1c66022a3b948e9af4fda6158",
+            "ec101d07e63f1c5912eac99223eae20f9c3bf0c34db881f9d31cf3b19900378e",
+        ),
+        "rerank": Pinned(
+            "f5c281df7ad5b3769d54789ad7b752d68de6229d91e1257ac4013f647007ef90",
+            "cc4dced058d377b6938b01793f805bc28326545b101347b529caf9f21d58af2e",
+        ),
+    },
 }
 """Each golden case's endpoints as today's planner fingerprints them in PINNED_FOLDER.
 `inputs_fingerprint` is what drift compares with an approved record (approval/state.py): a

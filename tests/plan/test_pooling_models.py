@@ -33,6 +33,17 @@ def _flag(args: list[str], flag: str) -> str | None:
     return args[args.index(flag) + 1] if flag in args else None
 
 
+def longest_input_of(model: str) -> int:
+    """What vLLM takes of the cached model's files: sentence-transformers' max_seq_length,
+    else the positions cut to the tokenizer's model_max_length."""
+    files = {name: json.loads(data) for name, data in model_files()[model].items()
+             if isinstance(data, bytes)}  # fmt: skip
+    if "sentence_bert_config.json" in files:
+        return int(files["sentence_bert_config.json"]["max_seq_length"])
+    positions = files["config.json"]["max_position_embeddings"]
+    return int(min(positions, files["tokenizer_config.json"]["model_max_length"]))
+
+
 @pytest.mark.parametrize(
     ("model", "endpoint"),
     [("BAAI/bge-small-en-v1.5", "embeddings"), ("BAAI/bge-reranker-base", "rerank")],
@@ -56,9 +67,7 @@ def test_a_pooling_model_plans_on_vllms_pooling_runner_beside_a_chat_endpoint(
     assert pooled is not None, results["pooled"].errors
     assert chat is not None, results["chat"].errors
     decided = cpu(pooled)
-    config = model_files()[model]["config.json"]
-    assert isinstance(config, bytes)
-    positions = json.loads(config)["max_position_embeddings"]
+    positions = longest_input_of(model)
     assert decided.primary_endpoint == endpoint
     assert _flag(decided.vllm_args, "--runner") == "pooling"
     assert decided.max_model_len == positions

@@ -14,6 +14,7 @@ from epycd.engines.vllm.plan.invocation import (
     KV_SPACE_ENV,
     MAX_NUM_SEQS_FLAG,
     REVISION_FLAG,
+    RUNNER_FLAG,
     STREAM_INTERVAL_FLAG,
     TENSOR_PARALLEL_FLAG,
     CpuEngine,
@@ -58,6 +59,7 @@ def invocation_from_record(decisions: AnyVllmServer) -> VllmInvocation:
         served_model_name=decisions.served_model_name,
         revision=revision,
         chat_template=template,
+        runner="pooling" if _after(planned, RUNNER_FLAG) == "pooling" else None,
         extra=ExtraFlags.of(listen),
         engine=_rocm_engine(decisions, planned)
         if isinstance(decisions, VllmInstinctServer)

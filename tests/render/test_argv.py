@@ -93,6 +93,7 @@ GOLDEN_SHAPES = {
     "milan-docker": [("olmo", "cpu", 1, 1)],
     "podman-before-5": [("qwen-old", "cpu", 1, 1)],
     "podman-before-5-key": [("qwen-key", "cpu", 1, 1)],
+    "pooling-podman": [("embed", "cpu", 4, 1), ("rerank", "cpu", 1, 1)],
 }
 """Each golden endpoint: its engine, its vLLM instances, its tensor-parallel size."""
 

@@ -87,6 +87,7 @@ def shaping_model_facts(facts: ModelFacts) -> dict[str, Any]:
         "weights_bytes": facts.weights_bytes,
         "kv_bytes_per_token": facts.kv_bytes_per_token,
         "max_position_embeddings": facts.max_position_embeddings,
+        **({} if facts.max_input_tokens is None else {"max_input_tokens": facts.max_input_tokens}),
     }
 
 

@@ -24,7 +24,7 @@ from epycd.engines.vllm.plan.model import (
     VllmInstinctServer,
     VllmService,
 )
-from epycd.engines.vllm.plan.sizing import SizingRequest, fit_request
+from epycd.engines.vllm.plan.sizing import SizingRequest, fit_request, longest_input
 from epycd.engines.vllm.plan.tuning import batch_target
 from epycd.errors import InputError
 from epycd.host.cpulist import format_cpulist, parse_cpulist
@@ -268,7 +268,7 @@ class VllmEstimate(FormatEstimate):
                 vllm_version=facts.support.vllm_version,
                 weights_bytes=facts.weights_bytes,
                 kv_bytes_per_token=facts.kv_bytes_per_token,
-                max_position_embeddings=facts.max_position_embeddings,
+                max_position_embeddings=longest_input(facts),
                 max_model_len=max_model_len,
                 max_num_seqs=max_num_seqs,
                 # a balanced plan's target, whatever its cores
@@ -276,6 +276,7 @@ class VllmEstimate(FormatEstimate):
                 total_gib=total,
                 available_gib=available,
                 first_node_available_gib=first_node,
+                pooling=facts.pooling,
             )
         )
         facts.warnings += footprint_warnings

@@ -16,7 +16,13 @@ from epycd import engines
 from epycd.engines.vllm.model.support import support_from_installed, support_from_table
 from epycd.errors import InputError
 from epycd.model import config as cfg
-from epycd.model.facts import ChatTemplate, EngineSupport, ModelFacts, Support
+from epycd.model.facts import (
+    POOLING_ENDPOINTS,
+    ChatTemplate,
+    EngineSupport,
+    ModelFacts,
+    Support,
+)
 from epycd.model.formats import InspectRequest, ModelFormat, in_registry_order
 from epycd.model.hub import ModelSource, locate_model
 from epycd.model.tables import data_dir
@@ -102,6 +108,11 @@ class HuggingFaceFormat(ModelFormat):
             weights_source=weights_source,
             kv_bytes_per_token=kv_per_token or 0,
             max_position_embeddings=cfg.max_positions(config),
+            max_input_tokens=(
+                input_limit(source.folder, cfg.max_positions(config))
+                if primary in POOLING_ENDPOINTS
+                else None
+            ),
             is_mla=cfg.is_mla(config),
             message=message,
             warnings=[*notes, *support.warnings],
@@ -137,6 +148,38 @@ def _vllm_engine(support: Support, message: str, launchable: bool) -> EngineSupp
 def _chat_template(override: str | None, folder: Path) -> ChatTemplate:
     """The endpoint file's chat_template when given, else the model folder's own."""
     return template_from_override(override) if override else template_status(folder)
+
+
+SENTENCE_TRANSFORMERS_CONFIGS = tuple(
+    f"sentence_{name}_config.json"
+    for name in ("bert", "roberta", "distilbert", "camembert", "albert", "xlm-roberta", "xlnet")
+)
+"""The sentence-transformers tokenize configs vLLM reads, in its order
+(vllm/transformers_utils/config.py of vLLM 0.32.0)."""
+
+
+def input_limit(folder: Path, positions: int | None) -> int | None:
+    """The max_model_len vLLM derives for a pooling model (vllm/config/model.py of 0.32.0):
+    the positions cut to the tokenizer's model_max_length, replaced by sentence-transformers'
+    max_seq_length where the model has one. A larger --max-model-len makes vLLM refuse to
+    start (bge-reranker-base: 514 positions, 512 tokens)."""
+    for name in SENTENCE_TRANSFORMERS_CONFIGS:
+        if (length := _json_int(folder / name, "max_seq_length")) is not None:
+            return length
+    tokenizer = _json_int(folder / "tokenizer_config.json", "model_max_length")
+    candidates = [value for value in (positions, tokenizer) if value]
+    return min(candidates) if candidates else None
+
+
+def _json_int(path: Path, key: str) -> int | None:
+    """`key` of the JSON object in `path` where it is a positive whole number; None where the
+    file or the number is missing or unreadable."""
+    try:
+        data = json.loads(read_text(path, MODEL_JSON_MAX_BYTES))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    value = data.get(key) if isinstance(data, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def read_config(folder: Path) -> dict[str, Any]:

@@ -30,9 +30,15 @@ from epycd.spec.flags import ExtraFlags
 from epycd.stack import Stack
 
 
+def longest_input(facts: ModelFacts) -> int | None:
+    """The most tokens a sequence may hold: the positions, or an embedder's or reranker's
+    input limit where vLLM derives a lower one (`ModelFacts.max_input_tokens`)."""
+    return facts.max_input_tokens or facts.max_position_embeddings
+
+
 def _model_size_warnings(spec: EndpointSpec, facts: ModelFacts) -> list[str]:
     warnings = []
-    positions = facts.max_position_embeddings
+    positions = longest_input(facts)
     if spec.max_model_len and positions and spec.max_model_len > positions:
         warnings.append(f"max_model_len {spec.max_model_len} is capped to the model's {positions}")
     if facts.weights_bytes is None:
@@ -185,7 +191,7 @@ def size_memory(
             vllm_version=prepared.route_of(VllmRoute).vllm_version,
             weights_bytes=facts.weights_bytes or 0,
             kv_bytes_per_token=facts.kv_bytes_per_token,
-            max_position_embeddings=facts.max_position_embeddings,
+            max_position_embeddings=longest_input(facts),
             max_model_len=spec.max_model_len or _default_length(facts, stack),
             max_num_seqs=spec.max_num_seqs,
             target=target,
