@@ -140,6 +140,11 @@ def _compute(handoff: Handoff) -> str:
     return f"{handoff.threads} OMP threads (CPUs {handoff.cpus})"
 
 
+def python_title(handoff: Handoff) -> str:
+    """The OpenAI client's, but for rerank, which the OpenAI API lacks (httpx posts it)."""
+    return "Python (httpx)" if handoff.endpoint == "/v1/rerank" else "OpenAI Python client"
+
+
 def handoff_text(handoff: Handoff) -> str:
     numa = ",".join(map(str, handoff.numa_nodes)) or "-"
     rows = [
@@ -164,7 +169,7 @@ def handoff_text(handoff: Handoff) -> str:
     ]
     return (
         table(rows, header=("Item", "Value"))
-        + f"\n\nTry it:\n\n{handoff.curl}\n\nOpenAI Python client:\n\n{handoff.python}"
+        + f"\n\nTry it:\n\n{handoff.curl}\n\n{python_title(handoff)}:\n\n{handoff.python}"
     )
 
 

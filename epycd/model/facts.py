@@ -131,6 +131,11 @@ class ModelFacts(BaseModel):
         "sentence-transformers' max_seq_length, else the positions under the tokenizer's "
         "model_max_length); None for a generating model",
     )
+    embedding_width: int | None = Field(
+        default=None,
+        description="the numbers in each vector of an embedding model, where its files say "
+        "(the hidden size, no projection after it); None elsewhere",
+    )
     is_mla: bool = False
     message: str = ""
     warnings: list[str] = Field(default_factory=list)

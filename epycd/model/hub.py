@@ -47,6 +47,7 @@ SMALL_FILES = [
     "chat_template.json",
     "*.safetensors.index.json",
     "sentence_*_config.json",
+    "modules.json",
 ]
 DEFAULT_TIMEOUT_S = 10.0
 TRUE_WORDS = {"1", "on", "yes", "true"}

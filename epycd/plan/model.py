@@ -72,6 +72,11 @@ class EndpointService(BaseModel):
     served_model_name: str
     model_kind: str
     primary_endpoint: PrimaryEndpoint
+    embedding_width: int | None = Field(
+        default=None,
+        description="an embeddings endpoint's vector width, which its gate checks (the "
+        "model's, where its files say)",
+    )
     runtime: Runtime
     dtype: str = Field(description="vLLM's --dtype; a GGUF file's own weight type")
     port: int

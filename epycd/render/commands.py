@@ -20,6 +20,13 @@ def gate_timeout(decisions: AnyServer) -> int:
     return max(decisions.start_timeout_s - min(60, decisions.start_timeout_s // 10), 1)
 
 
+def gate_width(decisions: AnyServer) -> list[str]:
+    """The width an embeddings endpoint's gate checks each vector for, where the plan knows
+    it."""
+    width = decisions.embedding_width
+    return [] if width is None else ["--embedding-width", str(width)]
+
+
 def supervisor(decisions: AnyServer, server: list[str]) -> list[str]:
     argv = [
         decisions.product_python,
@@ -36,6 +43,7 @@ def supervisor(decisions: AnyServer, server: list[str]) -> list[str]:
         "--load-timeout",
         str(gate_timeout(decisions)),
     ]
+    argv += gate_width(decisions)
     if decisions.status_file:
         argv += ["--status-file", decisions.status_file]
     if decisions.api_key_file:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -38,6 +39,13 @@ def supervisor_argv(
         "--",
         *server,
     ]
+
+
+def exec_start(unit: str) -> list[str]:
+    """A planned unit's ExecStart= words (the plan's are plain paths and flags: shlex reads
+    them as systemd does)."""
+    [line] = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    return shlex.split(line.removeprefix("ExecStart="))
 
 
 def start_supervisor(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

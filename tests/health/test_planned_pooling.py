@@ -8,7 +8,6 @@ it, and a chat request passed through with vLLM's own error while the endpoint s
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from epycd.status.handoff import base_url, openai_example, ready_curl
 from tests.health.notifysock import NotifySocket
 from tests.health.pooling_models import tiny_bert
 from tests.health.realvllm import free_port, vllm_env, vllm_executable
-from tests.health.supervising import start_supervisor
+from tests.health.supervising import exec_start, start_supervisor
 from tests.machine import serving
 from tests.plan.conftest import PlanWorkspace
 from tests.plan.test_cli_plan import run
@@ -28,13 +27,6 @@ from tests.plan.test_cli_plan import run
 pytestmark = [pytest.mark.vllm, pytest.mark.serves]
 
 LOAD_BOUND_S = 300
-
-
-def exec_start(unit: str) -> list[str]:
-    """The unit's ExecStart= words (the plan's are plain paths and flags: shlex reads them as
-    systemd does)."""
-    [line] = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
-    return shlex.split(line.removeprefix("ExecStart="))
 
 
 @pytest.mark.parametrize(("name", "endpoint"), [("embedder", "embeddings"), ("reranker", "rerank")])
@@ -72,7 +64,9 @@ def test_a_planned_pooling_endpoint_gets_ready_and_answers_its_handoff(
         if endpoint == "embeddings":
             widths = {len(item["embedding"]) for item in answer["data"]}
             assert len(answer["data"]) == 2 and len(widths) == 1, answer
-            assert python.stdout.split() == ["2", str(widths.pop())]
+            width = widths.pop()
+            assert python.stdout.split() == ["2", str(width)]
+            assert argv[argv.index("--embedding-width") + 1] == str(width), "the gate's width"
         else:
             assert sorted(r["index"] for r in answer["results"]) == [0, 1], answer
             scored = sorted(line.split()[0] for line in python.stdout.splitlines())

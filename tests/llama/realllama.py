@@ -66,3 +66,32 @@ def serving(*args: str, key: str | None = None) -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(30)
+
+
+POOLING_TYPES = {"mean": 1, "cls": 2, "last": 3, "rank": 4}
+"""llama.cpp's `enum llama_pooling_type`, as a GGUF stores `{arch}.pooling_type`."""
+
+
+def with_pooling(source: Path, out: Path, pooling: str) -> Path:
+    """A copy of the GGUF `source` that declares `pooling` (its `{arch}.pooling_type`), as an
+    embedding model's conversion writes it: the same tensors and keys, one key more."""
+    import gguf
+
+    reader = gguf.GGUFReader(source)
+    arch = str(reader.fields["general.architecture"].contents())
+    writer = gguf.GGUFWriter(out, arch=arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        value_type = field.types[0]
+        sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, field.contents(), value_type, sub_type=sub_type)
+    writer.add_uint32(f"{arch}.pooling_type", POOLING_TYPES[pooling])
+    for tensor in reader.tensors:
+        writer.add_tensor(tensor.name, tensor.data, raw_shape=tensor.data.shape,
+                          raw_dtype=tensor.tensor_type)  # fmt: skip
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out

@@ -171,3 +171,36 @@ def test_bad_model_names_are_bad_input() -> None:
         inspect_model("Qwen/Qwen3 0.6B!")
     with pytest.raises(InputError, match=r"config\.json"):
         inspect_model("/nonexistent/model/folder")
+
+
+def test_an_embedders_and_a_rerankers_input_limit_is_the_one_vllm_derives() -> None:
+    """sentence-transformers' max_seq_length where the model has one (bge-small); else the
+    positions cut to the tokenizer's model_max_length (bge-reranker-base: 514 positions, a
+    512-token tokenizer); none for a generating model."""
+    assert inspect_model("BAAI/bge-small-en-v1.5").max_input_tokens == 512
+    reranker = inspect_model("BAAI/bge-reranker-base")
+    assert (reranker.max_position_embeddings, reranker.max_input_tokens) == (514, 512)
+    assert inspect_model("Qwen/Qwen3-0.6B").max_input_tokens is None
+
+
+def test_an_embedders_width_is_its_hidden_size_unless_a_projection_follows(
+    tmp_path: Path,
+) -> None:
+    config = {"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 96,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "max_position_embeddings": 128,
+              "vocab_size": 1000}  # fmt: skip
+    folder = tmp_path / "embedder"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    assert inspect_model(str(folder)).embedding_width == 96
+    st = "sentence_transformers.models."
+    pooled = [{"idx": 0, "name": "0", "path": "", "type": st + "Transformer"},
+              {"idx": 1, "name": "1", "path": "1_Pooling", "type": st + "Pooling"}]  # fmt: skip
+    (folder / "modules.json").write_text(json.dumps(pooled))
+    assert inspect_model(str(folder)).embedding_width == 96, "pooling keeps the width"
+    projected = [*pooled, {"idx": 2, "name": "2", "path": "2_Dense", "type": st + "Dense"}]
+    (folder / "modules.json").write_text(json.dumps(projected))
+    assert inspect_model(str(folder)).embedding_width is None, "a Dense layer changes it"
+    (folder / "modules.json").write_text("{not json")
+    assert inspect_model(str(folder)).embedding_width is None
+    assert inspect_model("BAAI/bge-reranker-base").embedding_width is None

@@ -76,6 +76,9 @@ def test_a_pooling_model_plans_on_vllms_pooling_runner_beside_a_chat_endpoint(
     assert decided.max_num_seqs == batch_target("balanced", 1).max_num_seqs
     assert decided.kv_cache_gb == MIN_POOL_GIB
     assert "--stream-interval" not in decided.vllm_args
+    hidden = json.loads(model_files()[model]["config.json"])["hidden_size"]  # type: ignore[arg-type]
+    width = hidden if endpoint == "embeddings" else None
+    assert decided.embedding_width == width, "the gate's width (where a gate runs)"
     assert "--runner" not in cpu(chat).vllm_args
     assert cpu(chat).primary_endpoint == "chat_completions"
 
@@ -108,21 +111,50 @@ def test_an_embedder_asked_for_more_than_its_length_is_capped_and_told(
 
 
 @pytest.mark.parametrize(
-    ("architecture", "pooling", "flag"),
-    [("bert", None, "--embeddings"), ("qwen2", 4, "--rerank")],
+    ("pooling", "flag", "endpoint"),
+    [(3, "--embeddings", "embeddings"), (4, "--rerank", "rerank")],
 )
-def test_a_pooling_gguf_is_refused_by_llama_cpp_with_its_flag_and_the_others_plan(
-    ws: PlanWorkspace, host_of: HostOf, architecture: str, pooling: int | None, flag: str
+def test_a_pooling_gguf_plans_on_llama_server_with_its_flag_and_a_whole_input_per_step(
+    ws: PlanWorkspace, host_of: HostOf, pooling: int, flag: str, endpoint: str
 ) -> None:
+    """A qwen2 file of pooling type last (an embedder, as Qwen3-Embedding's GGUF) or rank (a
+    reranker): llama-server's flag, one step as long as the context (-ub and -b), no prompt
+    cache; the gate's path and, for the embedder, the file's width; the chat endpoint beside
+    it plans as before."""
     lw = LlamaWorkspace(ws, host_of("genoa-9654-2s-nps1"))
     path = ws.tmp / "pooled.gguf"
-    extra = {} if pooling is None else {"{arch}.pooling_type": pooling}
-    write_gguf(path, GgufShape(architecture=architecture, extra=extra))
+    shape = GgufShape(layers=2, embedding=128, heads=4, kv_heads=2, feed_forward=512, vocab=300,
+                      extra={"{arch}.pooling_type": pooling}, context=2048)  # fmt: skip
+    write_gguf(path, shape)
+    lw.endpoint("pooled", f'model = "{path}"\n')
+    lw.endpoint("chat")
+    plan, decided = lw.planned("pooled")
+    args = decided.server_args
+    assert flag in args and "--embeddings" not in args[args.index(flag) + 1 :]
+    assert decided.primary_endpoint == endpoint
+    context = decided.invocation.context
+    assert context == shape.context
+    assert _flag(args, "--ubatch-size") == _flag(args, "--batch-size") == str(context)
+    assert _flag(args, "--cache-ram") == "0"
+    assert decided.embedding_width == (shape.embedding if endpoint == "embeddings" else None)
+    [unit] = plan.units.values()
+    assert f"--endpoint {endpoint} " in unit
+    _, chat = lw.planned("chat")
+    assert flag not in chat.server_args and _flag(chat.server_args, "--ubatch-size") == "512"
+
+
+def test_a_bert_gguf_is_refused_as_unmeasured_and_the_others_plan(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    """An encoder GGUF is an embedder to check-model, but rule 9's compute buffer is measured
+    for decoders only: the fit refuses it naming the model key, and nothing else changes."""
+    lw = LlamaWorkspace(ws, host_of("genoa-9654-2s-nps1"))
+    path = ws.tmp / "bert.gguf"
+    write_gguf(path, GgufShape(architecture="bert", feed_forward=512, vocab=300))
     lw.endpoint("pooled", f'model = "{path}"\n')
     lw.endpoint("chat")
     results = lw.plan()
     [problem] = results["pooled"].errors
     assert problem.key == "model"
-    assert "not yet embeddings or rerank" in problem.text
-    assert f"llama-server {flag}" in (problem.fix or "")
+    assert "compute buffer is measured for" in problem.text and "not bert" in problem.text
     assert results["chat"].plan is not None

@@ -143,6 +143,7 @@ class ServedFields(TypedDict):
     served_model_name: str
     model_kind: str
     primary_endpoint: PrimaryEndpoint
+    embedding_width: int | None
     runtime: Runtime
     dtype: str
     hf_cache: HfCacheMount | None
@@ -167,6 +168,7 @@ def served_fields(prepared: Prepared, chosen: ServedModel) -> ServedFields:
         served_model_name=chosen.served,
         model_kind=facts.support.kind,
         primary_endpoint=primary,
+        embedding_width=facts.embedding_width if primary == "embeddings" else None,
         runtime=route.runtime,
         dtype=chosen.dtype,
         hf_cache=chosen.hf if chosen.containerized else None,

@@ -222,6 +222,7 @@ class GgufFormat(ModelFormat):
             weights_source="gguf-tensors",
             kv_bytes_per_token=kv_per_token or 0,
             max_position_embeddings=gguf.context_length,
+            embedding_width=gguf.embedding_length if primary == "embeddings" else None,
             message=own.reason,
             warnings=notes,
         )

@@ -16,6 +16,7 @@ import dataclasses
 import os
 from collections.abc import Collection
 from pathlib import Path
+from typing import Literal
 
 from epycd.engines.llama_cpp.model.memory import (
     CELL_PADDING,
@@ -53,6 +54,18 @@ CACHE_RAM_SHARE = 0.5
 
 def slots_for(prepared: Prepared) -> int:
     return prepared.spec.max_num_seqs or PROFILE_SLOTS[prepared.spec.profile]
+
+
+def pooling_of(prepared: Prepared) -> Literal["embedding", "rerank"] | None:
+    endpoint = prepared.facts.primary_endpoint
+    return "embedding" if endpoint == "embeddings" else "rerank" if endpoint == "rerank" else None
+
+
+def ubatch_for(prepared: Prepared, context: int) -> int:
+    """llama-server's physical batch: its own default, but for an embedder or a reranker the
+    context, since such an input is read whole in one step (a longer one is refused: "input
+    is too large to process. increase the physical batch size")."""
+    return context if pooling_of(prepared) else DEFAULT_UBATCH
 
 
 def context_request(prepared: Prepared, gguf: GgufFile) -> tuple[int, list[str]]:
@@ -95,7 +108,7 @@ def llama_fit(
             cpu_flags=host.flags,
             total_gib=memory.total,
             available_gib=memory.available,
-            ubatch=DEFAULT_UBATCH,
+            ubatch=ubatch_for(prepared, tokens),
             shared_pool=True,
         )
 
@@ -162,8 +175,9 @@ def decide_llama(
         threads=len(placement.cpus),
         slots=fit.slots,
         context=fit.context,
-        ubatch=DEFAULT_UBATCH,
-        cache_ram_mib=cache_ram_mib(fit),
+        ubatch=ubatch_for(prepared, fit.context),
+        pooling=pooling_of(prepared),
+        cache_ram_mib=0 if pooling_of(prepared) else cache_ram_mib(fit),
         load_mode="mmap+mlock",
         chat_template_file=prepared.spec.chat_template,
     )

@@ -25,6 +25,11 @@ API_KEY_ENV = "LLAMA_API_KEY"
 """llama-server reads its API key from this variable (its `--api-key`'s env)."""
 
 
+POOLING_FLAGS = {"embedding": "--embeddings", "rerank": "--rerank"}
+"""llama-server's flag for each kind of pooling model it serves (its --help: the file's own
+pooling type is used unless --pooling says otherwise)."""
+
+
 class LlamaInvocation(BaseModel):
     """`llama-server` of one endpoint: the GGUF file, where it listens and as what, its
     threads, slots and KV pool, how it loads the weights and what else it keeps in RAM."""
@@ -42,6 +47,11 @@ class LlamaInvocation(BaseModel):
         "tokens one request may hold"
     )
     ubatch: int = Field(description="-ub: tokens per compute step, which sizes the buffer")
+    pooling: Literal["embedding", "rerank"] | None = Field(
+        default=None,
+        description="--embeddings or --rerank: an embedder's or a reranker's endpoint, whose "
+        "input is read whole in one step (-b and -ub: the context)",
+    )
     cache_ram_mib: int = Field(description="--cache-ram: the prompt cache's RAM, 0 for none")
     load_mode: LoadMode
     chat_template_file: str | None = None
@@ -82,6 +92,8 @@ def llama_server_argv(invocation: LlamaInvocation) -> list[str]:
         "--no-ui",
         "--no-slots",
     ]
+    if invocation.pooling is not None:
+        argv += [POOLING_FLAGS[invocation.pooling], "--batch-size", str(invocation.ubatch)]
     if invocation.chat_template_file:
         argv += ["--jinja", "--chat-template-file", invocation.chat_template_file]
     return argv

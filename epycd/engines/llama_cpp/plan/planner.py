@@ -119,12 +119,9 @@ def with_llama_runtime(
     return host.model_copy(update={"runtimes": runtimes})
 
 
-POOLING_FLAGS = {"embedding": "--embeddings", "rerank": "--rerank"}
-"""llama-server's flag for each kind of pooling model it serves."""
-
-
 def check_llama_model(facts: ModelFacts, file: Path) -> list[str]:
-    """Refuse what llama.cpp cannot serve on a chat/completions endpoint; return warnings."""
+    """Refuse what llama.cpp cannot serve on an endpoint of its primary path; return
+    warnings."""
     llama = next((e for e in facts.engines if e.engine == ENGINE), None)
     if facts.format != "gguf" or facts.gguf is None or llama is None:
         raise Refusal(
@@ -136,15 +133,6 @@ def check_llama_model(facts: ModelFacts, file: Path) -> list[str]:
         )
     if not llama.supported:
         raise Refusal(llama.reason, file=file, key="model", fix="choose a text-generation GGUF")
-    if llama.kind in POOLING_FLAGS:
-        raise Refusal(
-            f"{llama.reason}; epyc-llm plans chat and completions endpoints, and not yet "
-            "embeddings or rerank",
-            file=file,
-            key="model",
-            fix=f"choose a text-generation GGUF; serve this one with `llama-server "
-            f"{POOLING_FLAGS[llama.kind]}` until epyc-llm plans it",
-        )
     return list(facts.warnings)
 
 

@@ -113,6 +113,9 @@ class HuggingFaceFormat(ModelFormat):
                 if primary in POOLING_ENDPOINTS
                 else None
             ),
+            embedding_width=(
+                embedding_width(source.folder, config) if primary == "embeddings" else None
+            ),
             is_mla=cfg.is_mla(config),
             message=message,
             warnings=[*notes, *support.warnings],
@@ -169,6 +172,27 @@ def input_limit(folder: Path, positions: int | None) -> int | None:
     tokenizer = _json_int(folder / "tokenizer_config.json", "model_max_length")
     candidates = [value for value in (positions, tokenizer) if value]
     return min(candidates) if candidates else None
+
+
+SENTENCE_TRANSFORMERS_PROJECTION = "sentence_transformers.models.Dense"
+
+
+def embedding_width(folder: Path, config: Mapping[str, Any]) -> int | None:
+    """The width of an embedder's vectors: its hidden size, unless sentence-transformers'
+    modules.json projects the pooled vector (a Dense module, which vLLM applies too) or is
+    unreadable: then None, unknown here."""
+    modules = folder / "modules.json"
+    if modules.exists():
+        try:
+            listed = json.loads(read_text(modules, MODEL_JSON_MAX_BYTES))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+        if not isinstance(listed, list) or any(
+            not isinstance(m, dict) or m.get("type") == SENTENCE_TRANSFORMERS_PROJECTION
+            for m in listed
+        ):
+            return None
+    return cfg.hidden_size(dict(config))
 
 
 def _json_int(path: Path, key: str) -> int | None:

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from epycd.engines.vllm.plan.model import AnyVllmServer
 from epycd.engines.vllm.render.policy import REQUIRED_RUN_FLAGS
-from epycd.render.commands import API_KEY_CREDENTIAL, base_url, gate_timeout, numa_list
+from epycd.render.commands import (
+    API_KEY_CREDENTIAL,
+    base_url,
+    gate_timeout,
+    gate_width,
+    numa_list,
+)
 
 TOKEN_IN_CONTAINER = "/run/secrets/hf_token"
 API_KEY_IN_CONTAINER = "/run/secrets/api_key"
@@ -57,6 +63,7 @@ def health_gate(decisions: AnyVllmServer) -> list[str]:
         decisions.served_model_name,
         "--endpoint",
         decisions.primary_endpoint,
+        *gate_width(decisions),
         "--timeout",
         str(gate_timeout(decisions)),
         *(["--api-key-credential", API_KEY_CREDENTIAL] if decisions.api_key_file else []),
