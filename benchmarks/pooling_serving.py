@@ -1,0 +1,200 @@
+"""Benchmark: an embedding (or reranker) endpoint as epyc-llm plans it against plain
+`vllm serve MODEL` with vLLM's defaults, on this machine, in one run.
+
+Run:  .venv/bin/python benchmarks/pooling_serving.py --model FOLDER [--endpoint embeddings]
+          [--concurrency 1 8 32] [--input-len 128] [--passes 2] [--requests 256]
+      .venv/bin/python benchmarks/pooling_serving.py --render RESULT.json   # reprint a run
+(FOLDER: a Hugging Face model folder vLLM serves as an embedder or reranker, such as the tests'
+tiny BERT pair of tests/tools/tiny_pooling.sh. Needs tests/bootstrap.sh's vLLM venv; loopback
+only. Not a CI pass/fail: the figures go to benchmarks/pooling-serving-results.md.)
+
+Configurations:
+- **defaults**: `vllm serve FOLDER --port P --served-model-name S`: vLLM's own choices (its
+  runner `auto`, resolving to pooling; every core its OpenMP threads want; the KV space of
+  its CPU default);
+- **planned**: what epyc-llm's planner decides for an endpoint file of this model on this
+  machine (docs/tuning.md rule 11: the host vLLM, `--runner pooling`, the model's own length,
+  the profile's batch), its `vllm serve` words and environment, run under numactl with the
+  plan's CPUs and NUMA nodes as its unit's CPUAffinity= and NUMAPolicy=bind do; planned by
+  `epycd.plan.pipeline.build.plan_all` against this host (under an EPYC identity where the
+  product would refuse the CPU, with this host's /usr in it, so that the plan finds its C++
+  compiler as it would on the host itself and compiles: docs/tuning.md rule 4).
+
+Each pass starts each server (spawn to the first /health 200), then runs epycd's pooling
+client (`epycd.servebench.measure_pooling`: random text of `--input-len` words, as many
+warm-ups as the concurrency, max(--requests, 16 x concurrency) requests) at each concurrency:
+requests/s, input tok/s, p50 and mean latency. Passes alternate the order (ABBA).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from serving import machine, stop_group, wait_healthy  # noqa: E402
+
+from epycd.servebench import measure_pooling  # noqa: E402
+from tests.health.realvllm import VENV, free_port, short_tmpdir  # noqa: E402
+
+SERVED = "bench"
+
+
+def planned(model: Path, work: Path) -> tuple[list[str], dict[str, str], dict[str, Any]]:
+    """The planner's endpoint for `model` on this machine: its `vllm serve` argv (port left
+    to the caller) under numactl, its environment, and what it decided."""
+    from epycd.engines.vllm.plan.model import VllmCpuServer
+    from epycd.host.cpulist import format_cpulist
+    from epycd.host.detect import detect_host
+    from epycd.plan.pipeline.build import PlanSources, plan_all
+    from epycd.render import render_for_plan
+    from epycd.settings import Settings
+    from tests.machine import serving_root
+
+    config_dir = work / "planned-config"
+    config_dir.mkdir(exist_ok=True)
+    (config_dir / "bench.toml").write_text(
+        f'model = "{model}"\nruntime = "host"\nvllm = "{VENV / "bin" / "vllm"}"\n'
+        f'served_model_name = "{SERVED}"\n'
+    )
+    root = serving_root(work)
+    if root != Path("/") and not (root / "usr").exists():
+        (root / "usr").symlink_to("/usr")  # the host's g++, as on an EPYC that has it (rule 4)
+    settings = Settings(
+        config_dir=config_dir,
+        state_dir=work / "state",
+        run_dir=work / "run",
+        unit_dir=work / "units",
+        quadlet_dir=work / "quadlet",
+        host_root=root,
+    )
+    [result] = plan_all(settings, detect_host(root), render=render_for_plan,
+                        sources=PlanSources(listeners={}, environ={}))  # fmt: skip
+    if result.plan is None:
+        raise SystemExit("the planner refused: " + "; ".join(p.text for p in result.errors))
+    decided = result.plan.decisions.first
+    assert isinstance(decided, VllmCpuServer)
+    words = list(decided.vllm_args)
+    at = words.index("--port")
+    del words[at : at + 2]
+    binding = ["numactl", f"--physcpubind={decided.cpus}",
+               f"--membind={format_cpulist(decided.numa_nodes)}"]  # fmt: skip
+    facts = {
+        "vllm_args": decided.vllm_args,
+        "env": decided.env,
+        "max_num_seqs": decided.max_num_seqs,
+        "max_num_batched_tokens": decided.max_num_batched_tokens,
+        "kv_cache_gb": decided.kv_cache_gb,
+        "cpus": decided.cpus,
+    }
+    return [*binding, str(VENV / "bin" / "vllm"), "serve", *words], dict(decided.env), facts
+
+
+def defaults(model: Path) -> list[str]:
+    return [str(VENV / "bin" / "vllm"), "serve", str(model), "--served-model-name", SERVED]
+
+
+def serve(argv: list[str], env: dict[str, str], work: Path, log: Path) -> tuple[Any, int, float]:
+    port = free_port()
+    full = (
+        os.environ
+        | {
+            "TMPDIR": str(short_tmpdir()),
+            "VLLM_NO_USAGE_STATS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_CACHE_ROOT": str(work / "cache"),
+        }
+        | env
+    )
+    started = time.monotonic()
+    with log.open("ab") as out:
+        process = subprocess.Popen([*argv, "--port", str(port)], env=full, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    if not wait_healthy(port, process):
+        stop_group(process)
+        raise SystemExit(f"{argv[:4]} did not get healthy: see {log}")
+    return process, port, time.monotonic() - started
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="pooling-bench-"))
+    plan_argv, plan_env, decided = planned(args.model, work)
+    configs = {"defaults": (defaults(args.model), {}), "planned": (plan_argv, plan_env)}
+    runs = []
+    for index in range(args.passes):
+        order = list(configs) if index % 2 == 0 else list(reversed(configs))
+        for label in order:
+            argv, env = configs[label]
+            process, port, startup = serve(argv, env, work, work / f"{label}.log")
+            try:
+                for concurrency in args.concurrency:
+                    measured = measure_pooling(
+                        f"http://127.0.0.1:{port}", SERVED, None, endpoint=args.endpoint,
+                        concurrency=concurrency, prompts=max(args.requests, 16 * concurrency),
+                        input_len=args.input_len,
+                    )  # fmt: skip
+                    runs.append({"config": label, "pass": index + 1, "concurrency": concurrency,
+                                 "startup_s": round(startup, 1), **measured.__dict__})  # fmt: skip
+                    print(label, index + 1, concurrency, f"{measured.request_throughput:.1f} req/s",
+                          f"p50 {measured.p50_latency_ms:.1f} ms", flush=True)  # fmt: skip
+            finally:
+                stop_group(process)
+    return {
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "model": str(args.model),
+        "endpoint": args.endpoint,
+        "input_len": args.input_len,
+        "planned": decided,
+        "runs": runs,
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = [f"{report['measured_at']}, {report['machine']['cpu']}; {report['model']} on "
+             f"/v1/{report['endpoint']}, {report['input_len']}-word inputs", "",
+             "| concurrency | config | pass | req/s | input tok/s | p50 ms | mean ms |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for run in sorted(report["runs"], key=lambda r: (r["concurrency"], r["config"], r["pass"])):
+        lines.append(f"| {run['concurrency']} | {run['config']} | {run['pass']} | "
+                     f"{run['request_throughput']:.1f} | {run['input_throughput']:.0f} | "
+                     f"{run['p50_latency_ms']:.1f} | {run['mean_latency_ms']:.1f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", type=Path)
+    parser.add_argument("--endpoint", choices=("embeddings", "rerank"), default="embeddings")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=256, help="at least, per run")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--render", type=Path)
+    args = parser.parse_args()
+    if args.render:
+        print(render(json.loads(args.render.read_text())))
+        return 0
+    if args.model is None:
+        parser.error("--model is required")
+    report = run(args)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
