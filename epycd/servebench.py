@@ -146,20 +146,12 @@ async def _run(
     output_len: int,
 ) -> tuple[list[Timing], float]:
     url = f"{base_url}/v1/completions"
-    queue = list(reversed(prompts))
     timings: list[Timing] = []
 
-    async def worker(client: httpx.AsyncClient) -> None:
-        while queue:
-            timings.append(await one_request(client, url, model, queue.pop(), output_len))
+    async def send(client: httpx.AsyncClient, index: int) -> None:
+        timings.append(await one_request(client, url, model, prompts[index], output_len))
 
-    limits = httpx.Limits(max_connections=concurrency)
-    async with httpx.AsyncClient(
-        headers=headers(key), timeout=REQUEST_TIMEOUT_S, limits=limits
-    ) as client:
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
-        return timings, time.perf_counter() - started
+    return timings, await _concurrently(len(prompts), concurrency, key, send)
 
 
 def measure(

@@ -22,9 +22,10 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from pydantic import BaseModel, Field
@@ -254,6 +255,11 @@ def refuse_without_offline_bench(plan: Plan, client: BenchClient) -> None:
         )
 
 
+Measure = Callable[[str, "str | None", int, int], dict[str, Any]]
+"""One run of a client of epycd's: (base URL, key, concurrency, requests) -> BenchRun's
+figures."""
+
+
 def openai_client_runs(
     plan: Plan,
     concurrencies: tuple[int, ...],
@@ -263,9 +269,44 @@ def openai_client_runs(
     """An engine without a bench client of its own (llama-server has no vLLM): epycd's own
     client of the OpenAI API (`epycd.servebench`), one run per concurrency, the same measure
     and the same prompt counts as `vllm bench serve`."""
+    from epycd.servebench import measure
+
+    def one(base: str, key: str | None, concurrency: int, prompts: int) -> dict[str, Any]:
+        measured = measure(
+            base, plan.decisions.served_model_name, key, concurrency=concurrency,
+            prompts=prompts, input_len=lengths[0], output_len=lengths[1],
+        )  # fmt: skip
+        return {name: getattr(measured, name) for name in METRICS}
+
+    return client_runs(plan, concurrencies, prompts_per_concurrency, one)
+
+
+def pooling_runs(
+    plan: Plan, concurrencies: tuple[int, ...], prompts_per_concurrency: int, input_len: int
+) -> list[BenchRun]:
+    """`epycd.servebench.measure_pooling` on the endpoint's own path, one run per
+    concurrency, as many prompts as the generating runs."""
+    from epycd.servebench import measure_pooling
+
+    def one(base: str, key: str | None, concurrency: int, prompts: int) -> dict[str, Any]:
+        measured = measure_pooling(
+            base, plan.decisions.served_model_name, key,
+            endpoint=plan.decisions.primary_endpoint, concurrency=concurrency, prompts=prompts,
+            input_len=input_len,
+        )  # fmt: skip
+        return {name: getattr(measured, name) for name in POOLING_METRICS}
+
+    return client_runs(plan, concurrencies, prompts_per_concurrency, one)
+
+
+def client_runs(
+    plan: Plan, concurrencies: tuple[int, ...], prompts_per_concurrency: int, one: Measure
+) -> list[BenchRun]:
+    """`one` run per concurrency against the endpoint at its own address, with its key; a run
+    the endpoint fails is kept with its error (the key never in it) and the next one runs."""
     import httpx
 
-    from epycd.servebench import BenchFailed, measure
+    from epycd.servebench import BenchFailed
 
     base = local_url(plan.decisions.host, plan.decisions.port)
     key = api_key(plan)
@@ -276,57 +317,13 @@ def openai_client_runs(
         click.echo(f"{label}: running", err=True)
         started = time.monotonic()
         try:
-            measured = measure(
-                base,
-                plan.decisions.served_model_name,
-                key,
-                concurrency=concurrency,
-                prompts=prompts,
-                input_len=lengths[0],
-                output_len=lengths[1],
-            )
+            values = one(base, key, concurrency, prompts)
         except (BenchFailed, httpx.HTTPError) as error:
             text = f"{type(error).__name__}: {error}"
             text = text.replace(key, "<api key>") if key else text
             runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, error=text))
             continue
         click.echo(f"{label}: done in {time.monotonic() - started:.0f} s", err=True)
-        values = {name: getattr(measured, name) for name in METRICS}
-        runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, **values))
-    return runs
-
-
-def pooling_runs(
-    plan: Plan, concurrencies: tuple[int, ...], prompts_per_concurrency: int, input_len: int
-) -> list[BenchRun]:
-    """`epycd.servebench.measure_pooling` on the endpoint's own path, one run per
-    concurrency, as many prompts as the generating runs."""
-    import httpx
-
-    from epycd.servebench import BenchFailed, measure_pooling
-
-    base = local_url(plan.decisions.host, plan.decisions.port)
-    key = api_key(plan)
-    runs = []
-    for concurrency in concurrencies:
-        prompts = max(8, prompts_per_concurrency * concurrency)
-        click.echo(f"concurrency {concurrency}: running", err=True)
-        try:
-            measured = measure_pooling(
-                base,
-                plan.decisions.served_model_name,
-                key,
-                endpoint=plan.decisions.primary_endpoint,
-                concurrency=concurrency,
-                prompts=prompts,
-                input_len=input_len,
-            )
-        except (BenchFailed, httpx.HTTPError) as error:
-            text = f"{type(error).__name__}: {error}"
-            text = text.replace(key, "<api key>") if key else text
-            runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, error=text))
-            continue
-        values = {name: getattr(measured, name) for name in POOLING_METRICS}
         runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, **values))
     return runs
 
