@@ -75,7 +75,9 @@ class EndpointService(BaseModel):
     embedding_width: int | None = Field(
         default=None,
         description="an embeddings endpoint's vector width, which its gate checks (the "
-        "model's, where its files say)",
+        "model's, where its files say); left out of a record when None, so that the records "
+        "of every other endpoint are as they were",
+        exclude_if=lambda width: width is None,
     )
     runtime: Runtime
     dtype: str = Field(description="vLLM's --dtype; a GGUF file's own weight type")
