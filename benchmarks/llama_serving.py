@@ -55,6 +55,7 @@ from serving import (  # noqa: E402
     METRICS,
     PeakRss,
     load1,
+    plan_here,
     stop_group,
     wait_healthy,
 )
@@ -125,36 +126,13 @@ def planned_config(server: Path, model: Path, work: Path) -> Config:
     `measure`."""
     from epycd.engines.llama_cpp.plan.model import LlamaServer
     from epycd.host.cpulist import format_cpulist
-    from epycd.host.detect import detect_host
-    from epycd.plan.pipeline.build import PlanSources, plan_all
-    from epycd.render import render_for_plan
-    from epycd.settings import Settings
-    from tests.machine import serving_root
 
-    config_dir = work / "planned-config"
-    config_dir.mkdir(exist_ok=True)
-    (config_dir / "bench.toml").write_text(
+    plan = plan_here(
+        work,
         f'engine = "llama.cpp"\nmodel = "{model}"\nllama_server = "{server}"\n'
-        f'served_model_name = "{SERVED}"\n'
+        f'served_model_name = "{SERVED}"\n',
     )
-    root = serving_root(work)
-    settings = Settings(
-        config_dir=config_dir,
-        state_dir=work / "state",
-        run_dir=work / "run",
-        unit_dir=work / "units",
-        quadlet_dir=work / "quadlet",
-        host_root=root,
-    )
-    [result] = plan_all(
-        settings,
-        detect_host(root),
-        render=render_for_plan,
-        sources=PlanSources(listeners={}, environ={}),
-    )
-    if result.plan is None:
-        raise SystemExit("the planner refused: " + "; ".join(p.text for p in result.errors))
-    decided = result.plan.decisions
+    decided = plan.decisions.first
     assert isinstance(decided, LlamaServer)
     words = list(decided.server_args)
     at = words.index("--port")

@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from serving import machine, stop_group, wait_healthy  # noqa: E402
+from serving import machine, plan_here, stop_group, wait_healthy  # noqa: E402
 
 from epycd.servebench import measure_pooling  # noqa: E402
 from tests.health.realvllm import VENV, free_port, short_tmpdir  # noqa: E402
@@ -56,34 +56,14 @@ def planned(model: Path, work: Path) -> tuple[list[str], dict[str, str], dict[st
     to the caller) under numactl, its environment, and what it decided."""
     from epycd.engines.vllm.plan.model import VllmCpuServer
     from epycd.host.cpulist import format_cpulist
-    from epycd.host.detect import detect_host
-    from epycd.plan.pipeline.build import PlanSources, plan_all
-    from epycd.render import render_for_plan
-    from epycd.settings import Settings
-    from tests.machine import serving_root
 
-    config_dir = work / "planned-config"
-    config_dir.mkdir(exist_ok=True)
-    (config_dir / "bench.toml").write_text(
+    plan = plan_here(
+        work,
         f'model = "{model}"\nruntime = "host"\nvllm = "{VENV / "bin" / "vllm"}"\n'
-        f'served_model_name = "{SERVED}"\n'
+        f'served_model_name = "{SERVED}"\n',
+        host_usr=True,  # the host's g++, as on an EPYC that has it (rule 4)
     )
-    root = serving_root(work)
-    if root != Path("/") and not (root / "usr").exists():
-        (root / "usr").symlink_to("/usr")  # the host's g++, as on an EPYC that has it (rule 4)
-    settings = Settings(
-        config_dir=config_dir,
-        state_dir=work / "state",
-        run_dir=work / "run",
-        unit_dir=work / "units",
-        quadlet_dir=work / "quadlet",
-        host_root=root,
-    )
-    [result] = plan_all(settings, detect_host(root), render=render_for_plan,
-                        sources=PlanSources(listeners={}, environ={}))  # fmt: skip
-    if result.plan is None:
-        raise SystemExit("the planner refused: " + "; ".join(p.text for p in result.errors))
-    decided = result.plan.decisions.first
+    decided = plan.decisions.first
     assert isinstance(decided, VllmCpuServer)
     words = list(decided.vllm_args)
     at = words.index("--port")

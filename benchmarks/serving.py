@@ -284,6 +284,38 @@ class Bench:
                 result.peak_pss_gib, result.pss_by_process = rss.pss()
 
 
+def plan_here(work: Path, endpoint_toml: str, *, host_usr: bool = False) -> Plan:
+    """The planner's plan of one endpoint file (`endpoint_toml`, as bench.toml) on this
+    machine: `plan_all` against its own topology, under an EPYC identity where the product
+    would refuse the CPU (with this host's /usr in it where `host_usr`, so the plan finds the
+    host's compiler as it would on the host itself). Exits with the refusal."""
+    from epycd.host.detect import detect_host
+    from epycd.plan.pipeline.build import PlanSources, plan_all
+    from epycd.render import render_for_plan
+    from epycd.settings import Settings
+    from tests.machine import serving_root
+
+    config_dir = work / "planned-config"
+    config_dir.mkdir(exist_ok=True)
+    (config_dir / "bench.toml").write_text(endpoint_toml)
+    root = serving_root(work)
+    if host_usr and root != Path("/") and not (root / "usr").exists():
+        (root / "usr").symlink_to("/usr")
+    settings = Settings(
+        config_dir=config_dir,
+        state_dir=work / "state",
+        run_dir=work / "run",
+        unit_dir=work / "units",
+        quadlet_dir=work / "quadlet",
+        host_root=root,
+    )
+    [result] = plan_all(settings, detect_host(root), render=render_for_plan,
+                        sources=PlanSources(listeners={}, environ={}))  # fmt: skip
+    if result.plan is None:
+        raise SystemExit("the planner refused: " + "; ".join(p.text for p in result.errors))
+    return result.plan
+
+
 def wait_healthy(port: int, process: subprocess.Popen[bytes]) -> bool:
     """True once /health answers 200; False when the server exited first."""
     deadline = time.monotonic() + START_TIMEOUT_S

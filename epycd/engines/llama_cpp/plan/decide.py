@@ -167,6 +167,7 @@ def decide_llama(
         placement.socket, placement.numa_nodes, port, placement.warnings + fit_warnings, []
     )
     model_path = os.path.realpath(gguf.path)
+    pooling = pooling_of(prepared)
     invocation = LlamaInvocation(
         model_path=model_path,
         alias=chosen.served,
@@ -176,8 +177,8 @@ def decide_llama(
         slots=fit.slots,
         context=fit.context,
         ubatch=ubatch_for(prepared, fit.context),
-        pooling=pooling_of(prepared),
-        cache_ram_mib=0 if pooling_of(prepared) else cache_ram_mib(fit),
+        pooling=pooling,
+        cache_ram_mib=0 if pooling else cache_ram_mib(fit),
         load_mode="mmap+mlock",
         chat_template_file=prepared.spec.chat_template,
     )
