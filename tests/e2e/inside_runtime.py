@@ -11,7 +11,10 @@ install  what the machine lacks; README command 1 in its two steps (`install.sh 
          offline without a local model (refused, nothing written), then with the local tiny
          model -> compiled, ready, the hand-off, a chat, status; the recipe's rerun and its
          messages for an unreachable PyPI and an unreachable PyTorch index (its default)
-reboot   back with no new approval: status ready, a chat
+reboot   back with no new approval: status ready, a chat; then the chat endpoint removed
+         (this host holds one endpoint) and an embedding model quickstarted (the tiny BERT):
+         ready, its hand-off's URL answering an embeddings request
+embedder_reboot  the embedder back with no new approval: status ready, an embedding
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import inside
 from inside import (
     CONFIG,
+    PRODUCT_USER,
     PhaseFailed,
     give_model_to_group,
     journal,
@@ -44,6 +48,8 @@ RUNTIME = PREFIX / "runtime"
 RECIPE = PREFIX / "share" / "epyc-llm" / "vllm-runtime.sh"
 NAME = "default"
 UNIT = f"epyc-llm-{NAME}.service"
+EMBEDDER = "emb"
+EMBEDDER_UNIT = f"epyc-llm-{EMBEDDER}.service"
 ENDPOINT_FILE = Path("/etc/epyc-llm") / f"{NAME}.toml"
 inside.UNIT = UNIT
 inside.ENV |= {
@@ -69,17 +75,38 @@ print(json.dumps({"choices": len(reply.choices), "content": reply.choices[0].mes
 """
 
 
-def status(check: str) -> dict[str, Any] | None:
-    done = run("epycctl", "status", NAME, "--json", timeout=180)
+EMBED = """
+import json, sys
+from openai import OpenAI
+client = OpenAI(base_url=sys.argv[1], api_key="none", timeout=60, max_retries=0)
+model = client.models.list().data[0].id
+reply = client.embeddings.create(model=model, input=["Say hello", "Say goodbye"])
+print(json.dumps({"vectors": len(reply.data), "width": len(reply.data[0].embedding),
+                  "model": reply.model}))
+"""
+
+
+def status(check: str, name: str = NAME) -> dict[str, Any] | None:
+    done = run("epycctl", "status", name, "--json", timeout=180)
     data = json.loads(done["stdout"]) if done["rc"] == 0 and done["stdout"].strip() else None
     record(check, rc=done["rc"], status=data, stderr=done["stderr"][-3000:])
     return data
 
 
-def url_of(data: dict[str, Any] | None) -> str | None:
+def url_of(data: dict[str, Any] | None, name: str = NAME) -> str | None:
     """The endpoint's base URL (with /v1), as `status --json` hands it off."""
     entries = (data or {}).get("endpoints", [data or {}])
-    return next((e.get("url") for e in entries if e.get("name") == NAME), None)
+    return next((e.get("url") for e in entries if e.get("name") == name), None)
+
+
+def embed(check: str, url: str | None) -> None:
+    """An embeddings request through the hand-off's URL, by the OpenAI client."""
+    if url is None:
+        record(check, rc=None, reply=None, stderr="no URL in status")
+        return
+    done = run(str(RUNTIME / "bin" / "python"), "-c", EMBED, url, timeout=120)
+    reply = json.loads(done["stdout"].strip().splitlines()[-1]) if done["rc"] == 0 else None
+    record(check, rc=done["rc"], reply=reply, url=url, stderr=done["stderr"][-3000:])
 
 
 def chat(check: str, url: str | None) -> None:
@@ -167,9 +194,41 @@ def phase_reboot() -> None:
     )
     record("unit", **show(UNIT))
     chat("chat", url_of(status("status")))
+    quickstart_embedder()
 
 
-PHASES = {"install": phase_install, "reboot": phase_reboot}
+def quickstart_embedder() -> None:
+    """The chat endpoint removed (the host's one socket holds one endpoint), then README
+    command 1 with the tiny BERT embedder: ready, and an embedding through its hand-off."""
+    must("remove", "epycctl", "remove", NAME, "--yes", timeout=300)
+    embedder = CONFIG["embedder_dir"]
+    must("embedder_group", "chgrp", "-R", PRODUCT_USER, embedder, timeout=60)
+    must("embedder_mode", "chmod", "-R", "u+rwX,g+rX,g-w,o-rwx", embedder, timeout=60)
+    args = ("--model", embedder, "--name", EMBEDDER, *CONFIG["consent_args"])
+    done = quickstart("quickstart_embedder", *args)
+    if done["rc"] != 0:
+        journal("journal_embedder", EMBEDDER_UNIT)
+        raise PhaseFailed(f"quickstart of the embedder failed: {done['stderr'][-2000:]}")
+    record("embedder_unit", **show(EMBEDDER_UNIT))
+    embed("embed", url_of(status("embedder_status", EMBEDDER), EMBEDDER))
+
+
+def phase_embedder_reboot() -> None:
+    wait_for_daemon("boot_timeline")
+    wait_until(
+        "the embedder unit settles",
+        lambda: show(EMBEDDER_UNIT, "ActiveState")["ActiveState"] in {"active", "failed"},
+        600,
+    )
+    record("embedder_unit", **show(EMBEDDER_UNIT))
+    embed("embed", url_of(status("embedder_status", EMBEDDER), EMBEDDER))
+
+
+PHASES = {
+    "install": phase_install,
+    "reboot": phase_reboot,
+    "embedder_reboot": phase_embedder_reboot,
+}
 
 if __name__ == "__main__":
     inside.PHASES = PHASES

@@ -14,7 +14,10 @@ install  install.sh --runtime: the venv module, Python's headers, g++ and numact
          kernels), started on real systemd with its progress line, ready, the hand-off; a
          chat; status ready; the recipe's rerun is a no-op, and an unreachable PyPI and an
          unreachable PyTorch index (the recipe's default) are named with the fix
-reboot   back with no new approval: status ready and a chat
+reboot   back with no new approval: status ready and a chat; then the chat endpoint removed
+         and `epycctl quickstart --model` of the tiny BERT embedder: ready, an embedding
+         through the hand-off's URL
+embedder_reboot  the embedder back with no new approval: status ready, an embedding
 
 The time from the fresh rootfs to ready and the runtime's size are printed (-s) and kept in
 the results folder (timings.jsonl).
@@ -45,6 +48,7 @@ from tests.e2e.conftest import (
     port_free,
     require_parts,
 )
+from tests.health.pooling_models import tiny_bert, tiny_width
 from tests.health.realvllm import CACHE, tiny_model
 from tests.machine import real_cpu, serving, serving_needs_identity, write_identity_root
 
@@ -55,9 +59,11 @@ APT_REPO = CACHE / "bare-apt-bookworm"
 PYPI = CACHE / "bare-pypi"
 TORCH_INDEX = CACHE / "bare-torch-index"
 HINT = "run tests/bootstrap.sh (tests/tools/bare_host.sh and bare_indexes.sh)"
-PHASES = ("install", "reboot")
+PHASES = ("install", "reboot", "embedder_reboot")
 NAME = "default"
 UNIT = f"epyc-llm-{NAME}.service"
+EMBEDDER = "emb"
+EMBEDDER_DIR = "/srv/models/tiny-embedder"
 RUNTIME_VLLM = "/opt/epyc-llm/runtime/bin/vllm"
 IDENTITY_ROOT = "/epyc-identity"
 PORTS = range(18611, 18620)
@@ -90,6 +96,7 @@ def machine_config(work: Path) -> dict[str, Any]:
         "served": "",
         "client_python": "",
         "model_dir": MODEL_DIR,
+        "embedder_dir": EMBEDDER_DIR,
         "identity_root": IDENTITY_ROOT if serving_needs_identity() else None,
         "consent_args": consent_args(work),
     }
@@ -98,6 +105,7 @@ def machine_config(work: Path) -> dict[str, Any]:
 def write_machine(root: Path, config: dict[str, Any]) -> None:
     drive_with(root, "inside_runtime.py")
     shutil.copytree(tiny_model(), root / MODEL_DIR.lstrip("/"))
+    shutil.copytree(tiny_bert("embedder"), root / EMBEDDER_DIR.lstrip("/"))
     offline_apt(root)
     if config["identity_root"]:
         write_identity_root(root / IDENTITY_ROOT.lstrip("/"))
@@ -236,3 +244,31 @@ def test_reboot_brings_it_back_ready(machine: Machine, install: Boot) -> None:
     chat = reboot.one("chat")
     assert chat["rc"] == 0, chat["stderr"]
     assert chat["reply"]["choices"] >= 1, chat
+
+
+def test_an_embedding_model_quickstarts_to_ready_and_embeds(machine: Machine) -> None:
+    reboot = machine.boot("reboot")
+    done = reboot.one("quickstart_embedder")
+    assert done["rc"] == 0, done["stderr"][-3000:]
+    assert "Endpoint" in done["stdout"] and "/v1/embeddings" in done["stdout"], done["stdout"]
+    assert "--runner pooling" in done["stdout"] and f"{EMBEDDER} is ready." in done["stdout"]
+    assert "client.embeddings.create" in done["stdout"]
+    unit = reboot.one("embedder_unit")
+    assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
+    status = reboot.one("embedder_status")["status"]
+    assert endpoint(status, EMBEDDER)["state"] == "ready"
+    embedded = reboot.one("embed")
+    assert embedded["rc"] == 0, embedded["stderr"]
+    assert embedded["reply"]["vectors"] == 2 and embedded["reply"]["width"] == tiny_width()
+
+
+def test_the_embedder_comes_back_after_a_reboot(machine: Machine) -> None:
+    machine.boot("reboot")
+    again = machine.boot("embedder_reboot")
+    again.assert_clean()
+    unit = again.one("embedder_unit")
+    assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
+    assert endpoint(again.one("embedder_status")["status"], EMBEDDER)["state"] == "ready"
+    embedded = again.one("embed")
+    assert embedded["rc"] == 0, embedded["stderr"]
+    assert embedded["reply"]["width"] == tiny_width()
