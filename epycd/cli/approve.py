@@ -187,4 +187,16 @@ def remove(name: str, yes: bool, no_stop: bool, as_json: bool) -> None:
     removed = remove_files_and_approval(settings, name, touch_systemd=not no_stop, log=report.say)
     by = current_approver().describe()
     emit(Event.REMOVE, name, f"removed {name} by {by}", identifier=EPYCCTL, reason=f"by {by}")
-    report.done("removed", f"removed {name}", removed=[str(p) for p in removed])
+    report.done("removed", removed_message(settings, name), removed=[str(p) for p in removed])
+
+
+def removed_message(settings: Settings, name: str) -> str:
+    """What was removed, and the endpoint file that stays: the admin's own, planned (and
+    holding its socket) as pending approval until it is deleted."""
+    file = settings.config_dir / f"{name}.toml"
+    if not file.is_file():
+        return f"removed {name}"
+    return (
+        f"removed {name}; its endpoint file {file} stays, pending approval, and keeps its "
+        f"socket in the plan: delete the file to free it, or `epycctl approve {name}` again"
+    )

@@ -291,6 +291,18 @@ def test_remove_stops_disables_deletes(env: ApprovalSandbox) -> None:
     assert again.returncode == 2 and "nothing to remove" in again.stderr
 
 
+def test_remove_says_the_endpoint_file_stays_and_holds_its_socket(env: ApprovalSandbox) -> None:
+    env.install_fake_systemctl()
+    env.set_plans(make_plan("chat", env.host(), env.settings.config_dir))
+    assert env.epycctl("approve", "chat", "--yes", "--no-start").returncode == 0
+    done = env.epycctl("remove", "chat", "--yes")
+    assert done.returncode == 0, done.stderr
+    file = env.settings.config_dir / "chat.toml"
+    assert file.is_file()
+    assert f"its endpoint file {file} stays" in done.stdout, done.stdout
+    assert "delete the file to free it" in done.stdout
+
+
 def test_remove_orphan_without_systemd(env: ApprovalSandbox) -> None:
     env.set_plans(make_plan("chat", env.host(), env.settings.config_dir, runtime="podman"))
     assert env.epycctl("approve", "chat", "--yes", "--no-start", "--no-pull").returncode == 0
@@ -299,5 +311,6 @@ def test_remove_orphan_without_systemd(env: ApprovalSandbox) -> None:
     assert endpoint_states(env.settings, {})[0].state == "orphaned"
     done = env.epycctl("remove", "chat", "--yes", "--no-stop")
     assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("removed chat"), done.stdout
     assert list(env.settings.quadlet_dir.iterdir()) == []
     assert endpoint_states(env.settings, {}) == []

@@ -335,7 +335,10 @@ def test_a_host_wide_set_keeps_its_other_sockets(
     again = results["big"].plan
     assert again is not None and again.units == first.units
     assert results["new"].plan is None
-    assert any("no socket or NUMA node left" in e.text for e in results["new"].errors)
+    assert any(
+        "no socket or NUMA node left" in e.text and "held by big" in e.text
+        for e in results["new"].errors
+    ), results["new"].errors
 
 
 @pytest.mark.parametrize(

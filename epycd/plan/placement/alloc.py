@@ -175,7 +175,12 @@ def _seat_auto(
     for request in auto:
         open_sockets = [i for i in order if seats.has_room(i)]
         if not open_sockets:
-            results[request.name] = _full(request, [], seats.sockets, seats.capacity)
+            results[request.name] = _full(
+                request,
+                [m for ms in seats.members.values() for m in ms],
+                seats.sockets,
+                seats.capacity,
+            )
             continue
         least = min(len(seats.members[i]) for i in open_sockets)
         chosen = next(i for i in open_sockets if len(seats.members[i]) == least)
@@ -244,8 +249,8 @@ def _full(
     capacity: dict[int, int],
 ) -> EpycError:
     room = sum(capacity.values())
+    names = sorted({holder.split(INSTANCE_SEPARATOR)[0] for holder in holders})
     if request.socket is not None:
-        names = sorted({holder.split(INSTANCE_SEPARATOR)[0] for holder in holders})
         where = f"socket {request.socket} is taken by {', '.join(names)}"
         if capacity[request.socket] == 1:
             where += " and has one NUMA node (NPS1), so it cannot be split"
@@ -258,10 +263,10 @@ def _full(
     return Refusal(
         f"no socket or NUMA node left: this host holds at most {room} endpoints "
         f"({len(sockets)} sockets, {room} NUMA nodes with CPUs; one endpoint per socket, or "
-        "per NUMA node on NPS2/NPS4)",
+        f"per NUMA node on NPS2/NPS4), held by {', '.join(names)}",
         file=request.file,
         key="socket",
-        fix="remove an endpoint file"
+        fix="remove an endpoint file (`epycctl remove` keeps it)"
         + (
             ", or set NPS2/NPS4 in the BIOS to split sockets by NUMA node"
             if min(capacity.values()) == 1
