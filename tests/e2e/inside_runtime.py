@@ -12,8 +12,8 @@ install  what the machine lacks; README command 1 in its two steps (`install.sh 
          model -> compiled, ready, the hand-off, a chat, status; the recipe's rerun and its
          messages for an unreachable PyPI and an unreachable PyTorch index (its default)
 reboot   back with no new approval: status ready, a chat; then the chat endpoint removed
-         (this host holds one endpoint) and an embedding model quickstarted (the tiny BERT):
-         ready, its hand-off's URL answering an embeddings request
+         and its file deleted (this host holds one endpoint), and an embedding model
+         quickstarted (the tiny BERT): ready, its hand-off's URL answering an embeddings request
 embedder_reboot  the embedder back with no new approval: status ready, an embedding
 """
 
@@ -201,6 +201,7 @@ def quickstart_embedder() -> None:
     """The chat endpoint removed (the host's one socket holds one endpoint), then README
     command 1 with the tiny BERT embedder: ready, and an embedding through its hand-off."""
     must("remove", "epycctl", "remove", NAME, "--yes", timeout=300)
+    must("delete_endpoint_file", "rm", str(ENDPOINT_FILE), timeout=30)
     embedder = CONFIG["embedder_dir"]
     must("embedder_group", "chgrp", "-R", PRODUCT_USER, embedder, timeout=60)
     must("embedder_mode", "chmod", "-R", "u+rwX,g+rX,g-w,o-rwx", embedder, timeout=60)

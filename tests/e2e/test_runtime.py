@@ -15,6 +15,7 @@ install  install.sh --runtime: the venv module, Python's headers, g++ and numact
          chat; status ready; the recipe's rerun is a no-op, and an unreachable PyPI and an
          unreachable PyTorch index (the recipe's default) are named with the fix
 reboot   back with no new approval: status ready and a chat; then the chat endpoint removed
+         (which says its file stays) and the file deleted,
          and `epycctl quickstart --model` of the tiny BERT embedder: ready, an embedding
          through the hand-off's URL
 embedder_reboot  the embedder back with no new approval: status ready, an embedding
@@ -248,6 +249,8 @@ def test_reboot_brings_it_back_ready(machine: Machine, install: Boot) -> None:
 
 def test_an_embedding_model_quickstarts_to_ready_and_embeds(machine: Machine) -> None:
     reboot = machine.boot("reboot")
+    removed = reboot.one("remove")
+    assert f"its endpoint file /etc/epyc-llm/{NAME}.toml stays" in removed["stdout"], removed
     done = reboot.one("quickstart_embedder")
     assert done["rc"] == 0, done["stderr"][-3000:]
     assert "Endpoint" in done["stdout"] and "/v1/embeddings" in done["stdout"], done["stdout"]
