@@ -35,6 +35,18 @@ def tiny_gguf(out_type: str = "q8_0") -> Path:
     return path
 
 
+TINY_POOLING_GGUF = CACHE / "tiny-pooling-gguf"
+
+
+def tiny_bert_gguf(name: str) -> Path:
+    """The tiny BERT `embedder` (mean pooling) or `reranker` (a one-output classifier head)
+    as llama.cpp's converter writes them (tests/tools/tiny_pooling_gguf.sh)."""
+    path = TINY_POOLING_GGUF / f"{name}-bf16.gguf"
+    if not path.is_file():
+        pytest.fail(f"no {path}: run tests/bootstrap.sh (tests/tools/tiny_pooling_gguf.sh)")
+    return path
+
+
 def healthy(url: str) -> bool:
     try:
         return httpx.get(f"{url}/health", timeout=2).status_code == 200

@@ -112,6 +112,12 @@ BUILDERS: tuple[Builder, ...] = (
         reads=("tests/tools/tiny_pooling.py",),
         needs=("vllm_venv",),
     ),
+    Builder(
+        "tiny_pooling_gguf",
+        builds=("tiny-pooling-gguf",),
+        reads=("tests/tools/tiny_gguf.py",),
+        needs=("llama_server", "vllm_venv", "tiny_pooling"),
+    ),
 )
 BY_NAME = {builder.name: builder for builder in BUILDERS}
 
