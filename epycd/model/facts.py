@@ -89,6 +89,12 @@ class GgufFile(BaseModel):
         description="{arch}.pooling_type as llama.cpp names it (none, mean, cls, last, rank): "
         "an embedder's or, rank, a reranker's; None where the file gives none",
     )
+    classifier_outputs: int | None = Field(
+        default=None,
+        description="the outputs of the file's classifier head (cls.output.weight), which a "
+        "converted sequence classifier carries: one for a reranker such as bge-reranker; "
+        "None without a head",
+    )
 
 
 class EngineSupport(BaseModel):

@@ -259,30 +259,38 @@ def test_commands_that_never_read_a_gguf_file_do_not_load_its_reader(command: st
 
 
 @pytest.mark.parametrize(
-    ("architecture", "pooling", "kind", "primary", "said"),
+    ("architecture", "pooling", "head", "kind", "primary", "said"),
     [
-        ("bert", None, "embedding", "embeddings", "bert is an embedding encoder: /v1/embeddings"),
-        ("qwen2", 3, "embedding", "embeddings", "an embedder (last pooling)"),
-        ("qwen2", 4, "rerank", "rerank", "a reranker: /v1/rerank (--rerank)"),
-        ("qwen2", 0, "text", "chat_completions", "servable by llama.cpp"),
+        ("bert", None, None, "embedding", "embeddings", "bert is an embedding encoder"),
+        ("qwen2", 3, None, "embedding", "embeddings", "an embedder (last pooling)"),
+        ("qwen2", 4, None, "rerank", "rerank", "a reranker: /v1/rerank (--rerank)"),
+        ("qwen2", 0, None, "text", "chat_completions", "servable by llama.cpp"),
+        ("bert", None, 1, "rerank", "rerank", "with a one-output classifier head is a reranker"),
+        ("bert", None, 3, "embedding", "embeddings", "bert is an embedding encoder"),
+        ("bert", 1, 1, "embedding", "embeddings", "bert is an embedding encoder"),
     ],
 )
-def test_embedders_and_rerankers_are_known_by_architecture_and_pooling_type(
+def test_embedders_and_rerankers_are_known_by_architecture_pooling_type_and_head(
     tmp_path: Path,
     architecture: str,
     pooling: int | None,
+    head: int | None,
     kind: str,
     primary: str,
     said: str,
 ) -> None:
+    """A file's pooling type decides; without one, a one-output classifier head (as llama.cpp's
+    converter writes a reranker) makes a reranker, a head of more labels does not."""
     path = tmp_path / "m.gguf"
     extra = {} if pooling is None else {"{arch}.pooling_type": pooling}
-    write_gguf(path, GgufShape(architecture=architecture, extra=extra))
+    matrices = {} if head is None else {"cls.output.weight": (GGMLQuantizationType.F32, head, 128)}
+    write_gguf(path, GgufShape(architecture=architecture, extra=extra, matrices=matrices))
     code, data, _ = run_json("check-model", str(path))
     assert code == 0
     assert engine(data, "llama.cpp")["kind"] == kind
     assert engine(data, "llama.cpp")["supported"] is True
     assert data["primary_endpoint"] == primary
     assert said in data["message"]
-    names = {None: None, 0: "none", 3: "last", 4: "rank"}
+    names = {None: None, 0: "none", 1: "mean", 3: "last", 4: "rank"}
     assert read_gguf(path).pooling_type == names[pooling]
+    assert read_gguf(path).classifier_outputs == head

@@ -7,8 +7,8 @@ the `LLM_ARCH_NAMES` map of its `src/llama-arch.cpp`, the `general.architecture`
 file may carry and that build loads. It is read from the source, never compiled; an
 architecture missing from it is one that build refuses to load. What a file *is* is decided
 here: an embedder (`EMBEDDERS`, or an embedding pooling type in the file), a reranker (rank
-pooling), text generation, or an encoder, draft head or audio decoder that no endpoint
-serves (`NOT_TEXT_GENERATION`).
+pooling, or a one-output classifier head), text generation, or an encoder, draft head or audio
+decoder that no endpoint serves (`NOT_TEXT_GENERATION`).
 
 Make a table from the pinned source (the sdist the runtime recipe builds from, or a folder):
 
@@ -180,7 +180,9 @@ class GgufFormat(ModelFormat):
         source = locate_gguf(model, request.file, revision=request.revision)
         gguf = read_gguf(source.path, name=source.name)
         notes = list(source.warnings)
-        known = architecture_support(gguf.architecture, gguf.pooling_type)
+        known = architecture_support(
+            gguf.architecture, gguf.pooling_type, classifier_outputs=gguf.classifier_outputs
+        )
         template = (
             template_from_override(request.chat_template_override)
             if request.chat_template_override
@@ -241,9 +243,14 @@ class GgufFormat(ModelFormat):
 FORMAT = GgufFormat()
 
 
-def architecture_support(architecture: str, pooling_type: str | None = None) -> EngineSupport:
+def architecture_support(
+    architecture: str, pooling_type: str | None = None, *, classifier_outputs: int | None = None
+) -> EngineSupport:
     """llama.cpp's answer for a GGUF architecture, from its pinned source's table, and the
-    file's pooling type: a reranker's (rank), an embedder's, or none for a text model."""
+    file's pooling type: a reranker's (rank), an embedder's, or none for a text model. A file
+    with no pooling type and a one-output classifier head is a reranker too: llama.cpp's
+    converter writes a sequence classifier such as bge-reranker so, and llama-server scores
+    with that head under `--rerank`."""
     version = pinned_version()
     known = architecture in load_table(version).architectures
     if not known:
@@ -251,8 +258,9 @@ def architecture_support(architecture: str, pooling_type: str | None = None) -> 
         return EngineSupport(
             engine=ENGINE, version=version, supported=False, kind="unsupported", reason=reason
         )
-    if pooling_type == "rank":
-        reason = f"{architecture} with rank pooling is a reranker: /v1/rerank (--rerank)"
+    if pooling_type == "rank" or (pooling_type is None and classifier_outputs == 1):
+        how = "rank pooling" if pooling_type else "a one-output classifier head"
+        reason = f"{architecture} with {how} is a reranker: /v1/rerank (--rerank)"
         return EngineSupport(
             engine=ENGINE, version=version, supported=True, kind="rerank", reason=reason
         )

@@ -469,7 +469,20 @@ def _facts(contents: _Contents, path: Path, name: str, size: int) -> GgufFile:
         repackable_bytes=_repackable_bytes(contents.tensors),
         chat_template=fields.has_text(Keys.Tokenizer.CHAT_TEMPLATE),
         pooling_type=_pooling_type(fields.integer(Keys.LLM.POOLING_TYPE.format(arch=arch))),
+        classifier_outputs=_classifier_outputs(contents.tensors),
     )
+
+
+CLASSIFIER_HEAD = "cls.output.weight"
+"""A sequence classifier's output matrix as llama.cpp's converter names it (LLM_TENSOR_CLS_OUT)."""
+
+
+def _classifier_outputs(tensors: list[_Tensor]) -> int | None:
+    """The outputs of the classifier head (its matrix's second dimension), or None."""
+    head = next((tensor for tensor in tensors if tensor.name == CLASSIFIER_HEAD), None)
+    if head is None:
+        return None
+    return head.shape[1] if len(head.shape) > 1 else 1
 
 
 def _pooling_type(value: int | None) -> str | None:
