@@ -4,6 +4,7 @@ the output buffer and the repacked matrices, from the server's log, without runn
 
 Run:  .venv/bin/python benchmarks/llama_compute.py --runtime DEST --source LLAMA_CPP_DIR \\
           --models /tmp/llama-shapes --out benchmarks/llama-compute-run1.json
+      (with --encoders: the BERT encoder shapes, --out benchmarks/llama-compute-encoder-run1.json)
 (DEST: a runtime of packaging/llama-runtime.sh; LLAMA_CPP_DIR: its pinned source, unpacked
 from DEST/.build/download, for the vocab-only GGUF files the shapes copy their tokenizers from.)
 
@@ -30,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from llama_shape_model import Shape, write  # noqa: E402
+from llama_shape_model import EncoderShape, Shape, write, write_encoder  # noqa: E402
 
 from epycd.engines.llama_cpp.model.gguf import read_gguf  # noqa: E402
 from epycd.engines.llama_cpp.model.memory import compute_bytes, repacked_bytes  # noqa: E402
@@ -53,6 +54,28 @@ SHAPES: dict[str, tuple[str, str, int, int, int, int, int, int | None]] = {
     "qwen3-h1024-L2": ("qwen3", "ggml-vocab-qwen2.gguf", 1024, 16, 8, 3072, 2, 128),
     "qwen3-h2560-L2": ("qwen3", "ggml-vocab-qwen2.gguf", 2560, 32, 8, 9728, 2, 128),
 }
+# name: (hidden, heads, FFN, layers): BERT encoders (the FFN 4x hidden as all-MiniLM, bge-small,
+# bge-base and bge-large have it, and narrower and wider ones), 512 positions
+ENCODER_SHAPES: dict[str, tuple[int, int, int, int]] = {
+    "bert-h128-f256-L2": (128, 4, 256, 2),
+    "bert-h384-f1536-L2": (384, 12, 1536, 2),
+    "bert-h384-f1536-L6": (384, 12, 1536, 6),
+    "bert-h768-f3072-L2": (768, 12, 3072, 2),
+    "bert-h1024-f4096-L2": (1024, 16, 4096, 2),
+    "bert-h384-f768-L2": (384, 12, 768, 2),
+    "bert-h384-f384-L2": (384, 12, 384, 2),
+    "bert-h384-f3072-L2": (384, 12, 3072, 2),
+    "bert-h384-a6-f1536-L2": (384, 6, 1536, 2),
+    "bert-h256-f512-L2": (256, 4, 512, 2),
+    "bert-h512-f1024-L2": (512, 8, 1024, 2),
+    "bert-h128-f512-L2": (128, 4, 512, 2),
+    "bert-h64-f128-L2": (64, 2, 128, 2),
+    "bert-h1024-f4096-L4": (1024, 16, 4096, 4),
+}
+# (cells, slots, ubatch): an encoder reads an input in one ubatch (the plan's ubatch is the
+# context); its cells hold nothing (no KV cache)
+ENCODER_CASES = [(512, 1, 512), (512, 4, 512), (512, 8, 512), (2048, 4, 512), (256, 4, 256),
+                 (1024, 4, 1024), (2048, 4, 2048)]  # fmt: skip
 QUANTIZED = {"qwen2-h896-L4": ("Q4_0", "Q4_K_M"), "llama-h1024-f3072-L4": ("Q4_0", "Q4_K_M")}
 # (cells, slots, ubatch)
 CASES = [
@@ -66,11 +89,12 @@ CASES = [
 
 
 def logged_buffers(
-    server: Path, model: Path, cells: int, slots: int, ubatch: int
+    server: Path, model: Path, cells: int, slots: int, ubatch: int, *, encoder: bool = False
 ) -> dict[str, float]:
+    batch = ["--embeddings", "-b", str(ubatch)] if encoder else ["-b", str(max(ubatch, 2048))]
     argv = [
         str(server), "-m", str(model), "-c", str(cells), "-np", str(slots), "-ub", str(ubatch),
-        "-b", str(max(ubatch, 2048)), "--kv-unified", "--cache-ram", "0", "--fit", "off",
+        *batch, "--kv-unified", "--cache-ram", "0", "--fit", "off",
         "-t", "1", "--host", "127.0.0.1", "--port", "18990", "--no-webui", "-lv", "4",
     ]  # fmt: skip
     found: dict[str, float] = {}
@@ -108,6 +132,16 @@ def model_files(args: argparse.Namespace) -> list[tuple[str, Path]]:
     return files
 
 
+def encoder_files(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    files = []
+    for name, (hidden, heads, ffn, layers) in ENCODER_SHAPES.items():
+        path = args.models / f"{name}.gguf"
+        if not path.exists():
+            write_encoder(args.source, EncoderShape(hidden, layers, heads, ffn), path)
+        files.append((name, path))
+    return files
+
+
 def cpuinfo(key: str) -> list[str]:
     """Every value of `key` in /proc/cpuinfo, one per CPU."""
     lines = Path("/proc/cpuinfo").read_text().splitlines()
@@ -120,16 +154,20 @@ def main() -> int:
     parser.add_argument("--source", type=Path, required=True)
     parser.add_argument("--models", type=Path, required=True, help="where the shapes are written")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--encoders", action="store_true", help="the BERT encoder shapes, served --embeddings"
+    )
     args = parser.parse_args()
     args.models.mkdir(parents=True, exist_ok=True)
     server, cpu_flags = args.runtime / "bin" / "llama-server", cpuinfo("flags")[0].split()
     rows: list[dict[str, Any]] = []
-    for name, path in model_files(args):
+    files = encoder_files(args) if args.encoders else model_files(args)
+    for name, path in files:
         gguf = read_gguf(path)
-        cases = CASES if "-Q" not in name else CASES[:1]
+        cases = ENCODER_CASES if args.encoders else CASES if "-Q" not in name else CASES[:1]
         for cells, slots, ubatch in cases:
-            logged = logged_buffers(server, path, cells, slots, ubatch)
-            ours = compute_bytes(gguf, cells, ubatch)
+            logged = logged_buffers(server, path, cells, slots, ubatch, encoder=args.encoders)
+            ours = compute_bytes(gguf, cells, ubatch, slots)
             rows.append({
                 "model": name, "architecture": gguf.architecture,
                 "hidden": gguf.embedding_length, "ffn": gguf.feed_forward_length,

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
+from gguf import (
+    GGMLQuantizationType,
+    GGUFReader,
+    GGUFValueType,
+    GGUFWriter,
+    LlamaFileType,
+    PoolingType,
+)
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,98 @@ def write(
         matrix(f"{block}.ffn_gate.weight", shape.ffn, shape.hidden)
         matrix(f"{block}.ffn_up.weight", shape.ffn, shape.hidden)
         matrix(f"{block}.ffn_down.weight", shape.hidden, shape.ffn)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@dataclass(frozen=True)
+class EncoderShape:
+    """A BERT encoder (llama.cpp's `bert` architecture, as its converter writes one): no KV
+    cache, bidirectional attention, an ungated GELU FFN, layer norms with biases."""
+
+    hidden: int
+    layers: int
+    heads: int
+    ffn: int
+    context: int = 512
+    pooling: int | None = 1
+    """{arch}.pooling_type (1: mean); None with `classifier`, as a converted reranker."""
+    classifier: bool = False
+    """A one-output classifier head (cls.output): a cross-encoder reranker."""
+
+
+BERT_VOCAB = "ggml-vocab-bert-bge.gguf"
+BERT_TOKENIZER_KEYS = (
+    "tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
+    "tokenizer.ggml.token_type", "tokenizer.ggml.unknown_token_id",
+    "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.padding_token_id",
+    "tokenizer.ggml.cls_token_id", "tokenizer.ggml.mask_token_id",
+    "tokenizer.ggml.token_type_count",
+)  # fmt: skip
+
+
+def write_encoder(source: Path, shape: EncoderShape, out: Path, seed: int = 0) -> None:
+    """A BERT of `shape` with bge's WordPiece vocabulary and seeded random bf16 weights."""
+    vocab = GGUFReader(str(source / "models" / BERT_VOCAB))
+    writer = GGUFWriter(str(out), "bert")
+    writer.add_name(f"random {out.stem}")
+    writer.add_file_type(LlamaFileType.MOSTLY_BF16)
+    writer.add_context_length(shape.context)
+    writer.add_embedding_length(shape.hidden)
+    writer.add_feed_forward_length(shape.ffn)
+    writer.add_block_count(shape.layers)
+    writer.add_head_count(shape.heads)
+    writer.add_layer_norm_eps(1e-12)
+    writer.add_causal_attention(False)
+    if shape.pooling is not None:
+        writer.add_pooling_type(PoolingType(shape.pooling))
+    n_vocab = 0
+    for key in BERT_TOKENIZER_KEYS:
+        field = vocab.fields[key]
+        value = field.contents()
+        if field.types[0] == GGUFValueType.ARRAY:
+            writer.add_array(key, value)
+            n_vocab = len(value) if key == "tokenizer.ggml.tokens" else n_vocab
+        elif field.types[0] == GGUFValueType.STRING:
+            writer.add_string(key, value)
+        else:
+            writer.add_uint32(key, int(value))
+    rng = np.random.default_rng(seed)
+    raw = GGMLQuantizationType.BF16
+
+    def matrix(name: str, rows: int, cols: int) -> None:
+        writer.add_tensor(name, bf16(rng, rows, cols), raw_dtype=raw)
+
+    def vector(name: str, size: int, value: float = 0.0) -> None:
+        writer.add_tensor(name, np.full(size, value, np.float32))
+
+    def linear(name: str, rows: int, cols: int) -> None:
+        matrix(f"{name}.weight", rows, cols)
+        vector(f"{name}.bias", rows)
+
+    def norm(name: str) -> None:
+        vector(f"{name}.weight", shape.hidden, 1.0)
+        vector(f"{name}.bias", shape.hidden)
+
+    matrix("token_embd.weight", n_vocab, shape.hidden)
+    writer.add_tensor("token_types.weight", np.zeros((2, shape.hidden), np.float32))
+    writer.add_tensor(
+        "position_embd.weight",
+        (rng.standard_normal((shape.context, shape.hidden), dtype=np.float32) * 0.02),
+    )
+    norm("token_embd_norm")
+    for layer in range(shape.layers):
+        block = f"blk.{layer}"
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            linear(f"{block}.{name}", shape.hidden, shape.hidden)
+        norm(f"{block}.attn_output_norm")
+        linear(f"{block}.ffn_up", shape.ffn, shape.hidden)
+        linear(f"{block}.ffn_down", shape.hidden, shape.ffn)
+        norm(f"{block}.layer_output_norm")
+    if shape.classifier:
+        linear("cls.output", 1, shape.hidden)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -130,6 +130,44 @@ def test_the_compute_formula_holds_every_logged_case(tmp_path: Path, row: dict[s
     assert row["logged_mib"]["CPU output"] == round(row["vocab"] * row["slots"] * 4 / MIB, 2)
 
 
+ENCODER_RUN = REPO / "benchmarks" / "llama-compute-encoder-run1.json"
+ENCODER_MARGIN = 0.03
+"""The encoder formula's most above the log, as a share (2.1 % at most in the run)."""
+
+
+def encoder_rows() -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = json.loads(ENCODER_RUN.read_text())["rows"]
+    return rows
+
+
+@pytest.mark.parametrize(
+    "row", encoder_rows(), ids=lambda r: f"{r['model']}-{r['cells']}x{r['slots']}x{r['ubatch']}"
+)
+def test_the_encoder_formula_holds_every_logged_case(tmp_path: Path, row: dict[str, Any]) -> None:
+    """A BERT encoder's buffers as llama-server logged them serving embeddings: the compute
+    formula never below and at most 3 % above, no KV cache, the output exact with the
+    embedding beside the logits of each slot."""
+    path = tmp_path / "bert.gguf"
+    shape = GgufShape(architecture="bert", layers=row["layers"], embedding=row["hidden"],
+                      heads=row["heads"], feed_forward=row["ffn"], vocab=row["vocab"])  # fmt: skip
+    write_gguf(path, shape)
+    memory = llama_memory(read_gguf(path), context=row["cells"], slots=row["slots"],
+                          ubatch=row["ubatch"], cpu_flags=[], shared_pool=True,
+                          embeddings=True)  # fmt: skip
+    logged = row["logged_mib"]
+    assert memory.compute_bytes / MIB >= logged["CPU compute"], row
+    assert memory.compute_bytes / MIB <= logged["CPU compute"] * (1 + ENCODER_MARGIN), row
+    assert memory.kv_bytes == 0 and "CPU KV" not in logged
+    assert round(memory.output_bytes / MIB, 2) == logged["CPU output"]
+
+
+def test_the_encoder_run_spans_the_shapes_and_batches_it_claims() -> None:
+    rows = encoder_rows()
+    assert len({row["model"] for row in rows}) >= 14
+    assert {row["ubatch"] for row in rows} >= {256, 512, 1024, 2048}
+    assert {row["ffn"] / row["hidden"] for row in rows} >= {1, 2, 4, 8}
+
+
 OVER = {"qwen2-h3072-f2048-L2", "qwen3-h1024-L2"}
 """The shapes whose server reserves less than the formula (the FFN narrower than the
 hidden size; a 2-layer qwen3 whose attention is wider than its hidden size)."""

@@ -9,7 +9,9 @@ import json
 from collections.abc import Callable
 
 import pytest
+from gguf import GGMLQuantizationType
 
+from epycd.engines.llama_cpp.model.memory import encoder_compute_bytes
 from epycd.engines.vllm.model.memory import MIN_POOL_GIB
 from epycd.engines.vllm.plan.tuning import batch_target
 from epycd.host.facts import HostFacts
@@ -143,18 +145,44 @@ def test_a_pooling_gguf_plans_on_llama_server_with_its_flag_and_a_whole_input_pe
     assert flag not in chat.server_args and _flag(chat.server_args, "--ubatch-size") == "512"
 
 
-def test_a_bert_gguf_is_refused_as_unmeasured_and_the_others_plan(
-    ws: PlanWorkspace, host_of: HostOf
+@pytest.mark.parametrize(
+    ("head", "flag", "endpoint"),
+    [(None, "--embeddings", "embeddings"), (1, "--rerank", "rerank")],
+)
+def test_a_bert_gguf_plans_as_an_encoder_with_no_kv_cache(
+    ws: PlanWorkspace, host_of: HostOf, head: int | None, flag: str, endpoint: str
 ) -> None:
-    """An encoder GGUF is an embedder to check-model, but rule 9's compute buffer is measured
-    for decoders only: the fit refuses it naming the model key, and nothing else changes."""
+    """A BERT file (and one with a one-output classifier head: a converted reranker) plans
+    with rule 9's encoder terms: no KV cache, the compute buffer at the context's batch, the
+    output holding each slot's vector."""
     lw = LlamaWorkspace(ws, host_of("genoa-9654-2s-nps1"))
     path = ws.tmp / "bert.gguf"
-    write_gguf(path, GgufShape(architecture="bert", feed_forward=512, vocab=300))
+    matrices = {} if head is None else {"cls.output.weight": (GGMLQuantizationType.F32, head, 128)}
+    write_gguf(path, GgufShape(architecture="bert", feed_forward=512, vocab=300, context=512,
+                               matrices=matrices))  # fmt: skip
+    lw.endpoint("pooled", f'model = "{path}"\n')
+    _, decided = lw.planned("pooled")
+    assert decided.primary_endpoint == endpoint and flag in decided.server_args
+    memory = decided.fit.memory
+    assert memory.kv_bytes == 0
+    assert memory.ubatch == decided.invocation.context == 512
+    assert memory.compute_bytes == encoder_compute_bytes(128, 512, 512, memory.slots)
+    assert memory.output_bytes == (300 + 128) * memory.slots * 4
+
+
+def test_an_unmeasured_encoder_gguf_is_refused_and_the_others_plan(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    """An encoder GGUF whose compute buffer was not measured (nomic-bert) is an embedder to
+    check-model, but the fit refuses it naming the model key, and nothing else changes."""
+    lw = LlamaWorkspace(ws, host_of("genoa-9654-2s-nps1"))
+    path = ws.tmp / "nomic.gguf"
+    write_gguf(path, GgufShape(architecture="nomic-bert", feed_forward=512, vocab=300))
     lw.endpoint("pooled", f'model = "{path}"\n')
     lw.endpoint("chat")
     results = lw.plan()
     [problem] = results["pooled"].errors
     assert problem.key == "model"
-    assert "compute buffer is measured for" in problem.text and "not bert" in problem.text
+    assert "compute buffer is measured for" in problem.text and "not nomic-bert" in problem.text
+    assert "bert, llama, qwen2, qwen3" in (problem.fix or "")
     assert results["chat"].plan is not None

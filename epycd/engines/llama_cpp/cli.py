@@ -14,7 +14,7 @@ from epycd.cli.output import EXIT_NO, print_json
 from epycd.cli.quickstart import QuickstartFile, Wanted, model_argument, quickstart_document
 from epycd.engines.llama_cpp import install_command
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
-from epycd.engines.llama_cpp.plan.decide import fit_llama
+from epycd.engines.llama_cpp.plan.decide import fit_llama, pooling_ubatch
 from epycd.engines.llama_cpp.plan.model import LlamaFit, LlamaServer, LlamaService
 from epycd.engines.llama_cpp.plan.planner import embedded_llama_server
 from epycd.engines.llama_cpp.settings import LlamaSettings
@@ -173,6 +173,8 @@ def estimate_gguf(
             cpu_flags=host.flags,
             total_gib=total,
             available_gib=available,
+            ubatch=pooling_ubatch(facts.pooling, context),
+            embeddings=facts.pooling,
         )
     except UnmeasuredModel as unknown:
         raise Refusal(

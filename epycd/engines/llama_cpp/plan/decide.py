@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Literal
 
 from epycd.engines.llama_cpp.model.memory import (
     CELL_PADDING,
+    COMPUTE_ARCHITECTURES,
     DEFAULT_UBATCH,
     LlamaMemory,
     UnmeasuredModel,
@@ -62,10 +63,14 @@ def pooling_of(prepared: Prepared) -> Literal["embedding", "rerank"] | None:
 
 
 def ubatch_for(prepared: Prepared, context: int) -> int:
+    return pooling_ubatch(prepared.facts.pooling, context)
+
+
+def pooling_ubatch(pooling: bool, context: int) -> int:
     """llama-server's physical batch: its own default, but for an embedder or a reranker the
     context, since such an input is read whole in one step (a longer one is refused: "input
     is too large to process. increase the physical batch size")."""
-    return context if pooling_of(prepared) else DEFAULT_UBATCH
+    return context if pooling else DEFAULT_UBATCH
 
 
 def context_request(prepared: Prepared, gguf: GgufFile) -> tuple[int, list[str]]:
@@ -110,6 +115,7 @@ def llama_fit(
             available_gib=memory.available,
             ubatch=ubatch_for(prepared, tokens),
             shared_pool=True,
+            embeddings=prepared.facts.pooling,
         )
 
     try:
@@ -125,7 +131,8 @@ def llama_fit(
             f"the memory of llama-server serving {gguf.file} is unknown: {unknown}",
             file=prepared.result.path,
             key="model",
-            fix="serve a llama, qwen2 or qwen3 GGUF (docs/tuning.md rule 9)",
+            fix=f"serve a GGUF of {', '.join(sorted(COMPUTE_ARCHITECTURES))} "
+            "(docs/tuning.md rule 9)",
         ) from None
     return sized, warnings
 
@@ -206,27 +213,31 @@ def fit_llama(
     available_gib: float,
     ubatch: int = DEFAULT_UBATCH,
     shared_pool: bool = False,
+    embeddings: bool = False,
 ) -> LlamaFit:
     """`shared_pool`: the slots share one pool of `context` cells (the plan's, rule 10), else
-    each has its own `context` in the pool. Raises `UnmeasuredModel`
-    (`epycd.engines.llama_cpp.model.memory`) where a term is unknown."""
-    memory = llama_memory(
-        gguf,
-        context=context,
-        slots=slots,
-        cpu_flags=cpu_flags,
-        ubatch=ubatch,
-        shared_pool=shared_pool,
-    )
+    each has its own `context` in the pool; `embeddings`: an embedder or a reranker. Raises
+    `UnmeasuredModel` (`epycd.engines.llama_cpp.model.memory`) where a term is unknown."""
+
+    def memory_at(tokens: int) -> LlamaMemory:
+        return llama_memory(
+            gguf,
+            context=tokens,
+            slots=slots,
+            cpu_flags=cpu_flags,
+            ubatch=ubatch,
+            shared_pool=shared_pool,
+            embeddings=embeddings,
+        )
+
+    memory = memory_at(context)
     headroom = headroom_gib(total_gib)
     required = memory.total_bytes / GIB + headroom
     fits = required <= available_gib
     suggested = (
         None
         if fits
-        else _largest_context(
-            gguf, slots, cpu_flags, ubatch, available_gib - headroom, shared_pool=shared_pool
-        )
+        else _largest_context(memory_at, slots, available_gib - headroom, shared_pool=shared_pool)
     )
     return LlamaFit(
         context=context,
@@ -243,32 +254,19 @@ def fit_llama(
 
 
 def _largest_context(
-    gguf: GgufFile,
+    memory_at: Callable[[int], LlamaMemory],
     slots: int,
-    cpu_flags: Collection[str],
-    ubatch: int,
     budget_gib: float,
     *,
     shared_pool: bool,
 ) -> int | None:
     """The most tokens per slot (a multiple of 256) whose process fits in `budget_gib`: the
     process grows linearly with the cells (KV and the attention mask), so solve for them."""
-
-    def at(context: int) -> LlamaMemory:
-        return llama_memory(
-            gguf,
-            context=context,
-            slots=slots,
-            cpu_flags=cpu_flags,
-            ubatch=ubatch,
-            shared_pool=shared_pool,
-        )
-
-    smallest, larger = at(CELL_PADDING), at(2 * CELL_PADDING)
+    smallest, larger = memory_at(CELL_PADDING), memory_at(2 * CELL_PADDING)
     per_cell = (larger.total_bytes - smallest.total_bytes) / (larger.cells - smallest.cells)
     spare = budget_gib * GIB - smallest.total_bytes
-    if spare < 0:
-        return None
+    if spare < 0 or per_cell <= 0:
+        return None  # nothing fits, or the context costs nothing (an encoder: no cache)
     cells = smallest.cells + int(spare // per_cell)
     context = (cells // (1 if shared_pool else slots)) // CELL_PADDING * CELL_PADDING
     return context if context >= CELL_PADDING else None
