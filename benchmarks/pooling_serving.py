@@ -1,8 +1,10 @@
 """Benchmark: an embedding (or reranker) endpoint as epyc-llm plans it against plain
-`vllm serve MODEL` with vLLM's defaults, on this machine, in one run.
+`vllm serve MODEL` with vLLM's defaults and `llama-server` with its own, on this machine, in
+one run.
 
 Run:  .venv/bin/python benchmarks/pooling_serving.py --model FOLDER [--endpoint embeddings]
           [--concurrency 1 8 32] [--input-len 128] [--passes 2] [--requests 256]
+          [--gguf FILE --llama-server PATH]   # the same model as GGUF, on llama.cpp too
       .venv/bin/python benchmarks/pooling_serving.py --render RESULT.json   # reprint a run
 (FOLDER: a Hugging Face model folder vLLM serves as an embedder or reranker, such as the tests'
 tiny BERT pair of tests/tools/tiny_pooling.sh. Needs tests/bootstrap.sh's vLLM venv; loopback
@@ -18,7 +20,12 @@ Configurations:
   plan's CPUs and NUMA nodes as its unit's CPUAffinity= and NUMAPolicy=bind do; planned by
   `epycd.plan.pipeline.build.plan_all` against this host (under an EPYC identity where the
   product would refuse the CPU, with this host's /usr in it, so that the plan finds its C++
-  compiler as it would on the host itself and compiles: docs/tuning.md rule 4).
+  compiler as it would on the host itself and compiles: docs/tuning.md rule 4);
+- with --gguf, **llama-defaults**: `llama-server -m FILE --embeddings` (or `--rerank`) and
+  its alias, llama-server's own defaults otherwise (its 4 slots, context and batch of its
+  own, every core its threads find); **llama-planned**: the planner's llama.cpp endpoint for
+  the file (rule 9's encoder terms, rule 11: the context as batch, the profile's slots),
+  its `server_args` under numactl with the plan's CPUs and NUMA nodes.
 
 Each pass starts each server (spawn to the first /health 200), then runs epycd's pooling
 client (`epycd.servebench.measure_pooling`: random text of `--input-len` words, as many
@@ -43,6 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from llama_serving import planned_config as llama_planned  # noqa: E402
 from serving import machine, plan_here, stop_group, wait_healthy  # noqa: E402
 
 from epycd.servebench import measure_pooling  # noqa: E402
@@ -85,6 +93,33 @@ def defaults(model: Path) -> list[str]:
     return [str(VENV / "bin" / "vllm"), "serve", str(model), "--served-model-name", SERVED]
 
 
+LLAMA_FLAGS = {"embeddings": "--embeddings", "rerank": "--rerank"}
+"""The one flag llama-server needs to serve the path at all; the rest is its defaults."""
+
+
+def llama_defaults(server: Path, gguf: Path, endpoint: str) -> list[str]:
+    return [str(server), "-m", str(gguf), LLAMA_FLAGS[endpoint], "--alias", SERVED]
+
+
+def configurations(
+    args: argparse.Namespace, work: Path
+) -> tuple[dict[str, tuple[list[str], dict[str, str]]], dict[str, Any]]:
+    """Each configuration's argv (its port added by `serve`) and environment, and what the
+    planner decided for each engine."""
+    plan_argv, plan_env, decided = planned(args.model, work)
+    configs = {"defaults": (defaults(args.model), {}), "planned": (plan_argv, plan_env)}
+    chosen = {"vllm": decided}
+    if args.gguf:
+        llama = llama_planned(args.llama_server, args.gguf, work / "llama")
+        configs["llama-defaults"] = (
+            llama_defaults(args.llama_server, args.gguf, args.endpoint),
+            {},
+        )
+        configs["llama-planned"] = (llama.argv, {})
+        chosen["llama.cpp"] = {"argv": llama.argv}
+    return configs, chosen
+
+
 def serve(argv: list[str], env: dict[str, str], work: Path, log: Path) -> tuple[Any, int, float]:
     port = free_port()
     full = (
@@ -109,8 +144,8 @@ def serve(argv: list[str], env: dict[str, str], work: Path, log: Path) -> tuple[
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="pooling-bench-"))
-    plan_argv, plan_env, decided = planned(args.model, work)
-    configs = {"defaults": (defaults(args.model), {}), "planned": (plan_argv, plan_env)}
+    (work / "llama").mkdir()
+    configs, decided = configurations(args, work)
     runs = []
     for index in range(args.passes):
         order = list(configs) if index % 2 == 0 else list(reversed(configs))
@@ -135,6 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": machine(),
         "model": str(args.model),
         "endpoint": args.endpoint,
+        "gguf": str(args.gguf) if args.gguf else None,
         "input_len": args.input_len,
         "planned": decided,
         "runs": runs,
@@ -157,6 +193,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path)
     parser.add_argument("--endpoint", choices=("embeddings", "rerank"), default="embeddings")
+    parser.add_argument("--gguf", type=Path, help="the same model as GGUF: llama-server too")
+    parser.add_argument("--llama-server", type=Path, help="with --gguf: the llama-server")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--passes", type=int, default=2)
@@ -169,6 +207,8 @@ def main() -> int:
         return 0
     if args.model is None:
         parser.error("--model is required")
+    if args.gguf and not args.llama_server:
+        parser.error("--gguf needs --llama-server")
     report = run(args)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
