@@ -55,13 +55,13 @@ def healthy(url: str) -> bool:
 
 
 @contextmanager
-def serving(*args: str, key: str | None = None) -> Iterator[str]:
-    """The real llama-server on a free loopback port serving the tiny q8_0 GGUF with one
-    thread, `--metrics` and `args` (its key from LLAMA_API_KEY, as the supervisor hands it
-    over); its base URL once /health answers 200."""
+def serving(*args: str, key: str | None = None, model: Path | None = None) -> Iterator[str]:
+    """The real llama-server on a free loopback port serving `model` (the tiny q8_0 GGUF by
+    default) with one thread, `--metrics` and `args` (its key from LLAMA_API_KEY, as the
+    supervisor hands it over); its base URL once /health answers 200."""
     port = free_port()
     server = subprocess.Popen(
-        [str(llama_server()), "-m", str(tiny_gguf()), "--port", str(port), "-t", "1",
+        [str(llama_server()), "-m", str(model or tiny_gguf()), "--port", str(port), "-t", "1",
          "--metrics", *args],
         env={"LLAMA_API_KEY": key} if key else {},
         stdout=subprocess.DEVNULL,

@@ -15,7 +15,7 @@ from epycd.host.facts import RuntimeFacts
 from epycd.metrics.load import LoadWindow
 from epycd.metrics.scrape import read_all, targets
 from epycd.plan.endpoint import Plan
-from tests.llama.realllama import llama_server, serving, tiny_gguf
+from tests.llama.realllama import llama_server, serving, tiny_bert_gguf, tiny_gguf
 from tests.metrics.conftest import promtool
 from tests.metrics.test_exposition import Serve, ready, samples, serve, value
 from tests.plan.conftest import PlanWorkspace, fake_host
@@ -23,12 +23,14 @@ from tests.plan.conftest import PlanWorkspace, fake_host
 __all__ = ["serve"]
 
 
-def llama_plan(tmp_path: Path, port: int) -> Plan:
+def llama_plan(
+    tmp_path: Path, port: int, model: Path | None = None, max_model_len: int = 1024
+) -> Plan:
     ws = PlanWorkspace(tmp_path)
     ws.endpoint(
         "tiny",
-        f'engine = "llama.cpp"\nllama_server = "{llama_server()}"\nmodel = "{tiny_gguf()}"\n'
-        f"port = {port}\nmax_model_len = 1024\n",
+        f'engine = "llama.cpp"\nllama_server = "{llama_server()}"\n'
+        f'model = "{model or tiny_gguf()}"\nport = {port}\nmax_model_len = {max_model_len}\n',
     )
     result = ws.plan(fake_host(tmp_path, "vm-zen5-24g", RuntimeFacts()))["tiny"]
     assert result.plan is not None, [e.text for e in result.errors]
@@ -82,3 +84,32 @@ def test_the_live_load_reads_llama_servers_counters(tmp_path: Path) -> None:
     assert load.running == 0 and load.waiting == 0 and load.kv_cache_usage is None
     assert load.window_seconds == 10.0
     assert load.tokens_per_second == (usage["prompt_tokens"] + usage["completion_tokens"]) / 10
+
+
+def test_a_llama_embedders_input_tokens_reach_metrics_and_the_live_load(
+    tmp_path: Path, serve: Serve
+) -> None:
+    """A BERT embedder on llama.cpp: its input tokens are llama-server's prompt tokens, in
+    /metrics with the endpoint's labels and in the live load; nothing is predicted."""
+    window = LoadWindow()
+    model = tiny_bert_gguf("embedder")
+    args = ("--embeddings", "-c", "512", "-ub", "512", "-b", "512")
+    with serving(*args, model=model) as url:
+        plan = llama_plan(tmp_path, int(url.rsplit(":", 1)[1]), model, max_model_len=512)
+        found = targets([plan])
+        window.add(read_all(found), now=0.0)
+        reply = httpx.post(f"{url}/v1/embeddings", json={"input": ["hello there", "bye"]},
+                           timeout=60).json()  # fmt: skip
+        window.add(read_all(found), now=10.0)
+        text = httpx.get(serve([ready("tiny")], {"tiny": plan}), timeout=5).text
+    assert plan.decisions.primary_endpoint == "embeddings"
+    prompt = reply["usage"]["prompt_tokens"]
+    assert prompt > 0 and len(reply["data"]) == 2
+    found_samples = samples(text)
+    labels = {"endpoint": "tiny", "vllm_instance": "0", "socket": "0", "numa_node": "0"}
+    assert value(found_samples, "epyc_llm_instance_up", **labels) == 1
+    assert value(found_samples, "llamacpp_prompt_tokens_total", **labels) == prompt
+    assert value(found_samples, "llamacpp_tokens_predicted_total", **labels) == 0
+    assert value(found_samples, "epyc_llm_plan_max_model_len", **labels) == 512
+    [load] = window.loads("tiny")
+    assert load.tokens_per_second == prompt / 10
