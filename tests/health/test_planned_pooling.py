@@ -1,9 +1,11 @@
 """A planned embedding and reranker endpoint, served for real: `epycctl plan` of the tiny BERT
-embedder and one-label reranker with the real vLLM venv on this machine, then its unit's
-ExecStart= run as systemd would (the supervisor with the plan's gate, the plan's `vllm
-serve` words and environment, a test-made NOTIFY_SOCKET): READY=1 once the gate's request
-passed on the endpoint's own path, then the hand-off's curl and Python example answered by
-it, and a chat request passed through with vLLM's own error while the endpoint serves on."""
+embedder and one-label reranker, and of a tiny Qwen3ForCausalLM that a sentence-transformers
+pooling module makes an embedder (as Qwen3-Embedding), with the real vLLM venv on this
+machine, then its unit's ExecStart= run as systemd would (the supervisor with the plan's
+gate, the plan's `vllm serve` words and environment, a test-made NOTIFY_SOCKET): READY=1
+once the gate's request passed on the endpoint's own path, then the hand-off's curl and
+Python example answered by it, and a chat request passed through with vLLM's own error while
+the endpoint serves on."""
 
 from __future__ import annotations
 
@@ -29,7 +31,10 @@ pytestmark = [pytest.mark.vllm, pytest.mark.serves]
 LOAD_BOUND_S = 300
 
 
-@pytest.mark.parametrize(("name", "endpoint"), [("embedder", "embeddings"), ("reranker", "rerank")])
+@pytest.mark.parametrize(
+    ("name", "endpoint"),
+    [("embedder", "embeddings"), ("reranker", "rerank"), ("qwen3-embedder", "embeddings")],
+)
 def test_a_planned_pooling_endpoint_gets_ready_and_answers_its_handoff(
     tmp_path: Path, reap: list[subprocess.Popen[bytes]], name: str, endpoint: str
 ) -> None:

@@ -204,3 +204,34 @@ def test_an_embedders_width_is_its_hidden_size_unless_a_projection_follows(
     (folder / "modules.json").write_text("{not json")
     assert inspect_model(str(folder)).embedding_width is None
     assert inspect_model("BAAI/bge-reranker-base").embedding_width is None
+
+
+def test_a_text_generator_with_a_sentence_transformers_pooling_module_is_an_embedder(
+    tmp_path: Path,
+) -> None:
+    """Qwen3-Embedding's shape: a Qwen3ForCausalLM with modules.json's pooling module is an
+    embedder (vLLM's own rule), said in a warning; without the module, or with modules.json
+    listing no pooling module, the same config is a text model."""
+    config = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 16, "max_position_embeddings": 1024, "vocab_size": 1000}  # fmt: skip
+    folder = tmp_path / "qwen3-embedder"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    assert (
+        inspect_model(str(folder)).support.kind,
+        inspect_model(str(folder)).embedding_width,
+    ) == ("text", None)
+    st = "sentence_transformers.models."
+    transformer = {"idx": 0, "name": "0", "path": "", "type": st + "Transformer"}
+    (folder / "modules.json").write_text(json.dumps([transformer]))
+    assert inspect_model(str(folder)).support.kind == "text"
+    pooling = {"idx": 1, "name": "1", "path": "1_Pooling", "type": st + "Pooling"}
+    (folder / "modules.json").write_text(json.dumps([transformer, pooling]))
+    facts = inspect_model(str(folder))
+    assert (facts.support.kind, facts.primary_endpoint, facts.embedding_width) == (
+        "embedding",
+        "embeddings",
+        64,
+    )
+    assert any("modules.json pools its output" in w for w in facts.warnings), facts.warnings

@@ -6,9 +6,11 @@ weights, with a WordPiece tokenizer of 2,048 tokens trained on a fixed set of th
 interpreter's stdlib sources (`[CLS] A [SEP] B [SEP]`, as BERT's). The embedder is a
 `BertModel` (vLLM: `_EMBEDDING_MODELS`, /v1/embeddings); the reranker a
 `BertForSequenceClassification` of one label (a cross-encoder: /v1/rerank and /v1/score).
-vLLM's `--runner auto` serves each as a pooling model.
+vLLM's `--runner auto` serves each as a pooling model. A third, `qwen3-embedder`, is a
+Qwen3ForCausalLM with sentence-transformers' last-token pooling module, as Qwen3-Embedding:
+a text generator's architecture that its modules.json makes an embedder.
 
-    python tests/tools/tiny_pooling.py --out DIR     # writes DIR/embedder and DIR/reranker
+    python tests/tools/tiny_pooling.py --out DIR     # DIR/embedder, reranker, qwen3-embedder
 """
 
 from __future__ import annotations
@@ -82,6 +84,45 @@ def build(out: Path) -> None:
         model = model_class(config).to(torch.bfloat16)
         model.save_pretrained(out / name)
         words.save_pretrained(out / name)
+    build_decoder_embedder(out / "qwen3-embedder", words)
+
+
+QWEN3_SHAPE = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": True,
+}
+SENTENCE_TRANSFORMERS_MODULES = [
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+]
+
+
+def build_decoder_embedder(folder: Path, words: Any) -> None:
+    """A Qwen3ForCausalLM shipped as a sentence-transformers embedder with last-token pooling,
+    as Qwen3-Embedding is: its architecture is a text generator, its modules.json and pooling
+    module make it an embedder (vLLM: a pooling config resolves `--runner auto` to pooling and
+    converts the model with `--convert embed`)."""
+    import json
+
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(SEED)
+    config = Qwen3Config(vocab_size=len(words), **QWEN3_SHAPE)
+    Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(folder)
+    words.save_pretrained(folder)
+    (folder / "modules.json").write_text(json.dumps(SENTENCE_TRANSFORMERS_MODULES, indent=1))
+    (folder / "1_Pooling").mkdir()
+    pooling = {"word_embedding_dimension": QWEN3_SHAPE["hidden_size"],
+               "pooling_mode_lasttoken": True, "pooling_mode_mean_tokens": False,
+               "pooling_mode_cls_token": False}  # fmt: skip
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=1))
 
 
 def main() -> int:
@@ -89,7 +130,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder of the two models")
     args = parser.parse_args()
     build(args.out)
-    print(f"tiny pooling models: {args.out}/embedder, {args.out}/reranker")
+    print(f"tiny pooling models: {args.out}/embedder, reranker and qwen3-embedder")
     return 0
 
 

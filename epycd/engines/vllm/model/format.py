@@ -77,6 +77,13 @@ class HuggingFaceFormat(ModelFormat):
             notes,
             request.probe_cache,
         )
+        if support.kind == "text" and has_pooling_module(source.folder):
+            support = support.model_copy(update={"kind": "embedding"})
+            notes.append(
+                f"{', '.join(architectures)} generates text, but its sentence-transformers "
+                "modules.json pools its output: an embedder, as vLLM serves it (a pooling "
+                "config resolves --runner to pooling and converts the model to embed)"
+            )
         template = _chat_template(request.chat_template_override, source.folder)
         primary, supported_endpoints, launchable = endpoints(support.kind, template)
         weights_bytes, weights_source = _weights(source, config, notes)
@@ -175,22 +182,39 @@ def input_limit(folder: Path, positions: int | None) -> int | None:
 
 
 SENTENCE_TRANSFORMERS_PROJECTION = "sentence_transformers.models.Dense"
+SENTENCE_TRANSFORMERS_POOLING = "Pooling"
+"""The end of a pooling module's type in modules.json (sentence_transformers.models.Pooling)."""
+
+
+def sentence_transformers_modules(folder: Path) -> list[dict[str, Any]] | None:
+    """modules.json's modules, or None where the file is missing or unreadable."""
+    modules = folder / "modules.json"
+    if not modules.exists():
+        return None
+    try:
+        listed = json.loads(read_text(modules, MODEL_JSON_MAX_BYTES))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(listed, list) or not all(isinstance(m, dict) for m in listed):
+        return None
+    return listed
+
+
+def has_pooling_module(folder: Path) -> bool:
+    """The model is a sentence-transformers model that pools its output, as vLLM's
+    `get_pooling_config` finds one (Qwen3-Embedding: a Qwen3ForCausalLM with last-token
+    pooling)."""
+    listed = sentence_transformers_modules(folder) or []
+    return any(str(m.get("type", "")).endswith(SENTENCE_TRANSFORMERS_POOLING) for m in listed)
 
 
 def embedding_width(folder: Path, config: Mapping[str, Any]) -> int | None:
     """The width of an embedder's vectors: its hidden size, unless sentence-transformers'
     modules.json projects the pooled vector (a Dense module, which vLLM applies too) or is
     unreadable: then None, unknown here."""
-    modules = folder / "modules.json"
-    if modules.exists():
-        try:
-            listed = json.loads(read_text(modules, MODEL_JSON_MAX_BYTES))
-        except (OSError, UnicodeDecodeError, ValueError):
-            return None
-        if not isinstance(listed, list) or any(
-            not isinstance(m, dict) or m.get("type") == SENTENCE_TRANSFORMERS_PROJECTION
-            for m in listed
-        ):
+    if (folder / "modules.json").exists():
+        listed = sentence_transformers_modules(folder)
+        if listed is None or any(m.get("type") == SENTENCE_TRANSFORMERS_PROJECTION for m in listed):
             return None
     return cfg.hidden_size(dict(config))
 
