@@ -10,12 +10,17 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from epycd.status.handoff import openai_example, ready_curl
 from tests.health.realvllm import CACHE, VllmServer, free_port, serve_argv, tiny_model_builder
 
 EMBEDDING_FLAGS = ("--runner", "pooling", "--convert", "embed")
@@ -47,3 +52,26 @@ def vllm_serving(
         yield f"http://127.0.0.1:{port}", server
     finally:
         server.stop()
+
+
+def handoff_answers(url: str, served: str, endpoint: str) -> tuple[dict[str, Any], int | None]:
+    """The hand-off's curl and Python example, run against a pooling endpoint: the curl's
+    answer, and the width of its vectors (None for rerank). Asserts that both answered whole:
+    two vectors of one width, or a score for each of the two documents."""
+    curl = subprocess.run(["bash", "-O", "failglob", "-c", ready_curl(url, served, endpoint)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert curl.returncode == 0, curl.stderr
+    answer: dict[str, Any] = json.loads(curl.stdout)
+    python = subprocess.run([sys.executable, "-c", openai_example(url, served, endpoint)],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert python.returncode == 0, python.stderr
+    if endpoint == "rerank":
+        assert sorted(r["index"] for r in answer["results"]) == [0, 1], answer
+        scored = sorted(line.split()[0] for line in python.stdout.splitlines())
+        assert scored == ["0", "1"], python.stdout
+        return answer, None
+    widths = {len(item["embedding"]) for item in answer["data"]}
+    assert len(answer["data"]) == 2 and len(widths) == 1, answer
+    width = widths.pop()
+    assert python.stdout.split() == ["2", str(width)]
+    return answer, width
