@@ -1,7 +1,8 @@
-"""A vLLM embedding endpoint in epycd's /metrics and in the live load (docs/metrics.md): the
-real vLLM of this machine serving the tiny BERT embedder on the pooling runner, its own
-families forwarded with the endpoint's labels through the real promtool, and its input
-tokens (vLLM's prompt tokens; nothing is generated) read into the live load."""
+"""A vLLM embedding and reranker endpoint in epycd's /metrics and in the live load
+(docs/metrics.md): the real vLLM of this machine serving the tiny BERT embedder or reranker
+on the pooling runner, its own families forwarded with the endpoint's labels through the real
+promtool, each input (or document) a finished request, and its input tokens (vLLM's prompt
+tokens; nothing is generated) read into the live load."""
 
 from __future__ import annotations
 
@@ -33,35 +34,42 @@ def pooled_plan(tmp_path: Path, model: Path, port: int) -> Plan:
     return result.plan
 
 
-def test_a_vllm_embedders_families_and_input_tokens_reach_metrics_and_the_live_load(
-    tmp_path: Path, serve: Serve
+@pytest.mark.parametrize(("name", "endpoint"), [("embedder", "embeddings"), ("reranker", "rerank")])
+def test_a_vllm_pooling_endpoints_families_and_input_tokens_reach_metrics_and_the_live_load(
+    tmp_path: Path, serve: Serve, name: str, endpoint: str
 ) -> None:
-    model = tiny_bert("embedder")
+    model = tiny_bert(name)
     (tmp_path / "work").mkdir()
     window = LoadWindow()
+    body = (
+        {"model": SERVED, "input": ["hello there", "goodbye"]}
+        if endpoint == "embeddings"
+        else {"model": SERVED, "query": "hello", "documents": ["hello there", "goodbye"]}
+    )
     with vllm_serving(model, ("--runner", "pooling"), tmp_path / "work") as (url, server):
         server.wait_healthy(url, 300)
         plan = pooled_plan(tmp_path, model, int(url.rsplit(":", 1)[1]))
         found = targets([plan])
         window.add(read_all(found), now=0.0)
-        reply = httpx.post(f"{url}/v1/embeddings", json={"model": SERVED,
-                           "input": ["hello there", "goodbye"]}, timeout=60).json()  # fmt: skip
+        reply = httpx.post(f"{url}/v1/{endpoint}", json=body, timeout=60).json()
         window.add(read_all(found), now=10.0)
         text = httpx.get(serve([ready("pooled")], {"pooled": plan}), timeout=5).text
-    assert plan.decisions.primary_endpoint == "embeddings"
+    assert plan.decisions.primary_endpoint == endpoint
     checked = subprocess.run(
         [str(promtool()), "check", "metrics"], input=text, capture_output=True, text=True
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    prompt = reply["usage"]["prompt_tokens"]
-    assert prompt > 0 and len(reply["data"]) == 2
+    prompt = reply["usage"]["prompt_tokens"] if endpoint == "embeddings" else None
+    answers = reply["data"] if endpoint == "embeddings" else reply["results"]
+    assert len(answers) == 2, reply
     found_samples = samples(text)
     labels = {"endpoint": "pooled", "vllm_instance": "0", "socket": "0"}
     assert value(found_samples, "epyc_llm_instance_up", **labels) == 1
     # prometheus_client's parser reads vLLM's `vllm:` names with an underscore
-    assert value(found_samples, "vllm_prompt_tokens_total", **labels) == prompt
+    forwarded = value(found_samples, "vllm_prompt_tokens_total", **labels)
+    assert forwarded > 0 and (prompt is None or forwarded == prompt)
     finished = value(found_samples, "vllm_request_success_total", finished_reason="stop", **labels)
-    assert finished == len(reply["data"]), "vLLM counts each input as a request"
+    assert finished == 2, "vLLM counts each input, or each document, as a request"
     assert value(found_samples, "epyc_llm_plan_max_model_len", **labels) == 512
     [load] = window.loads("pooled")
-    assert load.tokens_per_second == prompt / 10
+    assert load.tokens_per_second == forwarded / 10
