@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from epycd.engines.llama_cpp.plan.model import LlamaServer
 from epycd.host.facts import RuntimeFacts
@@ -86,25 +87,34 @@ def test_the_live_load_reads_llama_servers_counters(tmp_path: Path) -> None:
     assert load.tokens_per_second == (usage["prompt_tokens"] + usage["completion_tokens"]) / 10
 
 
-def test_a_llama_embedders_input_tokens_reach_metrics_and_the_live_load(
-    tmp_path: Path, serve: Serve
+@pytest.mark.parametrize(
+    ("name", "endpoint", "flag"),
+    [("embedder", "embeddings", "--embeddings"), ("reranker", "rerank", "--rerank")],
+)
+def test_a_llama_pooling_endpoints_input_tokens_reach_metrics_and_the_live_load(
+    tmp_path: Path, serve: Serve, name: str, endpoint: str, flag: str
 ) -> None:
-    """A BERT embedder on llama.cpp: its input tokens are llama-server's prompt tokens, in
-    /metrics with the endpoint's labels and in the live load; nothing is predicted."""
+    """A BERT embedder or reranker on llama.cpp: its input tokens are llama-server's prompt
+    tokens, in /metrics with the endpoint's labels and in the live load; nothing is
+    predicted."""
     window = LoadWindow()
-    model = tiny_bert_gguf("embedder")
-    args = ("--embeddings", "-c", "512", "-ub", "512", "-b", "512")
-    with serving(*args, model=model) as url:
+    model = tiny_bert_gguf(name)
+    body = (
+        {"input": ["hello there", "bye"]}
+        if endpoint == "embeddings"
+        else {"query": "hello", "documents": ["hello there", "bye"]}
+    )
+    with serving(flag, "-c", "512", "-ub", "512", "-b", "512", model=model) as url:
         plan = llama_plan(tmp_path, int(url.rsplit(":", 1)[1]), model, max_model_len=512)
         found = targets([plan])
         window.add(read_all(found), now=0.0)
-        reply = httpx.post(f"{url}/v1/embeddings", json={"input": ["hello there", "bye"]},
-                           timeout=60).json()  # fmt: skip
+        reply = httpx.post(f"{url}/v1/{endpoint}", json=body, timeout=60).json()
         window.add(read_all(found), now=10.0)
         text = httpx.get(serve([ready("tiny")], {"tiny": plan}), timeout=5).text
-    assert plan.decisions.primary_endpoint == "embeddings"
+    assert plan.decisions.primary_endpoint == endpoint
     prompt = reply["usage"]["prompt_tokens"]
-    assert prompt > 0 and len(reply["data"]) == 2
+    answers = reply["data"] if endpoint == "embeddings" else reply["results"]
+    assert prompt > 0 and len(answers) == 2, reply
     found_samples = samples(text)
     labels = {"endpoint": "tiny", "vllm_instance": "0", "socket": "0", "numa_node": "0"}
     assert value(found_samples, "epyc_llm_instance_up", **labels) == 1
