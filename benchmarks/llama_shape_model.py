@@ -81,10 +81,12 @@ def bf16(rng: np.random.Generator, *shape: int) -> np.ndarray:
     return (values >> 16).astype(np.uint16)
 
 
-def copy_tokenizer(vocab: GGUFReader, writer: GGUFWriter) -> int:
-    """The vocab-only file's tokenizer keys into `writer`; returns the vocabulary size."""
+def copy_tokenizer(
+    vocab: GGUFReader, writer: GGUFWriter, keys: tuple[str, ...] = TOKENIZER_KEYS
+) -> int:
+    """The vocab-only file's tokenizer `keys` into `writer`; returns the vocabulary size."""
     size = 0
-    for key in TOKENIZER_KEYS:
+    for key in keys:
         field = vocab.fields.get(key)
         if field is None:
             continue
@@ -199,17 +201,7 @@ def write_encoder(source: Path, shape: EncoderShape, out: Path, seed: int = 0) -
     writer.add_causal_attention(False)
     if shape.pooling is not None:
         writer.add_pooling_type(PoolingType(shape.pooling))
-    n_vocab = 0
-    for key in BERT_TOKENIZER_KEYS:
-        field = vocab.fields[key]
-        value = field.contents()
-        if field.types[0] == GGUFValueType.ARRAY:
-            writer.add_array(key, value)
-            n_vocab = len(value) if key == "tokenizer.ggml.tokens" else n_vocab
-        elif field.types[0] == GGUFValueType.STRING:
-            writer.add_string(key, value)
-        else:
-            writer.add_uint32(key, int(value))
+    n_vocab = copy_tokenizer(vocab, writer, BERT_TOKENIZER_KEYS)
     rng = np.random.default_rng(seed)
     raw = GGMLQuantizationType.BF16
 
