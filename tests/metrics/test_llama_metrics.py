@@ -16,6 +16,7 @@ from epycd.host.facts import RuntimeFacts
 from epycd.metrics.load import LoadWindow
 from epycd.metrics.scrape import read_all, targets
 from epycd.plan.endpoint import Plan
+from epycd.status.handoff import request_body
 from tests.llama.realllama import llama_server, serving, tiny_bert_gguf, tiny_gguf
 from tests.metrics.conftest import promtool
 from tests.metrics.test_exposition import Serve, ready, samples, serve, value
@@ -99,15 +100,11 @@ def test_a_llama_pooling_endpoints_input_tokens_reach_metrics_and_the_live_load(
     predicted."""
     window = LoadWindow()
     model = tiny_bert_gguf(name)
-    body = (
-        {"input": ["hello there", "bye"]}
-        if endpoint == "embeddings"
-        else {"query": "hello", "documents": ["hello there", "bye"]}
-    )
     with serving(flag, "-c", "512", "-ub", "512", "-b", "512", model=model) as url:
         plan = llama_plan(tmp_path, int(url.rsplit(":", 1)[1]), model, max_model_len=512)
         found = targets([plan])
         window.add(read_all(found), now=0.0)
+        body = request_body("tiny", endpoint)
         reply = httpx.post(f"{url}/v1/{endpoint}", json=body, timeout=60).json()
         window.add(read_all(found), now=10.0)
         text = httpx.get(serve([ready("tiny")], {"tiny": plan}), timeout=5).text

@@ -16,6 +16,7 @@ from epycd.host.facts import RuntimeFacts
 from epycd.metrics.load import LoadWindow
 from epycd.metrics.scrape import read_all, targets
 from epycd.plan.endpoint import Plan
+from epycd.status.handoff import request_body
 from tests.health.pooling_models import SERVED, tiny_bert, vllm_serving
 from tests.metrics.conftest import promtool
 from tests.metrics.test_exposition import Serve, ready, samples, serve, value
@@ -41,16 +42,12 @@ def test_a_vllm_pooling_endpoints_families_and_input_tokens_reach_metrics_and_th
     model = tiny_bert(name)
     (tmp_path / "work").mkdir()
     window = LoadWindow()
-    body = (
-        {"model": SERVED, "input": ["hello there", "goodbye"]}
-        if endpoint == "embeddings"
-        else {"model": SERVED, "query": "hello", "documents": ["hello there", "goodbye"]}
-    )
     with vllm_serving(model, ("--runner", "pooling"), tmp_path / "work") as (url, server):
         server.wait_healthy(url, 300)
         plan = pooled_plan(tmp_path, model, int(url.rsplit(":", 1)[1]))
         found = targets([plan])
         window.add(read_all(found), now=0.0)
+        body = request_body(SERVED, endpoint)
         reply = httpx.post(f"{url}/v1/{endpoint}", json=body, timeout=60).json()
         window.add(read_all(found), now=10.0)
         text = httpx.get(serve([ready("pooled")], {"pooled": plan}), timeout=5).text
