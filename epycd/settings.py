@@ -81,6 +81,12 @@ class Settings(BaseSettings):
     """Where epycd serves Prometheus metrics at /metrics (docs/metrics.md); "" serves none.
     epycd.service lets it bind only loopback port 9464: another address or port needs a
     drop-in (`SocketBindAllow=`, `IPAddressAllow=`)."""
+    gateway_listen: ListenAddress = ""
+    """Where the gateway, one URL for every approved endpoint (docs/gateway.md), listens;
+    "" (the default): no gateway."""
+    gateway_tls_cert_file: AbsolutePath | None = None
+    """A PEM file with the gateway's certificate, its chain and its key (root only): the
+    gateway then speaks HTTPS (HTTP/2 and HTTP/1.1)."""
 
     @classmethod
     def settings_customise_sources(

@@ -46,7 +46,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         frozenset({"host", "spec", "model", "stack", "health", "supervisor", "servebench"}),
     ),
     ("plan", frozenset({"plan"})),
-    ("render, approval", frozenset({"render", "approval", "export"})),
+    ("render, approval", frozenset({"render", "approval", "export", "gateway"})),
     ("status", frozenset({"status"})),
     ("metrics", frozenset({"metrics"})),
     ("commands", frozenset({"cli", "daemon", "__main__"})),

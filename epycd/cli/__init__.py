@@ -48,6 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "instinct-recipes": ("epycd.cli.instinct", "instinct_recipes"),
     "metrics": ("epycd.cli.metrics", "metrics"),
     "export": ("epycd.cli.export", "export"),
+    "gateway": ("epycd.cli.gateway", "gateway"),
 }
 
 

@@ -1,0 +1,114 @@
+"""`epycctl gateway`: one URL for every approved endpoint, with a key per client
+(docs/gateway.md). `plan` shows what it would route; `add-key`, `keys` and `revoke` manage
+its clients."""
+
+from __future__ import annotations
+
+import click
+
+from epycd.cli.output import json_option, print_json, table
+from epycd.errors import InputError
+from epycd.settings import load_settings
+
+
+@click.group()
+def gateway() -> None:
+    """One URL for every approved endpoint: the request's model picks the endpoint, and each
+    client has its own key and limits."""
+
+
+@gateway.command("plan")
+@json_option("Print the plan as JSON.")
+def plan(as_json: bool) -> None:
+    """What the gateway would route now: one route per approved endpoint."""
+    from epycd.gateway.plan import plan_gateway
+
+    settings = load_settings()
+    planned = plan_gateway(settings)
+    if as_json:
+        print_json(planned.model_dump(mode="json"))
+        return
+    where = planned.listen or f"nowhere: set gateway_listen in {settings.daemon_conf}"
+    scheme = "https" if planned.tls_cert_file else "http"
+    click.echo(f"gateway: {scheme}://{where}" if planned.listen else f"gateway: {where}")
+    rows = [(r.model, r.endpoint, r.primary_endpoint, r.address) for r in planned.routes]
+    click.echo(table(rows, ("model", "endpoint", "serves", "reached at")) if rows else "no routes")
+    for skipped in planned.skipped:
+        click.echo(f"left out: {skipped.endpoint}: {skipped.reason}")
+    if planned.clients is None:
+        click.echo("clients: only root may read the key store")
+    else:
+        click.echo(
+            f"clients: {', '.join(planned.clients) or 'none (epycctl gateway add-key NAME)'}"
+        )
+
+
+def _models(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    models = [model.strip() for model in value.split(",") if model.strip()]
+    if not models:
+        raise InputError("names no model", key="--models", fix="give model names: --models a,b")
+    return models
+
+
+@gateway.command("add-key")
+@click.argument("name")
+@click.option("--models", help="The models this key may use, comma-separated (default: all).")
+@click.option("--rpm", type=click.IntRange(min=1), help="Requests per minute (default: no limit).")
+@click.option(
+    "--concurrency", type=click.IntRange(min=1), help="Requests at once (default: no limit)."
+)
+def add_key(name: str, models: str | None, rpm: int | None, concurrency: int | None) -> None:
+    """Make a key for client NAME. The key is printed once, alone on the last line; only its
+    SHA-256 is kept."""
+    from epycd.approval.install import state_lock
+    from epycd.approval.permissions import require_admin
+    from epycd.gateway import keys
+
+    settings = load_settings()
+    require_admin(settings, "add gateway keys")
+    with state_lock(settings):
+        store, key = keys.add_key(
+            keys.read_store(settings), name, models=_models(models), rpm=rpm,
+            concurrency=concurrency,
+        )  # fmt: skip
+        keys.write_store(settings, store)
+    click.echo(f"added key {name!r}: shown this once, keep it safe; `epycctl gateway revoke "
+               f"{name}` ends it")  # fmt: skip
+    click.echo(key)
+
+
+@gateway.command("keys")
+@json_option("Print the keys as JSON.")
+def list_keys(as_json: bool) -> None:
+    """The clients and their limits (never a key)."""
+    from epycd.gateway.keys import read_store
+
+    store = read_store(load_settings())
+    fields = {"sha256"}
+    if as_json:
+        print_json({"keys": [key.model_dump(mode="json", exclude=fields) for key in store.keys]})
+        return
+    rows = [
+        (key.name, ",".join(key.models) if key.models is not None else "all",
+         key.rpm or "-", key.concurrency or "-", key.added_at.isoformat(timespec="seconds"))
+        for key in store.keys
+    ]  # fmt: skip
+    header = ("client", "models", "rpm", "concurrency", "added")
+    click.echo(table(rows, header) if rows else "no keys (epycctl gateway add-key NAME)")
+
+
+@gateway.command("revoke")
+@click.argument("name")
+def revoke(name: str) -> None:
+    """End client NAME's key."""
+    from epycd.approval.install import state_lock
+    from epycd.approval.permissions import require_admin
+    from epycd.gateway import keys
+
+    settings = load_settings()
+    require_admin(settings, "revoke gateway keys")
+    with state_lock(settings):
+        keys.write_store(settings, keys.revoke_key(keys.read_store(settings), name))
+    click.echo(f"revoked key {name!r}")

@@ -1,0 +1,1 @@
+"""The gateway: one URL for every approved endpoint, a key per client (docs/gateway.md)."""

@@ -1,0 +1,279 @@
+"""The gateway's HAProxy configuration and maps (docs/gateway.md): Debian's HAProxy in front
+of every routed endpoint, one URL for all of them.
+
+A request passes, in order:
+1. `GET /health` is the gateway's own liveness, open to anyone; any other path but the
+   OpenAI routes (`ROUTES`, `GET /v1/models`) is a 404;
+2. its bearer key, hashed (SHA-256) and looked up in `keys.map`, names the client; no key or
+   an unknown one is a 401;
+3. `GET /v1/models` answers the routed models (`models.json`);
+4. the body's `model` (`json_query`, not fooled by a "model" inside a message) picks the
+   endpoint in `models.map`; none is a 400, an unknown one a 404;
+5. a client limited to some models (`access.map`) gets a 403 for the others;
+6. its limits, counted in the stick table `clients` (requests in the last minute, requests
+   at once) give a 429 with Retry-After;
+7. the endpoint's backend: a 503 with Retry-After while no server of it passes its health
+   check; otherwise the request goes on, with the endpoint's own key in place of the client's.
+
+Every refusal is OpenAI's error object. The body is buffered whole for step 4, up to
+`BODY_LIMIT` (a larger one is a 413). The log names the client, never its key. Files are
+rendered here from the routes and keys; writing them and reloading HAProxy is the caller's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from epycd.gateway.keys import KeyStore
+from epycd.gateway.routes import Route
+
+ROUTES = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/embeddings",
+    "/v1/rerank",
+    "/v1/score",
+)
+"""The OpenAI POST routes routed by the body's model (vLLM's and llama-server's paths)."""
+BODY_LIMIT = 1 << 20
+"""The largest request body the gateway routes: a prompt of a quarter of a million tokens
+or so. HAProxy holds a body this size in its buffer (`tune.bufsize`, below)."""
+BUFFER_SIZE = BODY_LIMIT + (64 << 10)
+"""The body, its headers and HAProxy's rewrite reserve (`tune.maxrewrite`)."""
+MAX_CONNECTIONS = 1024
+"""Each connection may hold a buffer of `BUFFER_SIZE` while a body arrives: a bound of about
+1 GiB at once."""
+CHECK_INTERVAL = "2s"
+TIMEOUT_CONNECT = "5s"
+TIMEOUT_STREAM = "1h"
+"""A long generation streams for minutes; HAProxy must not cut it."""
+TIMEOUT_BODY = "60s"
+"""A client has this long to send its headers and body."""
+RATE_WINDOW = "1m"
+RETRY_AFTER_RATE_S = 60
+RETRY_AFTER_CONCURRENCY_S = 1
+RETRY_AFTER_DOWN_S = 10
+LOG_FORMAT = (
+    '"%ci:%cp [%tr] %ft %b/%s %TR/%Tw/%Tc/%Tr/%Ta %ST %B %tsc %ac/%fc/%bc/%sc/%rc %sq/%bq '
+    'client=%[var(txn.client)] %{+Q}r"'
+)
+"""HAProxy's HTTP log line with the client's name added (never a header: the key)."""
+
+
+@dataclass(frozen=True)
+class GatewayFiles:
+    """The files HAProxy reads, by name, for the folder they are rendered for."""
+
+    config: str
+    maps: dict[str, str]
+    models_json: str
+
+    def files(self) -> dict[str, str]:
+        return {
+            "haproxy.cfg": self.config,
+            "models.json": self.models_json,
+            **{f"{name}.map": text for name, text in self.maps.items()},
+        }
+
+
+@dataclass(frozen=True)
+class ErrorAnswer:
+    """A refusal the gateway answers itself, as OpenAI's error object."""
+
+    status: int
+    code: str
+    message: str
+    kind: str = "invalid_request_error"
+    retry_after: int | None = None
+
+    def body(self) -> str:
+        """The JSON, without a quote or a backslash: it sits in a single-quoted string."""
+        error = {"message": self.message, "type": self.kind, "param": None, "code": self.code}
+        text = json.dumps({"error": error}, separators=(",", ":"))
+        assert "'" not in text and "\\" not in text, text
+        return text
+
+    def rule(self, condition: str) -> str:
+        """`http-request return` of this answer `condition` (`if ...`, `unless ...`)."""
+        header = f" hdr Retry-After {self.retry_after}" if self.retry_after is not None else ""
+        return (
+            f"    http-request return status {self.status} content-type application/json"
+            f"{header} string '{self.body()}' {condition}"
+        )
+
+
+UNKNOWN_URL = ErrorAnswer(404, "unknown_url", "no such route")
+NO_KEY = ErrorAnswer(401, "invalid_api_key", "no valid API key: send Authorization: Bearer KEY")
+TOO_LARGE = ErrorAnswer(
+    413, "request_too_large", f"the body is over {BODY_LIMIT} bytes, the most the gateway routes"
+)
+NO_MODEL = ErrorAnswer(400, "missing_model", "the body names no model")
+UNKNOWN_MODEL = ErrorAnswer(
+    404, "model_not_found", "no endpoint serves this model: GET /v1/models lists them"
+)
+NOT_ALLOWED = ErrorAnswer(403, "model_not_allowed", "this key may not use this model")
+OVER_RPM = ErrorAnswer(
+    429, "rate_limit_exceeded", "this key is over its requests per minute", "requests",
+    RETRY_AFTER_RATE_S,
+)  # fmt: skip
+OVER_CONCURRENCY = ErrorAnswer(
+    429, "rate_limit_exceeded", "this key has as many requests running as it may", "requests",
+    RETRY_AFTER_CONCURRENCY_S,
+)  # fmt: skip
+
+
+def endpoint_down(endpoint: str) -> ErrorAnswer:
+    return ErrorAnswer(503, "endpoint_unavailable", f"endpoint {endpoint} is not ready: try "
+                       "again later", "server_error", RETRY_AFTER_DOWN_S)  # fmt: skip
+
+
+def map_text(pairs: Mapping[str, object]) -> str:
+    """HAProxy's map: `KEY VALUE` lines. Keys and values are checked names, digests or
+    numbers, so none holds white space."""
+    lines = []
+    for key, value in sorted(pairs.items()):
+        assert key and not any(c.isspace() for c in key + str(value)), (key, value)
+        lines.append(f"{key} {value}")
+    return "".join(f"{line}\n" for line in lines)
+
+
+def gateway_maps(
+    routes: list[Route], store: KeyStore, endpoint_keys: Mapping[str, str]
+) -> dict[str, str]:
+    """keys.map: digest -> client; models.map: model -> backend; access.map: `client/model`
+    -> 1 for a client limited to models, `client/*` -> 1 for one that is not; rpm.map and
+    concurrency.map: client -> its limit; endpoint-keys.map: backend -> the endpoint's own
+    key (`endpoint_keys`, by endpoint name)."""
+    access: dict[str, int] = {}
+    for client in store.keys:
+        for model in client.models if client.models is not None else ["*"]:
+            access[f"{client.name}/{model}"] = 1
+    return {
+        "keys": map_text({client.sha256: client.name for client in store.keys}),
+        "models": map_text({route.model: route.backend for route in routes}),
+        "access": map_text(access),
+        "rpm": map_text({c.name: c.rpm for c in store.keys if c.rpm is not None}),
+        "concurrency": map_text(
+            {c.name: c.concurrency for c in store.keys if c.concurrency is not None}
+        ),
+        "endpoint-keys": map_text(
+            {r.backend: endpoint_keys[r.endpoint] for r in routes if r.endpoint in endpoint_keys}
+        ),
+    }
+
+
+def models_json(routes: list[Route]) -> str:
+    """`GET /v1/models`: OpenAI's list of the routed models."""
+    data = [
+        {"id": route.model, "object": "model", "owned_by": "epyc-llm", "endpoint": route.endpoint}
+        for route in routes
+    ]
+    return json.dumps({"object": "list", "data": data}, indent=1) + "\n"
+
+
+def _frontend(listen: str, folder: Path, tls_cert: str | None) -> list[str]:
+    def path(name: str) -> str:
+        return str(folder / name)
+
+    bind = f"    bind {listen}"
+    if tls_cert is not None:
+        bind += f' ssl crt "{tls_cert}" alpn h2,http/1.1'
+    digest = "req.hdr(authorization),word(2,' '),sha2(256),hex,lower"
+    return [
+        "frontend gateway",
+        bind,
+        "    option http-buffer-request",
+        f"    timeout http-request {TIMEOUT_BODY}",
+        f"    log-format {LOG_FORMAT}",
+        f"    acl route path {' '.join(ROUTES)}",
+        "    acl models path /v1/models",
+        "    http-request return status 200 content-type text/plain string ok"
+        " if { path /health } METH_GET",
+        UNKNOWN_URL.rule("unless route METH_POST or models METH_GET"),
+        f"    http-request set-var(txn.client) {digest},map({path('keys.map')})",
+        NO_KEY.rule("unless { var(txn.client) -m found }"),
+        "    http-request del-header Authorization",
+        "    http-request return status 200 content-type application/json file "
+        f"{path('models.json')} if models",
+        TOO_LARGE.rule(f"if {{ req.hdr_val(content-length) gt {BODY_LIMIT} }}"),
+        "    http-request set-var(txn.model) req.body,json_query('$.model')",
+        NO_MODEL.rule("unless { var(txn.model) -m found }"),
+        f"    http-request set-var(txn.backend) var(txn.model),map({path('models.map')})",
+        UNKNOWN_MODEL.rule("unless { var(txn.backend) -m found }"),
+        "    http-request set-var(txn.wanted) var(txn.client),concat(/,txn.model,)",
+        "    http-request set-var(txn.any) var(txn.client),concat(/*)",
+        f"    acl allowed var(txn.wanted),map({path('access.map')}) -m found",
+        f"    acl allowed var(txn.any),map({path('access.map')}) -m found",
+        NOT_ALLOWED.rule("unless allowed"),
+        "    http-request track-sc0 var(txn.client) table clients",
+        f"    http-request set-var(txn.rpm) var(txn.client),map_str_int({path('rpm.map')},0)",
+        "    http-request set-var(txn.concurrency) "
+        f"var(txn.client),map_str_int({path('concurrency.map')},0)",
+        "    acl rpm_limited var(txn.rpm) -m int gt 0",
+        "    acl over_rpm sc_http_req_rate(0),sub(txn.rpm) gt 0",
+        "    acl concurrency_limited var(txn.concurrency) -m int gt 0",
+        "    acl over_concurrency sc_trackers(0),sub(txn.concurrency) gt 0",
+        OVER_RPM.rule("if rpm_limited over_rpm"),
+        OVER_CONCURRENCY.rule("if concurrency_limited over_concurrency"),
+        "    use_backend %[var(txn.backend)]",
+    ]
+
+
+def _backend(route: Route, folder: Path, has_key: bool) -> list[str]:
+    lines = [
+        f"backend {route.backend}",
+        "    option httpchk GET /health",
+        "    http-check expect status 200",
+        endpoint_down(route.endpoint).rule("if { nbsrv lt 1 }"),
+    ]
+    if has_key:
+        lines.append(
+            '    http-request set-header Authorization "Bearer '
+            f'%[be_name,map({folder / "endpoint-keys.map"})]"'
+        )
+    lines.append(
+        f"    server endpoint {route.address} check inter {CHECK_INTERVAL} fall 2 rise 1"
+        " observe layer4 error-limit 1 on-error mark-down"
+    )
+    return lines
+
+
+def gateway_files(
+    routes: list[Route],
+    store: KeyStore,
+    *,
+    listen: str,
+    folder: Path,
+    endpoint_keys: Mapping[str, str],
+    tls_cert: str | None = None,
+) -> GatewayFiles:
+    """Everything HAProxy reads, for `folder` (the absolute folder the files are written
+    to): the gateway on `listen` (`ADDRESS:PORT`), with TLS from `tls_cert` (a PEM path as
+    HAProxy opens it) where given."""
+    lines = [
+        "global",
+        "    log stdout format raw local0",
+        f"    maxconn {MAX_CONNECTIONS}",
+        f"    tune.bufsize {BUFFER_SIZE}",
+        "defaults",
+        "    mode http",
+        "    log global",
+        f"    timeout connect {TIMEOUT_CONNECT}",
+        f"    timeout client {TIMEOUT_STREAM}",
+        f"    timeout server {TIMEOUT_STREAM}",
+        "    option redispatch 1",
+        *_frontend(listen, folder, tls_cert),
+        "backend clients",
+        "    stick-table type string len 64 size 100k expire 2m "
+        f"store http_req_rate({RATE_WINDOW})",
+    ]
+    for route in routes:
+        lines += _backend(route, folder, route.endpoint in endpoint_keys)
+    return GatewayFiles(
+        config="\n".join(lines) + "\n",
+        maps=gateway_maps(routes, store, endpoint_keys),
+        models_json=models_json(routes),
+    )

@@ -1,0 +1,278 @@
+"""The gateway's rendered HAProxy configuration and maps (epycd.gateway.haproxy), run by
+Debian's HAProxy 2.6 in front of two real llama-servers: the tiny chat GGUF, which requires
+its own API key, and the tiny BERT embedder. Every request goes through the real parts: the
+keys, the routing by the body's model, the limits and the refusals are HAProxy's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from epycd.gateway.haproxy import BODY_LIMIT, gateway_files
+from epycd.gateway.keys import KeyStore, add_key
+from epycd.gateway.routes import Route
+from tests.health.realvllm import free_port
+from tests.llama.realllama import serving, tiny_bert_gguf
+from tests.render.test_balancer import cached_haproxy
+
+CHAT_KEY = "endpoint-own-key"
+CHAT = "tiny-chat"
+EMBEDDER = "tiny-embedder"
+
+
+@dataclass
+class Gateway:
+    url: str
+    keys: dict[str, str]
+    log: Path
+
+    def headers(self, client: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.keys[client]}"}
+
+    def post(self, path: str, body: object, client: str | None, **kwargs: object) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.keys[client]}"} if client else {}
+        return httpx.post(f"{self.url}{path}", json=body, headers=headers, timeout=60, **kwargs)  # type: ignore[arg-type]
+
+
+def wait_until(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+@pytest.fixture(scope="module")
+def endpoints() -> Iterator[dict[str, str]]:
+    """The two real servers: endpoint name -> base URL."""
+    with (
+        serving(key=CHAT_KEY) as chat,
+        serving("--embeddings", model=tiny_bert_gguf("embedder")) as emb,
+    ):
+        yield {"chat": chat, "emb": emb}
+
+
+def routes_to(urls: dict[str, str]) -> list[Route]:
+    return [
+        Route(endpoint="chat", model=CHAT, primary_endpoint="chat_completions",
+              address=urls["chat"].removeprefix("http://"), api_key_file="/etc/keys/chat"),
+        Route(endpoint="emb", model=EMBEDDER, primary_endpoint="embeddings",
+              address=urls["emb"].removeprefix("http://")),
+    ]  # fmt: skip
+
+
+def start_gateway(
+    folder: Path, routes: list[Route], clients: dict[str, dict[str, object]]
+) -> tuple[subprocess.Popen[bytes], Gateway]:
+    store, keys = KeyStore(), {}
+    for name, limits in clients.items():
+        store, keys[name] = add_key(store, name, now=datetime.now(UTC), **limits)  # type: ignore[arg-type]
+    port = free_port()
+    files = gateway_files(routes, store, listen=f"127.0.0.1:{port}", folder=folder,
+                          endpoint_keys={"chat": CHAT_KEY})  # fmt: skip
+    for name, text in files.files().items():
+        (folder / name).write_text(text)
+    binary, env = cached_haproxy()
+    log = folder / "haproxy.log"
+    process = subprocess.Popen([str(binary), "-f", str(folder / "haproxy.cfg")],
+                               env={**os.environ, **env}, stdout=log.open("wb"),
+                               stderr=subprocess.STDOUT)  # fmt: skip
+    gateway = Gateway(f"http://127.0.0.1:{port}", keys, log)
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"{gateway.url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    assert wait_until(up, 30), log.read_text()
+    return process, gateway
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, endpoints: dict[str, str]) -> Iterator[Gateway]:
+    clients: dict[str, dict[str, object]] = {
+        "everything": {"models": None, "rpm": None, "concurrency": None},
+        "embed-only": {"models": [EMBEDDER], "rpm": None, "concurrency": None},
+        "three-a-minute": {"models": None, "rpm": 3, "concurrency": None},
+        "one-at-a-time": {"models": None, "rpm": None, "concurrency": 1},
+    }
+    process, gw = start_gateway(tmp_path, routes_to(endpoints), clients)
+    try:
+        # both backends pass their first health check before the tests send anything
+        assert wait_until(lambda: gw.post("/v1/embeddings", {"model": EMBEDDER, "input": "x"},
+                                          "everything").status_code == 200, 30)  # fmt: skip
+        yield gw
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def chat(model: str = CHAT, text: str = "hello", **extra: object) -> dict[str, object]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": 4,
+        **extra,
+    }
+
+
+LONG_STREAM = chat(stream=True, max_tokens=1500, ignore_eos=True)
+"""A streamed chat of 1500 tokens: about a second on the tiny model, one event each."""
+
+
+def error_code(response: httpx.Response) -> str:
+    return str(response.json()["error"]["code"])
+
+
+def test_one_url_routes_by_the_bodys_model(gateway: Gateway) -> None:
+    """Each model reaches its own server (the chat one with its own key, which the client
+    never had); a "model" inside a message does not move the request."""
+    answer = gateway.post("/v1/chat/completions",
+                          chat(text='{"model": "tiny-embedder"} "model": "tiny-embedder"'),
+                          "everything")  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["object"] == "chat.completion"
+    vectors = gateway.post("/v1/embeddings", {"model": EMBEDDER, "input": ["a", "b"]}, "everything")
+    assert vectors.status_code == 200, vectors.text
+    assert len(vectors.json()["data"]) == 2
+    models = httpx.get(f"{gateway.url}/v1/models", headers=gateway.headers("everything"))
+    assert [m["id"] for m in models.json()["data"]] == [CHAT, EMBEDDER]
+
+
+def test_unknown_model_missing_model_and_unknown_path(gateway: Gateway) -> None:
+    unknown = gateway.post("/v1/chat/completions", chat(model="gpt-4"), "everything")
+    assert (unknown.status_code, error_code(unknown)) == (404, "model_not_found")
+    missing = gateway.post("/v1/embeddings", {"input": "x"}, "everything")
+    assert (missing.status_code, error_code(missing)) == (400, "missing_model")
+    not_json = httpx.post(f"{gateway.url}/v1/embeddings", content=b"model=tiny-embedder",
+                          headers=gateway.headers("everything"))  # fmt: skip
+    assert not_json.status_code == 400
+    path = gateway.post("/v1/tokenize", {"model": CHAT, "content": "x"}, "everything")
+    assert (path.status_code, error_code(path)) == (404, "unknown_url")
+
+
+def test_no_key_a_wrong_key_and_a_model_the_key_may_not_use(gateway: Gateway) -> None:
+    none = gateway.post("/v1/embeddings", {"model": EMBEDDER, "input": "x"}, None)
+    assert (none.status_code, error_code(none)) == (401, "invalid_api_key")
+    gateway.keys["stranger"] = gateway.keys["everything"][:-1] + "x"
+    wrong = gateway.post("/v1/embeddings", {"model": EMBEDDER, "input": "x"}, "stranger")
+    assert wrong.status_code == 401
+    # the endpoint's own key is not a gateway key
+    gateway.keys["endpoint"] = CHAT_KEY
+    assert gateway.post("/v1/chat/completions", chat(), "endpoint").status_code == 401
+    refused = gateway.post("/v1/chat/completions", chat(), "embed-only")
+    assert (refused.status_code, error_code(refused)) == (403, "model_not_allowed")
+    allowed = gateway.post("/v1/embeddings", {"model": EMBEDDER, "input": "x"}, "embed-only")
+    assert allowed.status_code == 200
+
+
+def test_requests_per_minute_give_a_429_with_retry_after(gateway: Gateway) -> None:
+    body = {"model": EMBEDDER, "input": "x"}
+    assert [gateway.post("/v1/embeddings", body, "three-a-minute").status_code
+            for _ in range(3)] == [200, 200, 200]  # fmt: skip
+    over = gateway.post("/v1/embeddings", body, "three-a-minute")
+    assert (over.status_code, error_code(over)) == (429, "rate_limit_exceeded")
+    assert over.headers["retry-after"] == "60"
+    # another key is not counted with it
+    assert gateway.post("/v1/embeddings", body, "everything").status_code == 200
+
+
+def test_concurrency_counts_requests_in_flight_only(gateway: Gateway) -> None:
+    """While one streamed chat of the key runs, its second request is a 429; one after
+    another, every request passes (a kept-alive connection is not a request)."""
+    headers = {"Authorization": f"Bearer {gateway.keys['one-at-a-time']}"}
+    with httpx.Client(headers=headers, timeout=60) as client:
+        for _ in range(4):
+            body = {"model": EMBEDDER, "input": "x"}
+            assert client.post(f"{gateway.url}/v1/embeddings", json=body).status_code == 200
+        with client.stream("POST", f"{gateway.url}/v1/chat/completions", json=LONG_STREAM) as held:
+            assert held.status_code == 200
+            lines = held.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))
+            second = httpx.post(f"{gateway.url}/v1/embeddings", headers=headers,
+                                json={"model": EMBEDDER, "input": "x"})  # fmt: skip
+            assert (second.status_code, second.headers.get("retry-after")) == (429, "1")
+            assert error_code(second) == "rate_limit_exceeded"
+            later = sum(1 for line in lines if line.startswith("data: "))
+            assert later > 100, "the stream had ended: it held nothing"
+        assert client.post(f"{gateway.url}/v1/embeddings",
+                           json={"model": EMBEDDER, "input": "x"}).status_code == 200  # fmt: skip
+
+
+def test_a_stream_arrives_as_it_is_made(gateway: Gateway) -> None:
+    """Server-sent events pass one by one, not buffered to the end."""
+    headers = {"Authorization": f"Bearer {gateway.keys['everything']}"}
+    arrivals = []
+    sent = time.monotonic()
+    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", headers=headers,
+                      json=LONG_STREAM, timeout=60) as response:  # fmt: skip
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                arrivals.append(time.monotonic())
+    assert len(arrivals) > 1000
+    # the first event came before the first half of the generation was over
+    assert arrivals[0] - sent < (arrivals[-1] - sent) / 2
+
+
+def test_a_200_kb_prompt_routes_and_a_body_over_the_limit_is_a_413(gateway: Gateway) -> None:
+    long_text = "word " * (200_000 // 5)
+    long = gateway.post("/v1/chat/completions", {**chat(), "messages": [
+        {"role": "system", "content": long_text}, {"role": "user", "content": "hi"}]},
+        "everything")  # fmt: skip
+    # routed: the answer is llama-server's own (its context is smaller than the prompt)
+    assert long.status_code != 404 and "model_not_found" not in long.text
+    assert long.headers.get("server") == "llama.cpp" or long.status_code == 200, long.text
+    huge = gateway.post(
+        "/v1/embeddings", {"model": EMBEDDER, "input": "x" * BODY_LIMIT}, "everything"
+    )
+    assert (huge.status_code, error_code(huge)) == (413, "request_too_large")
+
+
+def test_an_endpoint_that_is_down_is_a_503_with_retry_after(
+    tmp_path: Path, endpoints: dict[str, str]
+) -> None:
+    routes = routes_to(endpoints)
+    dead = Route(endpoint="gone", model="gone-model", primary_endpoint="chat_completions",
+                 address=f"127.0.0.1:{free_port()}")  # fmt: skip
+    process, gw = start_gateway(
+        tmp_path,
+        [*routes, dead],
+        {"everything": {"models": None, "rpm": None, "concurrency": None}},
+    )
+    try:
+
+        def refused() -> bool:
+            return (
+                gw.post("/v1/chat/completions", chat(model="gone-model"), "everything").status_code
+                == 503
+            )
+
+        assert wait_until(refused, 15)
+        down = gw.post("/v1/chat/completions", chat(model="gone-model"), "everything")
+        assert (error_code(down), down.headers["retry-after"]) == ("endpoint_unavailable", "10")
+        assert gw.post("/v1/chat/completions", chat(), "everything").status_code == 200
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_the_log_names_the_client_and_never_a_key(gateway: Gateway) -> None:
+    gateway.post("/v1/embeddings", {"model": EMBEDDER, "input": "x"}, "embed-only")
+    gateway.post("/v1/chat/completions", chat(), "everything")
+    assert wait_until(lambda: "client=embed-only" in gateway.log.read_text(), 5)
+    log = gateway.log.read_text()
+    assert "client=everything" in log
+    for key in [*gateway.keys.values(), CHAT_KEY]:
+        assert key not in log
