@@ -31,6 +31,10 @@ UNIT_IN_CGROUP = re.compile(
 endpoint's name."""
 
 
+RESERVED_NAMES = {"gateway": "the gateway's unit is epyc-llm-gateway.service (docs/gateway.md)"}
+"""Names an endpoint may not take: its units would be another part's."""
+
+
 def is_endpoint_name(name: str) -> bool:
     return ENDPOINT_NAME.fullmatch(name) is not None
 

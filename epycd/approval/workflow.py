@@ -262,7 +262,18 @@ def install_approved(
         identifier=EPYCCTL,
         reason=f"wrote {wrote}",
     )
+    gateway_updated(settings, log, reload=touch_systemd)
     return Installed(previous, paths)
+
+
+def gateway_updated(settings: Settings, log: Callable[[str], None], *, reload: bool) -> None:
+    """The gateway's routes after an endpoint's approval or removal (docs/gateway.md); a
+    failure there is said, and the endpoint's change stands."""
+    from epycd.gateway.apply import refresh
+
+    line = refresh(settings, reload=reload)
+    if line is not None:
+        log(line)
 
 
 def finish_or_undo(settings: Settings) -> None:
@@ -395,4 +406,5 @@ def remove_endpoint(
     if touch_systemd:
         log("systemctl daemon-reload")
         systemd.daemon_reload()
+    gateway_updated(settings, log, reload=touch_systemd)
     return files

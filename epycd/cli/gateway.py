@@ -1,6 +1,6 @@
 """`epycctl gateway`: one URL for every approved endpoint, with a key per client
-(docs/gateway.md). `plan` shows what it would route; `add-key`, `keys` and `revoke` manage
-its clients."""
+(docs/gateway.md). `plan` shows what it would route, `approve` puts it in place and
+`remove` takes it away; `add-key`, `keys` and `revoke` manage its clients."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import click
 
 from epycd.cli.output import json_option, print_json, table
 from epycd.errors import InputError
-from epycd.settings import load_settings
+from epycd.settings import Settings, load_settings
 
 
 @click.group()
@@ -43,6 +43,54 @@ def plan(as_json: bool) -> None:
         )
 
 
+@gateway.command("approve")
+@click.option("--yes", "-y", is_flag=True, help="Approve without asking (scripts).")
+@click.option("--no-start", is_flag=True, help="Install and enable it, start it at the next boot.")
+def approve(yes: bool, no_start: bool) -> None:
+    """Install the gateway's unit and files: it starts now and at every boot. Its routes and
+    keys then follow the approved endpoints and the key store without a new approval."""
+    from epycd.approval.install import state_lock
+    from epycd.approval.permissions import require_admin
+    from epycd.cli.approve import ask
+    from epycd.gateway import apply
+    from epycd.gateway.unit import UNIT
+
+    settings = load_settings()
+    require_admin(settings, "approve the gateway")
+    apply.check_listen(settings)
+    apply.check_certificate(settings)
+    click.echo(apply.unit_text(settings))
+    ask(f"Install {UNIT} on {settings.gateway_listen}?", yes=yes)
+    with state_lock(settings):
+        for step in apply.approve(settings, start=not no_start):
+            click.echo(step)
+
+
+@gateway.command("remove")
+@click.option("--yes", "-y", is_flag=True, help="Remove without asking (scripts).")
+def remove(yes: bool) -> None:
+    """Stop the gateway and delete its unit and approval (its keys stay)."""
+    from epycd.approval.install import state_lock
+    from epycd.approval.permissions import require_admin
+    from epycd.cli.approve import ask
+    from epycd.gateway import apply
+
+    settings = load_settings()
+    require_admin(settings, "remove the gateway")
+    ask("Stop and remove the gateway?", yes=yes)
+    with state_lock(settings):
+        for step in apply.remove(settings) or ["no gateway was installed"]:
+            click.echo(step)
+
+
+def _refreshed(settings: Settings) -> None:
+    from epycd.gateway.apply import refresh
+
+    line = refresh(settings)
+    if line is not None:
+        click.echo(line)
+
+
 def _models(value: str | None) -> list[str] | None:
     if value is None:
         return None
@@ -74,6 +122,7 @@ def add_key(name: str, models: str | None, rpm: int | None, concurrency: int | N
             concurrency=concurrency,
         )  # fmt: skip
         keys.write_store(settings, store)
+        _refreshed(settings)
     click.echo(f"added key {name!r}: shown this once, keep it safe; `epycctl gateway revoke "
                f"{name}` ends it")  # fmt: skip
     click.echo(key)
@@ -111,4 +160,5 @@ def revoke(name: str) -> None:
     require_admin(settings, "revoke gateway keys")
     with state_lock(settings):
         keys.write_store(settings, keys.revoke_key(keys.read_store(settings), name))
+        _refreshed(settings)
     click.echo(f"revoked key {name!r}")

@@ -65,11 +65,13 @@ LOG_FORMAT = (
 
 @dataclass(frozen=True)
 class GatewayFiles:
-    """The files HAProxy reads, by name, for the folder they are rendered for."""
+    """The files HAProxy reads, by name, for the folder they are rendered for, and the
+    endpoints' own keys (a secret: written apart, root only, and read as a credential)."""
 
     config: str
     maps: dict[str, str]
     models_json: str
+    endpoint_keys: str
 
     def files(self) -> dict[str, str]:
         return {
@@ -140,13 +142,10 @@ def map_text(pairs: Mapping[str, object]) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
-def gateway_maps(
-    routes: list[Route], store: KeyStore, endpoint_keys: Mapping[str, str]
-) -> dict[str, str]:
+def gateway_maps(routes: list[Route], store: KeyStore) -> dict[str, str]:
     """keys.map: digest -> client; models.map: model -> backend; access.map: `client/model`
     -> 1 for a client limited to models, `client/*` -> 1 for one that is not; rpm.map and
-    concurrency.map: client -> its limit; endpoint-keys.map: backend -> the endpoint's own
-    key (`endpoint_keys`, by endpoint name)."""
+    concurrency.map: client -> its limit."""
     access: dict[str, int] = {}
     for client in store.keys:
         for model in client.models if client.models is not None else ["*"]:
@@ -158,9 +157,6 @@ def gateway_maps(
         "rpm": map_text({c.name: c.rpm for c in store.keys if c.rpm is not None}),
         "concurrency": map_text(
             {c.name: c.concurrency for c in store.keys if c.concurrency is not None}
-        ),
-        "endpoint-keys": map_text(
-            {r.backend: endpoint_keys[r.endpoint] for r in routes if r.endpoint in endpoint_keys}
         ),
     }
 
@@ -222,18 +218,16 @@ def _frontend(listen: str, folder: Path, tls_cert: str | None) -> list[str]:
     ]
 
 
-def _backend(route: Route, folder: Path, has_key: bool) -> list[str]:
+def _backend(route: Route, endpoint_keys_path: str | None) -> list[str]:
     lines = [
         f"backend {route.backend}",
         "    option httpchk GET /health",
         "    http-check expect status 200",
         endpoint_down(route.endpoint).rule("if { nbsrv lt 1 }"),
     ]
-    if has_key:
-        lines.append(
-            '    http-request set-header Authorization "Bearer '
-            f'%[be_name,map({folder / "endpoint-keys.map"})]"'
-        )
+    if endpoint_keys_path is not None:
+        key = f"%[be_name,map({endpoint_keys_path})]"
+        lines.append(f'    http-request set-header Authorization "Bearer {key}"')
     lines.append(
         f"    server endpoint {route.address} check inter {CHECK_INTERVAL} fall 2 rise 1"
         " observe layer4 error-limit 1 on-error mark-down"
@@ -248,11 +242,13 @@ def gateway_files(
     listen: str,
     folder: Path,
     endpoint_keys: Mapping[str, str],
+    endpoint_keys_path: str,
     tls_cert: str | None = None,
 ) -> GatewayFiles:
     """Everything HAProxy reads, for `folder` (the absolute folder the files are written
-    to): the gateway on `listen` (`ADDRESS:PORT`), with TLS from `tls_cert` (a PEM path as
-    HAProxy opens it) where given."""
+    to): the gateway on `listen` (`ADDRESS:PORT`), with TLS from `tls_cert` where given,
+    and the endpoints' own keys (`endpoint_keys`, by endpoint name) at `endpoint_keys_path`
+    (both paths as HAProxy opens them: a credential's, epycd.gateway.unit)."""
     lines = [
         "global",
         "    log stdout format raw local0",
@@ -271,9 +267,12 @@ def gateway_files(
         f"store http_req_rate({RATE_WINDOW})",
     ]
     for route in routes:
-        lines += _backend(route, folder, route.endpoint in endpoint_keys)
+        keyed = route.endpoint in endpoint_keys
+        lines += _backend(route, endpoint_keys_path if keyed else None)
+    keys = {r.backend: endpoint_keys[r.endpoint] for r in routes if r.endpoint in endpoint_keys}
     return GatewayFiles(
         config="\n".join(lines) + "\n",
-        maps=gateway_maps(routes, store, endpoint_keys),
+        maps=gateway_maps(routes, store),
         models_json=models_json(routes),
+        endpoint_keys=map_text(keys),
     )

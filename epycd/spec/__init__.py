@@ -32,7 +32,7 @@ from epycd.engines import DEFAULT_ENGINE, ENGINES
 from epycd.engines.base import RUNTIMES, extended
 from epycd.errors import InputError
 from epycd.listen import DEFAULT_HOST, listen_address
-from epycd.names import is_endpoint_name, repo_file_problem, revision_problem
+from epycd.names import RESERVED_NAMES, is_endpoint_name, repo_file_problem, revision_problem
 from epycd.readfile import RefusedFile, read_head
 from epycd.spec.flags import ExtraFlags
 from epycd.spec.key_setting import EngineKeys, PathText
@@ -350,6 +350,15 @@ def parse_endpoint(path: Path, raw: bytes, *, precisions: list[str]) -> SpecResu
                 key="file name",
                 fix="rename the file: lowercase letters, digits and '-', at most 63, "
                 "starting with a letter or digit, ending in .toml",
+            )
+        )
+    if name in RESERVED_NAMES:
+        return failed(
+            InputError(
+                f"{name!r} is reserved: {RESERVED_NAMES[name]}",
+                file=path,
+                key="file name",
+                fix="rename the file",
             )
         )
     try:

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from epycd.plan.endpoint import Plan
+from epycd.spec import parse_endpoint
+from epycd.stack import shipped_stack
 from tests.approval.conftest import ApprovalSandbox, make_env
 from tests.approval.plans import make_plan
 
@@ -140,3 +142,15 @@ def test_only_an_admin_adds_or_revokes_keys(monkeypatch: pytest.MonkeyPatch) -> 
         assert not (env.settings.state_dir / "gateway" / "keys.json").exists()
     finally:
         shutil.rmtree(base)
+
+
+def test_an_endpoint_file_named_gateway_is_refused_as_reserved() -> None:
+    """Its unit would be the gateway's own (epyc-llm-gateway.service)."""
+    spec = parse_endpoint(
+        Path("/etc/epyc-llm/gateway.toml"), b'model = "Qwen/Qwen3-0.6B"\n',
+        precisions=shipped_stack().precisions,
+    )  # fmt: skip
+    assert not spec.ok
+    [error] = spec.errors
+    assert (error.key, error.fix) == ("file name", "rename the file")
+    assert "'gateway' is reserved: the gateway's unit is epyc-llm-gateway.service" in error.message

@@ -5,7 +5,9 @@ keys, the routing by the body's model, the limits and the refusals are HAProxy's
 
 from __future__ import annotations
 
+import json
 import os
+import ssl
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +21,7 @@ import pytest
 from epycd.gateway.haproxy import BODY_LIMIT, gateway_files
 from epycd.gateway.keys import KeyStore, add_key
 from epycd.gateway.routes import Route
+from epycd.gateway.unit import credential_path
 from tests.health.realvllm import free_port
 from tests.llama.realllama import serving, tiny_bert_gguf
 from tests.render.test_balancer import cached_haproxy
@@ -71,26 +74,41 @@ def routes_to(urls: dict[str, str]) -> list[Route]:
 
 
 def start_gateway(
-    folder: Path, routes: list[Route], clients: dict[str, dict[str, object]]
+    folder: Path,
+    routes: list[Route],
+    clients: dict[str, dict[str, object]],
+    tls: Path | None = None,
 ) -> tuple[subprocess.Popen[bytes], Gateway]:
+    """HAProxy on the rendered files, the endpoints' keys (and `tls`, a PEM of a certificate
+    and its key) as the credentials systemd would hand over."""
     store, keys = KeyStore(), {}
     for name, limits in clients.items():
         store, keys[name] = add_key(store, name, now=datetime.now(UTC), **limits)  # type: ignore[arg-type]
     port = free_port()
     files = gateway_files(routes, store, listen=f"127.0.0.1:{port}", folder=folder,
-                          endpoint_keys={"chat": CHAT_KEY})  # fmt: skip
+                          endpoint_keys={"chat": CHAT_KEY},
+                          endpoint_keys_path=credential_path("endpoint-keys.map"),
+                          tls_cert=credential_path("tls.pem") if tls else None)  # fmt: skip
     for name, text in files.files().items():
         (folder / name).write_text(text)
+    credentials = folder / "credentials"
+    credentials.mkdir()
+    (credentials / "endpoint-keys.map").write_text(files.endpoint_keys)
+    if tls is not None:
+        (credentials / "tls.pem").write_text(tls.read_text())
     binary, env = cached_haproxy()
     log = folder / "haproxy.log"
     process = subprocess.Popen([str(binary), "-f", str(folder / "haproxy.cfg")],
-                               env={**os.environ, **env}, stdout=log.open("wb"),
+                               env={**os.environ, **env, "CREDENTIALS_DIRECTORY": str(credentials)},
+                               stdout=log.open("wb"),
                                stderr=subprocess.STDOUT)  # fmt: skip
-    gateway = Gateway(f"http://127.0.0.1:{port}", keys, log)
+    scheme = "https" if tls else "http"
+    gateway = Gateway(f"{scheme}://localhost:{port}", keys, log)
 
     def up() -> bool:
         try:
-            return httpx.get(f"{gateway.url}/health", timeout=2).status_code == 200
+            verify = ssl.create_default_context(cafile=str(tls)) if tls else True
+            return httpx.get(f"{gateway.url}/health", timeout=2, verify=verify).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -276,3 +294,49 @@ def test_the_log_names_the_client_and_never_a_key(gateway: Gateway) -> None:
     assert "client=everything" in log
     for key in [*gateway.keys.values(), CHAT_KEY]:
         assert key not in log
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for localhost and its key (openssl), as one PEM, and the certificate
+    alone for the client to trust."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", "/CN=localhost", "-addext",
+         "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    both = folder / "gateway.pem"
+    both.write_text(cert.read_text() + key.read_text())
+    return both, cert
+
+
+def test_tls_with_a_self_signed_certificate_speaks_h2_and_http_1_1(
+    tmp_path: Path, endpoints: dict[str, str]
+) -> None:
+    pem, cert = self_signed(tmp_path)
+    clients: dict[str, dict[str, object]] = {
+        "everything": {"models": None, "rpm": None, "concurrency": None}
+    }
+    process, gw = start_gateway(tmp_path, routes_to(endpoints), clients, tls=pem)
+    try:
+        body = json.dumps({"model": EMBEDDER, "input": "x"})
+        for version, said in (("--http2", "2"), ("--http1.1", "1.1")):
+            done = subprocess.run(
+                ["curl", "-sS", version, "--cacert", str(cert), "-o", "/dev/null",
+                 "-w", "%{http_code} %{http_version}", "-H", "Content-Type: application/json",
+                 "-H", f"Authorization: Bearer {gw.keys['everything']}", "-d", body,
+                 f"{gw.url}/v1/embeddings"],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert done.stdout == f"200 {said}", done.stderr
+        # not trusted without the certificate, and no plain HTTP on the TLS port
+        untrusted = subprocess.run(["curl", "-sS", f"{gw.url}/health"], capture_output=True,
+                                   text=True, timeout=60, check=False)  # fmt: skip
+        assert untrusted.returncode == 60, untrusted.stderr
+        plain = gw.url.replace("https://", "http://")
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{plain}/health", timeout=5)
+    finally:
+        process.terminate()
+        process.wait(30)

@@ -1,0 +1,114 @@
+"""The gateway's unit, `epyc-llm-gateway.service`: Debian's HAProxy in master-worker mode
+with systemd's notify support (`-Ws`), reading the configuration and maps epyc-llm writes to
+its folder (epycd.gateway.plan.gateway_folder).
+
+Routes and keys change without a new approval (docs/gateway.md, "Updates"): the files are
+rewritten and HAProxy reloads (`ExecReload=`: SIGUSR2 to the master, which starts new
+workers on the new files while the old ones finish their requests and streams). The
+secrets do not sit in those files: the TLS certificate and the endpoints' own keys come as
+credentials (`LoadCredential=`, root-only files read by systemd at start), so a change of
+either restarts the gateway instead.
+
+It runs as the endpoints' user (`epyc-llm`), in their sandbox, without netlink. Unlike a
+set's balancer it has no loopback-only address filter: it reaches each endpoint where that
+listens, any address of this host, and routes change without a new unit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from epycd.render.sandbox import COMMON_SANDBOX, PRODUCT_USER
+from epycd.render.syntax import command_line, plain_value
+from epycd.render.text import Line
+from epycd.settings import parse_listen
+
+HAPROXY = "/usr/sbin/haproxy"
+UNIT = "epyc-llm-gateway.service"
+TLS_CREDENTIAL = "tls.pem"
+ENDPOINT_KEYS_CREDENTIAL = "endpoint-keys.map"
+ENDPOINT_KEYS_FILE = "endpoint-keys.map"
+"""The endpoints' own keys, root only, beside (not in) the folder HAProxy reads."""
+RESTART_S = 2
+LOW_PORTS = 1024
+
+
+OWN_LINES = frozenset({"RestrictAddressFamilies", "CapabilityBoundingSet", "AmbientCapabilities"})
+"""The endpoints' sandbox lines the gateway sets its own way."""
+
+
+def port_lines(port: int) -> list[Line]:
+    """Below port 1024, the one capability that binds it; above, none and a user namespace."""
+    if port < LOW_PORTS:
+        return [
+            ("CapabilityBoundingSet", "CAP_NET_BIND_SERVICE"),
+            ("AmbientCapabilities", "CAP_NET_BIND_SERVICE"),
+        ]
+    return [("CapabilityBoundingSet", ""), ("AmbientCapabilities", ""), ("PrivateUsers", "yes")]
+
+
+def credential_path(name: str) -> str:
+    """A credential as HAProxy opens it: its configuration expands the variable."""
+    return "${CREDENTIALS_DIRECTORY}/" + name
+
+
+def render_unit(
+    *,
+    listen: str,
+    config_file: Path,
+    tls_cert_file: Path | None,
+    endpoint_keys_file: Path | None,
+) -> str:
+    _, port = parse_listen(listen)
+    credentials: list[Line] = []
+    if tls_cert_file is not None:
+        credentials.append(
+            ("LoadCredential", plain_value(f"{TLS_CREDENTIAL}:{tls_cert_file}", "tls"))
+        )
+    if endpoint_keys_file is not None:
+        credentials.append(
+            (
+                "LoadCredential",
+                plain_value(f"{ENDPOINT_KEYS_CREDENTIAL}:{endpoint_keys_file}", "keys"),
+            )
+        )
+    service: list[Line] = [
+        ("Type", "notify"),
+        ("ExecStartPre", command_line([HAPROXY, "-c", "-q", "-f", str(config_file)], "check")),
+        ("ExecStart", command_line([HAPROXY, "-Ws", "-f", str(config_file)], "gateway")),
+        ("ExecReload", command_line([HAPROXY, "-c", "-q", "-f", str(config_file)], "check")),
+        ("ExecReload", "/bin/kill -USR2 $MAINPID"),
+        ("KillMode", "mixed"),
+        ("Restart", "on-failure"),
+        ("RestartSec", f"{RESTART_S}s"),
+        *credentials,
+        ("User", PRODUCT_USER),
+        ("Group", PRODUCT_USER),
+        ("ProtectHome", "yes"),
+        ("RemoveIPC", "yes"),
+        *(line for line in COMMON_SANDBOX if line[0] not in OWN_LINES),
+        ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"),
+        ("ProcSubset", "pid"),
+        ("MemoryDenyWriteExecute", "yes"),
+        *port_lines(port),
+    ]
+    sections: list[tuple[str, list[Line]]] = [
+        (
+            "Unit",
+            [
+                ("Description", "epyc-llm gateway: one URL for every approved endpoint (HAProxy)"),
+                ("Documentation", "man:haproxy(1)"),
+                ("Wants", "network-online.target"),
+                ("After", "network-online.target"),
+                ("StartLimitIntervalSec", "60"),
+                ("StartLimitBurst", "5"),
+            ],
+        ),
+        ("Service", service),
+        ("Install", [("WantedBy", "multi-user.target")]),
+    ]
+    out = ["# epyc-llm gateway: written by epycd; see `epycctl gateway plan`"]
+    for name, lines in sections:
+        out += ["", f"[{name}]"]
+        out += [f"{key}={value}" for key, value in lines]
+    return "\n".join(out) + "\n"
