@@ -6,7 +6,8 @@ A request passes, in order:
    OpenAI routes (`ROUTES`, `GET /v1/models`) is a 404;
 2. its bearer key, hashed (SHA-256) and looked up in `keys.map`, names the client; no key or
    an unknown one is a 401;
-3. `GET /v1/models` answers the routed models (`models.json`);
+3. `GET /v1/models` answers the routed models whose endpoint passes its health check
+   (`models.lua`, a service in HAProxy's own Lua);
 4. the body's `model` (`json_query`, not fooled by a "model" inside a message) picks the
    endpoint in `models.map`; none is a 400, an unknown one a 404;
 5. a client limited to some models (`access.map`) gets a 403 for the others;
@@ -70,13 +71,13 @@ class GatewayFiles:
 
     config: str
     maps: dict[str, str]
-    models_json: str
+    models_lua: str
     endpoint_keys: str
 
     def files(self) -> dict[str, str]:
         return {
             "haproxy.cfg": self.config,
-            "models.json": self.models_json,
+            "models.lua": self.models_lua,
             **{f"{name}.map": text for name, text in self.maps.items()},
         }
 
@@ -97,6 +98,14 @@ class ErrorAnswer:
         text = json.dumps({"error": error}, separators=(",", ":"))
         assert "'" not in text and "\\" not in text, text
         return text
+
+    def error_rule(self) -> str:
+        """`http-error`: this answer in place of HAProxy's own HTML page of its status."""
+        header = f" hdr Retry-After {self.retry_after}" if self.retry_after is not None else ""
+        return (
+            f"    http-error status {self.status} content-type application/json "
+            f"string '{self.body()}'{header}"
+        )
 
     def rule(self, condition: str) -> str:
         """`http-request return` of this answer `condition` (`if ...`, `unless ...`)."""
@@ -125,6 +134,17 @@ OVER_CONCURRENCY = ErrorAnswer(
     429, "rate_limit_exceeded", "this key has as many requests running as it may", "requests",
     RETRY_AFTER_CONCURRENCY_S,
 )  # fmt: skip
+
+
+HAPROXY_ERRORS = (
+    ErrorAnswer(502, "bad_gateway", "the endpoint answered with an invalid response",
+                "server_error"),
+    ErrorAnswer(503, "endpoint_unavailable", "the endpoint could not be reached: try again "
+                "later", "server_error", RETRY_AFTER_DOWN_S),
+    ErrorAnswer(504, "endpoint_timeout", "the endpoint did not answer in time", "server_error"),
+)  # fmt: skip
+"""HAProxy's own errors (a connection refused after the last retry, a timeout), in OpenAI's
+error object like every other refusal."""
 
 
 def endpoint_down(endpoint: str) -> ErrorAnswer:
@@ -161,13 +181,50 @@ def gateway_maps(routes: list[Route], store: KeyStore) -> dict[str, str]:
     }
 
 
-def models_json(routes: list[Route]) -> str:
-    """`GET /v1/models`: OpenAI's list of the routed models."""
-    data = [
-        {"id": route.model, "object": "model", "owned_by": "epyc-llm", "endpoint": route.endpoint}
-        for route in routes
-    ]
-    return json.dumps({"object": "list", "data": data}, indent=1) + "\n"
+MODELS_LUA = """-- epyc-llm gateway: GET /v1/models, the routed models whose endpoint is up now.
+-- Written by epycd (epycd/gateway/haproxy.py); HAProxy loads it at start and at each reload.
+local routes = {
+%s}
+
+core.register_service("epyc_models", "http", function(applet)
+  local data = {}
+  for _, route in ipairs(routes) do
+    local backend = core.backends[route[2]]
+    local up = false
+    if backend ~= nil then
+      for _, server in pairs(backend.servers) do
+        local status = server:get_stats()["status"]
+        if status ~= nil and string.sub(status, 1, 2) == "UP" then
+          up = true
+        end
+      end
+    end
+    if up then
+      table.insert(data, string.format(
+        '{"id":"%%s","object":"model","owned_by":"epyc-llm","endpoint":"%%s"}',
+        route[1], route[3]))
+    end
+  end
+  local body = '{"object":"list","data":[' .. table.concat(data, ",") .. ']}'
+  applet:set_status(200)
+  applet:add_header("content-type", "application/json")
+  applet:add_header("content-length", string.len(body))
+  applet:start_response()
+  applet:send(body)
+end)
+"""
+
+
+def models_lua(routes: list[Route]) -> str:
+    """`GET /v1/models`: OpenAI's list of the routed models whose backend has a server up
+    (HAProxy's health check of the endpoint), built per request by HAProxy's Lua. The names
+    are routable names (`MODEL_NAME`: no quote or backslash), safe in Lua and JSON strings."""
+    rows = []
+    for route in routes:
+        fields = (route.model, route.backend, route.endpoint)
+        assert all('"' not in f and "\\" not in f for f in fields), fields
+        rows.append("  {" + ", ".join(f'"{f}"' for f in fields) + "},\n")
+    return MODELS_LUA % "".join(rows)
 
 
 def _frontend(listen: str, folder: Path, tls_cert: str | None) -> list[str]:
@@ -192,8 +249,7 @@ def _frontend(listen: str, folder: Path, tls_cert: str | None) -> list[str]:
         f"    http-request set-var(txn.client) {digest},map({path('keys.map')})",
         NO_KEY.rule("unless { var(txn.client) -m found }"),
         "    http-request del-header Authorization",
-        "    http-request return status 200 content-type application/json file "
-        f"{path('models.json')} if models",
+        "    http-request use-service lua.epyc_models if models",
         TOO_LARGE.rule(f"if {{ req.hdr_val(content-length) gt {BODY_LIMIT} }}"),
         "    http-request set-var(txn.model) req.body,json_query('$.model')",
         NO_MODEL.rule("unless { var(txn.model) -m found }"),
@@ -252,6 +308,7 @@ def gateway_files(
     lines = [
         "global",
         "    log stdout format raw local0",
+        f"    lua-load {folder / 'models.lua'}",
         f"    maxconn {MAX_CONNECTIONS}",
         f"    tune.bufsize {BUFFER_SIZE}",
         "defaults",
@@ -261,6 +318,7 @@ def gateway_files(
         f"    timeout client {TIMEOUT_STREAM}",
         f"    timeout server {TIMEOUT_STREAM}",
         "    option redispatch 1",
+        *(answer.error_rule() for answer in HAPROXY_ERRORS),
         *_frontend(listen, folder, tls_cert),
         "backend clients",
         "    stick-table type string len 64 size 100k expire 2m "
@@ -273,6 +331,6 @@ def gateway_files(
     return GatewayFiles(
         config="\n".join(lines) + "\n",
         maps=gateway_maps(routes, store),
-        models_json=models_json(routes),
+        models_lua=models_lua(routes),
         endpoint_keys=map_text(keys),
     )

@@ -2,9 +2,13 @@
 with systemd's notify support (`-Ws`), reading the configuration and maps epyc-llm writes to
 its folder (epycd.gateway.plan.gateway_folder).
 
-Routes and keys change without a new approval (docs/gateway.md, "Updates"): the files are
-rewritten and HAProxy reloads (`ExecReload=`: SIGUSR2 to the master, which starts new
-workers on the new files while the old ones finish their requests and streams). The
+Routes and keys change without a new approval (docs/gateway.md, "Approval and updates"):
+the files are rewritten and HAProxy reloads (`ExecReload=`: SIGUSR2 to the master, which
+starts new workers on the new files while the old ones finish their requests and streams;
+on a configuration it refuses, the old workers go on serving). No `haproxy -c` runs before
+the reload: systemd 252 does not give `ExecReload=` the credentials under a mount namespace
+(github.com/systemd/systemd/issues/35227), so the check would fail on every gateway with
+TLS or endpoint keys. The
 secrets do not sit in those files: the TLS certificate and the endpoints' own keys come as
 credentials (`LoadCredential=`, root-only files read by systemd at start), so a change of
 either restarts the gateway instead.
@@ -76,7 +80,6 @@ def render_unit(
         ("Type", "notify"),
         ("ExecStartPre", command_line([HAPROXY, "-c", "-q", "-f", str(config_file)], "check")),
         ("ExecStart", command_line([HAPROXY, "-Ws", "-f", str(config_file)], "gateway")),
-        ("ExecReload", command_line([HAPROXY, "-c", "-q", "-f", str(config_file)], "check")),
         ("ExecReload", "/bin/kill -USR2 $MAINPID"),
         ("KillMode", "mixed"),
         ("Restart", "on-failure"),

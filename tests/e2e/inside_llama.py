@@ -16,6 +16,10 @@ set      the single endpoint removed, Debian's HAProxy installed (.debs from the
          the balancer counted by each instance's own /metrics, instance 2 killed and back,
          instance 1 stopped (SIGSTOP) and back
 set_reboot  the set back with no new approval: its units, status ready, a chat
+gateway  the gateway (HTTPS with a self-signed certificate) in front of the set, three
+         keys: chats, /v1/models, its refusals (401, 403, 404, 429), a streamed chat that a
+         reload in its middle does not cut; the set removed and the tiny BERT embedder
+         approved: the routes follow on the same URL, with no restart of the gateway
 """
 
 from __future__ import annotations
@@ -274,11 +278,110 @@ def phase_set_reboot() -> None:
     chat("set_chat", status_url_of(SET, "set_status"))
 
 
+GATEWAY_CLIENT = """
+import json, ssl, subprocess, sys
+import httpx
+url, ca, keys_file, stream_too = sys.argv[1:]
+keys = json.loads(open(keys_file).read())
+tls = ssl.create_default_context(cafile=ca)
+def post(path, body, client=None):
+    auth = {"Authorization": "Bearer " + keys[client]} if client else {}
+    r = httpx.post(url + path, json=body, verify=tls, timeout=120, headers=auth)
+    return r.status_code, r.json()
+chat = {"model": "pair", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+emb = {"model": "emb", "input": ["a", "b"]}
+out = {"chat": post("/v1/chat/completions", chat, "all")[0]}
+code, body = post("/v1/embeddings", emb, "all")
+vectors = body.get("data", [])
+out["embeddings"] = [code, len(vectors), len(vectors[0]["embedding"]) if vectors else 0]
+models = httpx.get(url + "/v1/models", verify=tls,
+                   headers={"Authorization": "Bearer " + keys["all"]})
+out["models"] = sorted(m["id"] for m in models.json()["data"])
+out["pair_only"] = [post("/v1/chat/completions", chat, "pair-only")[0],
+                    post("/v1/embeddings", emb, "pair-only")[0]]
+out["no_key"] = post("/v1/embeddings", emb)[0]
+if stream_too == "stream":
+    out["rate"] = [post("/v1/chat/completions", chat, "two-a-minute")[0] for _ in range(3)]
+    stream = dict(chat, stream=True, max_tokens=1500, ignore_eos=True)
+    events, reloaded, finish = 0, None, None
+    with httpx.stream("POST", url + "/v1/chat/completions", json=stream, verify=tls,
+                      timeout=300, headers={"Authorization": "Bearer " + keys["all"]}) as r:
+        out["stream_status"] = r.status_code
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            events += 1
+            finish = json.loads(line[6:])["choices"][0].get("finish_reason") or finish
+            if events == 1:
+                done = subprocess.run(["systemctl", "reload", "epyc-llm-gateway.service"])
+                reloaded = {"rc": done.returncode, "at_event": events}
+    out["stream"] = {"events": events, "finish": finish, "reloaded": reloaded}
+print(json.dumps(out))
+"""
+GATEWAY_UNIT = "epyc-llm-gateway.service"
+EMB = "emb"
+
+
+def gateway_keys() -> Path:
+    """Three clients' keys, each the last line of `add-key`'s output, kept for the client."""
+    keys = {}
+    for name, *limits in (("all",), ("pair-only", "--models", SET), ("two-a-minute", "--rpm", "2")):
+        done = must(f"add_key_{name}", "epycctl", "gateway", "add-key", name, *limits, timeout=60)
+        keys[name] = done["stdout"].strip().splitlines()[-1]
+    path = Path("/root/gateway-keys.json")
+    path.write_text(json.dumps(keys))
+    path.chmod(0o600)
+    return path
+
+
+def through_gateway(check: str, keys: Path, *, stream: bool) -> None:
+    url = f"https://127.0.0.1:{CONFIG['gateway_port']}"  # a bare host may not resolve localhost
+    done = run(str(PREFIX / "bin" / "python"), "-c", GATEWAY_CLIENT, url, CONFIG["gateway_ca"],
+               str(keys), "stream" if stream else "-", timeout=300)  # fmt: skip
+    reply = json.loads(done["stdout"].strip().splitlines()[-1]) if done["rc"] == 0 else None
+    record(check, rc=done["rc"], reply=reply, stderr=done["stderr"][-3000:])
+
+
+def phase_gateway() -> None:
+    """The set of the last phase stays; the gateway goes in front of it. Then the set is
+    removed and the embedder approved in its place (this 2-core machine holds one endpoint
+    at a time): the gateway's routes follow, through reloads, on the same URL."""
+    wait_for_daemon("boot_timeline")
+    wait_until("the set is ready", lambda: endpoint_state(SET) == "ready", 600)
+    conf = Path("/etc/epyc-llm/epycd.conf")
+    kept = conf.read_text() if conf.exists() else ""  # the identity root, where there is one
+    conf.write_text(
+        kept + f'gateway_listen = "127.0.0.1:{CONFIG["gateway_port"]}"\n'
+        f'gateway_tls_cert_file = "{CONFIG["gateway_pem"]}"\n'
+    )
+    run("epycctl", "gateway", "plan", "--json", timeout=60, check="gateway_plan")
+    approve = run("epycctl", "gateway", "approve", "--yes", timeout=120, check="gateway_approve")
+    record("gateway_unit", **show(GATEWAY_UNIT))
+    if approve["rc"] != 0 or show(GATEWAY_UNIT, "ActiveState")["ActiveState"] != "active":
+        journal("journal_gateway", GATEWAY_UNIT)
+        raise PhaseFailed(f"gateway approve failed: {approve['stderr'][-2000:]}")
+    keys = gateway_keys()
+    pid = show(GATEWAY_UNIT, "MainPID")["MainPID"]
+    through_gateway("gateway_set", keys, stream=True)
+    must("set_remove", "epycctl", "remove", SET, "--yes", timeout=300)
+    Path(f"/etc/epyc-llm/{SET}.toml").unlink()
+    Path(f"/etc/epyc-llm/{EMB}.toml").write_text(
+        f'engine = "llama.cpp"\nmodel = "{CONFIG["embedder_gguf"]}"\n'
+        f'port = {CONFIG["emb_port"]}\nserved_model_name = "{EMB}"\n'
+    )
+    run("epycctl", "approve", EMB, "--yes", timeout=600, check="emb_approve")
+    wait_until("the embedder is ready", lambda: endpoint_state(EMB) == "ready", 300)
+    through_gateway("gateway_emb", keys, stream=False)
+    record("gateway_after", main_pid_before=pid, **show(GATEWAY_UNIT))
+    journal("journal_gateway", GATEWAY_UNIT)
+
+
 PHASES = {
     "install": phase_install,
     "reboot": phase_reboot,
     "set": phase_set,
     "set_reboot": phase_set_reboot,
+    "gateway": phase_gateway,
 }
 
 if __name__ == "__main__":

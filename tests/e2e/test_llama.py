@@ -22,6 +22,10 @@ set      that endpoint removed; an endpoint of two llama-servers (one per core o
          with dpkg): the balancer and both instances up, chats reach both, instance 2 killed
          comes back by itself
 set_reboot  the set back with no new approval: its three units, status ready, a chat
+gateway  the tiny BERT embedder (GGUF) approved beside the set, then the gateway on HTTPS with
+         a self-signed certificate and three keys: both models through one URL, /v1/models,
+         a key limited to one model (403), one over its rate (429), and a streamed chat that a
+         reload in its middle does not cut
 """
 
 from __future__ import annotations
@@ -50,13 +54,14 @@ from tests.e2e.conftest import (
 from tests.e2e.faultfigures import engine_fault, healing_problem
 from tests.e2e.test_instances import HAPROXY_DEBS
 from tests.e2e.test_runtime import APT_REPO, BARE_ROOTFS, IDENTITY_ROOT, PYPI, journal_tail
-from tests.llama.realllama import SERVER, llama_server, tiny_gguf
+from tests.gateway.test_real_gateway import self_signed
+from tests.llama.realllama import SERVER, llama_server, tiny_bert_gguf, tiny_gguf
 from tests.machine import physical_cpus_of_socket, serving_needs_identity, write_identity_root
 
 pytestmark = pytest.mark.e2e
 
 HINT = "run tests/bootstrap.sh (tests/tools/bare_host.sh, llama_server.sh and tiny_gguf.sh)"
-PHASES = ("install", "reboot", "set", "set_reboot")
+PHASES = ("install", "reboot", "set", "set_reboot", "gateway")
 NAME = "default"
 MODEL_DIR = "/srv/models"
 GGUF = f"{MODEL_DIR}/tiny-q8_0.gguf"
@@ -65,6 +70,11 @@ PORTS = range(18621, 18630)
 SET = "pair"
 SET_PORT = 18625
 SET_UNITS = tuple(f"epyc-llm-{SET}{suffix}.service" for suffix in ("", "_1", "_2"))
+EMBEDDER_GGUF = f"{MODEL_DIR}/embedder-bf16.gguf"
+EMB_PORT = 18626
+GATEWAY_PORT = 18628
+GATEWAY_PEM = "/etc/epyc-llm/secrets/gateway.pem"
+GATEWAY_CA = "/root/gateway-ca.pem"
 
 
 def machine_config() -> dict[str, Any]:
@@ -81,6 +91,11 @@ def machine_config() -> dict[str, Any]:
         "identity_root": IDENTITY_ROOT if serving_needs_identity() else None,
         "set_name": SET,
         "set_port": SET_PORT,
+        "embedder_gguf": EMBEDDER_GGUF,
+        "emb_port": EMB_PORT,
+        "gateway_port": GATEWAY_PORT,
+        "gateway_pem": GATEWAY_PEM,
+        "gateway_ca": GATEWAY_CA,
     }
 
 
@@ -89,6 +104,15 @@ def write_machine(root: Path, config: dict[str, Any]) -> None:
     models = root / MODEL_DIR.lstrip("/")
     models.mkdir(parents=True)
     shutil.copy2(tiny_gguf("q8_0"), root / GGUF.lstrip("/"))
+    shutil.copy2(tiny_bert_gguf("embedder"), root / EMBEDDER_GGUF.lstrip("/"))
+    pem, cert = self_signed(root / "root")
+    secrets = root / GATEWAY_PEM.lstrip("/")
+    secrets.parent.mkdir(parents=True, mode=0o755)
+    pem.rename(secrets)
+    secrets.chmod(0o600)
+    cert.rename(root / GATEWAY_CA.lstrip("/"))
+    for leftover in (root / "root").glob("key.pem"):
+        leftover.unlink()
     runtime = root / RUNTIME.lstrip("/")
     runtime.mkdir(parents=True)
     shutil.copytree(SERVER / "bin", runtime / "bin")
@@ -297,3 +321,46 @@ def test_reboot_brings_the_llama_set_back(machine: Machine, set_install: Boot) -
     assert endpoint(reboot.one("set_status")["status"], SET)["state"] == "ready"
     chat = reboot.one("set_chat")
     assert chat["rc"] == 0 and chat["reply"]["choices"] == 1, chat
+
+
+@pytest.fixture(scope="module")
+def gateway(machine: Machine, set_install: Boot) -> Boot:
+    return machine.boot("gateway")
+
+
+def test_one_gateway_url_with_keys_limits_and_tls_in_front_of_the_set(gateway: Boot) -> None:
+    approve = gateway.one("gateway_approve")
+    assert approve["rc"] == 0, approve["stderr"][-3000:]
+    unit = gateway.one("gateway_unit")
+    assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
+    client = gateway.one("gateway_set")
+    assert client["rc"] == 0, client["stderr"]
+    reply = client["reply"]
+    assert reply["chat"] == 200 and reply["models"] == [SET], reply
+    assert reply["embeddings"][0] == 404, reply  # no embedder yet
+    assert reply["pair_only"] == [200, 404], reply
+    assert reply["no_key"] == 401, reply
+    assert reply["rate"] == [200, 200, 429], reply
+
+
+def test_a_reload_in_the_middle_of_a_stream_does_not_cut_it(gateway: Boot) -> None:
+    stream = gateway.one("gateway_set")["reply"]["stream"]
+    assert stream["reloaded"] == {"rc": 0, "at_event": 1}, stream
+    assert stream["finish"] == "length" and stream["events"] >= 1000, stream
+
+
+def test_the_routes_follow_the_endpoints_on_the_same_url(gateway: Boot) -> None:
+    """The set removed and the embedder approved: its vectors through the gateway, the
+    set's model gone (404), a key limited to the set refused the embedder (403), and the
+    gateway reloaded for each change, never restarted."""
+    assert gateway.one("emb_approve")["rc"] == 0, gateway.one("emb_approve")["stderr"][-3000:]
+    client = gateway.one("gateway_emb")
+    assert client["rc"] == 0, client["stderr"]
+    reply = client["reply"]
+    assert reply["embeddings"][:2] == [200, 2] and reply["embeddings"][2] > 0, reply
+    assert reply["models"] == ["emb"] and reply["chat"] == 404, reply
+    assert reply["pair_only"] == [404, 403], reply
+    after = gateway.one("gateway_after")
+    assert after["ActiveState"] == "active", after
+    assert after["MainPID"] == after["main_pid_before"], "the gateway restarted, not reloaded"
+    gateway.assert_clean()
