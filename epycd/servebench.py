@@ -163,9 +163,12 @@ def measure(
     prompts: int,
     input_len: int,
     output_len: int,
+    vocabulary: int | None = None,
 ) -> Measured:
-    """One run at `concurrency`, after as many warm-up requests (not counted)."""
-    chosen = random_prompts(vocabulary_size(base_url, key), prompts + concurrency, input_len)
+    """One run at `concurrency`, after as many warm-up requests (not counted). The prompts'
+    token ids are drawn from `vocabulary`, by default the server's own (its /v1/models)."""
+    size = vocabulary if vocabulary is not None else vocabulary_size(base_url, key)
+    chosen = random_prompts(size, prompts + concurrency, input_len)
     asyncio.run(_run(base_url, model, key, chosen[:concurrency], concurrency, output_len))
     timings, duration = asyncio.run(
         _run(base_url, model, key, chosen[concurrency:], concurrency, output_len)

@@ -16,7 +16,10 @@ A request passes, in order:
 7. the endpoint's backend: a 503 with Retry-After while no server of it passes its health
    check; otherwise the request goes on, with the endpoint's own key in place of the client's.
 
-Every refusal is OpenAI's error object. The body is buffered whole for step 4, up to
+Every refusal is OpenAI's error object. Every write goes out at once (`option
+http-no-delay`): HAProxy's default lets the kernel hold a small write, such as one streamed
+token, to fill a segment, which delayed the first token by about 200 ms
+(benchmarks/gateway-results.md). The body is buffered whole for step 4, up to
 `BODY_LIMIT` (a larger one is a 413). The log names the client, never its key. Files are
 rendered here from the routes and keys; writing them and reloading HAProxy is the caller's.
 """
@@ -318,6 +321,7 @@ def gateway_files(
         f"    timeout client {TIMEOUT_STREAM}",
         f"    timeout server {TIMEOUT_STREAM}",
         "    option redispatch 1",
+        "    option http-no-delay",
         *(answer.error_rule() for answer in HAPROXY_ERRORS),
         *_frontend(listen, folder, tls_cert),
         "backend clients",

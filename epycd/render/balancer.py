@@ -10,7 +10,9 @@ API key) and sends each request to the ready instance with the fewest open conne
 and one that refuses a connection is taken out at once (`observe layer4`, one error). A
 request whose connection could not be made goes to another instance
 (`retry-on conn-failure`, `option redispatch`); one that reached an instance is never sent
-twice.
+twice. Each write goes out at once (`option http-no-delay`): by default HAProxy lets the
+kernel hold a small write to fill a segment, which held a streamed first token about 200 ms
+(benchmarks/gateway-results.md).
 
 The instances start first (`After=`) and the balancer only `Wants=` them: each instance
 restarts by itself (docs/healing.md), and `Requires=` would restart the balancer, and so
@@ -83,6 +85,7 @@ def haproxy_config(decisions: EndpointDecisions) -> str:
         f"    timeout connect {TIMEOUT_CONNECT}",
         f"    timeout client {TIMEOUT_STREAM}",
         f"    timeout server {TIMEOUT_STREAM}",
+        "    option http-no-delay",
         "frontend endpoint",
         f"    bind {decisions.host}:{decisions.port}",
         "    default_backend instances",
