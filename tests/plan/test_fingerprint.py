@@ -192,19 +192,19 @@ PINNED: dict[str, dict[str, Pinned]] = {
     "instances-docker-milan": {
         "olmo": Pinned(
             "91a2fb74245d325c6c3a3231eedd0d037e9c24cba0d8814ca937f5b0d3dd286b",
-            "73ce9eca8a076025123edb53c40f82a34524149567b1ae7b7befa4d343d6dfb2",
+            "348a44d30f8def7337c76099a56e24bd5c61583594a6e10a14bfa71fe899c792",
         ),
     },
     "instances-host-vllm": {
         "multi": Pinned(
             "5eebe0e8973fa50c0ecdeede4c50921132a4b3d136ce25c1a4209e4add45ba75",
-            "73e192adfead69008beb9cd2d070ca5d405238b284bb843d7f1cfccff30ed295",
+            "e82eff86af3bbf29cfd5bfeb569e05182ec14b0182325b0902318cf3de40a9fb",
         ),
     },
     "instances-podman-nps4": {
         "qwen": Pinned(
             "6720ef5722bcd78b6d8ebfdff58922e462a380ce7dd86103f1f7e9324461ed66",
-            "c461fa897cd664dbcc29137c9140c6cc318d9560f6a05ce7a4ec4bf31b935832",
+            "afa9946e7e7129df9856270c379ec5dbd1602cb632db1c4eabc71af63a042f24",
         ),
     },
     "instinct-mi210-podman": {
@@ -250,7 +250,7 @@ PINNED: dict[str, dict[str, Pinned]] = {
     "pooling-podman": {
         "embed": Pinned(
             "08cb477947c86e679c766442d317464c0b9346f1c66022a3b948e9af4fda6158",
-            "ec101d07e63f1c5912eac99223eae20f9c3bf0c34db881f9d31cf3b19900378e",
+            "c740e046e187b59f5c91b91c4594959c8efe4c613a36942c8ca9e0f2336e29cc",
         ),
         "rerank": Pinned(
             "f5c281df7ad5b3769d54789ad7b752d68de6229d91e1257ac4013f647007ef90",
