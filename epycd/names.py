@@ -31,6 +31,14 @@ UNIT_IN_CGROUP = re.compile(
 endpoint's name."""
 
 
+MODEL_NAME_RULE = r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,199}"
+MODEL_NAME = re.compile(MODEL_NAME_RULE)
+"""A model name the gateway routes, and an alias's: it is a key of HAProxy's maps, whose lines
+split at white space, and it is written into logs; so no space, quote, '#' or control
+character."""
+MODEL_NAME_FIX = "letters, digits and _ . : / @ + -, at most 200, starting with a letter or digit"
+
+
 RESERVED_NAMES = {"gateway": "the gateway's unit is epyc-llm-gateway.service (docs/gateway.md)"}
 """Names an endpoint may not take: its units would be another part's."""
 

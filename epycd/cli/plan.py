@@ -50,6 +50,7 @@ JSON_KEYS = (
     "profile",
     "enforce_eager",
     "served_model_name",
+    "model_aliases",
     "vllm_args",
     "requires_confirmation",
     "confirmation_reasons",
@@ -82,6 +83,7 @@ def decisions_json(decided: EndpointDecisions) -> dict[str, Any]:
     (docs/architecture.md, "Plan keys")."""
     dumped = decided.unit_decisions.model_dump(mode="json")
     data: dict[str, Any] = {key: dumped.get(key) for key in plan_keys()}
+    data["model_aliases"] = dumped.get("model_aliases", [])  # a record leaves out none
     data.update(
         kind=decided.kind,
         device=decided.device,

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from epycd.atomic import write_atomic
 from epycd.errors import InputError, validation_error
+from epycd.names import MODEL_NAME, MODEL_NAME_FIX
 from epycd.readfile import STATE_MAX_BYTES, read_bytes
 from epycd.settings import Settings
 
@@ -28,10 +29,6 @@ KEY_BYTES = 32
 STORE_MODE = 0o600
 CLIENT_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 CLIENT_NAME_FIX = "lowercase letters, digits, '_', '.' and '-', at most 63, not starting with one"
-MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,199}")
-"""A model name the gateway routes: it is a key of HAProxy's maps, whose lines split at
-white space, and it is written into logs; so no space, quote, '#' or control character."""
-MODEL_NAME_FIX = "letters, digits and _ . : / @ + -, at most 200, starting with a letter or digit"
 
 
 class ClientKey(BaseModel):

@@ -70,6 +70,13 @@ class EndpointService(BaseModel):
     model: str
     model_revision: str | None = None
     served_model_name: str
+    model_aliases: list[str] = Field(
+        default_factory=list,
+        description="the endpoint file's `aliases`: more names the gateway routes here (and "
+        "vLLM answers to); left out of a record when empty, so that the records of every "
+        "other endpoint are as they were",
+        exclude_if=lambda names: not names,
+    )
     model_kind: str
     primary_endpoint: PrimaryEndpoint
     embedding_width: int | None = Field(

@@ -32,7 +32,13 @@ from epycd.engines import DEFAULT_ENGINE, ENGINES
 from epycd.engines.base import RUNTIMES, extended
 from epycd.errors import InputError
 from epycd.listen import DEFAULT_HOST, listen_address
-from epycd.names import RESERVED_NAMES, is_endpoint_name, repo_file_problem, revision_problem
+from epycd.names import (
+    MODEL_NAME_RULE,
+    RESERVED_NAMES,
+    is_endpoint_name,
+    repo_file_problem,
+    revision_problem,
+)
 from epycd.readfile import RefusedFile, read_head
 from epycd.spec.flags import ExtraFlags
 from epycd.spec.key_setting import EngineKeys, PathText
@@ -67,6 +73,9 @@ def registered_engine(name: str) -> str:
 EngineName = Annotated[str, AfterValidator(registered_engine)]
 
 
+MAX_ALIASES = 16
+
+
 class EndpointSpec(BaseModel):
     """One endpoint file, validated; `None` means "the stack's default"."""
 
@@ -85,6 +94,10 @@ class EndpointSpec(BaseModel):
     vllm: PathText | None = None
     served_model_name: str | None = Field(default=None, pattern=r"^[^\s-][^\s]{0,199}$")
     """Not starting with '-': vLLM would read the name as a flag."""
+    aliases: list[Annotated[str, Field(pattern=f"^{MODEL_NAME_RULE}$")]] = Field(
+        default_factory=list, max_length=MAX_ALIASES
+    )
+    """More names for the model: the gateway routes them here, and vLLM answers to them."""
     chat_template: PathText | None = None
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
@@ -275,6 +288,7 @@ def _policy_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> l
         _dtype_errors(path, data, precisions)
         + env_errors(path, data)
         + _served_name_errors(path, data)
+        + _alias_errors(path, data)
         + extra_args_errors(path, data)
         + inapplicable_key_errors(path, data)
         + _runtime_errors(path, data)
@@ -304,6 +318,28 @@ def _served_name_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
             file=path,
             key="served_model_name",
             fix="choose another name",
+        )
+    ]
+
+
+def _alias_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
+    """An alias given twice, or the served name again (their type is the model's check)."""
+    aliases = data.get("aliases")
+    if not isinstance(aliases, list):
+        return []
+    names = [name for name in aliases if isinstance(name, str)]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    served = data.get("served_model_name")
+    if served in names:
+        twice.append(str(served))
+    if not twice:
+        return []
+    return [
+        InputError(
+            f"{', '.join(map(repr, twice))} is given twice (an alias, or the served name)",
+            file=path,
+            key="aliases",
+            fix="give each name once",
         )
     ]
 

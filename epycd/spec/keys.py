@@ -150,6 +150,13 @@ SHARED_KEYS: tuple[KeySetting, ...] = (
         "the name clients send as `model` (default: the model id)",
     ),
     KeySetting(
+        "aliases",
+        "a list of at most 16 names, each given once: letters, digits and _ . : / @ + -, at "
+        "most 200, starting with a letter or digit",
+        'more names clients may send as `model` (`["gpt-4o-mini"]`): the gateway routes '
+        "them to this endpoint, and vLLM answers to them",
+    ),
+    KeySetting(
         "chat_template",
         "an absolute path to a chat template file",
         "an absolute path to a chat template file",

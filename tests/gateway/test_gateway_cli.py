@@ -81,6 +81,35 @@ def test_a_model_name_served_twice_or_a_damaged_record_leaves_only_that_endpoint
     assert planned["skipped"][0]["endpoint"] == "a"
 
 
+def test_aliases_are_routed_after_every_model_name_and_a_taken_one_is_left_out_alone(
+    env: ApprovalSandbox,
+) -> None:
+    host = env.host()
+    plans = []
+    for i, (name, model, aliases) in enumerate([
+        ("a", "a-model", ["b-model", "gpt-4o-mini", "shared"]),
+        ("b", "b-model", ["shared", "text-embedding-3-small"]),
+    ]):  # fmt: skip
+        plan = make_plan(name, host, env.settings.config_dir, socket=i, port=8000 + i)
+        decisions = plan.decisions.model_copy(
+            update={"served_model_name": model, "model_aliases": aliases}
+        )
+        plans.append(plan.model_copy(update={"decisions": decisions}))
+    env.set_plans(*plans)
+    for plan in plans:
+        assert env.epycctl("approve", plan.endpoint, "--yes", "--no-start").returncode == 0
+    planned = gateway_plan(env)
+    # a's alias may not take b's model name; the first by endpoint name keeps "shared"
+    assert [(r["endpoint"], r["model"], r["aliases"]) for r in planned["routes"]] == [
+        ("a", "a-model", ["gpt-4o-mini", "shared"]),
+        ("b", "b-model", ["text-embedding-3-small"]),
+    ]
+    assert planned["skipped"] == [
+        {"endpoint": "a", "reason": "its alias 'b-model' is endpoint b's name already"},
+        {"endpoint": "b", "reason": "its alias 'shared' is endpoint a's name already"},
+    ]
+
+
 def test_add_key_prints_the_key_once_and_keeps_only_its_digest(env: ApprovalSandbox) -> None:
     done = env.epycctl("gateway", "add-key", "alice", "--models", "tiny-chat, tiny-embedder",
                        "--rpm", "30", "--concurrency", "2")  # fmt: skip

@@ -167,8 +167,8 @@ PINNED: dict[str, dict[str, Pinned]] = {
     },
     "genoa-podman": {
         "qwen": Pinned(
-            "f95b67425a5107589dcfbe573ac6295df4198ed0616110a9ce1066c902c31298",
-            "6842b1f8b7b9debd13397b3bdaafc5b1c09519ea98060c87ca2869df9b9bab4f",
+            "e183c2ce5399de62444ba33b581922401c3ed4d957cc613a52d0a88b3c0b24ea",
+            "fa7e6ffe5a6f78f2d5faf8e8a7a84d3b45faa9fe4a451ec3c0d09f840bcb07f3",
         ),
     },
     "host-ipv6-key": {

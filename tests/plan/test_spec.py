@@ -113,6 +113,11 @@ def test_empty_file_takes_the_defaults(tmp_path: Path) -> None:
         ("extra_args = ['--seed', ';']", "extra_args[1]", "--flag=value"),
         ("extra_args = ['']", "extra_args[0]", "--flag=value"),
         ('served_model_name = ";"', "served_model_name", "another name"),
+        ('aliases = ["my model"]', "aliases", "letters, digits and _ . : / @ + -"),
+        ('aliases = "gpt-4o"', "aliases", "a list of at most 16 names"),
+        ("aliases = [" + ", ".join(f'"a{i}"' for i in range(17)) + "]", "aliases", "at most 16"),
+        ('aliases = ["gpt-4o", "gpt-4o"]', "aliases", "given twice"),
+        ('served_model_name = "chat"\naliases = ["chat"]', "aliases", "given twice"),
         ('env = { VLLM_A = "\u0085" }', "env.VLLM_A", "one line"),
     ],
 )

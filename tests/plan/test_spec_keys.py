@@ -37,6 +37,7 @@ SAMPLES: dict[str, object] = {
     "image": "repo/name:tag",
     "socket": 1,
     "served_model_name": "chat",
+    "aliases": ["gpt-4o-mini"],
     "chat_template": "/etc/epyc-llm/template.jinja",
     "restart": "no",
     "extra_args": ["--seed", "1"],

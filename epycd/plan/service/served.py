@@ -141,6 +141,7 @@ class ServedFields(TypedDict):
     model: str
     model_revision: str | None
     served_model_name: str
+    model_aliases: list[str]
     model_kind: str
     primary_endpoint: PrimaryEndpoint
     embedding_width: int | None
@@ -166,6 +167,7 @@ def served_fields(prepared: Prepared, chosen: ServedModel) -> ServedFields:
         model=chosen.model,
         model_revision=facts.revision,
         served_model_name=chosen.served,
+        model_aliases=list(spec.aliases),
         model_kind=facts.support.kind,
         primary_endpoint=primary,
         embedding_width=facts.embedding_width if primary == "embeddings" else None,

@@ -93,7 +93,7 @@ def _rocm_args(engine: RocmEngine) -> list[str]:
 def _serving_args(inv: VllmInvocation) -> list[str]:
     """Where it listens, the served name, the revision and template, then the file's words."""
     args = ["--host", inv.host, "--port", str(inv.port), "--served-model-name"]
-    args.append(inv.served_model_name)
+    args += [inv.served_model_name, *inv.aliases]
     if inv.revision is not None:
         args += [REVISION_FLAG, inv.revision]
     if inv.chat_template is not None:

@@ -100,6 +100,9 @@ class VllmInvocation(BaseModel):
     host: str
     port: int
     served_model_name: str
+    aliases: list[str] = Field(default_factory=list, exclude_if=lambda names: not names)
+    """More names it answers to (`--served-model-name NAME ALIAS...`); left out of a record
+    when empty."""
     revision: str | None = None
     chat_template: str | None = None
     runner: Literal["pooling"] | None = None
@@ -141,6 +144,7 @@ def serve_invocation(
         host=spec.host,
         port=port,
         served_model_name=served,
+        aliases=list(spec.aliases),
         revision=spec.revision or None,
         chat_template=spec.chat_template or None,
         runner="pooling" if pooling and not spec.extra_flags.given(RUNNER_FLAG) else None,
