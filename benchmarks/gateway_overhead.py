@@ -77,8 +77,9 @@ def start_gateway(server: str, work: Path, *, no_delay: bool = True) -> tuple[An
     route = Route(endpoint="bench", model=SERVED, primary_endpoint="completions",
                   address=server.removeprefix("http://"))  # fmt: skip
     port = free_port()
-    files = gateway_files([route], store, listen=f"127.0.0.1:{port}", folder=work,
-                          endpoint_keys={}, endpoint_keys_path=str(work / "none.map"))  # fmt: skip
+    files = gateway_files([route], store, listen=f"127.0.0.1:{port}", metrics_listen="",
+                          folder=work, endpoint_keys={},
+                          endpoint_keys_path=str(work / "none.map"))  # fmt: skip
     for name, text in files.files().items():
         if name == "haproxy.cfg" and not no_delay:
             assert "    option http-no-delay\n" in text

@@ -44,6 +44,7 @@ from epycd.approval.crashloop import failure_text
 from epycd.cli.options import FiniteFloatRange
 from epycd.errors import EpycError
 from epycd.events import Event, OneLineFormatter, log_event
+from epycd.metrics.gateway import usage_url
 from epycd.metrics.load import LoadWindow
 from epycd.metrics.server import MetricsServer
 from epycd.notify import Notifier
@@ -211,7 +212,7 @@ class Daemon:
         self.left_serving: set[str] = set()
         self.approved: dict[str, Plan] = {}
         self.loads = LoadWindow()
-        self.metrics = MetricsServer(self.metrics_source)
+        self.metrics = MetricsServer(self.metrics_source, gateway=self.gateway_usage_url)
         self.seen: dict[str, Seen] = {}
         self.drifted: set[str] = set()
 
@@ -325,6 +326,9 @@ class Daemon:
         """What a scrape reads: both are replaced whole by the daemon's thread, never changed
         in place."""
         return self.statuses, self.approved
+
+    def gateway_usage_url(self) -> str | None:
+        return usage_url(self.settings)
 
     def approved_plans(self) -> list[Plan]:
         """The approved plans that can be read (a broken record is reported by status)."""

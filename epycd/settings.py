@@ -84,6 +84,10 @@ class Settings(BaseSettings):
     gateway_listen: ListenAddress = ""
     """Where the gateway, one URL for every approved endpoint (docs/gateway.md), listens;
     "" (the default): no gateway."""
+    gateway_metrics_listen: ListenAddress = "127.0.0.1:9465"
+    """Where the gateway serves HAProxy's Prometheus exporter at /metrics (requests, errors
+    and latency per endpoint) and its use by client and model at /usage, which epycd's own
+    /metrics turns into series (docs/gateway.md, "Metrics"); "" serves neither."""
     gateway_tls_cert_file: AbsolutePath | None = None
     """A PEM file with the gateway's certificate, its chain and its key (root only): the
     gateway then speaks HTTPS (HTTP/2 and HTTP/1.1)."""

@@ -1,4 +1,5 @@
-"""`epycctl metrics scrape-config`: the Prometheus scrape job for this host's epycd.
+"""`epycctl metrics scrape-config`: the Prometheus scrape jobs for this host's epycd and its
+gateway.
 
 The block is small and no YAML library is a dependency: every string value is written with
 `json.dumps` (a JSON string is a valid YAML string), so nothing is escaped by hand.
@@ -93,7 +94,35 @@ def dropin_lines(port: int) -> list[str]:
     ]
 
 
-def scrape_config(listen: str, job: str, interval_ms: int, host: str) -> str:
+def job_lines(job: str, interval_ms: int, target: str, host: str) -> list[str]:
+    dumps = json.dumps
+    return [
+        f"  - job_name: {dumps(job)}",
+        f"    scrape_interval: {dumps(duration_text(interval_ms))}",
+        f"    scrape_timeout: {dumps(duration_text(scrape_timeout_ms(interval_ms)))}",
+        f"    metrics_path: {dumps('/metrics')}",
+        "    static_configs:",
+        f"      - targets: [{dumps(target)}]",
+        "        labels:",
+        f"          host: {dumps(host)}",
+    ]
+
+
+def gateway_job(listen: str, job: str, interval_ms: int, host: str) -> list[str]:
+    """The job of the gateway's HAProxy exporter (docs/gateway.md, "Metrics")."""
+    address, port = parse_listen(listen)
+    return [
+        f"# The gateway's HAProxy exporter on {listen} (gateway_metrics_listen): requests,",
+        '# answers by class and times per endpoint (proxy="endpoint-NAME"). Its use by',
+        "# client and model is in epycd's own /metrics (epyc_llm_gateway_*).",
+        *job_lines(f"{job}-gateway", interval_ms, target_of(address, port, host), host),
+    ]
+
+
+def scrape_config(
+    listen: str, job: str, interval_ms: int, host: str, gateway_metrics: str = ""
+) -> str:
+    """epycd's job, and the gateway's where `gateway_metrics` is its metrics address."""
     address, port = listen_of(listen)
     target = target_of(address, port, host)
     conf = daemon_conf_path()
@@ -114,17 +143,9 @@ def scrape_config(listen: str, job: str, interval_ms: int, host: str) -> str:
             "# epycd.service lets epycd bind only loopback port 9464: this address needs",
             *dropin_lines(port),
         ]
-    dumps = json.dumps
-    lines += [
-        f"  - job_name: {dumps(job)}",
-        f"    scrape_interval: {dumps(duration_text(interval_ms))}",
-        f"    scrape_timeout: {dumps(duration_text(scrape_timeout_ms(interval_ms)))}",
-        f"    metrics_path: {dumps('/metrics')}",
-        "    static_configs:",
-        f"      - targets: [{dumps(target)}]",
-        "        labels:",
-        f"          host: {dumps(host)}",
-    ]
+    lines += job_lines(job, interval_ms, target, host)
+    if gateway_metrics:
+        lines += gateway_job(gateway_metrics, job, interval_ms, host)
     return "\n".join(lines)
 
 
@@ -145,8 +166,11 @@ def metrics() -> None:
     help="scrape_interval (the timeout is 10s, or 2/3 of a shorter interval)",
 )
 def scrape_config_command(job: str, interval: int) -> None:
-    """The scrape_configs entry for this host's epycd (metrics_listen in epycd.conf)."""
+    """The scrape_configs entries for this host's epycd (metrics_listen in epycd.conf) and
+    its gateway (gateway_metrics_listen, where gateway_listen is set)."""
     from epycd.settings import load_settings
 
     settings = load_settings()
-    click.echo(scrape_config(settings.metrics_listen, job, interval, socket.gethostname()))
+    gateway = settings.gateway_metrics_listen if settings.gateway_listen else ""
+    host = socket.gethostname()
+    click.echo(scrape_config(settings.metrics_listen, job, interval, host, gateway))

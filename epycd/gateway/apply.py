@@ -35,7 +35,7 @@ from epycd.gateway.unit import (
 )
 from epycd.plan.service.secrets import read_root_only
 from epycd.readfile import STATE_MAX_BYTES, read_bytes
-from epycd.settings import Settings
+from epycd.settings import Settings, parse_listen
 
 FILE_MODE = 0o644
 """HAProxy, as the endpoints' user, reads them: they hold names, digests and limits, never a
@@ -49,6 +49,7 @@ class GatewayApproval(BaseModel):
     approved_at: datetime
     approver: Approver
     listen: str
+    metrics_listen: str = ""
     tls_cert_file: str | None
     unit_sha256: str
 
@@ -108,7 +109,26 @@ def check_listen(settings: Settings) -> str:
             key="gateway_listen",
             fix='set gateway_listen = "127.0.0.1:8080" (or another ADDRESS:PORT) in it',
         )
+    if overlapping(settings.gateway_listen, settings.gateway_metrics_listen):
+        raise InputError(
+            f"the gateway's metrics ({settings.gateway_metrics_listen}) would listen where the "
+            f"gateway does ({settings.gateway_listen})",
+            file=settings.daemon_conf,
+            key="gateway_metrics_listen",
+            fix='give it another port (default "127.0.0.1:9465"), or "" for no metrics',
+        )
     return settings.gateway_listen
+
+
+def overlapping(one: str, other: str) -> bool:
+    """Two listen addresses on one port where one socket would take the other's."""
+    if not one or not other:
+        return False
+    (address, port), (other_address, other_port) = parse_listen(one), parse_listen(other)
+    wildcard = {"0.0.0.0", "::"}
+    return port == other_port and (
+        address == other_address or address in wildcard or other_address in wildcard
+    )
 
 
 def check_certificate(settings: Settings) -> Path | None:
@@ -137,6 +157,7 @@ def render(settings: Settings, planned: GatewayPlan) -> tuple[GatewayFiles, list
         routes,
         read_store(settings),
         listen=check_listen(settings),
+        metrics_listen=settings.gateway_metrics_listen,
         folder=gateway_folder(settings),
         endpoint_keys=keys,
         endpoint_keys_path=credential_path(ENDPOINT_KEYS_CREDENTIAL),
@@ -148,6 +169,7 @@ def render(settings: Settings, planned: GatewayPlan) -> tuple[GatewayFiles, list
 def unit_text(settings: Settings) -> str:
     return render_unit(
         listen=check_listen(settings),
+        metrics_listen=settings.gateway_metrics_listen,
         config_file=gateway_folder(settings) / "haproxy.cfg",
         tls_cert_file=settings.gateway_tls_cert_file,
         endpoint_keys_file=endpoint_keys_path(settings),
@@ -190,6 +212,7 @@ def approve(settings: Settings, *, start: bool) -> list[str]:
         approved_at=datetime.now(UTC),
         approver=current_approver(),
         listen=settings.gateway_listen,
+        metrics_listen=settings.gateway_metrics_listen,
         tls_cert_file=str(cert) if cert is not None else None,
         unit_sha256=hashlib.sha256(unit.encode()).hexdigest(),
     )

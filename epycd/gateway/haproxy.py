@@ -7,20 +7,26 @@ A request passes, in order:
 2. its bearer key, hashed (SHA-256) and looked up in `keys.map`, names the client; no key or
    an unknown one is a 401;
 3. `GET /v1/models` answers the routed models whose endpoint passes its health check
-   (`models.lua`, a service in HAProxy's own Lua);
+   (`gateway.lua`, a service in HAProxy's own Lua);
 4. the body's `model` (`json_query`, not fooled by a "model" inside a message) picks the
-   endpoint in `models.map`; none is a 400, an unknown one a 404;
-5. a client limited to some models (`access.map`) gets a 403 for the others;
+   endpoint in `models.map`; none is a 400, an unknown one a 404; an alias stands for its
+   endpoint's model name from here on (`names.map`), for the limits and the counts;
+5. from here on its use of the model is counted (the stick table `usage`: requests, 4xx
+   and 5xx answers by `client/model`); a client limited to some models (`access.map`) gets
+   a 403 for the others;
 6. its limits, counted in the stick table `clients` (requests in the last minute, requests
    at once) give a 429 with Retry-After;
 7. the endpoint's backend: a 503 with Retry-After while no server of it passes its health
    check; otherwise the request goes on, with the endpoint's own key in place of the client's.
 
-Every refusal is OpenAI's error object. Every write goes out at once (`option
-http-no-delay`): HAProxy's default lets the kernel hold a small write, such as one streamed
-token, to fill a segment, which delayed the first token by about 200 ms
-(benchmarks/gateway-results.md). The body is buffered whole for step 4, up to
-`BODY_LIMIT` (a larger one is a 413). The log names the client, never its key. Files are
+Every refusal is OpenAI's error object. Where `metrics_listen` is given, a second frontend
+serves HAProxy's Prometheus exporter (`/metrics`: requests, answers by class and times per
+endpoint's backend) and the `usage` table as JSON (`/usage`, read by epycd's /metrics).
+
+Every write goes out at once (`option http-no-delay`): HAProxy's default lets the kernel
+hold a small write, such as one streamed token, to fill a segment, which delayed the first
+token by about 200 ms (benchmarks/gateway-results.md). The body is buffered whole for step
+4, up to `BODY_LIMIT` (a larger one is a 413). The log names the client, never its key. Files are
 rendered here from the routes and keys; writing them and reloading HAProxy is the caller's.
 """
 
@@ -51,12 +57,19 @@ MAX_CONNECTIONS = 1024
 """Each connection may hold a buffer of `BUFFER_SIZE` while a body arrives: a bound of about
 1 GiB at once."""
 CHECK_INTERVAL = "2s"
+CHECK_INTERVAL_DOWN = "500ms"
+"""An endpoint that is down (starting, or just approved) is checked more often, so that it
+is routed within half a second of passing its health check."""
 TIMEOUT_CONNECT = "5s"
 TIMEOUT_STREAM = "1h"
 """A long generation streams for minutes; HAProxy must not cut it."""
 TIMEOUT_BODY = "60s"
 """A client has this long to send its headers and body."""
 RATE_WINDOW = "1m"
+USAGE_KEY_LENGTH = 64 + 1 + 200
+"""`client/model`: a client's name, a slash and a routed model name (epycd.gateway.keys)."""
+USAGE_EXPIRE = "7d"
+"""A pair unused this long leaves the table (its counters restart if it comes back)."""
 RETRY_AFTER_RATE_S = 60
 RETRY_AFTER_CONCURRENCY_S = 1
 RETRY_AFTER_DOWN_S = 10
@@ -74,13 +87,13 @@ class GatewayFiles:
 
     config: str
     maps: dict[str, str]
-    models_lua: str
+    lua: str
     endpoint_keys: str
 
     def files(self) -> dict[str, str]:
         return {
             "haproxy.cfg": self.config,
-            "models.lua": self.models_lua,
+            LUA_FILE: self.lua,
             **{f"{name}.map": text for name, text in self.maps.items()},
         }
 
@@ -166,16 +179,18 @@ def map_text(pairs: Mapping[str, object]) -> str:
 
 
 def gateway_maps(routes: list[Route], store: KeyStore) -> dict[str, str]:
-    """keys.map: digest -> client; models.map: model -> backend; access.map: `client/model`
-    -> 1 for a client limited to models, `client/*` -> 1 for one that is not; rpm.map and
-    concurrency.map: client -> its limit."""
+    """keys.map: digest -> client; models.map: model or alias -> backend; names.map: model
+    or alias -> the model's name; access.map: `client/model` -> 1 for a client limited to
+    models, `client/*` -> 1 for one that is not; rpm.map and concurrency.map: client -> its
+    limit."""
     access: dict[str, int] = {}
     for client in store.keys:
         for model in client.models if client.models is not None else ["*"]:
             access[f"{client.name}/{model}"] = 1
     return {
         "keys": map_text({client.sha256: client.name for client in store.keys}),
-        "models": map_text({route.model: route.backend for route in routes}),
+        "models": map_text({name: r.backend for r in routes for name in r.names}),
+        "names": map_text({name: r.model for r in routes for name in r.names}),
         "access": map_text(access),
         "rpm": map_text({c.name: c.rpm for c in store.keys if c.rpm is not None}),
         "concurrency": map_text(
@@ -184,10 +199,20 @@ def gateway_maps(routes: list[Route], store: KeyStore) -> dict[str, str]:
     }
 
 
-MODELS_LUA = """-- epyc-llm gateway: GET /v1/models, the routed models whose endpoint is up now.
+LUA_FILE = "gateway.lua"
+GATEWAY_LUA = """-- epyc-llm gateway: GET /v1/models, the routed models whose endpoint is up now;
+-- GET /usage, the use of each model by each client since HAProxy started.
 -- Written by epycd (epycd/gateway/haproxy.py); HAProxy loads it at start and at each reload.
 local routes = {
 %s}
+
+local function send_json(applet, body)
+  applet:set_status(200)
+  applet:add_header("content-type", "application/json")
+  applet:add_header("content-length", string.len(body))
+  applet:start_response()
+  applet:send(body)
+end
 
 core.register_service("epyc_models", "http", function(applet)
   local data = {}
@@ -208,26 +233,50 @@ core.register_service("epyc_models", "http", function(applet)
         route[1], route[3]))
     end
   end
-  local body = '{"object":"list","data":[' .. table.concat(data, ",") .. ']}'
-  applet:set_status(200)
-  applet:add_header("content-type", "application/json")
-  applet:add_header("content-length", string.len(body))
-  applet:start_response()
-  applet:send(body)
+  send_json(applet, '{"object":"list","data":[' .. table.concat(data, ",") .. ']}')
+end)
+
+core.register_service("epyc_usage", "http", function(applet)
+  local rows = {}
+  local usage = core.backends["usage"]
+  if usage ~= nil and usage.stktable ~= nil then
+    for key, counters in pairs(usage.stktable:dump()) do
+      table.insert(rows, string.format(
+        '{"key":"%%s","requests":%%d,"client_errors":%%d,"server_errors":%%d}', key,
+        counters["http_req_cnt"] or 0, counters["gpc0"] or 0, counters["gpc1"] or 0))
+    end
+  end
+  send_json(applet, '{"usage":[' .. table.concat(rows, ",") .. ']}')
 end)
 """
 
 
-def models_lua(routes: list[Route]) -> str:
+def gateway_lua(routes: list[Route]) -> str:
     """`GET /v1/models`: OpenAI's list of the routed models whose backend has a server up
-    (HAProxy's health check of the endpoint), built per request by HAProxy's Lua. The names
-    are routable names (`MODEL_NAME`: no quote or backslash), safe in Lua and JSON strings."""
+    (HAProxy's health check of the endpoint), built per request by HAProxy's Lua; and
+    `GET /usage` on the metrics frontend, the `usage` table's counters. The names are
+    routable names (`MODEL_NAME`, `CLIENT_NAME`: no quote or backslash), safe in Lua and
+    JSON strings."""
     rows = []
     for route in routes:
-        fields = (route.model, route.backend, route.endpoint)
-        assert all('"' not in f and "\\" not in f for f in fields), fields
-        rows.append("  {" + ", ".join(f'"{f}"' for f in fields) + "},\n")
-    return MODELS_LUA % "".join(rows)
+        for name in route.names:
+            fields = (name, route.backend, route.endpoint)
+            assert all('"' not in f and "\\" not in f for f in fields), fields
+            rows.append("  {" + ", ".join(f'"{f}"' for f in fields) + "},\n")
+    return GATEWAY_LUA % "".join(rows)
+
+
+USAGE = 1
+"""The stick counter that tracks the request in the `usage` table: its requests count
+themselves (`http_req_cnt`); its answers of 4xx and 5xx are counted in `gpc0` and `gpc1`,
+by the rules here, since HAProxy's own error counters leave out the answers it makes
+itself."""
+
+
+def counted(answer: ErrorAnswer, condition: str) -> list[str]:
+    """`answer` under `condition`, counted in the usage table first."""
+    counter = "gpc0" if answer.status < 500 else "gpc1"
+    return [f"    http-request sc-inc-{counter}({USAGE}) {condition}", answer.rule(condition)]
 
 
 def _frontend(listen: str, folder: Path, tls_cert: str | None) -> list[str]:
@@ -258,11 +307,13 @@ def _frontend(listen: str, folder: Path, tls_cert: str | None) -> list[str]:
         NO_MODEL.rule("unless { var(txn.model) -m found }"),
         f"    http-request set-var(txn.backend) var(txn.model),map({path('models.map')})",
         UNKNOWN_MODEL.rule("unless { var(txn.backend) -m found }"),
+        f"    http-request set-var(txn.model) var(txn.model),map({path('names.map')})",
         "    http-request set-var(txn.wanted) var(txn.client),concat(/,txn.model,)",
+        f"    http-request track-sc{USAGE} var(txn.wanted) table usage",
         "    http-request set-var(txn.any) var(txn.client),concat(/*)",
         f"    acl allowed var(txn.wanted),map({path('access.map')}) -m found",
         f"    acl allowed var(txn.any),map({path('access.map')}) -m found",
-        NOT_ALLOWED.rule("unless allowed"),
+        *counted(NOT_ALLOWED, "unless allowed"),
         "    http-request track-sc0 var(txn.client) table clients",
         f"    http-request set-var(txn.rpm) var(txn.client),map_str_int({path('rpm.map')},0)",
         "    http-request set-var(txn.concurrency) "
@@ -271,9 +322,11 @@ def _frontend(listen: str, folder: Path, tls_cert: str | None) -> list[str]:
         "    acl over_rpm sc_http_req_rate(0),sub(txn.rpm) gt 0",
         "    acl concurrency_limited var(txn.concurrency) -m int gt 0",
         "    acl over_concurrency sc_trackers(0),sub(txn.concurrency) gt 0",
-        OVER_RPM.rule("if rpm_limited over_rpm"),
-        OVER_CONCURRENCY.rule("if concurrency_limited over_concurrency"),
+        *counted(OVER_RPM, "if rpm_limited over_rpm"),
+        *counted(OVER_CONCURRENCY, "if concurrency_limited over_concurrency"),
         "    use_backend %[var(txn.backend)]",
+        f"    http-response sc-inc-gpc0({USAGE}) if {{ status 400:499 }}",
+        f"    http-response sc-inc-gpc1({USAGE}) if {{ status 500:599 }}",
     ]
 
 
@@ -282,16 +335,30 @@ def _backend(route: Route, endpoint_keys_path: str | None) -> list[str]:
         f"backend {route.backend}",
         "    option httpchk GET /health",
         "    http-check expect status 200",
-        endpoint_down(route.endpoint).rule("if { nbsrv lt 1 }"),
+        *counted(endpoint_down(route.endpoint), "if { nbsrv lt 1 }"),
     ]
     if endpoint_keys_path is not None:
         key = f"%[be_name,map({endpoint_keys_path})]"
         lines.append(f'    http-request set-header Authorization "Bearer {key}"')
     lines.append(
-        f"    server endpoint {route.address} check inter {CHECK_INTERVAL} fall 2 rise 1"
+        f"    server endpoint {route.address} check inter {CHECK_INTERVAL} "
+        f"downinter {CHECK_INTERVAL_DOWN} fall 2 rise 1"
         " observe layer4 error-limit 1 on-error mark-down"
     )
     return lines
+
+
+def _metrics_frontend(listen: str) -> list[str]:
+    """HAProxy's Prometheus exporter and the usage table, for this host's scrapers only:
+    no key is asked, so it belongs on loopback (the default)."""
+    return [
+        "frontend metrics",
+        f"    bind {listen}",
+        "    no log",
+        "    http-request use-service prometheus-exporter if { path /metrics } METH_GET",
+        "    http-request use-service lua.epyc_usage if { path /usage } METH_GET",
+        UNKNOWN_URL.rule("if TRUE"),
+    ]
 
 
 def gateway_files(
@@ -299,6 +366,7 @@ def gateway_files(
     store: KeyStore,
     *,
     listen: str,
+    metrics_listen: str,
     folder: Path,
     endpoint_keys: Mapping[str, str],
     endpoint_keys_path: str,
@@ -306,12 +374,13 @@ def gateway_files(
 ) -> GatewayFiles:
     """Everything HAProxy reads, for `folder` (the absolute folder the files are written
     to): the gateway on `listen` (`ADDRESS:PORT`), with TLS from `tls_cert` where given,
+    its metrics on `metrics_listen` ("" for none),
     and the endpoints' own keys (`endpoint_keys`, by endpoint name) at `endpoint_keys_path`
     (both paths as HAProxy opens them: a credential's, epycd.gateway.unit)."""
     lines = [
         "global",
         "    log stdout format raw local0",
-        f"    lua-load {folder / 'models.lua'}",
+        f"    lua-load {folder / LUA_FILE}",
         f"    maxconn {MAX_CONNECTIONS}",
         f"    tune.bufsize {BUFFER_SIZE}",
         "defaults",
@@ -327,7 +396,12 @@ def gateway_files(
         "backend clients",
         "    stick-table type string len 64 size 100k expire 2m "
         f"store http_req_rate({RATE_WINDOW})",
+        "backend usage",
+        f"    stick-table type string len {USAGE_KEY_LENGTH} size 100k expire {USAGE_EXPIRE} "
+        "store http_req_cnt,gpc0,gpc1",
     ]
+    if metrics_listen:
+        lines += _metrics_frontend(metrics_listen)
     for route in routes:
         keyed = route.endpoint in endpoint_keys
         lines += _backend(route, endpoint_keys_path if keyed else None)
@@ -335,6 +409,6 @@ def gateway_files(
     return GatewayFiles(
         config="\n".join(lines) + "\n",
         maps=gateway_maps(routes, store),
-        models_lua=models_lua(routes),
+        lua=gateway_lua(routes),
         endpoint_keys=map_text(keys),
     )

@@ -59,11 +59,12 @@ def credential_path(name: str) -> str:
 def render_unit(
     *,
     listen: str,
+    metrics_listen: str,
     config_file: Path,
     tls_cert_file: Path | None,
     endpoint_keys_file: Path | None,
 ) -> str:
-    _, port = parse_listen(listen)
+    port = min(parse_listen(address)[1] for address in (listen, metrics_listen) if address)
     credentials: list[Line] = []
     if tls_cert_file is not None:
         credentials.append(

@@ -17,6 +17,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -27,6 +28,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from epycd.metrics.gateway import gateway_series
 from epycd.metrics.scrape import DEADLINE_S, Dropped, Target, forward, read_all, targets
 from epycd.metrics.series import dropped_series, endpoint_series, reading_series
 from epycd.plan.endpoint import Plan
@@ -37,6 +39,12 @@ log = logging.getLogger("epycd")
 
 Source = Callable[[], tuple[Sequence[EndpointStatus], Mapping[str, Plan]]]
 """The daemon's latest statuses and its approved plans by endpoint name."""
+GatewaySource = Callable[[], str | None]
+"""Where the approved gateway answers its usage (epycd.metrics.gateway.usage_url), or None."""
+
+
+def no_gateway() -> None:
+    return None
 
 
 MAX_CONNECTIONS = 8
@@ -47,15 +55,21 @@ on it: an idle or dripping client (slowloris) is cut off, not kept for ever."""
 
 
 class EndpointCollector(Collector):
-    def __init__(self, source: Source, deadline_s: float = DEADLINE_S) -> None:
+    def __init__(
+        self, source: Source, deadline_s: float = DEADLINE_S, gateway: GatewaySource = no_gateway
+    ) -> None:
         self.source = source
         self.deadline_s = deadline_s
+        self.gateway = gateway
         self.dropped: dict[Target, Dropped] = {}
         self.lock = threading.Lock()
 
     def collect(self) -> Iterator[Metric]:
         statuses, plans = self.source()
-        readings = read_all(targets(plans.values()), self.deadline_s)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway") as pool:
+            gateway = pool.submit(gateway_series, self.gateway(), self.deadline_s)
+            readings = read_all(targets(plans.values()), self.deadline_s)
+            gateway_families = gateway.result()
         found = forward(readings)
         with self.lock:
             for target, dropped in found.dropped.items():
@@ -67,14 +81,17 @@ class EndpointCollector(Collector):
         yield from reading_series(readings)
         yield from dropped_series(readings, totals)
         yield from found.families.values()
+        yield from gateway_families
 
     def describe(self) -> Iterable[Metric]:
         return []  # nothing to describe ahead: registering must not scrape
 
 
-def registry(source: Source, deadline_s: float = DEADLINE_S) -> CollectorRegistry:
+def registry(
+    source: Source, deadline_s: float = DEADLINE_S, gateway: GatewaySource = no_gateway
+) -> CollectorRegistry:
     found = CollectorRegistry(auto_describe=False)
-    found.register(EndpointCollector(source, deadline_s))
+    found.register(EndpointCollector(source, deadline_s, gateway))
     ProcessCollector(registry=found)
     return found
 
@@ -188,10 +205,12 @@ class MetricsServer:
         self,
         source: Source,
         *,
+        gateway: GatewaySource = no_gateway,
         max_connections: int = MAX_CONNECTIONS,
         client_timeout_s: float = CLIENT_TIMEOUT_S,
     ) -> None:
         self.source = source
+        self.gateway = gateway
         self.max_connections = max_connections
         self.client_timeout_s = client_timeout_s
         self.listen = ""
@@ -210,7 +229,7 @@ class MetricsServer:
             self.server, self.thread = serve(
                 address,
                 port,
-                one_at_a_time(make_wsgi_app(registry(self.source))),
+                one_at_a_time(make_wsgi_app(registry(self.source, gateway=self.gateway))),
                 max_connections=self.max_connections,
                 client_timeout_s=self.client_timeout_s,
             )

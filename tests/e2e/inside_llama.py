@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import json
 import signal
+import ssl
 import time
+import urllib.request
 from pathlib import Path
 
 import inside
 from inside import (
     CONFIG,
+    METRICS,
     PhaseFailed,
     endpoint_entry,
     endpoint_state,
@@ -300,6 +303,7 @@ out["models"] = sorted(m["id"] for m in models.json()["data"])
 out["pair_only"] = [post("/v1/chat/completions", chat, "pair-only")[0],
                     post("/v1/embeddings", emb, "pair-only")[0]]
 out["no_key"] = post("/v1/embeddings", emb)[0]
+out["alias"] = post("/v1/embeddings", dict(emb, model="text-embedding-3-small"), "all")[0]
 if stream_too == "stream":
     out["rate"] = [post("/v1/chat/completions", chat, "two-a-minute")[0] for _ in range(3)]
     stream = dict(chat, stream=True, max_tokens=1500, ignore_eos=True)
@@ -320,6 +324,20 @@ print(json.dumps(out))
 """
 GATEWAY_UNIT = "epyc-llm-gateway.service"
 EMB = "emb"
+EMB_ALIAS = "text-embedding-3-small"
+METRIC_LINES = ("haproxy_backend_http_requests_total{", "epyc_llm_gateway_")
+"""The lines of the gateway's exporter and of epycd's /metrics the test reads."""
+
+
+def metric_lines(check: str, url: str) -> None:
+    """The lines of `METRIC_LINES` at `url`, or why there are none."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            text = reply.read().decode()
+    except OSError as exc:
+        record(check, error=str(exc))
+        return
+    record(check, lines=[line for line in text.splitlines() if line.startswith(METRIC_LINES)])
 
 
 def gateway_keys() -> Path:
@@ -332,6 +350,19 @@ def gateway_keys() -> Path:
     path.write_text(json.dumps(keys))
     path.chmod(0o600)
     return path
+
+
+def gateway_models(keys: Path) -> list[str]:
+    """The models the gateway lists now (those whose endpoint passes its health check)."""
+    url = f"https://127.0.0.1:{CONFIG['gateway_port']}/v1/models"
+    key = json.loads(keys.read_text())["all"]
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+    tls = ssl.create_default_context(cafile=CONFIG["gateway_ca"])
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=tls) as reply:
+            return [model["id"] for model in json.loads(reply.read())["data"]]
+    except OSError:
+        return []
 
 
 def through_gateway(check: str, keys: Path, *, stream: bool) -> None:
@@ -352,6 +383,7 @@ def phase_gateway() -> None:
     kept = conf.read_text() if conf.exists() else ""  # the identity root, where there is one
     conf.write_text(
         kept + f'gateway_listen = "127.0.0.1:{CONFIG["gateway_port"]}"\n'
+        f'gateway_metrics_listen = "127.0.0.1:{CONFIG["gateway_metrics_port"]}"\n'
         f'gateway_tls_cert_file = "{CONFIG["gateway_pem"]}"\n'
     )
     run("epycctl", "gateway", "plan", "--json", timeout=60, check="gateway_plan")
@@ -368,10 +400,15 @@ def phase_gateway() -> None:
     Path(f"/etc/epyc-llm/{EMB}.toml").write_text(
         f'engine = "llama.cpp"\nmodel = "{CONFIG["embedder_gguf"]}"\n'
         f'port = {CONFIG["emb_port"]}\nserved_model_name = "{EMB}"\n'
+        f'aliases = ["{EMB_ALIAS}"]\n'
     )
     run("epycctl", "approve", EMB, "--yes", timeout=600, check="emb_approve")
     wait_until("the embedder is ready", lambda: endpoint_state(EMB) == "ready", 300)
+    # the gateway's own health check finds it up within a check or so, as a client would
+    wait_until("the gateway lists the embedder", lambda: EMB in gateway_models(keys), 30)
     through_gateway("gateway_emb", keys, stream=False)
+    metric_lines("gateway_exporter", f"http://127.0.0.1:{CONFIG['gateway_metrics_port']}/metrics")
+    metric_lines("gateway_usage", METRICS)
     record("gateway_after", main_pid_before=pid, **show(GATEWAY_UNIT))
     journal("journal_gateway", GATEWAY_UNIT)
 

@@ -25,7 +25,7 @@ set_reboot  the set back with no new approval: its three units, status ready, a 
 gateway  the tiny BERT embedder (GGUF) approved beside the set, then the gateway on HTTPS with
          a self-signed certificate and three keys: both models through one URL, /v1/models,
          a key limited to one model (403), one over its rate (429), and a streamed chat that a
-         reload in its middle does not cut
+         reload in its middle does not cut; the embedder's alias, and the gateway's metrics
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from tests.e2e.conftest import (
@@ -73,6 +74,7 @@ SET_UNITS = tuple(f"epyc-llm-{SET}{suffix}.service" for suffix in ("", "_1", "_2
 EMBEDDER_GGUF = f"{MODEL_DIR}/embedder-bf16.gguf"
 EMB_PORT = 18626
 GATEWAY_PORT = 18628
+GATEWAY_METRICS_PORT = 18629
 GATEWAY_PEM = "/etc/epyc-llm/secrets/gateway.pem"
 GATEWAY_CA = "/root/gateway-ca.pem"
 
@@ -94,6 +96,7 @@ def machine_config() -> dict[str, Any]:
         "embedder_gguf": EMBEDDER_GGUF,
         "emb_port": EMB_PORT,
         "gateway_port": GATEWAY_PORT,
+        "gateway_metrics_port": GATEWAY_METRICS_PORT,
         "gateway_pem": GATEWAY_PEM,
         "gateway_ca": GATEWAY_CA,
     }
@@ -340,6 +343,7 @@ def test_one_gateway_url_with_keys_limits_and_tls_in_front_of_the_set(gateway: B
     assert reply["embeddings"][0] == 404, reply  # no embedder yet
     assert reply["pair_only"] == [200, 404], reply
     assert reply["no_key"] == 401, reply
+    assert reply["alias"] == 404, reply  # no embedder, so no alias of it yet
     assert reply["rate"] == [200, 200, 429], reply
 
 
@@ -358,9 +362,41 @@ def test_the_routes_follow_the_endpoints_on_the_same_url(gateway: Boot) -> None:
     assert client["rc"] == 0, client["stderr"]
     reply = client["reply"]
     assert reply["embeddings"][:2] == [200, 2] and reply["embeddings"][2] > 0, reply
-    assert reply["models"] == ["emb"] and reply["chat"] == 404, reply
+    assert reply["models"] == ["emb", "text-embedding-3-small"], reply  # the alias too
+    assert reply["chat"] == 404, reply
     assert reply["pair_only"] == [404, 403], reply
+    assert reply["alias"] == 200, reply  # the endpoint file's alias, routed to it
     after = gateway.one("gateway_after")
     assert after["ActiveState"] == "active", after
     assert after["MainPID"] == after["main_pid_before"], "the gateway restarted, not reloaded"
     gateway.assert_clean()
+
+
+def samples(lines: list[str]) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    text = "\n".join(lines) + "\n"
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_the_gateways_metrics_count_each_endpoint_and_each_clients_use(gateway: Boot) -> None:
+    """After the embedder's approval (a reload, which starts the counts again): HAProxy's
+    exporter has the embedder's backend, and epycd's /metrics each client's use of it, the
+    alias counted as the model it stands for and the 403 as a client error."""
+    exporter = gateway.one("gateway_exporter")
+    requests = samples(exporter.get("lines", []))
+    backend = frozenset({("proxy", "endpoint-emb")})
+    emb = requests.get(("haproxy_backend_http_requests_total", backend))
+    assert emb is not None and emb >= 2, exporter
+    usage = gateway.one("gateway_usage")
+    found = samples(usage.get("lines", []))
+    assert found[("epyc_llm_gateway_up", frozenset())] == 1, usage
+
+    def pair(name: str, client: str) -> float:
+        labels = frozenset({("client", client), ("model", "emb")})
+        return found[(f"epyc_llm_gateway_{name}_total", labels)]
+
+    assert [pair(n, "all") for n in ("requests", "client_errors", "server_errors")] == [2, 0, 0]
+    assert [pair(n, "pair-only") for n in ("requests", "client_errors")] == [1, 1]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from epycd.metrics.gateway import usage_url
 from epycd.plan.endpoint import Plan
 from tests.approval.conftest import ApprovalSandbox, make_env
 from tests.approval.plans import make_plan
@@ -77,6 +78,9 @@ def test_approve_installs_the_unit_and_routes_of_the_approved_endpoints(
     assert env.systemctl_calls() == ["daemon-reload", f"enable {UNIT}", f"restart {UNIT}"]
     record = json.loads((env.settings.state_dir / "gateway" / "approval.json").read_text())
     assert record["listen"] == LISTEN and record["approver"]["user"] == "root"
+    # epycd's /metrics reads the usage where the approved gateway serves it
+    assert record["metrics_listen"] == "127.0.0.1:9465"
+    assert usage_url(env.settings) == "http://127.0.0.1:9465/usage"
     checked_by_haproxy(env, tmp_path)
 
 
@@ -154,6 +158,12 @@ def test_no_address_or_an_unreadable_certificate_changes_nothing(env: ApprovalSa
     assert done.returncode == 2
     assert "epycd.conf: gateway_listen: no gateway address is set" in done.stderr
     env.vars["EPYCD_GATEWAY_LISTEN"] = LISTEN
+    for metrics in ("127.0.0.1:18080", "0.0.0.0:18080"):
+        env.vars["EPYCD_GATEWAY_METRICS_LISTEN"] = metrics
+        done = env.epycctl("gateway", "approve", "--yes")
+        assert done.returncode == 2
+        assert "epycd.conf: gateway_metrics_listen: the gateway's metrics" in done.stderr
+    env.vars["EPYCD_GATEWAY_METRICS_LISTEN"] = "127.0.0.1:18081"
     missing = env.settings.config_dir / "gateway.pem"
     env.vars["EPYCD_GATEWAY_TLS_CERT_FILE"] = str(missing)
     done = env.epycctl("gateway", "approve", "--yes")
@@ -177,6 +187,7 @@ def test_remove_stops_and_deletes_the_unit_and_keeps_the_keys(env: ApprovalSandb
     assert not (env.settings.unit_dir / UNIT).exists()
     assert (env.settings.state_dir / "gateway" / "keys.json").exists()
     assert f"disable {UNIT}" in env.systemctl_calls()
+    assert usage_url(env.settings) is None  # no gateway, no usage to read
     # an endpoint approved now does not bring back a gateway that was removed
     approve(env, plan_of(env, "emb", 1))
     assert not (env.settings.unit_dir / UNIT).exists()

@@ -17,11 +17,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from epycd.gateway.haproxy import BODY_LIMIT, gateway_files
 from epycd.gateway.keys import KeyStore, add_key
 from epycd.gateway.routes import Route
 from epycd.gateway.unit import credential_path
+from epycd.metrics.gateway import gateway_series
 from tests.health.realvllm import free_port
 from tests.llama.realllama import serving, tiny_bert_gguf
 from tests.render.test_balancer import cached_haproxy
@@ -29,6 +31,7 @@ from tests.render.test_balancer import cached_haproxy
 CHAT_KEY = "endpoint-own-key"
 CHAT = "tiny-chat"
 EMBEDDER = "tiny-embedder"
+ALIAS = "gpt-4o-mini"
 
 
 @dataclass
@@ -36,6 +39,7 @@ class Gateway:
     url: str
     keys: dict[str, str]
     log: Path
+    metrics_url: str
 
     def headers(self, client: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys[client]}"}
@@ -66,7 +70,7 @@ def endpoints() -> Iterator[dict[str, str]]:
 
 def routes_to(urls: dict[str, str]) -> list[Route]:
     return [
-        Route(endpoint="chat", model=CHAT, primary_endpoint="chat_completions",
+        Route(endpoint="chat", model=CHAT, aliases=[ALIAS], primary_endpoint="chat_completions",
               address=urls["chat"].removeprefix("http://"), api_key_file="/etc/keys/chat"),
         Route(endpoint="emb", model=EMBEDDER, primary_endpoint="embeddings",
               address=urls["emb"].removeprefix("http://")),
@@ -84,8 +88,9 @@ def start_gateway(
     store, keys = KeyStore(), {}
     for name, limits in clients.items():
         store, keys[name] = add_key(store, name, now=datetime.now(UTC), **limits)  # type: ignore[arg-type]
-    port = free_port()
-    files = gateway_files(routes, store, listen=f"127.0.0.1:{port}", folder=folder,
+    port, metrics_port = free_port(), free_port()
+    files = gateway_files(routes, store, listen=f"127.0.0.1:{port}",
+                          metrics_listen=f"127.0.0.1:{metrics_port}", folder=folder,
                           endpoint_keys={"chat": CHAT_KEY},
                           endpoint_keys_path=credential_path("endpoint-keys.map"),
                           tls_cert=credential_path("tls.pem") if tls else None)  # fmt: skip
@@ -103,7 +108,7 @@ def start_gateway(
                                stdout=log.open("wb"),
                                stderr=subprocess.STDOUT)  # fmt: skip
     scheme = "https" if tls else "http"
-    gateway = Gateway(f"{scheme}://localhost:{port}", keys, log)
+    gateway = Gateway(f"{scheme}://localhost:{port}", keys, log, f"http://127.0.0.1:{metrics_port}")
 
     def up() -> bool:
         try:
@@ -164,7 +169,21 @@ def test_one_url_routes_by_the_bodys_model(gateway: Gateway) -> None:
     assert vectors.status_code == 200, vectors.text
     assert len(vectors.json()["data"]) == 2
     models = httpx.get(f"{gateway.url}/v1/models", headers=gateway.headers("everything"))
-    assert [m["id"] for m in models.json()["data"]] == [CHAT, EMBEDDER]
+    assert [m["id"] for m in models.json()["data"]] == [CHAT, ALIAS, EMBEDDER]
+
+
+def test_an_alias_reaches_its_endpoint_and_counts_as_its_model(gateway: Gateway) -> None:
+    """The alias goes where the model goes; a key's models and the usage counts know it as
+    the model it stands for."""
+    answer = gateway.post("/v1/chat/completions", chat(model=ALIAS), "everything")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["object"] == "chat.completion"
+    refused = gateway.post("/v1/chat/completions", chat(model=ALIAS), "embed-only")
+    assert (refused.status_code, error_code(refused)) == (403, "model_not_allowed")
+    usage = usage_of(gateway)
+    assert usage[("everything", CHAT)] == (1, 0, 0)
+    assert usage[("embed-only", CHAT)] == (1, 1, 0)
+    assert not any(model == ALIAS for _, model in usage)
 
 
 def test_unknown_model_missing_model_and_unknown_path(gateway: Gateway) -> None:
@@ -282,7 +301,12 @@ def test_an_endpoint_that_is_down_is_a_503_with_retry_after_and_not_listed(
         assert gw.post("/v1/chat/completions", chat(), "everything").status_code == 200
         # /v1/models lists the endpoints that are up, not every route
         listed = httpx.get(f"{gw.url}/v1/models", headers=gw.headers("everything")).json()
-        assert [m["id"] for m in listed["data"]] == [CHAT, EMBEDDER], listed
+        assert [m["id"] for m in listed["data"]] == [CHAT, ALIAS, EMBEDDER], listed
+        # each request is counted, and each 503 once the endpoint is known to be down (the
+        # first refused connection marks it down) is a server error; HAProxy's own 503 of
+        # that first refused connection is not (no rule runs for an answer it makes itself)
+        requests, client_errors, server_errors = usage_of(gw)[("everything", "gone-model")]
+        assert (requests, client_errors) == (4, 0) and server_errors >= 3
     finally:
         process.terminate()
         process.wait(30)
@@ -342,3 +366,62 @@ def test_tls_with_a_self_signed_certificate_speaks_h2_and_http_1_1(
     finally:
         process.terminate()
         process.wait(30)
+
+
+def usage_of(gateway: Gateway) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """(client, model) -> (requests, client errors, server errors), as epycd's /metrics
+    reads them from the gateway."""
+    families = {f.name: f for f in gateway_series(f"{gateway.metrics_url}/usage", 2.0)}
+    assert families["epyc_llm_gateway_up"].samples[0].value == 1
+    found = {}
+    for sample in families["epyc_llm_gateway_requests"].samples:
+        pair = (sample.labels["client"], sample.labels["model"])
+        found[pair] = tuple(
+            next(s.value for s in families[name].samples if s.labels == sample.labels)
+            for name in ("epyc_llm_gateway_requests", "epyc_llm_gateway_client_errors",
+                         "epyc_llm_gateway_server_errors")
+        )  # fmt: skip
+    return found  # type: ignore[return-value]
+
+
+def test_use_is_counted_by_client_and_model_and_haproxys_exporter_has_each_endpoint(
+    gateway: Gateway,
+) -> None:
+    """The usage table counts each client's requests to each model from the point its
+    model is known (a 403 and a 429 among them, a 401 or an unknown model not: no client, or
+    no model to count under), and HAProxy's own exporter has each endpoint's backend."""
+    embed = {"model": EMBEDDER, "input": "x"}
+    for _ in range(2):
+        assert gateway.post("/v1/chat/completions", chat(), "everything").status_code == 200
+    assert gateway.post("/v1/chat/completions", chat(), "embed-only").status_code == 403
+    assert gateway.post("/v1/embeddings", embed, "embed-only").status_code == 200
+    answers = [gateway.post("/v1/embeddings", embed, "three-a-minute") for _ in range(4)]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    unknown = gateway.post("/v1/chat/completions", chat(model="gpt-4"), "embed-only")
+    assert unknown.status_code == 404
+    assert gateway.post("/v1/embeddings", embed, None).status_code == 401
+
+    usage = usage_of(gateway)
+    assert usage[("everything", CHAT)] == (2, 0, 0)
+    assert usage[("embed-only", CHAT)] == (1, 1, 0)
+    assert usage[("embed-only", EMBEDDER)] == (1, 0, 0)
+    assert usage[("three-a-minute", EMBEDDER)] == (4, 1, 0)
+    assert not any(model == "gpt-4" for _, model in usage)
+
+    exported = httpx.get(f"{gateway.metrics_url}/metrics", timeout=10)
+    assert exported.status_code == 200
+    requests = {
+        sample.labels["proxy"]: sample.value
+        for family in text_string_to_metric_families(exported.text)
+        if family.name == "haproxy_backend_http_requests"
+        for sample in family.samples
+    }
+    assert requests["endpoint-chat"] >= 2 and requests["endpoint-emb"] >= 5, requests
+    assert httpx.get(f"{gateway.metrics_url}/other", timeout=10).status_code == 404
+
+
+def test_a_gateway_that_does_not_answer_reads_as_down_within_the_deadline() -> None:
+    started = time.monotonic()
+    families = gateway_series(f"http://127.0.0.1:{free_port()}/usage", 0.5)
+    assert time.monotonic() - started < 1.5
+    assert [(f.name, f.samples[0].value) for f in families] == [("epyc_llm_gateway_up", 0)]

@@ -96,3 +96,23 @@ def test_no_metrics_listen_is_an_input_error(tmp_path: Path) -> None:
     assert code == 2 and out == ""
     assert str(tmp_path / "epycd.conf") in err and "metrics_listen" in err
     assert 'metrics_listen = "127.0.0.1:9464"' in err
+
+
+def test_a_gateway_adds_the_job_of_its_haproxy_exporter(tmp_path: Path) -> None:
+    env = {
+        "EPYCD_CONFIG_DIR": str(tmp_path),
+        "EPYCD_METRICS_LISTEN": "127.0.0.1:9464",
+        "EPYCD_GATEWAY_LISTEN": "0.0.0.0:8080",
+        "EPYCD_GATEWAY_METRICS_LISTEN": "[::1]:9465",
+    }
+    result = CliRunner().invoke(main, ["metrics", "scrape-config", "--job", "lab"], env=env)
+    assert result.exit_code == 0, result.stderr
+    checked(tmp_path, result.stdout)
+    jobs = [fields("  - job_name: " + job) for job in result.stdout.split("  - job_name: ")[1:]]
+    assert [job["job_name"] for job in jobs] == ['"lab"', '"lab-gateway"']
+    assert jobs[1]["targets"] == '["[::1]:9465"]'
+    # no gateway, no job; a gateway with no metrics, none either
+    for gateway, metrics in (("", "127.0.0.1:9465"), ("127.0.0.1:8080", "")):
+        env |= {"EPYCD_GATEWAY_LISTEN": gateway, "EPYCD_GATEWAY_METRICS_LISTEN": metrics}
+        alone = CliRunner().invoke(main, ["metrics", "scrape-config"], env=env)
+        assert alone.exit_code == 0 and alone.stdout.count("job_name") == 1, alone.stdout
