@@ -167,8 +167,8 @@ PINNED: dict[str, dict[str, Pinned]] = {
     },
     "genoa-podman": {
         "qwen": Pinned(
-            "e183c2ce5399de62444ba33b581922401c3ed4d957cc613a52d0a88b3c0b24ea",
-            "fa7e6ffe5a6f78f2d5faf8e8a7a84d3b45faa9fe4a451ec3c0d09f840bcb07f3",
+            "f95b67425a5107589dcfbe573ac6295df4198ed0616110a9ce1066c902c31298",
+            "6842b1f8b7b9debd13397b3bdaafc5b1c09519ea98060c87ca2869df9b9bab4f",
         ),
     },
     "host-ipv6-key": {
@@ -249,8 +249,8 @@ PINNED: dict[str, dict[str, Pinned]] = {
     },
     "pooling-podman": {
         "embed": Pinned(
-            "08cb477947c86e679c766442d317464c0b9346f1c66022a3b948e9af4fda6158",
-            "c740e046e187b59f5c91b91c4594959c8efe4c613a36942c8ca9e0f2336e29cc",
+            "2df0088f859e82eb37c336fb1af3c768f94e161e6320cfe59863970a949c7612",
+            "4f27e8a75e5e0d368b69fd0166093a7bbd2ffb07d20df9880e1b9c510eba8265",
         ),
         "rerank": Pinned(
             "f5c281df7ad5b3769d54789ad7b752d68de6229d91e1257ac4013f647007ef90",
