@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import httpx  # noqa: E402
+from runs import parse_run  # noqa: E402
 from serving import machine, plan_here, stop_group  # noqa: E402
 
 from epycd.host.cpulist import format_cpulist  # noqa: E402
@@ -174,10 +175,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warm", type=int, default=5)
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--render", type=Path)
-    args = parser.parse_args()
-    if args.render:
-        print(render(json.loads(args.render.read_text())))
+    args = parse_run(parser, render)
+    if args is None:
         return 0
     report: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),

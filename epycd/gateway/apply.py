@@ -11,6 +11,7 @@ the endpoints' own keys, which HAProxy gets as a credential, restarts it instead
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -125,10 +126,8 @@ def overlapping(one: str, other: str) -> bool:
     if not one or not other:
         return False
     (address, port), (other_address, other_port) = parse_listen(one), parse_listen(other)
-    wildcard = {"0.0.0.0", "::"}
-    return port == other_port and (
-        address == other_address or address in wildcard or other_address in wildcard
-    )
+    ips = ipaddress.ip_address(address), ipaddress.ip_address(other_address)
+    return port == other_port and (ips[0] == ips[1] or any(ip.is_unspecified for ip in ips))
 
 
 def check_certificate(settings: Settings) -> Path | None:
