@@ -74,6 +74,19 @@ EngineName = Annotated[str, AfterValidator(registered_engine)]
 
 
 MAX_ALIASES = 16
+IDLE_STOP_PATTERN = r"^[1-9][0-9]{0,5}(s|m|min|h)$"
+"""A duration in systemd's units that the plan takes: seconds, minutes or hours."""
+IDLE_STOP_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600}
+DEFAULT_IDLE_STOP = "15m"
+IDLE_STOP_MIN_S = 10
+IDLE_STOP_MAX_S = 7 * 24 * 3600
+
+
+def idle_stop_seconds(text: str) -> int:
+    """A duration that matched `IDLE_STOP_PATTERN`, in seconds."""
+    number = re.match(r"[0-9]+", text)
+    assert number is not None
+    return int(number.group()) * IDLE_STOP_UNITS[text[number.end() :]]
 
 
 class EndpointSpec(BaseModel):
@@ -149,7 +162,16 @@ class EndpointSpec(BaseModel):
 
     instances: int | Literal["auto"] = 1
     placement: Literal["socket", "host"] = "socket"
+    on_demand: bool = False
+    """systemd holds the port; the first request starts the engine (docs/on-demand.md)."""
+    idle_stop: str | None = Field(default=None, pattern=IDLE_STOP_PATTERN)
+    """How long an on-demand engine runs with no connection: "15m" when not given."""
     min_ready: int | None = Field(default=None, gt=0)
+
+    @property
+    def idle_stop_s(self) -> int:
+        """The idle time of an on-demand endpoint, in seconds."""
+        return idle_stop_seconds(self.idle_stop or DEFAULT_IDLE_STOP)
 
     @field_validator("instances")
     @classmethod
@@ -292,6 +314,7 @@ def _policy_errors(path: Path, data: dict[str, Any], precisions: list[str]) -> l
         + extra_args_errors(path, data)
         + inapplicable_key_errors(path, data)
         + _runtime_errors(path, data)
+        + _on_demand_errors(path, data)
     )
 
 
@@ -342,6 +365,43 @@ def _alias_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
             fix="give each name once",
         )
     ]
+
+
+def _on_demand_errors(path: Path, data: dict[str, Any]) -> list[InputError]:
+    """What on-demand serving cannot be: a set of instances, an idle time without it, or an
+    idle time out of range (their types are the model's check)."""
+    on_demand, idle = data.get("on_demand") is True, data.get("idle_stop")
+    errors = []
+    if on_demand and data.get("instances", 1) != 1:
+        errors.append(
+            InputError(
+                "an on-demand endpoint runs one engine; a set of instances stays up",
+                file=path,
+                key="on_demand",
+                fix="remove instances (one instance), or remove on_demand",
+            )
+        )
+    if idle is not None and not on_demand:
+        errors.append(
+            InputError(
+                "idle_stop is the idle time of an on-demand endpoint",
+                file=path,
+                key="idle_stop",
+                fix="set on_demand = true, or remove idle_stop",
+            )
+        )
+    if isinstance(idle, str) and re.fullmatch(IDLE_STOP_PATTERN, idle):
+        seconds = idle_stop_seconds(idle)
+        if not IDLE_STOP_MIN_S <= seconds <= IDLE_STOP_MAX_S:
+            errors.append(
+                InputError(
+                    f"{idle!r} is outside 10s-168h",
+                    file=path,
+                    key="idle_stop",
+                    fix='give a duration from "10s" to "168h", such as "15m"',
+                )
+            )
+    return errors
 
 
 def _runtime_errors(path: Path, data: dict[str, Any]) -> list[InputError]:

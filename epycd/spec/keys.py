@@ -233,6 +233,23 @@ SHARED_KEYS: tuple[KeySetting, ...] = (
         },
     ),
     KeySetting(
+        "on_demand",
+        "true or false (the default): systemd holds the port and the first request starts "
+        "the engine",
+        "start on the first request, stop when idle; on-demand endpoints may share a socket, "
+        "one running at a time (docs/on-demand.md)",
+        devices=CPU_ONLY,
+        harmless=(False,),
+        fixes={"instinct": "remove on_demand: an Instinct endpoint holds its GPUs and stays up"},
+    ),
+    KeySetting(
+        "idle_stop",
+        'a duration from "10s" to "168h" in s, m, min or h (default "15m"), with on_demand',
+        "how long an on-demand engine runs with no connection before it stops (docs/on-demand.md)",
+        devices=CPU_ONLY,
+        fixes={"instinct": "remove idle_stop: an Instinct endpoint holds its GPUs and stays up"},
+    ),
+    KeySetting(
         "device",
         '"cpu" (the default) or "instinct" (AMD Instinct GPUs, docs/instinct.md)',
         '`"cpu"` (the default) or `"instinct"`: AMD Instinct GPUs (docs/instinct.md)',

@@ -49,8 +49,15 @@ SAMPLES: dict[str, object] = {
     "device": "instinct",
     "gpus": [0, 1],
     "tensor_parallel_size": 2,
+    "on_demand": True,
+    "idle_stop": "20s",
 }
 """A value of the right type for each key, not one of its harmless values."""
+EXCLUSIVE = (
+    frozenset({"instances", "placement", "min_ready"}),
+    frozenset({"on_demand", "idle_stop"}),
+)
+"""Keys no file sets together: a set of instances, and on-demand serving (one engine)."""
 
 
 def parse(tmp_path: Path, data: dict[str, object]) -> list[tuple[str | None, str, str | None]]:
@@ -97,8 +104,10 @@ def test_a_file_of_each_engine_with_only_its_keys_parses(tmp_path: Path) -> None
         data |= {"engine": engine, "device": device}
         if device == "instinct":
             data["runtime"] = "podman"
-        errors = parse(tmp_path, data)
-        assert not errors, (engine, device, errors)
+        for left_out in EXCLUSIVE:
+            one_of = {key: value for key, value in data.items() if key not in left_out}
+            errors = parse(tmp_path, one_of)
+            assert not errors, (engine, device, errors)
 
 
 @pytest.mark.parametrize("engine", [e.name for e in REGISTERED])
