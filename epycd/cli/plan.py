@@ -65,10 +65,12 @@ KIND_KEYS = (
     *GPU_KEYS,
     "vram",
     "instances",
+    "on_demand",
 )
 """Keys after `JSON_KEYS`: what kind of endpoint and which engine serves it, how it heals, an
 Instinct endpoint's GPUs and VRAM fit (null on CPUs), a set's instances (null for one
-instance); each engine's own keys follow (`plan_keys`)."""
+instance), an on-demand endpoint's engine port, idle time and swap group (null for one that
+stays up); each engine's own keys follow (`plan_keys`)."""
 
 
 def plan_keys() -> tuple[str, ...]:
@@ -84,6 +86,8 @@ def decisions_json(decided: EndpointDecisions) -> dict[str, Any]:
     dumped = decided.unit_decisions.model_dump(mode="json")
     data: dict[str, Any] = {key: dumped.get(key) for key in plan_keys()}
     data["model_aliases"] = dumped.get("model_aliases", [])  # a record leaves out none
+    # the endpoint's own address: an on-demand endpoint's socket, not its engine's port
+    data["host"], data["port"] = decided.host, decided.port
     data.update(
         kind=decided.kind,
         device=decided.device,
@@ -152,6 +156,37 @@ def _instance_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
     return rows
 
 
+def _on_demand_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
+    """An on-demand endpoint: how it starts and stops, its swap group, what a cold request
+    waits for (docs/on-demand.md)."""
+    on_demand = decided.on_demand
+    if on_demand is None:
+        return []
+    rows = [
+        (
+            "On demand",
+            f"systemd holds {decided.host}:{decided.port}; the first request starts the engine "
+            f"on 127.0.0.1:{on_demand.engine_port}, which stops after {on_demand.idle_stop_s} s "
+            "with no connection",
+        ),
+        (
+            "Cold request",
+            f"waits for the engine's start and health gate, at most {decided.start_timeout_s} s "
+            "(benchmarks/on-demand-results.md has measured ones)",
+        ),
+    ]
+    others = [name for name in on_demand.swap_group if name != decided.endpoint]
+    if others:
+        rows.append(
+            (
+                "Swap group",
+                f"{', '.join(on_demand.swap_group)} share these cores and memory, one running at "
+                f"a time: a request here stops {', '.join(others)}",
+            )
+        )
+    return rows
+
+
 def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
     decided = result.plan.decisions if result.plan is not None else result.decisions
     rows: list[tuple[str, str]] = []
@@ -172,6 +207,7 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
             ("Hardware", _hardware_text(host)),
             ("Port", str(decided.port)),
             *_instance_rows(decided),
+            *_on_demand_rows(decided),
         ]
         if decided.requires_confirmation:
             rows.append(("Consent needed", "; ".join(decided.confirmation_reasons)))

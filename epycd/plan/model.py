@@ -56,6 +56,24 @@ class BindMount(BaseModel):
     read_only: bool = True
 
 
+class OnDemand(BaseModel):
+    """How an on-demand endpoint is served (docs/on-demand.md): systemd holds the endpoint's
+    address (its `.socket`), a proxy started by the first connection starts the engine, which
+    listens on loopback (`engine_port`), and stops when the proxy has been idle for
+    `idle_stop_s`. The engines of one swap group share their cores and memory, so at most one
+    of them runs (`Conflicts=` between their units)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine_port: int = Field(description="the loopback port the engine listens on")
+    idle_stop_s: int = Field(description="the proxy exits, and the engine stops, after this idle")
+    swap_group: list[str] = Field(
+        default_factory=list,
+        description="the on-demand endpoints that share its cores and memory, itself included; "
+        "each stops the others when it starts",
+    )
+
+
 class EndpointService(BaseModel):
     """What every endpoint has, whatever runs it: the model it serves and how, the route
     (backend, runtime, image), the unit the admin starts (`unit_name`: the instance's own, or
@@ -93,6 +111,13 @@ class EndpointService(BaseModel):
         default="127.0.0.1",
         description="the address the endpoint listens on (vLLM's --host, or a set's "
         "balancer); loopback unless the endpoint file says otherwise",
+    )
+    on_demand: OnDemand | None = Field(
+        default=None,
+        description="how it starts on a request and stops when idle (`port` and `host` are "
+        "then the socket's); left out when None, so that the records of every other endpoint "
+        "are as they were",
+        exclude_if=lambda on_demand: on_demand is None,
     )
     profile: Literal["balanced", "latency", "throughput"] = "balanced"
     limit_nofile: int = Field(

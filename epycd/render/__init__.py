@@ -27,6 +27,7 @@ from epycd.plan.endpoint import EndpointDecisions, RenderedUnits
 from epycd.plan.model import AnyServer, EndpointService
 from epycd.render.balancer import render_balancer
 from epycd.render.engines import renderer_for
+from epycd.render.on_demand import on_demand_units
 from epycd.render.policy import check_identity
 
 
@@ -38,10 +39,12 @@ def unit_file_name(unit: EndpointService) -> str:
 
 def render_units(decisions: EndpointDecisions) -> dict[str, str]:
     """File name -> exact text. Raises InputError (naming the file and key) on unsafe values.
-    Each server's unit, then, for a set, the balancer's."""
+    Each server's unit, an on-demand endpoint's socket and proxy, then, for a set, the
+    balancer's."""
     units: dict[str, str] = {}
     for server in decisions.servers:
         units.update(_server_unit(server))
+    units.update(on_demand_units(decisions))
     if decisions.instance_set is None:
         return units
     try:
@@ -76,7 +79,7 @@ def unit_dirs(
     }
     if decisions.instance_set is not None:
         dirs = {f"{decisions.unit_name}.service": unit_dir} | dirs
-    return dirs
+    return dirs | dict.fromkeys(on_demand_units(decisions), unit_dir)
 
 
 def render_for_plan(

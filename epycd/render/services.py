@@ -11,6 +11,7 @@ from epycd.plan.model import AnyServer
 from epycd.render import sandbox
 from epycd.render.commands import TOKEN_CREDENTIAL, numa_list, supervisor
 from epycd.render.healing import crash_recorder_lines, restart_lines, start_limit_lines
+from epycd.render.on_demand import engine_lines, engine_service_lines, install_sections
 from epycd.render.parts import api_key_credential, description, limit_lines, part_of
 from epycd.render.syntax import command_line, env_assignment, plain_value
 from epycd.render.text import Line, Section, unit_text
@@ -24,6 +25,7 @@ def unit_section(decisions: AnyServer, after: str) -> Section:
             ("Wants", "network-online.target"),
             ("After", after),
             *part_of(decisions),
+            *engine_lines(decisions),
             *start_limit_lines(decisions.healing),
         ],
     )
@@ -61,6 +63,7 @@ def host_unit(decisions: AnyServer, server: list[str]) -> str:
     service = service_head(decisions)
     service.append(("ExecStart", command_line(supervisor(decisions, server), "command")))
     service += crash_recorder_lines(decisions)
+    service += engine_service_lines(decisions)
     service += [
         ("CPUAffinity", decisions.cpus),
         ("NUMAPolicy", "bind"),
@@ -78,6 +81,6 @@ def host_unit(decisions: AnyServer, server: list[str]) -> str:
         [
             unit_section(decisions, "network-online.target"),
             ("Service", service),
-            ("Install", [("WantedBy", "multi-user.target")]),
+            *install_sections(decisions),
         ],
     )

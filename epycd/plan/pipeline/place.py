@@ -23,6 +23,7 @@ from epycd.plan.engines import planner_for
 from epycd.plan.model import HfCacheMount
 from epycd.plan.pipeline.finish import plan_result, unfit
 from epycd.plan.pipeline.multi import decide_set, regions, wants_instances
+from epycd.plan.pipeline.on_demand import decide_on_demand, engine_ports
 from epycd.plan.pipeline.result import EndpointResult, crashed, failed
 from epycd.plan.placement.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.placement.gpu import GpuPlacement, GpuRequest, cpu_host_view, gpu_nodes, place_gpus
@@ -39,7 +40,10 @@ def _decide_placed(
     placement: Placement,
     port: int,
     instances: InstancesInput | None,
+    engine_port: int | None = None,
 ) -> EndpointDecisions:
+    if engine_port is not None:
+        return decide_on_demand(prepared, share, placement, port, engine_port)
     if instances is not None:
         return instances.decide(prepared, port, share.hf_cache, share.product_python)
     server = planner_for(prepared.spec.engine).decide(
@@ -61,9 +65,10 @@ def _plan_one(
     placement: Placement,
     port: int,
     instances: InstancesInput | None = None,
+    engine_port: int | None = None,
 ) -> EndpointResult:
     try:
-        decisions = _decide_placed(prepared, share, placement, port, instances)
+        decisions = _decide_placed(prepared, share, placement, port, instances, engine_port)
     except EpycError as exc:
         if exc.file is None:
             exc.file = str(prepared.result.path)
@@ -184,6 +189,7 @@ def _placements(
                 p.result.path,
                 None if p.spec.socket == "auto" else p.spec.socket,
                 kept=share.reservations.socket_of(p.result.name),
+                on_demand=p.spec.on_demand,
             )
             for p in ready
             if not _is_gpu(p)
@@ -191,6 +197,7 @@ def _placements(
         cpu_host,
         share.stack.defaults.busy_threshold_pct,
         reserved=share.reservations.seats(),
+        reserved_on_demand=share.reservations.on_demand(),
     )
     return placements
 
@@ -200,11 +207,13 @@ def _plan_placed(
     placements: Mapping[str, Placement | GpuPlacement | EpycError],
     ports: Mapping[str, int | EpycError],
     share: Sharing,
+    engine_ports: Mapping[str, int | EpycError] | None = None,
 ) -> tuple[EndpointResult, bool]:
     """One endpoint's result, and whether it is refused while holding a socket or a port."""
     name = prepared.result.name
     placement, port = placements[name], ports[name]
-    failures = [x for x in (placement, port) if isinstance(x, EpycError)]
+    engine_port = (engine_ports or {}).get(name)
+    failures = [x for x in (placement, port, engine_port) if isinstance(x, EpycError)]
     if failures:
         refused = failed(
             prepared.result, *failures, model_facts=prepared.facts, route=prepared.route
@@ -216,7 +225,8 @@ def _plan_placed(
     else:
         assert isinstance(placement, Placement)
         instances = _instances_input(prepared, placement, placements, ports, share)
-        result = _plan_one(prepared, share, placement, port, instances)
+        assert not isinstance(engine_port, EpycError)
+        result = _plan_one(prepared, share, placement, port, instances, engine_port)
     return result, result.plan is None
 
 
@@ -225,11 +235,12 @@ def _plan_guarded(
     placements: Mapping[str, Placement | GpuPlacement | EpycError],
     ports: Mapping[str, int | EpycError],
     share: Sharing,
+    engine_ports: Mapping[str, int | EpycError] | None = None,
 ) -> tuple[EndpointResult, bool]:
     """`_plan_placed` behind the planning boundary: what no rule foresaw in one endpoint's
     decisions is its own failure, which gives back its socket and port like any refusal."""
     try:
-        return _plan_placed(prepared, placements, ports, share)
+        return _plan_placed(prepared, placements, ports, share, engine_ports)
     except Exception as exc:
         return crashed(prepared.result, exc, "planning the endpoint"), True
 
@@ -249,7 +260,8 @@ def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[Endpoi
         share.stack.defaults.first_port,
         approved=share.reservations.ports(),
     )
-    return {p.result.name: _plan_guarded(p, placements, ports, share) for p in ready}
+    engines = engine_ports(ready, ports, share)
+    return {p.result.name: _plan_guarded(p, placements, ports, share, engines) for p in ready}
 
 
 def place_all(ready: list[Prepared], share: Sharing) -> dict[str, EndpointResult]:
@@ -304,5 +316,7 @@ def listened_on(
     listeners: Mapping[int, Listener] | None, reservations: Reservations
 ) -> dict[int, Listener]:
     """The ports listened on here (`listening_ports()` unless `listeners` are given), and the
-    instance ports of approved multi-instance endpoints, as if their units listened."""
-    return reservations.listeners() | dict(listening_ports() if listeners is None else listeners)
+    instance ports of approved multi-instance endpoints, as if their units listened; the port
+    of an approved on-demand endpoint that systemd holds is that endpoint's."""
+    live = dict(listening_ports() if listeners is None else listeners)
+    return reservations.listeners() | live | reservations.socket_listeners(live)

@@ -8,6 +8,10 @@ a socket of its own while there are sockets left; with more endpoints than socke
 that span several NUMA nodes (NPS2/NPS4) are split into disjoint groups of whole nodes, the
 cores and memory of those nodes only. Auto placement prefers idle sockets (busy below the
 threshold) in index order, then the least busy with a warning.
+
+On-demand endpoints (docs/on-demand.md) take a seat like any other while there is one;
+with none left they join a socket's swap seat: the on-demand endpoints of one socket that
+share one seat's cores and memory, one running at a time. A plain endpoint never shares.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ class PlacementRequest:
     kept: int | None = None
     """For "auto": the socket of the endpoint's approved plan, kept while it has room, so
     that a new endpoint file never moves an approved endpoint."""
+    on_demand: bool = False
+    """It may join a swap seat."""
 
 
 class Placement(BaseModel):
@@ -43,6 +49,9 @@ class Placement(BaseModel):
     reason: str
     shares_socket: bool = False
     warnings: list[str] = Field(default_factory=list)
+    swap_group: list[str] = Field(
+        default_factory=list, description="an on-demand seat's endpoints, itself included"
+    )
 
     @property
     def cpulist(self) -> str:
@@ -107,9 +116,7 @@ def _seat_labels(reserved: Mapping[str, Collection[int]]) -> dict[str, int]:
 def _keep_approved(
     requests: Sequence[PlacementRequest],
     reserved: Mapping[str, Collection[int]],
-    members: dict[int, list[str]],
-    capacity: dict[int, int],
-    reasons: dict[str, str],
+    seats: _Seats,
 ) -> None:
     """Approved endpoints first, on their approved socket while it has room: those not
     requested (`reserved`: no result) and those whose file still lets them stay there; and
@@ -119,9 +126,8 @@ def _keep_approved(
     labels = _seat_labels(reserved)
     held = {name: index for name, index in labels.items() if name not in requested}
     for name, index in sorted((held | stays).items()):
-        if index is not None and index in members and len(members[index]) < capacity[index]:
-            members[index].append(name)
-            reasons[name] = f"kept from its approved plan (socket {index})"
+        if index is not None and index in seats.members and seats.has_room(index, name):
+            seats.seat(index, name, f"kept from its approved plan (socket {index})")
 
 
 @dataclass
@@ -130,16 +136,41 @@ class _Seats:
 
     sockets: dict[int, SocketTopology]
     capacity: dict[int, int]
-    """NUMA nodes with CPUs: the most endpoints a socket holds."""
+    """NUMA nodes with CPUs: the most seats a socket holds."""
     members: dict[int, list[str]]
+    """Socket -> the endpoints with a seat of their own (a set's further seats as NAME_K)."""
+    swapping: frozenset[str] = frozenset()
+    """The on-demand endpoints, which may share a swap seat."""
+    swap: dict[int, list[str]] = field(default_factory=dict)
+    """Socket -> the on-demand endpoints of its swap seat (one seat however many)."""
     reasons: dict[str, str] = field(default_factory=dict)
 
-    def has_room(self, index: int) -> bool:
-        return len(self.members[index]) < self.capacity[index]
+    def used(self, index: int) -> int:
+        return len(self.members[index]) + (1 if self.swap.get(index) else 0)
+
+    def has_room(self, index: int, name: str) -> bool:
+        """A free seat, or the socket's swap seat for an on-demand endpoint."""
+        if name in self.swapping and self.swap.get(index):
+            return True
+        return self.used(index) < self.capacity[index]
 
     def seat(self, index: int, name: str, reason: str) -> None:
-        self.members[index].append(name)
+        if name in self.swapping:
+            self.swap.setdefault(index, []).append(name)
+        else:
+            self.members[index].append(name)
         self.reasons[name] = reason
+
+    def holders(self) -> list[str]:
+        return [m for i in self.members for m in (*self.members[i], *self.swap.get(i, ()))]
+
+    def seat_labels(self, index: int) -> list[tuple[str, list[str]]]:
+        """Each seat of the socket in name order: its label, and who sits on it (the swap
+        seat sorts by its first endpoint)."""
+        seats = [(name, [name]) for name in self.members[index]]
+        if group := sorted(self.swap.get(index, ())):
+            seats.append((group[0], group))
+        return sorted(seats)
 
 
 def _seat_forced(
@@ -156,8 +187,8 @@ def _seat_forced(
                 key="socket",
                 fix='choose an existing socket or "auto"',
             )
-        elif not seats.has_room(request.socket):
-            members = seats.members[request.socket]
+        elif not seats.has_room(request.socket, request.name):
+            members = seats.members[request.socket] + seats.swap.get(request.socket, [])
             results[request.name] = _full(request, members, seats.sockets, seats.capacity)
         else:
             seats.seat(request.socket, request.name, f"forced by socket = {request.socket}")
@@ -169,21 +200,17 @@ def _seat_auto(
     seats: _Seats,
     results: dict[str, Placement | EpycError],
 ) -> None:
-    """Each "auto" request in name order: the open socket with the fewest endpoints, the
-    preferred first."""
+    """Each "auto" request in name order: the open socket with the fewest seats taken, the
+    preferred first; an on-demand endpoint with no free seat left joins a swap seat."""
     order, why = preference
     for request in auto:
-        open_sockets = [i for i in order if seats.has_room(i)]
-        if not open_sockets:
-            results[request.name] = _full(
-                request,
-                [m for ms in seats.members.values() for m in ms],
-                seats.sockets,
-                seats.capacity,
-            )
+        free = [i for i in order if seats.used(i) < seats.capacity[i]]
+        candidates = free or [i for i in order if seats.has_room(i, request.name)]
+        if not candidates:
+            results[request.name] = _full(request, seats.holders(), seats.sockets, seats.capacity)
             continue
-        least = min(len(seats.members[i]) for i in open_sockets)
-        chosen = next(i for i in open_sockets if len(seats.members[i]) == least)
+        least = min(seats.used(i) for i in candidates)
+        chosen = next(i for i in candidates if seats.used(i) == least)
         seats.seat(chosen, request.name, why[chosen])
 
 
@@ -192,30 +219,49 @@ def allocate(
     host: HostFacts,
     threshold: float,
     reserved: Mapping[str, Collection[int]] | None = None,
+    reserved_on_demand: Collection[str] = (),
 ) -> dict[str, Placement | EpycError]:
     """A placement, or the error saying why there is none, for every request. `reserved`:
     approved endpoint -> the sockets it sits on, one entry per seat (its socket, then one
     per further NUMA node of a set, `epycd.plan.placement.reservations.Held.seats`); a requested
-    endpoint's first seat is its `kept` instead."""
+    endpoint's first seat is its `kept` instead. `reserved_on_demand`: the approved endpoints
+    that are on demand (a requested endpoint is as its request says)."""
     sockets = {sock.socket: sock for sock in host.socket_topology}
     capacity = {i: len(cpu_nodes(sock, host)) for i, sock in sockets.items()}
     preference = socket_preference(host, threshold)
-    seats = _Seats(sockets, capacity, {i: [] for i in sockets})
+    requested = {r.name for r in requests}
+    swapping = {r.name for r in requests if r.on_demand}
+    swapping |= {name for name in reserved_on_demand if name not in requested}
+    seats = _Seats(sockets, capacity, {i: [] for i in sockets}, frozenset(swapping))
     results: dict[str, Placement | EpycError] = {}
-    _keep_approved(requests, reserved or {}, seats.members, capacity, seats.reasons)
-    placed = {name for names in seats.members.values() for name in names}
+    _keep_approved(requests, reserved or {}, seats)
+    placed = set(seats.reasons)
     unplaced = sorted((r for r in requests if r.name not in placed), key=lambda r: r.name)
     _seat_forced([r for r in unplaced if r.socket is not None], seats, results)
-    _seat_auto([r for r in unplaced if r.socket is None], preference, seats, results)
-    requested = {r.name for r in requests}
-    for index, names in seats.members.items():
-        sock = sockets[index]
-        groups = _split(cpu_nodes(sock, host), len(names)) if names else []
-        for name, nodes in zip(sorted(names), groups, strict=True):
-            if name in requested:
-                reason = seats.reasons[name]
-                results[name] = _placement(host, sock, nodes, reason, len(names) > 1)
+    auto = [r for r in unplaced if r.socket is None]
+    _seat_auto([r for r in auto if not r.on_demand], preference, seats, results)
+    _seat_auto([r for r in auto if r.on_demand], preference, seats, results)
+    for index in sockets:
+        labels = seats.seat_labels(index)
+        groups = _split(cpu_nodes(sockets[index], host), len(labels)) if labels else []
+        for (_, sitting), nodes in zip(labels, groups, strict=True):
+            group = sitting if sitting[0] in swapping else []
+            for name in sitting:
+                if name in requested:
+                    placement = _placement(
+                        host, sockets[index], nodes, seats.reasons[name], len(labels) > 1
+                    )
+                    results[name] = _swapping(placement, name, group)
     return results
+
+
+def _swapping(placement: Placement, name: str, group: list[str]) -> Placement:
+    """An on-demand endpoint's placement with its swap group, and why it shares."""
+    if len(group) < 2:
+        return placement.model_copy(update={"swap_group": group})
+    others = ", ".join(g for g in group if g != name)
+    reason = f"{placement.reason}; on demand, swaps with {others} (one runs at a time)"
+    return placement.model_copy(update={"swap_group": group, "reason": reason})
 
 
 def _placement(

@@ -29,7 +29,9 @@ class Held:
     nodes: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     port: int | None = None
     instance_ports: tuple[int, ...] = ()
+    """A set's instances' ports, or an on-demand endpoint's engine port."""
     gpus: tuple[int, ...] = ()
+    on_demand: bool = False
 
     def _node_seats(self) -> list[tuple[int, int]]:
         return sorted((socket, node) for socket, nodes in self.nodes.items() for node in nodes)
@@ -73,13 +75,16 @@ class Reservations:
             for member in members:
                 mine = {*nodes.get(member.socket, ()), *member.numa_nodes}
                 nodes[member.socket] = tuple(sorted(mine))
+            on_demand = decisions.on_demand
             held[name] = Held(
                 endpoint=name,
                 socket=held_socket(decisions),
                 nodes=nodes,
                 port=decisions.port,
-                instance_ports=tuple(m.port for m in members),
+                instance_ports=tuple(m.port for m in members)
+                + ((on_demand.engine_port,) if on_demand else ()),
                 gpus=tuple(decisions.gpus_held),
+                on_demand=on_demand is not None,
             )
         return cls(held)
 
@@ -91,6 +96,24 @@ class Reservations:
     def seats(self) -> dict[str, list[int]]:
         """Endpoint -> the sockets it sits on (`Held.seats`), for `allocate`'s `reserved`."""
         return {name: seats for name, h in self.held.items() if (seats := h.seats())}
+
+    def on_demand(self) -> set[str]:
+        """The approved endpoints that are on demand (they may share a swap seat)."""
+        return {name for name, h in self.held.items() if h.on_demand}
+
+    def engine_port(self, name: str) -> int | None:
+        """The engine port of approved on-demand endpoint `name`."""
+        held = self.held.get(name)
+        return held.instance_ports[0] if held is not None and held.on_demand else None
+
+    def socket_listeners(self, live: Mapping[int, Listener]) -> dict[int, Listener]:
+        """The ports of approved on-demand endpoints that systemd (PID 1) listens on: their
+        `.socket` units, the endpoint's own."""
+        return {
+            h.port: Listener(pid=1, process="systemd", endpoint=name)
+            for name, h in self.held.items()
+            if h.on_demand and h.port is not None and (seen := live.get(h.port)) and seen.pid == 1
+        }
 
     def sockets_held_except(self, name: str) -> set[int]:
         """The sockets every other approved endpoint sits on."""
@@ -117,7 +140,8 @@ class Reservations:
         return {name: gpus for name, gpus in self.gpus().items() if name not in names}
 
     def listeners(self) -> dict[int, Listener]:
-        """The instance ports of approved sets, as if their units listened on them."""
+        """The instance ports of approved sets and the engine ports of approved on-demand
+        endpoints, as if their units listened on them."""
         return {
             port: Listener(
                 pid=None, process=f"an instance of approved endpoint {name}", endpoint=name

@@ -8,6 +8,7 @@ from epycd.engines.vllm.render.commands import DOCKER, docker_run
 from epycd.render import sandbox
 from epycd.render.commands import supervisor
 from epycd.render.healing import crash_recorder_lines
+from epycd.render.on_demand import engine_service_lines, install_sections
 from epycd.render.parts import api_key_credential
 from epycd.render.services import service_head, unit_section
 from epycd.render.syntax import command_line
@@ -23,6 +24,7 @@ def render_docker(decisions: AnyVllmServer) -> str:
             command_line(supervisor(decisions, docker_run(decisions)), "command"),
         ),
         *crash_recorder_lines(decisions),
+        *engine_service_lines(decisions),
     ]
     service += api_key_credential(decisions)
     service += sandbox.docker_sandbox(decisions)
@@ -31,7 +33,7 @@ def render_docker(decisions: AnyVllmServer) -> str:
         [
             unit_section(decisions, "network-online.target docker.service"),
             ("Service", service),
-            ("Install", [("WantedBy", "multi-user.target")]),
+            *install_sections(decisions),
         ],
     )
 

@@ -25,6 +25,7 @@ from epycd.render.healing import (
     restart_lines,
     start_limit_lines,
 )
+from epycd.render.on_demand import engine_lines, install_sections
 from epycd.render.parts import api_key_credential, description, limit_lines, part_of
 from epycd.render.syntax import (
     command_line,
@@ -112,11 +113,12 @@ def render_container(decisions: AnyVllmServer) -> str:
                     ("Wants", "network-online.target"),
                     ("After", "network-online.target"),
                     *part_of(decisions),
+                    *engine_lines(decisions),
                     *start_limit_lines(decisions.healing),
                 ],
             ),
             ("Container", container_lines(decisions)),
             ("Service", service_lines(decisions)),
-            ("Install", [("WantedBy", "multi-user.target")]),
+            *install_sections(decisions),
         ],
     )

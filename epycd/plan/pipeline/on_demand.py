@@ -1,0 +1,95 @@
+"""Planning an on-demand endpoint (docs/on-demand.md): its engine on a loopback port of its
+own (`engine_ports`), decided by its engine's planner as any endpoint of one server, and the
+endpoint's service on its own address and port, which its `.socket` holds (`decide_on_demand`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from epycd.errors import EpycError
+from epycd.listen import DEFAULT_HOST
+from epycd.paths import endpoint_status_file
+from epycd.plan.endpoint import Endpoint
+from epycd.plan.engines import planner_for
+from epycd.plan.model import OnDemand
+from epycd.plan.pipeline.multi import instance_ports
+from epycd.plan.placement.alloc import Placement
+from epycd.plan.placement.sharing import Sharing
+from epycd.plan.prepared import Prepared
+from epycd.plan.service.served import exposure_reason
+
+
+def engine_ports(
+    ready: Sequence[Prepared], ports: Mapping[str, int | EpycError], share: Sharing
+) -> dict[str, int | EpycError]:
+    """Each on-demand endpoint's engine port, in name order: its approved one while no one
+    else has it, else the first free port above its own, none another endpoint or process
+    holds."""
+    reservations = share.reservations
+    taken = {p for p in ports.values() if isinstance(p, int)} | set(reservations.ports().values())
+    taken |= set(_held_engine_ports(share).values())
+    results: dict[str, int | EpycError] = {}
+    for prepared in sorted(ready, key=lambda p: p.result.name):
+        name, port = prepared.result.name, ports.get(prepared.result.name)
+        if not prepared.spec.on_demand or not isinstance(port, int):
+            continue
+        kept = reservations.engine_port(name)
+        others = taken - ({kept} if kept is not None else set())
+        if kept is not None and kept not in others and kept != port:
+            results[name] = kept
+        else:
+            try:
+                results[name] = instance_ports(port, 1, name, others, share.listeners)[0]
+            except EpycError as error:
+                error.file = str(prepared.result.path)
+                results[name] = error
+                continue
+        taken.add(results[name])  # type: ignore[arg-type]
+    return results
+
+
+def _held_engine_ports(share: Sharing) -> dict[str, int]:
+    return {
+        name: port
+        for name in share.reservations.on_demand()
+        if (port := share.reservations.engine_port(name)) is not None
+    }
+
+
+def decide_on_demand(
+    prepared: Prepared, share: Sharing, placement: Placement, port: int, engine_port: int
+) -> Endpoint:
+    """The engine decided on loopback at `engine_port`; the endpoint on the file's address
+    and `port`, with how it starts, stops and swaps."""
+    spec, name = prepared.spec, prepared.result.name
+    loopback = replace(prepared, spec=spec.model_copy(update={"host": DEFAULT_HOST}))
+    on_demand = OnDemand(
+        engine_port=engine_port,
+        idle_stop_s=spec.idle_stop_s,
+        swap_group=list(placement.swap_group) or [name],
+    )
+    server = planner_for(spec.engine).decide(
+        loopback,
+        host=share.host,
+        stack=share.stack,
+        placement=placement,
+        port=engine_port,
+        hf_cache=share.hf_cache,
+        product_python=share.product_python,
+        status_file=str(endpoint_status_file(share.settings.run_dir, name)),
+    )
+    reasons = [r for r in server.confirmation_reasons if "listens on" not in r]
+    if exposed := exposure_reason(spec, port):
+        reasons.append(exposed)
+    server = server.model_copy(update={"on_demand": on_demand})
+    endpoint = Endpoint.of_server(server)
+    return endpoint.model_copy(
+        update={
+            "port": port,
+            "host": spec.host,
+            "requires_confirmation": bool(reasons),
+            "confirmation_reasons": reasons,
+        }
+    )
