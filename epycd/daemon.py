@@ -52,7 +52,7 @@ from epycd.paths import DAEMON_STATUS_FILE
 from epycd.plan.endpoint import Plan
 from epycd.settings import Settings, load_settings
 from epycd.status.changes import EVENT_LEVELS, Seen, StateEvent, seen, state_events
-from epycd.status.machine import SERVING, EndpointStatus
+from epycd.status.machine import AVAILABLE, IDLE, SERVING, EndpointStatus
 from epycd.status.units import STARTING_UNIT_STATES
 from epycd.text import escaped
 
@@ -119,6 +119,12 @@ def spare_cpus(allowed: set[int], taken: set[int]) -> set[int]:
     return (allowed - taken) or allowed
 
 
+def on_demand_cycle(old: str, new: str) -> bool:
+    """An on-demand endpoint's life, nothing an admin must hear of: idle, starting on a
+    request, ready, idle again."""
+    return IDLE in (old, new) and {old, new} <= AVAILABLE | {"starting"}
+
+
 def transitions(
     previous: dict[str, str], statuses: Sequence[EndpointStatus], left: set[str]
 ) -> list[str]:
@@ -130,10 +136,10 @@ def transitions(
     for status in statuses:
         old, new = previous.get(status.name), status.state
         previous[status.name] = new
-        if old is None or old == new:
+        if old is None or old == new or on_demand_cycle(old, new):
             continue
         back = new == "ready" and status.name in left
-        if old not in SERVING and new != "crash-loop" and not back:
+        if old not in AVAILABLE and new != "crash-loop" and not back:
             continue
         if back:
             left.discard(status.name)

@@ -50,6 +50,7 @@ from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
 from epycd.names import unit_name
 from epycd.plan.endpoint import EndpointDecisions, Plan
+from epycd.render.on_demand import proxy_file, socket_file
 from epycd.settings import Settings
 
 QUADLET_SUFFIX = ".container"
@@ -174,7 +175,18 @@ def units_to_enable(approval: Approval) -> list[str]:
 
 
 def main_service(approval: Approval) -> str:
+    """The unit that starts the endpoint: its own, or an on-demand endpoint's socket."""
+    if approval.plan.decisions.on_demand is not None:
+        return socket_file(approval.endpoint)
     return f"{approval.unit_name}.service"
+
+
+def running_units(approval: Approval) -> list[str]:
+    """What runs while an on-demand endpoint serves: its proxy and its engine; nothing
+    beside the main unit for any other."""
+    if approval.plan.decisions.on_demand is None:
+        return []
+    return [proxy_file(approval.endpoint), f"{approval.unit_name}.service"]
 
 
 @contextmanager
@@ -285,19 +297,24 @@ def finish_or_undo(settings: Settings) -> None:
 
 
 def plan_ports(plan: Plan) -> set[int]:
-    """The endpoint's port and, for a multi-instance endpoint, its instances' ports."""
-    members = plan.decisions.members
-    return {plan.decisions.port, *(member.port for member in members)}
+    """The endpoint's port and its servers' (a set's instances, an on-demand engine)."""
+    return {plan.decisions.port, *(server.port for server in plan.decisions.servers)}
+
+
+def swaps_with(plan: Plan, other: Plan) -> bool:
+    """Both on demand, in one swap group: their engines never run together."""
+    mine, theirs = plan.decisions.on_demand, other.decisions.on_demand
+    return mine is not None and theirs is not None and other.endpoint in mine.swap_group
 
 
 def overlap(plan: Plan, other: Plan) -> list[str]:
-    """What two plans would both use: the port, CPUs."""
+    """What two plans would both use: the port, CPUs (which a swap group shares)."""
     clashes = []
     shared_ports = sorted(plan_ports(plan) & plan_ports(other))
     if shared_ports:
         clashes.append(f"port {', '.join(map(str, shared_ports))}")
     shared = set(parse_cpulist(plan.decisions.cpus)) & set(parse_cpulist(other.decisions.cpus))
-    if shared:
+    if shared and not swaps_with(plan, other):
         clashes.append(f"CPUs {format_cpulist(sorted(shared))}")
     return clashes
 
@@ -355,6 +372,14 @@ def start_approved(
         systemd.enable(enable)
     service = main_service(approval)
     unchanged = previous is not None and previous.units == approval.units
+    running = running_units(approval)
+    if running:
+        if not unchanged:
+            log("systemctl stop " + " ".join(running) + " (the next request starts the new units)")
+            systemd.stop(running)
+        log(f"systemctl start {service} (the first request starts the engine)")
+        systemd.start([service], timeout=timeout)
+        return
     verb = "start" if unchanged else "restart"
     log(f"systemctl {verb} {service} (waits for the health gate)")
     (systemd.start if unchanged else systemd.restart)([service], timeout=timeout)
@@ -370,9 +395,11 @@ def stop_endpoint(
     approval: Approval | None, name: str, files: list[Path], log: Callable[[str], None]
 ) -> None:
     service = main_service(approval) if approval else f"{unit_name(name)}.service"
-    if systemd.is_active(service) in ACTIVE_STATES:
-        log(f"systemctl stop {service}")
-        systemd.stop([service])
+    services = [service, *(running_units(approval) if approval else [])]
+    active = [unit for unit in services if systemd.is_active(unit) in ACTIVE_STATES]
+    if active:
+        log("systemctl stop " + " ".join(active))
+        systemd.stop(active)
     plain = [p.name for p in files if p.suffix != QUADLET_SUFFIX and p.parent.suffix != ".d"]
     enabled = [u for u in plain if systemd.is_enabled(u) == "enabled"]
     if enabled:

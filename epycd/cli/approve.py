@@ -160,6 +160,11 @@ def approve(
     said = f"{name}: starting {main_service(approval)}, approved by {by}"
     emit(Event.START, name, said, identifier=EPYCCTL, reason=f"approved by {by}")
     start_approved(approval, installed.previous, report.say)
+    decided = approval.plan.decisions
+    if decided.on_demand is not None:
+        said = f"{name} listens on {decided.host}:{decided.port}; the first request starts it"
+        report.done("started", f"{said}: `epycctl status {name}`", **outcome)
+        return
     report.done("started", f"{name} started: `epycctl status {name}`", **outcome)
 
 

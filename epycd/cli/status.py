@@ -388,7 +388,12 @@ def start(name: str, as_json: bool) -> None:
         systemd.enable(enable)
     service = main_service(approval)
     timeout = start_wait_s(approval)
-    report.say(f"systemctl start {service} (waits for the health gate)")
+    waits = (
+        "the first request starts the engine"
+        if service.endswith(".socket")
+        else ("waits for the health gate")
+    )
+    report.say(f"systemctl start {service} ({waits})")
     by = current_approver().describe()
     said = f"{name}: starting {service}, by {by}"
     emit(Event.START, name, said, identifier=EPYCCTL, reason=f"by {by}")

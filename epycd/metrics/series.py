@@ -115,7 +115,33 @@ def endpoint_series(
                 age.add_metric(values, max((now - instance.ready_since).total_seconds(), 0.0))
             if instance.ready and instance.startup_seconds is not None:
                 startup.add_metric(values, instance.startup_seconds)
-    return [state, count, ready, restarts, since, age, startup, cores, kv, seqs, context]
+    cold = cold_start_series(by_name, plans)
+    return [state, count, ready, restarts, since, age, startup, cores, kv, seqs, context, *cold]
+
+
+def cold_start_series(
+    statuses: Mapping[str, EndpointStatus], plans: Mapping[str, Plan]
+) -> list[Metric]:
+    """Each approved on-demand endpoint's cold starts since boot and their start-up seconds,
+    as its supervisor counts them (`SupervisorStatus.ready_runs`)."""
+    starts = CounterMetricFamily(
+        PREFIX + "cold_starts",
+        "on-demand starts that passed the health gate, since boot",
+        labels=["endpoint"],
+    )
+    seconds = CounterMetricFamily(
+        PREFIX + "cold_start_seconds",
+        "the start-ups of those starts (load, /v1/models, one request), summed",
+        labels=["endpoint"],
+    )
+    for name, plan in plans.items():
+        if plan.decisions.on_demand is None:
+            continue
+        status = statuses.get(name)
+        counted = status.cold_starts if status is not None else None
+        starts.add_metric([name], counted.count if counted else 0)
+        seconds.add_metric([name], counted.seconds if counted else 0.0)
+    return [starts, seconds]
 
 
 def reading_series(readings: Sequence[Reading]) -> list[Metric]:

@@ -13,6 +13,7 @@ from epycd.approval.crashloop import CrashRecord, read_crash_record, unit_stems
 from epycd.approval.record import readable_approval
 from epycd.approval.state import CurrentPlan, endpoint_states, unplanned
 from epycd.plan.endpoint import Plan
+from epycd.render.on_demand import socket_file
 from epycd.settings import Settings
 from epycd.status.instances import member_units
 from epycd.status.machine import EndpointStatus, endpoint_status
@@ -43,8 +44,14 @@ def collect_status(
         name: member_units(approval.plan if approval else None)
         for name, approval in approvals.items()
     }
+    sockets = {
+        name: socket_file(name)
+        for name, approval in approvals.items()
+        if approval is not None and approval.plan.decisions.on_demand is not None
+    }
     if unit_states is None:
         every = [*units.values(), *(unit for names in members.values() for unit in names)]
+        every += sockets.values()
         unit_states = read_unit_states(sorted(every))
     statuses = []
     now = datetime.now(UTC)
@@ -65,6 +72,7 @@ def collect_status(
                 member_supervisors=member_supervisors(approval.plan if approval else None),
                 crashes=crash_records(settings, approval.plan if approval else None),
                 now=now,
+                socket=unit_states.get(sockets[name]) if name in sockets else None,
             )
         )
     return statuses

@@ -9,7 +9,9 @@ into one of
     crash-loop (its unit failed `start_limit_burst` runs within the start limit interval,
     epycd.approval.crashloop: down, across reboots too, until `epycctl start NAME`),
     degraded (a multi-instance endpoint whose balancer serves with an instance down,
-    epycd.status.instances), failed:instances (its balancer up with no instance ready)
+    epycd.status.instances), failed:instances (its balancer up with no instance ready),
+    idle (an on-demand endpoint whose socket waits for a request, its engine stopped: not
+    started since boot, stopped after its idle time, or by another of its swap group)
 
 and, beside the state, the failed runs its units had within the start limit interval
 (`restarts`, each one systemd restarted) and the last of them (`last_failure`).
@@ -24,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from epycd.approval.crashloop import (
     CRASH_LOOP,
@@ -52,10 +54,12 @@ from epycd.status.stop import STOPPED, StopMarker
 from epycd.status.units import STARTING_UNIT_STATES, UnitState
 from epycd.supervisor import SupervisorStatus
 
+IDLE = "idle"
 COUNT_WORDS = (
     ("ready", "ready"),
     (DEGRADED, "degraded"),
     ("starting", "starting"),
+    (IDLE, "idle"),
     ("failed", "failed"),
     (CRASH_LOOP, "in a crash loop"),
     ("approved", "not started"),
@@ -69,8 +73,19 @@ COUNT_WORDS = (
 INTERRUPTED = "install-interrupted"
 SERVING = frozenset({"ready", "degraded"})
 """The states in which an endpoint answers requests."""
+AVAILABLE = SERVING | {IDLE}
+"""The states of an endpoint that answers a request (an idle one after a cold start)."""
 NOT_HEALTHY = "not healthy: "
 """How the reason of a ready endpoint whose supervisor stopped pinging the watchdog begins."""
+
+
+class ColdStarts(BaseModel):
+    """An on-demand endpoint's cold starts since boot (`SupervisorStatus.ready_runs`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    count: int = 0
+    seconds: float = Field(default=0.0, description="their start-ups, summed (as measured)")
 
 
 class EndpointStatus(BaseModel):
@@ -80,7 +95,7 @@ class EndpointStatus(BaseModel):
     state: str = Field(
         description="pending-approval, approved, starting, ready, failed:PHASE, "
         "stopped, changed-needs-approval, orphaned, damaged, install-interrupted, crash-loop, "
-        "degraded"
+        "degraded, idle"
     )
     phase: str | None = None
     reason: str = ""
@@ -138,6 +153,11 @@ class EndpointStatus(BaseModel):
     load: list[InstanceLoad] = Field(
         default_factory=list,
         description="ready or degraded: each instance's live load, from the daemon (epycd)",
+    )
+    cold_starts: ColdStarts | None = Field(
+        default=None,
+        description="an on-demand endpoint: its starts that passed the gate since boot, and "
+        "their start-ups, from its supervisor's file (none without a supervisor: podman 5)",
     )
 
     @property
@@ -208,16 +228,22 @@ def endpoint_status(
     member_supervisors: Mapping[str, SupervisorStatus | None] | None = None,
     crashes: Mapping[str, CrashRecord | None] | None = None,
     now: datetime | None = None,
+    socket: UnitState | None = None,
 ) -> EndpointStatus:
     """One endpoint's run-time state. Pure.
 
     What runs is the approved plan, so its columns come from the approval; the current
     plan only for an endpoint not approved yet. `crashes` is unit stem -> its crash record
-    and `now` the time the failed runs are counted back from.
+    and `now` the time the failed runs are counted back from; `socket` an on-demand
+    endpoint's socket unit.
     """
     shown = approval.plan if approval is not None else current_plan
     status = _recorded_status(state, shown, unit, stopped)
     status.image_digest = approval.image_digest if approval is not None else None
+    if shown is not None and shown.decisions.on_demand is not None and supervisor is not None:
+        status.cold_starts = ColdStarts(
+            count=supervisor.ready_runs, seconds=supervisor.ready_seconds
+        )
     if approval is not None and now is not None:
         _set_failures(status, approval.plan, crashes or {}, now)
     if state.interrupted:
@@ -238,6 +264,8 @@ def endpoint_status(
     state_name, phase, reason, tail = runtime_state(unit, supervisor)
     status.state, status.phase, status.reason, status.log_tail = state_name, phase, reason, tail
     status.reasons = [] if state_name != "approved" else status.reasons
+    if state_name == "approved" and socket is not None and socket.active == "active":
+        _set_idle(status, approval)
     if state_name == "ready" and supervisor is not None:
         status.ready_since, status.startup_seconds = readiness(supervisor)
     if state_name == "ready" and supervisor is not None and supervisor.unhealthy:
@@ -252,6 +280,21 @@ def endpoint_status(
     if status.state == "ready" and approval is not None:
         status.handoff = handoff(approval.plan)
     return status
+
+
+def _set_idle(status: EndpointStatus, approval: Approval | None) -> None:
+    """An on-demand endpoint whose socket listens and whose engine does not run."""
+    on_demand = approval.plan.decisions.on_demand if approval is not None else None
+    if on_demand is None:
+        return
+    status.state, status.phase, status.reasons = IDLE, None, []
+    status.reason = (
+        f"its socket holds port {status.port}; the first request starts the engine (stopped "
+        f"after {on_demand.idle_stop_s} s with no connection, or not started since boot)"
+    )
+    others = [n for n in on_demand.swap_group if n != status.name]
+    if others:
+        status.reason += f"; swaps with {', '.join(others)}"
 
 
 def _set_failures(

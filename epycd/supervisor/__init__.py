@@ -14,6 +14,8 @@ within its timeout and the engine is not stalled (requests running and vLLM's to
 counters in `/metrics` still for `--stall-timeout` seconds). When it stops pinging it logs
 one line saying why and keeps the reason in the status file (`unhealthy`), so that the
 crash recorder (`epycd.approval.crashloop`) can name it after the watchdog killed the unit.
+Each run that passes the gate adds itself to the count the file carries from the runs
+before it since boot (`ready_runs`, `ready_seconds`: an on-demand endpoint's cold starts).
 It forwards SIGTERM/SIGINT to the server and exits with the server's status; a server that
 exits by itself, even with 0, makes it exit 1 (a failed run). When the gate
 fails it logs the phase, the reason and the server's last lines, keeps them in the status
@@ -66,6 +68,12 @@ class SupervisorStatus(BaseModel):
         "takes the reason of this run only, never an earlier run's",
     )
     since: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    ready_runs: int = Field(
+        default=0,
+        description="the runs that passed the gate since boot (the file is in RUN_DIR), this "
+        "one included once it has: an on-demand endpoint's cold starts",
+    )
+    ready_seconds: float = Field(default=0.0, description="those runs' start-ups, summed")
 
 
 def read_status(path: Path) -> SupervisorStatus | None:

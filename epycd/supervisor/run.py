@@ -27,7 +27,7 @@ from epycd.health import (
     run_gate,
 )
 from epycd.notify import Notifier, watchdog_interval
-from epycd.supervisor import SupervisorState, SupervisorStatus, write_status
+from epycd.supervisor import SupervisorState, SupervisorStatus, read_status, write_status
 from epycd.supervisor.process import (
     LogTail,
     pings_while,
@@ -104,6 +104,9 @@ class Supervisor:
         self.process: subprocess.Popen[bytes] | None = None
         self.unhealthy: str | None = None
         self.seconds: dict[str, float] = {}
+        before = read_status(options.status_file) if options.status_file else None
+        self.ready_runs = before.ready_runs if before is not None else 0
+        self.ready_seconds = before.ready_seconds if before is not None else 0.0
 
     def status(self, state: SupervisorState, **fields: object) -> SupervisorStatus:
         return SupervisorStatus.model_validate(
@@ -114,6 +117,8 @@ class Supervisor:
                 "model": self.options.gate.served_model_name,
                 "pid": self.process.pid if self.process else None,
                 "invocation": os.environ.get("INVOCATION_ID"),
+                "ready_runs": self.ready_runs,
+                "ready_seconds": self.ready_seconds,
                 **fields,
             }
         )
@@ -176,6 +181,8 @@ class Supervisor:
         if not result.ok:
             return self.gate_failed(result)
         text = f"serving {gate.served_model_name} on {gate.url}"
+        self.ready_runs += 1
+        self.ready_seconds = round(self.ready_seconds + sum(result.seconds.values()), 3)
         write_status(
             self.options.status_file, self.status("ready", phase="request", seconds=result.seconds)
         )

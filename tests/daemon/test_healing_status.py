@@ -239,3 +239,24 @@ def test_the_daemon_logs_a_ready_endpoint_leaving_once(ws: DaemonSandbox) -> Non
         "(last failure: signal KILL: failed in phase serving: server exited)"
     ], out
     assert out.count("chat: starting -> ready") == 1, out
+
+
+def test_an_on_demand_endpoints_cycle_says_nothing_but_a_failure_is_said() -> None:
+    """idle -> starting (a request) -> ready -> idle (its idle time) is an on-demand
+    endpoint's life (docs/on-demand.md); a failure out of idle is said, and ready again after
+    it too."""
+    previous: dict[str, str] = {}
+    left: set[str] = set()
+    steps = [
+        ("idle", []),
+        ("starting", []),
+        ("ready", []),
+        ("idle", []),
+        ("ready", []),
+        ("idle", []),
+        ("failed:start", ["od: idle -> failed:start: x"]),
+        ("ready", ["od: failed:start -> ready"]),
+    ]
+    for state, lines in steps:
+        status = endpoint("od", state, "x" if state.startswith("failed") else "")
+        assert transitions(previous, [status], left) == lines, state

@@ -346,3 +346,36 @@ def test_the_status_file_is_for_every_user_whatever_the_umask(tmp_path: Path) ->
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_each_run_that_passes_the_gate_counts_in_the_status_file(tmp_path: Path, run: Run) -> None:
+    """The file carries the runs before it (an on-demand endpoint's cold starts,
+    docs/on-demand.md): two runs on one status file count 2 and their start-ups summed; a
+    run whose gate fails adds nothing."""
+    counted, pid = [], None
+    for _ in range(2):
+        port = free_port()
+        sup, status_file, log = run(stub(port), port)
+        deadline = time.monotonic() + 30
+        status = read_status(status_file)
+        while time.monotonic() < deadline and (
+            status is None or status.state != "ready" or status.pid == pid
+        ):
+            time.sleep(0.05)
+            status = read_status(status_file)
+        assert status is not None and status.state == "ready", log.read_text()
+        pid = status.pid
+        counted.append((status.ready_runs, status.ready_seconds, sum(status.seconds.values())))
+        sup.send_signal(signal.SIGTERM)
+        sup.wait(15)
+    assert [runs for runs, _, _ in counted] == [1, 2]
+    assert counted[1][1] == pytest.approx(counted[0][2] + counted[1][2], abs=0.01)
+    stopped = read_status(status_file)
+    assert stopped is not None and (stopped.state, stopped.ready_runs) == ("stopped", 2)
+    port = free_port()
+    exits = ("--listen-after", "5", "--exit-after", "0.3", "5")
+    sup, status_file, log = run(stub(port, "tiny", *exits), port)
+    sup.wait(30)
+    failed = read_status(status_file)
+    assert failed is not None and failed.state == "failed", log.read_text()
+    assert failed.ready_runs == 2
