@@ -222,7 +222,8 @@ core.register_service("epyc_models", "http", function(applet)
     if backend ~= nil then
       for _, server in pairs(backend.servers) do
         local status = server:get_stats()["status"]
-        if status ~= nil and string.sub(status, 1, 2) == "UP" then
+        -- "no check": an on-demand endpoint, never checked (its socket starts it)
+        if status ~= nil and (string.sub(status, 1, 2) == "UP" or status == "no check") then
           up = true
         end
       end
@@ -253,7 +254,8 @@ end)
 
 def gateway_lua(routes: list[Route]) -> str:
     """`GET /v1/models`: OpenAI's list of the routed models whose backend has a server up
-    (HAProxy's health check of the endpoint), built per request by HAProxy's Lua; and
+    (HAProxy's health check of the endpoint; an on-demand endpoint's, never checked, always),
+    built per request by HAProxy's Lua; and
     `GET /usage` on the metrics frontend, the `usage` table's counters. The names are
     routable names (`MODEL_NAME`, `CLIENT_NAME`: no quote or backslash), safe in Lua and
     JSON strings."""
@@ -331,15 +333,22 @@ def _frontend(listen: str, folder: Path, tls_cert: str | None) -> list[str]:
 
 
 def _backend(route: Route, endpoint_keys_path: str | None) -> list[str]:
-    lines = [
-        f"backend {route.backend}",
-        "    option httpchk GET /health",
-        "    http-check expect status 200",
-        *counted(endpoint_down(route.endpoint), "if { nbsrv lt 1 }"),
-    ]
+    """An endpoint's backend: checked, and a 503 while it is down; an on-demand endpoint's
+    is never checked (a check would start its engine, docs/on-demand.md): its socket takes
+    the request and holds it while the engine starts."""
+    lines = [f"backend {route.backend}"]
+    if not route.on_demand:
+        lines += [
+            "    option httpchk GET /health",
+            "    http-check expect status 200",
+            *counted(endpoint_down(route.endpoint), "if { nbsrv lt 1 }"),
+        ]
     if endpoint_keys_path is not None:
         key = f"%[be_name,map({endpoint_keys_path})]"
         lines.append(f'    http-request set-header Authorization "Bearer {key}"')
+    if route.on_demand:
+        lines.append(f"    server endpoint {route.address}")
+        return lines
     lines.append(
         f"    server endpoint {route.address} check inter {CHECK_INTERVAL} "
         f"downinter {CHECK_INTERVAL_DOWN} fall 2 rise 1"

@@ -11,7 +11,7 @@ took first is left out alone: one endpoint's record never stops the gateway of t
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from epycd.approval.record import Approval
 from epycd.health import PrimaryEndpoint
@@ -30,6 +30,9 @@ class Route(BaseModel):
     address: str
     """host:port the gateway connects to (an IPv6 address in brackets)."""
     api_key_file: str | None = None
+    on_demand: bool = Field(default=False, exclude_if=lambda on_demand: not on_demand)
+    """Its port is a socket that starts the engine (docs/on-demand.md): the gateway never
+    checks it, since a check would start it."""
 
     @property
     def backend(self) -> str:
@@ -56,6 +59,7 @@ def route_of(approval: Approval) -> Route:
         primary_endpoint=decisions.primary_endpoint,
         address=f"{local_address(decisions.host)}:{decisions.port}",
         api_key_file=decisions.api_key_file,
+        on_demand=decisions.on_demand is not None,
     )
 
 

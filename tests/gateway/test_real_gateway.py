@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -425,3 +427,47 @@ def test_a_gateway_that_does_not_answer_reads_as_down_within_the_deadline() -> N
     families = gateway_series(f"http://127.0.0.1:{free_port()}/usage", 0.5)
     assert time.monotonic() - started < 1.5
     assert [(f.name, f.samples[0].value) for f in families] == [("epyc_llm_gateway_up", 0)]
+
+
+def test_an_on_demand_endpoint_is_never_checked_yet_listed_and_routed(
+    tmp_path: Path, endpoints: dict[str, str]
+) -> None:
+    """An on-demand endpoint's port is a socket that starts its engine on a connection
+    (docs/on-demand.md): the gateway never connects to check it, lists it, and a request for
+    its model is the one connection it gets."""
+    held = socket.create_server(("127.0.0.1", 0))
+    held.setblocking(False)
+    port = held.getsockname()[1]
+    on_demand = Route(endpoint="od", model="od-model", primary_endpoint="chat_completions",
+                      address=f"127.0.0.1:{port}", on_demand=True)  # fmt: skip
+    process, gw = start_gateway(
+        tmp_path,
+        [*routes_to(endpoints), on_demand],
+        {"everything": {"models": None, "rpm": None, "concurrency": None}},
+    )
+    try:
+        time.sleep(3)  # checks every 2 s, 0.5 s while down: a checked server would be asked
+        with pytest.raises(BlockingIOError):
+            held.accept()
+        listed = httpx.get(f"{gw.url}/v1/models", headers=gw.headers("everything")).json()
+        assert "od-model" in [m["id"] for m in listed["data"]], listed
+        with pytest.raises(BlockingIOError):
+            held.accept()
+        sent = threading.Thread(
+            target=lambda: gw.post("/v1/chat/completions", chat(model="od-model"), "everything")
+        )
+        sent.start()
+        deadline = time.monotonic() + 10
+        conn = None
+        while conn is None and time.monotonic() < deadline:
+            try:
+                conn, _ = held.accept()
+            except BlockingIOError:
+                time.sleep(0.05)
+        assert conn is not None, "the request never reached the on-demand endpoint's port"
+        conn.close()
+        sent.join(30)
+    finally:
+        held.close()
+        process.terminate()
+        process.wait(30)
