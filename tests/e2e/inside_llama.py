@@ -325,7 +325,7 @@ print(json.dumps(out))
 GATEWAY_UNIT = "epyc-llm-gateway.service"
 EMB = "emb"
 EMB_ALIAS = "text-embedding-3-small"
-METRIC_LINES = ("haproxy_backend_http_requests_total{", "epyc_llm_gateway_")
+METRIC_LINES = ("haproxy_backend_http_requests_total{", "epyc_llm_gateway_", "epyc_llm_cold_start")
 """The lines of the gateway's exporter and of epycd's /metrics the test reads."""
 
 
@@ -413,12 +413,133 @@ def phase_gateway() -> None:
     journal("journal_gateway", GATEWAY_UNIT)
 
 
+ON_DEMAND = ("alpha", "beta")
+"""Two on-demand llama.cpp endpoints of the tiny GGUF: this one-node machine has one seat, so
+they share its swap seat, one running at a time."""
+IDLE_S = 20
+ON_DEMAND_CLIENT = """
+import json, ssl, sys, time
+import httpx
+url, model, key_file, ca = sys.argv[1:]
+headers, verify = {}, True
+if key_file != "-":
+    headers = {"Authorization": "Bearer " + json.loads(open(key_file).read())["all"]}
+    verify = ssl.create_default_context(cafile=ca)
+chat = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+started = time.monotonic()
+r = httpx.post(url + "/v1/chat/completions", json=chat, verify=verify, timeout=300,
+               headers=headers)
+out = {"status": r.status_code, "seconds": round(time.monotonic() - started, 3)}
+out["model"] = r.json().get("model") if r.status_code == 200 else r.text[:500]
+print(json.dumps(out))
+"""
+
+
+def engine_unit(name: str) -> str:
+    return f"epyc-llm-{name}.service"
+
+
+def on_demand_unit_names(name: str) -> tuple[str, str, str]:
+    return f"epyc-llm-{name}.socket", f"epyc-llm-{name}_proxy.service", engine_unit(name)
+
+
+def on_demand_units(check: str) -> None:
+    """Each on-demand endpoint's socket, proxy and engine as systemd has them, and the
+    llama-servers running."""
+    units = {}
+    for name in ON_DEMAND:
+        for unit in (
+            f"epyc-llm-{name}.socket",
+            f"epyc-llm-{name}_proxy.service",
+            engine_unit(name),
+        ):
+            units[unit] = show(unit, "ActiveState", "SubState", "Result", "UnitFileState")
+    servers = run("pgrep", "-x", "llama-server")["stdout"].split()
+    record(check, units=units, servers=len(servers))
+
+
+def on_demand_request(check: str, name: str, *, gateway: bool) -> None:
+    """One chat to `name`: through the gateway (its key, its TLS), or at its own port."""
+    if gateway:
+        url, key, ca = (
+            f"https://127.0.0.1:{CONFIG['gateway_port']}",
+            "/root/gateway-keys.json",
+            CONFIG["gateway_ca"],
+        )
+    else:
+        url, key, ca = f"http://127.0.0.1:{CONFIG['on_demand_ports'][name]}", "-", "-"
+    done = run(str(PREFIX / "bin" / "python"), "-c", ON_DEMAND_CLIENT, url, name, key, ca,
+               timeout=400)  # fmt: skip
+    reply = json.loads(done["stdout"].strip().splitlines()[-1]) if done["rc"] == 0 else None
+    record(check, rc=done["rc"], reply=reply, stderr=done["stderr"][-3000:])
+    on_demand_units(f"{check}_units")
+
+
+def engines_stopped() -> bool:
+    return all(show(engine_unit(n), "ActiveState")["ActiveState"] == "inactive" for n in ON_DEMAND)
+
+
+def phase_on_demand() -> None:
+    """The embedder removed; two on-demand endpoints approved (sharing the one seat): idle
+    until a request, each request through the gateway answered and the other engine stopped,
+    and after the idle time neither runs."""
+    wait_for_daemon("boot_timeline")
+    must("emb_remove", "epycctl", "remove", EMB, "--yes", timeout=300)
+    Path(f"/etc/epyc-llm/{EMB}.toml").unlink()
+    for name in ON_DEMAND:
+        Path(f"/etc/epyc-llm/{name}.toml").write_text(
+            f'engine = "llama.cpp"\nmodel = "{CONFIG["gguf"]}"\nserved_model_name = "{name}"\n'
+            f"port = {CONFIG['on_demand_ports'][name]}\non_demand = true\n"
+            f'idle_stop = "{IDLE_S}s"\n'
+        )
+    for name in ON_DEMAND:
+        run("epycctl", "plan", name, "--json", timeout=120, check=f"od_plan_{name}")
+    for name in ON_DEMAND:
+        done = run("epycctl", "approve", name, "--yes", timeout=300, check=f"od_approve_{name}")
+        if done["rc"] != 0:
+            raise PhaseFailed(f"approve {name} failed: {done['stderr'][-2000:]}")
+    epycctl_status("od_status_approved")
+    on_demand_units("od_units_approved")
+    record("od_unit_files", texts={
+        unit: (Path("/etc/systemd/system") / unit).read_text()
+        for name in ON_DEMAND
+        for unit in on_demand_unit_names(name)
+    })  # fmt: skip
+    wait_until("the gateway routes both", lambda: set(ON_DEMAND) <= set(gateway_models(
+        Path("/root/gateway-keys.json"))), 60)  # fmt: skip
+    record("od_gateway_models", models=gateway_models(Path("/root/gateway-keys.json")))
+    on_demand_request("od_alpha", "alpha", gateway=True)
+    on_demand_request("od_beta", "beta", gateway=True)
+    on_demand_request("od_alpha_again", "alpha", gateway=True)
+    epycctl_status("od_status_serving")
+    started = time.monotonic()
+    stopped = wait_until("both engines stop when idle", engines_stopped, IDLE_S + 120)
+    record("od_idle", stopped=stopped, seconds=round(time.monotonic() - started, 1))
+    on_demand_units("od_units_idle")
+    epycctl_status("od_status_idle")
+    wait_until("epycd counted the cold starts", lambda: "epyc_llm_cold_starts_total" in (
+        inside.epycd_metrics()[1] or ""), 30)  # fmt: skip
+    metric_lines("od_metrics", METRICS)
+    journal("journal_alpha", engine_unit("alpha"))
+
+
+def phase_on_demand_reboot() -> None:
+    """After a reboot nothing runs until a request, and the request is answered."""
+    wait_for_daemon("boot_timeline")
+    time.sleep(3)  # what would start at boot has had its chance
+    on_demand_units("od_units_boot")
+    epycctl_status("od_status_boot")
+    on_demand_request("od_beta_boot", "beta", gateway=False)
+
+
 PHASES = {
     "install": phase_install,
     "reboot": phase_reboot,
     "set": phase_set,
     "set_reboot": phase_set_reboot,
     "gateway": phase_gateway,
+    "on_demand": phase_on_demand,
+    "on_demand_reboot": phase_on_demand_reboot,
 }
 
 if __name__ == "__main__":

@@ -26,6 +26,11 @@ gateway  the tiny BERT embedder (GGUF) approved beside the set, then the gateway
          a self-signed certificate and three keys: both models through one URL, /v1/models,
          a key limited to one model (403), one over its rate (429), and a streamed chat that a
          reload in its middle does not cut; the embedder's alias, and the gateway's metrics
+on_demand  the embedder removed; two on-demand endpoints of the tiny GGUF approved, which the
+         one NUMA node cannot seat both of: they share its swap seat. Idle until a request;
+         each request through the gateway answered, the other engine stopped; after the idle
+         time neither runs; epycd counted the cold starts
+on_demand_reboot  nothing runs after the boot until a request, which is answered
 """
 
 from __future__ import annotations
@@ -62,7 +67,7 @@ from tests.machine import physical_cpus_of_socket, serving_needs_identity, write
 pytestmark = pytest.mark.e2e
 
 HINT = "run tests/bootstrap.sh (tests/tools/bare_host.sh, llama_server.sh and tiny_gguf.sh)"
-PHASES = ("install", "reboot", "set", "set_reboot", "gateway")
+PHASES = ("install", "reboot", "set", "set_reboot", "gateway", "on_demand", "on_demand_reboot")
 NAME = "default"
 MODEL_DIR = "/srv/models"
 GGUF = f"{MODEL_DIR}/tiny-q8_0.gguf"
@@ -77,6 +82,8 @@ GATEWAY_PORT = 18628
 GATEWAY_METRICS_PORT = 18629
 GATEWAY_PEM = "/etc/epyc-llm/secrets/gateway.pem"
 GATEWAY_CA = "/root/gateway-ca.pem"
+ON_DEMAND_PORTS = {"alpha": 18626, "beta": 18627}
+ON_DEMAND_IDLE_S = 20
 
 
 def machine_config() -> dict[str, Any]:
@@ -99,6 +106,7 @@ def machine_config() -> dict[str, Any]:
         "gateway_metrics_port": GATEWAY_METRICS_PORT,
         "gateway_pem": GATEWAY_PEM,
         "gateway_ca": GATEWAY_CA,
+        "on_demand_ports": ON_DEMAND_PORTS,
     }
 
 
@@ -400,3 +408,94 @@ def test_the_gateways_metrics_count_each_endpoint_and_each_clients_use(gateway: 
 
     assert [pair(n, "all") for n in ("requests", "client_errors", "server_errors")] == [2, 0, 0]
     assert [pair(n, "pair-only") for n in ("requests", "client_errors")] == [1, 1]
+
+
+@pytest.fixture(scope="module")
+def on_demand(machine: Machine, gateway: Boot) -> Boot:
+    return machine.boot("on_demand")
+
+
+def engines_running(units: dict[str, Any]) -> dict[str, str]:
+    return {
+        name: units["units"][f"epyc-llm-{name}.service"]["ActiveState"] for name in ON_DEMAND_PORTS
+    }
+
+
+def test_two_on_demand_endpoints_share_the_node_one_running_at_a_time(on_demand: Boot) -> None:
+    """Approved, both idle with nothing running; a request to each through the gateway is
+    answered, and the other's engine is stopped by it (their units conflict)."""
+    for name in ON_DEMAND_PORTS:
+        planned = json.loads(on_demand.one(f"od_plan_{name}")["stdout"])
+        assert planned["on_demand"]["swap_group"] == sorted(ON_DEMAND_PORTS), planned
+        assert planned["port"] == ON_DEMAND_PORTS[name], planned
+        assert on_demand.one(f"od_approve_{name}")["rc"] == 0, on_demand.one(f"od_approve_{name}")
+    approved = on_demand.one("od_units_approved")
+    assert approved["servers"] == 0, approved
+    for name in ON_DEMAND_PORTS:
+        assert approved["units"][f"epyc-llm-{name}.socket"]["ActiveState"] == "active", approved
+        assert endpoint(on_demand.one("od_status_approved")["status"], name)["state"] == "idle"
+    # both behind the gateway's one URL at once, listed though neither runs
+    assert set(ON_DEMAND_PORTS) <= set(on_demand.one("od_gateway_models")["models"])
+    texts = on_demand.one("od_unit_files")["texts"]
+    assert "Conflicts=epyc-llm-beta.service" in texts["epyc-llm-alpha.service"], texts
+    assert "StopWhenUnneeded=yes" in texts["epyc-llm-beta.service"], texts
+    assert "[Install]" not in texts["epyc-llm-beta.service"], texts
+    for check, name, other in (
+        ("od_alpha", "alpha", "beta"),
+        ("od_beta", "beta", "alpha"),
+        ("od_alpha_again", "alpha", "beta"),
+    ):
+        done = on_demand.one(check)
+        assert done["rc"] == 0 and done["reply"]["status"] == 200, done
+        assert done["reply"]["model"] == name, done
+        running = engines_running(on_demand.one(f"{check}_units"))
+        assert running == {name: "active", other: "inactive"}, (check, running)
+        print(f"\ne2e-llama on demand: {check} answered in {done['reply']['seconds']} s (cold)")
+
+
+def test_after_the_idle_time_neither_engine_runs(on_demand: Boot) -> None:
+    idle = on_demand.one("od_idle")
+    assert idle["stopped"], idle
+    units = on_demand.one("od_units_idle")
+    assert units["servers"] == 0, units
+    for name in ON_DEMAND_PORTS:
+        assert units["units"][f"epyc-llm-{name}.service"]["Result"] == "success", units
+        assert units["units"][f"epyc-llm-{name}.socket"]["ActiveState"] == "active", units
+        status = endpoint(on_demand.one("od_status_idle")["status"], name)
+        assert status["state"] == "idle" and status["restarts"] == 0, status
+    assert idle["seconds"] < ON_DEMAND_IDLE_S + 60, idle
+
+
+def test_epycd_counts_the_cold_starts(on_demand: Boot) -> None:
+    """alpha started twice (the second time after beta stopped it), beta once."""
+    lines = on_demand.one("od_metrics").get("lines", [])
+    found = samples(lines)
+    starts = {
+        name: found.get(("epyc_llm_cold_starts_total", frozenset({("endpoint", name)})))
+        for name in ON_DEMAND_PORTS
+    }
+    assert starts == {"alpha": 2, "beta": 1}, lines
+    seconds = found[("epyc_llm_cold_start_seconds_total", frozenset({("endpoint", "alpha")}))]
+    assert 0 < seconds < 120, lines
+    on_demand.assert_clean()
+
+
+@pytest.fixture(scope="module")
+def on_demand_reboot(machine: Machine, on_demand: Boot) -> Boot:
+    return machine.boot("on_demand_reboot")
+
+
+def test_after_a_reboot_nothing_runs_until_a_request(on_demand_reboot: Boot) -> None:
+    units = on_demand_reboot.one("od_units_boot")
+    assert units["servers"] == 0, units
+    assert set(engines_running(units).values()) == {"inactive"}, units
+    for name in ON_DEMAND_PORTS:
+        assert units["units"][f"epyc-llm-{name}.socket"]["ActiveState"] == "active", units
+        assert endpoint(on_demand_reboot.one("od_status_boot")["status"], name)["state"] == "idle"
+    done = on_demand_reboot.one("od_beta_boot")
+    assert done["rc"] == 0 and done["reply"]["status"] == 200, done
+    assert engines_running(on_demand_reboot.one("od_beta_boot_units")) == {
+        "alpha": "inactive",
+        "beta": "active",
+    }
+    on_demand_reboot.assert_clean()
