@@ -16,7 +16,9 @@ Run:  .venv/bin/python benchmarks/cold_start.py [--engines llama.cpp vllm] [--ro
           [--warm 5] --out RESULT.json
       .venv/bin/python benchmarks/cold_start.py --render RESULT.json
 (the engines and models of the test cache, tests/bootstrap.sh; systemd's own tools from
-Debian; loopback only. Not a CI pass/fail: the figures go to benchmarks/on-demand-results.md.)
+Debian; loopback only. On a CPU without zentorch's instructions (Intel), EPYC_TEST_VLLM=stock
+runs vLLM with zentorch hidden, its stock CPU backend, as the tests do. Not a CI pass/fail:
+the figures go to benchmarks/on-demand-results.md.)
 """
 
 from __future__ import annotations
@@ -42,7 +44,13 @@ from runs import parse_run  # noqa: E402
 from serving import machine, plan_here, stop_group  # noqa: E402
 
 from epycd.host.cpulist import format_cpulist  # noqa: E402
-from tests.health.realvllm import CACHE, free_port, tiny_model, vllm_env  # noqa: E402
+from tests.health.realvllm import (  # noqa: E402
+    CACHE,
+    free_port,
+    tiny_model,
+    vllm_env,
+    vllm_executable,
+)
 from tests.llama.realllama import llama_server  # noqa: E402
 
 SOCKET_ACTIVATE = "/usr/bin/systemd-socket-activate"
@@ -77,7 +85,7 @@ def planned_command(engine: str, work: Path) -> tuple[list[str], dict[str, str],
         toml = (f'engine = "llama.cpp"\nmodel = "{TINY_GGUF}"\nllama_server = "{llama_server()}"\n'
                 f'served_model_name = "{SERVED}"\nport = {port}\n')  # fmt: skip
     else:
-        vllm = CACHE / "vllm-venv" / "bin" / "vllm"
+        vllm = vllm_executable()  # EPYC_TEST_VLLM=stock: zentorch hidden, as on Intel
         toml = (f'model = "{tiny_model()}"\nvllm = "{vllm}"\nruntime = "host"\n'
                 f'served_model_name = "{SERVED}"\nmax_model_len = 512\n'
                 f"port = {port}\n")  # fmt: skip
