@@ -21,7 +21,7 @@ from epycd.plan.placement.ports import Listener
 from epycd.plan.placement.reservations import Reservations
 from epycd.status.machine import EndpointStatus, endpoint_status
 from epycd.status.units import UnitState
-from epycd.supervisor import SupervisorStatus
+from epycd.supervisor import SupervisorStatus, write_status
 from tests.plan.conftest import PlanWorkspace
 from tests.plan.test_llama_plan import LlamaWorkspace
 from tests.render.realtools import quadlet_dryrun, verify, write_units
@@ -212,6 +212,17 @@ def test_a_plan_shows_the_swap_group_and_the_cold_cost(lw: LlamaWorkspace, tmp_p
     table = confirmation_table(results["b"], lw.host)
     assert "a, b, c share these cores and memory" in table and "stops a, c" in table, table
     assert "Cold request" in table and "On demand" in table, table
+    assert "not measured here yet" in table, table
+    decided = planned(results, "b").decisions
+    assert decided.first.status_file is not None
+    write_status(
+        Path(decided.first.status_file),
+        SupervisorStatus(
+            state="stopped", name="b", url="u", model="b", ready_runs=4, ready_seconds=2.0
+        ),
+    )
+    measured = confirmation_table(results["b"], lw.host)
+    assert "measured here: 0.50 s a start, over its 4 since boot" in measured, measured
     data = plan_json(results["b"])
     decided = planned(results, "b").decisions
     assert data["port"] == decided.port and data["host"] == "127.0.0.1"
