@@ -12,8 +12,9 @@ A request passes, in order:
    endpoint in `models.map`; none is a 400, an unknown one a 404; an alias stands for its
    endpoint's model name from here on (`names.map`), for the limits and the counts;
 5. from here on its use of the model is counted (the stick table `usage`: requests, 4xx
-   and 5xx answers by `client/model`); a client limited to some models (`access.map`) gets
-   a 403 for the others;
+   and 5xx answers by `client/model`; and in the Lua state, the answers of the endpoint and
+   their milliseconds to its response headers); a client limited to some models
+   (`access.map`) gets a 403 for the others;
 6. its limits, counted in the stick table `clients` (requests in the last minute, requests
    at once) give a 429 with Retry-After;
 7. the endpoint's backend: a 503 with Retry-After while no server of it passes its health
@@ -237,14 +238,41 @@ core.register_service("epyc_models", "http", function(applet)
   send_json(applet, '{"object":"list","data":[' .. table.concat(data, ",") .. ']}')
 end)
 
+-- each client/model's answered requests and their milliseconds to the endpoint's
+-- response headers (a stream's first byte), since HAProxy started: one state for all threads
+local answered = {}
+
+local function now_ms()
+  local now = core.now()
+  return now.sec * 1000 + math.floor(now.usec / 1000)
+end
+
+core.register_action("epyc_started", {"http-req"}, function(txn)
+  txn:set_var("txn.started_ms", now_ms())
+end)
+
+core.register_action("epyc_answered", {"http-res"}, function(txn)
+  local key, started = txn:get_var("txn.wanted"), txn:get_var("txn.started_ms")
+  if key == nil or started == nil then
+    return
+  end
+  local entry = answered[key] or {0, 0}
+  entry[1] = entry[1] + 1
+  entry[2] = entry[2] + math.max(now_ms() - started, 0)
+  answered[key] = entry
+end)
+
 core.register_service("epyc_usage", "http", function(applet)
   local rows = {}
   local usage = core.backends["usage"]
   if usage ~= nil and usage.stktable ~= nil then
     for key, counters in pairs(usage.stktable:dump()) do
+      local entry = answered[key] or {0, 0}
       table.insert(rows, string.format(
-        '{"key":"%%s","requests":%%d,"client_errors":%%d,"server_errors":%%d}', key,
-        counters["http_req_cnt"] or 0, counters["gpc0"] or 0, counters["gpc1"] or 0))
+        '{"key":"%%s","requests":%%d,"client_errors":%%d,"server_errors":%%d,' ..
+        '"answered":%%d,"answer_ms":%%d}', key,
+        counters["http_req_cnt"] or 0, counters["gpc0"] or 0, counters["gpc1"] or 0,
+        entry[1], entry[2]))
     end
   end
   send_json(applet, '{"usage":[' .. table.concat(rows, ",") .. ']}')
@@ -312,6 +340,7 @@ def _frontend(listen: str, folder: Path, tls_cert: str | None) -> list[str]:
         f"    http-request set-var(txn.model) var(txn.model),map({path('names.map')})",
         "    http-request set-var(txn.wanted) var(txn.client),concat(/,txn.model,)",
         f"    http-request track-sc{USAGE} var(txn.wanted) table usage",
+        "    http-request lua.epyc_started",
         "    http-request set-var(txn.any) var(txn.client),concat(/*)",
         f"    acl allowed var(txn.wanted),map({path('access.map')}) -m found",
         f"    acl allowed var(txn.any),map({path('access.map')}) -m found",
@@ -329,6 +358,7 @@ def _frontend(listen: str, folder: Path, tls_cert: str | None) -> list[str]:
         "    use_backend %[var(txn.backend)]",
         f"    http-response sc-inc-gpc0({USAGE}) if {{ status 400:499 }}",
         f"    http-response sc-inc-gpc1({USAGE}) if {{ status 500:599 }}",
+        "    http-response lua.epyc_answered",
     ]
 
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 
 import httpx
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.metrics_core import Metric
 from pydantic import BaseModel
 
@@ -35,6 +35,11 @@ class PairUse(BaseModel):
     requests: int
     client_errors: int
     server_errors: int
+    answered: int = 0
+    """Of its requests, those the endpoint answered (the gateway's own refusals are not)."""
+    answer_ms: int = 0
+    """Their milliseconds from the request's model known to the endpoint's response headers
+    (a stream's first byte), summed."""
 
     @property
     def labels(self) -> list[str]:
@@ -89,11 +94,19 @@ def usage_series(usage: Usage | str) -> Iterator[Metric]:
             "is down, and the endpoint's own)", labels=labels,
         ),
     }  # fmt: skip
+    latency = SummaryMetricFamily(
+        f"{PREFIX}response_seconds",
+        "the endpoint's answers to a client's requests to a model: seconds to its response "
+        "headers (a stream's first byte; a cold start of an on-demand endpoint included)",
+        labels=labels,
+    )
     for pair in sorted(usage.usage, key=lambda p: p.key):
         families["requests"].add_metric(pair.labels, pair.requests)
         families["client_errors"].add_metric(pair.labels, pair.client_errors)
         families["server_errors"].add_metric(pair.labels, pair.server_errors)
+        latency.add_metric(pair.labels, pair.answered, pair.answer_ms / 1000)
     yield from families.values()
+    yield latency
 
 
 def gateway_series(url: str | None, deadline_s: float) -> list[Metric]:

@@ -409,6 +409,20 @@ def test_use_is_counted_by_client_and_model_and_haproxys_exporter_has_each_endpo
     assert usage[("embed-only", EMBEDDER)] == (1, 0, 0)
     assert usage[("three-a-minute", EMBEDDER)] == (4, 1, 0)
     assert not any(model == "gpt-4" for _, model in usage)
+    # the endpoint's answers and their time to the response headers; refusals are none
+    families = {f.name: f for f in gateway_series(f"{gateway.metrics_url}/usage", 2.0)}
+    latency = {
+        (s.name, s.labels["client"], s.labels["model"]): s.value
+        for s in families["epyc_llm_gateway_response_seconds"].samples
+    }
+    count, total = (
+        "epyc_llm_gateway_response_seconds_count",
+        "epyc_llm_gateway_response_seconds_sum",
+    )
+    assert latency[(count, "everything", CHAT)] == 2
+    assert 0 < latency[(total, "everything", CHAT)] < 30, latency
+    assert latency[(count, "embed-only", CHAT)] == 0 and latency[(total, "embed-only", CHAT)] == 0
+    assert latency[(count, "three-a-minute", EMBEDDER)] == 3
 
     exported = httpx.get(f"{gateway.metrics_url}/metrics", timeout=10)
     assert exported.status_code == 200
