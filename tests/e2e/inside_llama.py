@@ -20,6 +20,10 @@ gateway  the gateway (HTTPS with a self-signed certificate) in front of the set,
          keys: chats, /v1/models, its refusals (401, 403, 404, 429), a streamed chat that a
          reload in its middle does not cut; the set removed and the tiny BERT embedder
          approved: the routes follow on the same URL, with no restart of the gateway
+on_demand  the embedder removed; a chat and an embedder approved on demand, one swap seat
+         behind the gateway: idle, a 403, each request answered and the other engine
+         stopped, neither running after the idle time, the cold starts and response times
+on_demand_reboot  nothing runs after the boot until a request, which is answered
 """
 
 from __future__ import annotations
@@ -414,23 +418,28 @@ def phase_gateway() -> None:
 
 
 ON_DEMAND = ("alpha", "beta")
-"""Two on-demand llama.cpp endpoints of the tiny GGUF: this one-node machine has one seat, so
-they share its swap seat, one running at a time."""
+"""Two on-demand endpoints: alpha the tiny chat GGUF, beta the tiny BERT embedder. This
+one-node machine has one seat, so they share its swap seat, one running at a time."""
+ON_DEMAND_MODEL = {"alpha": "gguf", "beta": "embedder_gguf"}
 IDLE_S = 20
 ON_DEMAND_CLIENT = """
 import json, ssl, sys, time
 import httpx
-url, model, key_file, ca = sys.argv[1:]
+url, model, key_file, client, ca = sys.argv[1:]
 headers, verify = {}, True
 if key_file != "-":
-    headers = {"Authorization": "Bearer " + json.loads(open(key_file).read())["all"]}
+    headers = {"Authorization": "Bearer " + json.loads(open(key_file).read())[client]}
     verify = ssl.create_default_context(cafile=ca)
-chat = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+if model == "beta":
+    path, body = "/v1/embeddings", {"model": model, "input": ["hi", "there"]}
+else:
+    path = "/v1/chat/completions"
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 started = time.monotonic()
-r = httpx.post(url + "/v1/chat/completions", json=chat, verify=verify, timeout=300,
-               headers=headers)
+r = httpx.post(url + path, json=body, verify=verify, timeout=300, headers=headers)
 out = {"status": r.status_code, "seconds": round(time.monotonic() - started, 3)}
 out["model"] = r.json().get("model") if r.status_code == 200 else r.text[:500]
+out["vectors"] = len(r.json().get("data", [])) if r.status_code == 200 and model == "beta" else 0
 print(json.dumps(out))
 """
 
@@ -458,18 +467,16 @@ def on_demand_units(check: str) -> None:
     record(check, units=units, servers=len(servers))
 
 
-def on_demand_request(check: str, name: str, *, gateway: bool) -> None:
-    """One chat to `name`: through the gateway (its key, its TLS), or at its own port."""
+def on_demand_request(check: str, name: str, *, gateway: bool, client: str = "all") -> None:
+    """One request to `name` (a chat to alpha, embeddings of beta): through the gateway
+    with `client`'s key and its TLS, or at the endpoint's own port."""
     if gateway:
-        url, key, ca = (
-            f"https://127.0.0.1:{CONFIG['gateway_port']}",
-            "/root/gateway-keys.json",
-            CONFIG["gateway_ca"],
-        )
+        url = f"https://127.0.0.1:{CONFIG['gateway_port']}"
+        key, ca = "/root/gateway-keys.json", CONFIG["gateway_ca"]
     else:
         url, key, ca = f"http://127.0.0.1:{CONFIG['on_demand_ports'][name]}", "-", "-"
-    done = run(str(PREFIX / "bin" / "python"), "-c", ON_DEMAND_CLIENT, url, name, key, ca,
-               timeout=400)  # fmt: skip
+    done = run(str(PREFIX / "bin" / "python"), "-c", ON_DEMAND_CLIENT, url, name, key, client,
+               ca, timeout=400)  # fmt: skip
     reply = json.loads(done["stdout"].strip().splitlines()[-1]) if done["rc"] == 0 else None
     record(check, rc=done["rc"], reply=reply, stderr=done["stderr"][-3000:])
     on_demand_units(f"{check}_units")
@@ -480,15 +487,17 @@ def engines_stopped() -> bool:
 
 
 def phase_on_demand() -> None:
-    """The embedder removed; two on-demand endpoints approved (sharing the one seat): idle
-    until a request, each request through the gateway answered and the other engine stopped,
-    and after the idle time neither runs."""
+    """The embedder removed; two on-demand endpoints approved, a chat and an embedder
+    (sharing the one seat), both behind the gateway's URL: idle until a request; a key
+    limited to alpha refused beta (403, nothing started); each request through the gateway
+    answered and the other engine stopped; after the idle time neither runs."""
     wait_for_daemon("boot_timeline")
     must("emb_remove", "epycctl", "remove", EMB, "--yes", timeout=300)
     Path(f"/etc/epyc-llm/{EMB}.toml").unlink()
     for name in ON_DEMAND:
         Path(f"/etc/epyc-llm/{name}.toml").write_text(
-            f'engine = "llama.cpp"\nmodel = "{CONFIG["gguf"]}"\nserved_model_name = "{name}"\n'
+            f'engine = "llama.cpp"\nmodel = "{CONFIG[ON_DEMAND_MODEL[name]]}"\n'
+            f'served_model_name = "{name}"\n'
             f"port = {CONFIG['on_demand_ports'][name]}\non_demand = true\n"
             f'idle_stop = "{IDLE_S}s"\n'
         )
@@ -508,6 +517,12 @@ def phase_on_demand() -> None:
     wait_until("the gateway routes both", lambda: set(ON_DEMAND) <= set(gateway_models(
         Path("/root/gateway-keys.json"))), 60)  # fmt: skip
     record("od_gateway_models", models=gateway_models(Path("/root/gateway-keys.json")))
+    keys = Path("/root/gateway-keys.json")
+    add = must("add_key_alpha_only", "epycctl", "gateway", "add-key", "alpha-only", "--models",
+               "alpha", timeout=60)  # fmt: skip
+    keys.write_text(json.dumps(json.loads(keys.read_text()) | {
+        "alpha-only": add["stdout"].strip().splitlines()[-1]}))  # fmt: skip
+    on_demand_request("od_beta_refused", "beta", gateway=True, client="alpha-only")
     on_demand_request("od_alpha", "alpha", gateway=True)
     on_demand_request("od_beta", "beta", gateway=True)
     on_demand_request("od_alpha_again", "alpha", gateway=True)

@@ -26,10 +26,12 @@ gateway  the tiny BERT embedder (GGUF) approved beside the set, then the gateway
          a self-signed certificate and three keys: both models through one URL, /v1/models,
          a key limited to one model (403), one over its rate (429), and a streamed chat that a
          reload in its middle does not cut; the embedder's alias, and the gateway's metrics
-on_demand  the embedder removed; two on-demand endpoints of the tiny GGUF approved, which the
-         one NUMA node cannot seat both of: they share its swap seat. Idle until a request;
-         each request through the gateway answered, the other engine stopped; after the idle
-         time neither runs; epycd counted the cold starts
+on_demand  the embedder removed; two on-demand endpoints approved, the tiny chat GGUF and
+         the tiny BERT embedder, which the one NUMA node cannot seat both of: they share its
+         swap seat, both behind the gateway's one URL. Idle until a request; a key limited to
+         the chat model refused the embedder (403); each request through the gateway answered,
+         the other engine stopped; after the idle time neither runs; epycd counted the cold
+         starts and the gateway's response times per client and model
 on_demand_reboot  nothing runs after the boot until a request, which is answered
 """
 
@@ -422,8 +424,10 @@ def engines_running(units: dict[str, Any]) -> dict[str, str]:
 
 
 def test_two_on_demand_endpoints_share_the_node_one_running_at_a_time(on_demand: Boot) -> None:
-    """Approved, both idle with nothing running; a request to each through the gateway is
-    answered, and the other's engine is stopped by it (their units conflict)."""
+    """A chat endpoint and an embedder, approved, both idle with nothing running and both
+    behind the gateway's one URL; a key limited to the chat model is refused the embedder
+    (403) and starts nothing; a request to each through the gateway is answered, and the
+    other's engine is stopped by it (their units conflict)."""
     for name in ON_DEMAND_PORTS:
         planned = json.loads(on_demand.one(f"od_plan_{name}")["stdout"])
         assert planned["on_demand"]["swap_group"] == sorted(ON_DEMAND_PORTS), planned
@@ -440,6 +444,12 @@ def test_two_on_demand_endpoints_share_the_node_one_running_at_a_time(on_demand:
     assert "Conflicts=epyc-llm-beta.service" in texts["epyc-llm-alpha.service"], texts
     assert "StopWhenUnneeded=yes" in texts["epyc-llm-beta.service"], texts
     assert "[Install]" not in texts["epyc-llm-beta.service"], texts
+    refused = on_demand.one("od_beta_refused")
+    assert refused["rc"] == 0 and refused["reply"]["status"] == 403, refused
+    assert engines_running(on_demand.one("od_beta_refused_units")) == {
+        "alpha": "inactive",
+        "beta": "inactive",
+    }, "a refused request started an engine"
     for check, name, other in (
         ("od_alpha", "alpha", "beta"),
         ("od_beta", "beta", "alpha"),
@@ -447,7 +457,10 @@ def test_two_on_demand_endpoints_share_the_node_one_running_at_a_time(on_demand:
     ):
         done = on_demand.one(check)
         assert done["rc"] == 0 and done["reply"]["status"] == 200, done
-        assert done["reply"]["model"] == name, done
+        if name == "beta":
+            assert done["reply"]["vectors"] == 2, done  # the embedder's two vectors
+        else:
+            assert done["reply"]["model"] == name, done
         running = engines_running(on_demand.one(f"{check}_units"))
         assert running == {name: "active", other: "inactive"}, (check, running)
         print(f"\ne2e-llama on demand: {check} answered in {done['reply']['seconds']} s (cold)")
@@ -467,7 +480,8 @@ def test_after_the_idle_time_neither_engine_runs(on_demand: Boot) -> None:
 
 
 def test_epycd_counts_the_cold_starts(on_demand: Boot) -> None:
-    """alpha started twice (the second time after beta stopped it), beta once."""
+    """alpha started twice (the second time after beta stopped it), beta once; and the
+    gateway's response time per client and model."""
     lines = on_demand.one("od_metrics").get("lines", [])
     found = samples(lines)
     starts = {
@@ -477,6 +491,19 @@ def test_epycd_counts_the_cold_starts(on_demand: Boot) -> None:
     assert starts == {"alpha": 2, "beta": 1}, lines
     seconds = found[("epyc_llm_cold_start_seconds_total", frozenset({("endpoint", "alpha")}))]
     assert 0 < seconds < 120, lines
+    # the gateway's time per client and model: alpha's two answers, beta's one, none for
+    # the refusal (the approvals reloaded the gateway before these requests)
+
+    def answers(client: str, model: str) -> float | None:
+        labels = frozenset({("client", client), ("model", model)})
+        return found.get(("epyc_llm_gateway_response_seconds_count", labels))
+
+    assert [answers("all", "alpha"), answers("all", "beta")] == [2, 1], lines
+    assert answers("alpha-only", "beta") == 0, lines
+    total = found[
+        ("epyc_llm_gateway_response_seconds_sum", frozenset({("client", "all"), ("model", "beta")}))
+    ]
+    assert 0 < total < 120, lines
     on_demand.assert_clean()
 
 
