@@ -71,6 +71,15 @@ class OomKill:
     balloon: str
 
 
+def _gone_or_zombie(pid: int) -> bool:
+    """The process has exited: reaped (its /proc entry gone, also between two reads), or a
+    zombie its parent has not reaped yet."""
+    try:
+        return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+
+
 def oom_kill(victim: int, timeout: float = 60) -> OomKill:
     """The kernel's OOM killer ends `victim` over its cgroup's limit; what the kernel counted
     (`oom_kill` of the cgroup) and what the balloon said (killed after the victim, or not)."""
@@ -94,9 +103,7 @@ def oom_kill(victim: int, timeout: float = 60) -> OomKill:
                 balloon.kill()
                 balloon.wait()
         deadline = time.monotonic() + 10
-        while Path(f"/proc/{victim}").exists() and time.monotonic() < deadline:
-            if "State:\tZ" in Path(f"/proc/{victim}/status").read_text():
-                break
+        while time.monotonic() < deadline and not _gone_or_zombie(victim):
             time.sleep(0.05)
         control = (group / "memory.oom_control").read_text()
         kills = int(dict(line.split() for line in control.splitlines()).get("oom_kill", "0"))
