@@ -46,6 +46,7 @@ from serving import machine, plan_here, stop_group  # noqa: E402
 from epycd.host.cpulist import format_cpulist  # noqa: E402
 from tests.health.realvllm import (  # noqa: E402
     CACHE,
+    ServingTest,
     free_port,
     tiny_model,
     vllm_env,
@@ -96,6 +97,7 @@ def planned_command(engine: str, work: Path) -> tuple[list[str], dict[str, str],
            f"--membind={format_cpulist(decided.numa_nodes)}"]  # fmt: skip
     if engine == "llama.cpp":
         return [*pin, decided.llama_server, *decided.server_args], dict(os.environ), port
+    ServingTest.marked = True  # a benchmark runs alone; vllm_env guards the test suite
     env = vllm_env(work) | dict(decided.env)
     return [*pin, str(decided.vllm_executable), "serve", *decided.vllm_args], env, port
 

@@ -36,7 +36,13 @@ sys.path.insert(0, str(REPO))
 
 from epycd.supervisor import read_status  # noqa: E402
 from tests.health.notifysock import NotifySocket  # noqa: E402
-from tests.health.realvllm import free_port, serve_argv, tiny_model, vllm_env  # noqa: E402
+from tests.health.realvllm import (  # noqa: E402
+    ServingTest,
+    free_port,
+    serve_argv,
+    tiny_model,
+    vllm_env,
+)
 from tests.health.supervising import (  # noqa: E402
     session_members,
     start_supervisor,
@@ -91,6 +97,7 @@ def one_run(work: Path) -> dict[str, Any]:
         server=serve_argv(tiny_model(), port, "tiny"),
     )
     with NotifySocket(work / "notify") as sock:
+        ServingTest.marked = True  # a benchmark runs alone; vllm_env guards the test suite
         env = vllm_env(work) | {"NOTIFY_SOCKET": str(sock.path)}
         watcher = HealthWatcher(url)
         started = time.monotonic()
