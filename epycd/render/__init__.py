@@ -27,7 +27,7 @@ from epycd.plan.endpoint import EndpointDecisions, RenderedUnits
 from epycd.plan.model import AnyServer, EndpointService
 from epycd.render.balancer import render_balancer
 from epycd.render.engines import renderer_for
-from epycd.render.on_demand import on_demand_units
+from epycd.render.on_demand import on_demand_files, on_demand_units
 from epycd.render.policy import check_identity
 
 
@@ -79,7 +79,7 @@ def unit_dirs(
     }
     if decisions.instance_set is not None:
         dirs = {f"{decisions.unit_name}.service": unit_dir} | dirs
-    return dirs | dict.fromkeys(on_demand_units(decisions), unit_dir)
+    return dirs | dict.fromkeys(on_demand_files(decisions), unit_dir)
 
 
 def render_for_plan(

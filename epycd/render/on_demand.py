@@ -75,7 +75,7 @@ def listen_stream(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def render_socket(decisions: EndpointDecisions, on_demand: OnDemand) -> str:
+def render_socket(decisions: EndpointDecisions) -> str:
     address = listen_stream(plain_value(decisions.host, "host"), decisions.port)
     return unit_text(
         decisions.endpoint,
@@ -140,12 +140,19 @@ def render_proxy(decisions: EndpointDecisions, on_demand: OnDemand) -> str:
     )
 
 
+def on_demand_files(decisions: EndpointDecisions) -> list[str]:
+    """The file names of the socket and the proxy; none for an endpoint that stays up."""
+    if decisions.on_demand is None:
+        return []
+    return [socket_file(decisions.endpoint), proxy_file(decisions.endpoint)]
+
+
 def on_demand_units(decisions: EndpointDecisions) -> dict[str, str]:
     """File name -> text of the socket and the proxy; none for an endpoint that stays up."""
     on_demand = decisions.on_demand
     if on_demand is None:
         return {}
     return {
-        socket_file(decisions.endpoint): render_socket(decisions, on_demand),
+        socket_file(decisions.endpoint): render_socket(decisions),
         proxy_file(decisions.endpoint): render_proxy(decisions, on_demand),
     }
