@@ -220,6 +220,7 @@ def test_a_rebuilt_builder_rebuilds_those_that_read_it(tmp_path: Path) -> None:
     done = bootstrap(root, env)
     assert sorted(ran(tmp_path)) == [
         "tiny_gguf",
+        "tiny_llama",
         "tiny_pooling",
         "tiny_pooling_gguf",
         "vllm_image",

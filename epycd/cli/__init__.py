@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "detect": ("epycd.cli.detect", "detect"),
     "check-model": ("epycd.cli.model", "check_model"),
     "estimate": ("epycd.cli.model", "estimate"),
+    "convert": ("epycd.cli.convert", "convert_command"),
     "plan": ("epycd.cli.plan", "plan"),
     "approve": ("epycd.cli.approve", "approve"),
     "remove": ("epycd.cli.approve", "remove"),

@@ -113,6 +113,12 @@ BUILDERS: tuple[Builder, ...] = (
         needs=("vllm_venv",),
     ),
     Builder(
+        "tiny_llama",
+        builds=("tiny-llama",),
+        reads=("tests/tools/tiny_llama.py",),
+        needs=("vllm_venv",),
+    ),
+    Builder(
         "tiny_pooling_gguf",
         builds=("tiny-pooling-gguf",),
         reads=("tests/tools/tiny_gguf.py",),

@@ -18,6 +18,7 @@ Make a table from the pinned source (the sdist the runtime recipe builds from, o
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import re
 import sys
@@ -42,6 +43,8 @@ from epycd.model.tables import available_versions, data_dir
 from epycd.model.template import endpoints, template_from_override
 
 ARCH_SOURCE = "src/llama-arch.cpp"
+CONVERTER_MAP_SOURCE = "conversion/__init__.py"
+CONVERTER_MAP = "TEXT_MODEL_MAP"
 ARCH_MAP = re.compile(r"LLM_ARCH_NAMES\s*=\s*\{(?P<body>.*?)\n\};", re.DOTALL)
 ARCH_ENTRY = re.compile(r'\{\s*LLM_ARCH_[A-Z0-9_]+\s*,\s*"(?P<name>[^"]+)"\s*\}')
 
@@ -78,6 +81,11 @@ class LlamaTable(BaseModel):
     version: str = Field(description="the pinned source's version (llama-cpp-python's sdist)")
     source: str = Field(description="the file the table was read from")
     architectures: list[str] = Field(description="LLM_ARCH_NAMES values, in source order")
+    converts: list[str] = Field(
+        default_factory=list,
+        description="the Hugging Face architectures (config.json `architectures`) the "
+        "source's convert_hf_to_gguf.py turns into GGUF: its TEXT_MODEL_MAP, sorted",
+    )
 
 
 def parse_architectures(source: str, *, origin: str = ARCH_SOURCE) -> list[str]:
@@ -94,19 +102,38 @@ def parse_architectures(source: str, *, origin: str = ARCH_SOURCE) -> list[str]:
     return names
 
 
-def read_arch_source(path: Path) -> str:
-    """`src/llama-arch.cpp` from an sdist (anywhere under it) or a source folder."""
+def parse_converter_map(source: str, *, origin: str = CONVERTER_MAP_SOURCE) -> list[str]:
+    """The keys of the converter's `TEXT_MODEL_MAP` (HF architecture -> its conversion
+    module), read from its source without running it (it imports torch)."""
+    for node in ast.walk(ast.parse(source, filename=origin)):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Assign):
+            targets = node.targets
+        if not any(isinstance(t, ast.Name) and t.id == CONVERTER_MAP for t in targets):
+            continue
+        value = getattr(node, "value", None)
+        names = {k.value for k in getattr(value, "keys", []) if isinstance(k, ast.Constant)}
+        if names:
+            return sorted(str(name) for name in names)
+    raise InputError(f"no {CONVERTER_MAP} of architectures in {origin}", file=origin)
+
+
+def read_source_file(path: Path, name: str) -> str:
+    """The file `name` (a path in llama.cpp's tree) from an sdist (anywhere under it) or a
+    source folder."""
     if path.is_dir():
-        found = sorted(path.rglob(ARCH_SOURCE))
+        found = sorted(path.rglob(name))
         if not found:
-            raise InputError(f"no {ARCH_SOURCE} under the folder", file=path)
+            raise InputError(f"no {name} under the folder", file=path)
         return found[0].read_text()
     try:
         with tarfile.open(path) as tar:
-            member = next((m for m in tar.getmembers() if m.name.endswith(f"/{ARCH_SOURCE}")), None)
+            member = next((m for m in tar.getmembers() if m.name.endswith(f"/{name}")), None)
             handle = tar.extractfile(member) if member else None
             if handle is None:
-                raise InputError(f"no {ARCH_SOURCE} in the archive", file=path)
+                raise InputError(f"no {name} in the archive", file=path)
             return handle.read().decode()
     except (OSError, tarfile.TarError) as exc:
         raise InputError(f"unreadable llama.cpp source: {exc}", file=path) from None
@@ -116,7 +143,10 @@ def build_table(path: Path, version: str) -> LlamaTable:
     return LlamaTable(
         version=version,
         source=path.name,
-        architectures=parse_architectures(read_arch_source(path), origin=str(path)),
+        architectures=parse_architectures(read_source_file(path, ARCH_SOURCE), origin=str(path)),
+        converts=parse_converter_map(
+            read_source_file(path, CONVERTER_MAP_SOURCE), origin=str(path)
+        ),
     )
 
 
@@ -155,7 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{args.version}.json"
     target.write_text(json.dumps(table.model_dump(), indent=1) + "\n")
-    print(f"wrote {target}: {len(table.architectures)} architectures")
+    print(
+        f"wrote {target}: {len(table.architectures)} architectures, "
+        f"{len(table.converts)} the converter takes"
+    )
     return 0
 
 

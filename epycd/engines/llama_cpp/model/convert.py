@@ -1,0 +1,317 @@
+"""A Hugging Face model (safetensors) turned into a GGUF file by llama.cpp's own tools from
+the pinned source: `convert_hf_to_gguf.py` writes bf16 or q8_0, and the runtime's `llama
+quantize` makes q4_k_m from a bf16 file (`epycctl convert`, docs/conversion.md).
+
+The converter is Python that imports torch and transformers. It comes from the pinned
+llama.cpp source the runtime recipe keeps beside llama-server (DEST/.build/download) and is
+unpacked into DEST/converter on first use (`unpack_converter`); it runs under a Python that has
+torch and transformers (the vLLM runtime's, by default).
+
+Whether the converter takes a model is read from the converter itself: its map of
+architectures (`LlamaTable.converts`, read from its source). A model it does not take is
+refused before anything runs. The file is written as OUTPUT.part and renamed when whole, so
+an interrupted or refused conversion leaves no file that looks finished; a hub model's
+download resumes where it stopped (huggingface_hub).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from epycd.engines.llama_cpp.model.format import load_table, pinned_version
+from epycd.errors import InputError, Refusal
+from epycd.model.hub import HubEnvironment, locate_model
+
+Quantize = Literal["q8_0", "q4_k_m", "bf16"]
+QUANTIZE: tuple[Quantize, ...] = ("q8_0", "q4_k_m", "bf16")
+DEFAULT_QUANTIZE: Quantize = "q8_0"
+"""Near-lossless at half of bf16's size; what a converted endpoint serves unless told."""
+CONVERTER_OUTTYPE: dict[Quantize, str] = {"q8_0": "q8_0", "bf16": "bf16", "q4_k_m": "bf16"}
+"""The converter's --outtype for each result; q4_k_m is quantized from the bf16 file."""
+QUANTIZER_TYPE: dict[Quantize, str] = {"q4_k_m": "Q4_K_M"}
+"""`llama quantize`'s type for the results the converter cannot write itself."""
+
+CONVERTER_FILES = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
+"""What the converter is, in llama.cpp's tree: its script, its modules and its gguf library."""
+CONVERTER_DIR = "converter"
+SOURCE_DOWNLOAD = ".build/download"
+CONVERTER_MODULES = ("torch", "transformers", "numpy", "sentencepiece")
+"""What the converter imports (llama.cpp's requirements-convert_hf_to_gguf.txt)."""
+NOT_WEIGHTS = ["*.bin", "*.pt", "*.pth", "*.h5", "*.msgpack", "*.onnx", "*.ot", "*.gguf"]
+"""A hub repository's files the converter never reads (other formats of the same weights)."""
+NOT_WEIGHTS_FOLDERS = ["onnx/*", "openvino/*", "coreml/*", "flax_model*", "tf_model*"]
+TAIL_LINES = 12
+KNOWN_FAILURES = {
+    "pre-tokenizer was not recognized": "llama.cpp's converter does not know this model's "
+    "tokenizer: its BPE pre-tokenizer is none of the published ones the converter lists",
+}
+"""The converter's failures a person meets most, in words (the converter's own line stays)."""
+
+
+class Conversion(BaseModel):
+    """What `convert` made."""
+
+    model: str
+    architecture: str
+    quantize: Quantize
+    output: str
+    bytes: int
+    sha256: str
+    seconds: float
+    llama_cpp: str
+
+
+Say = Callable[[str], None]
+
+
+def converter_refusal(architectures: list[str], version: str | None = None) -> str | None:
+    """Why the pinned converter does not take a model of these config.json architectures;
+    None when it takes one of them."""
+    version = version or pinned_version()
+    takes = set(load_table(version).converts)
+    if any(name in takes for name in architectures):
+        return None
+    named = ", ".join(architectures) or "none (config.json names no architectures)"
+    return f"llama.cpp {version}'s convert_hf_to_gguf.py does not take the architecture {named}"
+
+
+def default_output(model: str, quantize: Quantize) -> Path:
+    """NAME-Q8_0.gguf in the working folder, NAME the model folder's or repository's name."""
+    name = Path(model.rstrip("/")).name or "model"
+    return Path.cwd() / f"{name}-{quantize.upper()}.gguf"
+
+
+def unpack_converter(runtime_dir: Path) -> Path:
+    """runtime_dir/converter: llama.cpp's converter, unpacked from the pinned source the
+    runtime recipe keeps beside llama-server; a no-op once unpacked from that source."""
+    sources = sorted((runtime_dir / SOURCE_DOWNLOAD).glob("llama_cpp_python-*.tar.gz"))
+    if not sources:
+        raise Refusal(
+            f"no llama.cpp source beside llama-server in {runtime_dir}",
+            file=runtime_dir / SOURCE_DOWNLOAD,
+            fix="build the llama.cpp runtime (packaging/install.sh --engine llama.cpp), which "
+            "keeps its pinned source there",
+        )
+    source = sources[-1]
+    target = runtime_dir / CONVERTER_DIR
+    stamp = target / ".source"
+    if stamp.is_file() and stamp.read_text().strip() == source.name:
+        return target
+    partial = target.with_name(f"{CONVERTER_DIR}.part")
+    shutil.rmtree(partial, ignore_errors=True)
+    with tarfile.open(source) as tar:
+        for member in tar.getmembers():
+            inner = _converter_path(member.name)
+            if inner is None or not (member.isfile() or member.isdir()):
+                continue
+            member.name = inner
+            tar.extract(member, partial, filter="data")
+    if not (partial / CONVERTER_FILES[0]).is_file():
+        shutil.rmtree(partial, ignore_errors=True)
+        raise Refusal(f"no {CONVERTER_FILES[0]} in the llama.cpp source", file=source)
+    (partial / ".source").write_text(source.name + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    return target
+
+
+def _converter_path(name: str) -> str | None:
+    """A member of the sdist (PKG/vendor/llama.cpp/PATH) as its path in the converter's
+    folder; None for a file the converter does not need."""
+    marker = "/vendor/llama.cpp/"
+    if marker not in name:
+        return None
+    inner = name.split(marker, 1)[1]
+    keep = any(
+        inner == part.rstrip("/") or (part.endswith("/") and inner.startswith(part))
+        for part in CONVERTER_FILES
+    )
+    return inner if keep else None
+
+
+def check_python(python: str) -> None:
+    """Refused unless `python` runs and imports what the converter imports."""
+    code = "import " + ", ".join(CONVERTER_MODULES)
+    try:
+        done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+    except OSError as exc:
+        raise Refusal(
+            f"the converter's Python {python} does not run: {exc.strerror}",
+            key="--python",
+            fix=PYTHON_FIX,
+        ) from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise Refusal(
+            f"the converter's Python {python} lacks what it imports ({last})",
+            key="--python",
+            fix=PYTHON_FIX,
+        )
+
+
+PYTHON_FIX = (
+    "install the vLLM runtime (packaging/install.sh --runtime), whose Python has torch and "
+    "transformers, or give --python PATH of a Python that has torch, transformers, numpy and "
+    "sentencepiece"
+)
+
+
+def model_folder(
+    model: str, revision: str | None, token: str | None, say: Say
+) -> tuple[Path, str | None]:
+    """The model's folder with its weights and tokenizer, and the hub revision it is at: a
+    folder as given; a hub id downloaded into the HF cache (resumed where a download
+    stopped), or read from it offline."""
+    source = locate_model(model, revision=revision, token=token)
+    if model.startswith("/"):
+        return source.folder, None
+    from huggingface_hub import snapshot_download
+
+    env = HubEnvironment.from_environ()
+    say(f"download {model} into {env.cache_dir} (resumes where it stopped)")
+    folder = snapshot_download(
+        model,
+        revision=source.revision,
+        cache_dir=env.cache_dir,
+        ignore_patterns=NOT_WEIGHTS + NOT_WEIGHTS_FOLDERS,
+        token=token,
+        local_files_only=env.offline or not source.from_hub,
+        endpoint=env.endpoint,
+    )
+    return Path(folder), source.revision
+
+
+def architectures_of(folder: Path) -> list[str]:
+    config = folder / "config.json"
+    try:
+        names = json.loads(config.read_text()).get("architectures") or []
+    except (OSError, ValueError, AttributeError) as exc:
+        raise InputError(f"unreadable config.json: {exc}", file=config) from None
+    return [str(name) for name in names]
+
+
+@contextmanager
+def written_whole(output: Path) -> Iterator[Path]:
+    """OUTPUT.part to write; renamed to OUTPUT when the block ends well, removed when not."""
+    partial = output.with_name(output.name + ".part")
+    partial.unlink(missing_ok=True)
+    try:
+        yield partial
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def run_tool(argv: list[str], what: str, say: Say, env: dict[str, str] | None = None) -> None:
+    """Run one of llama.cpp's tools, its output passed to `say` line by line; refused with
+    its last lines when it fails."""
+    tail: list[str] = []
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            line = line.rstrip()
+            if line:
+                say(f"  {line}")
+                tail = [*tail[-(TAIL_LINES - 1) :], line]
+    if process.returncode != 0:
+        reason = next((t for t in reversed(tail) if "Error" in t or "error" in t), None)
+        reason = reason or (tail or ["no output"])[-1]
+        known = next((words for k, words in KNOWN_FAILURES.items() if k in reason), None)
+        raise Refusal(
+            f"{what} failed (exit {process.returncode}): "
+            + (f"{known} ({reason})" if known else reason),
+            fix="the lines above say why; no file was written",
+        )
+
+
+def convert(
+    model: str,
+    *,
+    runtime_dir: Path,
+    python: str,
+    quantize: Quantize = DEFAULT_QUANTIZE,
+    output: Path | None = None,
+    revision: str | None = None,
+    token: str | None = None,
+    say: Say = lambda text: None,
+) -> Conversion:
+    """`model` (a hub id or a folder of safetensors) as one GGUF file at `output`."""
+    started = time.monotonic()
+    output = (output or default_output(model, quantize)).absolute()
+    if not output.parent.is_dir():
+        raise InputError(
+            "the output's folder does not exist", file=output.parent, key="--output",
+            fix="create it, or give --output in an existing folder",
+        )  # fmt: skip
+    quantizer = runtime_dir / "bin" / "llama"
+    if quantize in QUANTIZER_TYPE and not os.access(quantizer, os.X_OK):
+        raise Refusal(
+            f"{quantize} needs llama.cpp's quantizer, and {quantizer} is not there",
+            fix="build the llama.cpp runtime (packaging/install.sh --engine llama.cpp)",
+        )
+    folder, _ = model_folder(model, revision, token, say)
+    architectures = architectures_of(folder)
+    refusal = converter_refusal(architectures)
+    if refusal is not None:
+        raise Refusal(refusal, file=folder / "config.json", fix="serve it with vLLM")
+    converter = unpack_converter(runtime_dir)
+    check_python(python)
+    env = {**os.environ, "PYTHONPATH": str(converter / "gguf-py")}
+    script = str(converter / CONVERTER_FILES[0])
+    with written_whole(output) as partial:
+        if quantize in QUANTIZER_TYPE:
+            whole = output.with_name(output.name + ".bf16.part")
+            try:
+                say(f"convert {folder} to bf16 (llama.cpp's convert_hf_to_gguf.py)")
+                argv = [python, script, str(folder), "--outtype", "bf16", "--outfile", str(whole)]
+                run_tool(argv, "convert_hf_to_gguf.py", say, env)
+                say(f"quantize to {QUANTIZER_TYPE[quantize]} (llama quantize)")
+                argv = [
+                    str(quantizer),
+                    "quantize",
+                    str(whole),
+                    str(partial),
+                    QUANTIZER_TYPE[quantize],
+                ]
+                run_tool(argv, "llama quantize", say)
+            finally:
+                whole.unlink(missing_ok=True)
+        else:
+            say(f"convert {folder} to {quantize} (llama.cpp's convert_hf_to_gguf.py)")
+            argv = [
+                python, script, str(folder), "--outtype", CONVERTER_OUTTYPE[quantize],
+                "--outfile", str(partial),
+            ]  # fmt: skip
+            run_tool(argv, "convert_hf_to_gguf.py", say, env)
+    return Conversion(
+        model=model,
+        architecture=next(a for a in architectures if a in load_table(pinned_version()).converts),
+        quantize=quantize,
+        output=str(output),
+        bytes=output.stat().st_size,
+        sha256=file_sha256(output),
+        seconds=round(time.monotonic() - started, 1),
+        llama_cpp=pinned_version(),
+    )
+
+
+def file_sha256(path: Path) -> str:
+    hashed = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            hashed.update(chunk)
+    return hashed.hexdigest()

@@ -1,0 +1,181 @@
+"""`epycctl convert`: the real converter of the pinned llama.cpp source (unpacked from the
+sdist the runtime recipe keeps) under the vLLM venv's torch and transformers, the real `llama
+quantize`, and the real llama-server serving what they wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from epycd.engines.llama_cpp.model.convert import (
+    CONVERTER_DIR,
+    convert,
+    converter_refusal,
+    unpack_converter,
+)
+from epycd.engines.llama_cpp.model.format import load_table, parse_converter_map, pinned_version
+from epycd.engines.llama_cpp.model.gguf import read_gguf
+from epycd.errors import InputError, Refusal
+from tests.health.realvllm import CACHE, VENV
+from tests.llama.realllama import SERVER, llama_server, serving
+from tests.sandbox import REPO
+
+TINY_LLAMA = CACHE / "tiny-llama"
+TINY_EMBEDDER = CACHE / "tiny-pooling" / "embedder"
+PYTHON = str(VENV / "bin" / "python")
+
+
+def tiny_llama() -> Path:
+    if not (TINY_LLAMA / "tokenizer.model").is_file():
+        pytest.fail(f"no {TINY_LLAMA}: run tests/bootstrap.sh (tests/tools/tiny_llama.sh)")
+    return TINY_LLAMA
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Path:
+    """A llama.cpp runtime folder as the recipe leaves one: the built binaries and the pinned
+    source's sdist in .build/download (links to the test cache's)."""
+    llama_server()
+    folder = tmp_path / "llama-runtime"
+    (folder / ".build").mkdir(parents=True)
+    (folder / "bin").symlink_to(SERVER / "bin")
+    (folder / ".build" / "download").symlink_to(SERVER / ".build" / "download")
+    return folder
+
+
+def test_the_table_lists_what_the_pinned_converter_takes() -> None:
+    converts = load_table(pinned_version()).converts
+    assert {"LlamaForCausalLM", "Qwen2ForCausalLM", "BertModel"} <= set(converts)
+    assert converts == sorted(converts)
+    assert converter_refusal(["LlamaForCausalLM"]) is None
+    refusal = converter_refusal(["NoSuchForCausalLM"])
+    assert refusal is not None and "NoSuchForCausalLM" in refusal
+
+
+def test_the_map_is_read_from_the_source_not_run() -> None:
+    source = 'X = 1\nTEXT_MODEL_MAP: dict[str, str] = {"BForLM": "b", "AForLM": "a"}\n'
+    assert parse_converter_map(source) == ["AForLM", "BForLM"]
+    with pytest.raises(InputError, match="no TEXT_MODEL_MAP"):
+        parse_converter_map("OTHER = {}\n")
+
+
+def test_q8_0_conversion_serves_a_chat(runtime: Path, tmp_path: Path) -> None:
+    said: list[str] = []
+    out = tmp_path / "tiny.gguf"
+    done = convert(
+        str(tiny_llama()), runtime_dir=runtime, python=PYTHON, output=out, say=said.append
+    )
+    assert done.output == str(out) and done.quantize == "q8_0"
+    assert done.architecture == "LlamaForCausalLM"
+    assert not out.with_name("tiny.gguf.part").exists()
+    facts = read_gguf(out)
+    assert (facts.architecture, facts.file_type) == ("llama", "Q8_0")
+    assert facts.chat_template  # the tokenizer's template came along
+    assert done.bytes == out.stat().st_size
+    assert any("convert_hf_to_gguf.py" in line for line in said)
+    assert (runtime / CONVERTER_DIR / "convert_hf_to_gguf.py").is_file()
+    with serving(model=out) as url:
+        answer = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            timeout=30,
+        )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["completion_tokens"] == 4
+
+
+def test_q4_k_m_is_quantized_from_bf16_by_llama_quantize(runtime: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tiny-q4.gguf"
+    done = convert(
+        str(tiny_llama()), runtime_dir=runtime, python=PYTHON, quantize="q4_k_m", output=out
+    )
+    assert read_gguf(out).file_type == "Q4_K_M"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["tiny-q4.gguf"]
+    bf16 = convert(
+        str(tiny_llama()),
+        runtime_dir=runtime,
+        python=PYTHON,
+        quantize="bf16",
+        output=tmp_path / "b.gguf",
+    )
+    assert read_gguf(Path(bf16.output)).file_type == "BF16"
+    assert done.bytes < bf16.bytes
+
+
+def test_an_architecture_the_converter_lacks_is_refused_before_anything_runs(
+    runtime: Path, tmp_path: Path
+) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama(), model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(
+        json.dumps({**config, "architectures": ["NoSuchForCausalLM"]})
+    )
+    out = tmp_path / "out.gguf"
+    with pytest.raises(Refusal, match="does not take the architecture NoSuchForCausalLM") as caught:
+        convert(str(model), runtime_dir=runtime, python=PYTHON, output=out)
+    assert "config.json" in str(caught.value) and "vLLM" in str(caught.value)
+    assert not out.exists() and not (runtime / CONVERTER_DIR).exists()
+
+
+def test_a_model_the_converter_fails_on_leaves_no_file(runtime: Path, tmp_path: Path) -> None:
+    """The tiny BERT's WordPiece tokenizer was trained here: the converter's table of
+    published tokenizers does not know it, and the converter stops half-way."""
+    out = tmp_path / "embedder.gguf"
+    with pytest.raises(Refusal, match="does not know this model's tokenizer") as caught:
+        convert(str(TINY_EMBEDDER), runtime_dir=runtime, python=PYTHON, output=out)
+    assert "pre-tokenizer was not recognized" in str(caught.value)
+    assert list(tmp_path.glob("embedder.gguf*")) == []
+
+
+def test_a_python_without_torch_is_refused_with_the_fix(runtime: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "venv"
+    subprocess.run(["python3", "-m", "venv", "--without-pip", str(bare)], check=True)
+    with pytest.raises(Refusal, match="No module named 'torch'") as caught:
+        convert(
+            str(tiny_llama()),
+            runtime_dir=runtime,
+            python=str(bare / "bin/python"),
+            output=tmp_path / "o.gguf",
+        )
+    assert "--python" in str(caught.value) and "install.sh --runtime" in str(caught.value)
+    assert not (tmp_path / "o.gguf").exists()
+
+
+def test_a_runtime_without_its_source_says_how_to_build_it(tmp_path: Path) -> None:
+    with pytest.raises(Refusal, match=r"no llama\.cpp source beside llama-server") as caught:
+        unpack_converter(tmp_path)
+    assert "install.sh --engine llama.cpp" in str(caught.value)
+
+
+def test_unpacking_once_is_kept(runtime: Path) -> None:
+    first = unpack_converter(runtime)
+    marker = first / "conversion" / "kept"
+    marker.write_text("")
+    assert unpack_converter(runtime) == first and marker.exists()
+    assert not (runtime / f"{CONVERTER_DIR}.part").exists()
+
+
+def test_the_command_writes_json_and_refuses_with_exit_1(runtime: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "EPYCD_LLAMA_RUNTIME_DIR": str(runtime)}
+    epycctl = str(Path(REPO) / ".venv" / "bin" / "epycctl")
+    args = [epycctl, "convert", str(tiny_llama()), "--python", PYTHON, "--json"]
+    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["output"] == str(tmp_path / "tiny-llama-Q8_0.gguf")
+    assert set(answer) >= {"model", "architecture", "quantize", "bytes", "sha256", "llama_cpp"}
+    assert "convert: " in done.stderr  # progress on stderr, never in the JSON
+    refused = subprocess.run(
+        [*args[:-1], "--output", str(tmp_path / "none" / "x.gguf"), "--json"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    error = json.loads(refused.stdout)["error"]
+    assert error.startswith(f"{tmp_path / 'none'}: --output: ") and "create it" in error
