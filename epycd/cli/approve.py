@@ -33,6 +33,7 @@ from epycd.host.facts import HostFacts
 from epycd.plan.endpoint import Plan
 from epycd.plan.pipeline.result import EndpointResult
 from epycd.settings import Settings, load_settings
+from epycd.text import escaped
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -55,6 +56,33 @@ def current_plan(settings: Settings, name: str) -> tuple[EndpointResult, HostFac
         settings, approved_plans(settings), render=render_for_plan, specs=specs
     )
     return next(r for r in planned.results if r.endpoint == name), planned.host
+
+
+def made_first(
+    settings: Settings,
+    name: str,
+    result: EndpointResult,
+    host: HostFacts,
+    report: ActionReport,
+    *,
+    yes: bool,
+) -> tuple[EndpointResult, HostFacts]:
+    """What NAME's plan waits for (its model converted), made once the admin agrees; then
+    NAME planned again. Nothing starts: the plan is shown and asked for as ever."""
+    from epycd.approval.prerequisites import make_prerequisite, maker_for
+
+    prerequisite = result.prerequisite
+    assert prerequisite is not None
+    what = maker_for(prerequisite).describe(prerequisite)
+    report.show(f"{name} is planned once approve has made what it needs: {what}\n")
+    ask(f"{what[0].upper()}{what[1:]} (nothing starts)?", yes=yes, err=report.as_json)
+    make_prerequisite(
+        prerequisite,
+        settings,
+        lambda line: click.echo(escaped(f"{prerequisite.action}: {line}"), err=True),
+    )
+    report.say(f"{name}: made what its plan needs ({what})")
+    return current_plan(settings, name)
 
 
 def planned_or_refused(result: EndpointResult) -> Plan:
@@ -128,6 +156,8 @@ def approve(
     for line in recover_interrupted(settings):
         report.say(line)
     result, host = current_plan(settings, name)
+    if result.prerequisite is not None:
+        result, host = made_first(settings, name, result, host, report, yes=yes)
     report.show(f"Plan for endpoint {name} ({result.config_file})\n")
     report.show(confirmation_table(result, host) + "\n")
     plan = planned_or_refused(result)

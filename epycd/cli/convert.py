@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from epycd.cli.options import TEXT
+from epycd.cli.options import TEXT, NonEmptyPath
 from epycd.cli.output import json_option, print_json
 from epycd.engines.llama_cpp.model.convert import DEFAULT_QUANTIZE, QUANTIZE, Quantize, convert
 
@@ -24,7 +24,7 @@ from epycd.engines.llama_cpp.model.convert import DEFAULT_QUANTIZE, QUANTIZE, Qu
 )
 @click.option(
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     default=None,
     help="the GGUF file to write (default: NAME-QUANTIZE.gguf in this folder)",
 )
@@ -33,8 +33,7 @@ from epycd.engines.llama_cpp.model.convert import DEFAULT_QUANTIZE, QUANTIZE, Qu
     "--python",
     type=TEXT,
     default=None,
-    help="a Python with torch and transformers to run the converter (default: the vLLM "
-    "runtime's)",
+    help="a Python with torch and transformers to run the converter (default: the vLLM runtime's)",
 )
 @json_option("stable JSON for scripts")
 def convert_command(

@@ -60,6 +60,8 @@ KIND_KEYS = (
     "kind",
     "device",
     "engine",
+    "engine_choice",
+    "prerequisite",
     "restart",
     "healing",
     *GPU_KEYS,
@@ -70,7 +72,9 @@ KIND_KEYS = (
 """Keys after `JSON_KEYS`: what kind of endpoint and which engine serves it, how it heals, an
 Instinct endpoint's GPUs and VRAM fit (null on CPUs), a set's instances (null for one
 instance), an on-demand endpoint's engine port, idle time and swap group (null for one that
-stays up); each engine's own keys follow (`plan_keys`)."""
+stays up); each engine's own keys follow (`plan_keys`). `engine_choice`: why its engine
+serves it (`engine = "auto"`, a converted model), null otherwise; `prerequisite`: what
+approve makes before the endpoint can be planned (its model converted), null otherwise."""
 
 
 def plan_keys() -> tuple[str, ...]:
@@ -112,6 +116,8 @@ def plan_json(result: EndpointResult) -> dict[str, Any]:
             data["primary_endpoint"] = result.model_facts.primary_endpoint
         if result.route is not None:
             data.update(result.route.json_keys())
+    if result.prerequisite is not None:
+        data["prerequisite"] = result.prerequisite.model_dump(mode="json")
     data["errors"] = [problem.text for problem in result.errors]
     data["units"] = result.plan.units if result.plan else {}
     data["unit_dirs"] = result.plan.unit_dirs if result.plan else {}
@@ -211,6 +217,7 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
             ("Backend", view.backend_text(decided)),
             ("Path", view.path_text(decided)),
             ("Precision", decided.dtype),
+            *_engine_choice_rows(decided),
         ]
         if decided.instance_set is not None:
             rows += _set_rows(decided)
@@ -231,9 +238,38 @@ def confirmation_table(result: EndpointResult, host: HostFacts) -> str:
                          f"{result.model_facts.support.kind}"))  # fmt: skip
         if result.route is not None:
             rows.append(result.route.path_row())
+        if result.prerequisite is not None:
+            rows.append(("Approve first", _prerequisite_text(result)))
         rows.append(("Hardware", f"{host.cpu_model} ({host.vendor})"))
     rows += [("Error", problem.text) for problem in result.errors]
     return table(rows, header=("Item", "Value"))
+
+
+def _prerequisite_text(result: EndpointResult) -> str:
+    first = result.prerequisite
+    assert first is not None
+    return (
+        f"convert {first.model} to a {first.quantize} GGUF file ({first.output}) with "
+        f"{first.engine}'s converter; epycctl approve {result.endpoint} does, then plans"
+    )
+
+
+def _engine_choice_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:
+    """Why its engine serves it: `engine = "auto"`'s rule and the engines passed over, the
+    conversion of a safetensors model."""
+    choice = decided.engine_choice
+    if choice is None:
+        return []
+    rows = [
+        ("Engine", f'{decided.engine} (engine = "{choice.asked}"): ' + "; ".join(choice.reasons))
+    ]
+    if choice.converted is not None:
+        weights = choice.converted
+        at = f" at {weights.source_revision}" if weights.source_revision else ""
+        rows.append(
+            ("Converted", f"{weights.source}{at} to {weights.quantize}, sha256 {weights.sha256}")
+        )
+    return rows
 
 
 def _set_rows(decided: EndpointDecisions) -> list[tuple[str, str]]:

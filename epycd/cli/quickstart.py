@@ -39,6 +39,8 @@ from epycd.plan.route import container_runtime
 from epycd.readfile import read_bytes
 from epycd.settings import Settings
 from epycd.spec import MAX_ENDPOINT_FILE_BYTES
+from epycd.spec.key_setting import AUTO_ENGINE
+from epycd.stack import shipped_stack
 from epycd.supervisor import SupervisorStatus
 from epycd.text import escaped, escaped_lines
 
@@ -395,15 +397,52 @@ class QuickstartFile(ABC):
         bad input for an option of another engine, a refusal where nothing can serve it."""
 
 
-def planned_candidate(settings: Settings, host: HostFacts, name: str, wanted: Wanted) -> Candidate:
-    """NAME.toml for the engine, runtime and model, planned and shown; nothing written yet."""
-    engine = engines.engine_named(wanted.engine)
-    quickstart_file = engine.implementation("cli", "QUICKSTART", QuickstartFile)
-    served, content, runtime = quickstart_file.candidate(settings, host, wanted)
+class AutoQuickstart(QuickstartFile):
+    """An `engine = "auto"` endpoint's file: the model alone; the plan chooses the engine by
+    the profile (docs/tuning.md rule 12)."""
+
+    def candidate(
+        self, settings: Settings, host: HostFacts, wanted: Wanted
+    ) -> tuple[str, bytes, str]:
+        if wanted.vllm is not None:
+            raise InputError(
+                "--vllm names a vLLM to serve with", key="--vllm", fix="add --engine vllm"
+            )
+        served = model_argument(wanted.model or shipped_stack().default_model)
+        data = {"engine": AUTO_ENGINE, "model": served}
+        if wanted.gguf_file is not None:
+            data["gguf_file"] = wanted.gguf_file
+        return served, quickstart_document(data), 'chosen by the plan (engine = "auto")'
+
+
+def quickstart_file(engine: str) -> QuickstartFile:
+    if engine == AUTO_ENGINE:
+        return AutoQuickstart()
+    return engines.engine_named(engine).implementation("cli", "QUICKSTART", QuickstartFile)
+
+
+def planned_candidate(
+    settings: Settings, host: HostFacts, name: str, wanted: Wanted, *, yes: bool = False
+) -> Candidate:
+    """NAME.toml for the engine, runtime and model, planned and shown; nothing written yet,
+    but what its plan waits for (its model converted), made once the person agrees."""
+    served, content, runtime = quickstart_file(wanted.engine).candidate(settings, host, wanted)
     target = settings.config_dir / f"{name}.toml"
     already = existing_matches(target, content)
     click.echo(escaped(f"runtime: {runtime}; model: {served}; endpoint file: {target}") + "\n")
     result = plan_candidate(settings, target, content, host)
+    if result.prerequisite is not None:
+        from epycd.approval.prerequisites import make_prerequisite, maker_for
+        from epycd.cli.approve import ask
+
+        what = maker_for(result.prerequisite).describe(result.prerequisite)
+        click.echo(escaped(f"{name} is planned once its model is made ready: {what}") + "\n")
+        ask(f"{what[0].upper()}{what[1:]} (nothing starts)?", yes=yes)
+        action = result.prerequisite.action
+        make_prerequisite(
+            result.prerequisite, settings, lambda line: echo_escaped(f"{action}: {line}")
+        )
+        result = plan_candidate(settings, target, content, host)
     hint = missing_model_hint(result, served)
     if hint:
         click.echo(escaped_lines(hint), err=True)
@@ -413,10 +452,12 @@ def planned_candidate(settings: Settings, host: HostFacts, name: str, wanted: Wa
 @click.command("quickstart")
 @click.option(
     "--engine",
-    type=click.Choice([e.name for e in engines.ENGINES]),
+    type=click.Choice([*(e.name for e in engines.ENGINES), AUTO_ENGINE]),
     default=engines.DEFAULT_ENGINE.name,
     show_default=True,
-    help="the server: " + ", ".join(f"{e.name} ({e.serves})" for e in engines.ENGINES),
+    help="the server: "
+    + ", ".join(f"{e.name} ({e.serves})" for e in engines.ENGINES)
+    + f", {AUTO_ENGINE} (the plan chooses by the profile; docs/conversion.md)",
 )
 @click.option(
     "--model",
@@ -464,7 +505,7 @@ def quickstart(
 
     settings, host = prepared_host(name)
     wanted = Wanted(engine=engine, model=model, gguf_file=gguf_file, vllm=vllm)
-    candidate = planned_candidate(settings, host, name, wanted)
+    candidate = planned_candidate(settings, host, name, wanted, yes=yes)
     gate(candidate.plan, accept_unvalidated=accept_unvalidated)
     action = "approve" if candidate.already else f"write {candidate.target}, approve"
     ask(f"{action.capitalize()} {name} and {'install' if no_start else 'start'} it?", yes=yes)

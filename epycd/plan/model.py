@@ -74,6 +74,30 @@ class OnDemand(BaseModel):
     )
 
 
+class ConvertedWeights(BaseModel):
+    """A safetensors model llama.cpp serves as the GGUF file approve converted it to
+    (docs/conversion.md): what it came from and the file's hash, which binds the approval to
+    that file (a different file is a different plan)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str = Field(description="the model the endpoint file names: a hub id or a folder")
+    source_revision: str | None = Field(description="the hub commit it was converted at")
+    quantize: str = Field(description="q8_0, q4_k_m or bf16")
+    sha256: str = Field(description="the converted file's SHA-256")
+
+
+class EngineChoice(BaseModel):
+    """Why this engine serves the endpoint: the choice of `engine = "auto"` (docs/tuning.md
+    rule 12), or the conversion of a safetensors model for a llama.cpp endpoint."""
+
+    model_config = ConfigDict(frozen=True)
+
+    asked: str = Field(description='the endpoint file\'s `engine`: "auto" or an engine')
+    reasons: list[str] = Field(description="why: the rule, and each engine passed over")
+    converted: ConvertedWeights | None = None
+
+
 class EndpointService(BaseModel):
     """What every endpoint has, whatever runs it: the model it serves and how, the route
     (backend, runtime, image), the unit the admin starts (`unit_name`: the instance's own, or
@@ -118,6 +142,12 @@ class EndpointService(BaseModel):
         "then the socket's); left out when None, so that the records of every other endpoint "
         "are as they were",
         exclude_if=lambda on_demand: on_demand is None,
+    )
+    engine_choice: EngineChoice | None = Field(
+        default=None,
+        description='why its engine serves it (`engine = "auto"`, a converted model); left '
+        "out when None, so that the records of every other endpoint are as they were",
+        exclude_if=lambda choice: choice is None,
     )
     profile: Literal["balanced", "latency", "throughput"] = "balanced"
     limit_nofile: int = Field(

@@ -6,11 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from pathlib import Path
+from typing import Literal, TypeVar
 
+from pydantic import BaseModel, ConfigDict
+
+from epycd.errors import Refusal
 from epycd.host.facts import HostVllmFacts
 from epycd.model.facts import ModelFacts
+from epycd.plan.model import EngineChoice
 from epycd.plan.route import EngineRoute
+from epycd.settings import Settings
 from epycd.spec import EndpointSpec, SpecResult
 
 ModelInspector = Callable[..., ModelFacts]
@@ -29,6 +35,8 @@ class Sources:
 
     inspect: ModelInspector
     probe_vllm: VllmProber
+    settings: Settings | None = None
+    """Where an engine's own files are (a converted model's GGUF); None: the defaults."""
 
 
 @dataclass
@@ -42,9 +50,35 @@ class Prepared:
     warnings: list[str] = field(default_factory=list)
     host_vllm: HostVllmFacts | None = None
     """The host vLLM it runs on the host path, as probed (with its interpreter's headers)."""
+    engine_choice: EngineChoice | None = None
+    """Why its engine serves it (`engine = "auto"`, a converted model); None otherwise."""
 
     def route_of(self, kind: type[RouteT]) -> RouteT:
         """The route as its engine's own type: an engine's stages are never given another's."""
         if not isinstance(self.route, kind):
             raise TypeError(f"{self.result.name}: a {type(self.route).__name__}, not {kind}")
         return self.route
+
+
+class Prerequisite(BaseModel):
+    """An input an endpoint's plan needs that approve makes before it plans: the GGUF file
+    of a safetensors model a llama.cpp endpoint serves (docs/conversion.md). The engine
+    that asked makes it (`epycd.approval.prerequisites`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    action: Literal["convert"] = "convert"
+    engine: str
+    endpoint: str
+    model: str
+    revision: str | None
+    quantize: str
+    output: str
+
+
+class MissingPrerequisite(Refusal):
+    """The endpoint is planned once approve has made `prerequisite`."""
+
+    def __init__(self, prerequisite: Prerequisite, message: str, *, file: Path, fix: str) -> None:
+        super().__init__(message, file=file, key="model", fix=fix)
+        self.prerequisite = prerequisite

@@ -41,8 +41,8 @@ from epycd.names import (
 )
 from epycd.readfile import RefusedFile, read_head
 from epycd.spec.flags import ExtraFlags
+from epycd.spec.key_setting import ENGINE_VALUES as ENGINE_NAMES
 from epycd.spec.key_setting import EngineKeys, PathText
-from epycd.spec.keys import ENGINES as ENGINE_NAMES
 from epycd.spec.keys import allowed, inapplicable_key_errors
 from epycd.spec.policy import env_errors, extra_args_errors
 from epycd.text import first_unsafe

@@ -14,7 +14,11 @@ from epycd.engines import DEFAULT_ENGINE
 from epycd.engines import ENGINES as REGISTERED
 
 ENGINES = (DEFAULT_ENGINE.name, *(e.name for e in REGISTERED if e is not DEFAULT_ENGINE))
-"""The values of `engine`, the default first: the registered engines (`epycd.engines`)."""
+"""The registered engines (`epycd.engines`), the default first."""
+AUTO_ENGINE = "auto"
+"""`engine = "auto"`: the planner chooses the engine (epycd.plan.pipeline.choose)."""
+ENGINE_VALUES = (*ENGINES, AUTO_ENGINE)
+"""The values of `engine`: an engine, or "auto"."""
 DEVICES = ("cpu", "instinct")
 """The values of `device`, the default first."""
 PathText = Annotated[str, Field(min_length=2, pattern=r"^/")]
@@ -42,6 +46,10 @@ class KeySetting:
     """Engine or device it does not apply to -> the fix an admin is given there."""
 
     def applies(self, engine: str, device: str) -> bool:
+        """Under `engine = "auto"` a key applies where it applies to every engine the
+        planner may choose (or where its row names "auto")."""
+        if engine == AUTO_ENGINE and engine not in self.engines:
+            return set(ENGINES) <= set(self.engines) and device in self.devices
         return engine in self.engines and device in self.devices
 
     def fix_for(self, engine: str, device: str) -> str:

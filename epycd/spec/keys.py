@@ -22,8 +22,10 @@ from typing import Any
 from epycd import engines
 from epycd.errors import InputError
 from epycd.spec.key_setting import (
+    AUTO_ENGINE,
     CPU_ONLY,
     DEVICES,
+    ENGINE_VALUES,
     ENGINES,
     INSTINCT_ONLY,
     EngineKeys,
@@ -33,7 +35,7 @@ from epycd.spec.policy import ENV_TUNABLE_TEXT
 
 __all__ = ["DEVICES", "ENGINES", "KeySetting", "allowed", "inapplicable_key_errors", "keys"]
 
-ENGINE_TITLE = {e.name: e.title for e in engines.ENGINES}
+ENGINE_TITLE = {e.name: e.title for e in engines.ENGINES} | {AUTO_ENGINE: 'engine = "auto"'}
 DEVICE_TITLE = {"cpu": "CPU", "instinct": "Instinct"}
 
 
@@ -43,16 +45,18 @@ AUTO = ("auto",)
 
 def _engine_values() -> str:
     """The registered engines as `engine` takes them, the default first, each with what it
-    serves."""
-    return " or ".join(
+    serves, and "auto"."""
+    named = [
         f'"{name}" ({"the default: " if i == 0 else ""}{engines.engine_named(name).serves})'
         for i, name in enumerate(ENGINES)
-    )
+    ]
+    return " or ".join([*named, f'"{AUTO_ENGINE}" (the plan chooses, docs/tuning.md rule 12)'])
 
 
 def _engine_doc() -> str:
     names = [f'`"{name}"`' + (" (the default)" if i == 0 else "") for i, name in enumerate(ENGINES)]
-    return " or ".join(names) + " ([Which engine](#which-engine))"
+    auto = f'`"{AUTO_ENGINE}"` (the plan chooses by the profile and the model; docs/conversion.md)'
+    return " or ".join([*names, auto]) + " ([Which engine](#which-engine))"
 
 
 SHARED_KEYS: tuple[KeySetting, ...] = (
@@ -322,7 +326,7 @@ def inapplicable_key_errors(path: Path, data: Mapping[str, Any]) -> list[InputEr
     """An error for each key the file sets that does not apply to its engine or device (a
     value the row calls harmless aside), naming the key and the fix."""
     engine, device = data.get("engine", ENGINES[0]), data.get("device", DEVICES[0])
-    if engine not in ENGINES or device not in DEVICES:
+    if engine not in ENGINE_VALUES or device not in DEVICES:
         return []  # a wrong engine or device is the type check's error
     return [
         InputError(

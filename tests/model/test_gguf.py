@@ -238,7 +238,16 @@ def test_the_table_is_the_sources_own_map(tmp_path: Path) -> None:
         "};\n"
         'static const std::map<llm_kv, const char *> LLM_KV_NAMES = { { LLM_KV_X, "x" } };\n'
     )
-    assert llama_tables.build_table(tmp_path, "9.9").architectures == ["llama", "qwen2"]
+    converter = tmp_path / "llama.cpp" / llama_tables.CONVERTER_MAP_SOURCE
+    converter.parent.mkdir(parents=True)
+    converter.write_text(
+        'TEXT_MODEL_MAP: dict[str, str] = {\n    "QwenForLM": "qwen",\n'
+        '    "LlamaForLM": "llama",\n}\n'
+        'MMPROJ_MODEL_MAP: dict[str, str] = {"VisionModel": "vision"}\n'
+    )
+    table = llama_tables.build_table(tmp_path, "9.9")
+    assert table.architectures == ["llama", "qwen2"]
+    assert table.converts == ["LlamaForLM", "QwenForLM"], "the text map alone, sorted"
     source.write_text("no map here\n")
     with pytest.raises(InputError):
         llama_tables.build_table(tmp_path, "9.9")

@@ -255,5 +255,8 @@ def test_each_engine_refuses_the_others_model(lw: LlamaWorkspace) -> None:
     results = lw.plan()
     gguf = results["vllm-gguf"].errors[0]
     assert gguf.fix and 'engine = "llama.cpp"' in gguf.fix, gguf.text
+    # a safetensors folder is served through its conversion (tests/plan/test_auto_engine.py),
+    # which needs the converter's Python: this workspace has none
     folder = results["llama-folder"].errors[0]
-    assert "not a GGUF file" in folder.message and folder.key == "model", folder.text
+    assert "needs the converter's Python" in folder.message and folder.key == "model", folder.text
+    assert folder.fix and "install.sh --runtime" in folder.fix and "gguf" in folder.fix

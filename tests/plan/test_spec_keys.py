@@ -14,6 +14,7 @@ import tomli_w
 from epycd.engines import ENGINES as REGISTERED
 from epycd.engines.base import RUNTIMES
 from epycd.spec import parse_endpoint, spec_model
+from epycd.spec.key_setting import ENGINE_VALUES
 from epycd.spec.keys import DEVICES, ENGINES, keys, keys_markdown
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,6 +52,7 @@ SAMPLES: dict[str, object] = {
     "tensor_parallel_size": 2,
     "on_demand": True,
     "idle_stop": "20s",
+    "quantize": "q4_k_m",
 }
 """A value of the right type for each key, not one of its harmless values."""
 EXCLUSIVE = (
@@ -78,7 +80,7 @@ def test_the_admin_guide_table_is_made_from_the_rows() -> None:
     assert keys_markdown() in admin, "run .venv/bin/python -m epycd.spec and paste its table"
 
 
-@pytest.mark.parametrize(("engine", "device"), list(product(ENGINES, DEVICES)))
+@pytest.mark.parametrize(("engine", "device"), list(product(ENGINE_VALUES, DEVICES)))
 def test_a_key_that_does_not_apply_is_refused_with_its_fix(
     tmp_path: Path, engine: str, device: str
 ) -> None:
@@ -99,7 +101,12 @@ def test_a_key_that_does_not_apply_is_refused_with_its_fix(
 
 
 def test_a_file_of_each_engine_with_only_its_keys_parses(tmp_path: Path) -> None:
-    for engine, device in (("vllm", "cpu"), ("vllm", "instinct"), ("llama.cpp", "cpu")):
+    for engine, device in (
+        ("vllm", "cpu"),
+        ("vllm", "instinct"),
+        ("llama.cpp", "cpu"),
+        ("auto", "cpu"),
+    ):
         data = {row.name: SAMPLES[row.name] for row in keys() if row.applies(engine, device)}
         data |= {"engine": engine, "device": device}
         if device == "instinct":

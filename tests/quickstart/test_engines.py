@@ -68,3 +68,42 @@ def test_llama_cpp_without_its_runtime_is_refused_with_the_build_command(
     assert f"the llama.cpp runtime is not built in {empty}" in done.stderr
     assert "install.sh --engine llama.cpp" in done.stderr
     assert sandbox.written() == []
+
+
+@pytest.mark.llama
+def test_auto_converts_the_safetensors_model_then_approves_it_on_llama_cpp(
+    sandbox: CliSandbox,
+) -> None:
+    """`--engine auto` on a host with llama-server: the default profile (balanced) prefers
+    llama.cpp, so the tiny SentencePiece Llama is converted by the real converter (under the
+    vLLM venv's torch) before the plan is shown, then approved on the converted file."""
+    from tests.health.realvllm import VENV
+    from tests.llama.test_convert import tiny_llama
+
+    sandbox.use_fake_host()
+    llama_server()
+    model = tiny_llama()
+    converted = sandbox.tmp / "converted"
+    done = sandbox.epycctl(
+        "quickstart", "--engine", "auto", "--model", str(model), "--yes", "--no-start",
+        EPYCD_LLAMA_RUNTIME_DIR=str(SERVER), EPYCD_RUNTIME_DIR=str(VENV),
+        EPYCD_LLAMA_CONVERTED_DIR=str(converted),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    target = sandbox.settings.config_dir / "default.toml"
+    assert tomllib.loads(target.read_text()) == {"engine": "auto", "model": str(model)}
+    assert "convert: " in done.stdout and "Q8_0.gguf" in done.stdout
+    assert 'llama.cpp (engine = "auto"): llama.cpp: profile balanced' in done.stdout
+    approval = load_approval(sandbox.settings, "default")
+    assert approval is not None and approval.plan.decisions.engine == "llama.cpp"
+    assert sorted(p.suffix for p in converted.iterdir()) == [".gguf", ".json"]
+
+
+def test_auto_refuses_a_vllm_of_its_own_as_bad_input(sandbox: CliSandbox) -> None:
+    sandbox.use_fake_host()
+    done = sandbox.epycctl(
+        "quickstart", "--engine", "auto", "--vllm", "/usr/bin/true", "--yes"
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--vllm" in done.stderr and "--engine vllm" in done.stderr
+    assert sandbox.written() == []

@@ -3,11 +3,15 @@ and the fix for each of vLLM's keys a llama.cpp endpoint file sets."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
 
-from epycd.spec.key_setting import CPU_ONLY, EngineKeys, KeySetting, PathText
+from epycd.spec.key_setting import AUTO_ENGINE, CPU_ONLY, EngineKeys, KeySetting, PathText
 
 ENGINE = ("llama.cpp",)
+CONVERTING = ("llama.cpp", AUTO_ENGINE)
+"""The engines whose endpoint may serve a safetensors model converted to GGUF."""
 
 
 class LlamaKeys(BaseModel):
@@ -16,6 +20,9 @@ class LlamaKeys(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     llama_server: PathText | None = None
+    quantize: Literal["q8_0", "q4_k_m", "bf16"] | None = None
+    """The weights of a safetensors model llama.cpp serves once approve converted it
+    (docs/conversion.md): q8_0 when not given."""
 
     @classmethod
     def of(cls, spec: BaseModel) -> LlamaKeys:
@@ -31,7 +38,7 @@ KEYS = EngineKeys(
             "the GGUF file's name in the hub repository or folder `model` names, e.g. "
             "'model-Q4_K_M.gguf' (a relative name: no '..', not an absolute path)",
             "llama.cpp: the GGUF file in the repository or folder",
-            engines=ENGINE,
+            engines=CONVERTING,
             devices=CPU_ONLY,
         ),
         KeySetting(
@@ -41,6 +48,16 @@ KEYS = EngineKeys(
             "llama.cpp: a llama-server of your own",
             engines=ENGINE,
             devices=CPU_ONLY,
+        ),
+        KeySetting(
+            "quantize",
+            "'q8_0' (the default: near-lossless), 'q4_k_m' (a quarter of bf16's size, as "
+            "Ollama serves) or 'bf16'",
+            "llama.cpp: the weights a safetensors model is converted to at approve "
+            "([docs/conversion.md](conversion.md))",
+            engines=CONVERTING,
+            devices=CPU_ONLY,
+            fixes={"vllm": "remove quantize: vLLM serves the safetensors weights as they are"},
         ),
     ),
     refused={

@@ -15,11 +15,19 @@ from epycd.host.probe_cache import ProbeCache
 from epycd.host.pyheaders import with_python_headers
 from epycd.model.facts import ModelFacts
 from epycd.plan.engines import planner_for, planners
+from epycd.plan.pipeline.choose import prepare_auto
 from epycd.plan.pipeline.result import EndpointResult, against_endpoint_file, crashed, failed
-from epycd.plan.prepared import ModelInspector, Prepared, Sources, VllmProber
+from epycd.plan.prepared import (
+    MissingPrerequisite,
+    ModelInspector,
+    Prepared,
+    Sources,
+    VllmProber,
+)
 from epycd.plan.service.secrets import UnreadableHere, unreadable_here
 from epycd.settings import Settings
 from epycd.spec import SpecResult
+from epycd.spec.key_setting import AUTO_ENGINE
 from epycd.stack import Stack
 
 
@@ -39,6 +47,8 @@ def prepare(
     """`secret_group`: the admin group root's epycd.conf names (`trusted_admin_gid`), which
     may be the group of a key or token file (`read_root_only`)."""
     assert result.spec is not None
+    if result.spec.engine == AUTO_ENGINE:
+        return prepare_auto(result, host, stack, sources, secret_group)
     return planner_for(result.spec.engine).prepare(result, host, stack, sources, secret_group)
 
 
@@ -65,7 +75,7 @@ def memoized_sources(
             inspected[key] = inspect_model(model, **kwargs)
         return inspected[key]
 
-    return Sources(inspect=cached_inspect, probe_vllm=cached_probe)
+    return Sources(inspect=cached_inspect, probe_vllm=cached_probe, settings=settings)
 
 
 def prepare_all(
@@ -91,7 +101,10 @@ def prepare_all(
         except EpycError as exc:
             against_endpoint_file(exc, spec_result.path)
             here = exc.path if isinstance(exc, UnreadableHere) else None
-            results[spec_result.name] = failed(spec_result, exc, unreadable_here=here)
+            first = exc.prerequisite if isinstance(exc, MissingPrerequisite) else None
+            results[spec_result.name] = failed(
+                spec_result, exc, unreadable_here=here, prerequisite=first
+            )
         except Exception as exc:  # the planning boundary: any other error is this file's
             results[spec_result.name] = crashed(spec_result, exc, "preparing the endpoint")
     return results, ready

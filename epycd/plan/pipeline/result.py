@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, SerializeAsAny
 from epycd.errors import EpycError, unexpected_error
 from epycd.model.facts import ModelFacts
 from epycd.plan.endpoint import EndpointDecisions, Plan
+from epycd.plan.prepared import Prerequisite
 from epycd.plan.problem import Problem
 from epycd.plan.route import EngineRoute
 from epycd.spec import SpecResult
@@ -34,6 +35,11 @@ class EndpointResult(BaseModel):
         default=None,
         description="when refused only because memory free now is short: the inputs "
         "fingerprint, so an approved endpoint whose inputs did not change is not drift",
+    )
+    prerequisite: Prerequisite | None = Field(
+        default=None,
+        description="what approve makes before this endpoint can be planned (its model "
+        "converted to GGUF); the plan is refused until then",
     )
     unreadable_here: str | None = Field(
         default=None,

@@ -22,7 +22,7 @@ from epycd.model.facts import Endpoint, ModelFacts
 from epycd.names import unit_name
 from epycd.plan import tuning
 from epycd.plan.healing import Healing, Restart, healing_for
-from epycd.plan.model import BindMount, HfCacheMount, Runtime
+from epycd.plan.model import BindMount, EngineChoice, HfCacheMount, Runtime
 from epycd.plan.prepared import Prepared
 from epycd.plan.service.hfcache import host_hf_home
 from epycd.plan.service.unit_commands import approval_check_argv
@@ -152,6 +152,7 @@ class ServedFields(TypedDict):
     hf_token_file: str | None
     api_key_file: str | None
     chat_template: str | None
+    engine_choice: EngineChoice | None
 
 
 def served_fields(prepared: Prepared, chosen: ServedModel) -> ServedFields:
@@ -178,6 +179,7 @@ def served_fields(prepared: Prepared, chosen: ServedModel) -> ServedFields:
         hf_token_file=spec.hf_token_file,
         api_key_file=spec.api_key_file,
         chat_template=spec.chat_template,
+        engine_choice=prepared.engine_choice,
     )
 
 

@@ -14,18 +14,27 @@ from pathlib import Path
 
 from epycd.childproc import run_bounded
 from epycd.engines.llama_cpp import EMBEDDED_RUNTIME, LLAMA_CPP, install_command
+from epycd.engines.llama_cpp.model.convert import converter_refusal
+from epycd.engines.llama_cpp.plan.converted import (
+    converted_path,
+    converter_python_present,
+    needs_conversion,
+    quantize_of,
+    read_record,
+)
 from epycd.engines.llama_cpp.plan.decide import decide_llama, llama_fit
 from epycd.engines.llama_cpp.plan.model import (
     LlamaRoute,
     LlamaServer,
 )
 from epycd.engines.llama_cpp.settings import LlamaSettings
-from epycd.engines.llama_cpp.spec import LlamaKeys
+from epycd.engines.llama_cpp.spec import CONVERTING, LlamaKeys
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, ServerFacts
 from epycd.model.facts import ModelFacts
+from epycd.model.hub import is_gguf
 from epycd.plan.engines.planner import EnginePlanner
-from epycd.plan.model import AnyServer
+from epycd.plan.model import AnyServer, EngineChoice
 from epycd.plan.placement.alloc import Placement
 from epycd.plan.prepared import Prepared, Sources
 from epycd.plan.route import refuse_non_epyc
@@ -109,7 +118,8 @@ def with_llama_runtime(
     """llama.cpp endpoints without a `llama_server` key serve with the llama.cpp runtime's
     (install.sh --engine llama.cpp); probed only when one asks for it."""
     wanted = any(
-        r.spec and r.spec.engine == ENGINE and not LlamaKeys.of(r.spec).llama_server for r in specs
+        r.spec and r.spec.engine in CONVERTING and not LlamaKeys.of(r.spec).llama_server
+        for r in specs
     )
     server = embedded_llama_server(runtime_dir) if wanted else None
     if server is None:
@@ -134,6 +144,48 @@ def check_llama_model(facts: ModelFacts, file: Path) -> list[str]:
     if not llama.supported:
         raise Refusal(llama.reason, file=file, key="model", fix="choose a text-generation GGUF")
     return list(facts.warnings)
+
+
+def prepare_converted(
+    result: SpecResult, route: LlamaRoute, sources: Sources, token: str | None
+) -> Prepared:
+    """A safetensors model, served as the GGUF file approve converted it to: refused where
+    the pinned converter does not take its architecture or no Python can run the converter,
+    `NeedsConversion` until the file is there (docs/conversion.md)."""
+    spec, file = result.spec, result.path
+    assert spec is not None and spec.model is not None
+    source = sources.inspect(spec.model, revision=spec.revision, token=token)
+    refusal = converter_refusal(source.architectures)
+    if refusal is not None:
+        raise Refusal(refusal, file=file, key="model", fix='serve it with engine = "vllm"')
+    settings = sources.settings or Settings()
+    python = settings.runtime_dir / "bin" / "python"
+    if not converter_python_present(python):
+        raise Refusal(
+            f"converting {spec.model} to GGUF needs the converter's Python ({python}), "
+            "which is not installed",
+            file=file,
+            key="model",
+            fix="install the vLLM runtime (packaging/install.sh --runtime), whose Python "
+            'runs llama.cpp\'s converter; or give model = a .gguf file; or set engine = "vllm"',
+        )
+    quantize = quantize_of(LlamaKeys.of(spec).quantize)
+    converted_dir = LlamaSettings.of(settings).llama_converted_dir
+    gguf = converted_path(converted_dir, spec.model, source.revision, quantize)
+    record = read_record(gguf)
+    if record is None:
+        raise needs_conversion(result.name, spec.model, source.revision, quantize, gguf, file)
+    facts = sources.inspect(str(gguf))
+    warnings = [*source.warnings, *check_llama_model(facts, file)]
+    choice = EngineChoice(
+        asked=spec.engine,
+        reasons=[
+            f"{spec.model} converted to {quantize} by llama.cpp {record.llama_cpp}'s "
+            f"converter: {gguf}"
+        ],
+        converted=record.weights(),
+    )
+    return Prepared(result, spec, route, facts, warnings, engine_choice=choice)
 
 
 class LlamaPlanner(EnginePlanner):
@@ -163,11 +215,12 @@ class LlamaPlanner(EnginePlanner):
         file = result.path
         route = llama_route(spec, host, file, self.probe)
         check_api_key(spec, file, secret_group)
+        model = spec.model or stack.default_model
+        token = read_token(spec, file, secret_group)
+        if not is_gguf(model, spec.gguf_file):
+            return prepare_converted(result, route, sources, token)
         facts = sources.inspect(
-            spec.model or stack.default_model,
-            revision=spec.revision,
-            token=read_token(spec, file, secret_group),
-            gguf_file=spec.gguf_file,
+            model, revision=spec.revision, token=token, gguf_file=spec.gguf_file
         )
         return Prepared(result, spec, route, facts, check_llama_model(facts, file))
 

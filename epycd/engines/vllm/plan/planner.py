@@ -32,6 +32,7 @@ from epycd.plan.route import container_runtime
 from epycd.plan.service.secrets import check_api_key, read_token
 from epycd.settings import Settings
 from epycd.spec import EndpointSpec, SpecResult
+from epycd.spec.key_setting import AUTO_ENGINE
 from epycd.stack import Stack
 
 
@@ -99,7 +100,10 @@ class VllmPlanner(EnginePlanner):
         from epycd.host.runtimes import embedded_vllm
 
         wants_auto = any(
-            r.spec and r.spec.engine == self.engine and r.spec.runtime == "auto" and not r.spec.vllm
+            r.spec
+            and r.spec.engine in (self.engine, AUTO_ENGINE)
+            and r.spec.runtime == "auto"
+            and not r.spec.vllm
             for r in specs
         )
         if not wants_auto or host.runtimes.vllm is not None or container_runtime(host.runtimes):

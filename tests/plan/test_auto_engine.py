@@ -1,0 +1,214 @@
+"""`engine = "auto"` (docs/tuning.md rule 12) and a safetensors model served by llama.cpp
+through its conversion (docs/conversion.md), in the real planner: which engine each profile
+gets and why, the engines passed over with their reasons, the conversion approve must make
+first, the converted file bound to the plan by its hash. The llama-server is an executable
+that answers `--version` as it does; the converted file is a GGUF written here with its
+record. The real conversion is tests/llama/test_convert.py's; approve's is
+tests/llama/test_approve_converted.py's."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from epycd.cli.plan import confirmation_table, plan_json
+from epycd.engines.llama_cpp.plan.converted import ConvertedRecord, converted_path, record_path
+from epycd.engines.llama_cpp.plan.model import LlamaServer
+from epycd.host.facts import HostFacts
+from epycd.plan.pipeline.result import EndpointResult
+from tests.model.gguf_files import GgufShape, write_gguf
+from tests.plan.conftest import PlanWorkspace
+from tests.plan.test_llama_plan import fake_llama_server, gguf_model
+
+
+class AutoWorkspace:
+    """A plan workspace with a built llama.cpp runtime and the converter's Python."""
+
+    def __init__(self, ws: PlanWorkspace, host: HostFacts) -> None:
+        self.ws, self.host = ws, host
+        self.runtime = ws.tmp / "llama-runtime"
+        fake_llama_server(self.runtime / "bin")
+        (self.runtime / ".epyc-stamp").write_text("llama-cpp-python==0.3.36\n")
+        self.vllm_runtime = ws.tmp / "vllm-runtime"
+        (self.vllm_runtime / "bin").mkdir(parents=True)
+        (self.vllm_runtime / "bin" / "python").symlink_to(sys.executable)
+        self.converted = ws.tmp / "converted"
+        ws.settings = ws.settings.model_copy(
+            update={
+                "llama_runtime_dir": self.runtime,
+                "runtime_dir": self.vllm_runtime,
+                "llama_converted_dir": self.converted,
+            }
+        )
+
+    def plan(self) -> dict[str, EndpointResult]:
+        return self.ws.plan(self.host)
+
+    def convert(self, quantize: str = "q8_0", model: Path | None = None) -> Path:
+        """The converted file and its record, as approve leaves them."""
+        source = model or self.ws.model
+        gguf = converted_path(self.converted, str(source), None, quantize)  # type: ignore[arg-type]
+        gguf.parent.mkdir(parents=True, exist_ok=True)
+        write_gguf(
+            gguf,
+            GgufShape(layers=2, embedding=128, heads=4, kv_heads=2, feed_forward=512, vocab=300),
+        )
+        stat = gguf.stat()
+        record = ConvertedRecord(
+            source=str(source),
+            source_revision=None,
+            quantize=quantize,
+            sha256=hashlib.sha256(gguf.read_bytes()).hexdigest(),
+            bytes=stat.st_size,
+            mtime_ns=stat.st_mtime_ns,
+            llama_cpp="0.3.36",
+        )
+        record_path(gguf).write_text(record.model_dump_json())
+        return gguf
+
+
+@pytest.fixture
+def aw(ws: PlanWorkspace, host_of: Callable[..., HostFacts]) -> AutoWorkspace:
+    return AutoWorkspace(ws, host_of("genoa-9654-2s-nps1"))
+
+
+def test_balanced_waits_for_its_conversion_and_names_it(aw: AutoWorkspace) -> None:
+    aw.ws.endpoint("chat", 'engine = "auto"\n')
+    result = aw.plan()["chat"]
+    assert result.plan is None and result.prerequisite is not None
+    first = result.prerequisite
+    assert (first.engine, first.model, first.quantize) == ("llama.cpp", str(aw.ws.model), "q8_0")
+    assert first.output == str(converted_path(aw.converted, str(aw.ws.model), None, "q8_0"))
+    text = result.errors[0].text
+    assert 'engine = "auto" chose llama.cpp: profile balanced' in text
+    assert "epycctl approve chat converts it first" in text
+    assert plan_json(result)["prerequisite"]["output"] == first.output
+    assert "Approve first" in confirmation_table(result, aw.host)
+    assert not aw.converted.exists(), "planning converts nothing"
+
+
+def test_balanced_serves_the_converted_file_with_llama_cpp(aw: AutoWorkspace) -> None:
+    gguf = aw.convert()
+    aw.ws.endpoint("chat", 'engine = "auto"\n')
+    result = aw.plan()["chat"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    decided = result.plan.decisions
+    server = decided.first
+    assert isinstance(server, LlamaServer) and decided.engine == "llama.cpp"
+    assert server.invocation.model_path == os.path.realpath(gguf)
+    assert decided.model == str(aw.ws.model), "the endpoint serves the model the file names"
+    choice = decided.engine_choice
+    assert choice is not None and choice.asked == "auto"
+    assert choice.reasons[0].startswith("llama.cpp: profile balanced")
+    assert choice.converted is not None and choice.converted.quantize == "q8_0"
+    record = json.loads(record_path(gguf).read_text())
+    assert choice.converted.sha256 == record["sha256"]
+    data = plan_json(result)
+    assert data["engine"] == "llama.cpp" and data["engine_choice"]["asked"] == "auto"
+    assert data["prerequisite"] is None
+    table = confirmation_table(result, aw.host)
+    assert 'llama.cpp (engine = "auto")' in table and "sha256" in table
+
+
+def test_another_converted_file_is_another_plan(aw: AutoWorkspace) -> None:
+    gguf = aw.convert()
+    aw.ws.endpoint("chat", 'engine = "auto"\n')
+    before = aw.plan()["chat"].plan
+    assert before is not None
+    data = bytearray(gguf.read_bytes())
+    aw.convert()  # converted again: the same bytes, the same hash, the same plan
+    again = aw.plan()["chat"].plan
+    assert again is not None and again.fingerprint == before.fingerprint
+    gguf.write_bytes(bytes(data) + b"\0" * 32)  # the file changed since its record
+    changed = aw.plan()["chat"]
+    assert changed.plan is None and changed.prerequisite is not None
+
+
+def test_throughput_is_served_by_vllm(aw: AutoWorkspace) -> None:
+    aw.ws.endpoint("batch", 'engine = "auto"\nprofile = "throughput"\n')
+    result = aw.plan()["batch"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    decided = result.plan.decisions
+    assert decided.engine == "vllm" and decided.engine_choice is not None
+    assert decided.engine_choice.reasons[0].startswith("vllm: profile throughput")
+    assert plan_json(result)["vllm_args"]
+    assert not aw.converted.exists()
+
+
+def test_without_llama_cpp_balanced_is_served_by_vllm_and_says_why(
+    ws: PlanWorkspace, host_of: Callable[..., HostFacts]
+) -> None:
+    ws.settings = ws.settings.model_copy(update={"llama_runtime_dir": ws.tmp / "none"})
+    ws.endpoint("chat", 'engine = "auto"\n')
+    result = ws.plan(host_of("genoa-9654-2s-nps1"))["chat"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    choice = result.plan.decisions.engine_choice
+    assert result.plan.decisions.engine == "vllm" and choice is not None
+    assert choice.reasons[0].startswith("vllm: profile balanced")
+    assert any(r.startswith("not llama.cpp: no llama-server") for r in choice.reasons)
+
+
+def test_a_gguf_model_goes_to_llama_cpp_whatever_the_profile(aw: AutoWorkspace) -> None:
+    gguf = gguf_model(aw.ws.tmp)
+    aw.ws.endpoint("g", f'engine = "auto"\nprofile = "throughput"\nmodel = "{gguf}"\n')
+    result = aw.plan()["g"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    choice = result.plan.decisions.engine_choice
+    assert result.plan.decisions.engine == "llama.cpp" and choice is not None
+    assert choice.reasons[0].startswith("llama.cpp: profile throughput")
+    assert any(r.startswith("not vllm:") for r in choice.reasons)
+    assert choice.converted is None
+
+
+def test_an_explicit_llama_cpp_endpoint_of_a_safetensors_model_is_converted(
+    aw: AutoWorkspace,
+) -> None:
+    aw.ws.endpoint("l", 'engine = "llama.cpp"\nquantize = "q4_k_m"\n')
+    waiting = aw.plan()["l"]
+    assert waiting.prerequisite is not None and waiting.prerequisite.quantize == "q4_k_m"
+    assert waiting.prerequisite.output.endswith("-Q4_K_M.gguf")
+    aw.convert("q4_k_m")
+    result = aw.plan()["l"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    choice = result.plan.decisions.engine_choice
+    assert choice is not None and choice.asked == "llama.cpp" and choice.converted is not None
+
+
+def test_an_architecture_the_converter_lacks_is_refused_for_llama_cpp(aw: AutoWorkspace) -> None:
+    config = json.loads((aw.ws.model / "config.json").read_text())
+    (aw.ws.model / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchLM"]}))
+    aw.ws.endpoint("l", 'engine = "llama.cpp"\n')
+    result = aw.plan()["l"]
+    assert result.prerequisite is None
+    assert "does not take the architecture NoSuchLM" in result.errors[0].text
+    assert 'serve it with engine = "vllm"' in result.errors[0].text
+
+
+def test_one_endpoint_waiting_for_its_conversion_stops_no_other(aw: AutoWorkspace) -> None:
+    aw.ws.endpoint("chat", 'engine = "auto"\n')
+    aw.ws.endpoint("other", 'engine = "vllm"\n')
+    results = aw.plan()
+    assert results["chat"].prerequisite is not None
+    assert results["other"].plan is not None, [e.text for e in results["other"].errors]
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "fix"),
+    [
+        ('engine = "vllm"\nquantize = "q8_0"\n', "quantize", "remove quantize"),
+        ('engine = "auto"\ndtype = "float32"\n', "dtype", 'set engine = "vllm"'),
+        ('engine = "auto"\nquantize = "q5"\n', "quantize", "q4_k_m"),
+    ],
+)
+def test_keys_auto_does_not_take_are_refused_with_the_fix(
+    aw: AutoWorkspace, text: str, key: str, fix: str
+) -> None:
+    aw.ws.endpoint("bad", text)
+    errors = [e.text for e in aw.plan()["bad"].errors]
+    assert any(key in e and fix in e for e in errors), errors
