@@ -95,9 +95,9 @@ def test_an_engine_has_a_kube_export_or_says_why_not(engine: Engine) -> None:
 
 
 def test_a_stage_an_engine_may_leave_to_the_core_needs_no_module() -> None:
-    """An engine without the stage's module gets the core's default (llama.cpp has no boot
-    check of its own), one with it its own (vLLM's); without a default, the missing module
-    is an error, not a silent None."""
+    """An engine without the stage's implementation gets the core's default (llama.cpp's
+    approval module has no boot check), one with it its own (vLLM's); without a default, a
+    missing module or name is an error, not a silent None."""
     from epycd.approval.engine_check import NOTHING_MORE, EngineBootCheck
 
     llama = next(e for e in ENGINES if e.name == "llama.cpp")
@@ -107,5 +107,7 @@ def test_a_stage_an_engine_may_leave_to_the_core_needs_no_module() -> None:
     assert vllm.implementation("approval", "BOOT_CHECK", EngineBootCheck, NOTHING_MORE) is not (
         NOTHING_MORE
     )
-    with pytest.raises(ModuleNotFoundError):
+    with pytest.raises(TypeError, match="BOOT_CHECK is no EngineBootCheck"):
         llama.implementation("approval", "BOOT_CHECK", EngineBootCheck)
+    with pytest.raises(ModuleNotFoundError):
+        llama.implementation("export", "EXPORTER", EngineBootCheck)
