@@ -32,6 +32,7 @@ from epycd.events import EPYCCTL, Event, emit
 from epycd.host.facts import HostFacts
 from epycd.plan.endpoint import Plan
 from epycd.plan.pipeline.result import EndpointResult
+from epycd.plan.prepared import Prerequisite
 from epycd.settings import Settings, load_settings
 from epycd.text import escaped
 
@@ -58,6 +59,29 @@ def current_plan(settings: Settings, name: str) -> tuple[EndpointResult, HostFac
     return next(r for r in planned.results if r.endpoint == name), planned.host
 
 
+def make_first(
+    name: str,
+    prerequisite: Prerequisite,
+    settings: Settings,
+    *,
+    yes: bool,
+    show: Callable[[str], None],
+    progress: Callable[[str], None],
+    err: bool = False,
+) -> str:
+    """What NAME's plan waits for (its model converted), said, asked for and made, its
+    progress to `progress`; its words. Nothing starts: the plan is asked for as ever."""
+    from epycd.approval.prerequisites import make_prerequisite, maker_for
+
+    what = maker_for(prerequisite).describe(prerequisite)
+    show(f"{name} is planned once approve has made what it needs: {what}\n")
+    ask(f"{what[0].upper()}{what[1:]} (nothing starts)?", yes=yes, err=err)
+    make_prerequisite(
+        prerequisite, settings, lambda line: progress(f"{prerequisite.action}: {line}")
+    )
+    return what
+
+
 def made_first(
     settings: Settings,
     name: str,
@@ -67,19 +91,16 @@ def made_first(
     *,
     yes: bool,
 ) -> tuple[EndpointResult, HostFacts]:
-    """What NAME's plan waits for (its model converted), made once the admin agrees; then
-    NAME planned again. Nothing starts: the plan is shown and asked for as ever."""
-    from epycd.approval.prerequisites import make_prerequisite, maker_for
-
-    prerequisite = result.prerequisite
-    assert prerequisite is not None
-    what = maker_for(prerequisite).describe(prerequisite)
-    report.show(f"{name} is planned once approve has made what it needs: {what}\n")
-    ask(f"{what[0].upper()}{what[1:]} (nothing starts)?", yes=yes, err=report.as_json)
-    make_prerequisite(
-        prerequisite,
+    """`make_first`, then NAME planned again."""
+    assert result.prerequisite is not None
+    what = make_first(
+        name,
+        result.prerequisite,
         settings,
-        lambda line: click.echo(escaped(f"{prerequisite.action}: {line}"), err=True),
+        yes=yes,
+        show=report.show,
+        progress=lambda line: click.echo(escaped(line), err=True),
+        err=report.as_json,
     )
     report.say(f"{name}: made what its plan needs ({what})")
     return current_plan(settings, name)

@@ -432,16 +432,10 @@ def planned_candidate(
     click.echo(escaped(f"runtime: {runtime}; model: {served}; endpoint file: {target}") + "\n")
     result = plan_candidate(settings, target, content, host)
     if result.prerequisite is not None:
-        from epycd.approval.prerequisites import make_prerequisite, maker_for
-        from epycd.cli.approve import ask
+        from epycd.cli.approve import make_first
 
-        what = maker_for(result.prerequisite).describe(result.prerequisite)
-        click.echo(escaped(f"{name} is planned once its model is made ready: {what}") + "\n")
-        ask(f"{what[0].upper()}{what[1:]} (nothing starts)?", yes=yes)
-        action = result.prerequisite.action
-        make_prerequisite(
-            result.prerequisite, settings, lambda line: echo_escaped(f"{action}: {line}")
-        )
+        echo = click.echo
+        make_first(name, result.prerequisite, settings, yes=yes, show=echo, progress=echo_escaped)
         result = plan_candidate(settings, target, content, host)
     hint = missing_model_hint(result, served)
     if hint:

@@ -76,12 +76,17 @@ class Conversion(BaseModel):
 Say = Callable[[str], None]
 
 
+def converted_architecture(architectures: list[str], version: str | None = None) -> str | None:
+    """The first of a model's config.json architectures the pinned converter takes."""
+    takes = set(load_table(version or pinned_version()).converts)
+    return next((name for name in architectures if name in takes), None)
+
+
 def converter_refusal(architectures: list[str], version: str | None = None) -> str | None:
     """Why the pinned converter does not take a model of these config.json architectures;
     None when it takes one of them."""
     version = version or pinned_version()
-    takes = set(load_table(version).converts)
-    if any(name in takes for name in architectures):
+    if converted_architecture(architectures, version) is not None:
         return None
     named = ", ".join(architectures) or "none (config.json names no architectures)"
     return f"llama.cpp {version}'s convert_hf_to_gguf.py does not take the architecture {named}"
@@ -265,8 +270,9 @@ def convert(
         )
     folder, _ = model_folder(model, revision, token, say)
     architectures = architectures_of(folder)
-    refusal = converter_refusal(architectures)
-    if refusal is not None:
+    architecture = converted_architecture(architectures)
+    if architecture is None:
+        refusal = converter_refusal(architectures) or ""
         raise Refusal(refusal, file=folder / "config.json", fix="serve it with vLLM")
     converter = unpack_converter(runtime_dir)
     check_python(python)
@@ -299,7 +305,7 @@ def convert(
             run_tool(argv, "convert_hf_to_gguf.py", say, env)
     return Conversion(
         model=model,
-        architecture=next(a for a in architectures if a in load_table(pinned_version()).converts),
+        architecture=architecture,
         quantize=quantize,
         output=str(output),
         bytes=output.stat().st_size,
