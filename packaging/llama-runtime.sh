@@ -16,6 +16,10 @@
 # venv) and g++. Resumable: a rerun keeps the download, the build venv and the objects built
 # (ninja goes on where it stopped), and a finished DEST whose stamp matches is left as it is;
 # once built, only the binary and the source's sdist (DEST/.build/download) are kept.
+# Beside them, DEST/converter: the source's own convert_hf_to_gguf.py with its conversion/ and
+# gguf-py/ (`epycctl convert`; stamped .source with the sdist's name), installed from the
+# kept sdist on every run, so a DEST built before it had one gets it without a rebuild (the
+# sdist downloaded again where it is not kept; without it and without an index, skipped).
 # The stamp names the source and this CPU's flags: a DEST built on another CPU is rebuilt.
 #
 # pip's own variables choose where the source and the build tools come from: PIP_INDEX_URL
@@ -156,6 +160,37 @@ provision() {
     say "ready: $dest/bin/llama-server and llama ($(du -sh "$dest/bin" | cut -f1))"
 }
 
+# DEST/converter from the kept sdist: the files of its vendor/llama.cpp the converter needs
+install_converter() {
+    local dest=$1 sdist target partial
+    sdist=$dest/.build/download/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz
+    target=$dest/converter
+    if [ -f "$target/.source" ] && [ "$(cat "$target/.source")" = "${sdist##*/}" ]; then
+        return 0
+    fi
+    if [ ! -f "$sdist" ]; then
+        if ! index_reachable 2>/dev/null; then
+            say "converter: not installed (the source is not kept in $dest/.build/download and"
+            say "  no package index is reachable): llama-server serves GGUF files as before, and"
+            say "  \`epycctl convert\` says so until this recipe runs again with an index"
+            return 0
+        fi
+        fetch_source "$dest/.build/download"
+    fi
+    partial=$dest/converter.part
+    rm -rf "$partial"
+    mkdir -p "$partial"
+    tar -xzf "$sdist" -C "$partial" --strip-components=3 \
+        "llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp/convert_hf_to_gguf.py" \
+        "llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp/conversion" \
+        "llama_cpp_python-$LLAMA_CPP_PYTHON/vendor/llama.cpp/gguf-py" ||
+        die "could not unpack the converter from $sdist; rerun to resume"
+    echo "${sdist##*/}" > "$partial/.source"
+    rm -rf "$target"
+    mv "$partial" "$target"
+    say "converter: $target (convert_hf_to_gguf.py, the source's own)"
+}
+
 # ninja's "[N/TOTAL] ..." lines as one line per tenth of the build
 progress() {
     local shown=-1 line built total tenth
@@ -193,6 +228,7 @@ main() {
         provision)
             [ -n "$dest" ] || die "usage: $0 DEST [--jobs N] [--quiet]" 2
             provision "$dest" "$jobs" "$quiet"
+            install_converter "$dest"
             ;;
     esac
 }

@@ -17,7 +17,7 @@ from epycd.engines.llama_cpp.model.convert import (
     CONVERTER_DIR,
     convert,
     converter_refusal,
-    unpack_converter,
+    installed_converter,
 )
 from epycd.engines.llama_cpp.model.format import load_table, parse_converter_map, pinned_version
 from epycd.engines.llama_cpp.model.gguf import read_gguf
@@ -39,13 +39,13 @@ def tiny_llama() -> Path:
 
 @pytest.fixture
 def runtime(tmp_path: Path) -> Path:
-    """A llama.cpp runtime folder as the recipe leaves one: the built binaries and the pinned
-    source's sdist in .build/download (links to the test cache's)."""
+    """A llama.cpp runtime folder as the recipe leaves one: the built binaries and the
+    converter it installs (links to the test cache's, which the recipe built)."""
     llama_server()
     folder = tmp_path / "llama-runtime"
-    (folder / ".build").mkdir(parents=True)
+    folder.mkdir()
     (folder / "bin").symlink_to(SERVER / "bin")
-    (folder / ".build" / "download").symlink_to(SERVER / ".build" / "download")
+    (folder / CONVERTER_DIR).symlink_to(SERVER / CONVERTER_DIR)
     return folder
 
 
@@ -79,7 +79,6 @@ def test_q8_0_conversion_serves_a_chat(runtime: Path, tmp_path: Path) -> None:
     assert facts.chat_template  # the tokenizer's template came along
     assert done.bytes == out.stat().st_size
     assert any("convert_hf_to_gguf.py" in line for line in said)
-    assert (runtime / CONVERTER_DIR / "convert_hf_to_gguf.py").is_file()
     with serving(model=out) as url:
         answer = httpx.post(
             f"{url}/v1/chat/completions",
@@ -121,7 +120,7 @@ def test_an_architecture_the_converter_lacks_is_refused_before_anything_runs(
     with pytest.raises(Refusal, match="does not take the architecture NoSuchForCausalLM") as caught:
         convert(str(model), runtime_dir=runtime, python=PYTHON, output=out)
     assert "config.json" in str(caught.value) and "vLLM" in str(caught.value)
-    assert not out.exists() and not (runtime / CONVERTER_DIR).exists()
+    assert not out.exists()
 
 
 def test_a_model_the_converter_fails_on_leaves_no_file(runtime: Path, tmp_path: Path) -> None:
@@ -148,18 +147,35 @@ def test_a_python_without_torch_is_refused_with_the_fix(runtime: Path, tmp_path:
     assert not (tmp_path / "o.gguf").exists()
 
 
-def test_a_runtime_without_its_source_says_how_to_build_it(tmp_path: Path) -> None:
-    with pytest.raises(Refusal, match=r"no llama\.cpp source beside llama-server") as caught:
-        unpack_converter(tmp_path)
+def test_a_runtime_without_its_converter_says_how_to_install_it(tmp_path: Path) -> None:
+    with pytest.raises(Refusal, match=r"no llama\.cpp converter beside llama-server") as caught:
+        installed_converter(tmp_path)
     assert "install.sh --engine llama.cpp" in str(caught.value)
 
 
-def test_unpacking_once_is_kept(runtime: Path) -> None:
-    first = unpack_converter(runtime)
-    marker = first / "conversion" / "kept"
-    marker.write_text("")
-    assert unpack_converter(runtime) == first and marker.exists()
+def test_the_recipe_installs_the_converter_into_a_built_runtime_without_a_rebuild(
+    tmp_path: Path,
+) -> None:
+    """A runtime the recipe built before it installed the converter (its binaries, stamp and
+    kept source): the recipe run again installs the converter from the kept source, keeps
+    the build, and a third run changes nothing."""
+    llama_server()
+    runtime = tmp_path / "llama-runtime"
+    for part in ("bin", ".build"):
+        shutil.copytree(SERVER / part, runtime / part, symlinks=True)
+    shutil.copy2(SERVER / ".epyc-stamp", runtime / ".epyc-stamp")
+    server_before = (runtime / "bin" / "llama-server").stat().st_mtime_ns
+    recipe = [str(Path(REPO) / "packaging" / "llama-runtime.sh"), str(runtime)]
+    done = subprocess.run(recipe, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "is provisioned" in done.stdout and "converter: " in done.stdout, done.stdout
+    converter = installed_converter(runtime)
+    assert (converter / "conversion" / "__init__.py").is_file()
+    assert (converter / "gguf-py" / "gguf" / "__init__.py").is_file()
+    assert (runtime / "bin" / "llama-server").stat().st_mtime_ns == server_before
     assert not (runtime / f"{CONVERTER_DIR}.part").exists()
+    again = subprocess.run(recipe, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "converter: " not in again.stdout, again.stdout
 
 
 def test_the_command_writes_json_and_refuses_with_exit_1(runtime: Path, tmp_path: Path) -> None:

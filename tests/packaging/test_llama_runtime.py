@@ -63,6 +63,9 @@ def test_a_finished_runtime_is_left_as_it_is(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "is provisioned" in done.stdout
     assert server.read_text().endswith("echo built before\n")
+    # no kept source and no index: the converter is skipped, said, and nothing fails
+    assert "converter: not installed" in done.stdout, done.stdout
+    assert not (tmp_path / "llama" / "converter").exists()
 
 
 def test_a_runtime_missing_a_binary_is_not_finished(tmp_path: Path) -> None:

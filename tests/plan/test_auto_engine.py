@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,9 @@ class AutoWorkspace:
         self.runtime = ws.tmp / "llama-runtime"
         fake_llama_server(self.runtime / "bin")
         (self.runtime / ".epyc-stamp").write_text("llama-cpp-python==0.3.36\n")
+        converter = self.runtime / "converter"  # as the recipe installs it (not run to plan)
+        converter.mkdir()
+        (converter / "convert_hf_to_gguf.py").write_text("")
         self.vllm_runtime = ws.tmp / "vllm-runtime"
         (self.vllm_runtime / "bin").mkdir(parents=True)
         (self.vllm_runtime / "bin" / "python").symlink_to(sys.executable)
@@ -152,6 +156,19 @@ def test_without_llama_cpp_balanced_is_served_by_vllm_and_says_why(
     assert result.plan.decisions.engine == "vllm" and choice is not None
     assert choice.reasons[0].startswith("vllm: profile balanced")
     assert any(r.startswith("not llama.cpp: no llama-server") for r in choice.reasons)
+
+
+def test_a_runtime_without_its_converter_leaves_balanced_to_vllm(aw: AutoWorkspace) -> None:
+    """A llama.cpp runtime built before its recipe installed the converter: auto serves the
+    safetensors model with vLLM and names the recipe to run again."""
+    shutil.rmtree(aw.runtime / "converter")
+    aw.ws.endpoint("chat", 'engine = "auto"\n')
+    result = aw.plan()["chat"]
+    assert result.plan is not None and result.prerequisite is None
+    choice = result.plan.decisions.engine_choice
+    assert result.plan.decisions.engine == "vllm" and choice is not None
+    why = next(r for r in choice.reasons if r.startswith("not llama.cpp:"))
+    assert "needs llama.cpp's converter" in why and "install.sh --engine llama.cpp" in why, why
 
 
 def test_a_gguf_model_goes_to_llama_cpp_whatever_the_profile(aw: AutoWorkspace) -> None:

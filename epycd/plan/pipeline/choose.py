@@ -70,7 +70,8 @@ def prepare_auto(
             waiting.message += f' (engine = "auto" chose {name}: {WHY[spec.profile]})'
             raise
         except EpycError as exc:
-            passed_over.append(f"not {name}: {exc.message}")
+            to_serve = f" (to serve with it: {exc.fix})" if exc.fix else ""
+            passed_over.append(f"not {name}: {exc.message}{to_serve}")
             last = exc
             continue
         return _chosen(prepared, [f"{name}: {WHY[spec.profile]}", *passed_over])

@@ -2,10 +2,10 @@
 the pinned source: `convert_hf_to_gguf.py` writes bf16 or q8_0, and the runtime's `llama
 quantize` makes q4_k_m from a bf16 file (`epycctl convert`, docs/conversion.md).
 
-The converter is Python that imports torch and transformers. It comes from the pinned
-llama.cpp source the runtime recipe keeps beside llama-server (DEST/.build/download) and is
-unpacked into DEST/converter on first use (`unpack_converter`); it runs under a Python that has
-torch and transformers (the vLLM runtime's, by default).
+The converter is Python that imports torch and transformers. The runtime recipe
+(packaging/llama-runtime.sh) installs it from the pinned llama.cpp source beside llama-server,
+in DEST/converter; it runs under a Python that has torch and transformers (the vLLM
+runtime's, by default).
 
 Whether the converter takes a model is read from the converter itself: its map of
 architectures (`LlamaTable.converts`, read from its source). A model it does not take is
@@ -19,9 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
-import tarfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -43,10 +41,10 @@ CONVERTER_OUTTYPE: dict[Quantize, str] = {"q8_0": "q8_0", "bf16": "bf16", "q4_k_
 QUANTIZER_TYPE: dict[Quantize, str] = {"q4_k_m": "Q4_K_M"}
 """`llama quantize`'s type for the results the converter cannot write itself."""
 
-CONVERTER_FILES = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
-"""What the converter is, in llama.cpp's tree: its script, its modules and its gguf library."""
 CONVERTER_DIR = "converter"
-SOURCE_DOWNLOAD = ".build/download"
+"""Where packaging/llama-runtime.sh installs the converter in the runtime: its script, its
+conversion/ modules and its gguf-py/ library, from the pinned source."""
+CONVERTER_SCRIPT = "convert_hf_to_gguf.py"
 CONVERTER_MODULES = ("torch", "transformers", "numpy", "sentencepiece")
 """What the converter imports (llama.cpp's requirements-convert_hf_to_gguf.txt)."""
 NOT_WEIGHTS = ["*.bin", "*.pt", "*.pth", "*.h5", "*.msgpack", "*.onnx", "*.ot", "*.gguf"]
@@ -98,52 +96,17 @@ def default_output(model: str, quantize: Quantize) -> Path:
     return Path.cwd() / f"{name}-{quantize.upper()}.gguf"
 
 
-def unpack_converter(runtime_dir: Path) -> Path:
-    """runtime_dir/converter: llama.cpp's converter, unpacked from the pinned source the
-    runtime recipe keeps beside llama-server; a no-op once unpacked from that source."""
-    sources = sorted((runtime_dir / SOURCE_DOWNLOAD).glob("llama_cpp_python-*.tar.gz"))
-    if not sources:
+def installed_converter(runtime_dir: Path) -> Path:
+    """runtime_dir/converter, as the runtime recipe installs it from the pinned source."""
+    converter = runtime_dir / CONVERTER_DIR
+    if not (converter / ".source").is_file() or not (converter / CONVERTER_SCRIPT).is_file():
         raise Refusal(
-            f"no llama.cpp source beside llama-server in {runtime_dir}",
-            file=runtime_dir / SOURCE_DOWNLOAD,
-            fix="build the llama.cpp runtime (packaging/install.sh --engine llama.cpp), which "
-            "keeps its pinned source there",
+            f"no llama.cpp converter beside llama-server in {runtime_dir}",
+            file=converter,
+            fix="run the llama.cpp runtime's recipe again (packaging/install.sh --engine "
+            "llama.cpp): it keeps the built server and installs the converter from its source",
         )
-    source = sources[-1]
-    target = runtime_dir / CONVERTER_DIR
-    stamp = target / ".source"
-    if stamp.is_file() and stamp.read_text().strip() == source.name:
-        return target
-    partial = target.with_name(f"{CONVERTER_DIR}.part")
-    shutil.rmtree(partial, ignore_errors=True)
-    with tarfile.open(source) as tar:
-        for member in tar.getmembers():
-            inner = _converter_path(member.name)
-            if inner is None or not (member.isfile() or member.isdir()):
-                continue
-            member.name = inner
-            tar.extract(member, partial, filter="data")
-    if not (partial / CONVERTER_FILES[0]).is_file():
-        shutil.rmtree(partial, ignore_errors=True)
-        raise Refusal(f"no {CONVERTER_FILES[0]} in the llama.cpp source", file=source)
-    (partial / ".source").write_text(source.name + "\n")
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
-    return target
-
-
-def _converter_path(name: str) -> str | None:
-    """A member of the sdist (PKG/vendor/llama.cpp/PATH) as its path in the converter's
-    folder; None for a file the converter does not need."""
-    marker = "/vendor/llama.cpp/"
-    if marker not in name:
-        return None
-    inner = name.split(marker, 1)[1]
-    keep = any(
-        inner == part.rstrip("/") or (part.endswith("/") and inner.startswith(part))
-        for part in CONVERTER_FILES
-    )
-    return inner if keep else None
+    return converter
 
 
 def check_python(python: str) -> None:
@@ -274,10 +237,10 @@ def convert(
     if architecture is None:
         refusal = converter_refusal(architectures) or ""
         raise Refusal(refusal, file=folder / "config.json", fix="serve it with vLLM")
-    converter = unpack_converter(runtime_dir)
+    converter = installed_converter(runtime_dir)
     check_python(python)
     env = {**os.environ, "PYTHONPATH": str(converter / "gguf-py")}
-    script = str(converter / CONVERTER_FILES[0])
+    script = str(converter / CONVERTER_SCRIPT)
     with written_whole(output) as partial:
         if quantize in QUANTIZER_TYPE:
             whole = output.with_name(output.name + ".bf16.part")

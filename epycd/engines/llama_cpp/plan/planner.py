@@ -14,7 +14,7 @@ from pathlib import Path
 
 from epycd.childproc import run_bounded
 from epycd.engines.llama_cpp import EMBEDDED_RUNTIME, LLAMA_CPP, install_command
-from epycd.engines.llama_cpp.model.convert import converter_refusal
+from epycd.engines.llama_cpp.model.convert import CONVERTER_DIR, CONVERTER_SCRIPT, converter_refusal
 from epycd.engines.llama_cpp.plan.converted import (
     converted_path,
     converter_python_present,
@@ -169,8 +169,19 @@ def prepare_converted(
             fix="install the vLLM runtime (packaging/install.sh --runtime), whose Python "
             'runs llama.cpp\'s converter; or give model = a .gguf file; or set engine = "vllm"',
         )
+    llama_settings = LlamaSettings.of(settings)
+    converter = llama_settings.llama_runtime_dir / CONVERTER_DIR / CONVERTER_SCRIPT
+    if not converter.is_file():
+        raise Refusal(
+            f"converting {spec.model} to GGUF needs llama.cpp's converter ({converter}), "
+            "which is not installed",
+            file=file,
+            key="model",
+            fix="run the llama.cpp runtime's recipe again (packaging/install.sh --engine "
+            'llama.cpp), which installs it beside llama-server; or set engine = "vllm"',
+        )
     quantize = quantize_of(LlamaKeys.of(spec).quantize)
-    converted_dir = LlamaSettings.of(settings).llama_converted_dir
+    converted_dir = llama_settings.llama_converted_dir
     gguf = converted_path(converted_dir, spec.model, source.revision, quantize)
     record = read_record(gguf)
     if record is None:
