@@ -206,7 +206,9 @@ if [ -d /run/systemd/system ]; then
 else
     say "systemd is not running here: once it is, run \`systemctl enable --now $service\`"
 fi
-if [ "$with_llama" = yes ]; then
+if [ "$with_llama" = yes ] && [ "$with_runtime" = yes ]; then
+    say "next: epycctl quickstart --model /path/to/model (the plan chooses llama.cpp or vLLM by the profile; a safetensors model for llama.cpp is converted first)"
+elif [ "$with_llama" = yes ]; then
     say "next: epycctl quickstart --engine llama.cpp --model /path/to/model.gguf (serves it with $prefix/llama-runtime/bin/llama-server)"
 elif [ "$with_runtime" = yes ]; then
     say "next: epycctl quickstart (serves the default model with the runtime in $prefix/runtime)"

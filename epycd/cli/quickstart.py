@@ -88,17 +88,36 @@ def found_text(runtimes: RuntimeFacts, runtime_dir: Path) -> list[str]:
     return lines
 
 
-def no_runtime_text(runtimes: RuntimeFacts, runtime_dir: Path) -> str:
+def vllm_fixes(runtime_dir: Path) -> list[str]:
+    return [
+        "provision the embedded vLLM (about 1 GB to download): "
+        f"{runtime_install_command(runtime_dir)}",
+        "make docker reachable: systemctl enable --now docker (and check `docker version`)",
+        "install podman >= 4.4, which brings Quadlet (Debian 13, Ubuntu 24.04, RHEL 9)",
+        "point at a vLLM venv or conda env: epycctl quickstart --vllm /path/to/env/bin/vllm",
+    ]
+
+
+class NoRuntime(Exception):
+    """Nothing on this host serves an engine's endpoints: what was looked at, and the
+    one-time fixes."""
+
+    def __init__(self, found: list[str], fixes: list[str]) -> None:
+        super().__init__("no runtime to serve with")
+        self.found = found
+        self.fixes = fixes
+
+    def __add__(self, other: NoRuntime) -> NoRuntime:
+        return NoRuntime(self.found + other.found, self.fixes + other.fixes)
+
+
+def no_runtime_text(missing: NoRuntime) -> str:
     """The one-time fix for a host with nothing to serve with."""
-    found = "\n".join(f"  {line}" for line in found_text(runtimes, runtime_dir))
+    found = "\n".join(f"  {line}" for line in missing.found)
+    fixes = "\n".join(f"  - {line}" for line in missing.fixes)
     return (
         f"No runtime to serve with on this host:\n{found}\n\n"
-        "Fix one of these once, then run `epycctl quickstart` again:\n"
-        "  - provision the embedded vLLM (about 1 GB to download): "
-        f"{runtime_install_command(runtime_dir)}\n"
-        "  - make docker reachable: systemctl enable --now docker (and check `docker version`)\n"
-        "  - install podman >= 4.4, which brings Quadlet (Debian 13, Ubuntu 24.04, RHEL 9)\n"
-        "  - point at a vLLM venv or conda env: epycctl quickstart --vllm /path/to/env/bin/vllm\n"
+        f"Fix one of these once, then run `epycctl quickstart` again:\n{fixes}\n"
         "Nothing was changed."
     )
 
@@ -241,7 +260,7 @@ def pick_runtime(
 ) -> tuple[Runtime, RuntimeFacts]:
     """The runtime to serve with, as `runtime = "auto"` picks it (an explicit --vllm wins),
     and the runtimes with the candidate vLLM probed; bad input for a --vllm that is no vLLM,
-    a refusal with the one-time fix when there is nothing to serve with."""
+    NoRuntime when there is nothing to serve with."""
     containers = container_runtime(host.runtimes) is not None
     candidate = None if containers and vllm is None else vllm_candidate(vllm, settings.runtime_dir)
     runtimes = host.runtimes.model_copy(update={"vllm": host_vllm(settings, candidate)})
@@ -254,8 +273,9 @@ def pick_runtime(
             fix="give the vllm executable (or the folder) of a venv/conda env with vLLM",
         )
     if runtime is None:
-        click.echo(escaped_lines(no_runtime_text(runtimes, settings.runtime_dir)), err=True)
-        raise Refusal("no runtime to serve with")
+        raise NoRuntime(
+            found_text(runtimes, settings.runtime_dir), vllm_fixes(settings.runtime_dir)
+        )
     return runtime, runtimes
 
 
@@ -394,12 +414,17 @@ class QuickstartFile(ABC):
         self, settings: Settings, host: HostFacts, wanted: Wanted
     ) -> tuple[str, bytes, str]:
         """(the model as the file gives it, the file's bytes, what serves it, for people);
-        bad input for an option of another engine, a refusal where nothing can serve it."""
+        bad input for an option of another engine, NoRuntime where nothing can serve it."""
+
+    @abstractmethod
+    def runtime(self, settings: Settings, host: HostFacts) -> str:
+        """What serves the engine's endpoints on this host, for people; NoRuntime, with what
+        was looked at and the one-time fixes, where nothing does."""
 
 
 class AutoQuickstart(QuickstartFile):
     """An `engine = "auto"` endpoint's file: the model alone; the plan chooses the engine by
-    the profile (docs/tuning.md rule 12)."""
+    the profile (docs/tuning.md rule 12) among those this host has a runtime for."""
 
     def candidate(
         self, settings: Settings, host: HostFacts, wanted: Wanted
@@ -408,11 +433,35 @@ class AutoQuickstart(QuickstartFile):
             raise InputError(
                 "--vllm names a vLLM to serve with", key="--vllm", fix="add --engine vllm"
             )
+        runtime = self.runtime(settings, host)
         served = model_argument(wanted.model or shipped_stack().default_model)
         data = {"engine": AUTO_ENGINE, "model": served}
         if wanted.gguf_file is not None:
             data["gguf_file"] = wanted.gguf_file
-        return served, quickstart_document(data), 'chosen by the plan (engine = "auto")'
+        return served, quickstart_document(data), runtime
+
+    def runtime(self, settings: Settings, host: HostFacts) -> str:
+        """The engines this host has a runtime for, the plan to choose among them; NoRuntime,
+        with every engine's fixes, only where it has none."""
+        found: list[str] = []
+        missing = NoRuntime([], [])
+        for engine in engines.ENGINES:
+            try:
+                found.append(
+                    f"{engine.name} {quickstart_file(engine.name).runtime(settings, host)}"
+                )
+            except NoRuntime as of_engine:
+                missing += of_engine
+        if not found:
+            raise missing
+        return f'chosen by the plan (engine = "auto") from: {"; ".join(found)}'
+
+
+def wanted_engine(engine: str | None, vllm: str | None) -> str:
+    """--engine as given; without it auto, or vllm where --vllm names the vLLM to serve with."""
+    if engine is not None:
+        return engine
+    return engines.DEFAULT_ENGINE.name if vllm is not None else AUTO_ENGINE
 
 
 def quickstart_file(engine: str) -> QuickstartFile:
@@ -426,7 +475,11 @@ def planned_candidate(
 ) -> Candidate:
     """NAME.toml for the engine, runtime and model, planned and shown; nothing written yet,
     but what its plan waits for (its model converted), made once the person agrees."""
-    served, content, runtime = quickstart_file(wanted.engine).candidate(settings, host, wanted)
+    try:
+        served, content, runtime = quickstart_file(wanted.engine).candidate(settings, host, wanted)
+    except NoRuntime as missing:
+        click.echo(escaped_lines(no_runtime_text(missing)), err=True)
+        raise Refusal("no runtime to serve with") from None
     target = settings.config_dir / f"{name}.toml"
     already = existing_matches(target, content)
     click.echo(escaped(f"runtime: {runtime}; model: {served}; endpoint file: {target}") + "\n")
@@ -447,11 +500,11 @@ def planned_candidate(
 @click.option(
     "--engine",
     type=click.Choice([*(e.name for e in engines.ENGINES), AUTO_ENGINE]),
-    default=engines.DEFAULT_ENGINE.name,
-    show_default=True,
-    help="the server: "
+    default=None,
+    help=f"the server: {AUTO_ENGINE} (the default: the plan chooses by the profile among the "
+    "engines this host has a runtime for; docs/conversion.md), "
     + ", ".join(f"{e.name} ({e.serves})" for e in engines.ENGINES)
-    + f", {AUTO_ENGINE} (the plan chooses by the profile; docs/conversion.md)",
+    + "; --vllm means vllm",
 )
 @click.option(
     "--model",
@@ -481,7 +534,7 @@ def planned_candidate(
     "--no-start", is_flag=True, help="Write the file, units and approval; do not touch systemd."
 )
 def quickstart(
-    engine: str,
+    engine: str | None,
     model: str | None,
     gguf_file: str | None,
     vllm: str | None,
@@ -498,7 +551,7 @@ def quickstart(
     from epycd.cli.approve import ask
 
     settings, host = prepared_host(name)
-    wanted = Wanted(engine=engine, model=model, gguf_file=gguf_file, vllm=vllm)
+    wanted = Wanted(engine=wanted_engine(engine, vllm), model=model, gguf_file=gguf_file, vllm=vllm)
     candidate = planned_candidate(settings, host, name, wanted, yes=yes)
     gate(candidate.plan, accept_unvalidated=accept_unvalidated)
     action = "approve" if candidate.already else f"write {candidate.target}, approve"

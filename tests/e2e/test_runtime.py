@@ -65,7 +65,6 @@ NAME = "default"
 UNIT = f"epyc-llm-{NAME}.service"
 EMBEDDER = "emb"
 EMBEDDER_DIR = "/srv/models/tiny-embedder"
-RUNTIME_VLLM = "/opt/epyc-llm/runtime/bin/vllm"
 IDENTITY_ROOT = "/epyc-identity"
 PORTS = range(18611, 18620)
 """This module's ports (the machine has its own network, so these only guard the host)."""
@@ -188,7 +187,9 @@ def test_readme_command_one_serves_the_local_model(install: Boot) -> None:
     done = install.one("quickstart")
     assert done["rc"] == 0, done["stderr"][-3000:] + journal_tail(install)
     out = done["stdout"]
-    assert "runtime: host" in out and "Plan for endpoint default" in out, out[-3000:]
+    # no engine asked: auto, among the runtimes this host has (the vLLM one alone)
+    assert 'runtime: chosen by the plan (engine = "auto") from: vllm host' in out, out[-3000:]
+    assert "Plan for endpoint default" in out and 'vllm (engine = "auto")' in out, out[-3000:]
     compiles = not serving_needs_identity()
     if compiles:
         assert "--enforce-eager" not in out, "g++ and Python.h are there: the plan compiles"
@@ -202,7 +203,7 @@ def test_readme_command_one_serves_the_local_model(install: Boot) -> None:
     assert f"{NAME} is ready." in out
     assert "curl -s http://127.0.0.1:" in out and "from openai import OpenAI" in out
     written = install.one("endpoint_file")["text"]
-    assert f'vllm = "{RUNTIME_VLLM}"' in written and 'runtime = "host"' in written
+    assert 'engine = "auto"' in written and "runtime" not in written, written
     unit = install.one("unit")
     assert (unit["ActiveState"], unit["SubState"]) == ("active", "running"), unit
     assert endpoint(install.one("status")["status"], NAME)["state"] == "ready"

@@ -33,7 +33,22 @@ def test_quickstart_serves_with_the_embedded_runtime(sandbox: CliSandbox) -> Non
         "quickstart", "--model", str(model), "--yes", "--no-start", *consent(), system_path=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "runtime: host" in done.stdout
+    print(done.stdout)
+    assert 'runtime: chosen by the plan (engine = "auto") from: vllm host;' in done.stdout
+    written = tomllib.loads((sandbox.settings.config_dir / "default.toml").read_text())
+    assert written == {"engine": "auto", "model": str(model)}
+
+
+def test_quickstart_engine_vllm_names_the_embedded_runtime(sandbox: CliSandbox) -> None:
+    sandbox.use_fake_host()
+    sandbox.vars["EPYCD_RUNTIME_DIR"] = str(VENV)
+    model = tiny_model()
+    done = sandbox.epycctl(
+        "quickstart", "--engine", "vllm", "--model", str(model), "--yes", "--no-start",
+        *consent(), system_path=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "runtime: host;" in done.stdout
     written = tomllib.loads((sandbox.settings.config_dir / "default.toml").read_text())
     assert written == {"model": str(model), "runtime": "host", "vllm": str(VENV / "bin" / "vllm")}
 

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from epycd.cli.quickstart import chosen_runtime, no_runtime_text
+from epycd.cli.quickstart import (
+    NoRuntime,
+    chosen_runtime,
+    found_text,
+    no_runtime_text,
+    vllm_fixes,
+)
 from epycd.engines.vllm.plan.route import choose_runtime
 from epycd.errors import Refusal
 from epycd.host.detect import detect_host
@@ -24,8 +30,11 @@ FIXES = (
     "install podman >= 4.4",
     "epycctl quickstart --vllm /path/to/env/bin/vllm",
     "provision the embedded vLLM (about 1 GB to download): packaging/install.sh --runtime",
+    "build llama.cpp's llama-server for this CPU (about 13 minutes on 2 cores): "
+    "packaging/install.sh --engine llama.cpp",
     "Nothing was changed.",
 )
+LLAMA_FIX = FIXES[4]
 
 
 def assert_refused_unchanged(sandbox: CliSandbox, stderr: str, returncode: int) -> None:
@@ -33,6 +42,7 @@ def assert_refused_unchanged(sandbox: CliSandbox, stderr: str, returncode: int) 
     for fix in FIXES:
         assert fix in stderr
     assert "epycctl: no runtime to serve with" in stderr
+    assert "llama-server: not built in " in stderr
     assert sandbox.written() == []
 
 
@@ -88,6 +98,18 @@ def test_a_vllm_on_path_that_does_not_work_is_named(sandbox: CliSandbox) -> None
     assert f"vllm {fake}:" in done.stderr
 
 
+def test_an_engine_asked_for_names_only_its_own_runtime_steps(sandbox: CliSandbox) -> None:
+    """quickstart without --engine chooses among every engine's runtime, and names each
+    one's step; --engine vllm names vLLM's alone."""
+    sandbox.use_fake_host()
+    done = sandbox.epycctl("quickstart", "--yes", "--engine", "vllm", system_path=False)
+    assert done.returncode == 1, done.stderr
+    assert "epycctl: no runtime to serve with" in done.stderr
+    assert FIXES[3] in done.stderr
+    assert LLAMA_FIX not in done.stderr and "llama-server" not in done.stderr
+    assert sandbox.written() == []
+
+
 def test_a_bad_vllm_argument_is_bad_input(sandbox: CliSandbox) -> None:
     sandbox.use_fake_host()
     missing = sandbox.tmp / "no-such-env"
@@ -134,14 +156,13 @@ def test_runtime_choice(runtimes: RuntimeFacts, given: bool, expected: str | Non
 
 
 def test_fix_text_names_what_was_found() -> None:
-    text = no_runtime_text(
-        RuntimeFacts(
-            podman=PodmanFacts(present=True, version="4.3.1"),
-            docker=DockerFacts(present=True, version="28.2.2"),
-            vllm=HostVllmFacts(path="/opt/env/bin/vllm", present=False, error="no such file"),
-        ),
-        Path("/opt/epyc-llm/runtime"),
+    runtimes = RuntimeFacts(
+        podman=PodmanFacts(present=True, version="4.3.1"),
+        docker=DockerFacts(present=True, version="28.2.2"),
+        vllm=HostVllmFacts(path="/opt/env/bin/vllm", present=False, error="no such file"),
     )
+    runtime_dir = Path("/opt/epyc-llm/runtime")
+    text = no_runtime_text(NoRuntime(found_text(runtimes, runtime_dir), vllm_fixes(runtime_dir)))
     assert "podman 4.3.1: no Quadlet (needs >= 4.4)" in text
     assert "docker 28.2.2: the daemon does not answer" in text
     assert "vllm /opt/env/bin/vllm: no such file" in text

@@ -33,6 +33,6 @@ def test_quickstart_on_the_embedded_runtime_warns_of_no_unvalidated_vllm(
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
-    assert "runtime: host" in done.stdout
+    assert 'runtime: chosen by the plan (engine = "auto") from: vllm host' in done.stdout
     assert "not the pinned" not in output
     assert "not a validated stack" not in output

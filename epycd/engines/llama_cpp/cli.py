@@ -11,7 +11,13 @@ from typing import Any
 from epycd.cli.engine_view import PlanView, Row, instances_json
 from epycd.cli.model import FormatEstimate, budget_rows, print_answer, socket_memory, this_host
 from epycd.cli.output import EXIT_NO, print_json
-from epycd.cli.quickstart import QuickstartFile, Wanted, model_argument, quickstart_document
+from epycd.cli.quickstart import (
+    NoRuntime,
+    QuickstartFile,
+    Wanted,
+    model_argument,
+    quickstart_document,
+)
 from epycd.engines.llama_cpp import install_command
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
 from epycd.engines.llama_cpp.plan.decide import fit_llama, pooling_ubatch
@@ -249,6 +255,19 @@ class LlamaQuickstart(QuickstartFile):
         if wanted.gguf_file:
             data["gguf_file"] = wanted.gguf_file
         return served, quickstart_document(data), f"host (llama.cpp, {server})"
+
+    def runtime(self, settings: Settings, host: HostFacts) -> str:
+        runtime_dir = LlamaSettings.of(settings).llama_runtime_dir
+        server = embedded_llama_server(runtime_dir)
+        if server is not None:
+            return f"host ({server})"
+        raise NoRuntime(
+            [f"llama-server: not built in {runtime_dir}"],
+            [
+                "build llama.cpp's llama-server for this CPU (about 13 minutes on 2 cores): "
+                f"{install_command(runtime_dir)}"
+            ],
+        )
 
 
 QUICKSTART = LlamaQuickstart()

@@ -215,6 +215,9 @@ class VllmQuickstart(QuickstartFile):
         content = endpoint_document(served, runtime, runtimes.vllm.path if runtimes.vllm else None)
         return served, content, runtime
 
+    def runtime(self, settings: Settings, host: HostFacts) -> str:
+        return pick_runtime(settings, host, None)[0]
+
 
 QUICKSTART = VllmQuickstart()
 
