@@ -70,21 +70,29 @@ class PlainCommand:
 class PlainServer:
     """An engine's plain defaults on this host (`PLAIN` in its package's `cli.py`): `own`
     serves the endpoint's model as its engine's plain command would, `other` serves the model
-    of an endpoint of another engine. This one, for an engine without: skipped."""
+    of an endpoint of another engine. This one, for an engine without (`NoPlain`): skipped."""
 
     label = "plain server"
 
     def own(self, plan: Plan, settings: Settings, port: int) -> PlainCommand:
-        return self.skip(f"{plan.decisions.engine} has no plain server to compare")
+        return self.skip("its engine has no plain server to compare")
 
     def other(self, plan: Plan, settings: Settings, port: int) -> PlainCommand:
-        return self.skip("this engine has no plain server to compare")
+        return self.skip("its engine has no plain server to compare")
 
     def skip(self, reason: str) -> PlainCommand:
         return PlainCommand(label=self.label, skipped=reason)
 
 
 NO_PLAIN = PlainServer()
+
+
+class NoPlain(PlainServer):
+    """An engine without `PLAIN`: skipped, under its own name."""
+
+    def __init__(self, title: str) -> None:
+        self.label = f"{title}, plain defaults"
+
 
 PlainMaker = Callable[["Plan", Settings, int], PlainCommand]
 
@@ -94,7 +102,8 @@ def plain_makers(plan: Plan) -> list[PlainMaker]:
     from epycd import engines
 
     def plain(engine: engines.Engine) -> PlainServer:
-        return engine.implementation("cli", "PLAIN", PlainServer, NO_PLAIN)
+        found = engine.implementation("cli", "PLAIN", PlainServer, NO_PLAIN)
+        return NoPlain(engine.title) if found is NO_PLAIN else found
 
     own = plan.decisions.engine
     others = [plain(e).other for e in engines.ENGINES if e.name != own]

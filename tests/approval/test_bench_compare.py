@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from epycd.cli.bench import BenchResult, bench_table
-from epycd.cli.bench_compare import Load, PlainCommand, free_port, run_alternative
+from epycd.cli.bench_compare import Load, PlainCommand, free_port, plain_makers, run_alternative
 from epycd.engines.llama_cpp.cli import LlamaPlain
 from epycd.engines.llama_cpp.plan.converted import converted_path
 from epycd.engines.llama_cpp.plan.model import LlamaServer
@@ -254,3 +254,14 @@ def test_the_child_is_pinned_and_gets_no_api_key(
     run_alternative(command, {cpu}, None, LOAD)
     seen = json.loads(out.read_text())
     assert seen == {"cpus": [cpu], "keys": []}
+
+
+def test_the_endpoints_engine_comes_first_then_the_other(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path)
+    vllm_plan = make_plan("chat", fake_host(tmp_path, "vm-zen5-24g", RuntimeFacts()), tmp_path)
+    labels = [make(vllm_plan, settings, PORT).label for make in plain_makers(vllm_plan)]
+    assert labels == ["vllm serve, plain defaults", "llama-server, plain defaults"]
+    (tmp_path / "llama").mkdir()
+    llama = llama_plan(tmp_path / "llama")
+    labels = [make(llama, settings, PORT).label for make in plain_makers(llama)]
+    assert labels == ["llama-server, plain defaults", "vllm serve, plain defaults"]
