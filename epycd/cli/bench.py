@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from pydantic import BaseModel, Field
 
+from epycd.cli.bench_runs import METRICS, Alternative, BenchRun, Measure, runs_at
 from epycd.cli.output import json_option, print_json, table
 from epycd.errors import InputError, Refusal
 from epycd.listen import local_url
@@ -43,7 +42,7 @@ API_KEY_ENV = "OPENAI_API_KEY"
 """Where vLLM's bench client (`vllm bench serve`, OpenAI backends) reads the API key."""
 PROGRESS_INTERVAL_S = 1.0
 BENCH_TIMEOUT_S = 3600
-METRICS = ("completed", "duration", "output_throughput", "mean_ttft_ms", "mean_tpot_ms")
+DEFAULT_CONCURRENCIES = (1, 8, 32)
 POOLING_METRICS = (
     "completed",
     "duration",
@@ -54,23 +53,6 @@ POOLING_METRICS = (
 )
 
 
-class BenchRun(BaseModel):
-    concurrency: int
-    num_prompts: int
-    output_throughput: float | None = Field(default=None, description="output tokens/s")
-    mean_ttft_ms: float | None = None
-    mean_tpot_ms: float | None = None
-    completed: int | None = None
-    duration: float | None = None
-    request_throughput: float | None = Field(
-        default=None, description="requests/s (an embeddings or rerank endpoint's measure)"
-    )
-    input_throughput: float | None = Field(default=None, description="input tokens/s (the same)")
-    p50_latency_ms: float | None = None
-    mean_latency_ms: float | None = None
-    error: str | None = None
-
-
 class BenchResult(BaseModel):
     endpoint: str
     measured_at: datetime
@@ -78,6 +60,11 @@ class BenchResult(BaseModel):
     output_len: int
     runs: list[BenchRun]
     mode: str = Field(default="serve", description='"serve" or "offline" (bench throughput)')
+    alternatives: list[Alternative] = Field(
+        default_factory=list,
+        description="`--compare`: the plain servers measured beside it; left out when none",
+        exclude_if=lambda alternatives: not alternatives,
+    )
 
 
 def bench_path(settings: Settings, name: str) -> Path:
@@ -145,6 +132,11 @@ def require_ready(plan: Plan, name: str) -> None:
     is_flag=True,
     help="`vllm bench throughput` with the endpoint's sizing, the endpoint stopped",
 )
+@click.option(
+    "--compare",
+    is_flag=True,
+    help="then the same load on each engine's plain defaults on this host, one at a time",
+)
 @json_option("print the result as JSON")
 def bench(
     name: str,
@@ -153,25 +145,38 @@ def bench(
     output_len: int,
     prompts_per_concurrency: int,
     offline: bool,
+    compare: bool,
     as_json: bool,
 ) -> None:
     """Measure NAME's ready endpoint serving (tok/s, TTFT, TPOT): `vllm bench serve`, or for a
-    llama.cpp endpoint epycd's own client of the same measure."""
+    llama.cpp endpoint epycd's own client of the same measure; `--compare` measures the
+    plain servers an admin would otherwise run beside it."""
     from epycd.approval.permissions import require_admin
 
+    if compare and offline:
+        raise InputError(
+            "--compare measures plain servers beside the running endpoint; --offline stops it",
+            key="--compare",
+            fix=f"epycctl bench {name} --compare (without --offline)",
+        )
     settings = load_settings()
     require_admin(settings, "bench --offline" if offline else "bench")
     plan = approved_plan(settings, name)
     client = bench_client(plan.decisions.engine, plan.decisions.primary_endpoint)
     lengths = (input_len, output_len)
+    wanted = concurrencies or DEFAULT_CONCURRENCIES
     if offline:
         refuse_without_offline_bench(plan, client)
         runs = [client.offline_run(plan, name, prompts_per_concurrency, lengths)]
     else:
         require_ready(plan, name)
-        runs = client.serve_runs(
-            plan, concurrencies or (1, 8, 32), prompts_per_concurrency, lengths
-        )
+        runs = client.serve_runs(plan, wanted, prompts_per_concurrency, lengths)
+    alternatives = []
+    if compare:
+        from epycd.cli.bench_compare import Load, compare_alternatives
+
+        load = Load(wanted, prompts_per_concurrency, lengths)
+        alternatives = compare_alternatives(plan, settings, load, api_key(plan))
     result = BenchResult(
         endpoint=name,
         measured_at=datetime.now(UTC),
@@ -179,6 +184,7 @@ def bench(
         output_len=output_len,
         runs=runs,
         mode="offline" if offline else "serve",
+        alternatives=alternatives,
     )
     finish(settings, result, as_json)
 
@@ -255,11 +261,6 @@ def refuse_without_offline_bench(plan: Plan, client: BenchClient) -> None:
         )
 
 
-Measure = Callable[[str, "str | None", int, int], dict[str, Any]]
-"""One run of a client of epycd's: (base URL, key, concurrency, requests) -> BenchRun's
-figures."""
-
-
 def openai_client_runs(
     plan: Plan,
     concurrencies: tuple[int, ...],
@@ -304,28 +305,8 @@ def client_runs(
 ) -> list[BenchRun]:
     """`one` run per concurrency against the endpoint at its own address, with its key; a run
     the endpoint fails is kept with its error (the key never in it) and the next one runs."""
-    import httpx
-
-    from epycd.servebench import BenchFailed
-
     base = local_url(plan.decisions.host, plan.decisions.port)
-    key = api_key(plan)
-    runs = []
-    for concurrency in concurrencies:
-        prompts = max(8, prompts_per_concurrency * concurrency)
-        label = f"concurrency {concurrency}"
-        click.echo(f"{label}: running", err=True)
-        started = time.monotonic()
-        try:
-            values = one(base, key, concurrency, prompts)
-        except (BenchFailed, httpx.HTTPError) as error:
-            text = f"{type(error).__name__}: {error}"
-            text = text.replace(key, "<api key>") if key else text
-            runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, error=text))
-            continue
-        click.echo(f"{label}: done in {time.monotonic() - started:.0f} s", err=True)
-        runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, **values))
-    return runs
+    return runs_at(base, api_key(plan), concurrencies, prompts_per_concurrency, one)
 
 
 def approved_plan(settings: Settings, name: str) -> Plan:
@@ -363,9 +344,31 @@ def _number(value: float | None, digits: int) -> str:
 
 def bench_table(result: BenchResult) -> str:
     """Output tok/s, TTFT and TPOT per concurrency (`bench`, and `status NAME`'s last one);
-    requests/s, input tok/s and latency for an embeddings or rerank endpoint."""
-    if any(run.request_throughput is not None for run in result.runs):
-        pooled = [
+    requests/s, input tok/s and latency for an embeddings or rerank endpoint. With
+    `--compare`'s alternatives, a first column says which server each row measured, the
+    endpoint's rows first; a skipped alternative is a line below with its reason."""
+    pooled = any(run.request_throughput is not None for run in result.runs)
+    header = POOLING_COLUMNS if pooled else COLUMNS
+    if not result.alternatives:
+        return table(run_rows(result.runs, pooled), header=header)
+    rows = [(result.endpoint, *row) for row in run_rows(result.runs, pooled)]
+    for alternative in result.alternatives:
+        rows += [(alternative.label, *row) for row in run_rows(alternative.runs, pooled)]
+    skipped = [
+        f"{alternative.label}: skipped: {alternative.skipped}"
+        for alternative in result.alternatives
+        if alternative.skipped
+    ]
+    return "\n".join([table(rows, header=("Server", *header)), *skipped])
+
+
+COLUMNS = ("Concurrency", "Output tok/s", "TTFT ms", "TPOT ms", "Error")
+POOLING_COLUMNS = ("Concurrency", "Requests/s", "Input tok/s", "p50 ms", "Mean ms", "Error")
+
+
+def run_rows(runs: list[BenchRun], pooled: bool) -> list[tuple[object, ...]]:
+    if pooled:
+        return [
             (
                 run.concurrency,
                 _number(run.request_throughput, 1),
@@ -374,19 +377,15 @@ def bench_table(result: BenchResult) -> str:
                 _number(run.mean_latency_ms, 1),
                 run.error or "",
             )
-            for run in result.runs
+            for run in runs
         ]
-        columns = ("Concurrency", "Requests/s", "Input tok/s", "p50 ms", "Mean ms", "Error")
-        return table(pooled, header=columns)
-    rows = [
+    return [
         (
             run.concurrency,
-            f"{run.output_throughput:.1f}" if run.output_throughput is not None else "-",
-            f"{run.mean_ttft_ms:.0f}" if run.mean_ttft_ms is not None else "-",
-            f"{run.mean_tpot_ms:.1f}" if run.mean_tpot_ms is not None else "-",
+            _number(run.output_throughput, 1),
+            _number(run.mean_ttft_ms, 0),
+            _number(run.mean_tpot_ms, 1),
             run.error or "",
         )
-        for run in result.runs
+        for run in runs
     ]
-    header = ("Concurrency", "Output tok/s", "TTFT ms", "TPOT ms", "Error")
-    return table(rows, header=header)

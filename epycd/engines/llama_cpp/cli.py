@@ -1,13 +1,15 @@
 """llama.cpp's commands: its endpoints in `epycctl plan` (`VIEW`: its server's keys
 (`llama_server`, `llama_version`, `gguf_file`, `server_args`), its fit's terms, its slots
-sharing one KV pool), `epycctl estimate` of a GGUF file (`ESTIMATE`) and the endpoint file of
-`epycctl quickstart --engine llama.cpp` (`QUICKSTART`)."""
+sharing one KV pool), `epycctl estimate` of a GGUF file (`ESTIMATE`), the endpoint file of
+`epycctl quickstart --engine llama.cpp` (`QUICKSTART`) and llama-server's plain defaults
+for `epycctl bench --compare` (`PLAIN`)."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
 
+from epycd.cli.bench_compare import LOOPBACK, PlainCommand, PlainServer
 from epycd.cli.engine_view import PlanView, Row, instances_json
 from epycd.cli.model import FormatEstimate, budget_rows, print_answer, socket_memory, this_host
 from epycd.cli.output import EXIT_NO, print_json
@@ -19,7 +21,9 @@ from epycd.cli.quickstart import (
     quickstart_document,
 )
 from epycd.engines.llama_cpp import install_command
+from epycd.engines.llama_cpp.model.convert import QUANTIZE
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
+from epycd.engines.llama_cpp.plan.converted import converted_path
 from epycd.engines.llama_cpp.plan.decide import fit_llama, pooling_ubatch
 from epycd.engines.llama_cpp.plan.model import LlamaFit, LlamaServer, LlamaService
 from epycd.engines.llama_cpp.plan.planner import embedded_llama_server
@@ -27,7 +31,7 @@ from epycd.engines.llama_cpp.settings import LlamaSettings
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts
 from epycd.model.facts import GgufFile, ModelFacts
-from epycd.plan.endpoint import EndpointDecisions
+from epycd.plan.endpoint import EndpointDecisions, Plan
 from epycd.plan.model import AnyServer
 from epycd.settings import Settings
 from epycd.sizes import gib
@@ -281,3 +285,42 @@ def runtime_refusal(settings: Settings) -> Refusal:
         f"{install_command(runtime_dir)} (about 13 minutes on 2 "
         "cores); nothing was changed",
     )
+
+
+class LlamaPlain(PlainServer):
+    """`llama-server -m GGUF --host 127.0.0.1 --port P`: how Ollama-like users run it. The
+    endpoint's own runtime binary and file; for another engine's endpoint, the runtime's
+    binary and the GGUF file the product converted the model to, where there is one."""
+
+    label = "llama-server, plain defaults"
+
+    def own(self, plan: Plan, settings: Settings, port: int) -> PlainCommand:
+        server = _server(plan.decisions.first)
+        return self.command(server.llama_server, server.invocation.model_path, port)
+
+    def other(self, plan: Plan, settings: Settings, port: int) -> PlainCommand:
+        decisions = plan.decisions
+        converted_dir = LlamaSettings.of(settings).llama_converted_dir
+        paths = [
+            converted_path(converted_dir, decisions.model, decisions.model_revision, quantize)
+            for quantize in QUANTIZE
+        ]
+        gguf = next((path for path in paths if path.is_file()), None)
+        if gguf is None:
+            return self.skip(
+                f"llama.cpp serves a GGUF file: no conversion of {decisions.model} in "
+                f"{converted_dir}; make one with `epycctl convert {decisions.model} "
+                f"--output {paths[0]}`"
+            )
+        server = embedded_llama_server(LlamaSettings.of(settings).llama_runtime_dir)
+        if server is None:
+            refusal = runtime_refusal(settings)
+            return self.skip(f"{refusal.message}; {refusal.fix}")
+        return self.command(server, str(gguf), port)
+
+    def command(self, server: str, gguf: str, port: int) -> PlainCommand:
+        argv = [server, "-m", gguf, "--host", LOOPBACK, "--port", str(port)]
+        return PlainCommand(label=self.label, port=port, argv=argv)
+
+
+PLAIN = LlamaPlain()

@@ -1,13 +1,16 @@
 """vLLM's endpoints in `epycctl plan`: its memory fit's keys, a set's per-process keys, an
-Instinct endpoint's GPUs and VRAM fit; its rows of the confirmation table (`VIEW`); and the
-endpoint file of `epycctl quickstart` (`QUICKSTART`)."""
+Instinct endpoint's GPUs and VRAM fit; its rows of the confirmation table (`VIEW`); the
+endpoint file of `epycctl quickstart` (`QUICKSTART`); and `vllm serve`'s plain defaults for
+`epycctl bench --compare` (`PLAIN`)."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
 
-from epycd.cli.bench import BenchClient, BenchRun
+from epycd.cli.bench import BenchClient
+from epycd.cli.bench_compare import LOOPBACK, PlainCommand, PlainServer
+from epycd.cli.bench_runs import BenchRun
 from epycd.cli.engine_view import GPU_KEYS, PlanView, Row, instances_json
 from epycd.cli.model import FormatEstimate, budget_rows, print_answer, socket_memory
 from epycd.cli.output import EXIT_NO, print_json
@@ -29,6 +32,7 @@ from epycd.engines.vllm.plan.tuning import batch_target
 from epycd.errors import InputError
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.host.facts import HostFacts
+from epycd.host.runtimes import embedded_vllm
 from epycd.model.facts import MemoryFit, ModelFacts
 from epycd.model.formats import format_named
 from epycd.plan.endpoint import EndpointDecisions, Plan
@@ -244,6 +248,59 @@ class VllmBench(BenchClient):
 
 
 BENCH = VllmBench()
+
+
+VLLM_START_BOUND_S = 600.0
+"""A plain `vllm serve` loads and compiles before /health answers (about 90 s on 2 cores)."""
+
+
+class VllmPlain(PlainServer):
+    """`vllm serve MODEL --host 127.0.0.1 --port P`: the endpoint's own host vLLM on its
+    model (revision pinned, from its HF cache); for another engine's endpoint, the embedded
+    runtime's vLLM on the safetensors model that endpoint's GGUF was converted from."""
+
+    label = "vllm serve, plain defaults"
+
+    def own(self, plan: Plan, settings: Settings, port: int) -> PlainCommand:
+        decisions = plan.decisions
+        vllm = _vllm(decisions)
+        if decisions.runtime != "host" or vllm.vllm_executable is None:
+            return self.skip(
+                f"a {decisions.runtime} endpoint: its vLLM is in the image {vllm.image}, not a "
+                "host executable a plain `vllm serve` runs"
+            )
+        return self.command(plan, vllm.vllm_executable, decisions.model,
+                            decisions.model_revision, port)  # fmt: skip
+
+    def other(self, plan: Plan, settings: Settings, port: int) -> PlainCommand:
+        choice = plan.decisions.engine_choice
+        if choice is None or choice.converted is None:
+            return self.skip(f"vLLM does not serve this GGUF ({plan.decisions.model})")
+        vllm = embedded_vllm(settings.runtime_dir)
+        if vllm is None:
+            return self.skip(
+                f"no vLLM: the embedded runtime is not installed in {settings.runtime_dir}; "
+                "packaging/install.sh --runtime installs it"
+            )
+        converted = choice.converted
+        return self.command(plan, vllm, converted.source, converted.source_revision, port)
+
+    def command(
+        self, plan: Plan, vllm: str, model: str, revision: str | None, port: int
+    ) -> PlainCommand:
+        argv = [vllm, "serve", model, "--host", LOOPBACK, "--port", str(port)]
+        argv += ["--revision", revision] if revision else []
+        cache = plan.decisions.hf_cache
+        return PlainCommand(
+            label=self.label,
+            port=port,
+            argv=argv,
+            env={"HF_HOME": cache.host_path} if cache else {},
+            start_bound_s=VLLM_START_BOUND_S,
+        )
+
+
+PLAIN = VllmPlain()
 
 
 class VllmEstimate(FormatEstimate):

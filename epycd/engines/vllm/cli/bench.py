@@ -21,13 +21,12 @@ import click
 from epycd.cli.bench import (
     API_KEY_ENV,
     BENCH_TIMEOUT_S,
-    METRICS,
     PROGRESS_INTERVAL_S,
-    BenchRun,
     answers,
     api_key,
     bench_env,
 )
+from epycd.cli.bench_runs import METRICS, BenchRun
 from epycd.engines.vllm.plan.model import AnyVllmServer
 from epycd.errors import Refusal
 from epycd.listen import local_url

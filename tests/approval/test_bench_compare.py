@@ -1,0 +1,267 @@
+"""`epycctl bench NAME --compare`: after the endpoint's own runs, the same load on each
+engine's plain defaults. Through the real CLI on a real llama.cpp endpoint (the tiny GGUF
+served by this machine's llama-server, with an API key): plain `llama-server -m GGUF` of the
+same binary and file is started, measured and stopped, vLLM is skipped with its reason (it
+does not serve a GGUF file), the endpoint keeps serving. The argv builders of each engine
+(`PLAIN` in its cli) on plans of each kind, and the runner's stop of a child that never
+answers or ignores SIGTERM, without the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from epycd.cli.bench import BenchResult, bench_table
+from epycd.cli.bench_compare import Load, PlainCommand, free_port, plain_makers, run_alternative
+from epycd.engines.llama_cpp.cli import LlamaPlain
+from epycd.engines.llama_cpp.plan.converted import converted_path
+from epycd.engines.llama_cpp.plan.model import LlamaServer
+from epycd.engines.vllm.cli import VllmPlain
+from epycd.host.facts import RuntimeFacts
+from epycd.plan.endpoint import Plan
+from epycd.plan.model import ConvertedWeights, EngineChoice, HfCacheMount
+from epycd.settings import Settings, settings_model
+from tests.approval.conftest import ApprovalSandbox
+from tests.approval.plans import make_plan
+from tests.approval.test_bench_llama import KEY, approve_llama
+from tests.llama.realllama import healthy, llama_server, serving, tiny_gguf
+from tests.plan.conftest import PlanWorkspace, fake_host
+from tests.render.fixtures import as_plan, genoa_podman, with_decisions
+from tests.secrets import root_folder
+
+PORT = 18123
+LOAD = Load(concurrencies=(1,), prompts_per_concurrency=1, lengths=(8, 4))
+
+
+@pytest.fixture
+def served() -> Iterator[str]:
+    with serving("-c", "1024", "-np", "2", key=KEY) as url:
+        yield url
+
+
+def command_lines() -> list[list[str]]:
+    """Every process's argv on this machine (those readable here)."""
+    lines = []
+    for entry in Path("/proc").iterdir():
+        try:
+            raw = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+        except OSError:
+            continue
+        if raw:
+            lines.append(raw.rstrip(b"\0").decode(errors="replace").split("\0"))
+    return lines
+
+
+def test_compare_measures_plain_llama_server_skips_vllm_and_stops_its_child(
+    env: ApprovalSandbox, served: str
+) -> None:
+    with root_folder() as folder:
+        approve_llama(env, folder, int(served.rsplit(":", 1)[1]))
+        done = env.epycctl(
+            "bench", "tiny", "--compare", "--concurrency", "1", "--input-len", "16",
+            "--output-len", "8", "--json",
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["runs"][0]["completed"] > 0
+    plain, vllm = data["alternatives"]
+    server = env.plans["tiny"].decisions.first
+    assert isinstance(server, LlamaServer)
+    port = plain["argv"][-1]
+    assert plain["argv"] == [
+        str(llama_server()), "-m", server.invocation.model_path, "--host", "127.0.0.1",
+        "--port", port,
+    ]  # fmt: skip
+    assert Path(server.invocation.model_path) == tiny_gguf().resolve()
+    assert plain["skipped"] is None and plain["cpus"]
+    [run] = plain["runs"]
+    assert run["error"] is None and run["completed"] > 0 and run["output_throughput"] > 0
+    assert run["concurrency"] == 1 and run["num_prompts"] == 8
+    assert vllm["label"] == "vllm serve, plain defaults" and vllm["argv"] is None
+    assert vllm["skipped"].startswith("vLLM does not serve this GGUF") and vllm["runs"] == []
+    assert plain["argv"] not in command_lines(), "the plain llama-server is still running"
+    assert not healthy(f"http://127.0.0.1:{port}")
+    assert healthy(served), "the endpoint itself keeps running"
+    assert "llama-server, plain defaults: stopped" in done.stderr
+    assert KEY not in done.stdout + done.stderr
+    kept = json.loads((env.settings.state_dir / "bench" / "tiny.json").read_text())
+    assert kept["alternatives"] == data["alternatives"]
+    shown = bench_table(BenchResult.model_validate(kept))
+    assert shown.splitlines()[0].split()[:2] == ["Server", "Concurrency"]
+    assert "\ntiny " in shown and "\nllama-server, plain defaults " in shown
+    assert "vllm serve, plain defaults: skipped: vLLM does not serve this GGUF" in shown
+
+
+def test_compare_with_offline_is_bad_input(env: ApprovalSandbox) -> None:
+    done = env.epycctl("bench", "chat", "--compare", "--offline")
+    assert done.returncode == 2
+    assert "--compare" in done.stderr and "without --offline" in done.stderr
+
+
+def llama_plan(folder: Path) -> Plan:
+    """A llama.cpp endpoint planned by the real planner: the tiny GGUF, this llama-server."""
+    ws = PlanWorkspace(folder)
+    ws.endpoint(
+        "tiny",
+        f'engine = "llama.cpp"\nllama_server = "{llama_server()}"\nmodel = "{tiny_gguf()}"\n'
+        "max_model_len = 1024\n",
+    )
+    result = ws.plan(fake_host(folder, "vm-zen5-24g", RuntimeFacts()))["tiny"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    return result.plan
+
+
+def settings_for(tmp: Path) -> Settings:
+    return settings_model().model_validate(
+        {
+            "runtime_dir": tmp / "runtime",
+            "llama_runtime_dir": tmp / "llama-runtime",
+            "llama_converted_dir": tmp / "converted",
+        }
+    )
+
+
+def executable(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_plain_llama_server_is_the_endpoints_binary_and_file(tmp_path: Path) -> None:
+    plan = llama_plan(tmp_path)
+    command = LlamaPlain().own(plan, settings_for(tmp_path), PORT)
+    server = plan.decisions.first
+    assert isinstance(server, LlamaServer)
+    assert command.argv == [server.llama_server, "-m", server.invocation.model_path,
+                            "--host", "127.0.0.1", "--port", str(PORT)]  # fmt: skip
+    assert command.port == PORT and command.skipped is None
+
+
+def test_vllm_skips_a_gguf_only_model_and_serves_the_source_of_a_converted_one(
+    tmp_path: Path,
+) -> None:
+    plan = llama_plan(tmp_path)
+    settings = settings_for(tmp_path)
+    skipped = VllmPlain().other(plan, settings, PORT)
+    assert skipped.argv is None
+    assert skipped.skipped == f"vLLM does not serve this GGUF ({plan.decisions.model})"
+    converted = EngineChoice(
+        asked="auto",
+        reasons=["converted"],
+        converted=ConvertedWeights(source="Qwen/Qwen3-0.6B", source_revision="abc123",
+                                   quantize="q8_0", sha256="0" * 64),
+    )  # fmt: skip
+    plan = with_decisions(plan, engine_choice=converted)
+    no_runtime = VllmPlain().other(plan, settings, PORT)
+    assert no_runtime.skipped and "packaging/install.sh --runtime" in no_runtime.skipped
+    vllm = executable(tmp_path / "runtime" / "bin" / "vllm")
+    command = VllmPlain().other(plan, settings, PORT)
+    assert command.argv == [str(vllm), "serve", "Qwen/Qwen3-0.6B", "--host", "127.0.0.1",
+                            "--port", str(PORT), "--revision", "abc123"]  # fmt: skip
+
+
+def test_plain_vllm_serve_is_the_host_endpoints_vllm_on_its_model(tmp_path: Path) -> None:
+    host = fake_host(tmp_path, "vm-zen5-24g", RuntimeFacts())
+    plan = make_plan("chat", host, tmp_path)
+    plan = with_decisions(plan, hf_cache=HfCacheMount(host_path="/srv/hf"))
+    command = VllmPlain().own(plan, settings_for(tmp_path), PORT)
+    assert command.argv == ["/opt/vllm/bin/vllm", "serve", "/srv/models/tiny", "--host",
+                            "127.0.0.1", "--port", str(PORT)]  # fmt: skip
+    assert command.env == {"HF_HOME": "/srv/hf"} and command.start_bound_s >= 90
+
+
+def test_plain_vllm_serve_skips_a_container_endpoint_with_the_reason(tmp_path: Path) -> None:
+    plan = as_plan(genoa_podman(), image="docker.io/amdih/zendnn_zentorch:test")
+    command = VllmPlain().own(plan, settings_for(tmp_path), PORT)
+    assert command.argv is None
+    assert command.skipped and "podman endpoint" in command.skipped
+    assert "docker.io/amdih/zendnn_zentorch:test" in command.skipped
+
+
+def test_llama_server_serves_the_converted_gguf_of_a_vllm_endpoint(tmp_path: Path) -> None:
+    host = fake_host(tmp_path, "vm-zen5-24g", RuntimeFacts())
+    plan = make_plan("chat", host, tmp_path)
+    settings = settings_for(tmp_path)
+    missing = LlamaPlain().other(plan, settings, PORT)
+    assert missing.argv is None and missing.skipped
+    assert "epycctl convert /srv/models/tiny --output" in missing.skipped
+    gguf = converted_path(tmp_path / "converted", "/srv/models/tiny", None, "q4_k_m")
+    gguf.parent.mkdir(parents=True)
+    gguf.write_bytes(b"GGUF")
+    no_runtime = LlamaPlain().other(plan, settings, PORT)
+    assert no_runtime.skipped and "not built" in no_runtime.skipped
+    server = executable(tmp_path / "llama-runtime" / "bin" / "llama-server")
+    (tmp_path / "llama-runtime" / ".epyc-stamp").write_text("built\n")
+    command = LlamaPlain().other(plan, settings, PORT)
+    assert command.argv == [str(server), "-m", str(gguf), "--host", "127.0.0.1",
+                            "--port", str(PORT)]  # fmt: skip
+
+
+def python_child(code: str, marker: str) -> list[str]:
+    return [sys.executable, "-c", code, marker]
+
+
+def test_a_child_that_never_answers_is_skipped_and_stopped(tmp_path: Path) -> None:
+    argv = python_child("import time; time.sleep(120)", f"epycd-compare-{tmp_path.name}")
+    command = PlainCommand(label="sleeper", port=free_port(), argv=argv, start_bound_s=1)
+    cpu = min(os.sched_getaffinity(0))
+    done = run_alternative(command, {cpu}, None, LOAD)
+    assert done.skipped and done.skipped.startswith("/health did not answer 200 within 1 s")
+    assert done.argv == argv and done.cpus == str(cpu) and done.runs == []
+    assert argv not in command_lines()
+
+
+def test_a_child_that_ignores_sigterm_is_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("epycd.cli.bench_compare.STOP_BOUND_S", 1.0)
+    code = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('loading', flush=True); time.sleep(120)"
+    )
+    argv = python_child(code, f"epycd-compare-{tmp_path.name}")
+    command = PlainCommand(label="stubborn", port=free_port(), argv=argv, start_bound_s=1)
+    done = run_alternative(command, os.sched_getaffinity(0), None, LOAD)
+    assert done.skipped and done.skipped.endswith(": loading")
+    assert argv not in command_lines()
+
+
+def test_a_child_that_ends_is_skipped_with_its_exit_and_output(tmp_path: Path) -> None:
+    argv = python_child("import sys; print('no model'); sys.exit(3)", "x")
+    command = PlainCommand(label="ends", port=free_port(), argv=argv)
+    done = run_alternative(command, os.sched_getaffinity(0), None, LOAD)
+    assert done.skipped == "ended with exit 3 before it was ready: no model"
+
+
+def test_the_child_is_pinned_and_gets_no_api_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the child sees: its affinity and whether any key variable reached it."""
+    monkeypatch.setenv("LLAMA_API_KEY", "sk-never-passed")
+    out = tmp_path / "seen.json"
+    code = (
+        "import json, os, sys; json.dump({'cpus': sorted(os.sched_getaffinity(0)), "
+        "'keys': [k for k in os.environ if k.endswith('API_KEY')]}, open(sys.argv[1], 'w'))"
+    )
+    cpu = min(os.sched_getaffinity(0))
+    command = PlainCommand(label="env", port=free_port(), argv=python_child(code, str(out)))
+    run_alternative(command, {cpu}, None, LOAD)
+    seen = json.loads(out.read_text())
+    assert seen == {"cpus": [cpu], "keys": []}
+
+
+def test_the_endpoints_engine_comes_first_then_the_other(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path)
+    vllm_plan = make_plan("chat", fake_host(tmp_path, "vm-zen5-24g", RuntimeFacts()), tmp_path)
+    labels = [make(vllm_plan, settings, PORT).label for make in plain_makers(vllm_plan)]
+    assert labels == ["vllm serve, plain defaults", "llama-server, plain defaults"]
+    (tmp_path / "llama").mkdir()
+    llama = llama_plan(tmp_path / "llama")
+    labels = [make(llama, settings, PORT).label for make in plain_makers(llama)]
+    assert labels == ["llama-server, plain defaults", "vllm serve, plain defaults"]
