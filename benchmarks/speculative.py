@@ -568,10 +568,12 @@ def summary(report: dict[str, Any], level: int) -> list[str]:
     noise only where the two passes of each do not overlap (both B passes above both A
     passes, or both below)."""
     by_label: dict[str, list[float]] = {}
+    drafted: dict[str, float] = {}
     for p in report["passes"]:
         for s in p["sets"]:
             if s["concurrency"] == level:
                 by_label.setdefault(p["label"], []).append(s["tok_s"])
+                drafted[p["label"]] = drafted.get(p["label"], 0.0) + (s.get("drafted") or 0.0)
     base = by_label.get("no speculation")
     if not base or len(base) < 2:
         return []
@@ -588,6 +590,8 @@ def summary(report: dict[str, Any], level: int) -> list[str]:
         change = (mean / base_mean - 1) * 100
         apart = min(values) > max(base) or max(values) < min(base)
         verdict = "beyond the noise" if apart and len(values) > 1 else "within the noise"
+        if not drafted.get(label):
+            verdict += ", but nothing drafted: noise"
         lines.append(
             f"; {label}: {mean:.1f} tok/s mean, {change:+.1f} % "
             f"(B-B' spread {spread(values) if len(values) > 1 else float('nan'):.1f} %: {verdict})"
