@@ -534,7 +534,7 @@ def render(report: dict[str, Any]) -> str:
             "| acceptance | drafted / accepted | texts as pass 1 |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
-        reference = next(
+        reference: list[str] = next(
             (
                 s.get("texts", [])
                 for p in report["passes"]

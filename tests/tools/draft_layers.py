@@ -17,6 +17,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import safetensors
@@ -62,10 +63,10 @@ def cut(model: Path, layers: int, out: Path) -> None:
             shutil.copy2(model / name, out / name)
 
 
-def _header(path: Path) -> dict[str, dict]:
+def _header(path: Path) -> dict[str, dict[str, Any]]:
     with path.open("rb") as handle:
         size = int.from_bytes(handle.read(8), "little")
-        header = json.loads(handle.read(size))
+        header: dict[str, dict[str, Any]] = json.loads(handle.read(size))
     header.pop("__metadata__", None)
     base = 8 + size
     for entry in header.values():
@@ -73,7 +74,7 @@ def _header(path: Path) -> dict[str, dict]:
     return header
 
 
-def _raw(path: Path, header: dict[str, dict], name: str) -> np.ndarray:
+def _raw(path: Path, header: dict[str, dict[str, Any]], name: str) -> np.ndarray:
     """The tensor's bytes as they are stored (bf16 has no numpy dtype)."""
     entry = header[name]
     start, end = entry["data_offsets"]
