@@ -7,8 +7,11 @@ Hidden 64, 2 layers, 4 heads (2 KV heads), intermediate 128, 512 positions, seed
 bf16 weights; a unigram SentencePiece model of 1,000 pieces trained on a fixed set of this
 interpreter's stdlib sources; a chat template of the ChatML form. Built offline and
 deterministically under the vLLM venv's Python (torch, transformers, sentencepiece).
+`--size small` builds the same recipe at ~100M parameters (hidden 768, 16 layers, 12 heads, 4
+KV heads, intermediate 2048, 2048 positions) for benchmarks/auto_engine.py, where matrix work
+has to show and the product converts the model itself.
 
-    python tests/tools/tiny_llama.py --out DIR
+    python tests/tools/tiny_llama.py --out DIR [--size small]
 """
 
 from __future__ import annotations
@@ -60,7 +63,16 @@ def train_tokenizer(out: Path) -> Path:
     return path
 
 
-def build(out: Path) -> None:
+SIZES = {
+    "tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512},
+    "small": {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 16,
+              "num_attention_heads": 12, "num_key_value_heads": 4,
+              "max_position_embeddings": 2048},
+}  # fmt: skip
+
+
+def build(out: Path, size: str = "tiny") -> None:
     # the vLLM venv's, never the test .venv's (no stubs: mypy skips them)
     import torch  # type: ignore[import-not-found]
     from transformers import (  # type: ignore[import-not-found]
@@ -70,17 +82,16 @@ def build(out: Path) -> None:
     )
 
     out.mkdir(parents=True, exist_ok=True)
-    words = LlamaTokenizer(vocab_file=str(train_tokenizer(out)), legacy=False, add_bos_token=True)
+    train_tokenizer(out)
+    # from the folder, not LlamaTokenizer(vocab_file=...): transformers 5 then converts the
+    # SentencePiece model into its tokenizers backend (the constructor keeps 3 special tokens
+    # only, and the saved tokenizer.json would hold no more)
+    words = LlamaTokenizer.from_pretrained(out, legacy=False, add_bos_token=True)
     words.chat_template = CHAT_TEMPLATE
     torch.manual_seed(SEED)
     config = LlamaConfig(
         vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
+        **SIZES[size],
         bos_token_id=1,
         eos_token_id=2,
         tie_word_embeddings=False,
@@ -93,7 +104,9 @@ def build(out: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    build(parser.parse_args().out)
+    parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    args = parser.parse_args()
+    build(args.out, args.size)
     return 0
 
 
