@@ -7,9 +7,11 @@ llama-server as LLAMA_API_KEY, never on its argv; the engine's progress read fro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -41,6 +43,47 @@ def planned_words(port: int, threads: int) -> list[str]:
         load_mode="mmap+mlock",
     )
     return [str(llama_server()), *llama_server_argv(invocation)]
+
+
+def test_the_planned_ngram_speculation_drafts_and_answers(
+    tmp_path: Path, reap: list[subprocess.Popen[bytes]]
+) -> None:
+    """`speculative = "ngram"`'s words, run by the real llama-server: it starts, answers a
+    request that repeats its prompt, and counts drafted tokens in its own /metrics."""
+    port = free_port()
+    invocation = LlamaInvocation(
+        model_path=str(tiny_gguf("q8_0")), alias="tiny", host="127.0.0.1", port=port,
+        threads=len(physical_cpus()), slots=1, context=1024, ubatch=512, cache_ram_mib=0,
+        load_mode="mmap", speculative="ngram",
+    )  # fmt: skip
+    argv = [str(llama_server()), *llama_server_argv(invocation)]
+    assert argv[-2:] == ["--spec-type", "ngram-mod"]
+    with (tmp_path / "server.log").open("wb") as log:
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    reap.append(server)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + LOAD_BOUND_S
+    while time.monotonic() < deadline and server.poll() is None:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        time.sleep(0.2)
+    assert server.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
+    prompt = " ".join(["def add(a, b): return a + b"] * 40)
+    reply = httpx.post(
+        f"{url}/v1/completions",
+        json={"prompt": prompt, "max_tokens": 64, "temperature": 0},
+        timeout=60,
+    )
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"]["completion_tokens"] > 0
+    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    drafted = [
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("llamacpp:spec_decode_num_draft_tokens_total")
+    ]
+    assert drafted and drafted[0] >= 0, metrics[-2000:]
 
 
 def test_ready_key_progress_and_sigterm(

@@ -102,6 +102,22 @@ def test_a_llama_endpoint_is_pinned_to_one_socket_with_one_thread_per_core(
     assert decided.fit.fits
 
 
+def test_speculative_ngram_is_opt_in_and_leaves_other_plans_as_they_were(
+    lw: LlamaWorkspace,
+) -> None:
+    lw.endpoint("plain", 'served_model_name = "chat"\nport = 8100\n')
+    lw.endpoint("spec", 'served_model_name = "chat"\nport = 8101\nspeculative = "ngram"\n')
+    plain_plan, plain = lw.planned("plain")
+    _, spec = lw.planned("spec")
+    assert "--spec-type" not in plain.server_args, "no profile turns it on"
+    assert words_after(spec.server_args, "--spec-type") == "ngram-mod"
+    same_port = [w if w != "8101" else "8100" for w in spec.server_args[:-2]]
+    assert same_port == plain.server_args, "the same server, with two words more"
+    recorded = plain_plan.model_dump(mode="json", by_alias=True)["decisions"]
+    assert "speculative" not in recorded["servers"][0]["invocation"], "keys as before"
+    assert spec.model_dump(mode="json")["invocation"]["speculative"] == "ngram"
+
+
 def test_the_unit_runs_llama_server_under_the_supervisor_with_the_key_as_a_credential(
     host_of: Callable[..., HostFacts],
 ) -> None:

@@ -53,6 +53,7 @@ SAMPLES: dict[str, object] = {
     "on_demand": True,
     "idle_stop": "20s",
     "quantize": "q4_k_m",
+    "speculative": "ngram",
 }
 """A value of the right type for each key, not one of its harmless values."""
 EXCLUSIVE = (

@@ -23,6 +23,10 @@ class LlamaKeys(BaseModel):
     quantize: Literal["q8_0", "q4_k_m", "bf16"] | None = None
     """The weights of a safetensors model llama.cpp serves once approve converted it
     (docs/conversion.md): q8_0 when not given."""
+    speculative: Literal["ngram"] | None = None
+    """Speculative decoding by n-gram lookup in the request's own context (llama-server's
+    `--spec-type ngram-mod`); off when not given: no profile turns it on
+    (docs/tuning.md rule 13)."""
 
     @classmethod
     def of(cls, spec: BaseModel) -> LlamaKeys:
@@ -58,6 +62,15 @@ KEYS = EngineKeys(
             engines=CONVERTING,
             devices=CPU_ONLY,
             fixes={"vllm": "remove quantize: vLLM serves the safetensors weights as they are"},
+        ),
+        KeySetting(
+            "speculative",
+            "'ngram': draft tokens by n-gram lookup in the request's own context (no draft "
+            "model); off when not given",
+            "llama.cpp: speculative decoding for output that repeats its input (code edits, "
+            "extraction); opt-in, [docs/tuning.md](tuning.md) rule 13",
+            engines=ENGINE,
+            devices=CPU_ONLY,
         ),
     ),
     refused={

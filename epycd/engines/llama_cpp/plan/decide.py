@@ -32,6 +32,7 @@ from epycd.engines.llama_cpp.plan.model import (
     LlamaRoute,
     LlamaServer,
 )
+from epycd.engines.llama_cpp.spec import LlamaKeys
 from epycd.errors import Refusal
 from epycd.host.facts import HostFacts
 from epycd.model.facts import GgufFile
@@ -188,6 +189,7 @@ def decide_llama(
         cache_ram_mib=0 if pooling else cache_ram_mib(fit),
         load_mode="mmap+mlock",
         chat_template_file=prepared.spec.chat_template,
+        speculative=LlamaKeys.of(prepared.spec).speculative,
     )
     return LlamaServer(
         **served_fields(prepared, chosen),

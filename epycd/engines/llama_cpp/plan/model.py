@@ -25,6 +25,9 @@ API_KEY_ENV = "LLAMA_API_KEY"
 """llama-server reads its API key from this variable (its `--api-key`'s env)."""
 
 
+SPECULATIVE_TYPES = {"ngram": "ngram-mod"}
+"""llama-server's --spec-type for each `speculative` value: ngram-mod drafted and won where
+its other n-gram types drafted nothing or less (benchmarks/speculative-results.md)."""
 POOLING_FLAGS = {"embedding": "--embeddings", "rerank": "--rerank"}
 """llama-server's flag for each kind of pooling model it serves (its --help: the file's own
 pooling type is used unless --pooling says otherwise)."""
@@ -55,6 +58,12 @@ class LlamaInvocation(BaseModel):
     cache_ram_mib: int = Field(description="--cache-ram: the prompt cache's RAM, 0 for none")
     load_mode: LoadMode
     chat_template_file: str | None = None
+    speculative: Literal["ngram"] | None = Field(
+        default=None,
+        description="--spec-type ngram-mod: the endpoint file's `speculative`; left out of a "
+        "record when None, so that the records of every other endpoint are as they were",
+        exclude_if=lambda value: value is None,
+    )
 
 
 def llama_server_argv(invocation: LlamaInvocation) -> list[str]:
@@ -96,6 +105,8 @@ def llama_server_argv(invocation: LlamaInvocation) -> list[str]:
         argv += [POOLING_FLAGS[invocation.pooling], "--batch-size", str(invocation.ubatch)]
     if invocation.chat_template_file:
         argv += ["--jinja", "--chat-template-file", invocation.chat_template_file]
+    if invocation.speculative is not None:
+        argv += ["--spec-type", SPECULATIVE_TYPES[invocation.speculative]]
     return argv
 
 
