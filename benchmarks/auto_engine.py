@@ -52,7 +52,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from llama_serving import bench, cores_and_node, cpu_name  # noqa: E402
-from serving import PeakRss, load1, stop_group, wait_healthy  # noqa: E402
+from serving import PeakRss, load1, plan_here, stop_group, wait_healthy  # noqa: E402
 
 from epycd.plan.endpoint import Plan  # noqa: E402
 from tests.health.realvllm import CACHE, VENV, free_port  # noqa: E402
@@ -128,35 +128,8 @@ def converted(model: Path, quantize: str) -> Path:
 
 
 def plan_of(work: Path, lines: str) -> Plan:
-    """One endpoint file planned on this machine."""
-    from epycd.host.detect import detect_host
-    from epycd.plan.pipeline.build import PlanSources, plan_all
-    from epycd.render import render_for_plan
-    from epycd.settings import settings_model
-    from tests.machine import serving_root
-
-    config_dir = Path(tempfile.mkdtemp(dir=work, prefix="config-"))
-    (config_dir / "bench.toml").write_text(lines)
-    root = serving_root(work)
-    if root != Path("/") and not (root / "usr").exists():
-        (root / "usr").symlink_to("/usr")  # the plan finds this host's compiler, as on the host
-    settings = settings_model()(
-        config_dir=config_dir,
-        state_dir=work / "state",
-        run_dir=work / "run",
-        unit_dir=work / "units",
-        quadlet_dir=work / "quadlet",
-        host_root=root,
-        **settings_for(),
-    )
-    [result] = plan_all(settings, detect_host(root), render=render_for_plan,
-                        sources=PlanSources(listeners={}, environ={}))  # fmt: skip
-    if result.plan is None:
-        waiting = f" (waits for {result.prerequisite})" if result.prerequisite else ""
-        raise SystemExit(
-            f"the planner refused {lines!r}{waiting}: " + "; ".join(p.text for p in result.errors)
-        )
-    return result.plan
+    """One endpoint file planned on this machine, with this repository's test runtimes."""
+    return plan_here(work, lines, host_usr=True, engine_settings=settings_for())
 
 
 def pin(cpus: str, nodes: list[int]) -> list[str]:

@@ -284,15 +284,22 @@ class Bench:
                 result.peak_pss_gib, result.pss_by_process = rss.pss()
 
 
-def plan_here(work: Path, endpoint_toml: str, *, host_usr: bool = False) -> Plan:
+def plan_here(
+    work: Path,
+    endpoint_toml: str,
+    *,
+    host_usr: bool = False,
+    engine_settings: dict[str, Any] | None = None,
+) -> Plan:
     """The planner's plan of one endpoint file (`endpoint_toml`, as bench.toml) on this
     machine: `plan_all` against its own topology, under an EPYC identity where the product
     would refuse the CPU (with this host's /usr in it where `host_usr`, so the plan finds the
-    host's compiler as it would on the host itself). Exits with the refusal."""
+    host's compiler as it would on the host itself); `engine_settings`: the engines' own
+    settings (runtimes, the converted folder). Exits with the refusal."""
     from epycd.host.detect import detect_host
     from epycd.plan.pipeline.build import PlanSources, plan_all
     from epycd.render import render_for_plan
-    from epycd.settings import Settings
+    from epycd.settings import settings_model
     from tests.machine import serving_root
 
     config_dir = work / "planned-config"
@@ -301,13 +308,14 @@ def plan_here(work: Path, endpoint_toml: str, *, host_usr: bool = False) -> Plan
     root = serving_root(work)
     if host_usr and root != Path("/") and not (root / "usr").exists():
         (root / "usr").symlink_to("/usr")
-    settings = Settings(
+    settings = settings_model()(
         config_dir=config_dir,
         state_dir=work / "state",
         run_dir=work / "run",
         unit_dir=work / "units",
         quadlet_dir=work / "quadlet",
         host_root=root,
+        **(engine_settings or {}),
     )
     [result] = plan_all(settings, detect_host(root), render=render_for_plan,
                         sources=PlanSources(listeners={}, environ={}))  # fmt: skip
