@@ -15,9 +15,12 @@ import pytest
 
 from epycd.engines.llama_cpp.model.convert import (
     CONVERTER_DIR,
+    ConverterRefused,
     convert,
     converter_refusal,
     installed_converter,
+    kept_step,
+    stamp_of,
 )
 from epycd.engines.llama_cpp.model.format import load_table, parse_converter_map, pinned_version
 from epycd.engines.llama_cpp.model.gguf import read_gguf
@@ -107,6 +110,50 @@ def test_q4_k_m_is_quantized_from_bf16_by_llama_quantize(runtime: Path, tmp_path
     assert done.bytes < bf16.bytes
 
 
+def test_a_quantizer_cut_short_resumes_from_the_kept_bf16_step(
+    runtime: Path, tmp_path: Path
+) -> None:
+    """The quantizer killed half-way (SIGKILL, as the OOM killer or a reboot ends it): no
+    result, the whole bf16 step kept with its stamp; the next conversion starts from it and
+    leaves only the result. A model changed since is converted again."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in (SERVER / "bin").iterdir():
+        (bin_dir / tool.name).symlink_to(tool)
+    (bin_dir / "llama").unlink()
+    (bin_dir / "llama").write_text("#!/bin/sh\nkill -KILL $$\n")
+    (bin_dir / "llama").chmod(0o755)
+    (runtime / "bin").unlink()
+    (runtime / "bin").symlink_to(bin_dir)
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama(), model)
+    out = tmp_path / "out" / "m-q4.gguf"
+    out.parent.mkdir()
+    with pytest.raises(Refusal, match="llama quantize failed"):
+        convert(str(model), runtime_dir=runtime, python=PYTHON, quantize="q4_k_m", output=out)
+    whole = out.with_name(out.name + ".bf16")
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m-q4.gguf.bf16", "m-q4.gguf.bf16.json"]
+    assert read_gguf(whole).file_type == "BF16"
+    assert kept_step(whole, stamp_of(model, None))
+
+    (bin_dir / "llama").unlink()
+    (bin_dir / "llama").symlink_to(SERVER / "bin" / "llama")
+    said: list[str] = []
+    convert(
+        str(model), runtime_dir=runtime, python=PYTHON, quantize="q4_k_m", output=out,
+        say=said.append,
+    )  # fmt: skip
+    assert any(line.startswith("resume from") for line in said), said
+    assert not any("to bf16" in line for line in said), said
+    assert read_gguf(out).file_type == "Q4_K_M"
+    assert [p.name for p in out.parent.iterdir()] == ["m-q4.gguf"]
+
+    whole.write_bytes(b"a step of the model before it changed")
+    whole.with_name(whole.name + ".json").write_text(stamp_of(model, None).model_dump_json())
+    os.utime(model / "config.json", ns=(1, 1))
+    assert not kept_step(whole, stamp_of(model, None))
+
+
 def test_an_architecture_the_converter_lacks_is_refused_before_anything_runs(
     runtime: Path, tmp_path: Path
 ) -> None:
@@ -127,7 +174,7 @@ def test_a_model_the_converter_fails_on_leaves_no_file(runtime: Path, tmp_path: 
     """The tiny BERT's WordPiece tokenizer was trained here: the converter's table of
     published tokenizers does not know it, and the converter stops half-way."""
     out = tmp_path / "embedder.gguf"
-    with pytest.raises(Refusal, match="does not know this model's tokenizer") as caught:
+    with pytest.raises(ConverterRefused, match="does not know this model's tokenizer") as caught:
         convert(str(TINY_EMBEDDER), runtime_dir=runtime, python=PYTHON, output=out)
     assert "pre-tokenizer was not recognized" in str(caught.value)
     assert list(tmp_path.glob("embedder.gguf*")) == []

@@ -10,8 +10,17 @@ runtime's, by default).
 Whether the converter takes a model is read from the converter itself: its map of
 architectures (`LlamaTable.converts`, read from its source). A model it does not take is
 refused before anything runs. The file is written as OUTPUT.part and renamed when whole, so
-an interrupted or refused conversion leaves no file that looks finished; a hub model's
-download resumes where it stopped (huggingface_hub).
+an interrupted or refused conversion leaves no file that looks finished.
+
+An interrupted conversion resumes at the step that was cut: a hub model's download where it
+stopped (huggingface_hub); q4_k_m's bf16 file, once whole, is kept (OUTPUT.bf16, with the
+stamp of what it was made from) until the quantizer has written the result, so a quantizer
+cut short starts again from it. The converter's own step writes one file in one pass and
+starts again from the beginning.
+
+A conversion the converter refuses for the model itself (`ConverterRefused`: its tokenizer is
+unknown to it) fails the same way every time with the same llama.cpp; approve records it, and
+the planner passes llama.cpp over for that model (docs/conversion.md).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from epycd.atomic import write_atomic
 from epycd.engines.llama_cpp.model.format import load_table, pinned_version
 from epycd.errors import InputError, Refusal
 from epycd.model.hub import HubEnvironment, locate_model
@@ -56,6 +66,11 @@ KNOWN_FAILURES = {
     "tokenizer: its BPE pre-tokenizer is none of the published ones the converter lists",
 }
 """The converter's failures a person meets most, in words (the converter's own line stays)."""
+
+
+class ConverterRefused(Refusal):
+    """llama.cpp's converter failed on the model itself, in a way it fails every time with
+    the same llama.cpp (`KNOWN_FAILURES`), not on the machine (a full disk, a signal)."""
 
 
 class Conversion(BaseModel):
@@ -199,11 +214,59 @@ def run_tool(argv: list[str], what: str, say: Say, env: dict[str, str] | None = 
         reason = next((t for t in reversed(tail) if "Error" in t or "error" in t), None)
         reason = reason or (tail or ["no output"])[-1]
         known = next((words for k, words in KNOWN_FAILURES.items() if k in reason), None)
-        raise Refusal(
+        refusal = ConverterRefused if known else Refusal
+        raise refusal(
             f"{what} failed (exit {process.returncode}): "
             + (f"{known} ({reason})" if known else reason),
             fix="the lines above say why; no file was written",
         )
+
+
+class Stamp(BaseModel):
+    """What a kept bf16 step was made from: another model, revision, file or llama.cpp is
+    another stamp, and the step is made again."""
+
+    folder: str
+    revision: str | None
+    files: list[tuple[str, int, int]]
+    llama_cpp: str
+
+
+def stamp_of(folder: Path, revision: str | None) -> Stamp:
+    files = sorted(p for p in folder.iterdir() if p.is_file())
+    seen = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return Stamp(folder=str(folder), revision=revision, files=seen, llama_cpp=pinned_version())
+
+
+def kept_step(whole: Path, stamp: Stamp) -> bool:
+    """Whether `whole` is a finished step of this same conversion, kept by one cut short."""
+    try:
+        kept = Stamp.model_validate_json(whole.with_name(whole.name + ".json").read_text())
+    except (OSError, ValueError):
+        return False
+    return whole.is_file() and kept == stamp
+
+
+def bf16_step(
+    python: str, script: str, folder: Path, whole: Path, stamp: Stamp, say: Say,
+    env: dict[str, str],
+) -> None:  # fmt: skip
+    """`whole` as the bf16 file of `folder`, from a conversion cut short when it is there
+    and stamped as this one; written whole, then stamped, when not."""
+    if kept_step(whole, stamp):
+        say(f"resume from {whole} (the bf16 step of a conversion that was cut short)")
+        return
+    whole.with_name(whole.name + ".json").unlink(missing_ok=True)
+    say(f"convert {folder} to bf16 (llama.cpp's convert_hf_to_gguf.py)")
+    with written_whole(whole) as partial:
+        argv = [python, script, str(folder), "--outtype", "bf16", "--outfile", str(partial)]
+        run_tool(argv, "convert_hf_to_gguf.py", say, env)
+    write_atomic(whole.with_name(whole.name + ".json"), stamp.model_dump_json().encode())
+
+
+def drop_step(whole: Path) -> None:
+    whole.unlink(missing_ok=True)
+    whole.with_name(whole.name + ".json").unlink(missing_ok=True)
 
 
 def convert(
@@ -231,7 +294,7 @@ def convert(
             f"{quantize} needs llama.cpp's quantizer, and {quantizer} is not there",
             fix="build the llama.cpp runtime (packaging/install.sh --engine llama.cpp)",
         )
-    folder, _ = model_folder(model, revision, token, say)
+    folder, at = model_folder(model, revision, token, say)
     architectures = architectures_of(folder)
     architecture = converted_architecture(architectures)
     if architecture is None:
@@ -243,22 +306,11 @@ def convert(
     script = str(converter / CONVERTER_SCRIPT)
     with written_whole(output) as partial:
         if quantize in QUANTIZER_TYPE:
-            whole = output.with_name(output.name + ".bf16.part")
-            try:
-                say(f"convert {folder} to bf16 (llama.cpp's convert_hf_to_gguf.py)")
-                argv = [python, script, str(folder), "--outtype", "bf16", "--outfile", str(whole)]
-                run_tool(argv, "convert_hf_to_gguf.py", say, env)
-                say(f"quantize to {QUANTIZER_TYPE[quantize]} (llama quantize)")
-                argv = [
-                    str(quantizer),
-                    "quantize",
-                    str(whole),
-                    str(partial),
-                    QUANTIZER_TYPE[quantize],
-                ]
-                run_tool(argv, "llama quantize", say)
-            finally:
-                whole.unlink(missing_ok=True)
+            whole = output.with_name(output.name + ".bf16")
+            bf16_step(python, script, folder, whole, stamp_of(folder, at), say, env)
+            say(f"quantize to {QUANTIZER_TYPE[quantize]} (llama quantize)")
+            argv = [str(quantizer), "quantize", str(whole), str(partial), QUANTIZER_TYPE[quantize]]
+            run_tool(argv, "llama quantize", say)
         else:
             say(f"convert {folder} to {quantize} (llama.cpp's convert_hf_to_gguf.py)")
             argv = [
@@ -266,6 +318,8 @@ def convert(
                 "--outfile", str(partial),
             ]  # fmt: skip
             run_tool(argv, "convert_hf_to_gguf.py", say, env)
+    if quantize in QUANTIZER_TYPE:
+        drop_step(output.with_name(output.name + ".bf16"))
     return Conversion(
         model=model,
         architecture=architecture,
