@@ -7,10 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from epycd.engines import engine_named
+from epycd.errors import Refusal
 from epycd.plan.prepared import Prerequisite
 from epycd.settings import Settings
 
 Say = Callable[[str], None]
+
+
+class PlanChanged(Refusal):
+    """Making the prerequisite failed for good, and the failure is recorded where the planner
+    reads it: the endpoint's plan is another now (`engine = "auto"` chooses another engine),
+    so approve plans it again and shows that plan instead of stopping."""
 
 
 class PrerequisiteMaker:

@@ -91,17 +91,23 @@ def made_first(
     *,
     yes: bool,
 ) -> tuple[EndpointResult, HostFacts]:
-    """`make_first`, then NAME planned again."""
+    """`make_first`, then NAME planned again (also when making it changed the plan)."""
+    from epycd.approval.prerequisites import PlanChanged
+
     assert result.prerequisite is not None
-    what = make_first(
-        name,
-        result.prerequisite,
-        settings,
-        yes=yes,
-        show=report.show,
-        progress=lambda line: click.echo(escaped(line), err=True),
-        err=report.as_json,
-    )
+    try:
+        what = make_first(
+            name,
+            result.prerequisite,
+            settings,
+            yes=yes,
+            show=report.show,
+            progress=lambda line: click.echo(escaped(line), err=True),
+            err=report.as_json,
+        )
+    except PlanChanged as changed:
+        report.say(f"{name}: {changed.message}; planned again")
+        return current_plan(settings, name)
     report.say(f"{name}: made what its plan needs ({what})")
     return current_plan(settings, name)
 

@@ -485,10 +485,16 @@ def planned_candidate(
     click.echo(escaped(f"runtime: {runtime}; model: {served}; endpoint file: {target}") + "\n")
     result = plan_candidate(settings, target, content, host)
     if result.prerequisite is not None:
+        from epycd.approval.prerequisites import PlanChanged
         from epycd.cli.approve import make_first
 
         echo = click.echo
-        make_first(name, result.prerequisite, settings, yes=yes, show=echo, progress=echo_escaped)
+        try:
+            make_first(
+                name, result.prerequisite, settings, yes=yes, show=echo, progress=echo_escaped
+            )
+        except PlanChanged as changed:
+            click.echo(escaped(f"{name}: {changed.message}; planned again"), err=True)
         result = plan_candidate(settings, target, content, host)
     hint = missing_model_hint(result, served)
     if hint:

@@ -74,6 +74,9 @@ class Prerequisite(BaseModel):
     revision: str | None
     quantize: str
     output: str
+    hf_token_file: str | None = None
+    """The endpoint's root-only token file, for a gated model's download (a path, not the
+    token)."""
 
 
 class MissingPrerequisite(Refusal):

@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 
 from epycd.approval.record import load_approval
-from epycd.engines.llama_cpp.plan.converted import read_record
+from epycd.engines.llama_cpp.plan.converted import read_record, refused_path
 from epycd.engines.llama_cpp.plan.model import LlamaServer
 from tests.approval.conftest import ApprovalSandbox, env
-from tests.health.realvllm import VENV, free_port
+from tests.health.realvllm import CACHE, VENV, free_port
 from tests.llama.realllama import SERVER, healthy, llama_server
 from tests.llama.test_convert import tiny_llama
 
@@ -98,3 +98,42 @@ def test_approve_converts_then_installs_a_plan_on_the_converted_file(
             served.terminate()
     assert answer.status_code == 200, answer.text
     assert answer.json()["usage"]["completion_tokens"] == 3
+
+
+def test_a_model_the_converter_refuses_is_served_by_vllm_after_approve_says_why(
+    env: ApprovalSandbox,
+) -> None:
+    """The tiny Qwen2's byte-level BPE tokenizer was trained here: llama.cpp's converter
+    does not know its pre-tokenizer and stops. approve records that and plans again, so
+    auto's next choice (vLLM) is the plan shown and approved; an endpoint that asks for
+    llama.cpp by name is refused at plan time with the converter's reason, converting
+    nothing again."""
+    llama_server()
+    model = CACHE / "tiny-model"
+    endpoint = env.settings.config_dir / "chat.toml"
+    endpoint.write_text(f'engine = "auto"\nmodel = "{model}"\nprofile = "latency"\n')
+    waiting = json.loads(real_epycctl(env, "plan", "chat", "--json").stdout)
+    output = Path(waiting["prerequisite"]["output"])
+
+    # vLLM on this fake Genoa runs the stock path, which asks for consent
+    done = real_epycctl(env, "approve", "chat", "--yes", "--no-start", "--accept-unvalidated")
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert "does not know this model's tokenizer" in said and "planned again" in said
+    assert not output.exists() and list(output.parent.glob("*.part")) == []
+    refused = refused_path(output)
+    assert refused.is_file()
+    approval = load_approval(env.settings, "chat")
+    assert approval is not None and approval.plan.decisions.engine == "vllm"
+    choice = approval.plan.decisions.engine_choice
+    assert choice is not None
+    assert any(r.startswith("not llama.cpp:") and "pre-tokenizer" in r for r in choice.reasons)
+
+    named = env.settings.config_dir / "named.toml"
+    named.write_text(f'engine = "llama.cpp"\nmodel = "{model}"\n')
+    before = refused.stat().st_mtime_ns
+    planned = real_epycctl(env, "plan", "named")
+    assert planned.returncode == 1, planned.stdout + planned.stderr
+    assert "converter failed on" in planned.stdout + planned.stderr
+    assert str(refused) in planned.stdout + planned.stderr
+    assert refused.stat().st_mtime_ns == before

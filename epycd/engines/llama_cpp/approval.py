@@ -6,13 +6,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from epycd.approval.prerequisites import PrerequisiteMaker, Say
+from epycd.approval.prerequisites import PlanChanged, PrerequisiteMaker, Say
 from epycd.atomic import make_dirs
-from epycd.engines.llama_cpp.model.convert import convert
-from epycd.engines.llama_cpp.plan.converted import quantize_of, write_record
+from epycd.engines.llama_cpp.model.convert import ConverterRefused, convert
+from epycd.engines.llama_cpp.model.format import pinned_version
+from epycd.engines.llama_cpp.plan.converted import quantize_of, write_record, write_refused
 from epycd.engines.llama_cpp.settings import LlamaSettings
 from epycd.plan.prepared import Prerequisite
+from epycd.plan.service.secrets import read_root_only
 from epycd.settings import Settings
+
+
+def prerequisite_token(prerequisite: Prerequisite) -> str | None:
+    """The endpoint's HF token for the download (its root-only hf_token_file, read as the
+    planner read it); never passed on but to huggingface_hub."""
+    if prerequisite.hf_token_file is None:
+        return None
+    path = Path(prerequisite.hf_token_file)
+    return read_root_only(path, path, "hf_token_file", "the token") or None
 
 
 class LlamaConversion(PrerequisiteMaker):
@@ -25,15 +36,28 @@ class LlamaConversion(PrerequisiteMaker):
     def make(self, prerequisite: Prerequisite, settings: Settings, say: Say) -> None:
         output = Path(prerequisite.output)
         make_dirs(output.parent)
-        done = convert(
-            prerequisite.model,
-            runtime_dir=LlamaSettings.of(settings).llama_runtime_dir,
-            python=str(settings.runtime_dir / "bin" / "python"),
-            quantize=quantize_of(prerequisite.quantize),
-            output=output,
-            revision=prerequisite.revision,
-            say=say,
-        )
+        quantize = quantize_of(prerequisite.quantize)
+        try:
+            done = convert(
+                prerequisite.model,
+                runtime_dir=LlamaSettings.of(settings).llama_runtime_dir,
+                python=str(settings.runtime_dir / "bin" / "python"),
+                quantize=quantize,
+                output=output,
+                revision=prerequisite.revision,
+                token=prerequisite_token(prerequisite),
+                say=say,
+            )
+        except ConverterRefused as refused:
+            recorded = write_refused(
+                output, prerequisite.model, prerequisite.revision, quantize, pinned_version(),
+                refused.message,
+            )  # fmt: skip
+            raise PlanChanged(
+                f"{refused.message}; recorded in {recorded}: the plan passes llama.cpp over "
+                "for this model",
+                fix=refused.fix,
+            ) from None
         write_record(done, prerequisite.revision)
         say(f"converted: {done.output} ({done.bytes / 2**20:.1f} MiB in {done.seconds:.1f} s)")
 

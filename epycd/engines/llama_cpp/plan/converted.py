@@ -4,6 +4,10 @@ weights, shared by the endpoints that serve them), the record beside it that say
 (`ConvertedRecord`, NAME.gguf.json), and the planner's answer before it exists
 (`NeedsConversion`: approve converts, then plans).
 
+A model the converter refused (`RefusedRecord`, NAME.gguf.refused.json, written by approve)
+is refused by the planner with the converter's reason until llama.cpp's version changes, so
+that `engine = "auto"` passes llama.cpp over for it instead of converting again.
+
 A record whose file's size or modification time no longer match is no record: the file
 changed since its conversion, and approve converts again. The file's hash is in the plan
 (`ConvertedWeights.sha256`), so another file is another plan: drift of an approved
@@ -26,12 +30,14 @@ from epycd.plan.prepared import MissingPrerequisite, Prerequisite
 ENGINE = "llama.cpp"
 
 RECORD_SUFFIX = ".json"
+REFUSED_SUFFIX = ".refused.json"
 UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def needs_conversion(
-    endpoint: str, model: str, revision: str | None, quantize: Quantize, output: Path, file: Path
-) -> MissingPrerequisite:
+    endpoint: str, model: str, revision: str | None, quantize: Quantize, output: Path, file: Path,
+    hf_token_file: str | None = None,
+) -> MissingPrerequisite:  # fmt: skip
     """The refusal of an endpoint whose model is not converted yet: approve converts it."""
     prerequisite = Prerequisite(
         engine=ENGINE,
@@ -40,6 +46,7 @@ def needs_conversion(
         revision=revision,
         quantize=quantize,
         output=str(output),
+        hf_token_file=hf_token_file,
     )
     return MissingPrerequisite(
         prerequisite,
@@ -110,6 +117,46 @@ def write_record(done: Conversion, source_revision: str | None) -> ConvertedReco
     )
     write_atomic(record_path(gguf), (json.dumps(record.model_dump(), indent=1) + "\n").encode())
     return record
+
+
+class RefusedRecord(BaseModel):
+    """NAME.gguf.refused.json: the converter failed on this model, and why."""
+
+    source: str
+    source_revision: str | None
+    quantize: Quantize
+    llama_cpp: str
+    reason: str
+
+
+def refused_path(gguf: Path) -> Path:
+    return gguf.with_name(gguf.name + REFUSED_SUFFIX)
+
+
+def read_refused(gguf: Path, llama_cpp: str) -> RefusedRecord | None:
+    """Why the converter of this llama.cpp version refused the model `gguf` is made from;
+    None when it did not, or another version did (which this one may not repeat)."""
+    try:
+        record = RefusedRecord.model_validate_json(refused_path(gguf).read_text())
+    except (OSError, ValueError, ValidationError):
+        return None
+    return record if record.llama_cpp == llama_cpp else None
+
+
+def write_refused(
+    gguf: Path, source: str, source_revision: str | None, quantize: Quantize, llama_cpp: str,
+    reason: str,
+) -> Path:  # fmt: skip
+    record = RefusedRecord(
+        source=source,
+        source_revision=source_revision,
+        quantize=quantize,
+        llama_cpp=llama_cpp,
+        reason=reason,
+    )
+    target = refused_path(gguf)
+    write_atomic(target, (json.dumps(record.model_dump(), indent=1) + "\n").encode())
+    return target
 
 
 def quantize_of(value: str | None) -> Quantize:

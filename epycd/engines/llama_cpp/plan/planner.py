@@ -15,12 +15,15 @@ from pathlib import Path
 from epycd.childproc import run_bounded
 from epycd.engines.llama_cpp import EMBEDDED_RUNTIME, LLAMA_CPP, install_command
 from epycd.engines.llama_cpp.model.convert import CONVERTER_DIR, CONVERTER_SCRIPT, converter_refusal
+from epycd.engines.llama_cpp.model.format import pinned_version
 from epycd.engines.llama_cpp.plan.converted import (
     converted_path,
     converter_python_present,
     needs_conversion,
     quantize_of,
     read_record,
+    read_refused,
+    refused_path,
 )
 from epycd.engines.llama_cpp.plan.decide import decide_llama, llama_fit
 from epycd.engines.llama_cpp.plan.model import (
@@ -183,9 +186,21 @@ def prepare_converted(
     quantize = quantize_of(LlamaKeys.of(spec).quantize)
     converted_dir = llama_settings.llama_converted_dir
     gguf = converted_path(converted_dir, spec.model, source.revision, quantize)
+    refused = read_refused(gguf, pinned_version())
+    if refused is not None:
+        raise Refusal(
+            f"llama.cpp {refused.llama_cpp}'s converter failed on {spec.model} when approve "
+            f"converted it: {refused.reason}",
+            file=file,
+            key="model",
+            fix='serve it with engine = "vllm" (engine = "auto" does), or give model = a '
+            f".gguf file; to let approve try again, remove {refused_path(gguf)}",
+        )
     record = read_record(gguf)
     if record is None:
-        raise needs_conversion(result.name, spec.model, source.revision, quantize, gguf, file)
+        raise needs_conversion(
+            result.name, spec.model, source.revision, quantize, gguf, file, spec.hf_token_file
+        )
     facts = sources.inspect(str(gguf))
     warnings = [*source.warnings, *check_llama_model(facts, file)]
     choice = EngineChoice(
