@@ -19,13 +19,21 @@ from pathlib import Path
 import pytest
 
 from epycd.cli.plan import confirmation_table, plan_json
-from epycd.engines.llama_cpp.plan.converted import ConvertedRecord, converted_path, record_path
+from epycd.engines.llama_cpp.approval import prerequisite_token
+from epycd.engines.llama_cpp.model.format import pinned_version
+from epycd.engines.llama_cpp.plan.converted import (
+    ConvertedRecord,
+    converted_path,
+    record_path,
+    write_refused,
+)
 from epycd.engines.llama_cpp.plan.model import LlamaServer
 from epycd.host.facts import HostFacts
 from epycd.plan.pipeline.result import EndpointResult
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.plan.conftest import PlanWorkspace
 from tests.plan.test_llama_plan import fake_llama_server, gguf_model
+from tests.secrets import root_folder, write_secret
 
 
 class AutoWorkspace:
@@ -229,3 +237,70 @@ def test_keys_auto_does_not_take_are_refused_with_the_fix(
     aw.ws.endpoint("bad", text)
     errors = [e.text for e in aw.plan()["bad"].errors]
     assert any(key in e and fix in e for e in errors), errors
+
+
+def test_quantize_asks_for_llama_cpp_whatever_the_profile(aw: AutoWorkspace) -> None:
+    """`quantize` is read by llama.cpp alone: a throughput file that sets it is served on
+    those weights, not by vLLM on the weights as they are."""
+    aw.ws.endpoint("batch", 'engine = "auto"\nprofile = "throughput"\nquantize = "q4_k_m"\n')
+    waiting = aw.plan()["batch"]
+    assert waiting.prerequisite is not None and waiting.prerequisite.quantize == "q4_k_m"
+    aw.convert("q4_k_m")
+    result = aw.plan()["batch"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    choice = result.plan.decisions.engine_choice
+    assert result.plan.decisions.engine == "llama.cpp" and choice is not None
+    assert choice.reasons[0] == "llama.cpp: the file sets quantize, which llama.cpp reads"
+
+
+def test_quantize_without_llama_cpp_says_vllm_does_not_read_it(
+    ws: PlanWorkspace, host_of: Callable[..., HostFacts]
+) -> None:
+    ws.settings = ws.settings.model_copy(update={"llama_runtime_dir": ws.tmp / "none"})
+    ws.endpoint("chat", 'engine = "auto"\nquantize = "q4_k_m"\n')
+    result = ws.plan(host_of("genoa-9654-2s-nps1"))["chat"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    choice = result.plan.decisions.engine_choice
+    assert result.plan.decisions.engine == "vllm" and choice is not None
+    assert choice.reasons[0].startswith("vllm: profile balanced")
+    assert choice.reasons[0].endswith("(it does not read quantize)")
+
+
+def test_a_model_the_converter_refused_is_passed_over_until_llama_cpp_changes(
+    aw: AutoWorkspace,
+) -> None:
+    """approve records the converter's lasting failure beside the file it would have
+    written; the planner reads it for that llama.cpp version only."""
+    aw.ws.endpoint("chat", 'engine = "auto"\n')
+    aw.ws.endpoint("named", 'engine = "llama.cpp"\n')
+    waiting = aw.plan()["chat"]
+    assert waiting.prerequisite is not None
+    gguf = Path(waiting.prerequisite.output)
+    refused = write_refused(
+        gguf, str(aw.ws.model), None, "q8_0", pinned_version(), "tokenizer unknown"
+    )
+    planned = aw.plan()
+    chat = planned["chat"]
+    assert chat.plan is not None and chat.prerequisite is None
+    assert chat.plan.decisions.engine == "vllm"
+    assert chat.plan.decisions.engine_choice is not None
+    why = next(r for r in chat.plan.decisions.engine_choice.reasons if r.startswith("not llama"))
+    assert "tokenizer unknown" in why and str(refused) in why
+    named = planned["named"]
+    assert named.plan is None and "converter failed on" in named.errors[0].text
+    record = json.loads(refused.read_text())
+    refused.write_text(json.dumps({**record, "llama_cpp": "0.0.1"}))
+    assert aw.plan()["chat"].prerequisite is not None
+
+
+def test_the_token_file_goes_with_the_conversion_not_the_token(aw: AutoWorkspace) -> None:
+    """approve's download of a gated model uses the endpoint's token, read from its
+    root-only file when the conversion runs."""
+    with root_folder() as folder:
+        token = write_secret(folder / "secrets" / "hf.token", "hf_secretsecret\n")
+        aw.ws.endpoint("chat", f'engine = "auto"\nhf_token_file = "{token}"\n')
+        waiting = aw.plan()["chat"]
+        assert waiting.prerequisite is not None, [e.text for e in waiting.errors]
+        assert waiting.prerequisite.hf_token_file == str(token)
+        assert "hf_secretsecret" not in waiting.prerequisite.model_dump_json()
+        assert prerequisite_token(waiting.prerequisite) == "hf_secretsecret"

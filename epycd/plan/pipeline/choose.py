@@ -2,7 +2,8 @@
 engines in the order its profile prefers them (`PREFERRED`), and the first whose planner
 prepares the endpoint serves it. One that cannot (its runtime is not installed, the model is
 not of its format and cannot be converted, its architecture is unknown to it) is passed over
-with its reason, which the plan shows beside the rule's.
+with its reason, which the plan shows beside the rule's. A key the file sets that only some
+engines read (`quantize`: llama.cpp) puts those engines first, whatever the profile.
 
 An engine that could serve the endpoint once approve has made an input for it (llama.cpp, a
 safetensors model not converted yet: `MissingPrerequisite`) is chosen all the same: approve
@@ -18,8 +19,9 @@ from epycd.host.facts import HostFacts
 from epycd.plan.engines import planner_for
 from epycd.plan.model import EngineChoice
 from epycd.plan.prepared import MissingPrerequisite, Prepared, Sources
-from epycd.spec import SpecResult
-from epycd.spec.key_setting import AUTO_ENGINE
+from epycd.spec import EndpointSpec, SpecResult
+from epycd.spec.key_setting import AUTO_ENGINE, ENGINES
+from epycd.spec.keys import keys
 from epycd.stack import Stack
 
 PREFERRED: dict[str, tuple[str, ...]] = {
@@ -39,14 +41,31 @@ WHY: dict[str, str] = {
 }
 
 
-def engine_order(profile: str) -> tuple[str, ...]:
-    """The profile's engines, then any other registered engine in registry order."""
-    preferred = PREFERRED[profile]
+def engine_order(profile: str, asked: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The engines the file's own keys ask for (`asked_by_keys`), then the profile's, then
+    any other registered engine in registry order."""
     registered = tuple(e.name for e in engines.ENGINES)
-    return (
-        *(name for name in preferred if name in registered),
-        *(name for name in registered if name not in preferred),
-    )
+    preferred = [name for name in PREFERRED[profile] if name in registered]
+    order = [name for name in preferred if name in asked]
+    order += [name for name in (*preferred, *registered) if name not in order]
+    return tuple(order)
+
+
+def asked_by_keys(spec: EndpointSpec) -> tuple[list[str], tuple[str, ...]]:
+    """The keys the file sets that only some engines read (`quantize`: llama.cpp), and the
+    engines that read them all: the file asks for those engines whatever its profile, since
+    another would serve it without what those keys say."""
+    given = [
+        row
+        for row in keys()
+        if row.name in spec.model_fields_set
+        and AUTO_ENGINE in row.engines
+        and not set(ENGINES) <= set(row.engines)
+    ]
+    if not given:
+        return [], ()
+    reading = tuple(name for name in ENGINES if all(name in row.engines for row in given))
+    return [row.name for row in given], reading
 
 
 def prepare_auto(
@@ -62,19 +81,25 @@ def prepare_auto(
     assert spec is not None and spec.engine == AUTO_ENGINE
     passed_over: list[str] = []
     last: EpycError | None = None
-    for name in engine_order(spec.profile):
+    named, asked = asked_by_keys(spec)
+    for name in engine_order(spec.profile, asked):
+        why = (
+            f"the file sets {', '.join(named)}, which {name} reads"
+            if name in asked
+            else WHY[spec.profile] + (f" (it does not read {', '.join(named)})" if named else "")
+        )
         as_engine = dataclasses.replace(result, spec=spec.model_copy(update={"engine": name}))
         try:
             prepared = planner_for(name).prepare(as_engine, host, stack, sources, secret_group)
         except MissingPrerequisite as waiting:
-            waiting.message += f' (engine = "auto" chose {name}: {WHY[spec.profile]})'
+            waiting.message += f' (engine = "auto" chose {name}: {why})'
             raise
         except EpycError as exc:
             to_serve = f" (to serve with it: {exc.fix})" if exc.fix else ""
             passed_over.append(f"not {name}: {exc.message}{to_serve}")
             last = exc
             continue
-        return _chosen(prepared, [f"{name}: {WHY[spec.profile]}", *passed_over])
+        return _chosen(prepared, [f"{name}: {why}", *passed_over])
     assert last is not None, "every registry has an engine"
     last.message = 'no engine can serve it (engine = "auto"): ' + "; ".join(passed_over)
     raise last
