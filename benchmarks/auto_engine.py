@@ -319,6 +319,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/auto-engine-run1.json"))
     parser.add_argument("--render", type=Path)
     parser.add_argument("--list", action="store_true", help="print the configurations, run none")
+    parser.add_argument(
+        "--llama-only",
+        action="store_true",
+        help="only the configurations llama-server serves (a rerun of those beside a saved "
+        "run's vLLM figures)",
+    )
     args = parser.parse_args()
     if args.render:
         print(render(json.loads(args.render.read_text())))
@@ -326,6 +332,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="auto-engine-"))
     model = small_model()
     found = configs(work, model)
+    if args.llama_only:
+        found = [c for c in found if any(w.endswith("/llama-server") for w in c.argv)]
     if args.list:
         for config in found:
             print(f"{config.label}:\n  {' '.join(config.argv)}\n  env {config.env}")
@@ -341,6 +349,7 @@ def main() -> int:
             "input_len": args.input_len,
             "output_len": args.output_len,
             "passes": args.passes,
+            "llama_only": args.llama_only,
         },
         "configurations": [asdict(c) for c in found],
         "measured": [],
