@@ -29,6 +29,7 @@ from epycd import engines
 from epycd.approval.record import Approval, approved_plans
 from epycd.cli.approve import consent_options
 from epycd.cli.options import TEXT
+from epycd.engines.llama_cpp.model.convert import QUANTIZE
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.paths import runtime_install_command
@@ -403,6 +404,7 @@ class Wanted:
     model: str | None
     gguf_file: str | None
     vllm: str | None
+    quantize: str | None = None
 
 
 class QuickstartFile(ABC):
@@ -438,6 +440,8 @@ class AutoQuickstart(QuickstartFile):
         data = {"engine": AUTO_ENGINE, "model": served}
         if wanted.gguf_file is not None:
             data["gguf_file"] = wanted.gguf_file
+        if wanted.quantize is not None:
+            data["quantize"] = wanted.quantize
         return served, quickstart_document(data), runtime
 
     def runtime(self, settings: Settings, host: HostFacts) -> str:
@@ -526,6 +530,14 @@ def planned_candidate(
     help="a GGUF model: the file's name in the --model repository or folder",
 )
 @click.option(
+    "--quantize",
+    type=click.Choice(QUANTIZE),
+    default=None,
+    help="the weights a safetensors model is converted to for llama.cpp (the file's "
+    "`quantize`; default q8_0, near-lossless): q4_k_m is a quarter of bf16's size, as Ollama "
+    "serves, and asks engine auto for llama.cpp whatever the profile",
+)
+@click.option(
     "--vllm",
     "vllm",
     type=TEXT,
@@ -543,6 +555,7 @@ def quickstart(
     engine: str | None,
     model: str | None,
     gguf_file: str | None,
+    quantize: str | None,
     vllm: str | None,
     name: str,
     yes: bool,
@@ -557,7 +570,13 @@ def quickstart(
     from epycd.cli.approve import ask
 
     settings, host = prepared_host(name)
-    wanted = Wanted(engine=wanted_engine(engine, vllm), model=model, gguf_file=gguf_file, vllm=vllm)
+    wanted = Wanted(
+        engine=wanted_engine(engine, vllm),
+        model=model,
+        gguf_file=gguf_file,
+        vllm=vllm,
+        quantize=quantize,
+    )
     candidate = planned_candidate(settings, host, name, wanted, yes=yes)
     gate(candidate.plan, accept_unvalidated=accept_unvalidated)
     action = "approve" if candidate.already else f"write {candidate.target}, approve"

@@ -41,7 +41,11 @@ def test_llama_cpp_writes_plans_and_approves_its_gguf_endpoint(sandbox: CliSandb
 
 @pytest.mark.parametrize(
     ("engine", "option", "value"),
-    [("vllm", "--gguf-file", "model-Q4_K_M.gguf"), ("llama.cpp", "--vllm", "/usr/bin/true")],
+    [
+        ("vllm", "--gguf-file", "model-Q4_K_M.gguf"),
+        ("vllm", "--quantize", "q4_k_m"),
+        ("llama.cpp", "--vllm", "/usr/bin/true"),
+    ],
 )
 def test_an_option_of_the_other_engine_is_bad_input(
     sandbox: CliSandbox, engine: str, option: str, value: str
@@ -107,3 +111,23 @@ def test_auto_refuses_a_vllm_of_its_own_as_bad_input(sandbox: CliSandbox) -> Non
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--vllm" in done.stderr and "--engine vllm" in done.stderr
     assert sandbox.written() == []
+
+
+def test_auto_with_quantize_writes_it_and_plans_llama_cpp(sandbox: CliSandbox) -> None:
+    """`--quantize q4_k_m` (Ollama's weights) goes into the file, and the plan waits for
+    that conversion on llama.cpp; answered no, nothing is written or converted."""
+    from tests.health.realvllm import VENV
+    from tests.llama.test_convert import tiny_llama
+
+    sandbox.use_fake_host()
+    llama_server()
+    converted = sandbox.tmp / "converted"
+    done = sandbox.epycctl(
+        "quickstart", "--model", str(tiny_llama()), "--quantize", "q4_k_m",
+        EPYCD_LLAMA_RUNTIME_DIR=str(SERVER), EPYCD_RUNTIME_DIR=str(VENV),
+        EPYCD_LLAMA_CONVERTED_DIR=str(converted),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "to a q4_k_m GGUF file" in done.stdout, done.stdout
+    assert "no terminal to ask on" in done.stderr
+    assert sandbox.written() == [] and not converted.exists()

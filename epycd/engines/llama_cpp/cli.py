@@ -258,6 +258,8 @@ class LlamaQuickstart(QuickstartFile):
         data = {"engine": "llama.cpp", "model": served}
         if wanted.gguf_file:
             data["gguf_file"] = wanted.gguf_file
+        if wanted.quantize is not None:
+            data["quantize"] = wanted.quantize
         return served, quickstart_document(data), f"host (llama.cpp, {server})"
 
     def runtime(self, settings: Settings, host: HostFacts) -> str:

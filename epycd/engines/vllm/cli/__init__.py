@@ -214,6 +214,13 @@ class VllmQuickstart(QuickstartFile):
                 key="--gguf-file",
                 fix=f"add --engine {engine}",
             )
+        if wanted.quantize is not None:
+            raise InputError(
+                "--quantize is for endpoints whose safetensors model llama.cpp serves converted: "
+                "vLLM serves the weights as they are",
+                key="--quantize",
+                fix="leave it out, or add --engine auto or --engine llama.cpp",
+            )
         runtime, runtimes = pick_runtime(settings, host, wanted.vllm)
         served = model_argument(wanted.model or shipped_stack().default_model)
         content = endpoint_document(served, runtime, runtimes.vllm.path if runtimes.vllm else None)
