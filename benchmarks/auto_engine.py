@@ -293,21 +293,61 @@ def render(report: dict[str, Any]) -> str:
             f"{m['peak_pss_gib']} |"
         )
     labels = list(dict.fromkeys(m["label"] for m in report["measured"]))
-    lines += ["", "Each profile at its own concurrency, the mean of the passes (tok/s):", ""]
-    lines += ["| profile (concurrency) | auto | the best other | every configuration |"]
-    lines += ["|---|---|---|---|"]
+    lines += ["", "Each profile at its own concurrency, the mean of the passes (tok/s; the"]
+    lines += ["passes' spread, (max - min) / mean, in brackets):", ""]
+    lines += ["| profile (c) | auto | auto, quantize = q4_k_m | the best other | every other |"]
+    lines += ["|---|---|---|---|---|"]
     for profile in PROFILES:
         c = PROFILE_CONCURRENCY[profile]
         if c not in concurrencies:
             continue
-        auto = next(label for label in labels if label.startswith(f"auto, {profile} ("))
-        others = {label: tok_s(report, label, c) for label in labels if label != auto}
+        auto = next((label for label in labels if label.startswith(f"auto, {profile} (")), None)
+        quantized = next(
+            (label for label in labels if label.startswith(f"auto, {profile}, quantize")), None
+        )
+        others = {
+            label: tok_s(report, label, c)
+            for label in labels
+            if not label.startswith(f"auto, {profile}")
+        }
         best = max(others.items(), key=lambda kv: kv[1] or 0.0)
         every = "; ".join(f"{label}: {value}" for label, value in others.items())
         lines.append(
-            f"| {profile} (c={c}) | {tok_s(report, auto, c)} | {best[0]}: {best[1]} | {every} |"
+            f"| {profile} (c={c}) | {cell(report, auto, c)} | {cell(report, quantized, c)} | "
+            f"{best[0]}: {cell(report, best[0], c)} | {every} |"
         )
     return "\n".join(lines)
+
+
+def cell(report: dict[str, Any], label: str | None, concurrency: int) -> str:
+    """A configuration's mean tok/s at a concurrency, with its passes' spread."""
+    if label is None:
+        return "-"
+    found = [
+        run["output_throughput"]
+        for m in report["measured"]
+        if m["label"] == label
+        for c, run in m["runs"].items()
+        if int(c) == concurrency and "output_throughput" in run
+    ]
+    if not found:
+        return "-"
+    mean = sum(found) / len(found)
+    spread = f" [{100 * (max(found) - min(found)) / mean:.0f} %]" if len(found) > 1 else ""
+    return f"{mean:.1f}{spread}"
+
+
+def beside(report: dict[str, Any], earlier: dict[str, Any]) -> dict[str, Any]:
+    """`report` (a --llama-only rerun) with the configurations only `earlier` measured (its
+    vLLM ones), their labels marked with its date."""
+    measured = {m["label"] for m in report["measured"]}
+    day = earlier["started"][:10]
+    kept = [
+        {**m, "label": f"{m['label']} [{day}]"}
+        for m in earlier["measured"]
+        if m["label"] not in measured
+    ]
+    return {**report, "measured": [*report["measured"], *kept]}
 
 
 def main() -> int:
@@ -318,6 +358,9 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/auto-engine-run1.json"))
     parser.add_argument("--render", type=Path)
+    parser.add_argument(
+        "--beside", type=Path, help="with --render: a saved run whose other configurations to add"
+    )
     parser.add_argument("--list", action="store_true", help="print the configurations, run none")
     parser.add_argument(
         "--llama-only",
@@ -327,7 +370,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.render:
-        print(render(json.loads(args.render.read_text())))
+        saved = json.loads(args.render.read_text())
+        if args.beside:
+            saved = beside(saved, json.loads(args.beside.read_text()))
+        print(render(saved))
         return 0
     work = Path(tempfile.mkdtemp(prefix="auto-engine-"))
     model = small_model()

@@ -6,7 +6,8 @@ server's own token counts, streamed).
 
 Run:  .venv/bin/python benchmarks/gateway_overhead.py --model FILE.gguf \\
           [--concurrency 1 8 32] [--passes 4] [--input-len 128] [--output-len 64] \\
-          [--threads 2] --out RESULT.json
+          [--threads 2] [--with-delay] [--gateway-threads N ...] \\
+          [--engine-cpus CPU ...] --out RESULT.json
       .venv/bin/python benchmarks/gateway_overhead.py --render RESULT.json
 (llama-server and HAProxy from the test cache, tests/bootstrap.sh; loopback only. Not a CI
 pass/fail: the figures go to benchmarks/gateway-results.md.)
@@ -56,10 +57,18 @@ def wait_for(url: str, seconds: float = 60) -> None:
     raise SystemExit(f"{url} did not answer 200")
 
 
-def start_server(model: Path, threads: int, slots: int, work: Path) -> tuple[Any, str]:
+def pinned(cpus: set[int] | None) -> list[str]:
+    """taskset's words for `cpus`; none for None."""
+    return ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus else []
+
+
+def start_server(
+    model: Path, threads: int, slots: int, work: Path, cpus: set[int] | None = None
+) -> tuple[Any, str]:
     port = free_port()
     process = subprocess.Popen(
-        [str(llama_server()), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+        [*pinned(cpus), str(llama_server()), "-m", str(model), "--host", "127.0.0.1",
+         "--port", str(port),
          "-t", str(threads), "-np", str(slots), "--alias", SERVED, "--metrics"],
         stdout=(work / "llama.log").open("wb"), stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -68,10 +77,18 @@ def start_server(model: Path, threads: int, slots: int, work: Path) -> tuple[Any
     return process, url
 
 
-def start_gateway(server: str, work: Path, *, no_delay: bool = True) -> tuple[Any, str, str]:
+def start_gateway(
+    server: str,
+    work: Path,
+    *,
+    no_delay: bool = True,
+    threads: int | None = None,
+    cpus: set[int] | None = None,
+) -> tuple[Any, str, str]:
     """HAProxy on the rendered files in `work`; without `no_delay`, with the configuration's
     `option http-no-delay` taken out (HAProxy's default: it lets the kernel hold small
-    writes, such as one streamed token, to fill a segment)."""
+    writes, such as one streamed token, to fill a segment); with `threads`, `nbthread` set
+    to it instead of the configuration's own."""
     work.mkdir(exist_ok=True)
     store, key = add_key(KeyStore(), "bench", models=None, rpm=None, concurrency=None)
     route = Route(endpoint="bench", model=SERVED, primary_endpoint="completions",
@@ -84,9 +101,13 @@ def start_gateway(server: str, work: Path, *, no_delay: bool = True) -> tuple[An
         if name == "haproxy.cfg" and not no_delay:
             assert "    option http-no-delay\n" in text
             text = text.replace("    option http-no-delay\n", "")
+        if name == "haproxy.cfg" and threads is not None:
+            kept = [line for line in text.splitlines() if not line.startswith("    nbthread ")]
+            text = "\n".join(kept).replace("global\n", f"global\n    nbthread {threads}\n", 1)
+            text += "\n"
         (work / name).write_text(text)
     binary, env = cached_haproxy()
-    process = subprocess.Popen([str(binary), "-f", str(work / "haproxy.cfg")],
+    process = subprocess.Popen([*pinned(cpus), str(binary), "-f", str(work / "haproxy.cfg")],
                                env={**os.environ, **env},
                                stdout=(work / "haproxy.log").open("wb"),
                                stderr=subprocess.STDOUT)  # fmt: skip
@@ -98,15 +119,28 @@ def start_gateway(server: str, work: Path, *, no_delay: bool = True) -> tuple[An
 def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     slots = max(args.concurrency)
-    server, direct = start_server(args.model, args.threads, slots, work)
-    gateway, through, key = start_gateway(direct, work / "gateway")
+    engine_cpus = rest = None
+    if args.engine_cpus:
+        engine_cpus = set(args.engine_cpus)
+        rest = os.sched_getaffinity(0) - engine_cpus
+        os.sched_setaffinity(0, rest)  # the client, as HAProxy, off the engine's cores
+    server, direct = start_server(args.model, args.threads, slots, work, engine_cpus)
+    gateway, through, key = start_gateway(direct, work / "gateway", cpus=rest)
     vocabulary = vocabulary_size(direct, None)
     targets = {"direct": (direct, None), "gateway": (through, key)}
     processes = [gateway, server]
     if args.with_delay:
-        delayed, delayed_url, delayed_key = start_gateway(direct, work / "delay", no_delay=False)
+        delayed, delayed_url, delayed_key = start_gateway(
+            direct, work / "delay", no_delay=False, cpus=rest
+        )
         targets["gateway-without-no-delay"] = (delayed_url, delayed_key)
         processes.insert(0, delayed)
+    for threads in args.gateway_threads:
+        other, other_url, other_key = start_gateway(
+            direct, work / f"threads-{threads}", threads=threads, cpus=rest
+        )
+        targets[f"gateway, nbthread {threads}"] = (other_url, other_key)
+        processes.insert(0, other)
     rows = []
     try:
         for index in range(args.passes):
@@ -133,6 +167,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": machine(),
         "model": str(args.model),
         "threads": args.threads,
+        "engine_cpus": args.engine_cpus,
         "slots": slots,
         "input_len": args.input_len,
         "output_len": args.output_len,
@@ -176,6 +211,21 @@ def main() -> int:
         "--with-delay",
         action="store_true",
         help="also a gateway without `option http-no-delay` (HAProxy's default)",
+    )
+    parser.add_argument(
+        "--gateway-threads",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also the gateway with `nbthread N` for each N (HAProxy's default: a thread per CPU)",
+    )
+    parser.add_argument(
+        "--engine-cpus",
+        type=int,
+        nargs="*",
+        default=[],
+        help="pin llama-server to these CPUs, and HAProxy and the client to the others (a "
+        "host whose gateway has a core the engine does not use)",
     )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--render", type=Path, help="reprint a result file")
