@@ -303,4 +303,4 @@ def test_the_token_file_goes_with_the_conversion_not_the_token(aw: AutoWorkspace
         assert waiting.prerequisite is not None, [e.text for e in waiting.errors]
         assert waiting.prerequisite.hf_token_file == str(token)
         assert "hf_secretsecret" not in waiting.prerequisite.model_dump_json()
-        assert prerequisite_token(waiting.prerequisite) == "hf_secretsecret"
+        assert prerequisite_token(waiting.prerequisite, aw.ws.settings) == "hf_secretsecret"

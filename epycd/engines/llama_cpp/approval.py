@@ -14,16 +14,18 @@ from epycd.engines.llama_cpp.plan.converted import quantize_of, write_record, wr
 from epycd.engines.llama_cpp.settings import LlamaSettings
 from epycd.plan.prepared import Prerequisite
 from epycd.plan.service.secrets import read_root_only
-from epycd.settings import Settings
+from epycd.settings import Settings, trusted_admin_gid
 
 
-def prerequisite_token(prerequisite: Prerequisite) -> str | None:
+def prerequisite_token(prerequisite: Prerequisite, settings: Settings) -> str | None:
     """The endpoint's HF token for the download (its root-only hf_token_file, read as the
-    planner read it); never passed on but to huggingface_hub."""
+    planner read it: root's, or readable by epycd.conf's admin group too); never passed on
+    but to huggingface_hub."""
     if prerequisite.hf_token_file is None:
         return None
     path = Path(prerequisite.hf_token_file)
-    return read_root_only(path, path, "hf_token_file", "the token") or None
+    group = trusted_admin_gid(settings.daemon_conf)
+    return read_root_only(path, path, "hf_token_file", "the token", group_gid=group) or None
 
 
 class LlamaConversion(PrerequisiteMaker):
@@ -45,7 +47,7 @@ class LlamaConversion(PrerequisiteMaker):
                 quantize=quantize,
                 output=output,
                 revision=prerequisite.revision,
-                token=prerequisite_token(prerequisite),
+                token=prerequisite_token(prerequisite, settings),
                 say=say,
             )
         except ConverterRefused as refused:
