@@ -48,9 +48,8 @@ def engine_order(profile: str, asked: tuple[str, ...] = ()) -> tuple[str, ...]:
     any other registered engine in registry order."""
     registered = tuple(e.name for e in engines.ENGINES)
     preferred = [name for name in PREFERRED[profile] if name in registered]
-    order = [name for name in preferred if name in asked]
-    order += [name for name in (*preferred, *registered) if name not in order]
-    return tuple(order)
+    every = list(dict.fromkeys((*preferred, *registered)))
+    return (*(n for n in every if n in asked), *(n for n in every if n not in asked))
 
 
 def asked_by_keys(spec: EndpointSpec) -> tuple[list[str], tuple[str, ...]]:
