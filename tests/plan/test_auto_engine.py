@@ -29,6 +29,7 @@ from epycd.engines.llama_cpp.plan.converted import (
 )
 from epycd.engines.llama_cpp.plan.model import LlamaServer
 from epycd.host.facts import HostFacts
+from epycd.plan.pipeline.choose import engine_order
 from epycd.plan.pipeline.result import EndpointResult
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.plan.conftest import PlanWorkspace
@@ -304,3 +305,12 @@ def test_the_token_file_goes_with_the_conversion_not_the_token(aw: AutoWorkspace
         assert waiting.prerequisite.hf_token_file == str(token)
         assert "hf_secretsecret" not in waiting.prerequisite.model_dump_json()
         assert prerequisite_token(waiting.prerequisite, aw.ws.settings) == "hf_secretsecret"
+
+
+def test_each_engine_is_tried_once_in_the_profile_order() -> None:
+    """Every engine once: the last one's error is the one an endpoint no engine can serve
+    is refused with (quickstart's hint for a model it cannot fetch reads vLLM's)."""
+    assert engine_order("balanced") == ("llama.cpp", "vllm")
+    assert engine_order("throughput") == ("vllm", "llama.cpp")
+    assert engine_order("throughput", ("llama.cpp",)) == ("llama.cpp", "vllm")
+    assert engine_order("latency", ("vllm",)) == ("vllm", "llama.cpp")
