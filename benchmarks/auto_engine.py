@@ -256,15 +256,20 @@ def measure(
         result.peak_pss_gib = memory.pss()[0]
 
 
-def tok_s(report: dict[str, Any], label: str, concurrency: int) -> float | None:
-    """The mean output tok/s of a configuration's passes at a concurrency."""
-    found = [
+def passes_tok_s(report: dict[str, Any], label: str, concurrency: int) -> list[float]:
+    """A configuration's output tok/s at a concurrency, one per pass that measured it."""
+    return [
         run["output_throughput"]
         for m in report["measured"]
         if m["label"] == label
         for c, run in m["runs"].items()
         if int(c) == concurrency and "output_throughput" in run
     ]
+
+
+def tok_s(report: dict[str, Any], label: str, concurrency: int) -> float | None:
+    """The mean output tok/s of a configuration's passes at a concurrency."""
+    found = passes_tok_s(report, label, concurrency)
     return round(sum(found) / len(found), 1) if found else None
 
 
@@ -321,15 +326,7 @@ def render(report: dict[str, Any]) -> str:
 
 def cell(report: dict[str, Any], label: str | None, concurrency: int) -> str:
     """A configuration's mean tok/s at a concurrency, with its passes' spread."""
-    if label is None:
-        return "-"
-    found = [
-        run["output_throughput"]
-        for m in report["measured"]
-        if m["label"] == label
-        for c, run in m["runs"].items()
-        if int(c) == concurrency and "output_throughput" in run
-    ]
+    found = passes_tok_s(report, label, concurrency) if label is not None else []
     if not found:
         return "-"
     mean = sum(found) / len(found)

@@ -233,8 +233,8 @@ class Stamp(BaseModel):
 
 
 def stamp_of(folder: Path, revision: str | None) -> Stamp:
-    files = sorted(p for p in folder.iterdir() if p.is_file())
-    seen = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    stats = sorted((p.name, p.stat()) for p in folder.iterdir() if p.is_file())
+    seen = [(name, stat.st_size, stat.st_mtime_ns) for name, stat in stats]
     return Stamp(folder=str(folder), revision=revision, files=seen, llama_cpp=pinned_version())
 
 
