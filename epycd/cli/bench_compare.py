@@ -1,17 +1,21 @@
 """`epycctl bench NAME --compare`: after the endpoint's own runs, the same load against what
 an admin would otherwise run on this host: the endpoint's engine with its plain defaults,
-then every other engine with its own, where it can serve the model. Each engine says what
-that is (`PlainServer`, `PLAIN` in its package's `cli.py`): the argv, or why not.
+then each other engine as the planner would run it (the endpoint's own file planned with
+that engine: `planned_with`) and with its plain defaults, where it can serve the model.
+Each engine says what those are (`PlainServer`, `PLAIN` in its package's `cli.py`): the
+argv, or why not.
 
-Each alternative is a child process on a free loopback port, pinned to the endpoint's own
-CPUs, waited for until its /health answers 200 (bounded), measured by epycd's OpenAI client
-(`epycd.servebench`: every alternative is a plain OpenAI server, without a key), then stopped
-(its process group: SIGTERM, SIGKILL after a bound), also on an error, Ctrl-C or SIGTERM.
+Each alternative is a child process on a free loopback port, pinned to its plan's CPUs (a
+plain one: the endpoint's own), waited for until its /health answers 200 (bounded),
+measured by epycd's OpenAI client (`epycd.servebench`: every alternative is an OpenAI
+server without a key), then stopped (its process group: SIGTERM, SIGKILL after a bound),
+also on an error, Ctrl-C or SIGTERM.
 One at a time; the endpoint keeps running, idle. An alternative that cannot run is kept as
 skipped with its reason; none fails the command."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -20,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import IO, TYPE_CHECKING, Any
 
@@ -33,6 +38,8 @@ from epycd.model.facts import POOLING_ENDPOINTS
 from epycd.settings import Settings
 
 if TYPE_CHECKING:
+    from epycd.engines import Engine
+    from epycd.host.facts import HostFacts
     from epycd.plan.endpoint import Plan
 
 LOOPBACK = "127.0.0.1"
@@ -57,7 +64,8 @@ class Load:
 @dataclass(frozen=True)
 class PlainCommand:
     """One alternative: the argv to run on `port` (and what its environment must add to find
-    the model, such as the endpoint's HF cache), or why it cannot run here."""
+    the model, such as the endpoint's HF cache), or why it cannot run here; `cpus`, the CPUs
+    its plan pins it to, where that is not the endpoint's own."""
 
     label: str
     port: int = 0
@@ -65,6 +73,7 @@ class PlainCommand:
     env: dict[str, str] = field(default_factory=dict)
     skipped: str | None = None
     start_bound_s: float = 120.0
+    cpus: str | None = None
 
 
 class PlainServer:
@@ -79,6 +88,11 @@ class PlainServer:
 
     def other(self, plan: Plan, settings: Settings, port: int) -> PlainCommand:
         return self.skip("its engine has no plain server to compare")
+
+    def planned(self, plan: Plan, port: int) -> PlainCommand:
+        """The server `plan` (the endpoint's file planned with this engine) runs, on `port`
+        of the loopback, with the plan's environment and CPUs; its label is the caller's."""
+        return self.skip("its engine has no planned server to compare")
 
     def skip(self, reason: str) -> PlainCommand:
         return PlainCommand(label=self.label, skipped=reason)
@@ -97,17 +111,70 @@ class NoPlain(PlainServer):
 PlainMaker = Callable[["Plan", Settings, int], PlainCommand]
 
 
-def plain_makers(plan: Plan) -> list[PlainMaker]:
-    """The endpoint's engine's plain defaults first, then each other engine's."""
+def plain_server(engine: Engine) -> PlainServer:
+    found = engine.implementation("cli", "PLAIN", PlainServer, NO_PLAIN)
+    return NoPlain(engine.title) if found is NO_PLAIN else found
+
+
+def plain_makers(plan: Plan, host: HostFacts | None = None) -> list[PlainMaker]:
+    """The endpoint's engine's plain defaults first, then each other engine planned and with
+    its plain defaults. `host`: the facts to plan on, else this host's."""
     from epycd import engines
 
-    def plain(engine: engines.Engine) -> PlainServer:
-        found = engine.implementation("cli", "PLAIN", PlainServer, NO_PLAIN)
-        return NoPlain(engine.title) if found is NO_PLAIN else found
-
     own = plan.decisions.engine
-    others = [plain(e).other for e in engines.ENGINES if e.name != own]
-    return [plain(engines.engine_named(own)).own, *others]
+    others: list[PlainMaker] = []
+    for engine in engines.ENGINES:
+        if engine.name != own:
+            others += [planned_maker(engine, host), plain_server(engine).other]
+    return [plain_server(engines.engine_named(own)).own, *others]
+
+
+def planned_maker(engine: Engine, host: HostFacts | None) -> PlainMaker:
+    """`engine`'s planned server for the endpoint, or why there is none."""
+    label = f"{engine.title}, planned"
+
+    def make(plan: Plan, settings: Settings, port: int) -> PlainCommand:
+        swapped = planned_with(plan, settings, engine.name, host)
+        if isinstance(swapped, str):
+            return PlainCommand(label=label, skipped=swapped)
+        return dataclasses.replace(plain_server(engine).planned(swapped, port), label=label)
+
+    return make
+
+
+def planned_with(
+    plan: Plan, settings: Settings, engine: str, host: HostFacts | None = None
+) -> Plan | str:
+    """The endpoint's own file planned with `engine = ENGINE` (as `engine = "auto"` tries
+    each engine), on this host (or `host`), the approved endpoints holding their CPUs and
+    ports, its own among them; else why it cannot be."""
+    from epycd.approval.record import approved_plans
+    from epycd.plan.pipeline.current import plan_endpoints
+    from epycd.render import render_for_plan
+    from epycd.spec import load_endpoint
+    from epycd.stack import shipped_stack
+
+    asked = f'its file planned with engine = "{engine}"'
+    found = load_endpoint(Path(plan.decisions.config_file), precisions=shipped_stack().precisions)
+    if found.spec is None or found.errors:
+        return f"{asked}: " + "; ".join(str(error) for error in found.errors)
+    as_engine = dataclasses.replace(found, spec=found.spec.model_copy(update={"engine": engine}))
+    planned = plan_endpoints(
+        settings, approved_plans(settings), render=render_for_plan, specs=[as_engine], host=host
+    )
+    [result] = planned.results
+    if result.prerequisite is not None:
+        made = result.prerequisite
+        return (
+            f"{asked}: {result.errors[0].message}; to measure it, make it first: epycctl "
+            f"{made.action} {made.model} --quantize {made.quantize} --output {made.output}"
+        )
+    if result.plan is None:
+        return f"{asked}: " + "; ".join(problem.text for problem in result.errors)
+    servers = len(result.plan.decisions.servers)
+    if servers > 1:
+        return f"{asked}: {servers} instances behind a balancer; --compare runs one server"
+    return result.plan
 
 
 def compare_alternatives(
@@ -119,26 +186,27 @@ def compare_alternatives(
     if plan.decisions.primary_endpoint in POOLING_ENDPOINTS:
         reason = f"a plain server generates: a /v1/{plan.decisions.primary_endpoint} endpoint"
         return [Alternative(label=make(plan, settings, 0).label, skipped=reason) for make in makers]
-    cpus, problem = pinned_cpus(plan.decisions.cpus)
     endpoint = local_url(plan.decisions.host, plan.decisions.port)
     vocabulary = reported_vocabulary(endpoint, key)
     alternatives = []
     with sigterm_raises():
         for make in makers:
             command = make(plan, settings, free_port())
+            cpus, problem = pinned_cpus(command.cpus or plan.decisions.cpus)
             if command.skipped is None and problem is not None:
                 command = PlainCommand(label=command.label, argv=command.argv, skipped=problem)
             alternatives.append(run_alternative(command, cpus, vocabulary, load))
     return alternatives
 
 
-def pinned_cpus(endpoint_cpus: str) -> tuple[set[int], str | None]:
-    """The endpoint's CPUs this process may run on: where every alternative is pinned."""
-    cpus = set(parse_cpulist(endpoint_cpus)) & os.sched_getaffinity(0)
+def pinned_cpus(planned_cpus: str) -> tuple[set[int], str | None]:
+    """The planned CPUs (the endpoint's, or an alternative's own plan's) this process may
+    run on: where the alternative is pinned."""
+    cpus = set(parse_cpulist(planned_cpus)) & os.sched_getaffinity(0)
     if cpus:
         return cpus, None
     allowed = format_cpulist(sorted(os.sched_getaffinity(0)))
-    return cpus, f"none of the endpoint's CPUs ({endpoint_cpus}) is one it may run on ({allowed})"
+    return cpus, f"none of the planned CPUs ({planned_cpus}) is one it may run on ({allowed})"
 
 
 def free_port() -> int:

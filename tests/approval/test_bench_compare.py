@@ -17,11 +17,20 @@ from pathlib import Path
 import pytest
 
 from epycd.cli.bench import BenchResult, bench_table
-from epycd.cli.bench_compare import Load, PlainCommand, free_port, plain_makers, run_alternative
+from epycd.cli.bench_compare import (
+    Load,
+    PlainCommand,
+    free_port,
+    pinned_cpus,
+    plain_makers,
+    planned_with,
+    run_alternative,
+)
 from epycd.engines.llama_cpp.cli import LlamaPlain
 from epycd.engines.llama_cpp.plan.converted import converted_path
 from epycd.engines.llama_cpp.plan.model import LlamaServer
 from epycd.engines.vllm.cli import VllmPlain
+from epycd.engines.vllm.plan.model import VllmCpuServer
 from epycd.host.facts import RuntimeFacts
 from epycd.plan.endpoint import Plan
 from epycd.plan.model import ConvertedWeights, EngineChoice, HfCacheMount
@@ -31,6 +40,7 @@ from tests.approval.plans import make_plan
 from tests.approval.test_bench_llama import KEY, approve_llama
 from tests.llama.realllama import healthy, llama_server, serving, tiny_gguf
 from tests.plan.conftest import PlanWorkspace, fake_host
+from tests.plan.test_auto_engine import AutoWorkspace
 from tests.render.fixtures import as_plan, genoa_podman, with_decisions
 from tests.secrets import root_folder
 
@@ -69,7 +79,7 @@ def test_compare_measures_plain_llama_server_skips_vllm_and_stops_its_child(
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["runs"][0]["completed"] > 0
-    plain, vllm = data["alternatives"]
+    plain, vllm_planned, vllm = data["alternatives"]
     server = env.plans["tiny"].decisions.first
     assert isinstance(server, LlamaServer)
     port = plain["argv"][-1]
@@ -82,6 +92,9 @@ def test_compare_measures_plain_llama_server_skips_vllm_and_stops_its_child(
     [run] = plain["runs"]
     assert run["error"] is None and run["completed"] > 0 and run["output_throughput"] > 0
     assert run["concurrency"] == 1 and run["num_prompts"] == 8
+    assert vllm_planned["label"] == "vLLM, planned" and vllm_planned["argv"] is None
+    why = vllm_planned["skipped"]
+    assert why.startswith('its file planned with engine = "vllm": ') and "tiny.toml" in why, why
     assert vllm["label"] == "vllm serve, plain defaults" and vllm["argv"] is None
     assert vllm["skipped"].startswith("vLLM does not serve this GGUF") and vllm["runs"] == []
     assert plain["argv"] not in command_lines(), "the plain llama-server is still running"
@@ -95,6 +108,7 @@ def test_compare_measures_plain_llama_server_skips_vllm_and_stops_its_child(
     assert shown.splitlines()[0].split()[:2] == ["Server", "Concurrency"]
     assert "\ntiny " in shown and "\nllama-server, plain defaults " in shown
     assert "vllm serve, plain defaults: skipped: vLLM does not serve this GGUF" in shown
+    assert 'vLLM, planned: skipped: its file planned with engine = "vllm"' in shown
 
 
 def test_compare_with_offline_is_bad_input(env: ApprovalSandbox) -> None:
@@ -256,12 +270,91 @@ def test_the_child_is_pinned_and_gets_no_api_key(
     assert seen == {"cpus": [cpu], "keys": []}
 
 
-def test_the_endpoints_engine_comes_first_then_the_other(tmp_path: Path) -> None:
+def test_the_endpoints_engine_comes_first_then_the_other_planned_and_plain(
+    tmp_path: Path,
+) -> None:
     settings = settings_for(tmp_path)
-    vllm_plan = make_plan("chat", fake_host(tmp_path, "vm-zen5-24g", RuntimeFacts()), tmp_path)
-    labels = [make(vllm_plan, settings, PORT).label for make in plain_makers(vllm_plan)]
-    assert labels == ["vllm serve, plain defaults", "llama-server, plain defaults"]
+    host = fake_host(tmp_path, "vm-zen5-24g", RuntimeFacts())
+    vllm_plan = make_plan("chat", host, tmp_path)
+    makers = plain_makers(vllm_plan, host)
+    labels = [make(vllm_plan, settings, PORT).label for make in makers]
+    assert labels == ["vllm serve, plain defaults", "llama.cpp, planned",
+                      "llama-server, plain defaults"]  # fmt: skip
     (tmp_path / "llama").mkdir()
     llama = llama_plan(tmp_path / "llama")
-    labels = [make(llama, settings, PORT).label for make in plain_makers(llama)]
-    assert labels == ["llama-server, plain defaults", "vllm serve, plain defaults"]
+    labels = [make(llama, settings, PORT).label for make in plain_makers(llama, host)]
+    assert labels == ["llama-server, plain defaults", "vLLM, planned", "vllm serve, plain defaults"]
+
+
+def with_port(words: list[str], port: int) -> list[str]:
+    """`words` listening on the loopback's `port`."""
+    words = list(words)
+    words[words.index("--port") + 1] = str(port)
+    words[words.index("--host") + 1] = "127.0.0.1"
+    return words
+
+
+def test_the_other_engine_planned_waits_for_its_conversion_then_is_its_plans_server(
+    tmp_path: Path,
+) -> None:
+    """A vLLM endpoint of `engine = "auto"` (throughput): its file planned with llama.cpp
+    waits for the conversion, named with the command that makes it; once converted, it is
+    the llama-server the plan would run, on the plan's CPUs; the same file planned with
+    vLLM again is the vLLM the endpoint runs."""
+    aw = AutoWorkspace(PlanWorkspace(tmp_path), fake_host(tmp_path, "genoa-9654-2s-nps1"))
+    aw.ws.endpoint("batch", 'engine = "auto"\nprofile = "throughput"\n')
+    plan = aw.plan()["batch"].plan
+    assert plan is not None and plan.decisions.engine == "vllm"
+    waiting = planned_with(plan, aw.ws.settings, "llama.cpp", aw.host)
+    assert isinstance(waiting, str), waiting
+    gguf = converted_path(aw.converted, str(aw.ws.model), None, "q8_0")
+    assert waiting.startswith('its file planned with engine = "llama.cpp": ')
+    assert f"epycctl convert {aw.ws.model} --quantize q8_0 --output {gguf}" in waiting
+    aw.convert()
+    swapped = planned_with(plan, aw.ws.settings, "llama.cpp", aw.host)
+    assert isinstance(swapped, Plan), swapped
+    assert swapped.decisions.engine == "llama.cpp" and swapped.endpoint == "batch"
+    server = swapped.decisions.first
+    assert isinstance(server, LlamaServer)
+    command = LlamaPlain().planned(swapped, PORT)
+    assert command.argv == [server.llama_server, *with_port(server.server_args, PORT)]
+    assert command.cpus == server.cpus and command.port == PORT and command.skipped is None
+    again = planned_with(plan, aw.ws.settings, "vllm", aw.host)
+    assert isinstance(again, Plan) and again.decisions.engine == "vllm"
+    assert again.decisions.first.cpus == plan.decisions.first.cpus
+
+
+def test_vllm_planned_is_the_host_vllm_of_its_plan(tmp_path: Path) -> None:
+    """The real planner's vLLM plan of a file: in podman it is skipped with the image; on the
+    host it is the plan's `vllm serve` words, environment and CPUs on the given port."""
+    aw = AutoWorkspace(PlanWorkspace(tmp_path), fake_host(tmp_path, "genoa-9654-2s-nps1"))
+    aw.ws.endpoint("batch", 'engine = "vllm"\n')
+    plan = aw.plan()["batch"].plan
+    assert plan is not None and plan.decisions.runtime == "podman"
+    podman = VllmPlain().planned(plan, PORT)
+    assert podman.argv is None and podman.skipped and "podman's image" in podman.skipped
+    plan = with_decisions(plan, runtime="host", vllm_executable="/opt/vllm/bin/vllm",
+                          hf_cache=HfCacheMount(host_path="/srv/hf"))  # fmt: skip
+    server = plan.decisions.first
+    assert isinstance(server, VllmCpuServer)
+    command = VllmPlain().planned(plan, PORT)
+    assert command.argv == ["/opt/vllm/bin/vllm", "serve", *with_port(server.vllm_args, PORT)]
+    assert "--max-num-seqs" in command.argv
+    assert command.env == server.env | {"HF_HOME": "/srv/hf"}
+    assert command.env["VLLM_CPU_OMP_THREADS_BIND"] == server.omp_cpus
+    assert command.cpus == server.cpus and command.start_bound_s >= 90
+
+
+def test_llama_server_planned_serves_and_is_measured(tmp_path: Path) -> None:
+    """The planned llama-server of the tiny GGUF (its threads, slots, context, pinned to the
+    plan's CPUs this machine has), started, measured by the endpoint's load and stopped."""
+    plan = llama_plan(tmp_path)
+    command = LlamaPlain().planned(plan, free_port())
+    assert command.argv is not None and "--ctx-size" in command.argv
+    cpus, problem = pinned_cpus(command.cpus or "")
+    assert problem is None, problem
+    done = run_alternative(command, cpus, None, LOAD)
+    assert done.skipped is None, done.skipped
+    [run] = done.runs
+    assert run.error is None and run.completed and run.output_throughput
+    assert command.argv not in command_lines()

@@ -25,7 +25,12 @@ from epycd.engines.llama_cpp.model.convert import QUANTIZE
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
 from epycd.engines.llama_cpp.plan.converted import converted_path
 from epycd.engines.llama_cpp.plan.decide import fit_llama, pooling_ubatch
-from epycd.engines.llama_cpp.plan.model import LlamaFit, LlamaServer, LlamaService
+from epycd.engines.llama_cpp.plan.model import (
+    LlamaFit,
+    LlamaServer,
+    LlamaService,
+    llama_server_argv,
+)
 from epycd.engines.llama_cpp.plan.planner import embedded_llama_server
 from epycd.engines.llama_cpp.settings import LlamaSettings
 from epycd.errors import InputError, Refusal
@@ -319,6 +324,12 @@ class LlamaPlain(PlainServer):
             refusal = runtime_refusal(settings)
             return self.skip(f"{refusal.message}; {refusal.fix}")
         return self.command(server, str(gguf), port)
+
+    def planned(self, plan: Plan, port: int) -> PlainCommand:
+        server = _server(plan.decisions.first)
+        invocation = server.invocation.model_copy(update={"host": LOOPBACK, "port": port})
+        argv = [server.llama_server, *llama_server_argv(invocation)]
+        return PlainCommand(label=self.label, port=port, argv=argv, cpus=server.cpus)
 
     def command(self, server: str, gguf: str, port: int) -> PlainCommand:
         argv = [server, "-m", gguf, "--host", LOOPBACK, "--port", str(port)]

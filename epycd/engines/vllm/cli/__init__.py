@@ -22,6 +22,7 @@ from epycd.cli.quickstart import (
     pick_runtime,
 )
 from epycd.engines.vllm.cli.bench import offline_run, serve_runs
+from epycd.engines.vllm.plan.argv import vllm_argv
 from epycd.engines.vllm.plan.model import (
     VllmCpuServer,
     VllmInstinctServer,
@@ -291,6 +292,27 @@ class VllmPlain(PlainServer):
             )
         converted = choice.converted
         return self.command(plan, vllm, converted.source, converted.source_revision, port)
+
+    def planned(self, plan: Plan, port: int) -> PlainCommand:
+        decisions = plan.decisions
+        server = decisions.first
+        if not isinstance(server, VllmCpuServer) or server.invocation is None:
+            return self.skip(f"its plan is not one vLLM on this host's CPUs ({decisions.device})")
+        if decisions.runtime != "host" or server.vllm_executable is None:
+            return self.skip(
+                f"its plan runs vLLM in {decisions.runtime}'s image {server.image}, not a host "
+                "executable"
+            )
+        invocation = server.invocation.model_copy(update={"host": LOOPBACK, "port": port})
+        cache = decisions.hf_cache
+        return PlainCommand(
+            label=self.label,
+            port=port,
+            argv=[server.vllm_executable, "serve", *vllm_argv(invocation)],
+            env=dict(server.env) | ({"HF_HOME": cache.host_path} if cache else {}),
+            start_bound_s=VLLM_START_BOUND_S,
+            cpus=server.cpus,
+        )
 
     def command(
         self, plan: Plan, vllm: str, model: str, revision: str | None, port: int
