@@ -32,7 +32,8 @@ from epycd.host.facts import HostFacts
 from epycd.plan.pipeline.choose import engine_order
 from epycd.plan.pipeline.result import EndpointResult
 from tests.model.gguf_files import GgufShape, write_gguf
-from tests.plan.conftest import PlanWorkspace
+from tests.model.models import BGE_SMALL_EN_V1_5
+from tests.plan.conftest import PlanWorkspace, write_model
 from tests.plan.test_llama_plan import fake_llama_server, gguf_model
 from tests.secrets import root_folder, write_secret
 
@@ -63,15 +64,19 @@ class AutoWorkspace:
     def plan(self) -> dict[str, EndpointResult]:
         return self.ws.plan(self.host)
 
-    def convert(self, quantize: str = "q8_0", model: Path | None = None) -> Path:
-        """The converted file and its record, as approve leaves them."""
+    def convert(
+        self, quantize: str = "q8_0", model: Path | None = None, extra: dict[str, int] | None = None
+    ) -> Path:
+        """The converted file and its record, as approve leaves them; `extra`: more of the
+        file's metadata (an embedder's pooling type)."""
         source = model or self.ws.model
         gguf = converted_path(self.converted, str(source), None, quantize)  # type: ignore[arg-type]
         gguf.parent.mkdir(parents=True, exist_ok=True)
         write_gguf(
             gguf,
-            GgufShape(layers=2, embedding=128, heads=4, kv_heads=2, feed_forward=512, vocab=300),
-        )
+            GgufShape(layers=2, embedding=128, heads=4, kv_heads=2, feed_forward=512, vocab=300,
+                      extra=extra or {}),
+        )  # fmt: skip
         stat = gguf.stat()
         record = ConvertedRecord(
             source=str(source),
@@ -314,3 +319,49 @@ def test_each_engine_is_tried_once_in_the_profile_order() -> None:
     assert engine_order("throughput") == ("vllm", "llama.cpp")
     assert engine_order("throughput", ("llama.cpp",)) == ("llama.cpp", "vllm")
     assert engine_order("latency", ("vllm",)) == ("vllm", "llama.cpp")
+
+
+@pytest.mark.parametrize("profile", ["latency", "balanced", "throughput"])
+def test_an_embedder_goes_to_llama_cpp_whatever_the_profile(
+    aw: AutoWorkspace, profile: str
+) -> None:
+    """A pooling model has one order for every profile (llama.cpp answered the same BERT
+    embedder about twice as fast): throughput's vLLM, which reads it first, gives way, and
+    approve converts it for llama.cpp; once converted, llama.cpp serves it as an embedder
+    with the pooling rule's reason."""
+    embedder = write_model(aw.ws.tmp / "models" / "bge-small", BGE_SMALL_EN_V1_5, chat=False)
+    aw.ws.endpoint("emb", f'engine = "auto"\nprofile = "{profile}"\nmodel = "{embedder}"\n')
+    waiting = aw.plan()["emb"]
+    assert waiting.plan is None and waiting.prerequisite is not None, waiting.errors
+    assert waiting.prerequisite.engine == "llama.cpp"
+    if profile == "throughput":
+        assert "chose llama.cpp: an embedder or reranker" in waiting.errors[0].text
+    aw.convert(model=embedder, extra={"{arch}.pooling_type": 1})
+    result = aw.plan()["emb"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    decided = result.plan.decisions
+    assert decided.engine == "llama.cpp" and decided.primary_endpoint == "embeddings"
+    assert decided.engine_choice is not None
+    assert decided.engine_choice.reasons[0].startswith("llama.cpp: an embedder or reranker")
+
+
+def test_an_embedder_the_converter_refused_is_served_by_vllm_with_the_pooling_reason(
+    aw: AutoWorkspace,
+) -> None:
+    embedder = write_model(aw.ws.tmp / "models" / "bge-small", BGE_SMALL_EN_V1_5, chat=False)
+    aw.ws.endpoint("emb", f'engine = "auto"\nprofile = "throughput"\nmodel = "{embedder}"\n')
+    waiting = aw.plan()["emb"].prerequisite
+    assert waiting is not None
+    write_refused(Path(waiting.output), str(embedder), None, "q8_0", pinned_version(), "unknown")
+    result = aw.plan()["emb"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    choice = result.plan.decisions.engine_choice
+    assert result.plan.decisions.engine == "vllm" and choice is not None
+    assert result.plan.decisions.primary_endpoint == "embeddings"
+    assert choice.reasons[0].startswith("vllm: an embedder or reranker")
+    assert any(r.startswith("not llama.cpp:") and "unknown" in r for r in choice.reasons)
+
+
+def test_a_chat_model_keeps_its_profiles_order() -> None:
+    assert engine_order("pooling") == ("llama.cpp", "vllm")
+    assert engine_order("throughput") == ("vllm", "llama.cpp")

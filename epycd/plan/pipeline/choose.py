@@ -3,7 +3,9 @@ engines in the order its profile prefers them (`PREFERRED`), and the first whose
 prepares the endpoint serves it. One that cannot (its runtime is not installed, the model is
 not of its format and cannot be converted, its architecture is unknown to it) is passed over
 with its reason, which the plan shows beside the rule's. A key the file sets that only some
-engines read (`quantize`: llama.cpp) puts those engines first, whatever the profile.
+engines read (`quantize`: llama.cpp) puts those engines first, whatever the profile. An
+embedder or a reranker (a pooling model, known once an engine has read it) has one order
+for every profile (`POOLING`): the first choice is made again in that order.
 
 An engine that could serve the endpoint once approve has made an input for it (llama.cpp, a
 safetensors model not converted yet: `MissingPrerequisite`) is chosen all the same: approve
@@ -28,10 +30,14 @@ PREFERRED: dict[str, tuple[str, ...]] = {
     "latency": ("llama.cpp", "vllm"),
     "balanced": ("llama.cpp", "vllm"),
     "throughput": ("vllm", "llama.cpp"),
+    "pooling": ("llama.cpp", "vllm"),
 }
 """Each profile's engines, best first, by the measurements of
 benchmarks/llama-serving-results.md (runs 6-9) and benchmarks/auto-engine-results.md (runs 1
-and 2): the same ~100M model on the same 2 cores."""
+and 2): the same ~100M model on the same 2 cores; a pooling model's (`POOLING`), whatever
+its profile, by benchmarks/pooling-serving-results.md (run 2: the same BERT embedder and
+reranker on both engines)."""
+POOLING = "pooling"
 WHY: dict[str, str] = {
     "latency": "profile latency, one user at a time: llama.cpp served 2.5-3.9x vLLM's "
     "tokens/s at concurrency 1, started in 0.3 s against 85 s, in a tenth of the memory",
@@ -40,14 +46,17 @@ WHY: dict[str, str] = {
     "throughput": "profile throughput, many users at once: vLLM batches up to 256 sequences; "
     "at concurrency 32 it served as many tokens/s as llama.cpp on q8_0 (545 against 553-607) "
     "and answered first in 1.1 s against 7.8-8.6 s",
+    "pooling": "an embedder or reranker, whatever the profile: llama.cpp answered the same "
+    "BERT embedder 113-127 requests/s at concurrency 1, 8 and 32 against vLLM's 53-100, its "
+    "reranker 31-33 against 19-26",
 }
 
 
-def engine_order(profile: str, asked: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The engines the file's own keys ask for (`asked_by_keys`), then the profile's, then
-    any other registered engine in registry order."""
+def engine_order(rule: str, asked: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The engines the file's own keys ask for (`asked_by_keys`), then the rule's (a
+    profile's, or `POOLING`), then any other registered engine in registry order."""
     registered = tuple(e.name for e in engines.ENGINES)
-    preferred = [name for name in PREFERRED[profile] if name in registered]
+    preferred = [name for name in PREFERRED[rule] if name in registered]
     every = list(dict.fromkeys((*preferred, *registered)))
     return (*(n for n in every if n in asked), *(n for n in every if n not in asked))
 
@@ -77,17 +86,36 @@ def prepare_auto(
     secret_group: int | None,
 ) -> Prepared:
     """The endpoint prepared by the first engine of its profile's order that can serve it;
-    the last engine's error when none can."""
+    for a pooling model, by the first of `POOLING`'s order; the last engine's error when
+    none can."""
     spec = result.spec
     assert spec is not None and spec.engine == AUTO_ENGINE
+    first = _first_serving(result, spec.profile, host, stack, sources, secret_group)
+    if not first.facts.pooling:
+        return first
+    return _first_serving(result, POOLING, host, stack, sources, secret_group)
+
+
+def _first_serving(
+    result: SpecResult,
+    rule: str,
+    host: HostFacts,
+    stack: Stack,
+    sources: Sources,
+    secret_group: int | None,
+) -> Prepared:
+    """The endpoint prepared by the first engine of `rule`'s order (a profile, or
+    `POOLING`) that can serve it, with the reasons."""
+    spec = result.spec
+    assert spec is not None
     passed_over: list[str] = []
     last: EpycError | None = None
     named, asked = asked_by_keys(spec)
-    for name in engine_order(spec.profile, asked):
+    for name in engine_order(rule, asked):
         why = (
             f"the file sets {', '.join(named)}, which {name} reads"
             if name in asked
-            else WHY[spec.profile] + (f" (it does not read {', '.join(named)})" if named else "")
+            else WHY[rule] + (f" (it does not read {', '.join(named)})" if named else "")
         )
         as_engine = dataclasses.replace(result, spec=spec.model_copy(update={"engine": name}))
         try:
