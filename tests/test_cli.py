@@ -1,5 +1,6 @@
-"""`epycctl` itself: every command it names has its own help, reachable even when the
-settings file is broken (help reads no settings), and an unknown command is bad input."""
+"""`epycctl` itself: every command it names, its own and each engine's (`Engine.commands`),
+has its own help, reachable even when the settings file is broken (help reads no settings),
+and an unknown command is bad input."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from epycd.cli import COMMANDS, main
+from epycd.cli import COMMANDS, engine_commands, main
+
+EVERY_COMMAND = COMMANDS | engine_commands()
 
 
 def command_of(name: str) -> click.Command:
-    module, attr = COMMANDS[name]
+    module, attr = EVERY_COMMAND[name]
     command: click.Command = getattr(importlib.import_module(module), attr)
     return command
 
@@ -25,13 +28,13 @@ def test_top_level_help_lists_every_command_with_its_summary() -> None:
     assert result.output.startswith("Usage: epycctl [OPTIONS] COMMAND [ARGS]...\n")
     listed = result.output.split("Commands:\n", 1)[1]
     rows = {line.split()[0]: line for line in listed.splitlines() if line.strip()}
-    assert sorted(rows) == sorted(COMMANDS)
+    assert sorted(rows) == sorted(EVERY_COMMAND)
     for name, row in rows.items():
         summary = command_of(name).get_short_help_str(limit=45)
         assert summary and summary.rstrip(".")[:30] in row, (name, row)
 
 
-@pytest.mark.parametrize("name", sorted(COMMANDS))
+@pytest.mark.parametrize("name", sorted(EVERY_COMMAND))
 def test_each_command_has_its_own_help_even_with_a_broken_settings_file(
     name: str, tmp_path: Path
 ) -> None:
@@ -55,3 +58,10 @@ def test_unknown_command_is_bad_input() -> None:
     result = CliRunner().invoke(main, ["no-such-command"])
     assert result.exit_code == 2
     assert "No such command 'no-such-command'" in result.output
+
+
+def test_an_engines_own_command_is_found_in_its_package() -> None:
+    """llama.cpp's `convert`, in its package's commands module, not epycctl's table."""
+    assert "convert" not in COMMANDS
+    assert engine_commands()["convert"] == ("epycd.engines.llama_cpp.commands", "convert_command")
+    assert command_of("convert").name == "convert"

@@ -1,7 +1,7 @@
 """The layering of epycd/, enforced by walking every import (ast, including imports inside
 functions): a module imports only from its own layer or the layers below it.
 
-    8 commands          cli, daemon, __main__
+    8 commands          cli, daemon, __main__; an engine's own commands (`commands.py`)
     7 metrics           metrics
     6 status            status
     5 render, approval  render, approval, export
@@ -49,7 +49,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("render, approval", frozenset({"render", "approval", "export", "gateway"})),
     ("status", frozenset({"status"})),
     ("metrics", frozenset({"metrics"})),
-    ("commands", frozenset({"cli", "daemon", "__main__"})),
+    ("commands", frozenset({"cli", "daemon", "__main__", "commands"})),
 )
 """Lowest first. An area is `epycd.AREA` (a module or a package)."""
 

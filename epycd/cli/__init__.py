@@ -36,7 +36,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "detect": ("epycd.cli.detect", "detect"),
     "check-model": ("epycd.cli.model", "check_model"),
     "estimate": ("epycd.cli.model", "estimate"),
-    "convert": ("epycd.cli.convert", "convert_command"),
     "plan": ("epycd.cli.plan", "plan"),
     "approve": ("epycd.cli.approve", "approve"),
     "remove": ("epycd.cli.approve", "remove"),
@@ -74,14 +73,30 @@ def settings_checked(command: click.Command) -> click.Command:
     return wrapped
 
 
+def engine_commands() -> dict[str, tuple[str, str]]:
+    """Each engine's own commands (`Engine.commands`): name -> (module, attribute). Read only
+    to list the commands or run one that is not epycctl's own, so that epycctl's commands
+    start without the engines' registry."""
+    from epycd import engines
+
+    return {
+        name: (f"{engine.package}.commands", f"{name.replace('-', '_')}_command")
+        for engine in engines.ENGINES
+        for name in engine.commands
+        if name not in COMMANDS
+    }
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(name for name in COMMANDS if self._importable(name))
+        every = COMMANDS | engine_commands()
+        return sorted(name for name in every if self._importable(every[name][0]))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in COMMANDS:
+        found = COMMANDS.get(cmd_name) or engine_commands().get(cmd_name)
+        if found is None:
             return None
-        module_name, attr = COMMANDS[cmd_name]
+        module_name, attr = found
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -111,8 +126,8 @@ class LazyGroup(click.Group):
             raise  # click prints the usage and the error on stderr, exit 2
 
     @staticmethod
-    def _importable(name: str) -> bool:
-        return importlib.util.find_spec(COMMANDS[name][0]) is not None
+    def _importable(module_name: str) -> bool:
+        return importlib.util.find_spec(module_name) is not None
 
 
 def _usage_error_as_json(ctx: click.Context, exc: click.ClickException) -> None:

@@ -29,7 +29,6 @@ from epycd import engines
 from epycd.approval.record import Approval, approved_plans
 from epycd.cli.approve import consent_options
 from epycd.cli.options import TEXT
-from epycd.engines.llama_cpp.model.convert import QUANTIZE
 from epycd.errors import InputError, Refusal
 from epycd.host.facts import HostFacts, HostVllmFacts, RuntimeFacts
 from epycd.paths import runtime_install_command
@@ -39,7 +38,7 @@ from epycd.plan.pipeline.result import EndpointResult
 from epycd.plan.route import container_runtime
 from epycd.readfile import read_bytes
 from epycd.settings import Settings
-from epycd.spec import MAX_ENDPOINT_FILE_BYTES
+from epycd.spec import MAX_ENDPOINT_FILE_BYTES, key_choices
 from epycd.spec.key_setting import AUTO_ENGINE
 from epycd.stack import shipped_stack
 from epycd.supervisor import SupervisorStatus
@@ -531,7 +530,7 @@ def planned_candidate(
 )
 @click.option(
     "--quantize",
-    type=click.Choice(QUANTIZE),
+    type=click.Choice(key_choices("quantize")),
     default=None,
     help="the weights a safetensors model is converted to for llama.cpp (the file's "
     "`quantize`; default q8_0, near-lossless): q4_k_m is a quarter of bf16's size, as Ollama "

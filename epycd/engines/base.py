@@ -77,6 +77,10 @@ class Engine:
     no_kube_export: str | None = None
     """Why `epycctl export` cannot write its endpoints as Kubernetes objects; None where it
     can."""
+    commands: tuple[str, ...] = ()
+    """The `epycctl` commands of its own (`epycctl convert`: llama.cpp's converter): each NAME
+    is `NAME_command` (dashes as underscores) in its package's `commands.py`, listed beside
+    epycctl's own."""
 
     def implementation(
         self, module: str, name: str, kind: Callable[..., T], default: T | None = None

@@ -16,7 +16,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -213,6 +213,19 @@ def spec_model() -> type[EndpointSpec]:
     file is validated as. An engine reads its keys from a spec through its own model."""
     shares = (e.implementation("spec", "KEYS", EngineKeys) for e in ENGINES)
     return extended(EndpointSpec, (s.fields for s in shares if s.fields is not None))
+
+
+def key_choices(name: str) -> tuple[str, ...]:
+    """The values an endpoint file's key of fixed choices takes (`quantize`), read from the
+    field that validates it, whichever engine's it is: what a command's option for it
+    offers."""
+    annotation = spec_model().model_fields[name].annotation
+    return tuple(
+        value
+        for member in (get_args(annotation) or (annotation,))
+        if get_origin(member) is Literal
+        for value in get_args(member)
+    )
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ LLAMA_CPP = Engine(
     loading_health={"message": "Loading model", "type": "unavailable_error", "code": 503},
     model_format="gguf",
     no_kube_export="no llama-server image is pinned",
+    commands=("convert",),
 )
 
 EMBEDDED_RUNTIME = Path(sys.prefix) / "llama-runtime"

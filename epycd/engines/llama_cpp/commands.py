@@ -1,5 +1,6 @@
-"""`epycctl convert MODEL`: a Hugging Face model as a GGUF file for llama.cpp, by llama.cpp's
-own converter and quantizer from the pinned source (docs/conversion.md)."""
+"""llama.cpp's own epycctl commands (`Engine.commands`). `epycctl convert MODEL`: a Hugging
+Face model as a GGUF file for llama.cpp, by llama.cpp's own converter and quantizer from the
+pinned source (docs/conversion.md)."""
 
 from __future__ import annotations
 
