@@ -28,6 +28,7 @@ from epycd.engines.llama_cpp.plan.converted import (
     write_refused,
 )
 from epycd.engines.llama_cpp.plan.model import LlamaServer
+from epycd.engines.llama_cpp.plan.planner import DEFAULT_WEIGHTS_NOTE
 from epycd.host.facts import HostFacts
 from epycd.plan.pipeline.choose import engine_order
 from epycd.plan.pipeline.result import EndpointResult
@@ -125,6 +126,7 @@ def test_balanced_serves_the_converted_file_with_llama_cpp(aw: AutoWorkspace) ->
     assert choice is not None and choice.asked == "auto"
     assert choice.reasons[0].startswith("llama.cpp: profile balanced")
     assert choice.converted is not None and choice.converted.quantize == "q8_0"
+    assert choice.reasons[-1] == DEFAULT_WEIGHTS_NOTE, "the default's trade, told"
     record = json.loads(record_path(gguf).read_text())
     assert choice.converted.sha256 == record["sha256"]
     data = plan_json(result)
@@ -257,6 +259,7 @@ def test_quantize_asks_for_llama_cpp_whatever_the_profile(aw: AutoWorkspace) -> 
     choice = result.plan.decisions.engine_choice
     assert result.plan.decisions.engine == "llama.cpp" and choice is not None
     assert choice.reasons[0] == "llama.cpp: the file sets quantize, which llama.cpp reads"
+    assert DEFAULT_WEIGHTS_NOTE not in choice.reasons, "the admin chose the weights"
 
 
 def test_quantize_without_llama_cpp_says_vllm_does_not_read_it(
@@ -343,6 +346,7 @@ def test_an_embedder_goes_to_llama_cpp_whatever_the_profile(
     assert decided.engine == "llama.cpp" and decided.primary_endpoint == "embeddings"
     assert decided.engine_choice is not None
     assert decided.engine_choice.reasons[0].startswith("llama.cpp: an embedder or reranker")
+    assert DEFAULT_WEIGHTS_NOTE not in decided.engine_choice.reasons, "an encoder's weights"
 
 
 def test_an_embedder_the_converter_refused_is_served_by_vllm_with_the_pooling_reason(

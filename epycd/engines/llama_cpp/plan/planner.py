@@ -149,6 +149,16 @@ def check_llama_model(facts: ModelFacts, file: Path) -> list[str]:
     return list(facts.warnings)
 
 
+DEFAULT_WEIGHTS_NOTE = (
+    'q8_0 is the default, near-lossless; quantize = "q4_k_m", Ollama\'s weights, reads 1.8x '
+    "fewer bytes per token: 1.7x the tokens/s for one user and 1.5x at 8 on the ~100M model "
+    "measured, at some accuracy (docs/tuning.md rule 12)"
+)
+"""Told where the file leaves `quantize` to its default on a text model, whose decoding reads
+every weight for each token: the trade it makes for the admin (benchmarks/auto-engine-results.md,
+run 2: 304.8 against 531.6 tok/s at 1, 505.3 against 747.1 at 8)."""
+
+
 def prepare_converted(
     result: SpecResult, route: LlamaRoute, sources: Sources, token: str | None
 ) -> Prepared:
@@ -203,12 +213,13 @@ def prepare_converted(
         )
     facts = sources.inspect(str(gguf))
     warnings = [*source.warnings, *check_llama_model(facts, file)]
+    converted = (
+        f"{spec.model} converted to {quantize} by llama.cpp {record.llama_cpp}'s converter: {gguf}"
+    )
+    chosen_weights = LlamaKeys.of(spec).quantize is not None or facts.pooling
     choice = EngineChoice(
         asked=spec.engine,
-        reasons=[
-            f"{spec.model} converted to {quantize} by llama.cpp {record.llama_cpp}'s "
-            f"converter: {gguf}"
-        ],
+        reasons=[converted] if chosen_weights else [converted, DEFAULT_WEIGHTS_NOTE],
         converted=record.weights(),
     )
     return Prepared(result, spec, route, facts, warnings, engine_choice=choice)
