@@ -175,7 +175,7 @@ def bench(
     if compare:
         from epycd.cli.bench_compare import Load, compare_alternatives
 
-        load = Load(wanted, prompts_per_concurrency, lengths)
+        load = Load(wanted, prompts_per_concurrency, lengths, plan.decisions.primary_endpoint)
         alternatives = compare_alternatives(plan, settings, load, api_key(plan))
     result = BenchResult(
         endpoint=name,

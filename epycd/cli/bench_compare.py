@@ -59,6 +59,9 @@ class Load:
     concurrencies: tuple[int, ...]
     prompts_per_concurrency: int
     lengths: tuple[int, int]
+    endpoint: str = "chat_completions"
+    """The endpoint's path (`primary_endpoint`): an embeddings or rerank endpoint's load is
+    epycd's pooling client's (`measure_pooling`, inputs of the input length)."""
 
 
 @dataclass(frozen=True)
@@ -183,9 +186,6 @@ def compare_alternatives(
     """Each alternative, one at a time, measured or skipped with its reason; `key` is the
     endpoint's, to read the vocabulary it reports (the alternatives get none)."""
     makers = plain_makers(plan)
-    if plan.decisions.primary_endpoint in POOLING_ENDPOINTS:
-        reason = f"a plain server generates: a /v1/{plan.decisions.primary_endpoint} endpoint"
-        return [Alternative(label=make(plan, settings, 0).label, skipped=reason) for make in makers]
     endpoint = local_url(plan.decisions.host, plan.decisions.port)
     vocabulary = reported_vocabulary(endpoint, key)
     alternatives = []
@@ -341,7 +341,8 @@ def reported_vocabulary(base: str, key: str | None) -> int | None:
 
 def measure_at(base: str, vocabulary: int | None, load: Load) -> list[BenchRun]:
     """The endpoint's load on the alternative: the endpoint's vocabulary where it reports
-    one (the same prompts), else the alternative's own, else `SAFE_VOCABULARY`."""
+    one (the same prompts), else the alternative's own, else `SAFE_VOCABULARY`; an embeddings
+    or rerank endpoint's, by the pooling client on the same path."""
     from epycd.servebench import measure
 
     try:
@@ -349,6 +350,8 @@ def measure_at(base: str, vocabulary: int | None, load: Load) -> list[BenchRun]:
     except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as error:
         failed = f"{base}/v1/models: {type(error).__name__}: {error}"
         return [BenchRun(concurrency=c, num_prompts=0, error=failed) for c in load.concurrencies]
+    if load.endpoint in POOLING_ENDPOINTS:
+        return pooling_at(base, model, load)
     size = vocabulary or reported_vocabulary(base, None) or SAFE_VOCABULARY
     input_len, output_len = load.lengths
 
@@ -356,5 +359,20 @@ def measure_at(base: str, vocabulary: int | None, load: Load) -> list[BenchRun]:
         measured = measure(url, model, key, concurrency=concurrency, prompts=prompts,
                            input_len=input_len, output_len=output_len, vocabulary=size)  # fmt: skip
         return {name: getattr(measured, name) for name in METRICS}
+
+    return runs_at(base, None, load.concurrencies, load.prompts_per_concurrency, one)
+
+
+def pooling_at(base: str, model: str, load: Load) -> list[BenchRun]:
+    """The pooling client on the alternative's `load.endpoint`, as `bench` measures an
+    embeddings or rerank endpoint."""
+    from epycd.cli.bench import POOLING_METRICS
+    from epycd.servebench import measure_pooling
+
+    def one(url: str, key: str | None, concurrency: int, prompts: int) -> dict[str, Any]:
+        measured = measure_pooling(url, model, key, endpoint=load.endpoint,
+                                   concurrency=concurrency, prompts=prompts,
+                                   input_len=load.lengths[0])  # fmt: skip
+        return {name: getattr(measured, name) for name in POOLING_METRICS}
 
     return runs_at(base, None, load.concurrencies, load.prompts_per_concurrency, one)

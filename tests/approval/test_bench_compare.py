@@ -38,7 +38,7 @@ from epycd.settings import Settings, settings_model
 from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
 from tests.approval.test_bench_llama import KEY, approve_llama
-from tests.llama.realllama import healthy, llama_server, serving, tiny_gguf
+from tests.llama.realllama import healthy, llama_server, serving, tiny_bert_gguf, tiny_gguf
 from tests.plan.conftest import PlanWorkspace, fake_host
 from tests.plan.test_auto_engine import AutoWorkspace
 from tests.render.fixtures import as_plan, genoa_podman, with_decisions
@@ -109,6 +109,33 @@ def test_compare_measures_plain_llama_server_skips_vllm_and_stops_its_child(
     assert "\ntiny " in shown and "\nllama-server, plain defaults " in shown
     assert "vllm serve, plain defaults: skipped: vLLM does not serve this GGUF" in shown
     assert 'vLLM, planned: skipped: its file planned with engine = "vllm"' in shown
+
+
+def test_compare_of_an_embeddings_endpoint_measures_plain_llama_server_embeddings(
+    env: ApprovalSandbox,
+) -> None:
+    """The tiny BERT embedder's GGUF on a real llama-server: the plain one gets the one flag
+    it needs to serve /v1/embeddings and is measured by the pooling client, as the endpoint
+    is; vLLM planned and plain are skipped with their reasons."""
+    embedder = tiny_bert_gguf("embedder")
+    with serving("--embeddings", "-c", "512", key=KEY, model=embedder) as url, root_folder() as f:
+        approve_llama(env, f, int(url.rsplit(":", 1)[1]), embedder, context=512)
+        assert env.plans["tiny"].decisions.primary_endpoint == "embeddings"
+        done = env.epycctl("bench", "tiny", "--compare", "--concurrency", "1",
+                           "--input-len", "8", "--json")  # fmt: skip
+        assert healthy(url), "the endpoint itself keeps running"
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["runs"][0]["request_throughput"] > 0
+    plain, vllm_planned, vllm = data["alternatives"]
+    assert plain["argv"][-1] == "--embeddings", (plain, env.plans["tiny"].decisions.model_kind)
+    assert plain["skipped"] is None
+    [run] = plain["runs"]
+    assert run["error"] is None and run["completed"] == 8
+    assert run["request_throughput"] > 0 and run["p50_latency_ms"] > 0
+    assert run["output_throughput"] is None, "an embedder generates nothing"
+    assert vllm_planned["skipped"] and vllm["skipped"]
+    assert plain["argv"] not in command_lines()
 
 
 def test_compare_with_offline_is_bad_input(env: ApprovalSandbox) -> None:

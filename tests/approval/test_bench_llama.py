@@ -37,13 +37,18 @@ def served() -> Iterator[str]:
         yield url
 
 
-def approve_llama(env: ApprovalSandbox, folder: Path, port: int) -> None:
+def approve_llama(
+    env: ApprovalSandbox, folder: Path, port: int, model: Path | None = None, context: int = 1024
+) -> None:
+    """`tiny`, a llama.cpp endpoint of `model` (the tiny chat GGUF by default) on `port`,
+    with an API key, approved and not started (the test serves it)."""
     key = write_secret(folder / "secrets" / "tiny.key", KEY + "\n")
     ws = PlanWorkspace(folder)
     ws.endpoint(
         "tiny",
-        f'engine = "llama.cpp"\nllama_server = "{llama_server()}"\nmodel = "{tiny_gguf()}"\n'
-        f'port = {port}\napi_key_file = "{key}"\nmax_model_len = 1024\n',
+        f'engine = "llama.cpp"\nllama_server = "{llama_server()}"\n'
+        f'model = "{model or tiny_gguf()}"\nport = {port}\napi_key_file = "{key}"\n'
+        f"max_model_len = {context}\n",
     )
     host = fake_host(folder, "vm-zen5-24g", RuntimeFacts())
     result = ws.plan(host)["tiny"]

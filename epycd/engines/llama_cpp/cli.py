@@ -26,10 +26,12 @@ from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
 from epycd.engines.llama_cpp.plan.converted import converted_path
 from epycd.engines.llama_cpp.plan.decide import fit_llama, pooling_ubatch
 from epycd.engines.llama_cpp.plan.model import (
+    POOLING_FLAGS,
     LlamaFit,
     LlamaServer,
     LlamaService,
     llama_server_argv,
+    pooling_served,
 )
 from epycd.engines.llama_cpp.plan.planner import embedded_llama_server
 from epycd.engines.llama_cpp.settings import LlamaSettings
@@ -303,7 +305,7 @@ class LlamaPlain(PlainServer):
 
     def own(self, plan: Plan, settings: Settings, port: int) -> PlainCommand:
         server = _server(plan.decisions.first)
-        return self.command(server.llama_server, server.invocation.model_path, port)
+        return self.command(plan, server.llama_server, server.invocation.model_path, port)
 
     def other(self, plan: Plan, settings: Settings, port: int) -> PlainCommand:
         decisions = plan.decisions
@@ -323,7 +325,7 @@ class LlamaPlain(PlainServer):
         if server is None:
             refusal = runtime_refusal(settings)
             return self.skip(f"{refusal.message}; {refusal.fix}")
-        return self.command(server, str(gguf), port)
+        return self.command(plan, server, str(gguf), port)
 
     def planned(self, plan: Plan, port: int) -> PlainCommand:
         server = _server(plan.decisions.first)
@@ -331,8 +333,12 @@ class LlamaPlain(PlainServer):
         argv = [server.llama_server, *llama_server_argv(invocation)]
         return PlainCommand(label=self.label, port=port, argv=argv, cpus=server.cpus)
 
-    def command(self, server: str, gguf: str, port: int) -> PlainCommand:
+    def command(self, plan: Plan, server: str, gguf: str, port: int) -> PlainCommand:
+        """llama-server's defaults, with the one flag an embedder or reranker needs to be
+        served on its path at all."""
         argv = [server, "-m", gguf, "--host", LOOPBACK, "--port", str(port)]
+        pooling = pooling_served(plan.decisions.primary_endpoint)
+        argv += [POOLING_FLAGS[pooling]] if pooling else []
         return PlainCommand(label=self.label, port=port, argv=argv)
 
 

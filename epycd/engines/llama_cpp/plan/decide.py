@@ -31,6 +31,7 @@ from epycd.engines.llama_cpp.plan.model import (
     LlamaInvocation,
     LlamaRoute,
     LlamaServer,
+    pooling_served,
 )
 from epycd.engines.llama_cpp.spec import LlamaKeys
 from epycd.errors import Refusal
@@ -59,8 +60,7 @@ def slots_for(prepared: Prepared) -> int:
 
 
 def pooling_of(prepared: Prepared) -> Literal["embedding", "rerank"] | None:
-    endpoint = prepared.facts.primary_endpoint
-    return "embedding" if endpoint == "embeddings" else "rerank" if endpoint == "rerank" else None
+    return pooling_served(prepared.facts.primary_endpoint)
 
 
 def ubatch_for(prepared: Prepared, context: int) -> int:

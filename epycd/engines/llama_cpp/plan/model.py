@@ -33,6 +33,14 @@ POOLING_FLAGS = {"embedding": "--embeddings", "rerank": "--rerank"}
 pooling type is used unless --pooling says otherwise)."""
 
 
+def pooling_served(primary_endpoint: str | None) -> Literal["embedding", "rerank"] | None:
+    """The kind of pooling model llama-server serves on an endpoint's path; None for a
+    generator's."""
+    if primary_endpoint == "embeddings":
+        return "embedding"
+    return "rerank" if primary_endpoint == "rerank" else None
+
+
 class LlamaInvocation(BaseModel):
     """`llama-server` of one endpoint: the GGUF file, where it listens and as what, its
     threads, slots and KV pool, how it loads the weights and what else it keeps in RAM."""
