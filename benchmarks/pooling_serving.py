@@ -5,6 +5,8 @@ one run.
 Run:  .venv/bin/python benchmarks/pooling_serving.py --model FOLDER [--endpoint embeddings]
           [--concurrency 1 8 32] [--input-len 128] [--passes 2] [--requests 256]
           [--gguf FILE --llama-server PATH]   # the same model as GGUF, on llama.cpp too
+          [--auto FILE [--auto-gguf-defaults]]  # engine = "auto" serving FILE as approve's
+                                              # conversion (q8_0) of FOLDER
       .venv/bin/python benchmarks/pooling_serving.py --render RESULT.json   # reprint a run
 (FOLDER: a Hugging Face model folder vLLM serves as an embedder or reranker, such as the tests'
 tiny BERT pair of tests/tools/tiny_pooling.sh. Needs tests/bootstrap.sh's vLLM venv; loopback
@@ -25,7 +27,13 @@ Configurations:
   its alias, llama-server's own defaults otherwise (its 4 slots, context and batch of its
   own, every core its threads find); **llama-planned**: the planner's llama.cpp endpoint for
   the file (rule 9's encoder terms, rule 11: the context as batch, the profile's slots),
-  its `server_args` under numactl with the plan's CPUs and NUMA nodes.
+  its `server_args` under numactl with the plan's CPUs and NUMA nodes;
+- with --auto FILE (and --llama-server), **auto-PROFILE** for balanced (quickstart's default)
+  and throughput: the planner's endpoint for `engine = "auto"` and FOLDER, with FILE in the
+  converted folder as approve's q8_0 conversion of FOLDER leaves it (its record beside it),
+  the plan's `server_args` under numactl; and **llama-defaults-auto-file**: llama-server's
+  defaults on FILE. (FILE is made outside the product where its converter refuses FOLDER's
+  tokenizer, as for the tests' tiny models: tests/tools/tiny_gguf.py.)
 
 Each pass starts each server (spawn to the first /health 200), then runs epycd's pooling
 client (`epycd.servebench.measure_pooling`: random text of `--input-len` words, as many
@@ -36,8 +44,10 @@ requests/s, input tok/s, p50 and mean latency. Passes alternate the order (ABBA)
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -117,7 +127,52 @@ def configurations(
         )
         configs["llama-planned"] = (llama.argv, {})
         chosen["llama.cpp"] = {"argv": llama.argv}
+    if args.auto:
+        auto = auto_configs(args, work)
+        configs |= auto["configs"]
+        chosen["auto"] = auto["chosen"]
     return configs, chosen
+
+
+AUTO_PROFILES = ("balanced", "throughput")
+
+
+def auto_configs(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """`engine = "auto"` for FOLDER in each of `AUTO_PROFILES`, `args.auto` standing as its
+    q8_0 conversion: configuration label -> (argv, env); what each plan chose and why."""
+    from auto_engine import planned_config as auto_planned
+
+    from epycd.engines.llama_cpp.model.format import pinned_version
+    from epycd.engines.llama_cpp.plan.converted import ConvertedRecord, converted_path, record_path
+
+    converted = work / "converted"
+    target = converted_path(converted, str(args.model), None, "q8_0")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(args.auto, target)
+    stat = target.stat()
+    record = ConvertedRecord(source=str(args.model), source_revision=None, quantize="q8_0",
+                             sha256=hashlib.sha256(target.read_bytes()).hexdigest(),
+                             bytes=stat.st_size, mtime_ns=stat.st_mtime_ns,
+                             llama_cpp=pinned_version())  # fmt: skip
+    record_path(target).write_text(record.model_dump_json())
+    settings = {"llama_runtime_dir": args.llama_server.parent.parent, "runtime_dir": VENV,
+                "llama_converted_dir": converted}  # fmt: skip
+    configs: dict[str, Any] = {}
+    chosen: dict[str, Any] = {}
+    for profile in AUTO_PROFILES:
+        plan = plan_here(work, f'engine = "auto"\nprofile = "{profile}"\nmodel = "{args.model}"\n'
+                         f'served_model_name = "{SERVED}"\n', host_usr=True,
+                         engine_settings=settings)  # fmt: skip
+        config = auto_planned(f"auto-{profile}", plan)
+        configs[config.label] = (config.argv, config.env)
+        choice = plan.decisions.engine_choice
+        chosen[config.label] = {"engine": plan.decisions.engine, "argv": config.argv,
+                                "reasons": choice.reasons if choice else []}  # fmt: skip
+    configs["llama-defaults-auto-file"] = (
+        llama_defaults(args.llama_server, args.auto, args.endpoint),
+        {},
+    )
+    return {"configs": configs, "chosen": chosen}
 
 
 def serve(argv: list[str], env: dict[str, str], work: Path, log: Path) -> tuple[Any, int, float]:
@@ -195,6 +250,9 @@ def main() -> int:
     parser.add_argument("--endpoint", choices=("embeddings", "rerank"), default="embeddings")
     parser.add_argument("--gguf", type=Path, help="the same model as GGUF: llama-server too")
     parser.add_argument("--llama-server", type=Path, help="with --gguf: the llama-server")
+    parser.add_argument(
+        "--auto", type=Path, help='engine = "auto" with this GGUF as approve\'s q8_0 conversion'
+    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--passes", type=int, default=2)
@@ -207,8 +265,8 @@ def main() -> int:
         return 0
     if args.model is None:
         parser.error("--model is required")
-    if args.gguf and not args.llama_server:
-        parser.error("--gguf needs --llama-server")
+    if (args.gguf or args.auto) and not args.llama_server:
+        parser.error("--gguf and --auto need --llama-server")
     report = run(args)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
