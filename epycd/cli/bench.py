@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from pydantic import BaseModel, Field
 
-from epycd.cli.bench_runs import METRICS, Alternative, BenchRun, Measure, runs_at
+from epycd.cli.bench_runs import METRICS, POOLING_METRICS, Alternative, BenchRun, Measure, runs_at
 from epycd.cli.output import json_option, print_json, table
 from epycd.errors import InputError, Refusal
 from epycd.listen import local_url
@@ -43,14 +43,6 @@ API_KEY_ENV = "OPENAI_API_KEY"
 PROGRESS_INTERVAL_S = 1.0
 BENCH_TIMEOUT_S = 3600
 DEFAULT_CONCURRENCIES = (1, 8, 32)
-POOLING_METRICS = (
-    "completed",
-    "duration",
-    "request_throughput",
-    "input_throughput",
-    "p50_latency_ms",
-    "mean_latency_ms",
-)
 
 
 class BenchResult(BaseModel):

@@ -12,6 +12,14 @@ import click
 from pydantic import BaseModel, Field
 
 METRICS = ("completed", "duration", "output_throughput", "mean_ttft_ms", "mean_tpot_ms")
+POOLING_METRICS = (
+    "completed",
+    "duration",
+    "request_throughput",
+    "input_throughput",
+    "p50_latency_ms",
+    "mean_latency_ms",
+)
 
 
 class BenchRun(BaseModel):
