@@ -46,9 +46,10 @@ WHY: dict[str, str] = {
     "throughput": "profile throughput, many users at once: vLLM batches up to 256 sequences; "
     "at concurrency 32 it served as many tokens/s as llama.cpp on q8_0 (545 against 553-607) "
     "and answered first in 1.1 s against 7.8-8.6 s",
-    "pooling": "an embedder or reranker, whatever the profile: llama.cpp answered the same "
-    "BERT embedder 113-127 requests/s at concurrency 1, 8 and 32 against vLLM's 53-100, its "
-    "reranker 31-33 against 19-26",
+    "pooling": "an embedder or reranker, whatever the profile: on the same BERT embedder "
+    "llama.cpp was level with vLLM's defaults or ahead at concurrency 1 and 32 on two "
+    "machines (2.0x and 1.1x on one, 1.0x and 1.3x on the other), steady from one start to "
+    "the next",
 }
 
 
