@@ -274,29 +274,12 @@ def tok_s(report: dict[str, Any], label: str, concurrency: int) -> float | None:
 
 
 def render(report: dict[str, Any]) -> str:
+    from llama_serving import measured_table
+
+    lines = measured_table(
+        report, "configuration (pass)", lambda m: f"{m['label']} ({m['pass_number']})"
+    )
     concurrencies = report["settings"]["concurrency"]
-    head = " | ".join(f"c={c} tok/s, TTFT ms, TPOT ms (done)" for c in concurrencies)
-    lines = [
-        f"Run {report['started']}: {report['machine']}; model {report['settings']['model']}",
-        "",
-        f"| configuration (pass) | start-up s | {head} | peak PSS GiB |",
-        "|---|---|" + "---|" * len(concurrencies) + "---|",
-    ]
-    for m in report["measured"]:
-        cells = []
-        for c in concurrencies:
-            run = m["runs"].get(str(c)) or m["runs"].get(c) or {}
-            if "output_throughput" in run:
-                cells.append(
-                    f"{run['output_throughput']:.1f}, {run['mean_ttft_ms']:.0f}, "
-                    f"{run['mean_tpot_ms']:.1f} ({run['completed']}/{run['prompts']})"
-                )
-            else:
-                cells.append(str(run.get("error", m.get("refusal") or "-"))[:60])
-        lines.append(
-            f"| {m['label']} ({m['pass_number']}) | {m['startup_s']} | {' | '.join(cells)} | "
-            f"{m['peak_pss_gib']} |"
-        )
     labels = list(dict.fromkeys(m["label"] for m in report["measured"]))
     lines += ["", "Each profile at its own concurrency, the mean of the passes (tok/s; the"]
     lines += ["passes' spread, (max - min) / mean, in brackets):", ""]

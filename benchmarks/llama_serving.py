@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -251,12 +252,22 @@ def measure(
 
 
 def render(report: dict[str, Any]) -> str:
+    return "\n".join(measured_table(report))
+
+
+def measured_table(
+    report: dict[str, Any],
+    column: str = "configuration",
+    label_of: Callable[[dict[str, Any]], str] = lambda measured: str(measured["label"]),
+) -> list[str]:
+    """The run's head line and a row per measured configuration (`label_of` names it under
+    `column`): start-up, each concurrency's tok/s, TTFT, TPOT and requests done, peak PSS."""
     concurrencies = report["settings"]["concurrency"]
     head = " | ".join(f"c={c} tok/s, TTFT ms, TPOT ms (done)" for c in concurrencies)
     lines = [
         f"Run {report['started']}: {report['machine']}; model {report['settings']['model']}",
         "",
-        f"| configuration | start-up s | {head} | peak PSS GiB |",
+        f"| {column} | start-up s | {head} | peak PSS GiB |",
         "|---|---|" + "---|" * len(concurrencies) + "---|",
     ]
     for measured in report["measured"]:
@@ -269,12 +280,12 @@ def render(report: dict[str, Any]) -> str:
                     f"{run['mean_tpot_ms']:.1f} ({run['completed']}/{run['prompts']})"
                 )
             else:
-                cells.append(run.get("error", measured.get("refusal") or "-")[:60])
+                cells.append(str(run.get("error", measured.get("refusal") or "-"))[:60])
         lines.append(
-            f"| {measured['label']} | {measured['startup_s']} | {' | '.join(cells)} | "
+            f"| {label_of(measured)} | {measured['startup_s']} | {' | '.join(cells)} | "
             f"{measured['peak_pss_gib']} |"
         )
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> int:
