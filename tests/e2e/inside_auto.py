@@ -17,28 +17,20 @@ reboot   back with no new approval: status ready, a chat, the same converted fil
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import inside
 from inside import (
     CONFIG,
-    PhaseFailed,
-    journal,
-    must,
     record,
-    run,
     show,
-    use_identity_root,
     wait_for_daemon,
     wait_until,
 )
 from inside_llama import (
-    ENDPOINT_FILE,
     UNIT,
-    UNIT_FILE,
     chat,
-    fresh_machine,
+    install_then_quickstart,
     server_process,
     status_url,
 )
@@ -66,33 +58,12 @@ def converted_files(check: str) -> None:
 
 
 def phase_install() -> None:
-    record("pid1", comm=Path("/proc/1/comm").read_text().strip())
-    fresh_machine()
-    started = time.monotonic()
-    must("install", "/src/packaging/install.sh", "--runtime", "--engine", "llama.cpp",
-         timeout=1800)  # fmt: skip
-    installed = time.monotonic()
-    must("model_group", "chgrp", "-R", "epyc-llm", CONFIG["model_dir"], timeout=60)
-    must("model_mode", "chmod", "-R", "u+rwX,g+rX,g-w,o-rwx", CONFIG["model_dir"], timeout=60)
-    use_identity_root()
-    done = run("epycctl", "quickstart", "--model", CONFIG["model_dir"], "--yes", timeout=900,
-               check="quickstart")  # fmt: skip
-    record(
-        "timing",
-        install_s=round(installed - started, 1),
-        quickstart_s=done["seconds"],
-        fresh_to_ready_s=round(time.monotonic() - started, 1),
+    install_then_quickstart(
+        ("/src/packaging/install.sh", "--runtime", "--engine", "llama.cpp"),
+        1800,
+        ("epycctl", "quickstart", "--model", CONFIG["model_dir"], "--yes"),
+        lambda: converted_files("converted"),
     )
-    converted_files("converted")
-    if done["rc"] != 0:
-        journal("journal_serving", UNIT)
-        raise PhaseFailed(f"quickstart failed (exit {done['rc']}): {done['stderr'][-2000:]}")
-    record("unit", **show(UNIT))
-    record("unit_file", text=UNIT_FILE.read_text())
-    record("endpoint_file", text=ENDPOINT_FILE.read_text())
-    chat("chat", status_url("status"))
-    server_process("server")
-    journal("journal_serving", UNIT)
 
 
 def phase_reboot() -> None:

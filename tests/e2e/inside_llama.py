@@ -33,6 +33,7 @@ import signal
 import ssl
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import inside
@@ -145,22 +146,35 @@ def fresh_machine() -> None:
 
 
 def phase_install() -> None:
+    argv = ("epycctl", "quickstart", "--engine", "llama.cpp", "--model", CONFIG["gguf"], "--yes")
+    install_then_quickstart(("/src/packaging/install.sh", "--engine", "llama.cpp"), 1500, argv)
+
+
+def install_then_quickstart(
+    install: tuple[str, ...],
+    install_timeout: int,
+    quickstart: tuple[str, ...],
+    after_quickstart: Callable[[], None] = lambda: None,
+) -> None:
+    """A fresh machine: `install`, the model's files given to the epyc-llm group, the EPYC
+    identity root, then `quickstart` (timed; `after_quickstart` records what it left, also
+    when it failed); the ready endpoint's unit, files, a chat and its server process."""
     record("pid1", comm=Path("/proc/1/comm").read_text().strip())
     fresh_machine()
     started = time.monotonic()
-    must("install", "/src/packaging/install.sh", "--engine", "llama.cpp", timeout=1500)
+    must("install", *install, timeout=install_timeout)
     installed = time.monotonic()
     must("model_group", "chgrp", "-R", "epyc-llm", CONFIG["model_dir"], timeout=60)
     must("model_mode", "chmod", "-R", "u+rwX,g+rX,g-w,o-rwx", CONFIG["model_dir"], timeout=60)
     use_identity_root()
-    argv = ("epycctl", "quickstart", "--engine", "llama.cpp", "--model", CONFIG["gguf"], "--yes")
-    done = run(*argv, timeout=900, check="quickstart")
+    done = run(*quickstart, timeout=900, check="quickstart")
     record(
         "timing",
         install_s=round(installed - started, 1),
         quickstart_s=done["seconds"],
         fresh_to_ready_s=round(time.monotonic() - started, 1),
     )
+    after_quickstart()
     if done["rc"] != 0:
         journal("journal_serving", UNIT)
         raise PhaseFailed(f"quickstart failed (exit {done['rc']}): {done['stderr'][-2000:]}")
