@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from pydantic import BaseModel, Field
 
-from epycd.cli.bench_runs import METRICS, POOLING_METRICS, Alternative, BenchRun, Measure, runs_at
+from epycd.cli.bench_runs import METRICS, Alternative, BenchRun, Measure, pooling_measure, runs_at
 from epycd.cli.output import json_option, print_json, table
 from epycd.errors import InputError, Refusal
 from epycd.listen import local_url
@@ -279,16 +279,8 @@ def pooling_runs(
 ) -> list[BenchRun]:
     """`epycd.servebench.measure_pooling` on the endpoint's own path, one run per
     concurrency, as many prompts as the generating runs."""
-    from epycd.servebench import measure_pooling
-
-    def one(base: str, key: str | None, concurrency: int, prompts: int) -> dict[str, Any]:
-        measured = measure_pooling(
-            base, plan.decisions.served_model_name, key,
-            endpoint=plan.decisions.primary_endpoint, concurrency=concurrency, prompts=prompts,
-            input_len=input_len,
-        )  # fmt: skip
-        return {name: getattr(measured, name) for name in POOLING_METRICS}
-
+    decided = plan.decisions
+    one = pooling_measure(decided.served_model_name, decided.primary_endpoint, input_len)
     return client_runs(plan, concurrencies, prompts_per_concurrency, one)
 
 

@@ -31,7 +31,7 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 import httpx
 
-from epycd.cli.bench_runs import METRICS, POOLING_METRICS, Alternative, BenchRun, runs_at
+from epycd.cli.bench_runs import METRICS, Alternative, BenchRun, pooling_measure, runs_at
 from epycd.host.cpulist import format_cpulist, parse_cpulist
 from epycd.listen import local_url
 from epycd.model.facts import POOLING_ENDPOINTS
@@ -366,12 +366,5 @@ def measure_at(base: str, vocabulary: int | None, load: Load) -> list[BenchRun]:
 def pooling_at(base: str, model: str, load: Load) -> list[BenchRun]:
     """The pooling client on the alternative's `load.endpoint`, as `bench` measures an
     embeddings or rerank endpoint."""
-    from epycd.servebench import measure_pooling
-
-    def one(url: str, key: str | None, concurrency: int, prompts: int) -> dict[str, Any]:
-        measured = measure_pooling(url, model, key, endpoint=load.endpoint,
-                                   concurrency=concurrency, prompts=prompts,
-                                   input_len=load.lengths[0])  # fmt: skip
-        return {name: getattr(measured, name) for name in POOLING_METRICS}
-
+    one = pooling_measure(model, load.endpoint, load.lengths[0])
     return runs_at(base, None, load.concurrencies, load.prompts_per_concurrency, one)

@@ -84,3 +84,17 @@ def runs_at(
         click.echo(f"{label}: done in {time.monotonic() - started:.0f} s", err=True)
         runs.append(BenchRun(concurrency=concurrency, num_prompts=prompts, **values))
     return runs
+
+
+def pooling_measure(model: str, endpoint: str, input_len: int) -> Measure:
+    """One run of epycd's pooling client (`epycd.servebench.measure_pooling`) on /v1/`endpoint`
+    of the server at the base URL: an embeddings or rerank endpoint's, or its alternative's."""
+
+    def one(base: str, key: str | None, concurrency: int, prompts: int) -> dict[str, Any]:
+        from epycd.servebench import measure_pooling
+
+        measured = measure_pooling(base, model, key, endpoint=endpoint, concurrency=concurrency,
+                                   prompts=prompts, input_len=input_len)  # fmt: skip
+        return {name: getattr(measured, name) for name in POOLING_METRICS}
+
+    return one
