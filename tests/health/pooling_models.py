@@ -1,11 +1,13 @@
-"""Tiny pooling models for the real servers.
+"""Pooling models for the real servers: tiny ones, and one published embedder.
 
 - the tiny chat model itself (tests/tools/tiny_model.py), which vLLM's pooling runner serves
   as an embedding model (`--runner pooling --convert embed`: last-token pooling, the hidden
   size wide);
 - a tiny BERT embedder and a one-label BERT reranker, architectures vLLM's tables list,
   which plain `vllm serve` serves (its runner `auto` resolves to pooling): built by
-  tests/tools/tiny_pooling.sh into the cache.
+  tests/tools/tiny_pooling.sh into the cache;
+- sentence-transformers/all-MiniLM-L6-v2, a published embedder with its real weights and
+  tokenizer (tests/tools/published_embedder.sh).
 """
 
 from __future__ import annotations
@@ -34,6 +36,17 @@ def tiny_bert(name: str) -> Path:
     if not (folder / "config.json").is_file() or not (TINY_POOLING / ".stamp").is_file():
         pytest.fail(f"no {folder}: run tests/bootstrap.sh (tests/tools/tiny_pooling.sh)")
     return folder
+
+
+PUBLISHED_EMBEDDER = CACHE / "published-embedder" / "all-MiniLM-L6-v2"
+
+
+def published_embedder() -> Path:
+    """sentence-transformers/all-MiniLM-L6-v2's published files (tests/tools/
+    published_embedder.sh); the test FAILS (never skips) without them."""
+    if not (PUBLISHED_EMBEDDER / "model.safetensors").is_file():
+        pytest.fail(f"no {PUBLISHED_EMBEDDER}: run tests/bootstrap.sh (published_embedder.sh)")
+    return PUBLISHED_EMBEDDER
 
 
 def tiny_width() -> int:

@@ -118,6 +118,7 @@ BUILDERS: tuple[Builder, ...] = (
         reads=("tests/tools/tiny_llama.py",),
         needs=("vllm_venv",),
     ),
+    Builder("published_embedder", builds=("published-embedder",)),
     Builder(
         "tiny_pooling_gguf",
         builds=("tiny-pooling-gguf",),
