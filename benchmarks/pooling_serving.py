@@ -7,6 +7,7 @@ Run:  .venv/bin/python benchmarks/pooling_serving.py --model FOLDER [--endpoint 
           [--gguf FILE --llama-server PATH]   # the same model as GGUF, on llama.cpp too
           [--auto FILE [--auto-gguf-defaults]]  # engine = "auto" serving FILE as approve's
                                               # conversion (q8_0) of FOLDER
+          [--onednn-isa AVX512_CORE_BF16]     # vLLM's matrix ISA capped to an EPYC's
       .venv/bin/python benchmarks/pooling_serving.py --render RESULT.json   # reprint a run
 (FOLDER: a Hugging Face model folder vLLM serves as an embedder or reranker, such as the tests'
 tiny BERT pair of tests/tools/tiny_pooling.sh. Needs tests/bootstrap.sh's vLLM venv; loopback
@@ -32,8 +33,14 @@ Configurations:
   and throughput: the planner's endpoint for `engine = "auto"` and FOLDER, with FILE in the
   converted folder as approve's q8_0 conversion of FOLDER leaves it (its record beside it),
   the plan's `server_args` under numactl; and **llama-defaults-auto-file**: llama-server's
-  defaults on FILE. (FILE is made outside the product where its converter refuses FOLDER's
-  tokenizer, as for the tests' tiny models: tests/tools/tiny_gguf.py.)
+  defaults on FILE (`epycctl convert FOLDER --output FILE` makes it, as approve does; for the
+  tests' tiny models, whose tokenizer the converter does not know, tests/tools/tiny_gguf.py).
+
+With --onednn-isa ISA every vLLM server runs with ONEDNN_MAX_CPU_ISA=ISA. vLLM's matrix
+products on the CPU are oneDNN's, which on an Intel host with AMX use AMX (and AVX512-FP16),
+instructions no EPYC has; AVX512_CORE_BF16 (AVX-512 with VNNI and BF16) is what Zen 4 and
+Zen 5 offer, so capped there vLLM multiplies as it would on an EPYC. llama-server needs no
+cap: the product's recipe builds it without AMX (packaging/llama-runtime.sh).
 
 Each pass starts each server (spawn to the first /health 200), then runs epycd's pooling
 client (`epycd.servebench.measure_pooling`: random text of `--input-len` words, as many
@@ -111,9 +118,7 @@ def llama_defaults(server: Path, gguf: Path, endpoint: str) -> list[str]:
     return [str(server), "-m", str(gguf), LLAMA_FLAGS[endpoint], "--alias", SERVED]
 
 
-def configurations(
-    args: argparse.Namespace, work: Path
-) -> tuple[dict[str, tuple[list[str], dict[str, str]]], dict[str, Any]]:
+def configurations(args: argparse.Namespace, work: Path) -> tuple[Configs, dict[str, Any]]:
     """Each configuration's argv (its port added by `serve`) and environment, and what the
     planner decided for each engine."""
     plan_argv, plan_env, decided = planned(args.model, work)
@@ -131,6 +136,10 @@ def configurations(
         auto = auto_configs(args, work)
         configs |= auto["configs"]
         chosen["auto"] = auto["chosen"]
+    if args.onednn_isa:
+        configs = {label: (argv, env | {"ONEDNN_MAX_CPU_ISA": args.onednn_isa})
+                   if str(VENV / "bin" / "vllm") in argv else (argv, env)
+                   for label, (argv, env) in configs.items()}  # fmt: skip
     return configs, chosen
 
 
@@ -197,10 +206,14 @@ def serve(argv: list[str], env: dict[str, str], work: Path, log: Path) -> tuple[
     return process, port, time.monotonic() - started
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="pooling-bench-"))
-    (work / "llama").mkdir()
-    configs, decided = configurations(args, work)
+Configs = dict[str, tuple[list[str], dict[str, str]]]
+"""Each configuration's argv (its port added by `serve`) and environment, by label."""
+
+
+def measure_each(configs: Configs, args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """`args.passes` passes, the order reversed every other one: each configuration started
+    afresh and measured at each of `args.concurrency` on `args.endpoint` (`args.requests`,
+    `args.input_len`), then stopped. One row per measurement."""
     runs = []
     for index in range(args.passes):
         order = list(configs) if index % 2 == 0 else list(reversed(configs))
@@ -220,6 +233,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                           f"p50 {measured.p50_latency_ms:.1f} ms", flush=True)  # fmt: skip
             finally:
                 stop_group(process)
+    return runs
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="pooling-bench-"))
+    (work / "llama").mkdir()
+    configs, decided = configurations(args, work)
+    runs = measure_each(configs, args, work)
     return {
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
@@ -227,6 +248,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "endpoint": args.endpoint,
         "gguf": str(args.gguf) if args.gguf else None,
         "input_len": args.input_len,
+        "onednn_isa": args.onednn_isa,
         "planned": decided,
         "runs": runs,
     }
@@ -252,6 +274,9 @@ def main() -> int:
     parser.add_argument("--llama-server", type=Path, help="with --gguf: the llama-server")
     parser.add_argument(
         "--auto", type=Path, help='engine = "auto" with this GGUF as approve\'s q8_0 conversion'
+    )
+    parser.add_argument(
+        "--onednn-isa", help="ONEDNN_MAX_CPU_ISA for the vLLM servers (AVX512_CORE_BF16: Zen 4/5's)"
     )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--input-len", type=int, default=128)
