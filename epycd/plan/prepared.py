@@ -80,8 +80,18 @@ class Prerequisite(BaseModel):
 
 
 class MissingPrerequisite(Refusal):
-    """The endpoint is planned once approve has made `prerequisite`."""
+    """The endpoint is planned once approve has made `prerequisite`; `pooling`: the model is
+    an embedder or a reranker, as its source's facts say (`engine = "auto"` chooses by it)."""
 
-    def __init__(self, prerequisite: Prerequisite, message: str, *, file: Path, fix: str) -> None:
+    def __init__(
+        self,
+        prerequisite: Prerequisite,
+        message: str,
+        *,
+        file: Path,
+        fix: str,
+        pooling: bool = False,
+    ) -> None:
         super().__init__(message, file=file, key="model", fix=fix)
         self.prerequisite = prerequisite
+        self.pooling = pooling

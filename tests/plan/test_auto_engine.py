@@ -324,36 +324,56 @@ def test_each_engine_is_tried_once_in_the_profile_order() -> None:
     assert engine_order("latency", ("vllm",)) == ("vllm", "llama.cpp")
 
 
-@pytest.mark.parametrize("profile", ["latency", "balanced", "throughput"])
-def test_an_embedder_goes_to_llama_cpp_whatever_the_profile(
-    aw: AutoWorkspace, profile: str
-) -> None:
-    """A pooling model has one order for every profile (llama.cpp answered the same BERT
-    embedder about twice as fast): throughput's vLLM, which reads it first, gives way, and
-    approve converts it for llama.cpp; once converted, llama.cpp serves it as an embedder
-    with the pooling rule's reason."""
+def test_an_embedder_under_latency_goes_to_llama_cpp(aw: AutoWorkspace) -> None:
+    """One user at a time: llama.cpp answered a published embedder as fast as vLLM, started
+    in a fraction of the time and memory. Approve converts it; once converted, llama.cpp
+    serves it as an embedder with the pooling rule's reason."""
     embedder = write_model(aw.ws.tmp / "models" / "bge-small", BGE_SMALL_EN_V1_5, chat=False)
-    aw.ws.endpoint("emb", f'engine = "auto"\nprofile = "{profile}"\nmodel = "{embedder}"\n')
+    aw.ws.endpoint("emb", f'engine = "auto"\nprofile = "latency"\nmodel = "{embedder}"\n')
     waiting = aw.plan()["emb"]
     assert waiting.plan is None and waiting.prerequisite is not None, waiting.errors
     assert waiting.prerequisite.engine == "llama.cpp"
-    if profile == "throughput":
-        assert "chose llama.cpp: an embedder or reranker" in waiting.errors[0].text
+    assert "chose llama.cpp: an embedder or reranker, profile latency" in waiting.errors[0].text
     aw.convert(model=embedder, extra={"{arch}.pooling_type": 1})
     result = aw.plan()["emb"]
     assert result.plan is not None, [e.text for e in result.errors]
     decided = result.plan.decisions
     assert decided.engine == "llama.cpp" and decided.primary_endpoint == "embeddings"
     assert decided.engine_choice is not None
-    assert decided.engine_choice.reasons[0].startswith("llama.cpp: an embedder or reranker")
+    assert decided.engine_choice.reasons[0].startswith(
+        "llama.cpp: an embedder or reranker, profile latency"
+    )
     assert DEFAULT_WEIGHTS_NOTE not in decided.engine_choice.reasons, "an encoder's weights"
+
+
+@pytest.mark.parametrize("profile", ["balanced", "throughput"])
+def test_an_embedder_for_several_users_goes_to_vllm_without_a_conversion(
+    aw: AutoWorkspace, profile: str
+) -> None:
+    """Several users at once: vLLM batched a published embedder's inputs into one step,
+    1.4-1.5x llama.cpp's requests/s. balanced reads the model with llama.cpp first, whose
+    conversion it would wait for; the source says it is an embedder, so vLLM serves it at
+    once, and nothing is converted. A converted file left from before changes nothing."""
+    embedder = write_model(aw.ws.tmp / "models" / "bge-small", BGE_SMALL_EN_V1_5, chat=False)
+    aw.ws.endpoint("emb", f'engine = "auto"\nprofile = "{profile}"\nmodel = "{embedder}"\n')
+    for _ in range(2):
+        result = aw.plan()["emb"]
+        assert result.plan is not None, [e.text for e in result.errors]
+        assert result.prerequisite is None
+        decided = result.plan.decisions
+        assert decided.engine == "vllm" and decided.primary_endpoint == "embeddings"
+        assert decided.engine_choice is not None
+        assert decided.engine_choice.reasons[0].startswith(
+            "vllm: an embedder or reranker, several users at once"
+        )
+        aw.convert(model=embedder, extra={"{arch}.pooling_type": 1})
 
 
 def test_an_embedder_the_converter_refused_is_served_by_vllm_with_the_pooling_reason(
     aw: AutoWorkspace,
 ) -> None:
     embedder = write_model(aw.ws.tmp / "models" / "bge-small", BGE_SMALL_EN_V1_5, chat=False)
-    aw.ws.endpoint("emb", f'engine = "auto"\nprofile = "throughput"\nmodel = "{embedder}"\n')
+    aw.ws.endpoint("emb", f'engine = "auto"\nprofile = "latency"\nmodel = "{embedder}"\n')
     waiting = aw.plan()["emb"].prerequisite
     assert waiting is not None
     write_refused(Path(waiting.output), str(embedder), None, "q8_0", pinned_version(), "unknown")
@@ -362,10 +382,11 @@ def test_an_embedder_the_converter_refused_is_served_by_vllm_with_the_pooling_re
     choice = result.plan.decisions.engine_choice
     assert result.plan.decisions.engine == "vllm" and choice is not None
     assert result.plan.decisions.primary_endpoint == "embeddings"
-    assert choice.reasons[0].startswith("vllm: an embedder or reranker")
+    assert choice.reasons[0].startswith("vllm: an embedder or reranker, profile latency")
     assert any(r.startswith("not llama.cpp:") and "unknown" in r for r in choice.reasons)
 
 
 def test_a_chat_model_keeps_its_profiles_order() -> None:
-    assert engine_order("pooling") == ("llama.cpp", "vllm")
+    assert engine_order("pooling-latency") == ("llama.cpp", "vllm")
+    assert engine_order("pooling") == ("vllm", "llama.cpp")
     assert engine_order("throughput") == ("vllm", "llama.cpp")

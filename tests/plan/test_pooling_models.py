@@ -12,8 +12,12 @@ import pytest
 from gguf import GGMLQuantizationType
 
 from epycd.engines.llama_cpp.model.memory import encoder_compute_bytes
+from epycd.engines.vllm.export.kube import RESERVED_CPUS_ENV, pod_env
 from epycd.engines.vllm.model.memory import MIN_POOL_GIB
-from epycd.engines.vllm.plan.tuning import batch_target
+from epycd.engines.vllm.plan.tuning import batch_target, front_end_cores
+from epycd.engines.vllm.render.policy import check_pinning
+from epycd.errors import InputError
+from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.model.hf_cache import add_to_cache
@@ -186,3 +190,33 @@ def test_an_unmeasured_encoder_gguf_is_refused_and_the_others_plan(
     assert "compute buffer is measured for" in problem.text and "not nomic-bert" in problem.text
     assert "bert, llama, qwen2, qwen3" in (problem.fix or "")
     assert results["chat"].plan is not None
+
+
+@pytest.mark.parametrize("host", ["vm-zen5", "vm-offline-cpu", "vm-16"])
+def test_an_embedder_on_a_few_cores_binds_them_all_and_a_chat_endpoint_keeps_one_back(
+    ws: PlanWorkspace, host_of: HostOf, monkeypatch: pytest.MonkeyPatch, host: str
+) -> None:
+    """Rule 1 for an encoder: on an instance of up to 4 cores OpenMP takes every core (one
+    held back is a quarter or more of the compute, and an encoder's front end only tokenizes
+    and answers); from 5 cores one is left to the front end, as for a chat endpoint, which
+    always keeps one back. The render policy passes both binds, and the Kubernetes export
+    tells vLLM's own bind in the pod to keep as many back."""
+    assert [front_end_cores(n, pooling=True) for n in (1, 2, 4, 5, 63, 64)] == [0, 0, 0, 1, 1, 2]
+    assert [front_end_cores(n) for n in (1, 2, 4, 5)] == [0, 1, 1, 1]
+    _cached_models(ws, monkeypatch)
+    ws.endpoint("pooled", 'model = "BAAI/bge-small-en-v1.5"\n')
+    results = ws.plan(host_of(host))
+    pooled = results["pooled"].plan
+    assert pooled is not None, results["pooled"].errors
+    decided = cpu(pooled)
+    cores = len(parse_cpulist(decided.cpus))
+    bound = cores if cores <= 4 else cores - 1
+    bind = parse_cpulist(decided.env["VLLM_CPU_OMP_THREADS_BIND"])
+    assert bind == parse_cpulist(decided.omp_cpus) == parse_cpulist(decided.cpus)[:bound]
+    assert front_end_cores(cores) == 1, "a chat endpoint on the same cores keeps one back"
+    check_pinning(decided)
+    assert pod_env(decided)[RESERVED_CPUS_ENV] == str(cores - bound)
+    if bound == cores:
+        as_chat = decided.model_copy(update={"primary_endpoint": "chat_completions"})
+        with pytest.raises(InputError, match="none is left to vLLM's API server"):
+            check_pinning(as_chat)

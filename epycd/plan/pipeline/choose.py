@@ -4,8 +4,8 @@ prepares the endpoint serves it. One that cannot (its runtime is not installed, 
 not of its format and cannot be converted, its architecture is unknown to it) is passed over
 with its reason, which the plan shows beside the rule's. A key the file sets that only some
 engines read (`quantize`: llama.cpp) puts those engines first, whatever the profile. An
-embedder or a reranker (a pooling model, known once an engine has read it) has one order
-for every profile (`POOLING`): the first choice is made again in that order.
+embedder or a reranker (a pooling model, known once an engine has read it) has orders of
+its own (`POOLING`): the first choice is made again in its profile's.
 
 An engine that could serve the endpoint once approve has made an input for it (llama.cpp, a
 safetensors model not converted yet: `MissingPrerequisite`) is chosen all the same: approve
@@ -30,14 +30,20 @@ PREFERRED: dict[str, tuple[str, ...]] = {
     "latency": ("llama.cpp", "vllm"),
     "balanced": ("llama.cpp", "vllm"),
     "throughput": ("vllm", "llama.cpp"),
-    "pooling": ("llama.cpp", "vllm"),
+    "pooling-latency": ("llama.cpp", "vllm"),
+    "pooling": ("vllm", "llama.cpp"),
 }
 """Each profile's engines, best first, by the measurements of
 benchmarks/llama-serving-results.md (runs 6-9) and benchmarks/auto-engine-results.md (runs 1
-and 2): the same ~100M model on the same 2 cores; a pooling model's (`POOLING`), whatever
-its profile, by benchmarks/pooling-serving-results.md (run 2: the same BERT embedder and
-reranker on both engines)."""
-POOLING = "pooling"
+and 2): the same ~100M model on the same 2 cores; a pooling model's (`POOLING`), by
+benchmarks/pooling-serving-results.md (run 7: a published embedder on both engines, vLLM's
+matrix products held to an EPYC's instructions)."""
+POOLING: dict[str, str] = {
+    "latency": "pooling-latency",
+    "balanced": "pooling",
+    "throughput": "pooling",
+}
+"""The rule of an embedder or a reranker under each profile."""
 WHY: dict[str, str] = {
     "latency": "profile latency, one user at a time: llama.cpp served 2.5-3.9x vLLM's "
     "tokens/s at concurrency 1, started in 0.3 s against 85 s, in a tenth of the memory",
@@ -46,10 +52,12 @@ WHY: dict[str, str] = {
     "throughput": "profile throughput, many users at once: vLLM batches up to 256 sequences; "
     "at concurrency 32 it served as many tokens/s as llama.cpp on q8_0 (545 against 553-607) "
     "and answered first in 1.1 s against 7.8-8.6 s",
-    "pooling": "an embedder or reranker, whatever the profile: on the same BERT embedder "
-    "llama.cpp was level with vLLM's defaults or ahead at concurrency 1 and 32 on two "
-    "machines (2.0x and 1.1x on one, 1.0x and 1.3x on the other), steady from one start to "
-    "the next",
+    "pooling-latency": "an embedder or reranker, profile latency: on all-MiniLM-L6-v2 "
+    "llama.cpp answered one user as fast as vLLM (35-37 against 36 requests/s), started in "
+    "0.3 s against a minute, in a tenth of the memory",
+    "pooling": "an embedder or reranker, several users at once: on all-MiniLM-L6-v2 vLLM "
+    "ran the inputs of 8 and of 32 users in one step, 1.4x and 1.5x llama.cpp's requests/s "
+    "(52.0 and 57.2 against 37.2 and 37.3)",
 }
 
 
@@ -87,14 +95,20 @@ def prepare_auto(
     secret_group: int | None,
 ) -> Prepared:
     """The endpoint prepared by the first engine of its profile's order that can serve it;
-    for a pooling model, by the first of `POOLING`'s order; the last engine's error when
-    none can."""
+    for a pooling model (known from the first engine's reading, or from the source the
+    conversion it waits for would read), by the first of its profile's `POOLING` order; the
+    last engine's error when none can."""
     spec = result.spec
     assert spec is not None and spec.engine == AUTO_ENGINE
-    first = _first_serving(result, spec.profile, host, stack, sources, secret_group)
-    if not first.facts.pooling:
-        return first
-    return _first_serving(result, POOLING, host, stack, sources, secret_group)
+    try:
+        first = _first_serving(result, spec.profile, host, stack, sources, secret_group)
+    except MissingPrerequisite as waiting:
+        if not waiting.pooling:
+            raise
+    else:
+        if not first.facts.pooling:
+            return first
+    return _first_serving(result, POOLING[spec.profile], host, stack, sources, secret_group)
 
 
 def _first_serving(

@@ -36,9 +36,10 @@ UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 def needs_conversion(
     endpoint: str, model: str, revision: str | None, quantize: Quantize, output: Path, file: Path,
-    hf_token_file: str | None = None,
+    hf_token_file: str | None = None, *, pooling: bool = False,
 ) -> MissingPrerequisite:  # fmt: skip
-    """The refusal of an endpoint whose model is not converted yet: approve converts it."""
+    """The refusal of an endpoint whose model is not converted yet: approve converts it;
+    `pooling`: the model is an embedder or a reranker."""
     prerequisite = Prerequisite(
         engine=ENGINE,
         endpoint=endpoint,
@@ -54,6 +55,7 @@ def needs_conversion(
         file=file,
         fix=f"epycctl approve {endpoint} converts it first (or run epycctl convert {model} "
         f"--quantize {quantize} --output {output})",
+        pooling=pooling,
     )
 
 

@@ -209,8 +209,9 @@ def prepare_converted(
     record = read_record(gguf)
     if record is None:
         raise needs_conversion(
-            result.name, spec.model, source.revision, quantize, gguf, file, spec.hf_token_file
-        )
+            result.name, spec.model, source.revision, quantize, gguf, file, spec.hf_token_file,
+            pooling=source.pooling,
+        )  # fmt: skip
     facts = sources.inspect(str(gguf))
     warnings = [*source.warnings, *check_llama_model(facts, file)]
     converted = (

@@ -59,6 +59,7 @@ from epycd.export import KubeExport, KubeExporter
 from epycd.export.kubelet import kubelet_config
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
+from epycd.model.facts import POOLING_ENDPOINTS
 from epycd.names import unit_name
 from epycd.plan.endpoint import Endpoint, InstanceSet, Plan
 from epycd.stack import Stack
@@ -252,11 +253,12 @@ def env_of(process: AnyVllmServer, notes: list[str]) -> list[dict[str, Any]]:
 def pod_env(process: AnyVllmServer) -> dict[str, str]:
     """The plan's env, and for a CPU instance the front end's share of its cores: the plan
     binds OpenMP to all but the first core(s) (`omp_cpus`), vLLM's own bind in the pod
-    keeps `RESERVED_CPUS_ENV` of its cores out (its default is one)."""
+    keeps `RESERVED_CPUS_ENV` of its cores out (its default is one; none for an embedder
+    or a reranker whose plan binds every core, docs/tuning.md rule 1)."""
     env = dict(process.env)
     if isinstance(process, VllmCpuServer):
         reserved = cpu_count(process) - len(parse_cpulist(process.omp_cpus))
-        if reserved > 0:
+        if reserved > 0 or process.primary_endpoint in POOLING_ENDPOINTS:
             env.setdefault(RESERVED_CPUS_ENV, str(reserved))
     return env
 

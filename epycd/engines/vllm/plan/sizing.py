@@ -252,7 +252,7 @@ def tune(
 ) -> tuple[list[int], tuning.BatchTarget, bool, list[str]]:
     """Rules 1, 2 and 4: the bind list, the profile's batch target, eager or not."""
     spec, route = prepared.spec, prepared.route_of(VllmRoute)
-    bind = omp_bind(placement.cpus)
+    bind = omp_bind(placement.cpus, pooling=prepared.facts.pooling)
     target = tuning.batch_target(spec.profile, len(bind))
     eager, warnings = tuning.compile_choice(
         spec.profile,

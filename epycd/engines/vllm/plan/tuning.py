@@ -24,6 +24,11 @@ from epycd.spec.flags import ExtraFlags
 
 LARGE_INSTANCE_CORES = 64
 """Rule 1: from this many physical cores an instance leaves 2 cores to the front end."""
+SMALL_ENCODER_INSTANCE_CORES = 4
+"""Rule 1: an embedder's or reranker's instance of up to this many physical cores leaves none
+to the front end: an encoder's front end tokenizes and writes one answer per input, and one
+core held back is a quarter or more of the compute (2 cores: 1.4-1.7x the requests/s with
+both bound, benchmarks/pooling-serving-results.md runs 6-8)."""
 
 VLLM_DEFAULT_MAX_NUM_SEQS = 128
 VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
@@ -287,16 +292,17 @@ def compile_choice(
     ]
 
 
-def front_end_cores(instance_cores: int) -> int:
+def front_end_cores(instance_cores: int, *, pooling: bool = False) -> int:
     """Rule 1: physical cores kept out of the OpenMP bind for the API server, tokenizer and
-    the scheduler that busy-loops a core: 1, 2 from `LARGE_INSTANCE_CORES`, 0 on one core."""
-    if instance_cores <= 1:
+    the scheduler that busy-loops a core: 1, 2 from `LARGE_INSTANCE_CORES`, 0 on one core,
+    and 0 for a pooling model's instance of up to `SMALL_ENCODER_INSTANCE_CORES`."""
+    if instance_cores <= 1 or (pooling and instance_cores <= SMALL_ENCODER_INSTANCE_CORES):
         return 0
     return 2 if instance_cores >= LARGE_INSTANCE_CORES else 1
 
 
-def omp_bind(cpus: list[int]) -> list[int]:
+def omp_bind(cpus: list[int], *, pooling: bool = False) -> list[int]:
     """Rule 1: the OpenMP bind list: the instance's physical CPUs without its last ones, the
     cores vLLM's own `auto` bind reserves (and the ones that served faster here)."""
     ordered = sorted(cpus)
-    return ordered[: len(ordered) - front_end_cores(len(ordered))]
+    return ordered[: len(ordered) - front_end_cores(len(ordered), pooling=pooling)]

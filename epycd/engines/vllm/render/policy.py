@@ -9,7 +9,9 @@ from collections.abc import Collection, Sequence
 
 from epycd.engines.vllm.plan.invocation import CpuEngine, RocmEngine
 from epycd.engines.vllm.plan.model import AnyVllmServer, VllmCpuServer, pre_invocation_flags
+from epycd.engines.vllm.plan.tuning import front_end_cores
 from epycd.host.cpulist import parse_cpulist
+from epycd.model.facts import POOLING_ENDPOINTS
 from epycd.render.policy import (
     IMAGE_PATTERN,
     check_cpus_and_nodes,
@@ -71,7 +73,7 @@ def check_pinning(decisions: VllmCpuServer) -> None:
 
 def check_bind(decisions: VllmCpuServer, cpus: list[int]) -> None:
     """The OpenMP bind is the plan's `omp_cpus`, inside the pinned set, and leaves a core to
-    the front end unless the instance has one core (docs/tuning.md rule 1)."""
+    the front end where rule 1 reserves one (docs/tuning.md)."""
     bind = decisions.env.get("VLLM_CPU_OMP_THREADS_BIND", "")
     try:
         bind_cpus = parse_cpulist(bind)
@@ -87,7 +89,8 @@ def check_bind(decisions: VllmCpuServer, cpus: list[int]) -> None:
             f"the pinned CPUs {decisions.cpus!r}",
             "plan the endpoint again",
         )
-    if len(cpus) > 1 and len(bind_cpus) >= len(cpus):
+    pooling = decisions.primary_endpoint in POOLING_ENDPOINTS
+    if front_end_cores(len(cpus), pooling=pooling) and len(bind_cpus) >= len(cpus):
         raise refuse(
             decisions,
             key,
