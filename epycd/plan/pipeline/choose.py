@@ -54,7 +54,7 @@ WHY: dict[str, str] = {
     "and answered first in 1.1 s against 7.8-8.6 s",
     "pooling-latency": "an embedder or reranker, profile latency: on all-MiniLM-L6-v2 "
     "llama.cpp answered one user as fast as vLLM (35-37 against 36 requests/s), started in "
-    "0.3 s against a minute, in a tenth of the memory",
+    "0.3 s against a minute, in a fraction of the memory",
     "pooling": "an embedder or reranker, several users at once: on all-MiniLM-L6-v2 vLLM "
     "ran the inputs of 8 and of 32 users in one step, 1.4x and 1.5x llama.cpp's requests/s "
     "(52.0 and 57.2 against 37.2 and 37.3)",
