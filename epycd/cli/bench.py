@@ -238,7 +238,7 @@ def refuse_without_offline_bench(plan: Plan, client: BenchClient) -> None:
     an engine without one is refused."""
     from epycd.engines import engine_named
 
-    if not client.offline and plan.decisions.primary_endpoint in POOLING_ENDPOINTS:
+    if not client.offline and plan.decisions.pooling:
         raise Refusal(
             f"{plan.endpoint} serves /v1/{plan.decisions.primary_endpoint}: --offline is "
             "vLLM's `bench throughput`, which measures generated tokens",

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from epycd.health import PrimaryEndpoint
+from epycd.model.facts import POOLING_ENDPOINTS
 from epycd.plan.healing import Healing, Restart
 from epycd.plan.problem import Problem
 from epycd.plan.tuning import LIMIT_MEMLOCK, LIMIT_NOFILE
@@ -190,6 +191,11 @@ class EndpointService(BaseModel):
     confirmation_reasons: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     errors: list[Problem] = Field(default_factory=list)
+
+    @property
+    def pooling(self) -> bool:
+        """An embedder or a reranker (as `ModelFacts.pooling` says of its model)."""
+        return self.primary_endpoint in POOLING_ENDPOINTS
 
     if TYPE_CHECKING:
         # What every engine's decisions give, as a field or a property: the core reads them

@@ -59,7 +59,6 @@ from epycd.export import KubeExport, KubeExporter
 from epycd.export.kubelet import kubelet_config
 from epycd.host.cpulist import parse_cpulist
 from epycd.host.facts import HostFacts
-from epycd.model.facts import POOLING_ENDPOINTS
 from epycd.names import unit_name
 from epycd.plan.endpoint import Endpoint, InstanceSet, Plan
 from epycd.stack import Stack
@@ -258,7 +257,7 @@ def pod_env(process: AnyVllmServer) -> dict[str, str]:
     env = dict(process.env)
     if isinstance(process, VllmCpuServer):
         reserved = cpu_count(process) - len(parse_cpulist(process.omp_cpus))
-        if reserved > 0 or process.primary_endpoint in POOLING_ENDPOINTS:
+        if reserved > 0 or process.pooling:
             env.setdefault(RESERVED_CPUS_ENV, str(reserved))
     return env
 

@@ -11,7 +11,6 @@ from epycd.engines.vllm.plan.invocation import CpuEngine, RocmEngine
 from epycd.engines.vllm.plan.model import AnyVllmServer, VllmCpuServer, pre_invocation_flags
 from epycd.engines.vllm.plan.tuning import front_end_cores
 from epycd.host.cpulist import parse_cpulist
-from epycd.model.facts import POOLING_ENDPOINTS
 from epycd.render.policy import (
     IMAGE_PATTERN,
     check_cpus_and_nodes,
@@ -89,8 +88,7 @@ def check_bind(decisions: VllmCpuServer, cpus: list[int]) -> None:
             f"the pinned CPUs {decisions.cpus!r}",
             "plan the endpoint again",
         )
-    pooling = decisions.primary_endpoint in POOLING_ENDPOINTS
-    if front_end_cores(len(cpus), pooling=pooling) and len(bind_cpus) >= len(cpus):
+    if front_end_cores(len(cpus), pooling=decisions.pooling) and len(bind_cpus) >= len(cpus):
         raise refuse(
             decisions,
             key,
