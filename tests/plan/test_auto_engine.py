@@ -15,6 +15,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -30,8 +31,9 @@ from epycd.engines.llama_cpp.plan.converted import (
 from epycd.engines.llama_cpp.plan.model import LlamaServer
 from epycd.engines.llama_cpp.plan.planner import DEFAULT_WEIGHTS_NOTE
 from epycd.host.facts import HostFacts
-from epycd.plan.pipeline.choose import engine_order
+from epycd.plan.pipeline.choose import POOLING, PREFERRED, WHY, engine_order
 from epycd.plan.pipeline.result import EndpointResult
+from epycd.plan.tuning import Profile
 from tests.model.gguf_files import GgufShape, write_gguf
 from tests.model.models import BGE_SMALL_EN_V1_5
 from tests.plan.conftest import PlanWorkspace, write_model
@@ -384,6 +386,12 @@ def test_an_embedder_the_converter_refused_is_served_by_vllm_with_the_pooling_re
     assert result.plan.decisions.primary_endpoint == "embeddings"
     assert choice.reasons[0].startswith("vllm: an embedder or reranker, profile latency")
     assert any(r.startswith("not llama.cpp:") and "unknown" in r for r in choice.reasons)
+
+
+def test_every_profile_has_a_pooling_rule_with_its_reason() -> None:
+    """A profile added without a pooling rule would fail every auto embedder's plan."""
+    assert set(POOLING) == set(get_args(Profile))
+    assert all(rule in PREFERRED and rule in WHY for rule in POOLING.values())
 
 
 def test_a_chat_model_keeps_its_profiles_order() -> None:
