@@ -50,6 +50,33 @@ def test_milan_gets_the_stock_image_with_consent(ws: PlanWorkspace, host_of: Hos
     assert "zentorch" not in " ".join(plan.env)
 
 
+def test_an_own_image_on_milan_is_unvalidated_stock_with_consent(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    """An admin's own vLLM CPU image on a CPU without AVX-512 BF16: consent that says why
+    (zentorch inside it stays off, vLLM runs its stock platform), not a refusal."""
+    ws.endpoint("llm", 'image = "registry.example/team/vllm-cpu:0.32.0"\n')
+    result = ws.plan(host_of("milan-7763-2s"))["llm"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    plan = cpu(result.plan)
+    assert (plan.backend, plan.image) == ("stock", "registry.example/team/vllm-cpu:0.32.0")
+    assert plan.requires_confirmation
+    [own] = [r for r in plan.confirmation_reasons if "not one the product knows" in r]
+    assert "stock CpuPlatform" in own and "Milan" in own
+    assert "zentorch" not in " ".join(plan.env).lower()
+
+
+def test_the_zentorch_image_on_milan_is_refused_naming_the_stock_one(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    path = ws.endpoint("llm", f'image = "{STACK.image}"\n')
+    result = ws.plan(host_of("milan-7763-2s"))["llm"]
+    assert result.plan is None and result.exit_code == 1
+    assert (result.errors[0].file, result.errors[0].key) == (str(path), "image")
+    assert "built for zentorch" in result.errors[0].message
+    assert STACK.stock_image_pinned in (result.errors[0].fix or "")
+
+
 @pytest.mark.parametrize("name", ["bergamo-9754", "epyc-4584px"])
 def test_bf16_outside_genoa_turin_venice_is_unvalidated_zentorch(
     ws: PlanWorkspace, host_of: HostOf, name: str

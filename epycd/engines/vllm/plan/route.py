@@ -156,7 +156,9 @@ def _given_image_backend(
     image: str, backend: Backend, reasons: list[str], host: HostFacts, stack: Stack, file: Path
 ) -> tuple[Backend, list[str]]:
     """The backend an image the endpoint file names runs, and the consent it needs: the
-    stock vLLM image is refused on a supported EPYC, another image needs zentorch."""
+    stock vLLM image is refused on a supported EPYC; the validated zentorch image is refused
+    where zentorch cannot run; an image the product does not know runs vLLM's stock platform
+    where zentorch cannot run, unvalidated (consent), else the zentorch path it asks for."""
     if stack.is_stock_image(image):
         if host.is_supported_epyc:
             raise Refusal(
@@ -173,16 +175,30 @@ def _given_image_backend(
             ]
         return "stock", reasons
     if backend == "stock":
-        raise Refusal(
-            f"image {image} is not the stock vLLM CPU image, and zentorch cannot run "
-            "without AVX-512 BF16",
-            file=file,
-            key="image",
-            fix=f"remove image to use {stack.stock_image_pinned}",
-        )
+        if image == stack.image:
+            raise Refusal(
+                f"the validated image {image} is built for zentorch, which cannot run "
+                f"without AVX-512 BF16 ({host.epyc_generation} has none)",
+                file=file,
+                key="image",
+                fix=f"remove image to use the stock vLLM CPU image {stack.stock_image_pinned}",
+            )
+        return "stock", [*reasons, own_image_without_bf16(image, host, stack)]
     if image != stack.image:
         reasons = [*reasons, f"image {image} is not the validated image {stack.image}"]
     return backend, reasons
+
+
+def own_image_without_bf16(image: str, host: HostFacts, stack: Stack) -> str:
+    """Why an image the product does not know needs consent on a CPU without AVX-512 BF16:
+    an admin's own vLLM CPU build is a normal thing to run there, but nothing vouches for
+    it, and any zentorch inside it stays off."""
+    return (
+        f"image {image} is not one the product knows (validated: {stack.image}; stock: "
+        f"{stack.stock_image_pinned}): on {host.epyc_generation} without AVX-512 BF16 any "
+        "zentorch in it cannot run and vLLM runs its stock CpuPlatform; serving an "
+        "unvalidated image needs your consent"
+    )
 
 
 def _container_route(
