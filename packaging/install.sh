@@ -212,6 +212,11 @@ elif [ "$with_llama" = yes ]; then
     say "next: epycctl quickstart --engine llama.cpp --model /path/to/model.gguf (serves it with $prefix/llama-runtime/bin/llama-server)"
 elif [ "$with_runtime" = yes ]; then
     say "next: epycctl quickstart (serves the default model with the runtime in $prefix/runtime)"
+    # vLLM's CPU kernels are built for AVX-512; without it (Milan, Rome) its AVX2 path served
+    # 14-30x fewer tokens/s than llama.cpp (docs/tuning.md rule 12)
+    if ! grep -qw avx512f /proc/cpuinfo; then
+        say "this CPU has no AVX-512: vLLM runs its AVX2 path here, which served 14-30x fewer tokens/s than llama.cpp on a Milan; add --engine llama.cpp (install.sh --runtime --engine llama.cpp) and quickstart serves with llama.cpp (docs/tuning.md, rule 12)"
+    fi
 else
     say "next: epycctl quickstart, or cp $confdir/examples/qwen3.toml $confdir/ && epycctl plan qwen3"
 fi

@@ -31,7 +31,7 @@ from epycd.engines.llama_cpp.plan.converted import (
 from epycd.engines.llama_cpp.plan.model import LlamaServer
 from epycd.engines.llama_cpp.plan.planner import DEFAULT_WEIGHTS_NOTE
 from epycd.host.facts import HostFacts
-from epycd.plan.pipeline.choose import POOLING, PREFERRED, WHY, engine_order
+from epycd.plan.pipeline.choose import POOLING, PREFERRED, WHY, InstructionSet, engine_order
 from epycd.plan.pipeline.result import EndpointResult
 from epycd.plan.tuning import Profile
 from tests.model.gguf_files import GgufShape, write_gguf
@@ -391,10 +391,56 @@ def test_an_embedder_the_converter_refused_is_served_by_vllm_with_the_pooling_re
 def test_every_profile_has_a_pooling_rule_with_its_reason() -> None:
     """A profile added without a pooling rule would fail every auto embedder's plan."""
     assert set(POOLING) == set(get_args(Profile))
-    assert all(rule in PREFERRED and rule in WHY for rule in POOLING.values())
+    for isa in get_args(InstructionSet):
+        assert set(PREFERRED[isa]) == set(WHY[isa]), isa
+        assert all(rule in PREFERRED[isa] for rule in [*POOLING, *POOLING.values()]), isa
 
 
 def test_a_chat_model_keeps_its_profiles_order() -> None:
     assert engine_order("pooling-latency") == ("llama.cpp", "vllm")
     assert engine_order("pooling") == ("vllm", "llama.cpp")
     assert engine_order("throughput") == ("vllm", "llama.cpp")
+
+
+@pytest.fixture
+def milan(ws: PlanWorkspace, host_of: Callable[..., HostFacts]) -> AutoWorkspace:
+    """Both runtimes on a Milan: AVX2, no AVX-512."""
+    return AutoWorkspace(ws, host_of("milan-7763-2s"))
+
+
+def test_without_avx512_every_profile_goes_to_llama_cpp_with_the_figures(
+    milan: AutoWorkspace,
+) -> None:
+    """vLLM's AVX2 path served 14-30x fewer tokens/s than llama.cpp on a Milan: auto gives
+    llama.cpp every profile there, throughput too, and says why with the figures."""
+    assert not milan.host.avx512
+    milan.convert()
+    for profile, concurrency in (("latency", 1), ("balanced", 8), ("throughput", 32)):
+        milan.ws.endpoint("chat", f'engine = "auto"\nprofile = "{profile}"\n')
+        result = milan.plan()["chat"]
+        assert result.plan is not None, [e.text for e in result.errors]
+        decided = result.plan.decisions
+        assert decided.engine == "llama.cpp", profile
+        assert decided.engine_choice is not None
+        why = decided.engine_choice.reasons[0]
+        assert why.startswith(f"llama.cpp: profile {profile}, no AVX-512"), why
+        assert f"at concurrency {concurrency}" in why and "Milan" in why, why
+
+
+def test_an_embedder_without_avx512_goes_to_llama_cpp(milan: AutoWorkspace) -> None:
+    embedder = write_model(milan.ws.tmp / "models" / "bge-small", BGE_SMALL_EN_V1_5, chat=False)
+    milan.convert(model=embedder, extra={"{arch}.pooling_type": 1})
+    milan.ws.endpoint("emb", f'engine = "auto"\nprofile = "throughput"\nmodel = "{embedder}"\n')
+    result = milan.plan()["emb"]
+    assert result.plan is not None, [e.text for e in result.errors]
+    decided = result.plan.decisions
+    assert decided.engine == "llama.cpp" and decided.primary_endpoint == "embeddings"
+    assert decided.engine_choice is not None
+    assert "no AVX-512" in decided.engine_choice.reasons[0]
+
+
+def test_the_order_follows_the_instruction_set() -> None:
+    for rule in PREFERRED["avx2"]:
+        assert engine_order(rule, isa="avx2") == ("llama.cpp", "vllm"), rule
+    assert engine_order("throughput", ("vllm",), isa="avx2") == ("vllm", "llama.cpp")
+    assert engine_order("throughput", isa="avx512") == ("vllm", "llama.cpp")

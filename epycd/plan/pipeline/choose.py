@@ -1,5 +1,6 @@
 """The engine of an endpoint file that says `engine = "auto"` (docs/tuning.md rule 12): the
-engines in the order its profile prefers them (`PREFERRED`), and the first whose planner
+engines in the order its profile prefers them on the CPU's instruction set (`PREFERRED`:
+AVX-512, or AVX2 alone, where vLLM's CPU path is its limited one), and the first whose planner
 prepares the endpoint serves it. One that cannot (its runtime is not installed, the model is
 not of its format and cannot be converted, its architecture is unknown to it) is passed over
 with its reason, which the plan shows beside the rule's. A key the file sets that only some
@@ -14,6 +15,7 @@ converts, then plans again."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from epycd import engines
 from epycd.errors import EpycError
@@ -26,46 +28,90 @@ from epycd.spec.key_setting import AUTO_ENGINE, ENGINES
 from epycd.spec.keys import keys
 from epycd.stack import Stack
 
-PREFERRED: dict[str, tuple[str, ...]] = {
+InstructionSet = Literal["avx512", "avx2"]
+"""The CPU class the orders are measured on: vLLM's CPU kernels are built for AVX-512; on a
+CPU without it (Milan, Rome, Naples) vLLM runs its AVX2 path, which it calls limited
+(vLLM issue 55613), while llama.cpp's AVX2 kernels are its main ones."""
+
+
+def instruction_set(host: HostFacts) -> InstructionSet:
+    return "avx512" if host.avx512 else "avx2"
+
+
+AVX512_PREFERRED: dict[str, tuple[str, ...]] = {
     "latency": ("llama.cpp", "vllm"),
     "balanced": ("llama.cpp", "vllm"),
     "throughput": ("vllm", "llama.cpp"),
     "pooling-latency": ("llama.cpp", "vllm"),
     "pooling": ("vllm", "llama.cpp"),
 }
-"""Each profile's engines, best first, by the measurements of
+"""Each profile's engines, best first, on a CPU with AVX-512, by the measurements of
 benchmarks/llama-serving-results.md (runs 6-9) and benchmarks/auto-engine-results.md (runs 1
 and 2): the same ~100M model on the same 2 cores; a pooling model's (`POOLING`), by
 benchmarks/pooling-serving-results.md (run 7: a published embedder on both engines, vLLM's
 matrix products held to an EPYC's instructions)."""
+AVX2_PREFERRED: dict[str, tuple[str, ...]] = dict.fromkeys(
+    AVX512_PREFERRED, ("llama.cpp", "vllm")
+)
+"""Every rule's engines on a CPU without AVX-512: llama.cpp first, by
+benchmarks/auto-engine-results.md run 3 (a Milan, Zen 3, 2 cores: vLLM's AVX2 path served
+14-30x fewer tokens/s than llama.cpp at every profile's concurrency)."""
+PREFERRED: dict[InstructionSet, dict[str, tuple[str, ...]]] = {
+    "avx512": AVX512_PREFERRED,
+    "avx2": AVX2_PREFERRED,
+}
 POOLING: dict[str, str] = {
     "latency": "pooling-latency",
     "balanced": "pooling",
     "throughput": "pooling",
 }
 """The rule of an embedder or a reranker under each profile."""
-WHY: dict[str, str] = {
-    "latency": "profile latency, one user at a time: llama.cpp served 2.5-3.9x vLLM's "
-    "tokens/s at concurrency 1, started in 0.3 s against 85 s, in a tenth of the memory",
-    "balanced": "profile balanced, a few users at once: llama.cpp led at concurrency 1 and "
-    "8 (414 against 268 tok/s at 8), started in 0.3 s against 85 s, in a tenth of the memory",
-    "throughput": "profile throughput, many users at once: vLLM batches up to 256 sequences; "
-    "at concurrency 32 it served as many tokens/s as llama.cpp on q8_0 (545 against 553-607) "
-    "and answered first in 1.1 s against 7.8-8.6 s",
-    "pooling-latency": "an embedder or reranker, profile latency: on all-MiniLM-L6-v2 "
-    "llama.cpp answered one user as fast as vLLM (35-37 against 36 requests/s), started in "
-    "0.3 s against a minute, in a fraction of the memory",
-    "pooling": "an embedder or reranker, several users at once: on all-MiniLM-L6-v2 vLLM "
-    "ran the inputs of 8 and of 32 users in one step, 1.4x and 1.5x llama.cpp's requests/s "
-    "(52.0 and 57.2 against 37.2 and 37.3)",
+AVX2_TEXT = (
+    "no AVX-512 on this CPU: vLLM runs its AVX2 path, which on a Milan (Zen 3, 2 cores) "
+    "served {vllm} tok/s against llama.cpp's {llama} at concurrency {concurrency} ({times}x)"
+)
+WHY: dict[InstructionSet, dict[str, str]] = {
+    "avx512": {
+        "latency": "profile latency, one user at a time: llama.cpp served 2.5-3.9x vLLM's "
+        "tokens/s at concurrency 1, started in 0.3 s against 85 s, in a tenth of the memory",
+        "balanced": "profile balanced, a few users at once: llama.cpp led at concurrency 1 "
+        "and 8 (414 against 268 tok/s at 8), started in 0.3 s against 85 s, in a tenth of the "
+        "memory",
+        "throughput": "profile throughput, many users at once: vLLM batches up to 256 "
+        "sequences; at concurrency 32 it served as many tokens/s as llama.cpp on q8_0 (545 "
+        "against 553-607) and answered first in 1.1 s against 7.8-8.6 s",
+        "pooling-latency": "an embedder or reranker, profile latency: on all-MiniLM-L6-v2 "
+        "llama.cpp answered one user as fast as vLLM (35-37 against 36 requests/s), started "
+        "in 0.3 s against a minute, in a fraction of the memory",
+        "pooling": "an embedder or reranker, several users at once: on all-MiniLM-L6-v2 vLLM "
+        "ran the inputs of 8 and of 32 users in one step, 1.4x and 1.5x llama.cpp's "
+        "requests/s (52.0 and 57.2 against 37.2 and 37.3)",
+    },
+    "avx2": {
+        "latency": "profile latency, "
+        + AVX2_TEXT.format(vllm=14.8, llama=213, concurrency=1, times=14),
+        "balanced": "profile balanced, "
+        + AVX2_TEXT.format(vllm=15.8, llama=412, concurrency=8, times=26),
+        "throughput": "profile throughput, "
+        + AVX2_TEXT.format(vllm=16.2, llama=478, concurrency=32, times=30),
+        "pooling-latency": "an embedder or reranker, profile latency, no AVX-512 on this "
+        "CPU: llama.cpp, whose AVX2 kernels are its main ones (vLLM's AVX2 path served text "
+        "14-30x slower on a Milan; an embedder not yet measured there)",
+        "pooling": "an embedder or reranker, several users at once, no AVX-512 on this CPU: "
+        "llama.cpp, whose AVX2 kernels are its main ones (vLLM's AVX2 path served text "
+        "14-30x slower on a Milan; an embedder not yet measured there)",
+    },
 }
 
 
-def engine_order(rule: str, asked: tuple[str, ...] = ()) -> tuple[str, ...]:
+def engine_order(
+    rule: str, asked: tuple[str, ...] = (), isa: InstructionSet = "avx512"
+) -> tuple[str, ...]:
     """The engines the file's own keys ask for (`asked_by_keys`), then the rule's (a
-    profile's, or `POOLING`), then any other registered engine in registry order."""
+    profile's, or `POOLING`) on the CPU's instruction set, then any other registered engine
+    in registry order."""
     registered = tuple(e.name for e in engines.ENGINES)
-    preferred = [name for name in PREFERRED[rule] if name in registered]
+    preferred = [name for name in PREFERRED[isa][rule] if name in registered]
     every = list(dict.fromkeys((*preferred, *registered)))
     return (*(n for n in every if n in asked), *(n for n in every if n not in asked))
 
@@ -126,11 +172,12 @@ def _first_serving(
     passed_over: list[str] = []
     last: EpycError | None = None
     named, asked = asked_by_keys(spec)
-    for name in engine_order(rule, asked):
+    isa = instruction_set(host)
+    for name in engine_order(rule, asked, isa):
         why = (
             f"the file sets {', '.join(named)}, which {name} reads"
             if name in asked
-            else WHY[rule] + (f" (it does not read {', '.join(named)})" if named else "")
+            else WHY[isa][rule] + (f" (it does not read {', '.join(named)})" if named else "")
         )
         as_engine = dataclasses.replace(result, spec=spec.model_copy(update={"engine": name}))
         try:
