@@ -10,10 +10,13 @@ Where the product would refuse the real host (not an AMD EPYC), tests that must 
 against `serving_root()`: this machine's own CPU lists, NUMA nodes and live memory files (so
 vLLM's own per-node memory check sees what the plan saw) under an EPYC identity. On a real
 EPYC it is `/` itself, so the real path stays covered wherever it can be.
-`EPYC_TEST_HOST=epyc-identity` forces the identity root on any machine, and
+`EPYC_TEST_HOST=epyc-identity` forces the identity root on any machine,
+`EPYC_TEST_HOST=milan-identity` forces a Milan identity (Zen 3: no AVX-512, so the routes of a
+CPU without AVX-512 BF16: the stock vLLM path with consent, llama.cpp first for auto), and
 `EPYC_TEST_VLLM=stock` the stock vLLM platform, to try those paths where they would not run:
 
     EPYC_TEST_HOST=epyc-identity EPYC_TEST_VLLM=stock .venv/bin/python -m pytest
+    EPYC_TEST_HOST=milan-identity EPYC_TEST_VLLM=stock .venv/bin/python -m pytest
 """
 
 from __future__ import annotations
@@ -26,16 +29,36 @@ from pathlib import Path
 
 SYS_CPU = Path("/sys/devices/system/cpu")
 SYS_NODE = Path("/sys/devices/system/node")
-FORCE_IDENTITY = os.environ.get("EPYC_TEST_HOST") == "epyc-identity"
+HOST_SETTING = os.environ.get("EPYC_TEST_HOST", "")
+FORCE_IDENTITY = HOST_SETTING in ("epyc-identity", "milan-identity")
 FORCE_STOCK = os.environ.get("EPYC_TEST_VLLM") == "stock"
 """`EPYC_TEST_VLLM=stock`: tests serve through the real vLLM with zentorch hidden
 (tests/health/realvllm.py), so a Zen machine runs the suite as an Intel one would."""
 
-IDENTITY_NAME = "AMD EPYC"
-"""The identity root is a Genoa VM as clouds present it: the name without a part number,
-CPUID family 25 model 17 and the Zen 4 flags, whatever the real CPU is."""
-IDENTITY_FAMILY, IDENTITY_MODEL = 25, 17
-IDENTITY_FLAGS = ("avx512f", "avx512_bf16", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni")
+
+@dataclass(frozen=True)
+class Identity:
+    """The CPU an identity root shows, as clouds present it: the name without a part
+    number, the CPUID family and model, and the AVX-512 flags it has (the real CPU's
+    AVX-512 flags are dropped, the rest kept)."""
+
+    generation: str
+    family: int
+    model: int
+    avx512_flags: tuple[str, ...]
+    name: str = "AMD EPYC"
+
+    @property
+    def bf16(self) -> bool:
+        return "avx512_bf16" in self.avx512_flags
+
+
+GENOA = Identity(
+    "Genoa", 25, 17, ("avx512f", "avx512_bf16", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni")
+)
+MILAN = Identity("Milan", 25, 1, ())
+IDENTITY = MILAN if HOST_SETTING == "milan-identity" else GENOA
+"""The identity root is a Genoa VM unless `EPYC_TEST_HOST=milan-identity` asks for a Milan."""
 
 SUPPORTED = frozenset({"Genoa", "Turin", "Venice"})
 
@@ -154,9 +177,9 @@ def _identity_cpuinfo() -> str:
     """The real /proc/cpuinfo (every CPU's placement kept) with the CPU identity replaced."""
     replaced = {
         "vendor_id": "AuthenticAMD",
-        "cpu family": str(IDENTITY_FAMILY),
-        "model": str(IDENTITY_MODEL),
-        "model name": IDENTITY_NAME,
+        "cpu family": str(IDENTITY.family),
+        "model": str(IDENTITY.model),
+        "model name": IDENTITY.name,
     }
     lines = []
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -165,7 +188,7 @@ def _identity_cpuinfo() -> str:
             line = f"{key}\t: {replaced[key]}"
         elif key == "flags":
             kept = [f for f in line.split(":", 1)[1].split() if not f.startswith("avx512")]
-            line = f"flags\t\t: {' '.join([*kept, *IDENTITY_FLAGS])}"
+            line = f"flags\t\t: {' '.join([*kept, *IDENTITY.avx512_flags])}"
         lines.append(line)
     return "\n".join(lines) + "\n"
 
@@ -239,5 +262,5 @@ def serving(folder: Path, *, stock: bool = FORCE_STOCK) -> Serving:
         cpu = real_cpu()
         generation, bf16 = cpu.generation, "avx512_bf16" in cpu.flags
     else:
-        generation, bf16 = "Genoa", True
+        generation, bf16 = IDENTITY.generation, IDENTITY.bf16
     return Serving(root, generation, bf16, vllm_runs_zen_here(stock))

@@ -69,7 +69,13 @@ from tests.e2e.conftest import (
     unit_log,
 )
 from tests.health.realvllm import CACHE, VENV
-from tests.machine import FORCE_STOCK, serving, serving_needs_identity, write_identity_root
+from tests.machine import (
+    FORCE_STOCK,
+    Serving,
+    serving,
+    serving_needs_identity,
+    write_identity_root,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -391,6 +397,7 @@ def engine_machine(
         "client_python": str(VENV / "bin" / "python"),
         "identity_root": IDENTITY_ROOT if serving_needs_identity() else None,
         "consent_args": serving(work, stock=FORCE_STOCK).consent_args,
+        "backend": container_backend(serving(work, stock=FORCE_STOCK)),
         "endpoint_toml": endpoint_toml(NAME, engine.name, IMAGE, PORT),
         "absent_toml": endpoint_toml(ABSENT, engine.name, ABSENT_IMAGE, ABSENT_PORT),
         "restart_watch_s": 120,
@@ -459,12 +466,23 @@ def install(engine_machine: EngineMachine) -> Boot:
     return engine_machine.boot("install")
 
 
+def container_backend(machine: Serving) -> str:
+    """The backend the plan must give the test image, an image the product does not know:
+    the zentorch path where the serving root shows AVX-512 BF16, else the stock path (zentorch
+    in it cannot run). Either way unvalidated: consent."""
+    return "zentorch" if machine.bf16 else "stock"
+
+
 @pytest.fixture(scope="module")
-def plan(install: Boot, engine: Engine) -> dict[str, Any]:
+def plan(install: Boot, engine: Engine, engine_machine: EngineMachine) -> dict[str, Any]:
     done = install.one("plan")
     assert done["rc"] == 0, done["stderr"]
     planned: dict[str, Any] = json.loads(done["stdout"])
     assert (planned["runtime"], planned["image"]) == (engine.name, IMAGE), planned
+    backend = json.loads((engine_machine.results / "config.json").read_text())["backend"]
+    assert (planned["backend"], planned["requires_confirmation"]) == (backend, True), planned
+    if backend == "stock":
+        assert any("not one the product knows" in r for r in planned["confirmation_reasons"])
     return planned
 
 

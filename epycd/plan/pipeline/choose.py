@@ -50,9 +50,7 @@ benchmarks/llama-serving-results.md (runs 6-9) and benchmarks/auto-engine-result
 and 2): the same ~100M model on the same 2 cores; a pooling model's (`POOLING`), by
 benchmarks/pooling-serving-results.md (run 7: a published embedder on both engines, vLLM's
 matrix products held to an EPYC's instructions)."""
-AVX2_PREFERRED: dict[str, tuple[str, ...]] = dict.fromkeys(
-    AVX512_PREFERRED, ("llama.cpp", "vllm")
-)
+AVX2_PREFERRED: dict[str, tuple[str, ...]] = dict.fromkeys(AVX512_PREFERRED, ("llama.cpp", "vllm"))
 """Every rule's engines on a CPU without AVX-512: llama.cpp first, by
 benchmarks/auto-engine-results.md run 3 (a Milan, Zen 3, 2 cores: vLLM's AVX2 path served
 14-30x fewer tokens/s than llama.cpp at every profile's concurrency)."""
