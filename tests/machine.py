@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 SYS_CPU = Path("/sys/devices/system/cpu")
 SYS_NODE = Path("/sys/devices/system/node")
@@ -173,13 +174,13 @@ def serving_needs_identity() -> bool:
     return FORCE_IDENTITY or not real_cpu().is_amd_epyc
 
 
-def _identity_cpuinfo() -> str:
+def _identity_cpuinfo(identity: Identity) -> str:
     """The real /proc/cpuinfo (every CPU's placement kept) with the CPU identity replaced."""
     replaced = {
         "vendor_id": "AuthenticAMD",
-        "cpu family": str(IDENTITY.family),
-        "model": str(IDENTITY.model),
-        "model name": IDENTITY.name,
+        "cpu family": str(identity.family),
+        "model": str(identity.model),
+        "model name": identity.name,
     }
     lines = []
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -188,17 +189,17 @@ def _identity_cpuinfo() -> str:
             line = f"{key}\t: {replaced[key]}"
         elif key == "flags":
             kept = [f for f in line.split(":", 1)[1].split() if not f.startswith("avx512")]
-            line = f"flags\t\t: {' '.join([*kept, *IDENTITY.avx512_flags])}"
+            line = f"flags\t\t: {' '.join([*kept, *identity.avx512_flags])}"
         lines.append(line)
     return "\n".join(lines) + "\n"
 
 
-def write_identity_root(root: Path) -> Path:
+def write_identity_root(root: Path, identity: Identity = IDENTITY) -> Path:
     """This machine under an EPYC identity: proc/cpuinfo rewritten, everything else linked to
     the live files (CPU topology, NUMA nodes and their meminfo, /proc/meminfo, /proc/stat)."""
     (root / "proc").mkdir(parents=True, exist_ok=True)
     (root / "sys/devices/system").mkdir(parents=True, exist_ok=True)
-    (root / "proc/cpuinfo").write_text(_identity_cpuinfo())
+    (root / "proc/cpuinfo").write_text(_identity_cpuinfo(identity))
     for name in ("meminfo", "stat"):
         (root / "proc" / name).symlink_to(f"/proc/{name}")
     (root / "sys/devices/system/cpu").symlink_to(SYS_CPU)
@@ -264,3 +265,32 @@ def serving(folder: Path, *, stock: bool = FORCE_STOCK) -> Serving:
     else:
         generation, bf16 = IDENTITY.generation, IDENTITY.bf16
     return Serving(root, generation, bf16, vllm_runs_zen_here(stock))
+
+
+@dataclass(frozen=True)
+class E2eRoute:
+    """The vLLM route an end-to-end machine serves, and what its plan must say: `identity`,
+    the CPU its identity root shows (None: the machine's own /); `hide_zentorch`, whether it
+    serves with the venv's vLLM with zentorch hidden (`tests/health/realvllm.py`)."""
+
+    identity: Identity | None
+    hide_zentorch: bool
+    serving: Serving
+
+
+def e2e_route(kind: Literal["native", "stock"], folder: Path) -> E2eRoute:
+    """`native`: the route this machine takes (the zentorch one where the CPU has AVX-512
+    BF16 and is an EPYC, else the stock one; as forced by EPYC_TEST_HOST/EPYC_TEST_VLLM).
+    `stock`: the route of an EPYC without AVX-512 BF16 (a Milan) on every machine: the real
+    CPU where it is one, else a Milan identity root, and vLLM with zentorch hidden, so the
+    stock route runs for real on a Zen 4/5 or an Intel machine too."""
+    if kind == "native":
+        identity = IDENTITY if serving_needs_identity() else None
+        return E2eRoute(identity, FORCE_STOCK, serving(folder, stock=FORCE_STOCK))
+    cpu = real_cpu()
+    if not FORCE_IDENTITY and cpu.is_amd_epyc and "avx512_bf16" not in cpu.flags:
+        return E2eRoute(None, True, Serving(Path("/"), cpu.generation, False, False))
+    root = folder / "milan-identity"
+    if not (root / "proc/cpuinfo").is_file():
+        write_identity_root(root, MILAN)
+    return E2eRoute(MILAN, True, Serving(root, MILAN.generation, False, False))

@@ -95,6 +95,8 @@ def phase_install() -> None:
     if approve["rc"] != 0:
         raise base.PhaseFailed(f"approve failed: {approve['stderr'][-2000:]}")
     ports = members()
+    approval = json.loads(Path(f"/var/lib/epyc-llm/approvals/{NAME}.json").read_text())
+    base.record("route", backend=approval["plan"]["decisions"]["backend"])
     base.record("metrics_before", served=[requests_served(p) for p in ports])
     chats("chats", 8)
     base.record("metrics_after", served=[requests_served(p) for p in ports])

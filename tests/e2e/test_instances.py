@@ -1,6 +1,8 @@
 """End to end, one endpoint of two instances (docs/instances.md): real systemd (PID 1 under
-systemd-nspawn), the real CPU vLLM (one instance per core of the 2-core test machine, each
-pinned to its core, so each one's front end shares that core: the plan warns), Debian's HAProxy
+systemd-nspawn), the real CPU vLLM on the stock route on every machine (a Milan's: no
+AVX-512 BF16, vLLM's own CpuPlatform with zentorch hidden, consent; tests/machine.py
+`e2e_route`); one instance per core of the 2-core test machine, each pinned to its core
+(so each one's front end shares that core: the plan warns); Debian's HAProxy
 2.6 in front (the .debs from tests/tools/haproxy.sh, installed with dpkg in a fresh copy of the
 cached rootfs; the cache itself is never changed).
 
@@ -37,8 +39,8 @@ from tests.e2e.conftest import (
     require_tools,
 )
 from tests.e2e.faultfigures import engine_fault, healing_problem, loaded_kill
-from tests.health.realvllm import CACHE, VENV
-from tests.machine import serving, serving_needs_identity, write_identity_root
+from tests.health.realvllm import CACHE, STOCK_VLLM, VENV, stock_vllm_executable
+from tests.machine import E2eRoute, e2e_route, write_identity_root
 
 NAME = "pair"
 PORT = 18511
@@ -63,7 +65,7 @@ class InstancesMachine(Machine):
         return self.boots[phase]
 
 
-def _config(vllm: Path, work: Path, identity: str | None) -> dict[str, Any]:
+def _config(vllm: Path, route: E2eRoute, identity: str | None) -> dict[str, Any]:
     toml = endpoint_toml(Path(MODEL_DIR), vllm, NAME, PORT).replace(
         "socket = 0\n", "instances = 2\n"
     )
@@ -74,7 +76,7 @@ def _config(vllm: Path, work: Path, identity: str | None) -> dict[str, Any]:
         "served": NAME,
         "client_python": str(VENV / "bin" / "python"),
         "identity_root": identity,
-        "consent_args": serving(work).consent_args,
+        "consent_args": route.serving.consent_args,
         "model_dir": MODEL_DIR,
         "endpoint_toml": toml,
     }
@@ -107,11 +109,13 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InstancesMachi
     (units / "multi-user.target.wants" / "e2e-driver.service").symlink_to(
         "/etc/systemd/system/e2e-driver.service"
     )
+    route = e2e_route("stock", work)
     identity = None
-    if serving_needs_identity():
+    if route.identity is not None:
         identity = IDENTITY_ROOT
-        write_identity_root(root / IDENTITY_ROOT.lstrip("/"))
-    (results / "config.json").write_text(json.dumps(_config(vllm, work, identity), indent=2))
+        write_identity_root(root / IDENTITY_ROOT.lstrip("/"), route.identity)
+    vllm = stock_vllm_executable() if route.hide_zentorch else vllm
+    (results / "config.json").write_text(json.dumps(_config(vllm, route, identity), indent=2))
     binds = [
         f"--bind-ro={src}:/src",
         f"--bind={results}:/results",
@@ -119,6 +123,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InstancesMachi
         f"--bind-ro={HAPROXY_DEBS}:/haproxy-debs",
         "--bind-ro=/etc/ssl/certs",
         f"--bind-ro={VENV}",
+        *([f"--bind-ro={STOCK_VLLM}"] if route.hide_zentorch else []),
     ]
     home = interpreter_home(VENV)
     if home is not None:
@@ -143,6 +148,7 @@ def test_both_instances_and_the_balancer_come_up(machine: InstancesMachine) -> N
     boot = machine.boot("install")
     assert boot.one("approve")["rc"] == 0, boot.one("approve")["stderr"][-3000:]
     assert _states(boot, "units") == {BALANCER: "active", FIRST: "active", SECOND: "active"}
+    assert boot.one("route")["backend"] == "stock", "the stock route, on every machine"
     pair = endpoint(boot.one("status")["status"], NAME)
     assert pair["state"] == "ready", pair
     assert [i["state"] for i in pair["instances"]] == ["ready", "ready"]

@@ -105,7 +105,12 @@ BUILDERS: tuple[Builder, ...] = (
         reads=("tests/tools/tiny_gguf.py",),
         needs=("llama_server", "vllm_venv"),
     ),
-    Builder("vllm_image", builds=("vllm-image",), needs=("rootfs", "vllm_venv")),
+    Builder(
+        "vllm_image",
+        builds=("vllm-image",),
+        reads=("data/epyc.json",),
+        needs=("rootfs", "vllm_venv"),
+    ),
     Builder(
         "tiny_pooling",
         builds=("tiny-pooling",),

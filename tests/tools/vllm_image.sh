@@ -7,7 +7,13 @@
 # storage folder the test machines mount read-only as an additional image store (no copy per
 # run), and `podman save` writes a docker-archive for `docker load`. Also lays the tiny model
 # out as a Hugging Face cache (hub/models--ORG--NAME with refs, snapshots and blobs).
-# A no-op when cached. Results under $EPYC_TEST_CACHE/vllm-image: store/, image.tar, hf-cache/
+# A second tag stands in for the registry's stock vLLM CPU image, the one the product's stock
+# route (a CPU without AVX-512 BF16) serves when the endpoint file names no image: the name
+# data/epyc.json pins, the same layers plus one: ENTRYPOINT `vllm serve` as the real image's, and
+# zentorch hidden (a package that fails to import first on PYTHONPATH) so that vLLM runs its
+# stock CpuPlatform whatever the CPU, as that image does.
+# A no-op when cached. Results under $EPYC_TEST_CACHE/vllm-image: store/, image.tar (both
+# tags), hf-cache/
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -17,9 +23,13 @@ DIR=$CACHE/vllm-image
 STAMP=$DIR/.epyc-stamp
 TAG=localhost/epyc-llm-test/vllm-cpu:0.32.0
 MODEL_REPO=epyc-llm-test/tiny
+# the stock image's pinned name, as epycd.stack.Stack.stock_image_pinned makes it
+STOCK_TAG=$(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+print(d["stock_image"]["repository"] + ":" + d["stock_image"]["pinned_tag"].format(version=d["vllm_version"]))' data/epyc.json)
 VENV=$CACHE/vllm-venv
 # the rootfs and the venv are tests/tools/rootfs.sh's and vllm_venv.sh's, built before this
-WANT="$TAG from $(cat "$CACHE/rootfs/.epyc-stamp") + $(cat "$VENV/.epyc-stamp") hf=$MODEL_REPO v1"
+WANT="$TAG + $STOCK_TAG from $(cat "$CACHE/rootfs/.epyc-stamp") + $(cat "$VENV/.epyc-stamp") hf=$MODEL_REPO v2"
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
     echo "vllm image: cached in $DIR ($TAG)"
@@ -64,7 +74,19 @@ case "$check" in
     "$VENV/bin/vllm "*) echo "vllm image: runs $check" ;;
     *) echo "vllm image: vLLM does not import in the image: $check" >&2; exit 1 ;;
 esac
-nice -n 19 podman "${store[@]}" save --format docker-archive -o "$DIR/image.tar" "$TAG"
+# the stock stand-in: one layer on the image, nothing run (COPY and metadata only)
+context=$(mktemp -d)
+mkdir -p "$context/zentorch"
+echo 'raise ImportError("zentorch hidden: the epyc-llm tests stock vLLM image")' \
+    > "$context/zentorch/__init__.py"
+printf '%s\n' "FROM $TAG" "COPY zentorch /opt/stock-hide/zentorch" \
+    "ENV PYTHONPATH=/opt/stock-hide" 'ENTRYPOINT ["vllm", "serve"]' 'CMD []' \
+    > "$context/Containerfile"
+podman "${store[@]}" build --pull=never --network=none -t "$STOCK_TAG" \
+    -f "$context/Containerfile" "$context"
+rm -rf "$context"
+nice -n 19 podman "${store[@]}" save --multi-image-archive --format docker-archive \
+    -o "$DIR/image.tar" "$TAG" "$STOCK_TAG"
 rm -rf "$DIR/run"
 # the overlay driver mounts its folder over itself: leave no mount behind
 umount "$DIR/store/overlay" 2>/dev/null || true
@@ -89,4 +111,4 @@ for file in files:
 (top / "refs" / "main").write_text(revision)
 PY
 echo "$WANT" > "$DIR/.epyc-stamp"
-echo "vllm image: $TAG in $DIR ($(du -sh "$DIR/store" | cut -f1) store, $(du -sh "$DIR/image.tar" | cut -f1) archive)"
+echo "vllm image: $TAG and $STOCK_TAG in $DIR ($(du -sh "$DIR/store" | cut -f1) store, $(du -sh "$DIR/image.tar" | cut -f1) archive)"
