@@ -1,7 +1,12 @@
 """The container paths as an admin meets them: real systemd as PID 1 in systemd-nspawn, podman
 5.4 with Quadlet in Debian trixie (systemd 257) and Debian's docker.io 20.10 in bookworm
 (systemd 252, the supervisor's READY=1), the local vLLM CPU image
-(tests/tools/vllm_image.sh) and the tiny model in a Hugging Face cache. Three boots of one
+(tests/tools/vllm_image.sh) and the tiny model in a Hugging Face cache. Each runtime serves
+one route (`Engine.route`), so both run for real on every machine: podman the machine's own
+with the test image the file names (zentorch where the CPU has AVX-512 BF16, else vLLM's
+stock platform; unvalidated, consent), docker a Milan's stock route (a Milan identity unless
+the CPU is one; no image in the file, so the stock image the product picks, whose local
+stand-in runs `vllm serve` with zentorch hidden). Three boots of one
 copy of the cached rootfs (tests/tools/engine_rootfs.sh), each running one phase of
 tests/e2e/inside_containers.py:
 
@@ -54,11 +59,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from epycd.host.cpulist import parse_cpulist
+from epycd.stack import shipped_stack
 from tests.e2e.conftest import (
     DRIVER_UNIT,
     Boot,
@@ -69,13 +75,7 @@ from tests.e2e.conftest import (
     unit_log,
 )
 from tests.health.realvllm import CACHE, VENV
-from tests.machine import (
-    FORCE_STOCK,
-    Serving,
-    serving,
-    serving_needs_identity,
-    write_identity_root,
-)
+from tests.machine import E2eRoute, Serving, e2e_route, write_identity_root
 
 pytestmark = pytest.mark.e2e
 
@@ -83,6 +83,7 @@ CRASH_LOOP_RUNS = 3
 """epycd.plan.healing: failed runs that make a crash loop."""
 
 IMAGE_DIR = CACHE / "vllm-image"
+STACK = shipped_stack()
 IMAGE = "localhost/epyc-llm-test/vllm-cpu:0.32.0"
 ABSENT_IMAGE = "localhost/epyc-llm-test/absent:0"
 MODEL = "epyc-llm-test/tiny"
@@ -111,7 +112,17 @@ class Engine:
     unit_file: str
     notify_access: str
     cgroup_marker: str
+    route: Literal["native", "stock"]
+    """The vLLM route it serves (tests/machine.py `e2e_route`): podman the machine's own
+    with the test image, docker a Milan's stock route with the stock image's stand-in, so
+    that both routes run for real on every machine."""
     nspawn_args: tuple[str, ...] = ()
+
+    @property
+    def image(self) -> str:
+        """What the plan must run: the test image the file names, or on the stock route
+        the stock image the product picks itself (tests/tools/vllm_image.sh tags a stand-in)."""
+        return IMAGE if self.route == "native" else STACK.stock_image_pinned
 
 
 ENGINES = {
@@ -122,6 +133,7 @@ ENGINES = {
         unit_file=f"/etc/containers/systemd/epyc-llm-{NAME}.container",
         notify_access="all",
         cgroup_marker="libpod",
+        route="native",
     ),
     "docker": Engine(
         name="docker",
@@ -130,6 +142,7 @@ ENGINES = {
         unit_file=f"/etc/systemd/system/{UNIT}",
         notify_access="main",
         cgroup_marker="docker",
+        route="stock",
         nspawn_args=("--system-call-filter=@keyring", "--capability=CAP_NET_ADMIN"),
     ),
 }
@@ -185,13 +198,13 @@ additionalimagestores = ["{IMAGE_DIR / "store"}"]
 """
 
 
-def endpoint_toml(name: str, runtime: str, image: str, port: int) -> str:
+def endpoint_toml(name: str, runtime: str, image: str | None, port: int) -> str:
+    named = f'image = "{image}"\n' if image else ""
     return f"""\
 # written by tests/e2e/test_containers.py: the tiny model from the HF cache, in the local image
 model = "{MODEL}"
 runtime = "{runtime}"
-image = "{image}"
-socket = 0
+{named}socket = 0
 port = {port}
 max_model_len = 512
 served_model_name = "{name}"
@@ -299,7 +312,7 @@ def remove_new_cgroups(before: set[Path]) -> None:
             folder.rmdir()
 
 
-def write_machine(root: Path, work: Path, config: dict[str, Any]) -> None:
+def write_machine(root: Path, work: Path, config: dict[str, Any], route: E2eRoute) -> None:
     shutil.copy2("/etc/resolv.conf", root / "etc" / "resolv.conf")
     e2e = root / "opt" / "e2e"
     e2e.mkdir(parents=True)
@@ -322,8 +335,8 @@ def write_machine(root: Path, work: Path, config: dict[str, Any]) -> None:
         "[Service]\nEnvironment=HF_HUB_OFFLINE=1\n"
     )
     SETUP[config["engine"]](root)
-    if config["identity_root"]:
-        write_identity_root(root / IDENTITY_ROOT.lstrip("/"))
+    if route.identity is not None:
+        write_identity_root(root / IDENTITY_ROOT.lstrip("/"), route.identity)
     # a copy (1.3 MB), not a bind: huggingface_hub may write locks into the cache
     shutil.copytree(IMAGE_DIR / "hf-cache", root / "root" / ".cache" / "huggingface", symlinks=True)
 
@@ -386,6 +399,7 @@ def engine_machine(
     subprocess.run(["cp", "-a", "--reflink=auto", str(engine.rootfs), str(root)], check=True)
     clean_copy(src)
     results.mkdir()
+    route = e2e_route(engine.route, work)
     config = {
         "engine": engine.name,
         "unit_file": engine.unit_file,
@@ -395,15 +409,17 @@ def engine_machine(
         "port": PORT,
         "served": NAME,
         "client_python": str(VENV / "bin" / "python"),
-        "identity_root": IDENTITY_ROOT if serving_needs_identity() else None,
-        "consent_args": serving(work, stock=FORCE_STOCK).consent_args,
-        "backend": container_backend(serving(work, stock=FORCE_STOCK)),
-        "endpoint_toml": endpoint_toml(NAME, engine.name, IMAGE, PORT),
+        "identity_root": IDENTITY_ROOT if route.identity is not None else None,
+        "consent_args": route.serving.consent_args,
+        "backend": container_backend(route.serving),
+        "endpoint_toml": endpoint_toml(
+            NAME, engine.name, IMAGE if engine.route == "native" else None, PORT
+        ),
         "absent_toml": endpoint_toml(ABSENT, engine.name, ABSENT_IMAGE, ABSENT_PORT),
         "restart_watch_s": 120,
     }
     (results / "config.json").write_text(json.dumps(config, indent=2))
-    write_machine(root, work, config)
+    write_machine(root, work, config, route)
     binds = [
         f"--bind-ro={src}:/src",
         f"--bind={results}:/results",
@@ -467,9 +483,10 @@ def install(engine_machine: EngineMachine) -> Boot:
 
 
 def container_backend(machine: Serving) -> str:
-    """The backend the plan must give the test image, an image the product does not know:
-    the zentorch path where the serving root shows AVX-512 BF16, else the stock path (zentorch
-    in it cannot run). Either way unvalidated: consent."""
+    """The backend the plan must give: for the test image, an image the product does not
+    know, the zentorch path where the serving root shows AVX-512 BF16, else the stock path
+    (zentorch in it cannot run); unvalidated either way (consent). On the stock route the
+    stock image, consent for a CPU without AVX-512 BF16."""
     return "zentorch" if machine.bf16 else "stock"
 
 
@@ -478,7 +495,7 @@ def plan(install: Boot, engine: Engine, engine_machine: EngineMachine) -> dict[s
     done = install.one("plan")
     assert done["rc"] == 0, done["stderr"]
     planned: dict[str, Any] = json.loads(done["stdout"])
-    assert (planned["runtime"], planned["image"]) == (engine.name, IMAGE), planned
+    assert (planned["runtime"], planned["image"]) == (engine.name, engine.image), planned
     backend = json.loads((engine_machine.results / "config.json").read_text())["backend"]
     assert (planned["backend"], planned["requires_confirmation"]) == (backend, True), planned
     if backend == "stock":
@@ -561,7 +578,7 @@ def test_the_kube_export_serves_under_podman_kube_play(
     objects = json.loads(exported["stdout"])["objects"]
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == IMAGE, container
+    assert container["image"] == kube_player.image, container
     requests, limits = container["resources"]["requests"], container["resources"]["limits"]
     assert requests == limits, container["resources"]
     cpus = int(limits["cpu"])
