@@ -2,7 +2,8 @@
 
 At start (and on SIGHUP, and when the endpoint files, approvals or stop markers change) it
 plans every endpoint file, compares with the approvals, and starts the installed units of
-endpoints that are approved, unchanged and not stopped by the admin. It never writes a
+endpoints that are approved, unchanged and not stopped by the admin (an on-demand endpoint's
+socket, never its engine: docs/on-demand.md). It never writes a
 unit: only `epycctl approve` does. Drift is reported, not applied. Failed units are not
 restarted (no retry loops). It tells systemd READY=1 once every endpoint it waits for is
 ready or has failed, with STATUS= counts, and keeps `RUN_DIR/status.json` current. When an
@@ -361,24 +362,32 @@ class Daemon:
 
     def reconcile(self) -> None:
         """Start the installed units of approved, unchanged, not stopped endpoints that are
-        not running. Failed units stay failed: no retry."""
+        not running: the unit `approve` starts (`main_service`), which for an on-demand
+        endpoint is its socket, never its engine (only a request starts that). Failed units
+        stay failed: no retry."""
         from epycd import systemd
+        from epycd.approval.record import readable_approval
+        from epycd.approval.workflow import main_service
 
         now = time.monotonic()
         for status in self.statuses:
             if status.state != "approved" or status.unit_state != "inactive":
                 continue
+            approval = readable_approval(self.settings, status.name)
+            if approval is None:
+                continue  # gone or damaged since the status: the next load says which
+            unit = main_service(approval)
             log_event(
                 log,
                 logging.INFO,
                 Event.START,
                 status.name,
-                f"{status.name}: approved and installed, not running: starting {status.unit}",
+                f"{status.name}: approved and installed, not running: starting {unit}",
                 state=status.state,
                 reason=status.reason or None,
             )
             try:
-                systemd.systemctl("start", "--no-block", status.unit)
+                systemd.systemctl("start", "--no-block", unit)
             except systemd.SystemdError as exc:
                 log.error("%s: %s", status.name, exc)
                 continue

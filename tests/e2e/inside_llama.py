@@ -49,6 +49,7 @@ from inside import (
     instance_metrics,
     journal,
     must,
+    read_json,
     record,
     run,
     show,
@@ -466,9 +467,19 @@ def on_demand_unit_names(name: str) -> tuple[str, str, str]:
     return f"epyc-llm-{name}.socket", f"epyc-llm-{name}_proxy.service", engine_unit(name)
 
 
+ENGINE_STARTS = (
+    "InactiveExitTimestampMonotonic",
+    "ActiveEnterTimestampMonotonic",
+    "ActiveEnterTimestamp",
+    "NRestarts",
+)
+"""An engine unit's record of its starts since systemd loaded it: 0, 0, empty and 0 for
+one that no start ever reached (one that failed while activating left inactive, too)."""
+
+
 def on_demand_units(check: str) -> None:
-    """Each on-demand endpoint's socket, proxy and engine as systemd has them, and the
-    llama-servers running."""
+    """Each on-demand endpoint's socket, proxy and engine as systemd has them (the engine's
+    starts too: `ENGINE_STARTS`), and the llama-servers running."""
     units = {}
     for name in ON_DEMAND:
         for unit in (
@@ -476,9 +487,18 @@ def on_demand_units(check: str) -> None:
             f"epyc-llm-{name}_proxy.service",
             engine_unit(name),
         ):
-            units[unit] = show(unit, "ActiveState", "SubState", "Result", "UnitFileState")
+            starts = ENGINE_STARTS if unit == engine_unit(name) else ()
+            units[unit] = show(unit, "ActiveState", "SubState", "Result", "UnitFileState", *starts)
     servers = run("pgrep", "-x", "llama-server")["stdout"].split()
     record(check, units=units, servers=len(servers))
+
+
+def daemon_has_taken_in(names: tuple[str, ...]) -> bool:
+    """epycd's status file lists each of `names` as approved: its load after the approvals
+    (the plan, the status and the start of what is approved and not running) is done."""
+    data = read_json(Path("/run/epyc-llm/status.json")) or {}
+    states = {entry.get("name"): entry.get("state") for entry in data.get("endpoints", [])}
+    return all(states.get(name) not in {None, "pending-approval"} for name in names)
 
 
 def on_demand_request(check: str, name: str, *, gateway: bool, client: str = "all") -> None:
@@ -536,6 +556,12 @@ def phase_on_demand() -> None:
                "alpha", timeout=60)  # fmt: skip
     keys.write_text(json.dumps(json.loads(keys.read_text()) | {
         "alpha-only": add["stdout"].strip().splitlines()[-1]}))  # fmt: skip
+    # between the approvals and the first request nothing starts an engine: not approve,
+    # not epycd taking the approvals in (it starts the socket of one not listening), not
+    # status, the gateway or a scrape; the last moment before the first request
+    wait_until("epycd took in both approvals", lambda: daemon_has_taken_in(ON_DEMAND), 120)
+    on_demand_units("od_before_request")
+    journal("journal_epycd_before_request", "epycd.service")
     on_demand_request("od_beta_refused", "beta", gateway=True, client="alpha-only")
     on_demand_request("od_alpha", "alpha", gateway=True)
     on_demand_request("od_beta", "beta", gateway=True)

@@ -423,6 +423,27 @@ def engines_running(units: dict[str, Any]) -> dict[str, str]:
     }
 
 
+NEVER_STARTED = {
+    "InactiveExitTimestampMonotonic": "0",
+    "ActiveEnterTimestampMonotonic": "0",
+    "NRestarts": "0",
+}
+"""An engine unit that no start reached since systemd loaded it (inside_llama.ENGINE_STARTS):
+a start that failed while activating left inactive too. Its `ActiveEnterTimestamp` is unset,
+which `systemctl show -p` prints empty, "n/a" or not at all (by systemd's version)."""
+
+
+def engines_started(units: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Each on-demand engine unit whose record shows a start, with that record."""
+    found = {}
+    for name in ON_DEMAND_PORTS:
+        unit = units["units"][f"epyc-llm-{name}.service"]
+        counts = {key: unit.get(key) for key in NEVER_STARTED}
+        if counts != NEVER_STARTED or unit.get("ActiveEnterTimestamp") not in {None, "", "n/a"}:
+            found[name] = unit
+    return found
+
+
 def test_two_on_demand_endpoints_share_the_node_one_running_at_a_time(on_demand: Boot) -> None:
     """A chat endpoint and an embedder, approved, both idle with nothing running and both
     behind the gateway's one URL; a key limited to the chat model is refused the embedder
@@ -435,6 +456,11 @@ def test_two_on_demand_endpoints_share_the_node_one_running_at_a_time(on_demand:
         assert on_demand.one(f"od_approve_{name}")["rc"] == 0, on_demand.one(f"od_approve_{name}")
     approved = on_demand.one("od_units_approved")
     assert approved["servers"] == 0, approved
+    # from the approvals to the first request (epycd took both in) no engine ran or started
+    for check in ("od_units_approved", "od_before_request"):
+        quiet = on_demand.one(check)
+        assert quiet["servers"] == 0, (check, quiet)
+        assert engines_started(quiet) == {}, (check, on_demand.all("journal_epycd_before_request"))
     for name in ON_DEMAND_PORTS:
         assert approved["units"][f"epyc-llm-{name}.socket"]["ActiveState"] == "active", approved
         assert endpoint(on_demand.one("od_status_approved")["status"], name)["state"] == "idle"
@@ -515,6 +541,7 @@ def on_demand_reboot(machine: Machine, on_demand: Boot) -> Boot:
 def test_after_a_reboot_nothing_runs_until_a_request(on_demand_reboot: Boot) -> None:
     units = on_demand_reboot.one("od_units_boot")
     assert units["servers"] == 0, units
+    assert engines_started(units) == {}, units  # nor started and gone again
     assert set(engines_running(units).values()) == {"inactive"}, units
     for name in ON_DEMAND_PORTS:
         assert units["units"][f"epyc-llm-{name}.socket"]["ActiveState"] == "active", units

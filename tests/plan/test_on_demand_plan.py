@@ -8,17 +8,29 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
+from epycd import systemd
 from epycd.approval.record import Approval, current_approver
 from epycd.approval.state import EndpointState
-from epycd.approval.workflow import main_service, make_approval, overlap, running_units
+from epycd.approval.workflow import (
+    install_approval,
+    main_service,
+    make_approval,
+    overlap,
+    running_units,
+)
+from epycd.daemon import MANAGER_ENV, Daemon
 from epycd.host.facts import HostFacts
+from epycd.metrics.scrape import targets
 from epycd.plan.endpoint import Plan
 from epycd.plan.pipeline.result import EndpointResult
 from epycd.plan.placement.ports import Listener
 from epycd.plan.placement.reservations import Reservations
+from epycd.status import collect
+from epycd.status.collect import planned_map
 from epycd.status.machine import EndpointStatus, endpoint_status
 from epycd.status.units import UnitState
 from epycd.supervisor import SupervisorStatus, write_status
@@ -280,6 +292,52 @@ def test_status_idle_and_what_approve_starts_and_stop_stops(lw: LlamaWorkspace) 
     assert overlap(b, approval.plan) == []
     assert overlap(plain, plain) != []
     assert running_units(approved(lw, plain)) == []
+
+
+def test_the_daemon_starts_an_approved_on_demand_endpoint_by_its_socket_never_its_engine(
+    lw: LlamaWorkspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between `approve`'s install (the approval written, which epycd notices) and its
+    `systemctl start` of the socket, an on-demand endpoint is approved with neither its socket
+    nor its engine running. epycd starts what approve starts, the socket; a start of the
+    engine is a start with no request (tests/e2e/test_llama.py's on-demand phase found an
+    engine running, or failed, before any request)."""
+    lw.endpoint("plain", "")
+    lw.endpoint("a", "on_demand = true\n")
+    lw.endpoint("b", "on_demand = true\n")
+    results = lw.plan()
+    for name in ("plain", "a"):
+        install_approval(lw.ws.settings, approved(lw, planned(results, name)))
+
+    def nothing_runs(units: list[str]) -> dict[str, UnitState]:
+        return {unit: UnitState(unit=unit, load="loaded", active="inactive") for unit in units}
+
+    started: list[tuple[str, ...]] = []
+
+    def systemctl(*args: str, **_: object) -> str:
+        started.append(args)
+        return ""
+
+    monkeypatch.setattr(collect, "read_unit_states", nothing_runs)
+    monkeypatch.setattr(systemd, "systemctl", systemctl)
+    for name in ("JOURNAL_STREAM", *MANAGER_ENV):
+        monkeypatch.delenv(name, raising=False)
+    daemon = Daemon(lw.ws.settings)
+    daemon.planned = planned_map(list(results.values()))
+    daemon.refresh()
+    states = {status.name: status.state for status in daemon.statuses}
+    assert states == {"a": "approved", "b": "pending-approval", "plain": "approved"}, states
+    daemon.reconcile()
+    assert sorted(started) == [
+        ("start", "--no-block", "epyc-llm-a.socket"),
+        ("start", "--no-block", "epyc-llm-plain.service"),
+    ], started
+    # nor does its /metrics scrape connect to the socket: it reads the engine's own port
+    a = planned(results, "a").decisions
+    assert a.on_demand is not None
+    assert [urlsplit(t.url).port for t in targets([planned(results, "a")])] == [
+        a.on_demand.engine_port
+    ]
 
 
 @pytest.mark.quadlet
