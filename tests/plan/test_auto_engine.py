@@ -31,7 +31,8 @@ from epycd.engines.llama_cpp.plan.converted import (
 from epycd.engines.llama_cpp.plan.model import LlamaServer
 from epycd.engines.llama_cpp.plan.planner import DEFAULT_WEIGHTS_NOTE
 from epycd.host.facts import HostFacts
-from epycd.plan.pipeline.choose import POOLING, PREFERRED, WHY, InstructionSet, engine_order
+from epycd.plan.isa import InstructionSet
+from epycd.plan.pipeline.choose import POOLING, PREFERRED, WHY, engine_order
 from epycd.plan.pipeline.result import EndpointResult
 from epycd.plan.tuning import Profile
 from tests.model.gguf_files import GgufShape, write_gguf

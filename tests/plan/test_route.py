@@ -229,3 +229,17 @@ def test_host_vllm_that_cannot_be_probed_is_an_error(ws: PlanWorkspace, host_of:
 
     result = ws.plan(host_of("genoa-9654-2s-nps1"), probe=absent)["llm"]
     assert result.errors[0].key == "vllm" and "no such executable" in result.errors[0].message
+
+
+def test_a_vllm_plan_without_avx512_says_what_llama_cpp_serves_there(
+    ws: PlanWorkspace, host_of: HostOf
+) -> None:
+    """vLLM's AVX2 path served 14-30x fewer tokens/s than llama.cpp on a Milan: a vLLM
+    endpoint there is planned, with the figure and the way to the faster engine."""
+    ws.endpoint("llm")
+    plan = cpu(ws.plan(host_of("milan-7763-2s"))["llm"].plan)
+    [warning] = [w for w in plan.warnings if "no AVX-512" in w]
+    assert "14-30x fewer tokens/s than llama.cpp" in warning
+    assert "install.sh --engine llama.cpp" in warning
+    genoa = cpu(ws.plan(host_of("genoa-9654-2s-nps1"))["llm"].plan)
+    assert not [w for w in genoa.warnings if "no AVX-512" in w]

@@ -15,28 +15,18 @@ converts, then plans again."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
 from epycd import engines
 from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
 from epycd.plan.engines import planner_for
+from epycd.plan.isa import AVX2_MEASURED, AVX2_SPAN, InstructionSet, instruction_set
 from epycd.plan.model import EngineChoice
 from epycd.plan.prepared import MissingPrerequisite, Prepared, Sources
 from epycd.spec import EndpointSpec, SpecResult
 from epycd.spec.key_setting import AUTO_ENGINE, ENGINES
 from epycd.spec.keys import keys
 from epycd.stack import Stack
-
-InstructionSet = Literal["avx512", "avx2"]
-"""The CPU class the orders are measured on: vLLM's CPU kernels are built for AVX-512; on a
-CPU without it (Milan, Rome, Naples) vLLM runs its AVX2 path, which it calls limited
-(vLLM issue 55613), while llama.cpp's AVX2 kernels are its main ones."""
-
-
-def instruction_set(host: HostFacts) -> InstructionSet:
-    return "avx512" if host.avx512 else "avx2"
-
 
 AVX512_PREFERRED: dict[str, tuple[str, ...]] = {
     "latency": ("llama.cpp", "vllm"),
@@ -64,10 +54,17 @@ POOLING: dict[str, str] = {
     "throughput": "pooling",
 }
 """The rule of an embedder or a reranker under each profile."""
-AVX2_TEXT = (
-    "no AVX-512 on this CPU: vLLM runs its AVX2 path, which on a Milan (Zen 3, 2 cores) "
-    "served {vllm} tok/s against llama.cpp's {llama} at concurrency {concurrency} ({times}x)"
-)
+
+
+def _avx2_why(profile: str) -> str:
+    m = AVX2_MEASURED[profile]
+    return (
+        f"profile {profile}, no AVX-512 on this CPU: vLLM runs its AVX2 path, which on a Milan "
+        f"(Zen 3, 2 cores) served {m.vllm} tok/s against llama.cpp's {m.llama_cpp:g} at "
+        f"concurrency {m.concurrency} ({m.times}x)"
+    )
+
+
 WHY: dict[InstructionSet, dict[str, str]] = {
     "avx512": {
         "latency": "profile latency, one user at a time: llama.cpp served 2.5-3.9x vLLM's "
@@ -86,18 +83,13 @@ WHY: dict[InstructionSet, dict[str, str]] = {
         "requests/s (52.0 and 57.2 against 37.2 and 37.3)",
     },
     "avx2": {
-        "latency": "profile latency, "
-        + AVX2_TEXT.format(vllm=14.8, llama=213, concurrency=1, times=14),
-        "balanced": "profile balanced, "
-        + AVX2_TEXT.format(vllm=15.8, llama=412, concurrency=8, times=26),
-        "throughput": "profile throughput, "
-        + AVX2_TEXT.format(vllm=16.2, llama=478, concurrency=32, times=30),
+        **{profile: _avx2_why(profile) for profile in AVX2_MEASURED},
         "pooling-latency": "an embedder or reranker, profile latency, no AVX-512 on this "
         "CPU: llama.cpp, whose AVX2 kernels are its main ones (vLLM's AVX2 path served text "
-        "14-30x slower on a Milan; an embedder not yet measured there)",
+        f"{AVX2_SPAN} slower on a Milan; an embedder not yet measured there)",
         "pooling": "an embedder or reranker, several users at once, no AVX-512 on this CPU: "
         "llama.cpp, whose AVX2 kernels are its main ones (vLLM's AVX2 path served text "
-        "14-30x slower on a Milan; an embedder not yet measured there)",
+        f"{AVX2_SPAN} slower on a Milan; an embedder not yet measured there)",
     },
 }
 

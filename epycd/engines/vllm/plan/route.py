@@ -31,6 +31,7 @@ from epycd.host.facts import (
     PodmanFacts,
 )
 from epycd.model.instinct import floats, recipe_for, shipped_gpus, shipped_recipes
+from epycd.plan.isa import avx2_vllm_warning, instruction_set
 from epycd.plan.model import Runtime
 from epycd.plan.route import EngineRoute, container_runtime, refuse_non_epyc
 from epycd.spec import EndpointSpec
@@ -308,6 +309,8 @@ def route_endpoint(
                 f"Venice is validated with vLLM {stack.vllm_version} only ({stack.image})"
             )
     route.warnings[:0] = notes
+    if instruction_set(host) == "avx2":
+        route.warnings.append(avx2_vllm_warning(host))
     return route
 
 
