@@ -68,6 +68,9 @@ def stock_vllm_executable() -> Path:
     for name, target in (("vllm", real), ("python", real.with_name("python"))):
         text = WRAPPER.format(venv=VENV, hide=hide, target=target)
         _write_if_changed(STOCK_VLLM / "bin" / name, text, 0o755)
+    # the venv's own: the interpreter it runs is the one the product reads there, so a unit
+    # hiding the homes (an interpreter under /root: pyenv) binds it back for the wrapper too
+    _write_if_changed(STOCK_VLLM / "pyvenv.cfg", (VENV / "pyvenv.cfg").read_text())
     return STOCK_VLLM / "bin" / "vllm"
 
 
