@@ -54,5 +54,8 @@ def test_bench_measures_a_llama_pooling_endpoint(
         assert 0 < run["p50_latency_ms"] <= run["duration"] * 1000
         assert run["output_throughput"] is None
     counted = sum(run["input_throughput"] * run["duration"] for run in runs)
-    # the server saw the runs' input tokens and the warm-ups' (1 + 2 requests) on top
-    assert counted <= after - before <= counted * (16 + 3) / 16 + 1, (counted, after - before)
+    # the server saw the runs' input tokens and the warm-ups' (1 + 2 requests) on top; a
+    # warm-up's random input is as long as a measured one's within their spread (5 %): on a
+    # Zen 5 VM the three came to 392.7 tokens each against 389.7 for the 16 measured ones
+    warm_ups = counted / 16 * 3 * 1.05
+    assert counted <= after - before <= counted + warm_ups + 1, (counted, after - before)
