@@ -60,6 +60,7 @@ def test_an_own_image_on_milan_is_unvalidated_stock_with_consent(
     assert result.plan is not None, [e.text for e in result.errors]
     plan = cpu(result.plan)
     assert (plan.backend, plan.image) == ("stock", "registry.example/team/vllm-cpu:0.32.0")
+    assert not plan.image_entrypoint_is_vllm_serve, "an own image is given `vllm serve`"
     assert plan.requires_confirmation
     [own] = [r for r in plan.confirmation_reasons if "not one the product knows" in r]
     assert "stock CpuPlatform" in own and "Milan" in own

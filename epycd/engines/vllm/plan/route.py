@@ -219,9 +219,11 @@ def _container_route(
         backend=backend,
         runtime=runtime,
         image=image,
+        # the stock image's entrypoint is `vllm serve`; any other image (the validated one,
+        # an admin's own on either path) is given `vllm serve` as its command
         image_entrypoint_is_vllm_serve=(
             stack.stock_image.entrypoint_is_vllm_serve
-            if stock
+            if stack.is_stock_image(image)
             else stack.image_entrypoint_is_vllm_serve
         ),
         vllm_version=stack.vllm_version,
