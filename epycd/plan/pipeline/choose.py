@@ -43,7 +43,7 @@ matrix products held to an EPYC's instructions)."""
 AVX2_PREFERRED: dict[str, tuple[str, ...]] = dict.fromkeys(AVX512_PREFERRED, ("llama.cpp", "vllm"))
 """Every rule's engines on a CPU without AVX-512: llama.cpp first, by
 benchmarks/auto-engine-results.md run 3 (a Milan, Zen 3, 2 cores: vLLM's AVX2 path served
-14-30x fewer tokens/s than llama.cpp at every profile's concurrency)."""
+a fraction of llama.cpp's tokens/s at every profile's concurrency: `AVX2_MEASURED`)."""
 PREFERRED: dict[InstructionSet, dict[str, tuple[str, ...]]] = {
     "avx512": AVX512_PREFERRED,
     "avx2": AVX2_PREFERRED,
@@ -62,6 +62,14 @@ def _avx2_why(profile: str) -> str:
         f"profile {profile}, no AVX-512 on this CPU: vLLM runs its AVX2 path, which on a Milan "
         f"(Zen 3, 2 cores) served {m.vllm} tok/s against llama.cpp's {m.llama_cpp:g} at "
         f"concurrency {m.concurrency} ({m.times}x)"
+    )
+
+
+def _avx2_pooling_why(who: str) -> str:
+    return (
+        f"an embedder or reranker, {who}, no AVX-512 on this CPU: llama.cpp, whose AVX2 "
+        f"kernels are its main ones (vLLM's AVX2 path served text {AVX2_SPAN} slower on a "
+        "Milan; an embedder not yet measured there)"
     )
 
 
@@ -84,12 +92,8 @@ WHY: dict[InstructionSet, dict[str, str]] = {
     },
     "avx2": {
         **{profile: _avx2_why(profile) for profile in AVX2_MEASURED},
-        "pooling-latency": "an embedder or reranker, profile latency, no AVX-512 on this "
-        "CPU: llama.cpp, whose AVX2 kernels are its main ones (vLLM's AVX2 path served text "
-        f"{AVX2_SPAN} slower on a Milan; an embedder not yet measured there)",
-        "pooling": "an embedder or reranker, several users at once, no AVX-512 on this CPU: "
-        "llama.cpp, whose AVX2 kernels are its main ones (vLLM's AVX2 path served text "
-        f"{AVX2_SPAN} slower on a Milan; an embedder not yet measured there)",
+        "pooling-latency": _avx2_pooling_why("profile latency"),
+        "pooling": _avx2_pooling_why("several users at once"),
     },
 }
 

@@ -184,13 +184,13 @@ def _given_image_backend(
                 key="image",
                 fix=f"remove image to use the stock vLLM CPU image {stack.stock_image_pinned}",
             )
-        return "stock", [*reasons, own_image_without_bf16(image, host, stack)]
+        return "stock", [*reasons, _own_image_without_bf16(image, host, stack)]
     if image != stack.image:
         reasons = [*reasons, f"image {image} is not the validated image {stack.image}"]
     return backend, reasons
 
 
-def own_image_without_bf16(image: str, host: HostFacts, stack: Stack) -> str:
+def _own_image_without_bf16(image: str, host: HostFacts, stack: Stack) -> str:
     """Why an image the product does not know needs consent on a CPU without AVX-512 BF16:
     an admin's own vLLM CPU build is a normal thing to run there, but nothing vouches for
     it, and any zentorch inside it stays off."""
