@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 
 export EPYC_TEST_CACHE=${EPYC_TEST_CACHE:-/var/cache/epyc-llm-test}
 mkdir -p "$EPYC_TEST_CACHE"
+# the endpoints under test run as the user epyc-llm and read the venv and models in here: a
+# folder from `mktemp -d` (0700) would hide them
+chmod 0755 "$EPYC_TEST_CACHE"
 
 say() { echo "bootstrap: $*"; }
 
