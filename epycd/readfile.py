@@ -11,6 +11,9 @@ reads at most `cap` + 1 bytes, refusing a file over the cap.
 Its refusal is a `RefusedFile`, an `OSError` naming the file and what it is, so a caller
 that already turns an `OSError` into an error naming its file and key (or into "absent")
 keeps doing so. `read_secret` adds ssh's rule for a key or token file (`secret_problem`).
+`read_json_object` and `read_model` are the typed readers on top: a JSON object, or a file a
+pydantic model validates, with an `InputError` naming the file, the key and the fix for content
+that is not what it should be.
 """
 
 from __future__ import annotations
@@ -19,6 +22,14 @@ import errno
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from epycd.errors import InputError, validation_error
+
+if TYPE_CHECKING:  # pydantic is not imported by the light commands that import this
+    from pydantic import BaseModel
+
+    M = TypeVar("M", bound=BaseModel)
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -192,3 +203,30 @@ def read_secret(path: Path | str, cap: int, *, group_gid: int | None = None) -> 
         return _read_fd(fd, path, cap)
     finally:
         os.close(fd)
+
+
+def read_json_object(path: Path | str, cap: int, *, fix: str) -> dict[str, object]:
+    """The JSON object in the regular file `path` (`read_bytes`'s rules and cap); an
+    `InputError` naming the file and `fix` for bytes that are not UTF-8 JSON or not an object."""
+    import json
+
+    raw = read_bytes(path, cap)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"is not JSON ({type(exc).__name__}: {exc})", file=path, fix=fix) from None
+    if not isinstance(data, dict):
+        raise InputError(f"holds a JSON {type(data).__name__}, not an object", file=path, fix=fix)
+    return data
+
+
+def read_model(path: Path | str, cap: int, model: type[M], *, fix: str) -> M:
+    """The regular file `path` (`read_bytes`'s rules and cap) validated by the pydantic
+    `model`; an `InputError` naming the file, the first failing key and `fix` otherwise."""
+    from pydantic import ValidationError
+
+    raw = read_bytes(path, cap)
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise validation_error(exc, file=path, fix=fix) from None
