@@ -27,8 +27,10 @@ endpoint's backend) and the `usage` table as JSON (`/usage`, read by epycd's /me
 Every write goes out at once (`option http-no-delay`): HAProxy's default lets the kernel
 hold a small write, such as one streamed token, to fill a segment, which delayed the first
 token by about 200 ms (benchmarks/gateway-results.md). The body is buffered whole for step
-4, up to `BODY_LIMIT` (a larger one is a 413). The log names the client, never its key. Files are
-rendered here from the routes and keys; writing them and reloading HAProxy is the caller's.
+4, up to `BODY_LIMIT`: a larger one is a 413, its length said or chunked alike (headers over
+`HEADER_LIMIT`, which would leave the buffer too little room to tell, are a 431). The log
+names the client, never its key. Files are rendered here from the routes and keys; writing
+them and reloading HAProxy is the caller's.
 """
 
 from __future__ import annotations
@@ -52,8 +54,14 @@ ROUTES = (
 BODY_LIMIT = 1 << 20
 """The largest request body the gateway routes: a prompt of a quarter of a million tokens
 or so. HAProxy holds a body this size in its buffer (`tune.bufsize`, below)."""
+HEADER_LIMIT = 32 << 10
+"""The most a request's headers may take (a 431 over it). Without it a client could fill
+the buffer with headers, leaving less than `BODY_LIMIT` for the body, and a chunked body,
+whose size is known only as it is received, would pass in part, the rest streamed behind."""
 BUFFER_SIZE = BODY_LIMIT + (64 << 10)
-"""The body, its headers and HAProxy's rewrite reserve (`tune.maxrewrite`)."""
+"""The body, its headers and HAProxy's rewrite reserve (`tune.maxrewrite`): headers within
+`HEADER_LIMIT` leave room for more than `BODY_LIMIT` of body, so a body over the limit,
+chunked or not, always shows in the buffer as over it."""
 MAX_CONNECTIONS = 1024
 """Each connection may hold a buffer of `BUFFER_SIZE` while a body arrives: a bound of about
 1 GiB at once."""
@@ -137,6 +145,11 @@ UNKNOWN_URL = ErrorAnswer(404, "unknown_url", "no such route")
 NO_KEY = ErrorAnswer(401, "invalid_api_key", "no valid API key: send Authorization: Bearer KEY")
 TOO_LARGE = ErrorAnswer(
     413, "request_too_large", f"the body is over {BODY_LIMIT} bytes, the most the gateway routes"
+)
+HEADERS_TOO_LARGE = ErrorAnswer(
+    431,
+    "headers_too_large",
+    f"the headers are over {HEADER_LIMIT} bytes, the most the gateway takes",
 )
 NO_MODEL = ErrorAnswer(400, "missing_model", "the body names no model")
 UNKNOWN_MODEL = ErrorAnswer(
@@ -332,7 +345,10 @@ def _frontend(listen: str, folder: Path, tls_cert: str | None) -> list[str]:
         NO_KEY.rule("unless { var(txn.client) -m found }"),
         "    http-request del-header Authorization",
         "    http-request use-service lua.epyc_models if models",
-        TOO_LARGE.rule(f"if {{ req.hdr_val(content-length) gt {BODY_LIMIT} }}"),
+        HEADERS_TOO_LARGE.rule(f"if {{ req.hdrs,length gt {HEADER_LIMIT} }}"),
+        # one rule for every framing: the length said (Content-Length), or the chunks or
+        # HTTP/2 frames received, which `option http-buffer-request` waited for
+        TOO_LARGE.rule(f"if {{ req.body_size gt {BODY_LIMIT} }}"),
         "    http-request set-var(txn.model) req.body,json_query('$.model')",
         NO_MODEL.rule("unless { var(txn.model) -m found }"),
         f"    http-request set-var(txn.backend) var(txn.model),map({path('models.map')})",

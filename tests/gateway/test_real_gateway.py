@@ -21,7 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from epycd.gateway.haproxy import BODY_LIMIT, gateway_files
+from epycd.gateway.haproxy import BODY_LIMIT, HEADER_LIMIT, gateway_files
 from epycd.gateway.keys import KeyStore, add_key
 from epycd.gateway.routes import Route
 from epycd.gateway.unit import credential_path
@@ -277,6 +277,40 @@ def test_a_200_kb_prompt_routes_and_a_body_over_the_limit_is_a_413(gateway: Gate
         "/v1/embeddings", {"model": EMBEDDER, "input": "x" * BODY_LIMIT}, "everything"
     )
     assert (huge.status_code, error_code(huge)) == (413, "request_too_large")
+
+
+def padded(size: int) -> bytes:
+    """An embeddings request of exactly `size` bytes: its `user` field is the padding."""
+    head = json.dumps({"model": EMBEDDER, "input": "x", "user": ""}).encode()
+    return head[:-2] + b"p" * (size - len(head)) + b'"}'
+
+
+def in_chunks(body: bytes) -> Iterator[bytes]:
+    """`body` as httpx sends a generator: chunked, with no Content-Length."""
+    for start in range(0, len(body), 64 << 10):
+        yield body[start : start + (64 << 10)]
+
+
+def test_a_chunked_body_meets_the_same_limit_as_one_with_a_length(gateway: Gateway) -> None:
+    """One rule for both framings: a body of `BODY_LIMIT` bytes routes and one byte more is
+    a 413, whether its length is said up front or it comes in chunks; a chunked body far
+    over the limit never reaches the endpoint, and headers so large that the buffer could
+    not hold the limit's body beside them are refused before any body is judged."""
+    headers = gateway.headers("everything")
+    url = f"{gateway.url}/v1/embeddings"
+    for size, status in ((BODY_LIMIT, 200), (BODY_LIMIT + 1, 413)):
+        body = padded(size)
+        for framing, content in (("length", body), ("chunked", in_chunks(body))):
+            answer = httpx.post(url, content=content, headers=headers, timeout=60)
+            assert answer.status_code == status, (framing, size, answer.text[:300])
+            if status == 413:
+                assert error_code(answer) == "request_too_large", framing
+    huge = httpx.post(url, content=in_chunks(padded(3 * BODY_LIMIT)), headers=headers, timeout=60)
+    assert (huge.status_code, error_code(huge)) == (413, "request_too_large")
+    padding = {"X-Padding": "p" * HEADER_LIMIT}
+    for content in (padded(100), in_chunks(padded(3 * BODY_LIMIT))):
+        refused = httpx.post(url, content=content, headers={**headers, **padding}, timeout=60)
+        assert (refused.status_code, error_code(refused)) == (431, "headers_too_large")
 
 
 def test_an_endpoint_that_is_down_is_a_503_with_retry_after_and_not_listed(
