@@ -6,8 +6,9 @@ A request passes, in order:
    OpenAI routes (`ROUTES`, `GET /v1/models`) is a 404;
 2. its bearer key, hashed (SHA-256) and looked up in `keys.map`, names the client; no key or
    an unknown one is a 401;
-3. `GET /v1/models` answers the routed models whose endpoint passes its health check
-   (`gateway.lua`, a service in HAProxy's own Lua);
+3. `GET /v1/models` answers the routed models whose endpoint passes its health check and
+   the client's key may use (`gateway.lua`, a service in HAProxy's own Lua, reading the
+   `access.map` of step 5);
 4. the body's `model` (`json_query`, not fooled by a "model" inside a message) picks the
    endpoint in `models.map`; none is a 400, an unknown one a 404; an alias stands for its
    endpoint's model name from here on (`names.map`), for the limits and the counts;
@@ -214,11 +215,21 @@ def gateway_maps(routes: list[Route], store: KeyStore) -> dict[str, str]:
 
 
 LUA_FILE = "gateway.lua"
-GATEWAY_LUA = """-- epyc-llm gateway: GET /v1/models, the routed models whose endpoint is up now;
--- GET /usage, the use of each model by each client since HAProxy started.
+GATEWAY_LUA = """-- epyc-llm gateway: GET /v1/models, the routed models whose endpoint is up now and
+-- the client's key may use; GET /usage, the use of each model by each client since HAProxy
+-- started.
 -- Written by epycd (epycd/gateway/haproxy.py); HAProxy loads it at start and at each reload.
+-- {name, backend, endpoint, model}: a name routed (a model's or an alias) and its model
 local routes = {
 %s}
+-- what a client may use, the map the frontend checks each request by: client/model, or
+-- client/* for every model
+local access = Map.new("%s", Map._str)
+
+local function allowed(client, model)
+  return client ~= nil and (access:lookup(client .. "/*") ~= nil
+    or access:lookup(client .. "/" .. model) ~= nil)
+end
 
 local function send_json(applet, body)
   applet:set_status(200)
@@ -230,10 +241,11 @@ end
 
 core.register_service("epyc_models", "http", function(applet)
   local data = {}
+  local client = applet:get_var("txn.client")
   for _, route in ipairs(routes) do
     local backend = core.backends[route[2]]
     local up = false
-    if backend ~= nil then
+    if backend ~= nil and allowed(client, route[4]) then
       for _, server in pairs(backend.servers) do
         local status = server:get_stats()["status"]
         -- "no check": an on-demand endpoint, never checked (its socket starts it)
@@ -293,20 +305,22 @@ end)
 """
 
 
-def gateway_lua(routes: list[Route]) -> str:
+def gateway_lua(routes: list[Route], access_map: Path) -> str:
     """`GET /v1/models`: OpenAI's list of the routed models whose backend has a server up
-    (HAProxy's health check of the endpoint; an on-demand endpoint's, never checked, always),
-    built per request by HAProxy's Lua; and
+    (HAProxy's health check of the endpoint; an on-demand endpoint's, never checked, always)
+    and the client's key may use (`access_map`, as for a request), built per request by
+    HAProxy's Lua; and
     `GET /usage` on the metrics frontend, the `usage` table's counters. The names are
     routable names (`MODEL_NAME`, `CLIENT_NAME`: no quote or backslash), safe in Lua and
     JSON strings."""
     rows = []
     for route in routes:
         for name in route.names:
-            fields = (name, route.backend, route.endpoint)
+            fields = (name, route.backend, route.endpoint, route.model)
             assert all('"' not in f and "\\" not in f for f in fields), fields
             rows.append("  {" + ", ".join(f'"{f}"' for f in fields) + "},\n")
-    return GATEWAY_LUA % "".join(rows)
+    assert '"' not in str(access_map) and "\\" not in str(access_map), access_map
+    return GATEWAY_LUA % ("".join(rows), access_map)
 
 
 USAGE = 1
@@ -464,6 +478,6 @@ def gateway_files(
     return GatewayFiles(
         config="\n".join(lines) + "\n",
         maps=gateway_maps(routes, store),
-        lua=gateway_lua(routes),
+        lua=gateway_lua(routes, folder / "access.map"),
         endpoint_keys=map_text(keys),
     )

@@ -128,6 +128,7 @@ def gateway(tmp_path: Path, endpoints: dict[str, str]) -> Iterator[Gateway]:
     clients: dict[str, dict[str, object]] = {
         "everything": {"models": None, "rpm": None, "concurrency": None},
         "embed-only": {"models": [EMBEDDER], "rpm": None, "concurrency": None},
+        "chat-only": {"models": [CHAT], "rpm": None, "concurrency": None},
         "three-a-minute": {"models": None, "rpm": 3, "concurrency": None},
         "one-at-a-time": {"models": None, "rpm": None, "concurrency": 1},
     }
@@ -186,6 +187,24 @@ def test_an_alias_reaches_its_endpoint_and_counts_as_its_model(gateway: Gateway)
     assert usage[("everything", CHAT)] == (1, 0, 0)
     assert usage[("embed-only", CHAT)] == (1, 1, 0)
     assert not any(model == ALIAS for _, model in usage)
+
+
+def listed_models(gateway: Gateway, client: str) -> list[str]:
+    answer = httpx.get(f"{gateway.url}/v1/models", headers=gateway.headers(client), timeout=10)
+    assert answer.status_code == 200, answer.text
+    return [model["id"] for model in answer.json()["data"]]
+
+
+def test_v1_models_lists_only_the_models_the_key_may_use(gateway: Gateway) -> None:
+    """A key limited to some models sees those (a model's aliases with it), a key allowed
+    every model sees all: the gateway answers from the same list it checks a request by."""
+    assert listed_models(gateway, "everything") == [CHAT, ALIAS, EMBEDDER]
+    assert listed_models(gateway, "embed-only") == [EMBEDDER]
+    assert listed_models(gateway, "chat-only") == [CHAT, ALIAS]
+    for client in ("embed-only", "chat-only"):
+        for model in listed_models(gateway, client):
+            assert gateway.post("/v1/embeddings", {"model": model, "input": "x"},
+                                client).status_code != 403  # fmt: skip
 
 
 def test_unknown_model_missing_model_and_unknown_path(gateway: Gateway) -> None:
