@@ -17,7 +17,8 @@ A request passes, in order:
    their milliseconds to its response headers); a client limited to some models
    (`access.map`) gets a 403 for the others;
 6. its limits, counted in the stick table `clients` (requests in the last minute, requests
-   at once) give a 429 with Retry-After;
+   at once) give a 429 with Retry-After; at a reload the old workers hand the table to the
+   new ones (the `peers` section of the local peer alone), so a reload keeps the counts;
 7. the endpoint's backend: a 503 with Retry-After while no server of it passes its health
    check; otherwise the request goes on, with the endpoint's own key in place of the client's.
 
@@ -76,6 +77,17 @@ TIMEOUT_STREAM = "1h"
 TIMEOUT_BODY = "60s"
 """A client has this long to send its headers and body."""
 RATE_WINDOW = "1m"
+PEER_RESYNC_S = 5
+"""HAProxy's own wait, fixed, at a start for an older process to hand its tables over."""
+PEERS = "handover"
+LOCAL_PEER = "epyc-llm-gateway"
+"""The local peer's name, set in the configuration (`localpeer`), not the host's name
+HAProxy takes by default: a renamed host would otherwise have no local peer."""
+PEER_SOCKET = "unix@${RUNTIME_DIRECTORY-/tmp}/peers.sock"
+"""Where the new workers take the `clients` table from the old ones at a reload: a socket in
+the unit's own folder (`RuntimeDirectory=`, its user's alone), so no other process can
+read or change a count, and no port is taken. A unit approved before it had that folder
+reloads into its private /tmp (`PrivateTmp=yes`), as private, until `gateway approve`."""
 USAGE_KEY_LENGTH = 64 + 1 + 200
 """`client/model`: a client's name, a slash and a routed model name (epycd.gateway.keys)."""
 USAGE_EXPIRE = "7d"
@@ -417,6 +429,12 @@ def _backend(route: Route, endpoint_keys_path: str | None) -> list[str]:
     return lines
 
 
+def _handover() -> list[str]:
+    """A peers section of the local peer alone: at a reload the old workers hand the
+    limits' counts (`clients`) to the new ones, so a reload never resets a key's limits."""
+    return [f"peers {PEERS}", f'    bind "{PEER_SOCKET}"', f"    server {LOCAL_PEER}"]
+
+
 def _metrics_frontend(listen: str) -> list[str]:
     """HAProxy's Prometheus exporter and the usage table, for this host's scrapers only:
     no key is asked, so it belongs on loopback (the default)."""
@@ -449,6 +467,7 @@ def gateway_files(
     lines = [
         "global",
         "    log stdout format raw local0",
+        f"    localpeer {LOCAL_PEER}",
         f"    lua-load {folder / LUA_FILE}",
         f"    maxconn {MAX_CONNECTIONS}",
         f"    tune.bufsize {BUFFER_SIZE}",
@@ -462,9 +481,10 @@ def gateway_files(
         "    option http-no-delay",
         *(answer.error_rule() for answer in HAPROXY_ERRORS),
         *_frontend(listen, folder, tls_cert),
+        *_handover(),
         "backend clients",
         "    stick-table type string len 64 size 100k expire 2m "
-        f"store http_req_rate({RATE_WINDOW})",
+        f"store http_req_rate({RATE_WINDOW}) peers {PEERS}",
         "backend usage",
         f"    stick-table type string len {USAGE_KEY_LENGTH} size 100k expire {USAGE_EXPIRE} "
         "store http_req_cnt,gpc0,gpc1",

@@ -4,8 +4,9 @@ its folder (epycd.gateway.plan.gateway_folder).
 
 Routes and keys change without a new approval (docs/gateway.md, "Approval and updates"):
 the files are rewritten and HAProxy reloads (`ExecReload=`: SIGUSR2 to the master, which
-starts new workers on the new files while the old ones finish their requests and streams;
-on a configuration it refuses, the old workers go on serving). No `haproxy -c` runs before
+starts new workers on the new files while the old ones finish their requests and streams,
+having handed the limits' counts over through a socket in `RuntimeDirectory=`; on a
+configuration it refuses, the old workers go on serving). No `haproxy -c` runs before
 the reload: systemd 252 does not give `ExecReload=` the credentials under a mount namespace
 (github.com/systemd/systemd/issues/35227), so the check would fail on every gateway with
 TLS or endpoint keys. The
@@ -35,6 +36,10 @@ ENDPOINT_KEYS_FILE = "endpoint-keys.map"
 """The endpoints' own keys, root only, beside (not in) the folder HAProxy reads."""
 RESTART_S = 2
 LOW_PORTS = 1024
+RUNTIME_DIRECTORY = "epyc-llm-gateway"
+"""/run/epyc-llm-gateway, the user's alone: the socket where the old workers hand the
+limits' counts to the new ones at a reload (epycd.gateway.haproxy.PEER_SOCKET); it lasts
+from the start to the stop, reloads included."""
 
 
 OWN_LINES = frozenset({"RestrictAddressFamilies", "CapabilityBoundingSet", "AmbientCapabilities"})
@@ -86,6 +91,8 @@ def render_unit(
         ("Restart", "on-failure"),
         ("RestartSec", f"{RESTART_S}s"),
         *credentials,
+        ("RuntimeDirectory", RUNTIME_DIRECTORY),
+        ("RuntimeDirectoryMode", "0700"),
         ("User", PRODUCT_USER),
         ("Group", PRODUCT_USER),
         ("ProtectHome", "yes"),

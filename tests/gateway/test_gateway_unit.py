@@ -50,6 +50,8 @@ def test_a_low_port_keeps_one_capability_and_a_high_one_none() -> None:
     for text in (low, high):
         assert text.count("CapabilityBoundingSet=") == 1
         assert "User=epyc-llm\n" in text and "ExecReload=/bin/kill -USR2 $MAINPID\n" in text
+        # the limits' handover at a reload: a folder of the gateway's user alone
+        assert "RuntimeDirectory=epyc-llm-gateway\nRuntimeDirectoryMode=0700\n" in text
 
 
 @pytest.mark.parametrize("listen", ["127.0.0.1:8080", "[::]:443"])

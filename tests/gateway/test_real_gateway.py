@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -21,7 +22,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from epycd.gateway.haproxy import BODY_LIMIT, HEADER_LIMIT, gateway_files
+from epycd.gateway.haproxy import BODY_LIMIT, HEADER_LIMIT, PEER_RESYNC_S, gateway_files
 from epycd.gateway.keys import KeyStore, add_key
 from epycd.gateway.routes import Route
 from epycd.gateway.unit import credential_path
@@ -84,9 +85,12 @@ def start_gateway(
     routes: list[Route],
     clients: dict[str, dict[str, object]],
     tls: Path | None = None,
+    master_worker: bool = False,
 ) -> tuple[subprocess.Popen[bytes], Gateway]:
     """HAProxy on the rendered files, the endpoints' keys (and `tls`, a PEM of a certificate
-    and its key) as the credentials systemd would hand over."""
+    and its key) as the credentials systemd would hand over, and a runtime folder as the
+    unit's `RuntimeDirectory=`; with `master_worker`, as the unit runs it (`-W`: SIGUSR2
+    reloads it)."""
     store, keys = KeyStore(), {}
     for name, limits in clients.items():
         store, keys[name] = add_key(store, name, now=datetime.now(UTC), **limits)  # type: ignore[arg-type]
@@ -103,10 +107,14 @@ def start_gateway(
     (credentials / "endpoint-keys.map").write_text(files.endpoint_keys)
     if tls is not None:
         (credentials / "tls.pem").write_text(tls.read_text())
+    runtime = folder / "run"
+    runtime.mkdir(mode=0o700)
     binary, env = cached_haproxy()
     log = folder / "haproxy.log"
-    process = subprocess.Popen([str(binary), "-f", str(folder / "haproxy.cfg")],
-                               env={**os.environ, **env, "CREDENTIALS_DIRECTORY": str(credentials)},
+    mode = ["-W"] if master_worker else []
+    process = subprocess.Popen([str(binary), *mode, "-f", str(folder / "haproxy.cfg")],
+                               env={**os.environ, **env, "CREDENTIALS_DIRECTORY": str(credentials),
+                                    "RUNTIME_DIRECTORY": str(runtime)},
                                stdout=log.open("wb"),
                                stderr=subprocess.STDOUT)  # fmt: skip
     scheme = "https" if tls else "http"
@@ -536,5 +544,47 @@ def test_an_on_demand_endpoint_is_never_checked_yet_listed_and_routed(
         sent.join(30)
     finally:
         held.close()
+        process.terminate()
+        process.wait(30)
+
+
+def workers(master: int) -> set[int]:
+    """The worker processes of HAProxy's master `master`."""
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    return {int(pid) for pid in children}
+
+
+def test_rate_limits_survive_a_reload(tmp_path: Path, endpoints: dict[str, str]) -> None:
+    """A reload (each add-key, revoke or approve: SIGUSR2 to the master) starts new workers;
+    the old ones hand the limits' counts over (a local peer), so a key over its requests
+    per minute stays over it, and one under it keeps its count."""
+    clients: dict[str, dict[str, object]] = {
+        "everything": {"models": None, "rpm": None, "concurrency": None},
+        "three-a-minute": {"models": None, "rpm": 3, "concurrency": None},
+        "five-a-minute": {"models": None, "rpm": 5, "concurrency": None},
+    }
+    process, gw = start_gateway(tmp_path, routes_to(endpoints), clients, master_worker=True)
+    try:
+        # a started HAProxy first waits RESYNC_S to learn from an older process, and does
+        # not teach a newer one before that
+        time.sleep(PEER_RESYNC_S + 1)
+        body = {"model": EMBEDDER, "input": "x"}
+        assert wait_until(
+            lambda: gw.post("/v1/embeddings", body, "everything").status_code == 200, 30
+        )
+        answers = [gw.post("/v1/embeddings", body, "three-a-minute") for _ in range(4)]
+        assert [a.status_code for a in answers] == [200, 200, 200, 429]
+        assert [gw.post("/v1/embeddings", body, "five-a-minute").status_code
+                for _ in range(3)] == [200, 200, 200]  # fmt: skip
+        for _ in range(2):  # a reload soon after another hands over as well
+            old = workers(process.pid)
+            process.send_signal(signal.SIGUSR2)
+            handed = wait_until(lambda old=old: workers(process.pid).isdisjoint(old), 30)  # type: ignore[misc]
+            assert handed, gw.log.read_text()
+            over = gw.post("/v1/embeddings", body, "three-a-minute")
+            assert (over.status_code, error_code(over)) == (429, "rate_limit_exceeded")
+        answers = [gw.post("/v1/embeddings", body, "five-a-minute") for _ in range(3)]
+        assert [a.status_code for a in answers] == [200, 200, 429]
+    finally:
         process.terminate()
         process.wait(30)
