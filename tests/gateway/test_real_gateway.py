@@ -423,14 +423,14 @@ def test_tls_with_a_self_signed_certificate_speaks_h2_and_http_1_1(
         # the one limit too
         for version, said in (("--http2", "2"), ("--http1.1", "1.1")):
             for size, status in ((BODY_LIMIT, 200), (BODY_LIMIT + 1, 413)):
-                done = subprocess.run(
+                piped = subprocess.run(
                     ["curl", "-sS", version, "--cacert", str(cert), "-o", "/dev/null",
                      "-w", "%{http_code} %{http_version}", "-H", "Content-Type: application/json",
                      "-H", f"Authorization: Bearer {gw.keys['everything']}", "-X", "POST",
                      "-T", "-", f"{gw.url}/v1/embeddings"],
                     input=padded(size), capture_output=True, timeout=60, check=False,
                 )  # fmt: skip
-                assert done.stdout.decode() == f"{status} {said}", (size, done.stderr)
+                assert piped.stdout.decode() == f"{status} {said}", (size, piped.stderr)
         # not trusted without the certificate, and no plain HTTP on the TLS port
         untrusted = subprocess.run(["curl", "-sS", f"{gw.url}/health"], capture_output=True,
                                    text=True, timeout=60, check=False)  # fmt: skip
