@@ -169,10 +169,6 @@ def test_a_certificate_renewed_at_its_path_restarts_the_gateway_with_the_new_one
         path = pem(secrets, "gateway", cert, key)
         env.vars["EPYCD_GATEWAY_TLS_CERT_FILE"] = str(path)
         approved_gateway(env)
-        unit = (env.settings.unit_dir / UNIT).read_text()
-        copy = gateway_folder(env) / "tls.pem"
-        assert f"LoadCredential=tls.pem:{copy}\n" in unit
-        assert oct(copy.stat().st_mode & 0o777) == "0o600"
         # the same files again: a reload, no restart
         env.systemctl_log.write_text("")
         assert env.epycctl("gateway", "approve", "--yes").returncode == 0
@@ -184,6 +180,11 @@ def test_a_certificate_renewed_at_its_path_restarts_the_gateway_with_the_new_one
         done = env.epycctl("gateway", "approve", "--yes")
         assert done.returncode == 0, done.stderr
         assert env.systemctl_calls()[-1] == f"restart {UNIT}"
+        # the unit loads epycd's checked copy, root's alone, now the renewed one
+        copy = gateway_folder(env) / "tls.pem"
+        unit = (env.settings.unit_dir / UNIT).read_text()
+        assert f"LoadCredential=tls.pem:{copy}\n" in unit
+        assert oct(copy.stat().st_mode & 0o777) == "0o600"
         assert renewed_cert.read_text().strip() in copy.read_text()
         # renewed again, then a key's change: that update restarts it too
         third_cert, third_key = certificate(secrets, "third")
@@ -275,7 +276,7 @@ def test_a_gateway_address_with_an_ipv6_zone_is_refused_at_its_key(env: Approval
     ],
 )
 def test_an_address_passes_only_by_the_anchored_rule(value: str) -> None:
-    with pytest.raises(InputError, match="not written into the gateway's haproxy.cfg"):
+    with pytest.raises(InputError, match=r"not written into the gateway's haproxy\.cfg"):
         checked(ADDRESS, value)
 
 
