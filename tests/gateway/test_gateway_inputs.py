@@ -99,6 +99,28 @@ def test_a_revoked_key_leaves_the_installed_gateway_when_the_settings_no_longer_
     assert f"bind {LISTEN}\n" in (gateway_folder(env) / "haproxy" / "haproxy.cfg").read_text()
 
 
+def test_an_endpoint_approved_while_the_settings_no_longer_name_the_gateway_is_routed(
+    env: ApprovalSandbox,
+) -> None:
+    approved_gateway(env)
+    env.vars["EPYCD_GATEWAY_LISTEN"] = ""
+    chat = make_plan("chat", env.host(), env.settings.config_dir, socket=0, port=8000)
+    emb = make_plan("emb", env.host(), env.settings.config_dir, socket=1, port=8001)
+    chat = chat.model_copy(
+        update={"decisions": chat.decisions.model_copy(update={"served_model_name": "chat-model"})}
+    )
+    emb = emb.model_copy(
+        update={"decisions": emb.decisions.model_copy(update={"served_model_name": "emb-model"})}
+    )
+    env.set_plans(chat, emb)
+    env.systemctl_log.write_text("")
+    done = env.epycctl("approve", "emb", "--yes")
+    assert done.returncode == 0, done.stderr
+    models = (gateway_folder(env) / "haproxy" / "models.map").read_text()
+    assert "emb-model endpoint-emb\n" in models
+    assert f"reload {UNIT}" in env.systemctl_calls()
+
+
 def test_a_unit_without_its_approval_record_refuses_a_key_change_and_changes_nothing(
     env: ApprovalSandbox,
 ) -> None:
@@ -225,6 +247,21 @@ def test_a_stored_name_that_only_starts_right_is_refused_before_anything_is_writ
     assert {p: p.read_bytes() for p in gateway_folder(env).rglob("*") if p.is_file()} == written
     with pytest.raises(ValidationError):
         ClientKey.model_validate(stored)
+
+
+def test_a_damaged_store_never_breaks_an_endpoints_approval_after_its_record_is_written(
+    env: ApprovalSandbox,
+) -> None:
+    """The endpoint's approval stands and the gateway says it was not updated, with the
+    store's file and entry: no assertion, no traceback after the record was written."""
+    approved_gateway(env)
+    store = gateway_folder(env) / "keys.json"
+    stored = {"name": "alice evil", "sha256": "0" * 64, "added_at": "2026-01-01T00:00:00Z"}
+    write_secret(store, json.dumps({"keys": [stored]}))
+    done = env.epycctl("approve", "chat", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "AssertionError" not in done.stderr
+    assert f"gateway: not updated: {store}: keys.0.name" in done.stdout + done.stderr
 
 
 # 13. The key store is root's alone
