@@ -325,7 +325,7 @@ def test_no_value_reaches_the_files_but_by_its_rule(tmp_path: Path) -> None:
         "endpoint_keys": {}, "endpoint_keys_path": "${CREDENTIALS_DIRECTORY}/endpoint-keys.map",
     }  # fmt: skip
     gateway_files([route], KeyStore(), **args)  # type: ignore[arg-type]
-    hostile = [
+    hostile: list[tuple[dict[str, object], list[Route]]] = [
         ({"listen": "127.0.0.1:8080 ssl"}, [route]),
         ({"folder": tmp_path / "a b"}, [route]),
         ({}, [route.model_copy(update={"address": "127.0.0.1:8000 backup"})]),
