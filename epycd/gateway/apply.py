@@ -267,6 +267,8 @@ def write_files(settings: Settings, made: Candidate) -> bool:
     changed = _write_if_changed(endpoint_keys_path(settings), files.endpoint_keys, SECRET_MODE)
     if made.tls is not None:
         changed = _write_if_changed(tls_path(settings), made.tls, SECRET_MODE) or changed
+    elif tls_path(settings).exists():
+        unlink_durable(tls_path(settings))  # no TLS any more: no key left behind
     return changed
 
 
