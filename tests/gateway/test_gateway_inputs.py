@@ -218,6 +218,29 @@ def test_a_certificate_renewed_at_its_path_restarts_the_gateway_with_the_new_one
         assert third_cert.read_text().strip() in copy.read_text()
 
 
+def test_a_renewal_haproxy_cannot_load_refuses_a_key_change_and_keeps_the_gateway(
+    env: ApprovalSandbox,
+) -> None:
+    """A renewal gone wrong (the new certificate with the old key) at the same path: the
+    next key change is refused before the store is written, and nothing restarts."""
+    with root_folder() as secrets:
+        cert, key = certificate(secrets, "a")
+        path = pem(secrets, "gateway", cert, key)
+        env.vars["EPYCD_GATEWAY_TLS_CERT_FILE"] = str(path)
+        approved_gateway(env)
+        copy = (gateway_folder(env) / "tls.pem").read_text()
+        renewed, _ = certificate(secrets, "renewed")
+        pem(secrets, "gateway", renewed, key)
+        env.systemctl_log.write_text("")
+        done = env.epycctl("gateway", "add-key", "alice")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "inconsistencies between private key and certificate" in done.stderr
+    assert "sk-epyc-" not in done.stdout
+    assert not (gateway_folder(env) / "keys.json").exists()
+    assert (gateway_folder(env) / "tls.pem").read_text() == copy
+    assert env.systemctl_calls() == []
+
+
 # 12. The key store's names are anchored, and checked before anything is written
 
 
