@@ -63,6 +63,24 @@ def parse_listen(value: str) -> tuple[str, int]:
 ListenAddress = Annotated[str, AfterValidator(_listen_address)]
 
 
+def _gateway_address(value: str) -> str:
+    """A listen address HAProxy's `bind` takes: no IPv6 zone (`fe80::1%eth0`), which
+    HAProxy's address syntax has no place for (it refuses `[fe80::1%eth0]:8080`)."""
+    _listen_address(value)
+    if "%" in value:
+        bare, port = parse_listen(value)
+        raise ValueError(
+            f"{value!r} names an IPv6 zone (%{bare.partition('%')[2]}), which HAProxy cannot "
+            f"bind: give an address without it, such as [::]:{port} (every address) or a "
+            "global or unique-local address of this host"
+        )
+    return value
+
+
+GatewayAddress = Annotated[str, AfterValidator(_gateway_address)]
+"""Where the gateway (HAProxy) listens: `ListenAddress` without an IPv6 zone."""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="EPYCD_", extra="forbid")
 
@@ -81,16 +99,19 @@ class Settings(BaseSettings):
     """Where epycd serves Prometheus metrics at /metrics (docs/metrics.md); "" serves none.
     epycd.service lets it bind only loopback port 9464: another address or port needs a
     drop-in (`SocketBindAllow=`, `IPAddressAllow=`)."""
-    gateway_listen: ListenAddress = ""
+    gateway_listen: GatewayAddress = ""
     """Where the gateway, one URL for every approved endpoint (docs/gateway.md), listens;
     "" (the default): no gateway."""
-    gateway_metrics_listen: ListenAddress = "127.0.0.1:9465"
+    gateway_metrics_listen: GatewayAddress = "127.0.0.1:9465"
     """Where the gateway serves HAProxy's Prometheus exporter at /metrics (requests, errors
     and latency per endpoint) and its use by client and model at /usage, which epycd's own
     /metrics turns into series (docs/gateway.md, "Metrics"); "" serves neither."""
     gateway_tls_cert_file: AbsolutePath | None = None
     """A PEM file with the gateway's certificate, its chain and its key (root only): the
     gateway then speaks HTTPS (HTTP/2 and HTTP/1.1)."""
+    gateway_haproxy: AbsolutePath = Path("/usr/sbin/haproxy")
+    """The HAProxy the gateway runs (Debian's package), which also checks each new
+    configuration (`haproxy -c`) before it is installed."""
 
     @classmethod
     def settings_customise_sources(

@@ -8,6 +8,7 @@ import click
 
 from epycd.cli.output import json_option, print_json, table
 from epycd.errors import InputError
+from epycd.gateway.keys import MAX_LIMIT, KeyStore
 from epycd.settings import Settings, load_settings
 
 
@@ -83,12 +84,25 @@ def remove(yes: bool) -> None:
             click.echo(step)
 
 
-def _refreshed(settings: Settings) -> None:
-    from epycd.gateway.apply import refresh
+def _store_changed(settings: Settings, store: KeyStore) -> None:
+    """Write the key store's new `store` and bring the installed gateway to it, or change
+    nothing: every check (the store's names, HAProxy's own check of the gateway with it)
+    runs before the store is written. A gateway that could not be updated after that is an
+    error, never a success: the store holds the change and HAProxy does not yet."""
+    from epycd.errors import EpycError, Refusal
+    from epycd.gateway import apply, keys
 
-    line = refresh(settings)
-    if line is not None:
-        click.echo(line)
+    update = apply.prepare(settings, store)
+    keys.write_store(settings, store)
+    if update is None:
+        return
+    try:
+        click.echo(apply.put_in_place(settings, update))
+    except (EpycError, OSError) as exc:
+        raise Refusal(
+            f"the key store is changed, but the gateway was not updated: {exc}",
+            fix="run `epycctl gateway approve` to put the gateway in place with it",
+        ) from None
 
 
 def _models(value: str | None) -> list[str] | None:
@@ -103,9 +117,15 @@ def _models(value: str | None) -> list[str] | None:
 @gateway.command("add-key")
 @click.argument("name")
 @click.option("--models", help="The models this key may use, comma-separated (default: all).")
-@click.option("--rpm", type=click.IntRange(min=1), help="Requests per minute (default: no limit).")
 @click.option(
-    "--concurrency", type=click.IntRange(min=1), help="Requests at once (default: no limit)."
+    "--rpm",
+    type=click.IntRange(min=1, max=MAX_LIMIT),
+    help="Requests per minute (default: no limit).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1, max=MAX_LIMIT),
+    help="Requests at once (default: no limit).",
 )
 def add_key(name: str, models: str | None, rpm: int | None, concurrency: int | None) -> None:
     """Make a key for client NAME. The key is printed once, alone on the last line; only its
@@ -121,8 +141,7 @@ def add_key(name: str, models: str | None, rpm: int | None, concurrency: int | N
             keys.read_store(settings), name, models=_models(models), rpm=rpm,
             concurrency=concurrency,
         )  # fmt: skip
-        keys.write_store(settings, store)
-        _refreshed(settings)
+        _store_changed(settings, store)
     click.echo(f"added key {name!r}: shown this once, keep it safe; `epycctl gateway revoke "
                f"{name}` ends it")  # fmt: skip
     click.echo(key)
@@ -159,6 +178,5 @@ def revoke(name: str) -> None:
     settings = load_settings()
     require_admin(settings, "revoke gateway keys")
     with state_lock(settings):
-        keys.write_store(settings, keys.revoke_key(keys.read_store(settings), name))
-        _refreshed(settings)
+        _store_changed(settings, keys.revoke_key(keys.read_store(settings), name))
     click.echo(f"revoked key {name!r}")

@@ -42,8 +42,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from epycd.gateway import values
 from epycd.gateway.keys import KeyStore
 from epycd.gateway.routes import Route
+from epycd.gateway.values import checked
 
 ROUTES = (
     "/v1/chat/completions",
@@ -191,17 +193,17 @@ error object like every other refusal."""
 
 
 def endpoint_down(endpoint: str) -> ErrorAnswer:
+    endpoint = checked(values.ENDPOINT, endpoint)
     return ErrorAnswer(503, "endpoint_unavailable", f"endpoint {endpoint} is not ready: try "
                        "again later", "server_error", RETRY_AFTER_DOWN_S)  # fmt: skip
 
 
-def map_text(pairs: Mapping[str, object]) -> str:
-    """HAProxy's map: `KEY VALUE` lines. Keys and values are checked names, digests or
-    numbers, so none holds white space."""
+def map_text(pairs: Mapping[str, object], key_rule: values.Rule, value_rule: values.Rule) -> str:
+    """HAProxy's map: `KEY VALUE` lines, each key and value checked by its anchored rule
+    (epycd.gateway.values), so none holds white space."""
     lines = []
     for key, value in sorted(pairs.items()):
-        assert key and not any(c.isspace() for c in key + str(value)), (key, value)
-        lines.append(f"{key} {value}")
+        lines.append(f"{checked(key_rule, key)} {checked(value_rule, value)}")
     return "".join(f"{line}\n" for line in lines)
 
 
@@ -215,13 +217,23 @@ def gateway_maps(routes: list[Route], store: KeyStore) -> dict[str, str]:
         for model in client.models if client.models is not None else ["*"]:
             access[f"{client.name}/{model}"] = 1
     return {
-        "keys": map_text({client.sha256: client.name for client in store.keys}),
-        "models": map_text({name: r.backend for r in routes for name in r.names}),
-        "names": map_text({name: r.model for r in routes for name in r.names}),
-        "access": map_text(access),
-        "rpm": map_text({c.name: c.rpm for c in store.keys if c.rpm is not None}),
+        "keys": map_text(
+            {client.sha256: client.name for client in store.keys}, values.DIGEST, values.CLIENT
+        ),
+        "models": map_text(
+            {name: r.backend for r in routes for name in r.names}, values.MODEL, values.BACKEND
+        ),
+        "names": map_text(
+            {name: r.model for r in routes for name in r.names}, values.MODEL, values.MODEL
+        ),
+        "access": map_text(access, values.ACCESS, values.LIMIT),
+        "rpm": map_text(
+            {c.name: c.rpm for c in store.keys if c.rpm is not None}, values.CLIENT, values.LIMIT
+        ),
         "concurrency": map_text(
-            {c.name: c.concurrency for c in store.keys if c.concurrency is not None}
+            {c.name: c.concurrency for c in store.keys if c.concurrency is not None},
+            values.CLIENT,
+            values.LIMIT,
         ),
     }
 
@@ -328,11 +340,14 @@ def gateway_lua(routes: list[Route], access_map: Path) -> str:
     rows = []
     for route in routes:
         for name in route.names:
-            fields = (name, route.backend, route.endpoint, route.model)
-            assert all('"' not in f and "\\" not in f for f in fields), fields
+            fields = (
+                checked(values.MODEL, name),
+                checked(values.BACKEND, route.backend),
+                checked(values.ENDPOINT, route.endpoint),
+                checked(values.MODEL, route.model),
+            )
             rows.append("  {" + ", ".join(f'"{f}"' for f in fields) + "},\n")
-    assert '"' not in str(access_map) and "\\" not in str(access_map), access_map
-    return GATEWAY_LUA % ("".join(rows), access_map)
+    return GATEWAY_LUA % ("".join(rows), checked(values.PATH, access_map))
 
 
 USAGE = 1
@@ -350,11 +365,11 @@ def counted(answer: ErrorAnswer, condition: str) -> list[str]:
 
 def _frontend(listen: str, folder: Path, tls_cert: str | None) -> list[str]:
     def path(name: str) -> str:
-        return str(folder / name)
+        return checked(values.PATH, folder / name)
 
-    bind = f"    bind {listen}"
+    bind = f"    bind {checked(values.ADDRESS, listen)}"
     if tls_cert is not None:
-        bind += f' ssl crt "{tls_cert}" alpn h2,http/1.1'
+        bind += f' ssl crt "{checked(values.PATH, tls_cert)}" alpn h2,http/1.1'
     digest = "req.hdr(authorization),word(2,' '),sha2(256),hex,lower"
     return [
         "frontend gateway",
@@ -408,7 +423,7 @@ def _backend(route: Route, endpoint_keys_path: str | None) -> list[str]:
     """An endpoint's backend: checked, and a 503 while it is down; an on-demand endpoint's
     is never checked (a check would start its engine, docs/on-demand.md): its socket takes
     the request and holds it while the engine starts."""
-    lines = [f"backend {route.backend}"]
+    lines = [f"backend {checked(values.BACKEND, route.backend)}"]
     if not route.on_demand:
         lines += [
             "    option httpchk GET /health",
@@ -416,13 +431,14 @@ def _backend(route: Route, endpoint_keys_path: str | None) -> list[str]:
             *counted(endpoint_down(route.endpoint), "if { nbsrv lt 1 }"),
         ]
     if endpoint_keys_path is not None:
-        key = f"%[be_name,map({endpoint_keys_path})]"
+        key = f"%[be_name,map({checked(values.PATH, endpoint_keys_path)})]"
         lines.append(f'    http-request set-header Authorization "Bearer {key}"')
+    address = checked(values.ADDRESS, route.address)
     if route.on_demand:
-        lines.append(f"    server endpoint {route.address}")
+        lines.append(f"    server endpoint {address}")
         return lines
     lines.append(
-        f"    server endpoint {route.address} check inter {CHECK_INTERVAL} "
+        f"    server endpoint {address} check inter {CHECK_INTERVAL} "
         f"downinter {CHECK_INTERVAL_DOWN} fall 2 rise 1"
         " observe layer4 error-limit 1 on-error mark-down"
     )
@@ -440,7 +456,7 @@ def _metrics_frontend(listen: str) -> list[str]:
     no key is asked, so it belongs on loopback (the default)."""
     return [
         "frontend metrics",
-        f"    bind {listen}",
+        f"    bind {checked(values.ADDRESS, listen)}",
         "    no log",
         "    http-request use-service prometheus-exporter if { path /metrics } METH_GET",
         "    http-request use-service lua.epyc_usage if { path /usage } METH_GET",
@@ -468,7 +484,7 @@ def gateway_files(
         "global",
         "    log stdout format raw local0",
         f"    localpeer {LOCAL_PEER}",
-        f"    lua-load {folder / LUA_FILE}",
+        f"    lua-load {checked(values.PATH, folder / LUA_FILE)}",
         f"    maxconn {MAX_CONNECTIONS}",
         f"    tune.bufsize {BUFFER_SIZE}",
         "defaults",
@@ -499,5 +515,5 @@ def gateway_files(
         config="\n".join(lines) + "\n",
         maps=gateway_maps(routes, store),
         lua=gateway_lua(routes, folder / "access.map"),
-        endpoint_keys=map_text(keys),
+        endpoint_keys=map_text(keys, values.BACKEND, values.SECRET),
     )

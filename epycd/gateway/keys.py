@@ -8,41 +8,53 @@ request carries and looks the digest up.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import re
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import BaseModel, Field, ValidationError
 
 from epycd.atomic import write_atomic
 from epycd.errors import InputError, validation_error
-from epycd.names import MODEL_NAME, MODEL_NAME_FIX
-from epycd.readfile import STATE_MAX_BYTES, read_bytes
+from epycd.gateway.values import CLIENT_NAME_RULE
+from epycd.names import MODEL_NAME_FIX, MODEL_NAME_RULE
+from epycd.readfile import STATE_MAX_BYTES, RefusedFile, read_secret
 from epycd.settings import Settings
 
 KEY_PREFIX = "sk-epyc-"
 """Keys look like OpenAI's (`sk-...`), so clients and secret scanners treat them as keys."""
 KEY_BYTES = 32
 STORE_MODE = 0o600
-CLIENT_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
+CLIENT_NAME = re.compile(CLIENT_NAME_RULE)
 CLIENT_NAME_FIX = "lowercase letters, digits, '_', '.' and '-', at most 63, not starting with one"
+MODEL_NAME = re.compile(MODEL_NAME_RULE)
+MAX_LIMIT = 10**9 - 1
+"""The largest rpm or concurrency: HAProxy's maps hold it as a number (values.LIMIT)."""
+
+ClientName = Annotated[str, Field(pattern=f"^{CLIENT_NAME_RULE}$")]
+"""Anchored: pydantic's `pattern` matches anywhere in the string without ^ and $."""
+ModelName = Annotated[str, Field(pattern=f"^{MODEL_NAME_RULE}$")]
 
 
 class ClientKey(BaseModel):
     """One client of the gateway: its name (in the gateway's log and metrics, never the key),
     its key's digest and what it may do."""
 
-    name: str = Field(pattern=CLIENT_NAME.pattern)
-    sha256: str = Field(pattern=r"[0-9a-f]{64}")
-    models: list[str] | None = Field(
+    name: ClientName
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    models: list[ModelName] | None = Field(
         default=None, description="the models it may use; None: every model the gateway routes"
     )
-    rpm: int | None = Field(default=None, gt=0, description="requests per minute; None: no limit")
+    rpm: int | None = Field(
+        default=None, gt=0, le=MAX_LIMIT, description="requests per minute; None: no limit"
+    )
     concurrency: int | None = Field(
-        default=None, gt=0, description="requests at once; None: no limit"
+        default=None, gt=0, le=MAX_LIMIT, description="requests at once; None: no limit"
     )
     added_at: datetime
 
@@ -60,12 +72,20 @@ def store_path(settings: Settings) -> Path:
 
 def read_store(settings: Settings) -> KeyStore:
     """The keys, none when the store does not exist yet; a damaged store is an error naming
-    it (the gateway is then not changed)."""
+    it (the gateway is then not changed). The store is root's alone, as a key file is
+    (`epycd.readfile.read_secret`): one that someone else owns, may read or write, or whose
+    folders someone else may write, is refused with the fix, since whoever can write it can
+    add a key. A caller who may not read it gets `PermissionError`."""
     path = store_path(settings)
     try:
-        raw = read_bytes(path, STATE_MAX_BYTES)
+        raw = read_secret(path, STATE_MAX_BYTES)
     except FileNotFoundError:
         return KeyStore()
+    except RefusedFile as exc:
+        if exc.errno == errno.EPERM:
+            said = f"{exc.strerror}: someone but root could read or change the gateway's keys"
+            raise InputError(said, file=path, fix=exc.fix) from None
+        raise InputError(str(exc.strerror), file=path, fix="restore it from a backup") from None
     try:
         return KeyStore.model_validate_json(raw)
     except ValidationError as exc:

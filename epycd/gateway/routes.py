@@ -14,6 +14,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from epycd.approval.record import Approval
+from epycd.gateway import values
 from epycd.health import PrimaryEndpoint
 from epycd.listen import local_address
 from epycd.names import MODEL_NAME, MODEL_NAME_FIX
@@ -75,6 +76,9 @@ def routes_of(approvals: list[Approval]) -> tuple[list[Route], list[Skipped]]:
     for route in candidates:
         if MODEL_NAME.fullmatch(route.model) is None:
             reason = f"its model name {route.model!r} cannot be routed ({MODEL_NAME_FIX})"
+            skipped.append(Skipped(endpoint=route.endpoint, reason=reason))
+        elif (problem := values.ADDRESS.problem(route.address)) is not None:
+            reason = f"its address cannot be routed: {problem}"
             skipped.append(Skipped(endpoint=route.endpoint, reason=reason))
         elif route.model in holders:
             holder = holders[route.model]

@@ -9,10 +9,15 @@ having handed the limits' counts over through a socket in `RuntimeDirectory=`; o
 configuration it refuses, the old workers go on serving). No `haproxy -c` runs before
 the reload: systemd 252 does not give `ExecReload=` the credentials under a mount namespace
 (github.com/systemd/systemd/issues/35227), so the check would fail on every gateway with
-TLS or endpoint keys. The
+TLS or endpoint keys; epycctl checks each candidate with `haproxy -c` before it installs it
+instead (epycd.gateway.check). The
 secrets do not sit in those files: the TLS certificate and the endpoints' own keys come as
-credentials (`LoadCredential=`, root-only files read by systemd at start), so a change of
-either restarts the gateway instead.
+credentials (`LoadCredential=`, root-only files systemd copies into the service's
+credentials folder when it starts, and not again at a reload: systemd refreshes them on
+reload only from version 259 on, github.com/systemd/systemd/pull/40093), so a change of
+either's content restarts the gateway instead. The unit loads epycd's checked copy of the
+certificate (`STATE_DIR/gateway/tls.pem`), never the admin's file itself, so the gateway
+only ever starts on a certificate `haproxy -c` accepted.
 
 It runs as the endpoints' user (`epyc-llm`), in their sandbox, without netlink. Unlike a
 set's balancer it has no loopback-only address filter: it reaches each endpoint where that
@@ -63,6 +68,7 @@ def credential_path(name: str) -> str:
 
 def render_unit(
     *,
+    haproxy: Path = Path(HAPROXY),
     listen: str,
     metrics_listen: str,
     config_file: Path,
@@ -84,8 +90,8 @@ def render_unit(
         )
     service: list[Line] = [
         ("Type", "notify"),
-        ("ExecStartPre", command_line([HAPROXY, "-c", "-q", "-f", str(config_file)], "check")),
-        ("ExecStart", command_line([HAPROXY, "-Ws", "-f", str(config_file)], "gateway")),
+        ("ExecStartPre", command_line([str(haproxy), "-c", "-q", "-f", str(config_file)], "check")),
+        ("ExecStart", command_line([str(haproxy), "-Ws", "-f", str(config_file)], "gateway")),
         ("ExecReload", "/bin/kill -USR2 $MAINPID"),
         ("KillMode", "mixed"),
         ("Restart", "on-failure"),

@@ -14,8 +14,9 @@ import pytest
 
 from epycd.metrics.gateway import usage_url
 from epycd.plan.endpoint import Plan
-from tests.approval.conftest import ApprovalSandbox, make_env
+from tests.approval.conftest import ApprovalSandbox
 from tests.approval.plans import make_plan
+from tests.gateway.sandbox import gateway_env
 from tests.render.test_balancer import haproxy_check
 from tests.secrets import root_folder, write_secret
 
@@ -26,10 +27,10 @@ CERT_ONLY = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ApprovalSandbox]:
-    sandbox = make_env(tmp_path, monkeypatch)
-    sandbox.install_fake_systemctl()
-    sandbox.vars["EPYCD_GATEWAY_LISTEN"] = LISTEN
-    yield sandbox
+    with gateway_env(tmp_path, monkeypatch) as sandbox:
+        sandbox.install_fake_systemctl()
+        sandbox.vars["EPYCD_GATEWAY_LISTEN"] = LISTEN
+        yield sandbox
 
 
 def plan_of(env: ApprovalSandbox, name: str, socket: int, **decided: object) -> Plan:

@@ -20,13 +20,15 @@ from epycd.spec import parse_endpoint
 from epycd.stack import shipped_stack
 from tests.approval.conftest import ApprovalSandbox, make_env
 from tests.approval.plans import make_plan
+from tests.gateway.sandbox import gateway_env
 
 NOBODY = 65534
 
 
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ApprovalSandbox]:
-    yield make_env(tmp_path, monkeypatch)
+    with gateway_env(tmp_path, monkeypatch) as sandbox:
+        yield sandbox
 
 
 def serving(plan: Plan, model: str) -> Plan:
@@ -141,7 +143,7 @@ def test_add_key_prints_the_key_once_and_keeps_only_its_digest(env: ApprovalSand
         (["Alice"], "is not a client name"),
         (["bob", "--models", "a b"], "is not a model name"),
         (["bob", "--models", ","], "--models: names no model"),
-        (["bob", "--rpm", "0"], "0 is not in the range x>=1"),
+        (["bob", "--rpm", "0"], "0 is not in the range 1<=x<=999999999"),
     ],
 )
 def test_bad_key_requests_are_refused_and_change_nothing(
