@@ -47,6 +47,16 @@ CACHE_MAX_BYTES = 8 * MIB
 MODEL_JSON_MAX_BYTES = 64 * MIB
 """A model's config.json, tokenizer_config.json, chat_template.json or safetensors index
 (a tokenizer_config.json with a large vocabulary's added tokens reaches a few MiB)."""
+TABLE_MAX_BYTES = 8 * MIB
+"""A data table: the shipped data/*.json (a few KiB each) or one an admin gives in its place
+(an Instinct recipes cache, a stack file)."""
+PROC_MAX_BYTES = 4 * MIB
+"""A /proc file: a process's cgroup, comm or cmdline, or the mount table."""
+FOREIGN_RECORD_MAX_BYTES = 8 * MIB
+"""Another program's small record: docker's config.v2.json of a container, a venv's
+pyvenv.cfg."""
+TOOL_OUTPUT_MAX_BYTES = 64 * MIB
+"""A result file `vllm bench` writes (per-request lengths, latencies and texts)."""
 
 KINDS = (
     (stat.S_ISDIR, "a folder", errno.EISDIR),

@@ -35,7 +35,7 @@ from epycd.gateway.unit import (
     render_unit,
 )
 from epycd.plan.service.secrets import read_root_only
-from epycd.readfile import STATE_MAX_BYTES, read_bytes
+from epycd.readfile import RECORD_MAX_BYTES, STATE_MAX_BYTES, read_bytes
 from epycd.settings import Settings, parse_listen
 
 FILE_MODE = 0o644
@@ -186,7 +186,7 @@ def write_files(settings: Settings, files: GatewayFiles) -> bool:
 
 def _write_if_changed(path: Path, text: str, mode: int) -> bool:
     try:
-        if path.read_text() == text:
+        if read_bytes(path, RECORD_MAX_BYTES) == text.encode():
             return False
     except FileNotFoundError:
         pass
