@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from types import TracebackType
 
-from epycd.text import escaped
+from epycd.text import escaped, is_digits
 
 
 class Event(StrEnum):
@@ -220,7 +220,7 @@ def journal_is_stderr() -> bool:
     to the journal when JOURNAL_STREAM="DEV:INODE" names the descriptor behind fd 2."""
     value = os.environ.get("JOURNAL_STREAM", "")
     dev, sep, ino = value.partition(":")
-    if not sep or not dev.isdigit() or not ino.isdigit():
+    if not sep or not is_digits(dev) or not is_digits(ino):
         return False
     try:
         stat = os.fstat(2)

@@ -9,6 +9,8 @@ import os
 
 import sdnotify
 
+from epycd.text import is_digits
+
 
 class Notifier:
     """Sends state lines to the service manager named by `NOTIFY_SOCKET`."""
@@ -48,7 +50,7 @@ def watchdog_interval() -> float | None:
     """
     usec = os.environ.get("WATCHDOG_USEC", "")
     pid = os.environ.get("WATCHDOG_PID", "")
-    if not usec.isdigit() or int(usec) == 0:
+    if not is_digits(usec) or int(usec) == 0:
         return None
     if pid and pid != str(os.getpid()):
         return None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -47,6 +48,18 @@ CACHE_MAX_BYTES = 8 * MIB
 MODEL_JSON_MAX_BYTES = 64 * MIB
 """A model's config.json, tokenizer_config.json, chat_template.json or safetensors index
 (a tokenizer_config.json with a large vocabulary's added tokens reaches a few MiB)."""
+TABLE_MAX_BYTES = 8 * MIB
+"""A data table: the shipped data/*.json (a few KiB each) or one an admin gives in its place
+(an Instinct recipes cache, a stack file)."""
+PROC_MAX_BYTES = 4 * MIB
+"""A /proc file: a process's cgroup, comm or cmdline, or the mount table."""
+FOREIGN_RECORD_MAX_BYTES = 8 * MIB
+"""Another program's small record: docker's config.v2.json of a container, a venv's
+pyvenv.cfg."""
+TOOL_OUTPUT_MAX_BYTES = 64 * MIB
+"""A result file `vllm bench` writes (per-request lengths, latencies and texts)."""
+SAFETENSORS_HEADER_MAX_BYTES = 100 * MIB
+"""A safetensors file's JSON header (the safetensors library's own limit is 100 MB)."""
 
 KINDS = (
     (stat.S_ISDIR, "a folder", errno.EISDIR),
@@ -129,6 +142,49 @@ def read_bytes(path: Path | str, cap: int) -> bytes:
 def read_text(path: Path | str, cap: int, *, errors: str = "strict") -> str:
     """`read_bytes` as UTF-8 text (a `UnicodeDecodeError` unless `errors` says otherwise)."""
     return read_bytes(path, cap).decode("utf-8", errors=errors)
+
+
+def _read_upto(fd: int, count: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < count:
+        chunk = os.read(fd, min(count - size, MIB))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+@dataclass(frozen=True)
+class LengthPrefixed:
+    """The start of a file that begins with its header's length (8 bytes, little-endian)."""
+
+    size: int
+    """The file's size in bytes, as the open file says."""
+    said: int | None
+    """The header length its first 8 bytes say; None for a file shorter than 8 bytes."""
+    header: bytes
+    """The header: the `said` bytes after the length, when within the cap and the file (the
+    reader checks `len(header) == said`); else b"", nothing read."""
+
+
+def read_length_prefixed(path: Path | str, cap: int) -> LengthPrefixed:
+    """The header of a regular file laid out as a safetensors file is (`read_bytes`'s rules):
+    at most `cap` bytes of it are read, never the data after it. The typed reader on top says
+    what is wrong with a length over the cap or past the file."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        prefix = _read_upto(fd, 8)
+        if len(prefix) < 8:
+            return LengthPrefixed(size, None, b"")
+        said = int.from_bytes(prefix, "little")
+        if said > cap or 8 + said > size:
+            return LengthPrefixed(size, said, b"")
+        return LengthPrefixed(size, said, _read_upto(fd, said))
+    finally:
+        os.close(fd)
 
 
 def read_head(path: Path | str, cap: int) -> bytes:

@@ -23,6 +23,7 @@ from pydantic_settings import (
 
 from epycd.paths import DEFAULT_CONFIG_DIR, EMBEDDED_RUNTIME, daemon_conf_path
 from epycd.readfile import STATE_MAX_BYTES, RefusedFile, read_bytes
+from epycd.text import is_digits
 
 
 def _absolute(path: Path) -> Path:
@@ -46,7 +47,7 @@ def parse_listen(value: str) -> tuple[str, int]:
     import ipaddress
 
     address, colon, port_text = value.rpartition(":")
-    if not colon or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not colon or not is_digits(port_text) or not 0 < int(port_text) < 65536:
         raise ValueError(
             f'{value!r} is not ADDRESS:PORT (e.g. 127.0.0.1:9464, [::1]:9464; "" for none)'
         )

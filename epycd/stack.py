@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from epycd.errors import InputError, validation_error
+from epycd.readfile import TABLE_MAX_BYTES, read_bytes
 
 STACK_FILE = "epyc.json"
 VALIDATED_FILE = "validated-stacks.json"
@@ -191,7 +192,7 @@ def validated_path(stack_file: Path | None = None) -> Path:
 def load_validated(path: Path) -> ValidatedStacks:
     fix = f"restore data/{VALIDATED_FILE} from the package"
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(read_bytes(path, TABLE_MAX_BYTES))
     except OSError as exc:
         raise InputError(f"unreadable: {exc.strerror}", file=path, fix=fix) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -270,7 +271,7 @@ def _check_validated(stack: Stack, source: Path | str) -> None:
 def load_stack(path: Path | None = None) -> Stack:
     source = path or stack_path()
     try:
-        raw = source.read_bytes()
+        raw = read_bytes(source, TABLE_MAX_BYTES)
     except OSError as exc:
         raise InputError(f"unreadable: {exc.strerror}", file=source, fix=STACK_FIX) from None
     return parse_stack(raw, source=source, validated=load_validated(validated_path(source)))

@@ -23,6 +23,13 @@ HIDDEN_CATEGORIES = UNSAFE_CATEGORIES | {"Cf"}
 """Never raw on a terminal: the unsafe ones and the format characters."""
 
 
+def is_digits(text: str) -> bool:
+    """Whether `text` is ASCII digits, 0-9 only: what `int()` of a number in a file or flag
+    should see. `str.isdigit` also takes '²' and other digits `int()` refuses with a
+    ValueError (tests/test_hostile_commands.py keeps it out of the product)."""
+    return text.isascii() and text.isdigit()
+
+
 def is_unsafe(char: str) -> bool:
     return unicodedata.category(char) in UNSAFE_CATEGORIES
 

@@ -24,6 +24,7 @@ from epycd.names import ENDPOINT_NAME_FIX, is_endpoint_name
 from epycd.plan.endpoint import Plan
 from epycd.readfile import RECORD_MAX_BYTES, read_bytes
 from epycd.settings import Settings
+from epycd.text import is_digits
 
 APPROVALS = "approvals"
 
@@ -108,7 +109,7 @@ def current_approver(environ: dict[str, str] | None = None) -> Approver:
     uid = os.geteuid()
     approver = Approver(uid=uid, user=user_name(uid))
     sudo_uid = env.get("SUDO_UID", "")
-    if uid == 0 and sudo_uid.isdigit():
+    if uid == 0 and is_digits(sudo_uid):
         approver.sudo_uid = int(sudo_uid)
         approver.sudo_user = env.get("SUDO_USER") or user_name(int(sudo_uid))
     return approver

@@ -55,7 +55,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def settings_checked(command: click.Command) -> click.Command:
     """`command` validating epycd.conf and the EPYCD_* variables before it runs (after its
     own options are parsed, so `--help` still works and `--json` reports the error). With
-    neither there is nothing to validate, and pydantic is not loaded for it."""
+    neither there is nothing to validate, and pydantic is not loaded for it. A group's
+    subcommands validate them, not the group, which runs before their options are parsed
+    (`gateway keys --json` would report a bad settings file without its JSON object)."""
+    if isinstance(command, click.Group):
+        group = copy.copy(command)
+        group.commands = {name: settings_checked(sub) for name, sub in command.commands.items()}
+        return group
     callback = command.callback
     if callback is None:
         return command

@@ -35,9 +35,10 @@ def instinct_recipes(source: Path, out: Path | None, as_json: bool) -> None:
     from epycd.errors import InputError
     from epycd.model.instinct import RECIPES_FILE, data_path, shipped_recipes
     from epycd.model.instinct_refresh import RefreshReport, convert, serialized
+    from epycd.readfile import TABLE_MAX_BYTES, read_bytes
 
     try:
-        raw = source.read_bytes()
+        raw = read_bytes(source, TABLE_MAX_BYTES)
     except OSError as exc:
         raise InputError(
             f"unreadable: {exc.strerror}", file=source, fix="give a readable recipes_cache.json"

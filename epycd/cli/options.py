@@ -39,6 +39,18 @@ SEQUENCES = click.IntRange(min=1, max=MAX_SEQUENCES)
 LOG_LINES = click.IntRange(min=0, max=MAX_LOG_LINES)
 
 
+NUL_FIX = "a NUL character is not allowed: no name, id or path holds one"
+
+
+def _refuse_nul(
+    kind: click.ParamType[Any], value: Any, param: click.Parameter | None, ctx: click.Context | None
+) -> None:
+    """A NUL in a value (only a caller in-process can pass one: argv cannot hold it) would
+    reach the OS as a path and fail there with a ValueError, not a message."""
+    if isinstance(value, str) and "\0" in value:
+        kind.fail(NUL_FIX, param, ctx)
+
+
 class NonEmptyText(click.types.StringParamType):
     """A name, id or path given as text: never empty. An empty value would otherwise be read
     as "not given" (`--model ""` as the default model) or as the current folder."""
@@ -50,6 +62,7 @@ class NonEmptyText(click.types.StringParamType):
             self.fail(
                 "an empty value is not allowed: give one, or leave the option out", param, ctx
             )
+        _refuse_nul(self, value, param, ctx)
         return super().convert(value, param, ctx)
 
 
@@ -61,6 +74,7 @@ class NonEmptyPath(click.Path):
             self.fail(
                 "an empty value is not allowed: give a path, or leave the option out", param, ctx
             )
+        _refuse_nul(self, value, param, ctx)
         return super().convert(value, param, ctx)
 
 

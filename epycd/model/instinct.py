@@ -18,6 +18,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from epycd.errors import InputError, validation_error
+from epycd.readfile import TABLE_MAX_BYTES, read_bytes
 
 GPUS_FILE = "instinct-gpus.json"
 RECIPES_FILE = "instinct-recipes.json"
@@ -114,7 +115,7 @@ def data_path(name: str) -> Path:
 
 def _load(kind: type[ModelT], path: Path) -> ModelT:
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path, TABLE_MAX_BYTES)
         data = json.loads(raw)
     except OSError as exc:
         raise InputError(f"unreadable: {exc.strerror}", file=path, fix=DATA_FIX) from None

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from epycd.text import is_digits
+
 
 def data_dir() -> Path:
     """`data/` of a source checkout, or `epycd/data/` inside the installed wheel."""
@@ -20,7 +22,7 @@ def version_key(version: str) -> tuple[int, ...]:
     """ "0.32.0+cpu" -> (0, 32, 0): versions compared by their numbers."""
     parts: list[int] = []
     for piece in version.split("+")[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
+        digits = "".join(ch for ch in piece if is_digits(ch))
         parts.append(int(digits) if digits else 0)
     return tuple(parts)
 

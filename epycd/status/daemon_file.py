@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from epycd.paths import DAEMON_STATUS_FILE
-from epycd.readfile import STATE_MAX_BYTES, read_bytes
+from epycd.readfile import PROC_MAX_BYTES, STATE_MAX_BYTES, read_bytes, read_text
 from epycd.settings import Settings
 from epycd.status.instances import InstanceLoad
 
@@ -30,8 +30,8 @@ def is_epycd(pid: int, proc: Path = PROC) -> bool:
         return False
     folder = proc / str(pid)
     try:
-        comm = (folder / "comm").read_text().strip()
-        argv = (folder / "cmdline").read_bytes().split(b"\0")
+        comm = read_text(folder / "comm", PROC_MAX_BYTES).strip()
+        argv = read_bytes(folder / "cmdline", PROC_MAX_BYTES).split(b"\0")
     except (OSError, UnicodeDecodeError):
         return False
     programs = [Path(arg.decode(errors="replace")).name for arg in argv[:2] if arg]

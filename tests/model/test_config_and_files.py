@@ -15,7 +15,6 @@ from epycd.model.weights import (
     bytes_from_parameter_counts,
     local_weights_bytes,
     read_safetensors_header,
-    tensor_bytes,
 )
 from tests.model.models import (
     BGE_SMALL_PARAMETERS,
@@ -72,10 +71,10 @@ def test_derived_weights_match_the_model_cards() -> None:
 def test_safetensors_header_of_a_real_layout(tmp_path: Path) -> None:
     path = bge_small_safetensors(tmp_path)
     header = read_safetensors_header(path)
-    assert header["encoder.layer.11.output.dense.weight"]["shape"] == [384, 1536]
-    assert tensor_bytes(header) == 4 * BGE_SMALL_PARAMETERS
+    assert header.tensors["encoder.layer.11.output.dense.weight"].shape == (384, 1536)
+    assert header.data_bytes == 4 * BGE_SMALL_PARAMETERS
     header_length = int.from_bytes(path.read_bytes()[:8], "little")
-    assert tensor_bytes(header) == path.stat().st_size - 8 - header_length
+    assert header.data_bytes == path.stat().st_size - 8 - header_length
     folder = tmp_path / "model"
     folder.mkdir()
     path.rename(folder / "model.safetensors")
@@ -85,7 +84,7 @@ def test_safetensors_header_of_a_real_layout(tmp_path: Path) -> None:
 def test_broken_safetensors_is_bad_input(tmp_path: Path) -> None:
     bad = tmp_path / "model.safetensors"
     bad.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{nope")
-    with pytest.raises(InputError, match="unreadable safetensors header"):
+    with pytest.raises(InputError, match="its header is not JSON"):
         read_safetensors_header(bad)
 
 

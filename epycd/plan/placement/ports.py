@@ -24,6 +24,7 @@ from pathlib import Path
 
 from epycd.errors import EpycError, InputError, Refusal
 from epycd.names import ENDPOINT_NAME_RULE, UNIT_IN_CGROUP, UNIT_PREFIX
+from epycd.readfile import FOREIGN_RECORD_MAX_BYTES, PROC_MAX_BYTES, read_bytes, read_text
 
 DOCKER_IN_CGROUP = re.compile(r"docker[-/]([0-9a-f]{64})\b")
 """cgroupfs driver: `/docker/ID`; systemd driver: `/system.slice/docker-ID.scope`."""
@@ -58,7 +59,7 @@ def endpoint_of_pid(
     pid: int, proc: Path = Path("/proc"), docker_containers: Path = DOCKER_CONTAINERS
 ) -> str | None:
     try:
-        cgroup = (proc / str(pid) / "cgroup").read_text()
+        cgroup = read_text(proc / str(pid) / "cgroup", PROC_MAX_BYTES, errors="replace")
     except OSError:
         return None
     match = UNIT_IN_CGROUP.search(cgroup)
@@ -71,7 +72,7 @@ def endpoint_of_pid(
 def docker_endpoint(container: Path) -> str | None:
     """The endpoint a docker container runs for, by the name in docker's record of it."""
     try:
-        record = json.loads((container / "config.v2.json").read_text())
+        record = json.loads(read_bytes(container / "config.v2.json", FOREIGN_RECORD_MAX_BYTES))
     except (OSError, ValueError):
         return None
     name = record.get("Name") if isinstance(record, dict) else None

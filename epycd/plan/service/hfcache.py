@@ -13,6 +13,7 @@ from pathlib import Path
 
 from epycd.plan.model import HfCacheMount
 from epycd.plan.service.homes import in_a_home
+from epycd.readfile import PROC_MAX_BYTES, read_text
 
 ROOT_HF_HOME = Path("/root/.cache/huggingface")
 ENDPOINT_HF_HOME = "/var/cache/epyc-llm/huggingface"
@@ -52,7 +53,7 @@ def resolve_hf_cache(host_root: Path, environ: Mapping[str, str]) -> HfCacheMoun
     home = hf_home(environ)
     real = Path(os.path.realpath(home))
     try:
-        mounts = (host_root / "proc" / "mounts").read_text(encoding="utf-8", errors="replace")
+        mounts = read_text(host_root / "proc" / "mounts", PROC_MAX_BYTES, errors="replace")
     except OSError:
         mounts = ""
     fstype = mount_fstype(real, mounts)

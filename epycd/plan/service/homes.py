@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from epycd.readfile import FOREIGN_RECORD_MAX_BYTES, read_text
+
 HIDDEN_HOMES = ("/root", "/home")
 """Hidden from the host endpoints' user (ProtectHome=; /root is root's alone)."""
 
@@ -22,7 +24,7 @@ def in_a_home(path: str) -> bool:
 def venv_base_prefix(venv: Path) -> Path | None:
     """The prefix of the interpreter a venv was made from (pyvenv.cfg `home` is its bin/)."""
     try:
-        text = (venv / "pyvenv.cfg").read_text(encoding="utf-8", errors="replace")
+        text = read_text(venv / "pyvenv.cfg", FOREIGN_RECORD_MAX_BYTES, errors="replace")
     except OSError:
         return None
     for line in text.splitlines():

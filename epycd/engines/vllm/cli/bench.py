@@ -7,7 +7,6 @@ environment only (`epycd.cli.bench.bench_env`), never its argv."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -31,8 +30,10 @@ from epycd.engines.vllm.plan.model import AnyVllmServer
 from epycd.errors import Refusal
 from epycd.listen import local_url
 from epycd.plan.endpoint import Plan
+from epycd.readfile import TOOL_OUTPUT_MAX_BYTES, read_json_object
 
 RESULT_IN_CONTAINER = "/epycd-bench"
+RESULT_FIX = "run the benchmark again; vllm bench of the endpoint's vLLM writes this file"
 
 
 def serve_bench_args(
@@ -150,7 +151,7 @@ def run_offline(
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         return BenchRun(concurrency=seqs, num_prompts=prompts,
                         error=f"exit {done.returncode}: " + " / ".join(tail))  # fmt: skip
-    data = json.loads(out.read_text(encoding="utf-8"))
+    data: dict[str, Any] = read_json_object(out, TOOL_OUTPUT_MAX_BYTES, fix=RESULT_FIX)
     elapsed = float(data["elapsed_time"]) or time.monotonic() - started
     return BenchRun(
         concurrency=seqs,
@@ -181,7 +182,7 @@ def run_one(
     if process.returncode != 0 or not result_file.is_file():
         error = f"exit {process.returncode}: " + " / ".join(tail)
         return {"error": error.replace(key, "<api key>") if key else error}
-    data = json.loads(result_file.read_text(encoding="utf-8"))
+    data = read_json_object(result_file, TOOL_OUTPUT_MAX_BYTES, fix=RESULT_FIX)
     return {key: data.get(key) for key in METRICS}
 
 

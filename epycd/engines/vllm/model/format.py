@@ -28,7 +28,7 @@ from epycd.model.hub import ModelSource, locate_model
 from epycd.model.tables import data_dir
 from epycd.model.template import endpoints, template_from_override, template_status
 from epycd.model.weights import local_weights_bytes
-from epycd.readfile import MODEL_JSON_MAX_BYTES, read_text
+from epycd.readfile import MODEL_JSON_MAX_BYTES, TABLE_MAX_BYTES, read_text
 
 if TYPE_CHECKING:
     from epycd.host.probe_cache import ProbeCache
@@ -47,7 +47,7 @@ def pinned_vllm_version() -> str:
     """`vllm_version` of data/epyc.json, else the validated default."""
     stack = data_dir() / "epyc.json"
     try:
-        version = json.loads(stack.read_text()).get("vllm_version")
+        version = json.loads(read_text(stack, TABLE_MAX_BYTES)).get("vllm_version")
     except (OSError, ValueError, AttributeError):
         return FALLBACK_VLLM_VERSION
     return str(version) if version else FALLBACK_VLLM_VERSION

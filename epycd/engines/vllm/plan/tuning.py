@@ -21,6 +21,7 @@ from epycd.host.facts import PythonHeaders
 from epycd.plan.tuning import Profile, headroom_gib
 from epycd.sizes import GIB
 from epycd.spec.flags import ExtraFlags
+from epycd.text import is_digits
 
 LARGE_INSTANCE_CORES = 64
 """Rule 1: from this many physical cores an instance leaves 2 cores to the front end."""
@@ -181,7 +182,7 @@ def version_tuple(version: str | None) -> tuple[int, ...] | None:
         return None
     parts = []
     for word in version.split("+")[0].split(".")[:3]:
-        digits = "".join(ch for ch in word if ch.isdigit())
+        digits = "".join(ch for ch in word if is_digits(ch))
         if not digits:
             break
         parts.append(int(digits))
