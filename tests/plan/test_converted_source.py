@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from epycd.engines.llama_cpp.model.convert import kept_step, stamp_of
+from epycd.plan.model import ConvertedWeights
 from epycd.plan.pipeline.result import EndpointResult
 from tests.plan.conftest import write_model
 from tests.plan.test_auto_engine import AutoWorkspace, aw
@@ -174,3 +176,43 @@ def test_a_source_changed_since_its_conversion_waits_for_a_conversion_with_the_r
     text = after.errors[0].text
     assert "must be converted again" in text and said in text, text
     assert "epycctl approve chat converts it first" in text
+
+
+def test_an_approval_recorded_before_the_binding_still_loads() -> None:
+    """An approved plan of a converted endpoint recorded before `converted` carried the
+    source's identity and digest loads (it is then drift, not a damaged record)."""
+    older = {"source": "/m/x", "source_revision": None, "quantize": "q8_0", "sha256": "0" * 64}
+    weights = ConvertedWeights.model_validate(older)
+    assert (weights.source_identity, weights.source_sha256) == (None, None)
+
+
+def test_quantize_on_a_gguf_model_under_auto_names_the_key_and_the_fix(
+    aw: AutoWorkspace,
+) -> None:
+    model = gguf_model(aw.ws.tmp)
+    aw.ws.endpoint("g", f'engine = "auto"\nmodel = "{model}"\nquantize = "q8_0"\n')
+    refused = aw.plan()["g"]
+    assert refused.plan is None and refused.prerequisite is None
+    text = refused.errors[0].text
+    assert "not llama.cpp: " in text and "already a GGUF file" in text, text
+    assert "remove quantize" in text, text
+
+
+def test_a_kept_step_whose_stamp_is_a_fifo_is_no_step(tmp_path: Path) -> None:
+    """The stamp beside a kept bf16 step (FILE.bf16.json) is read through readfile: a FIFO
+    there is no stamp (converted again), at once."""
+    model = write_model(tmp_path / "model")
+    whole = tmp_path / "out.gguf.bf16"
+    whole.write_bytes(b"a step")
+    os.mkfifo(whole.with_name(whole.name + ".json"))
+    answer: list[bool] = []
+    thread = threading.Thread(
+        target=lambda: answer.append(kept_step(whole, stamp_of(model, None))), daemon=True
+    )
+    thread.start()
+    thread.join(BOUND_S)
+    if thread.is_alive():
+        with suppress(OSError):
+            os.close(os.open(whole.with_name(whole.name + ".json"), os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("kept_step blocked on a FIFO")
+    assert answer == [False]
