@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from epycd.engines.llama_cpp.model.convert import kept_step, stamp_of
+from epycd.engines.llama_cpp.plan.converted import converted_path
 from epycd.plan.model import ConvertedWeights
 from epycd.plan.pipeline.result import EndpointResult
 from tests.plan.conftest import write_model
@@ -216,3 +217,17 @@ def test_a_kept_step_whose_stamp_is_a_fifo_is_no_step(tmp_path: Path) -> None:
             os.close(os.open(whole.with_name(whole.name + ".json"), os.O_WRONLY | os.O_NONBLOCK))
         pytest.fail("kept_step blocked on a FIFO")
     assert answer == [False]
+
+
+def test_a_hub_source_is_named_by_its_id_and_commit(tmp_path: Path) -> None:
+    """A hub model's file comes from its id at its commit: another commit, another id whose
+    slug was the same (`org/a-b` and `org-a/b`), another file."""
+    names = {
+        converted_path(tmp_path, model, revision, "q8_0")
+        for model, revision in [("org/a-b", "c1"), ("org/a-b", "c2"), ("org-a/b", "c1"),
+                                ("org/a", "c1")]
+    }  # fmt: skip
+    assert len(names) == 4
+    assert converted_path(tmp_path, "org/a-b", "c1", "q8_0") != converted_path(
+        tmp_path, "org/a-b", "c1", "q4_k_m"
+    )
