@@ -152,6 +152,7 @@ def auto_configs(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from auto_engine import planned_config as auto_planned
 
     from epycd.engines.llama_cpp.model.format import pinned_version
+    from epycd.engines.llama_cpp.model.source import read_converted_source
     from epycd.engines.llama_cpp.plan.converted import ConvertedRecord, converted_path, record_path
 
     converted = work / "converted"
@@ -162,7 +163,9 @@ def auto_configs(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     record = ConvertedRecord(source=str(args.model), source_revision=None, quantize="q8_0",
                              sha256=hashlib.sha256(target.read_bytes()).hexdigest(),
                              bytes=stat.st_size, mtime_ns=stat.st_mtime_ns,
-                             llama_cpp=pinned_version())  # fmt: skip
+                             llama_cpp=pinned_version(),
+                             converted_from=read_converted_source(str(args.model), args.model,
+                                                                  None))  # fmt: skip
     record_path(target).write_text(record.model_dump_json())
     settings = {"llama_runtime_dir": args.llama_server.parent.parent, "runtime_dir": VENV,
                 "llama_converted_dir": converted}  # fmt: skip

@@ -286,3 +286,18 @@ def read_model(path: Path | str, cap: int, model: type[M], *, fix: str) -> M:
         return model.model_validate_json(raw)
     except ValidationError as exc:
         raise validation_error(exc, file=path, fix=fix) from None
+
+
+def read_sha256(path: Path | str) -> str:
+    """The SHA-256 of the whole regular file `path` (`open_regular`'s rules), read in pieces:
+    a model's weights, which no cap bounds and no caller holds in memory."""
+    import hashlib
+
+    hashed = hashlib.sha256()
+    fd = open_regular(path)
+    try:
+        while chunk := os.read(fd, MIB):
+            hashed.update(chunk)
+    finally:
+        os.close(fd)
+    return hashed.hexdigest()

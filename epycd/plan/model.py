@@ -86,6 +86,16 @@ class ConvertedWeights(BaseModel):
     source_revision: str | None = Field(description="the hub commit it was converted at")
     quantize: str = Field(description="q8_0, q4_k_m or bf16")
     sha256: str = Field(description="the converted file's SHA-256")
+    source_identity: str | None = Field(
+        default=None,
+        description="what it was converted from: folder:RESOLVED-PATH or hub:ORG/NAME@COMMIT "
+        "(None in an approval recorded before the product bound a file to its source: such "
+        "an approval loads, and differs from the plan made now)",
+    )
+    source_sha256: str | None = Field(
+        default=None,
+        description="the SHA-256 of the files the converter read (names and contents)",
+    )
 
 
 class EngineChoice(BaseModel):

@@ -196,7 +196,9 @@ def test_vllm_skips_a_gguf_only_model_and_serves_the_source_of_a_converted_one(
         asked="auto",
         reasons=["converted"],
         converted=ConvertedWeights(source="Qwen/Qwen3-0.6B", source_revision="abc123",
-                                   quantize="q8_0", sha256="0" * 64),
+                                   quantize="q8_0", sha256="0" * 64,
+                                   source_identity="hub:Qwen/Qwen3-0.6B@abc123",
+                                   source_sha256="1" * 64),
     )  # fmt: skip
     plan = with_decisions(plan, engine_choice=converted)
     no_runtime = VllmPlain().other(plan, settings, PORT)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -137,3 +138,36 @@ def test_a_model_the_converter_refuses_is_served_by_vllm_after_approve_says_why(
     assert "converter failed on" in planned.stdout + planned.stderr
     assert str(refused) in planned.stdout + planned.stderr
     assert refused.stat().st_mtime_ns == before
+
+
+def states(env: ApprovalSandbox) -> list[tuple[str, str]]:
+    done = real_epycctl(env, "status", "--json")
+    return [(s["name"], s["state"]) for s in json.loads(done.stdout)["endpoints"]]
+
+
+def test_a_source_changed_after_approval_is_changed_needs_approval_with_the_reason(
+    env: ApprovalSandbox,
+) -> None:
+    """The converted file stands for its source as it was converted: the source's
+    config.json rewritten after approve makes the approved endpoint changed-needs-approval
+    in status, naming the file; approve converts it again and status says approved."""
+    llama_server()
+    model = env.tmp / "models" / "tiny-llama"
+    shutil.copytree(tiny_llama(), model)
+    endpoint = env.settings.config_dir / "chat.toml"
+    endpoint.write_text(f'engine = "llama.cpp"\nmodel = "{model}"\n')
+    done = real_epycctl(env, "approve", "chat", "--yes", "--no-start")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert states(env) == [("chat", "approved")]
+
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "rope_theta": 20000.0}))
+    status = json.loads(real_epycctl(env, "status", "--json").stdout)["endpoints"]
+    assert [(s["name"], s["state"]) for s in status] == [("chat", "changed-needs-approval")]
+    reasons = " ".join([status[0]["reason"], *status[0]["reasons"]])
+    assert "config.json was rewritten" in reasons and "approve chat" in reasons, reasons
+
+    again = real_epycctl(env, "approve", "chat", "--yes", "--no-start")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "convert_hf_to_gguf.py" in again.stderr, "converted again"
+    assert states(env) == [("chat", "approved")]

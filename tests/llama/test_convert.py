@@ -242,3 +242,96 @@ def test_the_command_writes_json_and_refuses_with_exit_1(runtime: Path, tmp_path
     assert refused.returncode == 2, refused.stderr
     error = json.loads(refused.stdout)["error"]
     assert error.startswith(f"{tmp_path / 'none'}: --output: ") and "create it" in error
+
+
+def epycctl_convert(
+    runtime: Path, cwd: Path, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`epycctl convert ARGS --json`, bounded: a read that blocks fails the test, not hangs it."""
+    env = {**os.environ, "EPYCD_LLAMA_RUNTIME_DIR": str(runtime)}
+    epycctl = str(Path(REPO) / ".venv" / "bin" / "epycctl")
+    argv = [epycctl, "convert", *args, "--python", PYTHON, "--json"]
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def refused_json(done: subprocess.CompletedProcess[str], code: int) -> str:
+    assert done.returncode == code, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    answer = json.loads(done.stdout)
+    assert set(answer) >= {"error"}, answer
+    return str(answer["error"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("fifo", "FIFO"),
+        ("dev-zero", "character device"),
+        ("huge", "larger than 64 MiB"),
+        ("not-object", "not an object"),
+        ("architectures-text", "architectures"),
+        ("architectures-numbers", "architectures"),
+    ],
+)
+def test_a_hostile_config_json_is_refused_naming_the_file_and_key(
+    runtime: Path, tmp_path: Path, kind: str, said: str
+) -> None:
+    """convert's config.json goes through epycd/readfile.py: a FIFO answers at once, /dev/zero
+    and a huge file are not read past the cap, a wrong type names the key and the fix; exit
+    2, one JSON object, nothing written."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama(), model)
+    config = model / "config.json"
+    config.unlink()
+    if kind == "fifo":
+        os.mkfifo(config)
+    elif kind == "dev-zero":
+        config.symlink_to("/dev/zero")
+    elif kind == "huge":
+        with config.open("wb") as handle:
+            handle.truncate(65 * 2**20)
+    elif kind == "not-object":
+        config.write_text('["LlamaForCausalLM"]')
+    elif kind == "architectures-text":
+        config.write_text('{"architectures": "LlamaForCausalLM"}')
+    else:
+        config.write_text('{"architectures": [1, 2]}')
+    out = tmp_path / "out"
+    out.mkdir()
+    error = refused_json(epycctl_convert(runtime, out, str(model)), 2)
+    assert error.startswith(f"{config}: "), error
+    assert said in error, error
+    if kind.startswith("architectures"):
+        assert error.startswith(f"{config}: architectures: ") and "list" in error, error
+    assert list(out.iterdir()) == []
+
+
+def test_an_output_that_is_a_source_file_is_refused_and_the_source_kept(
+    runtime: Path, tmp_path: Path
+) -> None:
+    """--output naming a file of the model (as given, through a symlink, or a hard link of
+    it) would replace the weights or the config the conversion reads: refused before
+    anything runs, the model as it was."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_llama(), model)
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    (tmp_path / "link.gguf").symlink_to(model / "config.json")
+    os.link(model / "model.safetensors", tmp_path / "hard.gguf")
+    for output in (
+        model / "model.safetensors",
+        model / "tokenizer.json",
+        tmp_path / "link.gguf",
+        tmp_path / "hard.gguf",
+    ):
+        error = refused_json(
+            epycctl_convert(runtime, tmp_path, str(model), "--output", str(output)), 2
+        )
+        assert error.startswith(f"{output}: --output: "), error
+        assert "the model's own" in error and "--output" in error, error
+        assert {p.name: p.read_bytes() for p in model.iterdir()} == before, output
+    with pytest.raises(InputError, match="would overwrite the model's own") as caught:
+        convert(str(model), runtime_dir=runtime, python=PYTHON, output=model)  # the CLI says so too
+    assert caught.value.key == "--output"
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hard.gguf", "link.gguf", "llama-runtime",
+                                                          "model"]  # fmt: skip

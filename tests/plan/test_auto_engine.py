@@ -22,6 +22,7 @@ import pytest
 from epycd.cli.plan import confirmation_table, plan_json
 from epycd.engines.llama_cpp.approval import prerequisite_token
 from epycd.engines.llama_cpp.model.format import pinned_version
+from epycd.engines.llama_cpp.model.source import read_converted_source
 from epycd.engines.llama_cpp.plan.converted import (
     ConvertedRecord,
     converted_path,
@@ -90,6 +91,7 @@ class AutoWorkspace:
             bytes=stat.st_size,
             mtime_ns=stat.st_mtime_ns,
             llama_cpp="0.3.36",
+            converted_from=read_converted_source(str(source), source, None),
         )
         record_path(gguf).write_text(record.model_dump_json())
         return gguf

@@ -25,7 +25,6 @@ the planner passes llama.cpp over for that model (docs/conversion.md).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -39,8 +38,23 @@ from pydantic import BaseModel
 
 from epycd.atomic import write_atomic
 from epycd.engines.llama_cpp.model.format import load_table, pinned_version
+from epycd.engines.llama_cpp.model.source import (
+    NOT_WEIGHTS,
+    NOT_WEIGHTS_FOLDERS,
+    ConvertedSource,
+    SourceFile,
+    converted_files,
+    read_converted_source,
+)
 from epycd.errors import InputError, Refusal
 from epycd.model.hub import HubEnvironment, locate_model
+from epycd.readfile import (
+    MODEL_JSON_MAX_BYTES,
+    RECORD_MAX_BYTES,
+    read_json_object,
+    read_model,
+    read_sha256,
+)
 
 Quantize = Literal["q8_0", "q4_k_m", "bf16"]
 QUANTIZE: tuple[Quantize, ...] = ("q8_0", "q4_k_m", "bf16")
@@ -57,9 +71,6 @@ conversion/ modules and its gguf-py/ library, from the pinned source."""
 CONVERTER_SCRIPT = "convert_hf_to_gguf.py"
 CONVERTER_MODULES = ("torch", "transformers", "numpy", "sentencepiece")
 """What the converter imports (llama.cpp's requirements-convert_hf_to_gguf.txt)."""
-NOT_WEIGHTS = ["*.bin", "*.pt", "*.pth", "*.h5", "*.msgpack", "*.onnx", "*.ot", "*.gguf"]
-"""A hub repository's files the converter never reads (other formats of the same weights)."""
-NOT_WEIGHTS_FOLDERS = ["onnx/*", "openvino/*", "coreml/*", "flax_model*", "tf_model*"]
 TAIL_LINES = 12
 KNOWN_FAILURES = {
     "pre-tokenizer was not recognized": "llama.cpp's converter does not know this model's "
@@ -84,6 +95,8 @@ class Conversion(BaseModel):
     sha256: str
     seconds: float
     llama_cpp: str
+    converted_from: ConvertedSource
+    """The source's identity, the files the converter read and their content's digest."""
 
 
 Say = Callable[[str], None]
@@ -176,13 +189,33 @@ def model_folder(
     return Path(folder), source.revision
 
 
+CONFIG_FIX = (
+    "config.json is the model's Hugging Face config: a JSON object whose architectures is a "
+    'list of names, e.g. "architectures": ["LlamaForCausalLM"]; download the model again'
+)
+
+
 def architectures_of(folder: Path) -> list[str]:
+    """config.json's `architectures`, read through epycd/readfile.py (a regular file of at
+    most `MODEL_JSON_MAX_BYTES`, a JSON object); a list of names or nothing."""
     config = folder / "config.json"
     try:
-        names = json.loads(config.read_text()).get("architectures") or []
-    except (OSError, ValueError, AttributeError) as exc:
-        raise InputError(f"unreadable config.json: {exc}", file=config) from None
-    return [str(name) for name in names]
+        data = read_json_object(config, MODEL_JSON_MAX_BYTES, fix=CONFIG_FIX)
+    except OSError as exc:
+        raise InputError(
+            f"config.json cannot be read: {exc.strerror or exc}", file=config, fix=CONFIG_FIX
+        ) from None
+    names = data.get("architectures")
+    if names is None:
+        return []
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise InputError(
+            f"is {json.dumps(names)[:80]}, not a list of architecture names",
+            file=config,
+            key="architectures",
+            fix=CONFIG_FIX,
+        )
+    return names
 
 
 @contextmanager
@@ -228,21 +261,23 @@ class Stamp(BaseModel):
 
     folder: str
     revision: str | None
-    files: list[tuple[str, int, int]]
+    files: list[SourceFile]
     llama_cpp: str
 
 
 def stamp_of(folder: Path, revision: str | None) -> Stamp:
-    stats = sorted((p.name, p.stat()) for p in folder.iterdir() if p.is_file())
-    seen = [(name, stat.st_size, stat.st_mtime_ns) for name, stat in stats]
-    return Stamp(folder=str(folder), revision=revision, files=seen, llama_cpp=pinned_version())
+    files = converted_files(folder)
+    return Stamp(folder=str(folder), revision=revision, files=files, llama_cpp=pinned_version())
 
 
 def kept_step(whole: Path, stamp: Stamp) -> bool:
-    """Whether `whole` is a finished step of this same conversion, kept by one cut short."""
+    """Whether `whole` is a finished step of this same conversion, kept by one cut short; a
+    stamp that cannot be read (a FIFO, a device, too large, not a stamp) is no stamp."""
     try:
-        kept = Stamp.model_validate_json(whole.with_name(whole.name + ".json").read_text())
-    except (OSError, ValueError):
+        kept = read_model(
+            whole.with_name(whole.name + ".json"), RECORD_MAX_BYTES, Stamp, fix="converted again"
+        )
+    except (OSError, InputError):
         return False
     return whole.is_file() and kept == stamp
 
@@ -269,6 +304,67 @@ def drop_step(whole: Path) -> None:
     whole.with_name(whole.name + ".json").unlink(missing_ok=True)
 
 
+WRITTEN_BESIDE = (".part", ".bf16", ".bf16.json", ".bf16.part", ".json", ".refused.json")
+"""The files a conversion (and approve's records) write beside OUTPUT."""
+
+
+def refuse_overwriting_source(output: Path, folder: Path, files: list[SourceFile]) -> None:
+    """An InputError when OUTPUT, or a file written beside it, is the model folder or one
+    of the files the conversion reads: as named, resolved, or the same inode (a hard link).
+    Nothing has been written yet."""
+    sources = [folder / file.name for file in files]
+    named = {os.path.abspath(path) for path in sources} | {os.path.realpath(folder)}
+    named |= {os.path.realpath(path) for path in sources}
+    inodes = set()
+    for path in sources:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        inodes.add((info.st_dev, info.st_ino))
+    for written in [output, *(output.with_name(output.name + end) for end in WRITTEN_BESIDE)]:
+        try:
+            info = os.stat(written)
+        except OSError:
+            same_inode = False
+        else:
+            same_inode = (info.st_dev, info.st_ino) in inodes
+        if same_inode or {os.path.abspath(written), os.path.realpath(written)} & named:
+            raise InputError(
+                f"would overwrite the model's own {written} (the model folder {folder} is "
+                "what the conversion reads)",
+                file=output,
+                key="--output",
+                fix="give --output a new file outside the model folder, e.g. "
+                f"{Path.cwd() / output.name}",
+            )
+
+
+def read_source(model: str, folder: Path, at: str | None, say: Say) -> ConvertedSource:
+    """The source as the converter will read it: its identity, its files and their
+    content's digest (the weights read once more)."""
+    say(f"hash the files of {folder} (what the converted file is bound to)")
+    try:
+        source = read_converted_source(model, folder, at)
+    except OSError as exc:
+        raise InputError(
+            f"a file of the model cannot be read: {exc.strerror or exc}",
+            file=exc.filename or folder,
+            fix="a model's files are regular files (or links to them): download it again",
+        ) from None
+    refuse_changed_source(source, folder, "while it was read")
+    return source
+
+
+def refuse_changed_source(source: ConvertedSource, folder: Path, when: str) -> None:
+    if converted_files(folder) != source.files:
+        raise Refusal(
+            f"the model's files changed {when}",
+            file=folder,
+            fix="convert again once the model is whole (a download or copy still running?)",
+        )
+
+
 def convert(
     model: str,
     *,
@@ -280,7 +376,8 @@ def convert(
     token: str | None = None,
     say: Say = lambda text: None,
 ) -> Conversion:
-    """`model` (a hub id or a folder of safetensors) as one GGUF file at `output`."""
+    """`model` (a hub id or a folder of safetensors) as one GGUF file at `output`, with
+    what it was made from (`Conversion.converted_from`)."""
     started = time.monotonic()
     output = (output or default_output(model, quantize)).absolute()
     if not output.parent.is_dir():
@@ -295,6 +392,7 @@ def convert(
             fix="build the llama.cpp runtime (packaging/install.sh --engine llama.cpp)",
         )
     folder, at = model_folder(model, revision, token, say)
+    refuse_overwriting_source(output, folder, converted_files(folder))
     architectures = architectures_of(folder)
     architecture = converted_architecture(architectures)
     if architecture is None:
@@ -302,6 +400,7 @@ def convert(
         raise Refusal(refusal, file=folder / "config.json", fix="serve it with vLLM")
     converter = installed_converter(runtime_dir)
     check_python(python)
+    source = read_source(model, folder, at, say)
     env = {**os.environ, "PYTHONPATH": str(converter / "gguf-py")}
     script = str(converter / CONVERTER_SCRIPT)
     with written_whole(output) as partial:
@@ -318,6 +417,7 @@ def convert(
                 "--outfile", str(partial),
             ]  # fmt: skip
             run_tool(argv, "convert_hf_to_gguf.py", say, env)
+        refuse_changed_source(source, folder, "while it was converted")
     if quantize in QUANTIZER_TYPE:
         drop_step(output.with_name(output.name + ".bf16"))
     return Conversion(
@@ -326,15 +426,8 @@ def convert(
         quantize=quantize,
         output=str(output),
         bytes=output.stat().st_size,
-        sha256=file_sha256(output),
+        sha256=read_sha256(output),
         seconds=round(time.monotonic() - started, 1),
         llama_cpp=pinned_version(),
+        converted_from=source,
     )
-
-
-def file_sha256(path: Path) -> str:
-    hashed = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            hashed.update(chunk)
-    return hashed.hexdigest()

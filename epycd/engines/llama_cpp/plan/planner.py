@@ -19,9 +19,9 @@ from epycd.engines.llama_cpp.model.format import pinned_version
 from epycd.engines.llama_cpp.plan.converted import (
     converted_path,
     converter_python_present,
+    current_record,
     needs_conversion,
     quantize_of,
-    read_record,
     read_refused,
     refused_path,
 )
@@ -206,11 +206,11 @@ def prepare_converted(
             fix='serve it with engine = "vllm" (engine = "auto" does), or give model = a '
             f".gguf file; to let approve try again, remove {refused_path(gguf)}",
         )
-    record = read_record(gguf)
-    if record is None:
+    record = current_record(gguf, spec.model, source.revision)
+    if isinstance(record, str):
         raise needs_conversion(
             result.name, spec.model, source.revision, quantize, gguf, file, spec.hf_token_file,
-            pooling=source.pooling,
+            pooling=source.pooling, why=record,
         )  # fmt: skip
     facts = sources.inspect(str(gguf))
     warnings = [*source.warnings, *check_llama_model(facts, file)]
@@ -224,6 +224,21 @@ def prepare_converted(
         converted=record.weights(),
     )
     return Prepared(result, spec, route, facts, warnings, engine_choice=choice)
+
+
+def refuse_quantize_of_gguf(spec: EndpointSpec, model: str, file: Path) -> None:
+    """`quantize` names the weights a safetensors model is converted to; a GGUF file's
+    weights are as they were made, so the key would be ignored: refused instead."""
+    quantize = LlamaKeys.of(spec).quantize
+    if quantize is not None:
+        raise InputError(
+            f'quantize = "{quantize}" chooses the weights a safetensors model is converted to, '
+            f"and {model} is already a GGUF file (its weights are as they were made)",
+            file=file,
+            key="quantize",
+            fix="remove quantize to serve the GGUF file as it is, or point model at the "
+            "safetensors source to have approve convert it to those weights",
+        )
 
 
 class LlamaPlanner(EnginePlanner):
@@ -257,6 +272,7 @@ class LlamaPlanner(EnginePlanner):
         token = read_token(spec, file, secret_group)
         if not is_gguf(model, spec.gguf_file):
             return prepare_converted(result, route, sources, token)
+        refuse_quantize_of_gguf(spec, model, file)
         facts = sources.inspect(
             model, revision=spec.revision, token=token, gguf_file=spec.gguf_file
         )
