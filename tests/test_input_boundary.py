@@ -50,16 +50,6 @@ EXEMPT: dict[tuple[str, str], str] = {
 }
 """(module, function) -> why it may read a file without epycd/readfile.py."""
 
-PENDING_ELSEWHERE: dict[tuple[str, str], str] = {
-    ("epycd/engines/llama_cpp/model/convert.py", "architectures_of"): "config.json read",
-    ("epycd/engines/llama_cpp/model/convert.py", "kept_step"): "the stamp beside a GGUF",
-    ("epycd/engines/llama_cpp/model/convert.py", "file_sha256"): "a weights file's digest",
-    ("epycd/engines/llama_cpp/plan/converted.py", "read_record"): "the converted record",
-    ("epycd/engines/llama_cpp/plan/converted.py", "read_refused"): "the refused record",
-}
-"""Reads in llama.cpp's conversion that another branch of issue 71 moves onto readfile.
-REMOVE at that merge: this set must be empty on main."""
-
 FIX = (
     "read it with epycd.readfile (read_bytes, read_text, read_json_object or read_model, "
     "with a cap constant of epycd/readfile.py; add one there if none fits); only shipped "
@@ -198,7 +188,7 @@ def package_reads() -> list[Read]:
 
 def _allowed(read: Read) -> bool:
     key = (read.module, read.function)
-    return key in EXEMPT or key in PENDING_ELSEWHERE
+    return key in EXEMPT
 
 
 def test_every_read_goes_through_readfile() -> None:
