@@ -13,8 +13,8 @@ escapes or 5000 characters as a name or a flag's value. For every case, in this 
 - another endpoint, `good`, still plans (exit 0, fits).
 
 Left out: `logs` (runs journalctl; its only input is an endpoint name, whose rule `status`
-and the others share and meet here), `convert`'s model (its reader of config.json is rebuilt on
-another branch of issue 71: a FIFO there blocks it today; its --output is driven),
+and the others share and meet here), a `convert` that would run the converter (a hostile
+config.json is driven into it with a Python that does not exist),
 `gateway plan`/`approve`/`remove` (they read only settings and certificates, which the
 gateway's own tests drive through the real HAProxy), and the flags that run a program
 (`--vllm`, `--python`: a random text could name one on PATH; they get fixed hostile paths).
@@ -265,6 +265,9 @@ def file_case(world: World, data: st.DataObject) -> Case:
                 [["check-model", str(model), "--json"],
                  ["estimate", str(model), "--socket-gb", "64", "--json"],
                  ["plan", "h", "--json"]]
+                + ([["convert", str(model), "--output", str(out) + ".gguf",
+                     "--python", "/nonexistent/python", "--json"]]
+                   if slot == "config.json" else [])
             )
         )  # fmt: skip
         return f"{slot}/{kind}", argv, [target, endpoint], "--json" in argv
