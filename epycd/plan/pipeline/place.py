@@ -190,6 +190,7 @@ def _placements(
                 None if p.spec.socket == "auto" else p.spec.socket,
                 kept=share.reservations.socket_of(p.result.name),
                 on_demand=p.spec.on_demand,
+                kept_on_demand=p.result.name in share.reservations.on_demand(),
             )
             for p in ready
             if not _is_gpu(p)
