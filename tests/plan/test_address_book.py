@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from epycd.approval.record import current_approver
 from epycd.gateway.apply import GatewayApproval, approval_path
 from epycd.host.facts import HostFacts
+from epycd.paths import gateway_approval_file
 from epycd.plan.endpoint import Plan
 from epycd.plan.pipeline.result import EndpointResult
 from epycd.plan.placement.reservations import Reservations
@@ -82,6 +83,7 @@ def test_the_approved_gateways_port_stays_reserved_while_its_units_are_installed
     """gateway_listen unset since, the gateway's approval still there (its units installed,
     stopped): its address is still the gateway's."""
     record = approval_path(ws.settings)
+    assert record == gateway_approval_file(ws.settings.state_dir), "one record, one path"
     record.parent.mkdir(parents=True)
     record.write_text(
         GatewayApproval(

@@ -20,8 +20,13 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
+from epycd.errors import EpycError
+from epycd.paths import gateway_approval_file
 from epycd.plan.endpoint import EndpointDecisions, Plan
 from epycd.plan.placement.ports import Listener, reserved
+from epycd.readfile import STATE_MAX_BYTES, read_model
 from epycd.settings import Settings, parse_listen
 
 
@@ -194,18 +199,22 @@ def settings_addresses(settings: Settings) -> dict[int, Listener]:
     }
 
 
+class GatewayAddresses(BaseModel):
+    """The addresses of the gateway's approval record (the rest of it is the gateway's)."""
+
+    model_config = ConfigDict(extra="ignore")
+    listen: str
+    metrics_listen: str = ""
+
+
 def approved_gateway_addresses(settings: Settings) -> dict[int, Listener]:
     """The ports of the approved gateway, while its approval stands (its units installed,
     running or not, whatever gateway_listen says now)."""
-    from epycd.gateway.apply import approval_path, read_approval
-
+    record = gateway_approval_file(settings.state_dir)
     try:
-        approval = read_approval(settings)
-    except (OSError, ValueError):
-        return {}  # an unreadable approval is the gateway's own error, said by its commands
-    if approval is None:
-        return {}
-    record = approval_path(settings)
+        approval = read_model(record, STATE_MAX_BYTES, GatewayAddresses, fix="")
+    except (OSError, EpycError):
+        return {}  # none, or unreadable: the gateway's own commands say so
     found: dict[int, Listener] = {}
     for what, value in (("address", approval.listen), ("metrics", approval.metrics_listen)):
         try:
