@@ -50,3 +50,9 @@ def endpoint_status_file(run_dir: Path, name: str) -> Path:
 DAEMON_STATUS_FILE = "status.json"
 """epycd's own status in RUN_DIR: its pid and every endpoint's status, with the serving
 instances' load (`epycd.status.daemon_file` reads it for `epycctl status NAME`)."""
+
+
+def gateway_approval_file(state_dir: Path) -> Path:
+    """The gateway's approval record (written by epycd.gateway.apply), read below the
+    gateway's layer by the address book (epycd.plan.placement.reservations)."""
+    return state_dir / "gateway" / "approval.json"

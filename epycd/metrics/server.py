@@ -3,11 +3,13 @@
 prometheus_client's WSGI app answers it from a threading HTTP server of epycd's own thread;
 each request reads the daemon's latest status and approved plans and scrapes the instances
 then (`epycd.metrics.scrape`, bounded), so nothing runs between scrapes. The server is
-bounded too, since any local process can be its client: at most `MAX_CONNECTIONS` at once
-(a connection past them is closed at once), each with `CLIENT_TIMEOUT_S` to send its
-request and for each write of the answer, and one scrape at a time (each holds every
-instance's exposition). Binding is not fatal: epycd keeps its endpoints running without
-metrics and says why, naming `metrics_listen`.
+bounded too, since any local process can be its client: at most `MAX_CONNECTIONS` at once,
+each with `CLIENT_TIMEOUT_S` to send its request and for each write of the answer, and one
+scrape at a time (each holds every instance's exposition). Idle clients cannot lock a scrape
+out: a connection past the cap takes the slot of the oldest client that has not yet sent its
+request (which is closed), and is closed itself only when every slot serves a request.
+Binding is not fatal: epycd keeps its endpoints running without metrics and says why, naming
+`metrics_listen`.
 """
 
 from __future__ import annotations
@@ -122,13 +124,14 @@ class ClientHandler(WSGIRequestHandler):
         self.cutoff.start()
 
     def cut_off(self) -> None:
-        with contextlib.suppress(OSError):
-            self.connection.shutdown(socket.SHUT_RDWR)
+        cut_off(self.connection)
 
     def parse_request(self) -> bool:
-        """The request line and headers are read: the rest is bounded by the timeout."""
+        """The request line and headers are read: the rest is bounded by the timeout, and
+        the client is no longer idle (`BoundedServer.admit` does not close it)."""
         parsed = super().parse_request()
         self.cutoff.cancel()
+        self.server.serving(self.connection)
         return parsed
 
     def finish(self) -> None:
@@ -139,11 +142,22 @@ class ClientHandler(WSGIRequestHandler):
         pass
 
 
+def cut_off(connection: socket.socket) -> None:
+    """Shut the connection down: its handler's next read or write ends."""
+    with contextlib.suppress(OSError):
+        connection.shutdown(socket.SHUT_RDWR)
+
+
 class BoundedServer(ThreadingMixIn, WSGIServer):
-    """A thread per client, at most `max_connections` of them: a connection past them is
-    closed at once rather than queued behind clients that may never finish."""
+    """A thread per client, at most `max_connections` of them counted: a connection past
+    them takes the slot of the oldest idle client (connected, its request not yet read),
+    which is cut off, so idle clients, however many, never keep a scrape out; only when
+    every slot serves a request is the new connection closed at once."""
 
     daemon_threads = True
+    request_queue_size = 64
+    """The listen backlog: a burst of connections waits to be accepted (and sorted out by
+    `admit`) rather than being dropped by the kernel before a scrape's turn."""
 
     def __init__(
         self,
@@ -155,24 +169,53 @@ class BoundedServer(ThreadingMixIn, WSGIServer):
     ) -> None:
         self.address_family = family
         self.client_timeout_s = client_timeout_s
-        self.slots = threading.BoundedSemaphore(max_connections)
+        self.max_connections = max_connections
+        self.slots_lock = threading.Lock()
+        self.idle: dict[socket.socket, None] = {}
+        """Clients in a slot whose request is not read yet, oldest first."""
+        self.busy: set[socket.socket] = set()
+        """Clients in a slot whose request is read (served or being answered)."""
         super().__init__(address, ClientHandler)
 
+    def admit(self, request: socket.socket) -> bool:
+        """Give `request` a slot, cutting off the oldest idle client when all are taken;
+        False when every slot serves a request."""
+        with self.slots_lock:
+            if len(self.idle) + len(self.busy) >= self.max_connections:
+                if not self.idle:
+                    return False
+                oldest = next(iter(self.idle))
+                del self.idle[oldest]
+                cut_off(oldest)
+            self.idle[request] = None
+            return True
+
+    def serving(self, request: socket.socket) -> None:
+        """`request`'s request is read: it is no longer idle."""
+        with self.slots_lock:
+            if self.idle.pop(request, False) is None:
+                self.busy.add(request)
+
+    def release(self, request: socket.socket) -> None:
+        with self.slots_lock:
+            self.idle.pop(request, None)
+            self.busy.discard(request)
+
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
+        if not self.admit(request):
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self.slots.release()
+            self.release(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            self.release(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client cut off or gone: said at debug level, not as a traceback on stderr."""

@@ -4,8 +4,9 @@ clashing families, a huge exposition, a drip and a body that never ends, beside 
 answering real vLLM's recorded exposition. The whole answer stays valid for promtool and
 prometheus_client's parser, the good instance's series come through, what clashes is
 dropped and counted, and each scrape stays bounded in time. Then the metrics server's own
-clients: an idle or dripping client is cut off, and past the connection cap a new
-connection is closed at once."""
+clients: an idle or dripping client is cut off, past the connection cap a new connection
+takes the oldest idle client's slot, and hundreds of idle local connections never keep a
+real scrape out."""
 
 from __future__ import annotations
 
@@ -267,15 +268,42 @@ def test_an_idle_and_a_dripping_client_are_cut_off(limited: str) -> None:
     assert httpx.get(f"http://{limited}/metrics", timeout=5).status_code == 200
 
 
-def test_past_the_connection_cap_a_connection_is_closed_and_scrapes_go_on(patient: str) -> None:
+def test_past_the_connection_cap_the_oldest_idle_client_is_closed_and_scrapes_go_on(
+    patient: str,
+) -> None:
     held = [connect(patient) for _ in range(3)]
     started = time.monotonic()
     assert httpx.get(f"http://{patient}/metrics", timeout=5).status_code == 200
     assert time.monotonic() - started < 2.0, "an idle client does not hold a scrape up"
     held.append(held_open(patient))
-    refused = connect(patient)
-    assert closed_within(refused, 3.0), "the fifth connection is closed, not held to its timeout"
-    for sock in held:
-        sock.close()
-    time.sleep(0.2)
+    newest = connect(patient)
+    assert closed_within(held[0], 3.0), "the oldest idle client gives its slot to the fifth"
+    assert not closed_within(newest, 0.5), "the fifth connection is kept"
     assert httpx.get(f"http://{patient}/metrics", timeout=5).status_code == 200
+    for sock in [*held, newest]:
+        sock.close()
+
+
+IDLE_CLIENTS = 250
+
+
+def test_hundreds_of_idle_local_connections_never_lock_a_scrape_out() -> None:
+    """The real server with its own cap and timeout (8 clients, 5 s to send a request):
+    250 idle connections held open, then scrapes, each answered within seconds (before,
+    the idle ones filled the cap and every scrape was closed at once)."""
+    server = MetricsServer(lambda: ([], {}))
+    listen = f"127.0.0.1:{closed_port()}"
+    server.apply(listen)
+    idle: list[socket.socket] = []
+    try:
+        idle = [connect(listen) for _ in range(IDLE_CLIENTS)]
+        for _ in range(3):
+            started = time.monotonic()
+            answer = httpx.get(f"http://{listen}/metrics", timeout=10)
+            assert answer.status_code == 200
+            assert "process_cpu_seconds_total" in answer.text
+            assert time.monotonic() - started < 3.0
+    finally:
+        for sock in idle:
+            sock.close()
+        server.stop()

@@ -307,7 +307,7 @@ def test_approved_instance_ports_stay_the_sets(ws: PlanWorkspace, host_of: HostO
     assert [m.port for m in _members(again)] == held
     assert new.decisions.port not in held
     errors = [e.text for e in results["pinned"].errors]
-    assert any("an instance of approved endpoint big" in e for e in errors), errors
+    assert any("an instance port of approved endpoint big" in e for e in errors), errors
 
 
 def test_an_instance_process_belongs_to_its_endpoint(tmp_path: Path) -> None:

@@ -176,6 +176,81 @@ def test_an_approved_member_keeps_its_seat_and_engine_port(lw: LlamaWorkspace) -
     }
 
 
+def approve_changed(
+    lw: LlamaWorkspace, approved: dict[str, Plan], rounds: int
+) -> tuple[dict[str, Plan], dict[str, EndpointResult], list[set[str]]]:
+    """Plan with `approved` held, approve every planned endpoint whose plan changed, and
+    again, `rounds` times: the approvals, the last plan, and what each round approved."""
+    approved = dict(approved)
+    changed: list[set[str]] = []
+    results: dict[str, EndpointResult] = {}
+    for _ in range(rounds):
+        results = lw.plan(reservations=Reservations.of(approved))
+        now = {
+            name: plan
+            for name, r in results.items()
+            if (plan := r.plan) is not None
+            and (name not in approved or plan.fingerprint != approved[name].fingerprint)
+        }
+        changed.append(set(now))
+        approved |= now
+    return approved, results, changed
+
+
+@pytest.mark.parametrize("edited", ["a", "b"])
+def test_a_swap_member_made_plain_with_no_seat_left_is_refused_and_the_other_keeps_its_seat(
+    lw: LlamaWorkspace, edited: str
+) -> None:
+    """a and b approved in socket 1's swap seat beside a plain endpoint on socket 0; one of
+    them edited into a plain endpoint, whichever it is: it is refused (a plain endpoint needs
+    a seat of its own, none is left) naming the key and the fix, and the other member and
+    the plain endpoint plan as approved, so nothing needs approving again."""
+    lw.endpoint("plain", "")
+    lw.endpoint("a", "on_demand = true\n")
+    lw.endpoint("b", "on_demand = true\n")
+    first = lw.plan()
+    approved = {name: planned(first, name) for name in ("plain", "a", "b")}
+    path = lw.endpoint(edited, "")
+    other = "b" if edited == "a" else "a"
+    _, results, changed = approve_changed(lw, approved, rounds=2)
+    assert changed == [set(), set()], changed
+    refused = results[edited]
+    assert refused.plan is None
+    error = refused.errors[0]
+    assert error.key == "socket" and error.file == str(path), error
+    assert f"swap seat with {other}" in error.text, error.text
+    assert error.fix is not None and "on_demand = true" in error.fix, error.fix
+    kept = planned(results, other)
+    assert kept.fingerprint == approved[other].fingerprint
+    assert planned(results, "plain").fingerprint == approved["plain"].fingerprint
+
+
+@pytest.mark.parametrize("edited", ["a", "b"])
+def test_a_swap_member_made_plain_takes_a_free_seat_and_plan_approve_converge(
+    lw: LlamaWorkspace, edited: str
+) -> None:
+    """a and b approved in one swap seat, the other socket freed since (its endpoint
+    removed); one member edited into a plain endpoint moves to the free seat, the other
+    keeps the swap seat (now its own), and one approve of each converges: planned again,
+    nothing changes."""
+    lw.endpoint("plain", "")
+    lw.endpoint("a", "on_demand = true\n")
+    lw.endpoint("b", "on_demand = true\n")
+    first = lw.plan()
+    approved = {name: planned(first, name) for name in ("a", "b")}
+    seat = approved["a"].decisions.socket
+    (lw.ws.settings.config_dir / "plain.toml").unlink()
+    lw.endpoint(edited, "")
+    other = "b" if edited == "a" else "a"
+    final, _results, changed = approve_changed(lw, approved, rounds=3)
+    assert changed == [{"a", "b"}, set(), set()], changed
+    moved, stayed = final[edited].decisions, final[other].decisions
+    assert moved.on_demand is None and moved.socket != seat
+    assert stayed.on_demand is not None and stayed.socket == seat
+    assert stayed.on_demand.swap_group == [other]
+    assert "Conflicts=" not in final[other].units[f"epyc-llm-{other}.service"]
+
+
 def test_systemd_holding_an_approved_port_is_the_endpoint_itself(lw: LlamaWorkspace) -> None:
     """After approval the socket is PID 1's: planned again, the endpoint keeps its port
     (the same port held by another process is refused)."""

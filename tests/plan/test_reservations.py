@@ -94,7 +94,7 @@ def test_reservations_hold_what_the_old_maps_held(
     instance_ports = old["instance_ports"]
     assert isinstance(instance_ports, dict)
     listeners = reservations.listeners()
-    assert sorted(listeners) == sorted(p for ports in instance_ports.values() for p in ports)
-    assert all(
-        listeners[p].endpoint == name for name, ports in instance_ports.items() for p in ports
-    )
+    owned = {p: name for name, ports in instance_ports.items() for p in ports}
+    owned |= {p: name for name, p in ports.items()}
+    assert {p: listener.endpoint for p, listener in listeners.items()} == owned
+    assert all(listener.reserved for listener in listeners.values())

@@ -74,12 +74,18 @@ def plan_all(
     host = with_engine_runtimes(host, specs, settings, probes)
     secret_group = trusted_admin_gid(settings.daemon_conf)
     results, ready = prepare_all(specs, host, stack, probes, secret_group)
+    planning = {prepared.result.name for prepared in ready}
+    configured = {
+        spec.name: (spec.path, spec.spec.port)
+        for spec in specs
+        if spec.spec is not None and isinstance(spec.spec.port, int) and spec.name not in planning
+    }
     share = Sharing(
         host=host,
         stack=stack,
         settings=settings,
         hf_cache=resolve_hf_cache(root, src.environ or os.environ),
-        listeners=listened_on(src.listeners, reservations),
+        listeners=listened_on(src.listeners, reservations, settings, configured),
         product_python=src.product_python or sys.executable,
         render=render,
         reservations=reservations,

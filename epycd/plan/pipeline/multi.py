@@ -23,7 +23,7 @@ from epycd.plan.healing import balancer_healing
 from epycd.plan.model import CpuServer, EndpointService, HfCacheMount
 from epycd.plan.placement.alloc import Placement, cpu_nodes
 from epycd.plan.placement.instances import Layout, Region, plan_layout, region_of
-from epycd.plan.placement.ports import LAST_PORT, Listener
+from epycd.plan.placement.ports import LAST_PORT, Listener, in_use_summary
 from epycd.plan.prepared import Prepared
 from epycd.plan.service.served import exposure_reason
 from epycd.plan.service.unit_commands import approval_check_argv
@@ -65,10 +65,19 @@ def regions(
 
 
 def instance_ports(
-    port: int, count: int, name: str, taken: Collection[int], listeners: Mapping[int, Listener]
+    port: int,
+    count: int,
+    name: str,
+    taken: Collection[int] | Mapping[int, str],
+    listeners: Mapping[int, Listener],
+    *,
+    what: str = "the instances",
+    fix: str = 'set port lower (or "auto") so that there are free ports above it',
 ) -> list[int]:
-    """The instances' loopback ports: the first free ones after the endpoint's port, none
-    another endpoint claims and none another process listens on."""
+    """The first `count` free ports after the endpoint's port (for a set's instances, an
+    on-demand endpoint's engine): none another endpoint claims (`taken`, which may name
+    whose each is) and none the address book holds for another (`listeners`). Out of them:
+    a refusal naming the range, how many are in use by whom, and `fix`."""
     ports: list[int] = []
     candidate = port + 1
     while len(ports) < count and candidate <= LAST_PORT:
@@ -77,7 +86,14 @@ def instance_ports(
             ports.append(candidate)
         candidate += 1
     if len(ports) < count:
-        raise Refusal(f"no {count} free ports above {port} for the instances", key="port")
+        named = taken if isinstance(taken, Mapping) else dict.fromkeys(taken, "other endpoints")
+        used = in_use_summary(port + 1, LAST_PORT, name, named, listeners)
+        raise Refusal(
+            f"no {'free port' if count == 1 else f'{count} free ports'} above {port} (its port) "
+            f"for {what}: {used}",
+            key="port",
+            fix=fix,
+        )
     return ports
 
 

@@ -25,29 +25,43 @@ def engine_ports(
     ready: Sequence[Prepared], ports: Mapping[str, int | EpycError], share: Sharing
 ) -> dict[str, int | EpycError]:
     """Each on-demand endpoint's engine port, in name order: its approved one while no one
-    else has it, else the first free port above its own, none another endpoint or process
-    holds."""
+    else has it, else the first free port above its own, none another endpoint holds nor the
+    address book (`share.listeners`) reserves for another."""
     reservations = share.reservations
-    taken = {p for p in ports.values() if isinstance(p, int)} | set(reservations.ports().values())
-    taken |= set(_held_engine_ports(share).values())
+    taken = {port: f"approved endpoint {name}" for name, port in reservations.ports().items()}
+    taken |= {p: f"endpoint {name}" for name, p in ports.items() if isinstance(p, int)}
+    taken |= {
+        p: f"approved endpoint {name}'s engine" for name, p in _held_engine_ports(share).items()
+    }
     results: dict[str, int | EpycError] = {}
     for prepared in sorted(ready, key=lambda p: p.result.name):
         name, port = prepared.result.name, ports.get(prepared.result.name)
         if not prepared.spec.on_demand or not isinstance(port, int):
             continue
         kept = reservations.engine_port(name)
-        others = taken - ({kept} if kept is not None else set())
+        others = {p: holder for p, holder in taken.items() if p != kept}
         if kept is not None and kept not in others and kept != port:
             results[name] = kept
         else:
             try:
-                results[name] = instance_ports(port, 1, name, others, share.listeners)[0]
+                results[name] = _first_engine_port(port, name, others, share)
             except EpycError as error:
                 error.file = str(prepared.result.path)
                 results[name] = error
                 continue
-        taken.add(results[name])  # type: ignore[arg-type]
+        taken[results[name]] = f"endpoint {name}'s engine"  # type: ignore[index]
     return results
+
+
+def _first_engine_port(port: int, name: str, taken: Mapping[int, str], share: Sharing) -> int:
+    first = share.stack.defaults.first_port
+    fix = (
+        f'set port lower, or "auto" (counted up from the stack\'s first port, {first}), so that '
+        "free ports are above it; or plan fewer on-demand endpoints (each takes one engine port "
+        "above its own)"
+    )
+    what = "the engine of this on-demand endpoint (a loopback port above its port)"
+    return instance_ports(port, 1, name, taken, share.listeners, what=what, fix=fix)[0]
 
 
 def _held_engine_ports(share: Sharing) -> dict[str, int]:

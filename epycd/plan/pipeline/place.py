@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from epycd.errors import EpycError
 from epycd.host.facts import HostFacts
 from epycd.paths import endpoint_status_file
-from epycd.plan.endpoint import Endpoint, EndpointDecisions
+from epycd.plan.endpoint import Endpoint, EndpointDecisions, Plan
 from epycd.plan.engines import planner_for
 from epycd.plan.model import HfCacheMount
 from epycd.plan.pipeline.finish import plan_result, unfit
@@ -29,9 +30,10 @@ from epycd.plan.placement.alloc import Placement, PlacementRequest, allocate
 from epycd.plan.placement.gpu import GpuPlacement, GpuRequest, cpu_host_view, gpu_nodes, place_gpus
 from epycd.plan.placement.instances import Region
 from epycd.plan.placement.ports import Listener, PortRequest, assign_ports, listening_ports
-from epycd.plan.placement.reservations import Reservations
+from epycd.plan.placement.reservations import Reservations, address_book
 from epycd.plan.placement.sharing import Sharing
 from epycd.plan.prepared import Prepared
+from epycd.settings import Settings
 
 
 def _decide_placed(
@@ -109,18 +111,18 @@ def _instances_input(
     prepared: Prepared,
     placement: Placement,
     placements: Mapping[str, Placement | GpuPlacement | EpycError],
-    ports: Mapping[str, int | EpycError],
+    claimed: set[int],
     share: Sharing,
 ) -> InstancesInput | None:
-    """For an endpoint with `instances` other than 1: the sockets and ports around it."""
+    """For an endpoint with `instances` other than 1: the sockets and ports around it
+    (`claimed`: every port given out in this round so far)."""
     name = prepared.result.name
     if not wants_instances(prepared.spec):
         return None
     reservations = share.reservations
     held = {p.socket for n, p in placements.items() if n != name and isinstance(p, Placement)}
     held |= reservations.sockets_held_except(name)
-    taken = {p for n, p in ports.items() if n != name and isinstance(p, int)}
-    taken |= reservations.ports_except(name)
+    taken = set(claimed) | reservations.ports_except(name)
     parts = regions(share.host, prepared.spec, placement, held, reservations.extra_nodes(name))
     return InstancesInput(share, parts, taken)
 
@@ -190,6 +192,7 @@ def _placements(
                 None if p.spec.socket == "auto" else p.spec.socket,
                 kept=share.reservations.socket_of(p.result.name),
                 on_demand=p.spec.on_demand,
+                kept_on_demand=p.result.name in share.reservations.on_demand(),
             )
             for p in ready
             if not _is_gpu(p)
@@ -208,6 +211,7 @@ def _plan_placed(
     ports: Mapping[str, int | EpycError],
     share: Sharing,
     engine_ports: Mapping[str, int | EpycError] | None = None,
+    claimed: set[int] | None = None,
 ) -> tuple[EndpointResult, bool]:
     """One endpoint's result, and whether it is refused while holding a socket or a port."""
     name = prepared.result.name
@@ -224,7 +228,9 @@ def _plan_placed(
         result = _plan_gpu(prepared, share, placement, port)
     else:
         assert isinstance(placement, Placement)
-        instances = _instances_input(prepared, placement, placements, ports, share)
+        if claimed is None:
+            claimed = {p for p in ports.values() if isinstance(p, int)}
+        instances = _instances_input(prepared, placement, placements, claimed, share)
         assert not isinstance(engine_port, EpycError)
         result = _plan_one(prepared, share, placement, port, instances, engine_port)
     return result, result.plan is None
@@ -236,13 +242,23 @@ def _plan_guarded(
     ports: Mapping[str, int | EpycError],
     share: Sharing,
     engine_ports: Mapping[str, int | EpycError] | None = None,
+    claimed: set[int] | None = None,
 ) -> tuple[EndpointResult, bool]:
     """`_plan_placed` behind the planning boundary: what no rule foresaw in one endpoint's
     decisions is its own failure, which gives back its socket and port like any refusal."""
     try:
-        return _plan_placed(prepared, placements, ports, share, engine_ports)
+        return _plan_placed(prepared, placements, ports, share, engine_ports, claimed)
     except Exception as exc:
         return crashed(prepared.result, exc, "planning the endpoint"), True
+
+
+def ports_of(plan: Plan) -> set[int]:
+    """Every port a plan's units listen on: its own, its instances', its engine's."""
+    decided = plan.decisions
+    found = {decided.port, *(member.port for member in decided.members)}
+    if decided.on_demand is not None:
+        found.add(decided.on_demand.engine_port)
+    return found
 
 
 def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[EndpointResult, bool]]:
@@ -259,9 +275,17 @@ def place_round(ready: list[Prepared], share: Sharing) -> dict[str, tuple[Endpoi
         share.listeners,
         share.stack.defaults.first_port,
         approved=share.reservations.ports(),
+        files=share.reservations.files(),
     )
     engines = engine_ports(ready, ports, share)
-    return {p.result.name: _plan_guarded(p, placements, ports, share, engines) for p in ready}
+    claimed = {p for p in (*ports.values(), *engines.values()) if isinstance(p, int)}
+    planned: dict[str, tuple[EndpointResult, bool]] = {}
+    for prepared in sorted(ready, key=lambda p: p.result.name):
+        result = _plan_guarded(prepared, placements, ports, share, engines, claimed)
+        if result[0].plan is not None:
+            claimed |= ports_of(result[0].plan)  # later sets' instances skip these
+        planned[prepared.result.name] = result
+    return planned
 
 
 def place_all(ready: list[Prepared], share: Sharing) -> dict[str, EndpointResult]:
@@ -313,10 +337,12 @@ def place_together(ready: list[Prepared], share: Sharing) -> dict[str, EndpointR
 
 
 def listened_on(
-    listeners: Mapping[int, Listener] | None, reservations: Reservations
+    listeners: Mapping[int, Listener] | None,
+    reservations: Reservations,
+    settings: Settings,
+    configured: Mapping[str, tuple[Path, int]],
 ) -> dict[int, Listener]:
-    """The ports listened on here (`listening_ports()` unless `listeners` are given), and the
-    instance ports of approved multi-instance endpoints, as if their units listened; the port
-    of an approved on-demand endpoint that systemd holds is that endpoint's."""
+    """The address book (`epycd.plan.placement.reservations.address_book`) with the ports
+    listened on here (`listening_ports()` unless `listeners` are given)."""
     live = dict(listening_ports() if listeners is None else listeners)
-    return reservations.listeners() | live | reservations.socket_listeners(live)
+    return address_book(settings, reservations, configured, live)

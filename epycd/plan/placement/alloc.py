@@ -11,7 +11,9 @@ threshold) in index order, then the least busy with a warning.
 
 On-demand endpoints (docs/on-demand.md) take a seat like any other while there is one;
 with none left they join a socket's swap seat: the on-demand endpoints of one socket that
-share one seat's cores and memory, one running at a time. A plain endpoint never shares.
+share one seat's cores and memory, one running at a time. A plain endpoint never shares:
+a member of a swap seat made plain keeps the seat only when no other member is left on it,
+else it moves to a free seat or is refused, and the members that stay keep the seat.
 """
 
 from __future__ import annotations
@@ -40,6 +42,14 @@ class PlacementRequest:
     that a new endpoint file never moves an approved endpoint."""
     on_demand: bool = False
     """It may join a swap seat."""
+    kept_on_demand: bool = False
+    """Its approved plan is on demand: its kept seat may be a swap seat it shared."""
+
+    @property
+    def leaves_swap_seat(self) -> bool:
+        """Approved on demand, now a plain endpoint: it needs a seat of its own, and keeps
+        its approved one only where no other member still sits (`_keep_approved`)."""
+        return self.kept_on_demand and not self.on_demand
 
 
 class Placement(BaseModel):
@@ -125,7 +135,9 @@ def _keep_approved(
     stays = {r.name: r.kept for r in requests if r.kept is not None and r.socket in (None, r.kept)}
     labels = _seat_labels(reserved)
     held = {name: index for name, index in labels.items() if name not in requested}
-    for name, index in sorted((held | stays).items()):
+    leaving = {r.name for r in requests if r.leaves_swap_seat}
+    # a member leaving a swap seat comes last, so the members that stay keep the seat
+    for name, index in sorted((held | stays).items(), key=lambda item: (item[0] in leaving, item)):
         if index is not None and index in seats.members and seats.has_room(index, name):
             seats.seat(index, name, f"kept from its approved plan (socket {index})")
 
@@ -208,6 +220,8 @@ def _seat_auto(
         candidates = free or [i for i in order if seats.has_room(i, request.name)]
         if not candidates:
             results[request.name] = _full(request, seats.holders(), seats.sockets, seats.capacity)
+            if request.leaves_swap_seat and request.kept is not None:
+                results[request.name] = _no_seat_to_leave_for(request, request.kept, seats)
             continue
         least = min(seats.used(i) for i in candidates)
         chosen = next(i for i in candidates if seats.used(i) == least)
@@ -318,6 +332,20 @@ def _full(
             if min(capacity.values()) == 1
             else ""
         ),
+    )
+
+
+def _no_seat_to_leave_for(request: PlacementRequest, socket: int, seats: _Seats) -> EpycError:
+    """A swap seat's member made a plain endpoint, with no seat of its own left for it."""
+    members = ", ".join(sorted(m for m in seats.swap.get(socket, ()) if m != request.name))
+    return Refusal(
+        f"a plain endpoint needs a seat of its own and none is left: its approved plan "
+        f"shares socket {socket}'s swap seat with {members or 'other endpoints'}, who keep it "
+        f"(seats held by {', '.join(sorted(set(seats.holders())))})",
+        file=request.file,
+        key="socket",
+        fix="set on_demand = true again to stay in the swap seat, or free a seat "
+        "(`epycctl remove` an endpoint) so that it can move to a seat of its own",
     )
 
 

@@ -35,16 +35,51 @@ LAST_PORT = 65535
 
 @dataclass(frozen=True)
 class Listener:
-    """A process listening on a TCP port, and the endpoint whose unit it belongs to."""
+    """A process listening on a TCP port, and the endpoint whose unit it belongs to; or an
+    address the address book reserves (`reserved`), whether anything listens there or not
+    (epycd.plan.placement.reservations.address_book)."""
 
     pid: int | None
     process: str | None
     endpoint: str | None
+    reserved: str | None = None
+    """What holds the address, naming its file and key (e.g. "the gateway's address
+    (gateway_listen in /etc/epyc-llm/epycd.conf)"); None for a live listener."""
+    fix: str | None = None
+    """How to move the holder off the port, for a refusal's fix."""
 
     def describe(self) -> str:
+        if self.reserved is not None:
+            return self.reserved
         if self.pid is None:
             return self.process or "another process"
         return f"{self.process or 'process'} (pid {self.pid})"
+
+
+def reserved(what: str, fix: str, endpoint: str | None = None) -> Listener:
+    """An address the address book holds for `what` (nothing need listen there)."""
+    return Listener(pid=None, process=None, endpoint=endpoint, reserved=what, fix=fix)
+
+
+def in_use_summary(
+    first: int, last: int, name: str, taken: Mapping[int, str], listeners: Mapping[int, Listener]
+) -> str:
+    """Who holds the ports `first`..`last` that endpoint `name` cannot have: how many, by
+    whom (the endpoints' ports of `taken`, the address book's and live listeners)."""
+    if first > last:
+        return f"the range {first}-{last} is empty (no port is above {first - 1})"
+    counts: dict[str, int] = {}
+    for port in range(first, last + 1):
+        listener = listeners.get(port)
+        holder = taken.get(port) or (
+            listener.describe() if listener is not None and listener.endpoint != name else None
+        )
+        if holder is not None:
+            counts[holder] = counts.get(holder, 0) + 1
+    size = last - first + 1
+    held = sum(counts.values())
+    by = ", ".join(f"{n} by {holder}" for holder, n in sorted(counts.items()))
+    return f"{held} of the {size} ports {first}-{last} are in use" + (f": {by}" if by else "")
 
 
 @dataclass(frozen=True)
@@ -114,6 +149,8 @@ class _PortBook:
     listeners: Mapping[int, Listener]
     approved: Mapping[str, int]
     first_port: int
+    files: Mapping[str, str] = field(default_factory=dict)
+    """Approved endpoint -> its endpoint file, for refusals that name it."""
     explicit: set[int] = field(default_factory=set)
     claimed: dict[int, str] = field(default_factory=dict)
     results: dict[str, int | EpycError] = field(default_factory=dict)
@@ -138,8 +175,10 @@ class _PortBook:
         assert request.port is not None
         holder = self.held_by_other(request.port, request.name)
         if holder is not None:
+            where = f" ({self.files[holder]})" if holder in self.files else ""
             return Refusal(
-                f"port {request.port} is the port of approved endpoint {holder}",
+                f"port {request.port} is the port of approved endpoint {holder}{where}, "
+                "reserved for it whether it runs or not",
                 file=request.file,
                 key="port",
                 fix=f'choose another port or "auto", or `epycctl remove {holder}` first',
@@ -152,6 +191,13 @@ class _PortBook:
                 fix='choose another port or "auto"',
             )
         listener = _taken_on_host(request.port, request.name, self.listeners)
+        if listener is not None and listener.reserved is not None:
+            return Refusal(
+                f"port {request.port} is reserved: it is {listener.reserved}",
+                file=request.file,
+                key="port",
+                fix=f'choose another port or "auto" here, or {listener.fix}',
+            )
         if listener is not None:
             return Refusal(
                 f"port {request.port} is in use on this host by {listener.describe()}",
@@ -212,10 +258,12 @@ def assign_ports(
     listeners: Mapping[int, Listener],
     first_port: int,
     approved: Mapping[str, int] | None = None,
+    files: Mapping[str, str] | None = None,
 ) -> dict[str, int | EpycError]:
     """Explicit ports first (in name order), then "auto" ports: the approved one, the one
-    the endpoint's unit listens on, else the first free from `first_port` up."""
-    book = _PortBook(listeners, approved or {}, first_port)
+    the endpoint's unit listens on, else the first free from `first_port` up. `listeners`
+    is the address book (what is reserved or listens), `files` the approved endpoints'."""
+    book = _PortBook(listeners, approved or {}, first_port, files or {})
     for request in sorted(requests, key=lambda r: r.name):
         if request.port is None:
             continue
