@@ -28,7 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from epycd import systemd
-from epycd.approval.record import Approver, current_approver
+from epycd.approval.record import Approver, approved_names, current_approver, readable_approval
 from epycd.atomic import make_dirs, unlink_durable, write_atomic
 from epycd.errors import EpycError, InputError, Refusal
 from epycd.gateway import values
@@ -45,6 +45,7 @@ from epycd.gateway.unit import (
     credential_path,
     render_unit,
 )
+from epycd.plan.placement.reservations import Reservations
 from epycd.plan.service.secrets import read_root_only
 from epycd.readfile import RECORD_MAX_BYTES, STATE_MAX_BYTES, read_bytes
 from epycd.settings import Settings, parse_listen
@@ -136,7 +137,29 @@ def check_listen(settings: Settings) -> str:
             key="gateway_metrics_listen",
             fix='give it another port (default "127.0.0.1:9465"), or "" for no metrics',
         )
+    check_reserved(settings)
     return settings.gateway_listen
+
+
+def check_reserved(settings: Settings) -> None:
+    """The gateway's ports against the address book's endpoint side: every port an approved
+    endpoint holds (its own, its instances', its engine's), whether its units run or not."""
+    approved = {}
+    for name in approved_names(settings):
+        approval = readable_approval(settings, name)
+        if approval is not None:
+            approved[name] = approval.plan
+    held = Reservations.of(approved).listeners()
+    for key in ("gateway_listen", "gateway_metrics_listen"):
+        value = getattr(settings, key)
+        holder = held.get(parse_listen(value)[1]) if value else None
+        if holder is not None:
+            raise InputError(
+                f"port {parse_listen(value)[1]} of {value} is held by the {holder.reserved}",
+                file=settings.daemon_conf,
+                key=key,
+                fix=f"give the gateway another port, or free this one ({holder.fix})",
+            )
 
 
 def overlapping(one: str, other: str) -> bool:

@@ -325,6 +325,25 @@ def test_a_gateway_address_with_an_ipv6_zone_is_refused_at_its_key(env: Approval
     assert not gateway_folder(env).exists()
 
 
+@pytest.mark.parametrize("key", ["EPYCD_GATEWAY_LISTEN", "EPYCD_GATEWAY_METRICS_LISTEN"])
+def test_a_gateway_port_an_approved_stopped_endpoint_holds_is_refused_naming_it(
+    env: ApprovalSandbox, key: str
+) -> None:
+    """The address book's gateway side: the port of an approved endpoint whose units are
+    not running (nothing listens there) is still its own."""
+    plan: Plan = make_plan("chat", env.host(), env.settings.config_dir, socket=0, port=18111)
+    env.set_plans(plan)
+    done = env.epycctl("approve", "chat", "--yes", "--no-start")
+    assert done.returncode == 0, done.stderr
+    env.vars[key] = "127.0.0.1:18111"
+    done = env.epycctl("gateway", "approve", "--yes")
+    assert done.returncode == 2, done.stdout
+    assert key.removeprefix("EPYCD_").lower() in done.stderr
+    assert "approved endpoint chat" in done.stderr and "epycctl remove chat" in done.stderr
+    assert not (env.settings.unit_dir / UNIT).exists()
+    assert not gateway_folder(env).exists()
+
+
 @pytest.mark.parametrize(
     "value",
     [
