@@ -4,14 +4,14 @@ A safetensors file starts with an 8-byte little-endian header length and a JSON 
 each tensor's dtype, shape and byte range; only the header is read, never the tensors. The
 header is checked as the safetensors library checks it before a figure is taken from it: a
 length within the cap and the file, a JSON object, each tensor a known dtype, a shape of
-non-negative integers, two ordered offsets within the file that span exactly the shape's bytes
-and overlap no other tensor's, `__metadata__` a map of strings. Anything else is an
-`InputError` naming the file, the tensor and the fix.
+non-negative integers, two ordered offsets within the file that span exactly the shape's bytes,
+the tensors tiling the data with no overlap, hole or trailing byte (a file cut short or padded
+is refused here, not by the engine at load), `__metadata__` a map of strings. Anything else is
+an `InputError` naming the file, the tensor and the fix.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -151,16 +151,32 @@ def _metadata(path: Path, value: object) -> dict[str, str]:
     return dict(value)
 
 
-def _no_overlap(path: Path, tensors: dict[str, Tensor]) -> None:
+def _contiguous(path: Path, tensors: dict[str, Tensor], data_size: int) -> None:
+    """The tensors tile the data exactly, as the safetensors library requires before it loads
+    a file: no overlap, no hole between two, no byte after the last."""
     ordered = sorted(tensors.items(), key=lambda item: (item[1].start, item[1].end))
-    for (before, first), (name, second) in itertools.pairwise(ordered):
-        if second.start < first.end:
+    covered, before = 0, None
+    for name, tensor in ordered:
+        if before is not None and tensor.start < covered:
+            first = tensors[before]
             raise _bad(
                 path,
-                f"data_offsets [{second.start}, {second.end}] overlap those of {shown(before)} "
+                f"data_offsets [{tensor.start}, {tensor.end}] overlap those of {shown(before)} "
                 f"[{first.start}, {first.end}]",
                 name,
             )
+        if tensor.start > covered:
+            raise _bad(
+                path, f"data_offsets [{tensor.start}, {tensor.end}] leave bytes "
+                f"[{covered}, {tensor.start}] before them that no tensor holds",
+                name,
+            )  # fmt: skip
+        covered, before = tensor.end, name
+    if covered != data_size:
+        raise _bad(
+            path, f"{data_size - covered} bytes after the last tensor that no tensor holds "
+            f"(the tensors end at {covered}, the data at {data_size})",
+        )  # fmt: skip
 
 
 def _header_bytes(path: Path) -> tuple[bytes, int]:
@@ -198,7 +214,7 @@ def read_safetensors_header(path: Path) -> SafetensorsHeader:
         raise _bad(path, f"its header is a JSON {type(header).__name__}, not a JSON object")
     metadata = _metadata(path, header.pop(METADATA_KEY, {}))
     tensors = {name: _tensor(path, name, info, data_size) for name, info in header.items()}
-    _no_overlap(path, tensors)
+    _contiguous(path, tensors, data_size)
     return SafetensorsHeader(tensors=tensors, metadata=metadata)
 
 

@@ -845,12 +845,19 @@ GOOD_WEIGHTS = Path("/root/model.safetensors.good")
 
 
 def break_weights() -> None:
-    """The weights file cut in half: its header (all the planner reads) intact, the tensors
-    past the end of the file, so vLLM fails to load them."""
+    """One tensor renamed in place (`model.norm.weight` to `model.norm.weighx`): the header as
+    well-formed as before and the sizes unchanged, so the planner (which reads sizes, and
+    refuses a file cut short) passes it, and vLLM fails to load a tensor its model has no
+    parameter for: a fault only the engine can find."""
     shutil.copy2(WEIGHTS, GOOD_WEIGHTS)
-    with WEIGHTS.open("r+b") as weights:
-        weights.truncate(WEIGHTS.stat().st_size // 2)
-    record("weights_broken", size=WEIGHTS.stat().st_size)
+    data = bytearray(WEIGHTS.read_bytes())
+    name, renamed = b'"model.norm.weight"', b'"model.norm.weighx"'
+    at = data.find(name, 8)
+    if at < 0:
+        raise RuntimeError(f"no tensor {name!r} in {WEIGHTS}")
+    data[at : at + len(name)] = renamed
+    WEIGHTS.write_bytes(bytes(data))
+    record("weights_broken", size=WEIGHTS.stat().st_size, renamed=renamed.decode().strip('"'))
 
 
 def crash_loop() -> None:

@@ -1,9 +1,9 @@
 """A safetensors header is checked, not trusted: a length past the file or over the cap, a
 header that is not a JSON object, an unknown dtype, a shape that is not non-negative ints, an
-offset missing, not a number, out of order, overlapping another or past the file, or a span
-that is not the shape's bytes is one `InputError` (exit 2, one line naming the file, the tensor
-and the fix) from `check-model` and from `plan`, never a traceback, "failed unexpectedly" or a
-negative weights figure that fits."""
+offset missing, not a number, out of order, overlapping another, leaving a hole or bytes after
+the last tensor, or past the file, or a span that is not the shape's bytes is one `InputError`
+(exit 2, one line naming the file, the tensor and the fix) from `check-model` and from `plan`,
+never a traceback, "failed unexpectedly" or a negative weights figure that fits."""
 
 from __future__ import annotations
 
@@ -61,6 +61,14 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
     "overlapping tensors": (
         h.safetensors({"a": h.tensor(0, T), "b": h.tensor(T // 2, T + T // 2)}, data=2 * T),
         "overlap",
+    ),
+    "a hole between two tensors": (
+        h.safetensors({"a": h.tensor(0, T // 2), "b": h.tensor(T, 2 * T)}, data=2 * T),
+        '"b": data_offsets [64, 128] leave bytes [32, 64] before them that no tensor holds',
+    ),
+    "bytes after the last tensor": (
+        h.safetensors({"w": h.tensor(0, T)}, data=T + 7),
+        "7 bytes after the last tensor that no tensor holds",
     ),
     "a tensor past the file": (
         h.safetensors({"w": h.tensor(0, 2**40)}),
