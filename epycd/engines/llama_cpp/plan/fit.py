@@ -1,0 +1,225 @@
+"""llama.cpp's own memory accounting for a GGUF file at a llama-server's settings: the pinned
+runtime's combined binary, `llama fit-params`, read with a bound (docs/tuning.md rule 9).
+
+`llama fit-params` loads the file's metadata and reserves every buffer without allocating
+(no weight is read: 0.5-0.9 s for a 235 MiB model), then prints a table on stderr, one row per
+buffer type, in whole MiB rounded down (each line after `I common_memory_breakdown_print:`):
+
+    | memory breakdown [MiB] | total   free    self   model   context   compute    unaccounted |
+    |   - Host               |                  809 =   222 +      72 +     514                |
+    |   - CPU_REPACK         |                   12 =    12 +       0 +       0                |
+
+`Host`'s model is the mapped weights less what another buffer type holds (`CPU_REPACK`: the
+CPU backend's repacked copy), context the KV cache, compute the graph's buffer. The output
+buffer is in no column. Exit 1 with the table printed means the settings do not fit this
+machine's free memory, which is the plan's question on its own nodes, not this reader's; exit 1
+without it means llama.cpp could not load the file, and its reason is on an `E` line when its
+log got out (often it does not: rule 9).
+
+Not yet the plan's figure: `fit-params` takes no `--kv-unified` and reserves logits for every
+token of a ubatch, where llama-server reserves one output per slot (rule 9 measures both).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from epycd.childproc import run_bounded
+from epycd.errors import Refusal
+
+MIB = 1024**2
+FIT_TIMEOUT_S = 120.0
+"""Metadata only, no weight read: 0.6 s for Gemma 3 270M on a 2-core VM; a 100-GB file's
+thousands of tensors are still seconds. The bound is for a binary that hangs."""
+FIT_MAX_BYTES = 256 * 1024
+"""At `-lv 4` the answer is about 1 KB (a few more lines on an error)."""
+LOG_VERBOSITY = "4"
+"""`-lv 4` prints the table and its verdict; 3 (the default) prints neither, `-v` every tensor
+and graph node as well (170 KB for a 235 MiB model, more with the tensors)."""
+CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+"""`-ctk`/`-ctv`'s values (`llama fit-params --help`)."""
+HOST_ROW = "Host"
+UNSAID_ATTEMPTS = 12
+"""A file llama.cpp cannot load fails in milliseconds, but about half the time its reason is
+lost (the log's thread is not flushed before exit 1; 20 of 40 runs): 12 asks leave 1 in 4096."""
+
+_ROW = re.compile(
+    r"\|\s+-\s+(?P<name>\S.*?)\s+\|\s+(?:\d+\s+\d+\s+)?(?P<self>\d+)\s+=\s+(?P<model>\d+)"
+    r"\s+\+\s+(?P<context>\d+)\s+\+\s+(?P<compute>\d+)\s+(?:\d+\s+)?\|\s*$"
+)
+_TERMS = ("self", "model", "context", "compute")
+_TABLE = "memory breakdown [MiB]"
+_ERROR = re.compile(r"^\S+\s+E\s+(?P<text>.*\S)\s*$")
+_USELESS_ERRORS = (
+    "failed to load model",
+    "encountered an error while trying to fit params",
+    "failed to fit CLI arguments",
+)
+"""The `E` lines that follow the reason and say nothing of it."""
+
+
+class FitSettings(BaseModel):
+    """What llama-server will run with, as far as `llama fit-params` takes it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    context: int = Field(gt=0, description="-c: the context (KV cells of every slot)")
+    slots: int = Field(gt=0, description="-np: parallel sequences")
+    ubatch: int = Field(default=512, gt=0, description="-ub: tokens per compute step")
+    batch: int = Field(default=2048, gt=0, description="-b: the logical batch")
+    cache_type_k: CacheType = "f16"
+    cache_type_v: CacheType = "f16"
+    threads: int = Field(default=1, gt=0, description="-t and -tb")
+    load_mode: Literal["mmap", "mmap+mlock", "none"] = "mmap"
+    repack: bool = Field(default=True, description="--repack, or --no-repack")
+
+
+class FitRow(BaseModel):
+    """One buffer type's row of the table, bytes (whole MiB, rounded down by llama.cpp)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    self_bytes: int
+    model_bytes: int
+    context_bytes: int
+    compute_bytes: int
+
+
+class LlamaCppMemory(BaseModel):
+    """llama.cpp's table for one file at one setting, by what holds the bytes. Each term is
+    what llama.cpp printed, so up to 1 MiB (`RESOLUTION_BYTES`) below the buffer itself."""
+
+    model_config = ConfigDict(frozen=True)
+
+    weights_bytes: int = Field(description="Host's model: the mapped weights not repacked")
+    repacked_bytes: int = Field(description="the other buffer types' model (CPU_REPACK)")
+    context_bytes: int = Field(description="the KV cache (and a recurrent model's state)")
+    compute_bytes: int = Field(description="the graph's buffer for the worst ubatch")
+    rows: tuple[FitRow, ...]
+    fits_free_memory: bool = Field(
+        description="llama.cpp's own verdict against this machine's free memory (exit 0)"
+    )
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weights_bytes + self.repacked_bytes + self.context_bytes + self.compute_bytes
+
+
+RESOLUTION_BYTES = MIB
+
+
+def fit_params_argv(llama: str, model: str, settings: FitSettings) -> list[str]:
+    """`llama fit-params` at `settings`, its table at `-lv 4`; `--fit-target 0`: exit 0 means
+    the settings fit all the machine's free memory (the plan decides on its nodes)."""
+    threads = str(settings.threads)
+    return [
+        llama, "fit-params", "--model", model,
+        "--ctx-size", str(settings.context), "--parallel", str(settings.slots),
+        "--batch-size", str(settings.batch), "--ubatch-size", str(settings.ubatch),
+        "--cache-type-k", settings.cache_type_k, "--cache-type-v", settings.cache_type_v,
+        "--threads", threads, "--threads-batch", threads,
+        "--load-mode", settings.load_mode, "--repack" if settings.repack else "--no-repack",
+        "--fit-target", "0", "--log-verbosity", LOG_VERBOSITY,
+    ]  # fmt: skip
+
+
+def combined_binary(llama_server: str) -> str:
+    """The runtime's `llama` beside its `llama-server` (packaging/llama-runtime.sh installs
+    both in bin/)."""
+    return str(Path(llama_server).with_name("llama"))
+
+
+def llama_cpp_memory(llama: str, model: Path, settings: FitSettings) -> LlamaCppMemory:
+    """llama.cpp's table for `model` at `settings`, or a Refusal naming the file and
+    llama.cpp's reason."""
+    argv = fit_params_argv(llama, str(model), settings)
+    for _ in range(UNSAID_ATTEMPTS):
+        done = _run(argv, model)
+        said = done.returncode == 0 or parse_breakdown(done.stderr) or fit_reason(done.stderr)
+        if said:
+            break
+    return read_fit_params(model, done.returncode, done.stderr)
+
+
+def _run(argv: list[str], model: Path) -> subprocess.CompletedProcess[str]:
+    try:
+        return run_bounded(
+            argv,
+            timeout=FIT_TIMEOUT_S,
+            max_bytes=FIT_MAX_BYTES,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        raise _unknown(model, f"`{argv[0]} fit-params` did not answer: {error}") from None
+
+
+def read_fit_params(model: Path, returncode: int, stderr: str) -> LlamaCppMemory:
+    """The table in `llama fit-params`'s stderr, or a Refusal with its reason."""
+    rows = parse_breakdown(stderr)
+    if not rows:
+        reason = fit_error(stderr)
+        if returncode == 0:
+            reason = "it printed no memory breakdown (exit 0)"
+        raise _unknown(model, reason)
+    if not any(row.name == HOST_ROW for row in rows):
+        raise _unknown(model, f"its memory breakdown has no {HOST_ROW} row")
+    others = [row for row in rows if row.name != HOST_ROW]
+    host = next(row for row in rows if row.name == HOST_ROW)
+    return LlamaCppMemory(
+        weights_bytes=host.model_bytes,
+        repacked_bytes=sum(row.model_bytes for row in others),
+        context_bytes=sum(row.context_bytes for row in rows),
+        compute_bytes=sum(row.compute_bytes for row in rows),
+        rows=tuple(rows),
+        fits_free_memory=returncode == 0,
+    )
+
+
+def parse_breakdown(log: str) -> list[FitRow]:
+    """The rows of the last memory breakdown table in `log` (llama-server's `--fit on` pass
+    prints the same table)."""
+    rows: list[FitRow] = []
+    for line in log.splitlines():
+        if _TABLE in line:
+            rows = []
+            continue
+        match = _ROW.search(line)
+        if match:
+            rows.append(
+                FitRow(
+                    name=match["name"],
+                    **{f"{term}_bytes": int(match[term]) * MIB for term in _TERMS},
+                )
+            )
+    return rows
+
+
+def fit_reason(log: str) -> str | None:
+    """llama.cpp's reason for not loading a file: its first telling `E` line."""
+    errors = [match["text"] for match in map(_ERROR.match, log.splitlines()) if match]
+    telling = [text for text in errors if not any(skip in text for skip in _USELESS_ERRORS)]
+    return telling[0] if telling else None
+
+
+def fit_error(log: str) -> str:
+    """llama.cpp's reason, else what is known."""
+    return fit_reason(log) or (
+        f"llama.cpp could not load it and printed no reason ({UNSAID_ATTEMPTS} times: its "
+        "log is lost on this failure more often than not)"
+    )
+
+
+def _unknown(model: Path, reason: str) -> Refusal:
+    return Refusal(
+        f"llama.cpp cannot say the memory of serving {model.name}: {reason}",
+        file=model,
+        key="model",
+        fix="serve a GGUF file the pinned llama.cpp loads (`epycctl check-model FILE`)",
+    )
