@@ -6,9 +6,11 @@ refuse, gets terms; a file llama.cpp cannot load is refused with llama.cpp's own
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 sys.path.append(str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -22,8 +24,11 @@ from epycd.engines.llama_cpp.plan.fit import (
     LlamaCppMemory,
     combined_binary,
     llama_cpp_memory,
+    llama_server_memory,
 )
+from epycd.engines.llama_cpp.plan.model import LlamaInvocation, llama_server_argv
 from epycd.errors import Refusal
+from tests.health.realvllm import free_port
 from tests.llama.realllama import llama_server, published_gemma, tiny_bert_gguf, tiny_gguf
 from tests.machine import real_cpu
 
@@ -175,3 +180,84 @@ def test_a_missing_combined_binary_is_refused_naming_the_file(tmp_path: Path) ->
             str(tmp_path / "llama"), tiny_gguf("q8_0"), FitSettings(context=1024, slots=1)
         )
     assert refused.value.file == str(tiny_gguf("q8_0"))
+
+
+# --- llama-server's own pass: the plan's exact words, --fit on, killed at its end -----------
+
+
+def server_words(model: Path, context: int, slots: int, ubatch: int, port: int) -> list[str]:
+    """The words the plan gives llama-server (`llama_server_argv`) for these settings."""
+    encoder = read_gguf(model).architecture == "bert"
+    invocation = LlamaInvocation(
+        model_path=str(model), alias="probe", host="127.0.0.1", port=port, threads=2,
+        slots=slots, context=context, ubatch=ubatch, cache_ram_mib=0, load_mode="mmap",
+        pooling="embedding" if encoder else None,
+    )  # fmt: skip
+    return llama_server_argv(invocation)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen2-bf16", "qwen3", "bert"])
+@pytest.mark.parametrize(("context", "slots", "ubatch"), SETTINGS)
+def test_llama_servers_own_pass_agrees_with_the_measured_formulas(
+    tiny_files: dict[str, Path], name: str, context: int, slots: int, ubatch: int
+) -> None:
+    """At the plan's own words (one unified pool, one output per slot) every term is the one
+    the formulas were measured against: weights, repacked, KV to llama.cpp's MiB, compute
+    exact or above by the formula's measured margin."""
+    model = tiny_files[name]
+    gguf = read_gguf(model)
+    encoder = gguf.architecture == "bert"
+    if encoder:
+        context = ubatch = 512
+    words = server_words(model, context, slots, ubatch, free_port())
+    told = llama_server_memory(str(llama_server()), model, words)
+    formula = llama_memory(
+        gguf, context=context, slots=slots, cpu_flags=real_cpu().flags, ubatch=ubatch,
+        shared_pool=True, embeddings=encoder,
+    )  # fmt: skip
+    assert told.fits_free_memory is None
+    assert within_resolution(told.repacked_bytes, formula.repacked_bytes)
+    assert (
+        0 <= formula.weights_bytes - told.weights_bytes - told.repacked_bytes < 2 * RESOLUTION_BYTES
+    )
+    assert within_resolution(told.context_bytes, formula.kv_bytes)
+    assert told.compute_bytes <= formula.compute_bytes
+    assert formula.compute_bytes <= COMPUTE_ABOVE * (told.compute_bytes + RESOLUTION_BYTES)
+
+
+def test_llama_servers_pass_gives_gemma_the_servers_terms_not_fit_params() -> None:
+    """The published Gemma at 4096 cells for 2 slots: the server's pass reserves one output
+    per slot (compute about 23 MiB where fit-params holds a ubatch of logits, over 512 MiB) and
+    one unified pool (less KV than fit-params' stream per slot)."""
+    model = published_gemma()
+    words = server_words(model, 4096, 2, 512, free_port())
+    server = llama_server_memory(str(llama_server()), model, words)
+    tool = llama_cpp_memory(llama(), model, FitSettings(context=4096, slots=2))
+    assert server.weights_bytes == tool.weights_bytes
+    assert server.repacked_bytes == tool.repacked_bytes
+    vocab = read_gguf(model).vocab_size
+    assert vocab
+    assert server.compute_bytes < vocab * 512 * 4 <= tool.compute_bytes
+    assert 0 < server.context_bytes < tool.context_bytes
+
+
+def test_llama_servers_pass_binds_no_port_and_leaves_no_process() -> None:
+    """Killed at the pass's end line: the port the words name stays free, the weights are never
+    loaded, and no llama-server outlives the question."""
+    port = free_port()
+    model = published_gemma()
+    llama_server_memory(str(llama_server()), model, server_words(model, 4096, 2, 512, port))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", port))  # still free: nothing listened there
+    alive = [p for p in psutil.process_iter(["cmdline"]) if str(port) in (p.info["cmdline"] or [])]
+    assert alive == []
+
+
+def test_llama_servers_pass_refuses_a_file_it_cannot_load_with_its_reason(tmp_path: Path) -> None:
+    text = tmp_path / "notes.gguf"
+    text.write_text("not a model\n")
+    words = server_words(tiny_gguf("q8_0"), 1024, 1, 512, free_port())
+    words[words.index("--model") + 1] = str(text)
+    with pytest.raises(Refusal, match="invalid magic characters") as refused:
+        llama_server_memory(str(llama_server()), text, words)
+    assert refused.value.file == str(text)

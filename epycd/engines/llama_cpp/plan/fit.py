@@ -16,8 +16,12 @@ machine's free memory, which is the plan's question on its own nodes, not this r
 without it means llama.cpp could not load the file, and its reason is on an `E` line when its
 log got out (often it does not: rule 9).
 
-Not yet the plan's figure: `fit-params` takes no `--kv-unified` and reserves logits for every
-token of a ubatch, where llama-server reserves one output per slot (rule 9 measures both).
+`fit-params` is not the plan's figure: it takes no `--kv-unified` and reserves logits for every
+token of a ubatch, where llama-server reserves one output per slot (rule 9 measures both). The
+plan's figure is llama-server's own pass (`llama_server_memory`): the plan's exact words with
+`--fit on --fit-target 0`, which reserves the same buffers before loading the weights and
+prints the same table; the server is asked only that and killed at the pass's end line, before
+it reads a weight or binds its port (0.7 s for Gemma 3 270M).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -60,6 +65,7 @@ _USELESS_ERRORS = (
     "failed to load model",
     "encountered an error while trying to fit params",
     "failed to fit CLI arguments",
+    "exiting due to model loading error",
 )
 """The `E` lines that follow the reason and say nothing of it."""
 
@@ -103,8 +109,9 @@ class LlamaCppMemory(BaseModel):
     context_bytes: int = Field(description="the KV cache (and a recurrent model's state)")
     compute_bytes: int = Field(description="the graph's buffer for the worst ubatch")
     rows: tuple[FitRow, ...]
-    fits_free_memory: bool = Field(
-        description="llama.cpp's own verdict against this machine's free memory (exit 0)"
+    fits_free_memory: bool | None = Field(
+        description="llama.cpp's own verdict against this machine's free memory (exit 0 of "
+        "fit-params); None from llama-server's pass, which is not asked"
     )
 
     @property
@@ -148,25 +155,70 @@ def llama_cpp_memory(llama: str, model: Path, settings: FitSettings) -> LlamaCpp
     return read_fit_params(model, done.returncode, done.stderr)
 
 
-def _run(argv: list[str], model: Path) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: list[str], model: Path, until: Callable[[bytes], bool] | None = None
+) -> subprocess.CompletedProcess[str]:
     try:
         return run_bounded(
             argv,
             timeout=FIT_TIMEOUT_S,
             max_bytes=FIT_MAX_BYTES,
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            until=until,
         )
     except (OSError, subprocess.SubprocessError) as error:
-        raise _unknown(model, f"`{argv[0]} fit-params` did not answer: {error}") from None
+        asked = "fit-params" if argv[1:2] == ["fit-params"] else "--fit on"
+        raise _unknown(model, f"`{Path(argv[0]).name} {asked}` did not answer: {error}") from None
 
 
-def read_fit_params(model: Path, returncode: int, stderr: str) -> LlamaCppMemory:
-    """The table in `llama fit-params`'s stderr, or a Refusal with its reason."""
-    rows = parse_breakdown(stderr)
+SERVER_FIT_DONE = b"common_fit_params: fitting params to free memory took"
+"""The line llama-server's `--fit on` pass ends with, the table printed before it."""
+
+
+def server_fit_argv(llama_server: str, server_words: Sequence[str]) -> list[str]:
+    """llama-server with the plan's words (`llama_server_argv`), its `--fit off` turned on with
+    no margin (the pass then changes nothing that fits) and its log at the table's level."""
+    words = list(server_words)
+    if "--fit" not in words[:-1]:
+        raise ValueError("the plan's llama-server words have no --fit")
+    at = words.index("--fit")
+    words[at : at + 2] = ["--fit", "on", "--fit-target", "0"]
+    return [llama_server, *words, "--log-verbosity", LOG_VERBOSITY]
+
+
+def _fit_done(stderr: bytes) -> bool:
+    return SERVER_FIT_DONE in stderr
+
+
+def llama_server_memory(
+    llama_server: str, model: Path, server_words: Sequence[str]
+) -> LlamaCppMemory:
+    """llama-server's own table for the plan's exact words, or a Refusal naming the file and
+    llama.cpp's reason."""
+    argv = server_fit_argv(llama_server, server_words)
+    for _ in range(UNSAID_ATTEMPTS):
+        done = _run(argv, model, until=_fit_done)
+        rows = parse_breakdown(done.stderr, "first")
+        if rows or fit_reason(done.stderr):
+            break
+    return read_fit_params(model, done.returncode, done.stderr, table="first", asked=False)
+
+
+def read_fit_params(
+    model: Path,
+    returncode: int,
+    stderr: str,
+    table: Literal["first", "last"] = "last",
+    asked: bool = True,
+) -> LlamaCppMemory:
+    """The table in `llama fit-params`'s stderr (or llama-server's pass, `asked=False`: no
+    verdict on free memory), or a Refusal with its reason."""
+    rows = parse_breakdown(stderr, table)
     if not rows:
-        reason = fit_error(stderr)
-        if returncode == 0:
-            reason = "it printed no memory breakdown (exit 0)"
+        finished = returncode == 0 or (not asked and SERVER_FIT_DONE.decode() in stderr)
+        reason = fit_reason(stderr) or (
+            "it printed no memory breakdown" if finished else fit_error(stderr)
+        )
         raise _unknown(model, reason)
     if not any(row.name == HOST_ROW for row in rows):
         raise _unknown(model, f"its memory breakdown has no {HOST_ROW} row")
@@ -178,16 +230,18 @@ def read_fit_params(model: Path, returncode: int, stderr: str) -> LlamaCppMemory
         context_bytes=sum(row.context_bytes for row in rows),
         compute_bytes=sum(row.compute_bytes for row in rows),
         rows=tuple(rows),
-        fits_free_memory=returncode == 0,
+        fits_free_memory=returncode == 0 if asked else None,
     )
 
 
-def parse_breakdown(log: str) -> list[FitRow]:
-    """The rows of the last memory breakdown table in `log` (llama-server's `--fit on` pass
-    prints the same table)."""
+def parse_breakdown(log: str, table: Literal["first", "last"] = "last") -> list[FitRow]:
+    """The rows of the last (or first) memory breakdown table in `log` (llama-server's
+    `--fit on` pass prints the same table; its first is at the settings asked)."""
     rows: list[FitRow] = []
     for line in log.splitlines():
         if _TABLE in line:
+            if rows and table == "first":
+                break
             rows = []
             continue
         match = _ROW.search(line)
