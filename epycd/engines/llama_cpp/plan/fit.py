@@ -26,6 +26,7 @@ it reads a weight or binds its port (0.7 s for Gemma 3 270M).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -36,7 +37,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from epycd.childproc import run_bounded
+from epycd.engines.llama_cpp.model.memory import LlamaMemory, output_bytes, padded_cells
 from epycd.errors import Refusal
+from epycd.model.facts import GgufFile
 
 MIB = 1024**2
 FIT_TIMEOUT_S = 120.0
@@ -198,9 +201,9 @@ def llama_server_memory(
     argv = server_fit_argv(llama_server, server_words)
     for _ in range(UNSAID_ATTEMPTS):
         done = _run(argv, model, until=_fit_done)
-        rows = parse_breakdown(done.stderr, "first")
-        if rows or fit_reason(done.stderr):
-            break
+        finished = done.returncode == 0 or SERVER_FIT_DONE.decode() in done.stderr
+        if finished or parse_breakdown(done.stderr, "first") or fit_reason(done.stderr):
+            break  # else it exited before its log got out: ask again
     return read_fit_params(model, done.returncode, done.stderr, table="first", asked=False)
 
 
@@ -277,3 +280,71 @@ def _unknown(model: Path, reason: str) -> Refusal:
         key="model",
         fix="serve a GGUF file the pinned llama.cpp loads (`epycctl check-model FILE`)",
     )
+
+
+PROBES_KEPT = 64
+"""llama-server's answers kept in the process (a plan asks up to four contexts per endpoint;
+epycd plans again at each reconcile, and the answer stands while the file and words do)."""
+
+
+@functools.lru_cache(maxsize=PROBES_KEPT)
+def _server_memory_of(
+    llama_server: str, model: Path, identity: tuple[int, int, int], words: tuple[str, ...]
+) -> LlamaCppMemory:
+    """`identity` (the file's inode, size and mtime) makes a changed file a new question."""
+    return llama_server_memory(llama_server, model, words)
+
+
+def server_memory(llama_server: str, model: Path, words: Sequence[str]) -> LlamaCppMemory:
+    """`llama_server_memory`, asked once per file state and words."""
+    try:
+        stat = model.stat()
+    except OSError as error:
+        raise _unknown(model, f"it cannot be read: {error.strerror or error}") from None
+    identity = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    return _server_memory_of(llama_server, model, identity, tuple(words))
+
+
+def as_plan_memory(
+    told: LlamaCppMemory, gguf: GgufFile, *, cells: int, slots: int, ubatch: int,
+    embeddings: bool,
+) -> LlamaMemory:  # fmt: skip
+    """llama.cpp's table as the plan's terms: the weights the whole file maps (its tensors'
+    bytes, exact), each buffer llama.cpp printed rounded down raised by its resolution (the
+    plan errs above), and the output buffer, in no column, by its exact rule."""
+
+    def above(printed: int) -> int:
+        return printed + RESOLUTION_BYTES if printed else 0
+
+    return LlamaMemory(
+        cells=cells,
+        slots=slots,
+        ubatch=ubatch,
+        weights_bytes=gguf.tensors_bytes,
+        repacked_bytes=above(told.repacked_bytes),
+        kv_bytes=above(told.context_bytes),
+        compute_bytes=above(told.compute_bytes),
+        output_bytes=output_bytes(gguf.vocab_size or 0, gguf.embedding_length, slots, embeddings),
+    )
+
+
+def measured_memory_at(
+    llama_server: str,
+    gguf: GgufFile,
+    words_at: Callable[[int], Sequence[str]],
+    *,
+    slots: int,
+    ubatch: int,
+    embeddings: bool,
+) -> Callable[[int], LlamaMemory]:
+    """The process's memory at a context of one shared pool, from llama-server's own pass at
+    the words the plan gives it there (`words_at(cells)`)."""
+
+    def memory_at(tokens: int) -> LlamaMemory:
+        cells = padded_cells(tokens)
+        told = server_memory(llama_server, Path(gguf.path), words_at(cells))
+        return as_plan_memory(
+            told, gguf, cells=cells, slots=slots, ubatch=ubatch, embeddings=embeddings
+        )
+
+    return memory_at
