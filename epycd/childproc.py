@@ -18,7 +18,7 @@ import selectors
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
 MAX_OUTPUT_BYTES = 64 * 1024
@@ -49,11 +49,15 @@ def kill_group(process: subprocess.Popen[bytes]) -> None:
 
 
 def read_until_exit(
-    process: subprocess.Popen[bytes], argv: Sequence[str], deadline: float, max_bytes: int
+    process: subprocess.Popen[bytes],
+    argv: Sequence[str],
+    deadline: float,
+    max_bytes: int,
+    until: Callable[[bytes], bool] | None = None,
 ) -> dict[int, bytearray]:
     """What the child wrote on each pipe (by fd), read until both close or, once the child
-    has exited, for `EXIT_GRACE_S` more. TimeoutExpired past `deadline`, OutputTooLarge past
-    `max_bytes` on a pipe."""
+    has exited, for `EXIT_GRACE_S` more, or until what a pipe holds satisfies `until`.
+    TimeoutExpired past `deadline`, OutputTooLarge past `max_bytes` on a pipe."""
     pipes: list[IO[bytes]] = [pipe for pipe in (process.stdout, process.stderr) if pipe]
     read: dict[int, bytearray] = {pipe.fileno(): bytearray() for pipe in pipes}
     exited_at: float | None = None
@@ -76,6 +80,8 @@ def read_until_exit(
                 read[key.fd] += chunk
                 if len(read[key.fd]) > max_bytes:
                     raise OutputTooLarge(argv, max_bytes)
+                if until is not None and until(bytes(read[key.fd])):
+                    return read
     return read
 
 
@@ -85,11 +91,14 @@ def run_bounded(
     timeout: float,
     max_bytes: int = MAX_OUTPUT_BYTES,
     env: Mapping[str, str] | None = None,
+    until: Callable[[bytes], bool] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `argv` (stdin /dev/null, its own session) and return its exit code and output
     as text, within `timeout` seconds in all and `max_bytes` per stream. OSError when it
     cannot start; subprocess.TimeoutExpired or OutputTooLarge (both SubprocessError) when
-    it goes past a bound, its process group killed."""
+    it goes past a bound, its process group killed. Where what one stream holds satisfies
+    `until`, the answer is in: the group is killed then (a server asked only its first
+    words), and the exit code is the kill's."""
     started = time.monotonic()
     process = subprocess.Popen(
         list(argv),
@@ -103,7 +112,9 @@ def run_bounded(
     assert process.stdout is not None and process.stderr is not None
     out_fd, err_fd = process.stdout.fileno(), process.stderr.fileno()
     try:
-        read = read_until_exit(process, argv, deadline, max_bytes)
+        read = read_until_exit(process, argv, deadline, max_bytes, until)
+        if until is not None and any(until(bytes(data)) for data in read.values()):
+            kill_group(process)
         code = process.wait(max(deadline - time.monotonic(), 0.001))
     except subprocess.TimeoutExpired:
         kill_group(process)

@@ -127,3 +127,22 @@ def test_run_bounded_reads_stderr_apart_and_bounds_it(tmp_path: Path) -> None:
     noisy = script(tmp_path / "noisy", "head -c 100000 /dev/zero >&2\n")
     with pytest.raises(OutputTooLarge):
         run_bounded([str(noisy)], timeout=5)
+
+
+def test_run_bounded_stops_a_server_once_its_answer_is_in(tmp_path: Path) -> None:
+    """`until`: a server asked only its first words is killed, with its group, once they are
+    out, long before its timeout; without `until` the same child runs on to the timeout."""
+    marker = tmp_path / "loaded"
+    server = script(
+        tmp_path / "server", f"echo loading >&2\necho 'fit took 0.7 s' >&2\n"
+        f"(sleep 3; touch {marker}) &\nsleep 30\n",
+    )  # fmt: skip
+    started = time.monotonic()
+    done = run_bounded([str(server)], timeout=20, until=lambda err: b"took" in err)
+    took = time.monotonic() - started
+    assert took < 2.5, took
+    assert done.returncode < 0 and "fit took 0.7 s" in done.stderr, done
+    time.sleep(3.5 - took)
+    assert not marker.exists(), "the server's own children were killed with it"
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_bounded([str(server)], timeout=1.0, until=lambda err: b"never said" in err)

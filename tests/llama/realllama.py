@@ -47,6 +47,18 @@ def tiny_bert_gguf(name: str) -> Path:
     return path
 
 
+PUBLISHED_GEMMA = CACHE / "published-gemma" / "gemma-3-270m-q4_k_m.gguf"
+
+
+def published_gemma() -> Path:
+    """Gemma 3 270M in Q4_K_M, the published GGUF (tests/tools/published_gemma.sh): a real
+    chat model's weights, of an architecture (gemma3) the tiny models are not."""
+    if not PUBLISHED_GEMMA.is_file():
+        hint = "run tests/bootstrap.sh (tests/tools/published_gemma.sh)"
+        pytest.fail(f"no {PUBLISHED_GEMMA}: {hint}")
+    return PUBLISHED_GEMMA
+
+
 def healthy(url: str) -> bool:
     try:
         return httpx.get(f"{url}/health", timeout=2).status_code == 200

@@ -174,11 +174,13 @@ def test_a_bert_gguf_plans_as_an_encoder_with_no_kv_cache(
     assert memory.output_bytes == (300 + 128) * memory.slots * 4
 
 
-def test_an_unmeasured_encoder_gguf_is_refused_and_the_others_plan(
+def test_an_encoder_the_formulas_do_not_cover_is_asked_of_llama_cpp_and_the_others_plan(
     ws: PlanWorkspace, host_of: HostOf
 ) -> None:
-    """An encoder GGUF whose compute buffer was not measured (nomic-bert) is an embedder to
-    check-model, but the fit refuses it naming the model key, and nothing else changes."""
+    """An encoder GGUF whose compute buffer the formulas do not cover (nomic-bert) is an
+    embedder to check-model, and its fit is llama-server's own pass; a llama-server that
+    prints no memory table (this workspace's stand-in) refuses it naming the model key and
+    llama.cpp, and nothing else changes."""
     lw = LlamaWorkspace(ws, host_of("genoa-9654-2s-nps1"))
     path = ws.tmp / "nomic.gguf"
     write_gguf(path, GgufShape(architecture="nomic-bert", feed_forward=512, vocab=300))
@@ -187,8 +189,9 @@ def test_an_unmeasured_encoder_gguf_is_refused_and_the_others_plan(
     results = lw.plan()
     [problem] = results["pooled"].errors
     assert problem.key == "model"
-    assert "compute buffer is measured for" in problem.text and "not nomic-bert" in problem.text
-    assert "bert, llama, qwen2, qwen3" in (problem.fix or "")
+    assert "llama.cpp cannot say the memory of serving nomic.gguf" in problem.text
+    assert "printed no memory breakdown" in problem.text
+    assert "check-model" in (problem.fix or "")
     assert results["chat"].plan is not None
 
 

@@ -124,6 +124,7 @@ BUILDERS: tuple[Builder, ...] = (
         needs=("vllm_venv",),
     ),
     Builder("published_embedder", builds=("published-embedder",)),
+    Builder("published_gemma", builds=("published-gemma",)),
     Builder(
         "tiny_pooling_gguf",
         builds=("tiny-pooling-gguf",),

@@ -20,17 +20,18 @@ from typing import Literal
 
 from epycd.engines.llama_cpp.model.memory import (
     CELL_PADDING,
-    COMPUTE_ARCHITECTURES,
     DEFAULT_UBATCH,
     LlamaMemory,
     UnmeasuredModel,
     llama_memory,
 )
+from epycd.engines.llama_cpp.plan.fit import measured_memory_at
 from epycd.engines.llama_cpp.plan.model import (
     LlamaFit,
     LlamaInvocation,
     LlamaRoute,
     LlamaServer,
+    llama_server_argv,
     pooling_served,
 )
 from epycd.engines.llama_cpp.spec import LlamaKeys
@@ -93,6 +94,10 @@ def context_request(prepared: Prepared, gguf: GgufFile) -> tuple[int, list[str]]
     return asked, []
 
 
+MemoryAt = Callable[[int], LlamaMemory]
+"""The process's memory at a context (tokens of the shared pool, or per slot)."""
+
+
 def llama_fit(
     prepared: Prepared,
     gguf: GgufFile,
@@ -107,6 +112,7 @@ def llama_fit(
     memory = node_memory(host, placement, placement.cpus, memory_share)
 
     def fit(tokens: int) -> LlamaFit:
+        ubatch = ubatch_for(prepared, tokens)
         return fit_llama(
             gguf,
             context=tokens,
@@ -114,9 +120,10 @@ def llama_fit(
             cpu_flags=host.flags,
             total_gib=memory.total,
             available_gib=memory.available,
-            ubatch=ubatch_for(prepared, tokens),
+            ubatch=ubatch,
             shared_pool=True,
             embeddings=prepared.facts.pooling,
+            memory_at=plan_memory_at(prepared, gguf, host, placement, ubatch),
         )
 
     try:
@@ -127,15 +134,49 @@ def llama_fit(
                 "(set max_model_len to choose)"
             )
             sized = fit(sized.suggested_context)
-    except UnmeasuredModel as unknown:
+    except Refusal as unknown:
         raise Refusal(
-            f"the memory of llama-server serving {gguf.file} is unknown: {unknown}",
+            f"the memory of llama-server serving {gguf.file} is unknown: {unknown.message}",
             file=prepared.result.path,
             key="model",
-            fix=f"serve a GGUF of {', '.join(sorted(COMPUTE_ARCHITECTURES))} "
-            "(docs/tuning.md rule 9)",
+            fix=unknown.fix,
         ) from None
     return sized, warnings
+
+
+def plan_memory_at(
+    prepared: Prepared, gguf: GgufFile, host: HostFacts, placement: Placement, ubatch: int
+) -> MemoryAt:
+    """The measured formulas where they cover the file's architecture (rule 9: llama, qwen2,
+    qwen3, BERT, where they agree with llama.cpp's own pass at every setting the tests try);
+    for every other architecture the pinned llama.cpp loads, llama-server's own pass at the
+    exact words the plan gives it (`epycd.engines.llama_cpp.plan.fit`)."""
+    route = prepared.route
+    assert isinstance(route, LlamaRoute), "prepared by its planner"
+    slots, pooling = slots_for(prepared), prepared.facts.pooling
+    formulas = formula_memory_at(
+        gguf, slots=slots, cpu_flags=host.flags, ubatch=ubatch, shared_pool=True,
+        embeddings=pooling,
+    )  # fmt: skip
+    try:
+        formulas(CELL_PADDING)
+        return formulas
+    except UnmeasuredModel:
+        pass
+
+    def words_at(cells: int) -> list[str]:
+        return llama_server_argv(
+            LlamaInvocation(
+                model_path=os.path.realpath(gguf.path), alias="fit", host="127.0.0.1", port=0,
+                threads=len(placement.cpus), slots=slots, context=cells, ubatch=ubatch,
+                pooling=pooling_of(prepared), cache_ram_mib=0, load_mode="mmap+mlock",
+                speculative=LlamaKeys.of(prepared.spec).speculative,
+            )
+        )  # fmt: skip
+
+    return measured_memory_at(
+        route.llama_server, gguf, words_at, slots=slots, ubatch=ubatch, embeddings=pooling
+    )
 
 
 def cache_ram_mib(fit: LlamaFit) -> int:
@@ -205,21 +246,17 @@ def decide_llama(
     )
 
 
-def fit_llama(
+def formula_memory_at(
     gguf: GgufFile,
     *,
-    context: int,
     slots: int,
     cpu_flags: Collection[str],
-    total_gib: float,
-    available_gib: float,
     ubatch: int = DEFAULT_UBATCH,
     shared_pool: bool = False,
     embeddings: bool = False,
-) -> LlamaFit:
-    """`shared_pool`: the slots share one pool of `context` cells (the plan's, rule 10), else
-    each has its own `context` in the pool; `embeddings`: an embedder or a reranker. Raises
-    `UnmeasuredModel` (`epycd.engines.llama_cpp.model.memory`) where a term is unknown."""
+) -> MemoryAt:
+    """The measured formulas' memory (`epycd.engines.llama_cpp.model.memory`); raises
+    `UnmeasuredModel` where a term is unknown."""
 
     def memory_at(tokens: int) -> LlamaMemory:
         return llama_memory(
@@ -232,6 +269,30 @@ def fit_llama(
             embeddings=embeddings,
         )
 
+    return memory_at
+
+
+def fit_llama(
+    gguf: GgufFile,
+    *,
+    context: int,
+    slots: int,
+    cpu_flags: Collection[str],
+    total_gib: float,
+    available_gib: float,
+    ubatch: int = DEFAULT_UBATCH,
+    shared_pool: bool = False,
+    embeddings: bool = False,
+    memory_at: MemoryAt | None = None,
+) -> LlamaFit:
+    """`shared_pool`: the slots share one pool of `context` cells (the plan's, rule 10), else
+    each has its own `context` in the pool; `embeddings`: an embedder or a reranker;
+    `memory_at`: where the figures come from, the formulas unless given. Raises
+    `UnmeasuredModel` where a formula's term is unknown, a Refusal where llama.cpp cannot say."""
+    memory_at = memory_at or formula_memory_at(
+        gguf, slots=slots, cpu_flags=cpu_flags, ubatch=ubatch, shared_pool=shared_pool,
+        embeddings=embeddings,
+    )  # fmt: skip
     memory = memory_at(context)
     headroom = headroom_gib(total_gib)
     required = memory.total_bytes / GIB + headroom

@@ -1,0 +1,102 @@
+"""The published Gemma 3 270M (Q4_K_M GGUF from PyPI, tests/tools/published_gemma.sh), an
+architecture (gemma3) the measured formulas do not cover, planned from llama-server's own
+pass at the plan's words and served for real: `epycctl plan` of a llama.cpp endpoint with this
+machine's llama-server, its unit's ExecStart= run as systemd would (the supervisor, the plan's
+gate, a test-made NOTIFY_SOCKET) to READY=1; at temperature 0 it answers "Q: What is the
+capital of France?\nA:" with Paris (to "The capital of France is" this small model says " the
+capital of the country of France."); the server's PSS after a request within the plan's
+process figure."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from epycd.engines.llama_cpp.model.gguf import read_gguf
+from epycd.engines.llama_cpp.model.memory import UnmeasuredModel, llama_memory
+from epycd.status.handoff import base_url
+from tests.health.notifysock import NotifySocket
+from tests.health.realvllm import free_port
+from tests.health.supervising import exec_start, start_supervisor
+from tests.llama.realllama import llama_server, published_gemma
+from tests.llama.test_real_llama_server import pss_bytes
+from tests.machine import real_cpu, serving
+from tests.plan.conftest import PlanWorkspace
+from tests.plan.test_cli_plan import run
+
+pytestmark = pytest.mark.llama
+
+LOAD_BOUND_S = 120
+CONTEXT = 4096
+SLOTS = 2
+QUESTION = "Q: What is the capital of France?\nA:"
+
+
+def planned(tmp_path: Path) -> dict[str, Any]:
+    (tmp_path / "ws").mkdir()
+    ws = PlanWorkspace(tmp_path / "ws")
+    ws.endpoint(
+        "gemma", f'engine = "llama.cpp"\nllama_server = "{llama_server()}"\n'
+        f'model = "{published_gemma()}"\nport = {free_port()}\n'
+        f"max_model_len = {CONTEXT}\nmax_num_seqs = {SLOTS}\n",
+    )  # fmt: skip
+    done = run(ws, "gemma", "--json", "--root", str(serving(tmp_path).root))
+    assert done.exit_code == 0, done.output
+    data: dict[str, Any] = json.loads(done.output)
+    return data
+
+
+def test_the_formulas_do_not_cover_gemma3() -> None:
+    """What makes this model the case: without llama.cpp's own pass it is refused."""
+    with pytest.raises(UnmeasuredModel, match="not gemma3"):
+        llama_memory(
+            read_gguf(published_gemma()), context=CONTEXT, slots=SLOTS,
+            cpu_flags=real_cpu().flags, shared_pool=True,
+        )  # fmt: skip
+
+
+def llama_server_child(supervisor: subprocess.Popen[bytes]) -> psutil.Process:
+    [server] = [
+        child for child in psutil.Process(supervisor.pid).children(recursive=True)
+        if Path(child.exe()).name == "llama-server"
+    ]  # fmt: skip
+    return server
+
+
+def test_the_published_gemma_plans_serves_paris_within_its_fit(
+    tmp_path: Path, reap: list[subprocess.Popen[bytes]]
+) -> None:
+    data = planned(tmp_path)
+    memory = data["memory"]["memory"]
+    vocab = read_gguf(published_gemma()).vocab_size
+    assert vocab and memory["kv_bytes"] > 0
+    # the server's own compute (one output per slot), not fit-params' ubatch of logits
+    assert 0 < memory["compute_bytes"] < vocab * memory["ubatch"] * 4
+    argv = exec_start(data["units"]["epyc-llm-gemma.service"])
+    assert argv[argv.index("--ctx-size") + 1] == str(CONTEXT)
+    served, url = data["served_model_name"], base_url(int(argv[argv.index("--port") + 1]))
+
+    log = tmp_path / "supervisor.log"
+    with NotifySocket(tmp_path / "notify") as sock:
+        supervisor = start_supervisor(argv, {"NOTIFY_SOCKET": str(sock.path)}, log)
+        reap.append(supervisor)
+        ready = sock.wait_for("READY=1", LOAD_BOUND_S)
+        assert ready is not None, log.read_text()[-4000:]
+        answer = httpx.post(
+            f"{url}/completions",
+            json={"model": served, "prompt": QUESTION, "max_tokens": 8,
+                  "temperature": 0},
+            timeout=60,
+        )  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        text = answer.json()["choices"][0]["text"]
+        assert "Paris" in text, text
+        pss = pss_bytes(llama_server_child(supervisor).pid)
+    planned_bytes = data["memory"]["process_gb"] * 1024**3
+    assert pss <= planned_bytes, (pss, memory)
