@@ -17,7 +17,7 @@ from epycd.engines.llama_cpp.plan.model import LlamaServer
 from epycd.host.facts import RuntimeFacts
 from epycd.render import render_for_plan
 from tests.approval.conftest import ApprovalSandbox
-from tests.llama.realllama import llama_server, serving, tiny_gguf
+from tests.llama.realllama import llama_server, published_gemma, serving, tiny_gguf
 from tests.plan.conftest import PlanWorkspace, fake_host
 from tests.secrets import root_folder, write_secret
 
@@ -96,3 +96,23 @@ def test_offline_bench_of_a_llama_endpoint_is_refused_with_the_fix(
         done = env.epycctl("bench", "tiny", "--offline")
     assert done.returncode == 1
     assert "served by llama.cpp" in done.stderr and "without --offline" in done.stderr
+
+
+def test_bench_measures_the_published_gemma(env: ApprovalSandbox) -> None:
+    """The real Gemma 3 270M (an architecture the formulas do not cover, planned from
+    llama-server's own pass) benched through `epycctl bench`: every request completes, with
+    tokens out and a first-token time, counted by the server itself."""
+    with serving("-c", "1024", "-np", "2", key=KEY, model=published_gemma()) as url:
+        with root_folder() as folder:
+            approve_llama(env, folder, int(url.rsplit(":", 1)[1]), published_gemma())
+            before = predicted_tokens(url)
+            done = env.epycctl(
+                "bench", "tiny", "--concurrency", "1", "--concurrency", "2",
+                "--input-len", "16", "--output-len", str(OUTPUT_LEN), "--json",
+            )  # fmt: skip
+        predicted = predicted_tokens(url) - before
+    assert done.returncode == 0, done.stderr
+    runs = json.loads(done.stdout)["runs"]
+    assert all(run["completed"] == 8 and run["error"] is None for run in runs), runs
+    assert all(run["output_throughput"] > 0 and run["mean_ttft_ms"] > 0 for run in runs)
+    assert 0 < predicted <= (8 + 8 + 1 + 2) * OUTPUT_LEN  # a real model may stop at its end
