@@ -17,7 +17,9 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+from click.testing import CliRunner
 
+from epycd.cli import main
 from epycd.engines.llama_cpp.model.gguf import read_gguf
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel, llama_memory
 from epycd.status.handoff import base_url
@@ -100,3 +102,21 @@ def test_the_published_gemma_plans_serves_paris_within_its_fit(
         pss = pss_bytes(llama_server_child(supervisor).pid)
     planned_bytes = data["memory"]["process_gb"] * 1024**3
     assert pss <= planned_bytes, (pss, memory)
+
+
+def test_estimate_asks_the_runtimes_llama_server_for_gemma(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`epycctl estimate` of the Gemma with the llama.cpp runtime built: its llama-server's own
+    pass sizes it (4 slots of the trained context each, one unified pool)."""
+    monkeypatch.setenv("EPYCD_LLAMA_RUNTIME_DIR", str(llama_server().parent.parent))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    done = CliRunner().invoke(
+        main, ["estimate", str(published_gemma()), "--socket-gb", "64", "--max-model-len",
+               "2048", "--json"],
+    )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout)
+    memory = data["memory"]
+    assert data["fits"] is True and memory["cells"] == 2048 * memory["slots"]
+    vocab = read_gguf(published_gemma()).vocab_size
+    assert vocab and 0 < memory["compute_bytes"] < vocab * memory["ubatch"] * 4
+    assert memory["kv_bytes"] > 0

@@ -247,9 +247,15 @@ def test_estimate_of_a_gguf_that_does_not_fit_says_what_would(tmp_path: Path) ->
 
 
 @pytest.mark.usefixtures("offline_hub")
-def test_estimate_refuses_what_it_cannot_size(tmp_path: Path) -> None:
+def test_estimate_refuses_what_it_cannot_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no llama.cpp runtime to ask, an architecture the formulas do not cover is refused
+    with the runtime's build as the fix."""
+    monkeypatch.setenv("EPYCD_LLAMA_RUNTIME_DIR", str(tmp_path / "no-runtime"))
     code, data = estimate(str(model(tmp_path, architecture="gemma3")), "--socket-gb", "64")
     assert code == 1 and "measured for" in data["error"], data
+    assert "build the llama.cpp runtime" in data["error"], data
     code, data = estimate(str(model(tmp_path)), "--socket-gb", "64", "--max-model-len", "9000")
     assert code == 2 and "4096 tokens the model was trained for" in data["error"], data
 

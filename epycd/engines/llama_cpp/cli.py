@@ -6,6 +6,7 @@ for `epycctl bench --compare` (`PLAIN`)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -24,10 +25,11 @@ from epycd.engines.llama_cpp import install_command
 from epycd.engines.llama_cpp.model.convert import QUANTIZE
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
 from epycd.engines.llama_cpp.plan.converted import converted_path
-from epycd.engines.llama_cpp.plan.decide import fit_llama, pooling_ubatch
+from epycd.engines.llama_cpp.plan.decide import fit_llama, memory_source, pooling_ubatch
 from epycd.engines.llama_cpp.plan.model import (
     POOLING_FLAGS,
     LlamaFit,
+    LlamaInvocation,
     LlamaServer,
     LlamaService,
     llama_server_argv,
@@ -40,7 +42,7 @@ from epycd.host.facts import HostFacts
 from epycd.model.facts import GgufFile, ModelFacts
 from epycd.plan.endpoint import EndpointDecisions, Plan
 from epycd.plan.model import AnyServer
-from epycd.settings import Settings
+from epycd.settings import Settings, load_settings
 from epycd.sizes import gib
 
 PLAN_KEYS = ("llama_server", "llama_version", "gguf_file", "server_args")
@@ -182,22 +184,42 @@ def estimate_gguf(
         )
     host = this_host()  # its CPU flags decide which matrices llama.cpp repacks
     total, available, _, note = socket_memory(socket_gb, host)
+    slots, ubatch = max_num_seqs or LLAMA_DEFAULT_SLOTS, pooling_ubatch(facts.pooling, context)
+    runtime_dir = LlamaSettings.of(load_settings()).llama_runtime_dir
+    server = embedded_llama_server(runtime_dir)
+
+    def words_at(cells: int) -> list[str]:
+        return llama_server_argv(
+            LlamaInvocation(
+                model_path=os.path.realpath(gguf.path), alias="fit", host="127.0.0.1", port=0,
+                threads=1, slots=slots, context=cells, ubatch=ubatch,
+                pooling=pooling_served(facts.primary_endpoint), cache_ram_mib=0,
+                load_mode="mmap",
+            )
+        )  # fmt: skip
+
     try:
+        memory_at = memory_source(
+            gguf, slots=slots, cpu_flags=host.flags, ubatch=ubatch, shared_pool=False,
+            embeddings=facts.pooling, llama_server=server, words_at=words_at,
+        )  # fmt: skip
         fit = fit_llama(
             gguf,
             context=context,
-            slots=max_num_seqs or LLAMA_DEFAULT_SLOTS,
+            slots=slots,
             cpu_flags=host.flags,
             total_gib=total,
             available_gib=available,
-            ubatch=pooling_ubatch(facts.pooling, context),
+            ubatch=ubatch,
             embeddings=facts.pooling,
+            memory_at=memory_at,
         )
     except UnmeasuredModel as unknown:
         raise Refusal(
             f"{facts.model}: the memory of llama-server serving it is unknown: {unknown}",
             key="model",
-            fix="`epycctl check-model` gives the file's weights and KV bytes per token",
+            fix="build the llama.cpp runtime, whose llama-server says the memory of every "
+            f"architecture it loads: {install_command(runtime_dir)}",
         ) from None
     if as_json:
         print_json(

@@ -147,22 +147,11 @@ def llama_fit(
 def plan_memory_at(
     prepared: Prepared, gguf: GgufFile, host: HostFacts, placement: Placement, ubatch: int
 ) -> MemoryAt:
-    """The measured formulas where they cover the file's architecture (rule 9: llama, qwen2,
-    qwen3, BERT, where they agree with llama.cpp's own pass at every setting the tests try);
-    for every other architecture the pinned llama.cpp loads, llama-server's own pass at the
-    exact words the plan gives it (`epycd.engines.llama_cpp.plan.fit`)."""
+    """The memory of the plan's llama-server at a context (`memory_source`), asked of the
+    route's own llama-server at the exact words the plan gives it."""
     route = prepared.route
     assert isinstance(route, LlamaRoute), "prepared by its planner"
-    slots, pooling = slots_for(prepared), prepared.facts.pooling
-    formulas = formula_memory_at(
-        gguf, slots=slots, cpu_flags=host.flags, ubatch=ubatch, shared_pool=True,
-        embeddings=pooling,
-    )  # fmt: skip
-    try:
-        formulas(CELL_PADDING)
-        return formulas
-    except UnmeasuredModel:
-        pass
+    slots = slots_for(prepared)
 
     def words_at(cells: int) -> list[str]:
         return llama_server_argv(
@@ -174,9 +163,42 @@ def plan_memory_at(
             )
         )  # fmt: skip
 
+    return memory_source(
+        gguf, slots=slots, cpu_flags=host.flags, ubatch=ubatch, shared_pool=True,
+        embeddings=prepared.facts.pooling, llama_server=route.llama_server, words_at=words_at,
+    )  # fmt: skip
+
+
+def memory_source(
+    gguf: GgufFile,
+    *,
+    slots: int,
+    cpu_flags: Collection[str],
+    ubatch: int,
+    shared_pool: bool,
+    embeddings: bool,
+    llama_server: str | None,
+    words_at: Callable[[int], list[str]],
+) -> MemoryAt:
+    """The measured formulas where they cover the file's architecture (rule 9: llama, qwen2,
+    qwen3, BERT, where they agree with llama.cpp's own pass at every setting the tests try);
+    for every other architecture the pinned llama.cpp loads, llama-server's own pass at the
+    words `words_at(cells)` (`epycd.engines.llama_cpp.plan.fit`). `UnmeasuredModel` where
+    the formulas do not cover it and there is no llama-server to ask."""
+    formulas = formula_memory_at(
+        gguf, slots=slots, cpu_flags=cpu_flags, ubatch=ubatch, shared_pool=shared_pool,
+        embeddings=embeddings,
+    )  # fmt: skip
+    try:
+        formulas(CELL_PADDING)
+        return formulas
+    except UnmeasuredModel:
+        if llama_server is None:
+            raise
     return measured_memory_at(
-        route.llama_server, gguf, words_at, slots=slots, ubatch=ubatch, embeddings=pooling
-    )
+        llama_server, gguf, words_at, slots=slots, ubatch=ubatch, embeddings=embeddings,
+        shared_pool=shared_pool,
+    )  # fmt: skip
 
 
 def cache_ram_mib(fit: LlamaFit) -> int:

@@ -336,12 +336,14 @@ def measured_memory_at(
     slots: int,
     ubatch: int,
     embeddings: bool,
+    shared_pool: bool = True,
 ) -> Callable[[int], LlamaMemory]:
-    """The process's memory at a context of one shared pool, from llama-server's own pass at
-    the words the plan gives it there (`words_at(cells)`)."""
+    """The process's memory at a context (the tokens of the pool the slots share, or with
+    `shared_pool` False of each slot), from llama-server's own pass at the words the plan
+    gives it there (`words_at(cells)`)."""
 
     def memory_at(tokens: int) -> LlamaMemory:
-        cells = padded_cells(tokens)
+        cells = padded_cells(tokens if shared_pool else tokens * slots)
         told = server_memory(llama_server, Path(gguf.path), words_at(cells))
         return as_plan_memory(
             told, gguf, cells=cells, slots=slots, ubatch=ubatch, embeddings=embeddings
