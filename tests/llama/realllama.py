@@ -99,18 +99,29 @@ POOLING_TYPES = {"mean": 1, "cls": 2, "last": 3, "rank": 4}
 def with_pooling(source: Path, out: Path, pooling: str) -> Path:
     """A copy of the GGUF `source` that declares `pooling` (its `{arch}.pooling_type`), as an
     embedding model's conversion writes it: the same tensors and keys, one key more."""
+    return copy_gguf(source, out, pooling_type=POOLING_TYPES[pooling])
+
+
+def copy_gguf(
+    source: Path, out: Path, *, architecture: str | None = None, pooling_type: int | None = None
+) -> Path:
+    """A copy of the GGUF `source`: its keys and tensors, under `architecture` (its keys
+    renamed to it) and with `{arch}.pooling_type` where given."""
     import gguf
 
     reader = gguf.GGUFReader(source)
-    arch = str(reader.fields["general.architecture"].contents())
+    was = str(reader.fields["general.architecture"].contents())
+    arch = architecture or was
     writer = gguf.GGUFWriter(out, arch=arch)
     for name, field in reader.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":
             continue
         value_type = field.types[0]
         sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(name, field.contents(), value_type, sub_type=sub_type)
-    writer.add_uint32(f"{arch}.pooling_type", POOLING_TYPES[pooling])
+        key = f"{arch}.{name.removeprefix(was + '.')}" if name.startswith(was + ".") else name
+        writer.add_key_value(key, field.contents(), value_type, sub_type=sub_type)
+    if pooling_type is not None:
+        writer.add_uint32(f"{arch}.pooling_type", pooling_type)
     for tensor in reader.tensors:
         writer.add_tensor(tensor.name, tensor.data, raw_shape=tensor.data.shape,
                           raw_dtype=tensor.tensor_type)  # fmt: skip

@@ -29,7 +29,13 @@ from epycd.engines.llama_cpp.plan.fit import (
 from epycd.engines.llama_cpp.plan.model import LlamaInvocation, llama_server_argv
 from epycd.errors import Refusal
 from tests.health.realvllm import free_port
-from tests.llama.realllama import llama_server, published_gemma, tiny_bert_gguf, tiny_gguf
+from tests.llama.realllama import (
+    copy_gguf,
+    llama_server,
+    published_gemma,
+    tiny_bert_gguf,
+    tiny_gguf,
+)
 from tests.machine import real_cpu
 
 pytestmark = pytest.mark.llama
@@ -138,25 +144,7 @@ def test_fit_params_counts_the_logits_of_a_whole_ubatch() -> None:
 
 def unknown_architecture(source: Path, out: Path) -> Path:
     """The tiny qwen2's keys and tensors under an architecture llama.cpp does not know."""
-    import gguf
-
-    reader = gguf.GGUFReader(source)
-    writer = gguf.GGUFWriter(out, arch="nosucharch")
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        value_type = field.types[0]
-        sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
-        key = name.replace("qwen2.", "nosucharch.")
-        writer.add_key_value(key, field.contents(), value_type, sub_type=sub_type)
-    for tensor in reader.tensors:
-        writer.add_tensor(tensor.name, tensor.data, raw_shape=tensor.data.shape,
-                          raw_dtype=tensor.tensor_type)  # fmt: skip
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return out
+    return copy_gguf(source, out, architecture="nosucharch")
 
 
 def test_a_file_llama_cpp_cannot_load_is_refused_with_its_reason(tmp_path: Path) -> None:
