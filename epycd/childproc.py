@@ -53,11 +53,12 @@ def read_until_exit(
     argv: Sequence[str],
     deadline: float,
     max_bytes: int,
-    until: Callable[[bytes], bool] | None = None,
-) -> dict[int, bytearray]:
+    until: Callable[[bytearray], bool] | None = None,
+) -> tuple[dict[int, bytearray], bool]:
     """What the child wrote on each pipe (by fd), read until both close or, once the child
-    has exited, for `EXIT_GRACE_S` more, or until what a pipe holds satisfies `until`.
-    TimeoutExpired past `deadline`, OutputTooLarge past `max_bytes` on a pipe."""
+    has exited, for `EXIT_GRACE_S` more, or until what a pipe holds satisfies `until` (then
+    True beside it). TimeoutExpired past `deadline`, OutputTooLarge past `max_bytes` on a
+    pipe."""
     pipes: list[IO[bytes]] = [pipe for pipe in (process.stdout, process.stderr) if pipe]
     read: dict[int, bytearray] = {pipe.fileno(): bytearray() for pipe in pipes}
     exited_at: float | None = None
@@ -80,9 +81,9 @@ def read_until_exit(
                 read[key.fd] += chunk
                 if len(read[key.fd]) > max_bytes:
                     raise OutputTooLarge(argv, max_bytes)
-                if until is not None and until(bytes(read[key.fd])):
-                    return read
-    return read
+                if until is not None and until(read[key.fd]):
+                    return read, True
+    return read, False
 
 
 def run_bounded(
@@ -91,7 +92,7 @@ def run_bounded(
     timeout: float,
     max_bytes: int = MAX_OUTPUT_BYTES,
     env: Mapping[str, str] | None = None,
-    until: Callable[[bytes], bool] | None = None,
+    until: Callable[[bytearray], bool] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `argv` (stdin /dev/null, its own session) and return its exit code and output
     as text, within `timeout` seconds in all and `max_bytes` per stream. OSError when it
@@ -112,8 +113,8 @@ def run_bounded(
     assert process.stdout is not None and process.stderr is not None
     out_fd, err_fd = process.stdout.fileno(), process.stderr.fileno()
     try:
-        read = read_until_exit(process, argv, deadline, max_bytes, until)
-        if until is not None and any(until(bytes(data)) for data in read.values()):
+        read, answered = read_until_exit(process, argv, deadline, max_bytes, until)
+        if answered:
             kill_group(process)
         code = process.wait(max(deadline - time.monotonic(), 0.001))
     except subprocess.TimeoutExpired:

@@ -158,11 +158,11 @@ def _contiguous(path: Path, tensors: dict[str, Tensor], data_size: int) -> None:
     covered, before = 0, None
     for name, tensor in ordered:
         if before is not None and tensor.start < covered:
-            first = tensors[before]
+            first_name, first = before
             raise _bad(
                 path,
-                f"data_offsets [{tensor.start}, {tensor.end}] overlap those of {shown(before)} "
-                f"[{first.start}, {first.end}]",
+                f"data_offsets [{tensor.start}, {tensor.end}] overlap those of "
+                f"{shown(first_name)} [{first.start}, {first.end}]",
                 name,
             )
         if tensor.start > covered:
@@ -171,7 +171,7 @@ def _contiguous(path: Path, tensors: dict[str, Tensor], data_size: int) -> None:
                 f"[{covered}, {tensor.start}] before them that no tensor holds",
                 name,
             )  # fmt: skip
-        covered, before = tensor.end, name
+        covered, before = tensor.end, (name, tensor)
     if covered != data_size:
         raise _bad(
             path, f"{data_size - covered} bytes after the last tensor that no tensor holds "

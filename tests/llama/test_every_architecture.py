@@ -8,9 +8,7 @@ test_fit_params.py), 21 architectures."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,25 +16,13 @@ from epycd.engines.llama_cpp.model.gguf import read_gguf
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel, llama_memory
 from epycd.engines.llama_cpp.plan.fit import RESOLUTION_BYTES, llama_server_memory
 from tests.health.realvllm import free_port
+from tests.llama.planned import planned_with_real_llama
 from tests.llama.realllama import llama_server
 from tests.llama.test_fit_params import server_words
 from tests.llama.tiny_architectures import ARCHITECTURES, write_tiny
-from tests.machine import real_cpu, serving
-from tests.plan.conftest import PlanWorkspace
-from tests.plan.test_cli_plan import run
+from tests.machine import real_cpu
 
 pytestmark = pytest.mark.llama
-
-
-def planned(tmp_path: Path, model: Path) -> dict[str, Any]:
-    (tmp_path / "ws").mkdir()
-    ws = PlanWorkspace(tmp_path / "ws")
-    ws.endpoint("tiny", f'engine = "llama.cpp"\nllama_server = "{llama_server()}"\n'
-                f'model = "{model}"\nport = {free_port()}\n')  # fmt: skip
-    done = run(ws, "tiny", "--json", "--root", str(serving(tmp_path).root))
-    assert done.exit_code == 0, done.output
-    data: dict[str, Any] = json.loads(done.output)
-    return data
 
 
 def test_the_sample_is_a_dozen_and_more() -> None:
@@ -51,7 +37,7 @@ def test_each_architecture_plans_from_llama_cpps_own_pass(tmp_path: Path, name: 
     with pytest.raises(UnmeasuredModel):  # the formulas do not cover it
         llama_memory(gguf, context=1024, slots=1, cpu_flags=real_cpu().flags, shared_pool=True)
 
-    data = planned(tmp_path, model)
+    data = planned_with_real_llama(tmp_path, "tiny", model)
     assert data["memory"]["fits"] is True
     memory = data["memory"]["memory"]
     assert memory["weights_bytes"] == gguf.tensors_bytes

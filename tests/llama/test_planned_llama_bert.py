@@ -15,6 +15,7 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,10 +25,8 @@ from tests.health.notifysock import NotifySocket
 from tests.health.pooling_models import handoff_answers
 from tests.health.realvllm import free_port
 from tests.health.supervising import exec_start, start_supervisor
-from tests.llama.realllama import llama_server, tiny_bert_gguf
-from tests.machine import serving
-from tests.plan.conftest import PlanWorkspace
-from tests.plan.test_cli_plan import run
+from tests.llama.planned import planned_with_real_llama
+from tests.llama.realllama import tiny_bert_gguf
 
 LOAD_BOUND_S = 120
 BUFFER = re.compile(r"CPU\s+(KV|compute|output) buffer size =\s+([\d.]+) MiB")
@@ -36,15 +35,8 @@ WIDTH = 128
 """The tiny BERT's hidden size (tests/tools/tiny_pooling.py)."""
 
 
-def planned(tmp_path: Path, name: str) -> dict:  # type: ignore[type-arg]
-    (tmp_path / "ws").mkdir()
-    ws = PlanWorkspace(tmp_path / "ws")
-    ws.endpoint("bert", f'engine = "llama.cpp"\nllama_server = "{llama_server()}"\n'
-                f'model = "{tiny_bert_gguf(name)}"\nport = {free_port()}\n')  # fmt: skip
-    done = run(ws, "bert", "--json", "--root", str(serving(tmp_path).root))
-    assert done.exit_code == 0, done.output
-    data: dict = json.loads(done.output)  # type: ignore[type-arg]
-    return data
+def planned(tmp_path: Path, name: str) -> dict[str, Any]:
+    return planned_with_real_llama(tmp_path, "bert", tiny_bert_gguf(name))
 
 
 @pytest.mark.parametrize(

@@ -24,13 +24,11 @@ from epycd.engines.llama_cpp.model.gguf import read_gguf
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel, llama_memory
 from epycd.status.handoff import base_url
 from tests.health.notifysock import NotifySocket
-from tests.health.realvllm import free_port
 from tests.health.supervising import exec_start, start_supervisor
+from tests.llama.planned import planned_with_real_llama
 from tests.llama.realllama import llama_server, published_gemma
 from tests.llama.test_real_llama_server import pss_bytes
-from tests.machine import real_cpu, serving
-from tests.plan.conftest import PlanWorkspace
-from tests.plan.test_cli_plan import run
+from tests.machine import real_cpu
 
 pytestmark = pytest.mark.llama
 
@@ -41,17 +39,8 @@ QUESTION = "Q: What is the capital of France?\nA:"
 
 
 def planned(tmp_path: Path) -> dict[str, Any]:
-    (tmp_path / "ws").mkdir()
-    ws = PlanWorkspace(tmp_path / "ws")
-    ws.endpoint(
-        "gemma", f'engine = "llama.cpp"\nllama_server = "{llama_server()}"\n'
-        f'model = "{published_gemma()}"\nport = {free_port()}\n'
-        f"max_model_len = {CONTEXT}\nmax_num_seqs = {SLOTS}\n",
-    )  # fmt: skip
-    done = run(ws, "gemma", "--json", "--root", str(serving(tmp_path).root))
-    assert done.exit_code == 0, done.output
-    data: dict[str, Any] = json.loads(done.output)
-    return data
+    keys = f"max_model_len = {CONTEXT}\nmax_num_seqs = {SLOTS}\n"
+    return planned_with_real_llama(tmp_path, "gemma", published_gemma(), keys)
 
 
 def test_the_formulas_do_not_cover_gemma3() -> None:

@@ -29,8 +29,14 @@ SHAPES: dict[str, tuple[int, ...]] = {
     "attn_output": (HIDDEN, Q), "attn_q_norm": (HEAD,), "attn_k_norm": (HEAD,),
     "ffn_gate": (FFN, HIDDEN), "ffn_up": (FFN, HIDDEN), "ffn_down": (HIDDEN, FFN),
 }  # fmt: skip
-LLAMA_BLOCK = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
-               "ffn_gate", "ffn_down", "ffn_up")  # fmt: skip
+ATTENTION = ("attn_q", "attn_k", "attn_v", "attn_output")
+GATED_FFN = ("ffn_gate", "ffn_down", "ffn_up")
+UNGATED_FFN = ("ffn_norm", "ffn_down", "ffn_up")
+LLAMA_BLOCK = ("attn_norm", *ATTENTION, "ffn_norm", *GATED_FFN)
+STARCODER2_BLOCK = ("attn_norm", *ATTENTION, *UNGATED_FFN, "attn_norm.bias", "attn_output.bias",
+                    "ffn_norm.bias", "ffn_down.bias", "ffn_up.bias")  # fmt: skip
+OLMO2_BLOCK = (*ATTENTION, "post_attention_norm", "attn_q_norm", "attn_k_norm", "post_ffw_norm",
+               *GATED_FFN)  # fmt: skip
 OWN = ("token_embd", "output_norm", "output")
 TIED = ("token_embd", "output_norm")
 
@@ -60,43 +66,12 @@ ARCHITECTURES: dict[str, Architecture] = {
         weights(*LLAMA_BLOCK, "attn_q_norm", "attn_k_norm", "attn_norm.bias"),
         shapes={"attn_q_norm": (HEADS, HEAD), "attn_k_norm": (KV_HEADS, HEAD)},
     ),
-    "starcoder2": Architecture(
-        weights(*OWN, "output_norm.bias"),
-        weights(
-            "attn_norm",
-            "attn_q",
-            "attn_k",
-            "attn_v",
-            "attn_output",
-            "ffn_norm",
-            "ffn_down",
-            "ffn_up",
-            "attn_norm.bias",
-            "attn_output.bias",
-            "ffn_norm.bias",
-            "ffn_down.bias",
-            "ffn_up.bias",
-        ),
-    ),
+    "starcoder2": Architecture(weights(*OWN, "output_norm.bias"), weights(*STARCODER2_BLOCK)),
     "granite": Architecture(
         weights(*OWN), weights(*LLAMA_BLOCK), keys={"granite.logit_scale": ("float32", 1.0)}
     ),
     "olmo2": Architecture(
-        weights(*OWN),
-        weights(
-            "attn_q",
-            "attn_k",
-            "attn_v",
-            "attn_output",
-            "post_attention_norm",
-            "attn_q_norm",
-            "attn_k_norm",
-            "post_ffw_norm",
-            "ffn_gate",
-            "ffn_down",
-            "ffn_up",
-        ),
-        shapes={"attn_q_norm": (Q,), "attn_k_norm": (KV,)},
+        weights(*OWN), weights(*OLMO2_BLOCK), shapes={"attn_q_norm": (Q,), "attn_k_norm": (KV,)}
     ),
     "internlm2": Architecture(weights(*OWN), weights(*LLAMA_BLOCK)),
     "smollm3": Architecture(weights(*OWN), weights(*LLAMA_BLOCK)),
@@ -108,47 +83,15 @@ ARCHITECTURES: dict[str, Architecture] = {
     "mistral3": Architecture(weights(*OWN), weights(*LLAMA_BLOCK)),
     "ernie4_5": Architecture(weights(*OWN), weights(*LLAMA_BLOCK)),
     "seed_oss": Architecture(
-        weights(*OWN),
-        weights(
-            "attn_norm",
-            "attn_q",
-            "attn_k",
-            "attn_v",
-            "attn_output",
-            "post_attention_norm",
-            "ffn_gate",
-            "ffn_down",
-            "ffn_up",
-        ),
+        weights(*OWN), weights("attn_norm", *ATTENTION, "post_attention_norm", *GATED_FFN)
     ),
-    "arcee": Architecture(
-        weights(*OWN),
-        weights(
-            "attn_norm",
-            "attn_q",
-            "attn_k",
-            "attn_v",
-            "attn_output",
-            "ffn_norm",
-            "ffn_down",
-            "ffn_up",
-        ),
-    ),
+    "arcee": Architecture(weights(*OWN), weights("attn_norm", *ATTENTION, *UNGATED_FFN)),
     "hunyuan-dense": Architecture(
         weights(*OWN), weights(*LLAMA_BLOCK, "attn_q_norm", "attn_k_norm")
     ),
     "cohere2": Architecture(
         weights(*TIED),
-        weights(
-            "attn_norm",
-            "attn_q",
-            "attn_k",
-            "attn_v",
-            "attn_output",
-            "ffn_gate",
-            "ffn_down",
-            "ffn_up",
-        ),
+        weights("attn_norm", *ATTENTION, *GATED_FFN),
         keys={
             "cohere2.attention.sliding_window": ("uint32", 512),
             "cohere2.logit_scale": ("float32", 1.0),
@@ -183,12 +126,12 @@ def write_tiny(name: str, out: Path) -> Path:
     for key, (kind, value) in architecture.keys.items():
         getattr(writer, f"add_{kind}")(key, value)
     vocab = copy_tokenizer(GGUFReader(str(tiny_gguf("q8_0"))), writer)
-    names = [*architecture.top]
-    names += [f"blk.{layer}.{kind}" for layer in range(LAYERS) for kind in architecture.block]
-    for tensor in names:
-        shape = shape_of(architecture, tensor.split(".", 2)[-1] if tensor.startswith("blk.")
-                         else tensor, vocab)  # fmt: skip
-        writer.add_tensor(tensor, np.full(shape, 0.01, np.float32))
+    tensors = [(name, name) for name in architecture.top]
+    tensors += [
+        (f"blk.{layer}.{kind}", kind) for layer in range(LAYERS) for kind in architecture.block
+    ]
+    for name, kind in tensors:
+        writer.add_tensor(name, np.full(shape_of(architecture, kind, vocab), 0.01, np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from epycd.cli.bench_compare import LOOPBACK, PlainCommand, PlainServer
@@ -26,10 +27,10 @@ from epycd.engines.llama_cpp.model.convert import QUANTIZE
 from epycd.engines.llama_cpp.model.memory import UnmeasuredModel
 from epycd.engines.llama_cpp.plan.converted import converted_path
 from epycd.engines.llama_cpp.plan.decide import fit_llama, memory_source, pooling_ubatch
+from epycd.engines.llama_cpp.plan.fit import fit_words_at
 from epycd.engines.llama_cpp.plan.model import (
     POOLING_FLAGS,
     LlamaFit,
-    LlamaInvocation,
     LlamaServer,
     LlamaService,
     llama_server_argv,
@@ -155,6 +156,16 @@ class GgufEstimate(FormatEstimate):
 ESTIMATE = GgufEstimate()
 
 
+def settings_runtime_dir() -> Path:
+    """The llama.cpp runtime's folder, from epycd's settings (read only when it is asked)."""
+    return LlamaSettings.of(load_settings()).llama_runtime_dir
+
+
+def runtime_llama_server() -> str | None:
+    """The llama.cpp runtime's llama-server, where it is built."""
+    return embedded_llama_server(settings_runtime_dir())
+
+
 def estimate_gguf(
     facts: ModelFacts,
     gguf: GgufFile,
@@ -185,23 +196,14 @@ def estimate_gguf(
     host = this_host()  # its CPU flags decide which matrices llama.cpp repacks
     total, available, _, note = socket_memory(socket_gb, host)
     slots, ubatch = max_num_seqs or LLAMA_DEFAULT_SLOTS, pooling_ubatch(facts.pooling, context)
-    runtime_dir = LlamaSettings.of(load_settings()).llama_runtime_dir
-    server = embedded_llama_server(runtime_dir)
-
-    def words_at(cells: int) -> list[str]:
-        return llama_server_argv(
-            LlamaInvocation(
-                model_path=os.path.realpath(gguf.path), alias="fit", host="127.0.0.1", port=0,
-                threads=1, slots=slots, context=cells, ubatch=ubatch,
-                pooling=pooling_served(facts.primary_endpoint), cache_ram_mib=0,
-                load_mode="mmap",
-            )
-        )  # fmt: skip
-
+    words_at = fit_words_at(
+        os.path.realpath(gguf.path), threads=1, slots=slots, ubatch=ubatch,
+        pooling=pooling_served(facts.primary_endpoint), load_mode="mmap",
+    )  # fmt: skip
     try:
         memory_at = memory_source(
             gguf, slots=slots, cpu_flags=host.flags, ubatch=ubatch, shared_pool=False,
-            embeddings=facts.pooling, llama_server=server, words_at=words_at,
+            embeddings=facts.pooling, llama_server=runtime_llama_server, words_at=words_at,
         )  # fmt: skip
         fit = fit_llama(
             gguf,
@@ -219,7 +221,7 @@ def estimate_gguf(
             f"{facts.model}: the memory of llama-server serving it is unknown: {unknown}",
             key="model",
             fix="build the llama.cpp runtime, whose llama-server says the memory of every "
-            f"architecture it loads: {install_command(runtime_dir)}",
+            f"architecture it loads: {install_command(settings_runtime_dir())}",
         ) from None
     if as_json:
         print_json(

@@ -25,13 +25,13 @@ from epycd.engines.llama_cpp.model.memory import (
     UnmeasuredModel,
     llama_memory,
 )
-from epycd.engines.llama_cpp.plan.fit import measured_memory_at
+from epycd.engines.llama_cpp.plan.fit import fit_words_at, measured_memory_at
 from epycd.engines.llama_cpp.plan.model import (
     LlamaFit,
     LlamaInvocation,
     LlamaRoute,
     LlamaServer,
-    llama_server_argv,
+    LoadMode,
     pooling_served,
 )
 from epycd.engines.llama_cpp.spec import LlamaKeys
@@ -52,6 +52,8 @@ PROFILE_SLOTS: dict[Profile, int] = {"latency": 1, "balanced": 4, "throughput": 
 latency gives one request every core, throughput batches more at once."""
 CACHE_RAM_MAX_MIB = 8192
 """llama-server's own default prompt cache (--cache-ram 8192), the most the plan gives."""
+PLAN_LOAD_MODE: LoadMode = "mmap+mlock"
+"""Rule 10: the weights mapped and locked in RAM."""
 CACHE_RAM_SHARE = 0.5
 """The share of what the fit leaves free that the prompt cache may fill."""
 
@@ -152,20 +154,15 @@ def plan_memory_at(
     route = prepared.route
     assert isinstance(route, LlamaRoute), "prepared by its planner"
     slots = slots_for(prepared)
-
-    def words_at(cells: int) -> list[str]:
-        return llama_server_argv(
-            LlamaInvocation(
-                model_path=os.path.realpath(gguf.path), alias="fit", host="127.0.0.1", port=0,
-                threads=len(placement.cpus), slots=slots, context=cells, ubatch=ubatch,
-                pooling=pooling_of(prepared), cache_ram_mib=0, load_mode="mmap+mlock",
-                speculative=LlamaKeys.of(prepared.spec).speculative,
-            )
-        )  # fmt: skip
-
+    words_at = fit_words_at(
+        os.path.realpath(gguf.path), threads=len(placement.cpus), slots=slots, ubatch=ubatch,
+        pooling=pooling_of(prepared), load_mode=PLAN_LOAD_MODE,
+        speculative=LlamaKeys.of(prepared.spec).speculative,
+    )  # fmt: skip
     return memory_source(
         gguf, slots=slots, cpu_flags=host.flags, ubatch=ubatch, shared_pool=True,
-        embeddings=prepared.facts.pooling, llama_server=route.llama_server, words_at=words_at,
+        embeddings=prepared.facts.pooling, llama_server=lambda: route.llama_server,
+        words_at=words_at,
     )  # fmt: skip
 
 
@@ -177,14 +174,15 @@ def memory_source(
     ubatch: int,
     shared_pool: bool,
     embeddings: bool,
-    llama_server: str | None,
+    llama_server: Callable[[], str | None],
     words_at: Callable[[int], list[str]],
 ) -> MemoryAt:
     """The measured formulas where they cover the file's architecture (rule 9: llama, qwen2,
     qwen3, BERT, where they agree with llama.cpp's own pass at every setting the tests try);
     for every other architecture the pinned llama.cpp loads, llama-server's own pass at the
-    words `words_at(cells)` (`epycd.engines.llama_cpp.plan.fit`). `UnmeasuredModel` where
-    the formulas do not cover it and there is no llama-server to ask."""
+    words `words_at(cells)` (`epycd.engines.llama_cpp.plan.fit`), the server found by
+    `llama_server()` only then. `UnmeasuredModel` where the formulas do not cover it and
+    there is no llama-server to ask."""
     formulas = formula_memory_at(
         gguf, slots=slots, cpu_flags=cpu_flags, ubatch=ubatch, shared_pool=shared_pool,
         embeddings=embeddings,
@@ -193,10 +191,11 @@ def memory_source(
         formulas(CELL_PADDING)
         return formulas
     except UnmeasuredModel:
-        if llama_server is None:
+        server = llama_server()
+        if server is None:
             raise
     return measured_memory_at(
-        llama_server, gguf, words_at, slots=slots, ubatch=ubatch, embeddings=embeddings,
+        server, gguf, words_at, slots=slots, ubatch=ubatch, embeddings=embeddings,
         shared_pool=shared_pool,
     )  # fmt: skip
 
@@ -250,7 +249,7 @@ def decide_llama(
         ubatch=ubatch_for(prepared, fit.context),
         pooling=pooling,
         cache_ram_mib=0 if pooling else cache_ram_mib(fit),
-        load_mode="mmap+mlock",
+        load_mode=PLAN_LOAD_MODE,
         chat_template_file=prepared.spec.chat_template,
         speculative=LlamaKeys.of(prepared.spec).speculative,
     )

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from epycd.childproc import run_bounded
 from epycd.engines.llama_cpp.model.memory import LlamaMemory, output_bytes, padded_cells
+from epycd.engines.llama_cpp.plan.model import LlamaInvocation, LoadMode, llama_server_argv
 from epycd.errors import Refusal
 from epycd.model.facts import GgufFile
 
@@ -151,7 +152,7 @@ def llama_cpp_memory(llama: str, model: Path, settings: FitSettings) -> LlamaCpp
     llama.cpp's reason."""
     argv = fit_params_argv(llama, str(model), settings)
     for _ in range(UNSAID_ATTEMPTS):
-        done = _run(argv, model)
+        done = _run(argv, model, "fit-params")
         said = done.returncode == 0 or parse_breakdown(done.stderr) or fit_reason(done.stderr)
         if said:
             break
@@ -159,7 +160,7 @@ def llama_cpp_memory(llama: str, model: Path, settings: FitSettings) -> LlamaCpp
 
 
 def _run(
-    argv: list[str], model: Path, until: Callable[[bytes], bool] | None = None
+    argv: list[str], model: Path, asked: str, until: Callable[[bytearray], bool] | None = None
 ) -> subprocess.CompletedProcess[str]:
     try:
         return run_bounded(
@@ -170,11 +171,10 @@ def _run(
             until=until,
         )
     except (OSError, subprocess.SubprocessError) as error:
-        asked = "fit-params" if argv[1:2] == ["fit-params"] else "--fit on"
         raise _unknown(model, f"`{Path(argv[0]).name} {asked}` did not answer: {error}") from None
 
 
-SERVER_FIT_DONE = b"common_fit_params: fitting params to free memory took"
+SERVER_FIT_DONE = "common_fit_params: fitting params to free memory took"
 """The line llama-server's `--fit on` pass ends with, the table printed before it."""
 
 
@@ -189,8 +189,8 @@ def server_fit_argv(llama_server: str, server_words: Sequence[str]) -> list[str]
     return [llama_server, *words, "--log-verbosity", LOG_VERBOSITY]
 
 
-def _fit_done(stderr: bytes) -> bool:
-    return SERVER_FIT_DONE in stderr
+def _fit_done(stderr: bytearray) -> bool:
+    return SERVER_FIT_DONE.encode() in stderr
 
 
 def llama_server_memory(
@@ -200,27 +200,29 @@ def llama_server_memory(
     llama.cpp's reason."""
     argv = server_fit_argv(llama_server, server_words)
     for _ in range(UNSAID_ATTEMPTS):
-        done = _run(argv, model, until=_fit_done)
-        finished = done.returncode == 0 or SERVER_FIT_DONE.decode() in done.stderr
-        if finished or parse_breakdown(done.stderr, "first") or fit_reason(done.stderr):
+        done = _run(argv, model, "--fit on", until=_fit_done)
+        if _finished(done.returncode, done.stderr, server_pass=True) or fit_reason(done.stderr):
             break  # else it exited before its log got out: ask again
-    return read_fit_params(model, done.returncode, done.stderr, table="first", asked=False)
+    return read_fit_params(model, done.returncode, done.stderr, server_pass=True)
+
+
+def _finished(returncode: int, stderr: str, *, server_pass: bool) -> bool:
+    """It said all it would: fit-params exited 0, or the server's pass reached its end."""
+    return returncode == 0 or (server_pass and SERVER_FIT_DONE in stderr)
 
 
 def read_fit_params(
-    model: Path,
-    returncode: int,
-    stderr: str,
-    table: Literal["first", "last"] = "last",
-    asked: bool = True,
+    model: Path, returncode: int, stderr: str, *, server_pass: bool = False
 ) -> LlamaCppMemory:
-    """The table in `llama fit-params`'s stderr (or llama-server's pass, `asked=False`: no
-    verdict on free memory), or a Refusal with its reason."""
-    rows = parse_breakdown(stderr, table)
+    """The table in `llama fit-params`'s stderr (its last: its verdict on free memory), or in
+    llama-server's pass (`server_pass`: its first, at the settings asked; no verdict), or a
+    Refusal with llama.cpp's reason."""
+    rows = parse_breakdown(stderr, "first" if server_pass else "last")
     if not rows:
-        finished = returncode == 0 or (not asked and SERVER_FIT_DONE.decode() in stderr)
         reason = fit_reason(stderr) or (
-            "it printed no memory breakdown" if finished else fit_error(stderr)
+            "it printed no memory breakdown"
+            if _finished(returncode, stderr, server_pass=server_pass)
+            else fit_error(stderr)
         )
         raise _unknown(model, reason)
     if not any(row.name == HOST_ROW for row in rows):
@@ -233,7 +235,7 @@ def read_fit_params(
         context_bytes=sum(row.context_bytes for row in rows),
         compute_bytes=sum(row.compute_bytes for row in rows),
         rows=tuple(rows),
-        fits_free_memory=returncode == 0 if asked else None,
+        fits_free_memory=None if server_pass else returncode == 0,
     )
 
 
@@ -326,6 +328,32 @@ def as_plan_memory(
         compute_bytes=above(told.compute_bytes),
         output_bytes=output_bytes(gguf.vocab_size or 0, gguf.embedding_length, slots, embeddings),
     )
+
+
+def fit_words_at(
+    model_path: str,
+    *,
+    threads: int,
+    slots: int,
+    ubatch: int,
+    pooling: Literal["embedding", "rerank"] | None,
+    load_mode: LoadMode,
+    speculative: Literal["ngram"] | None = None,
+) -> Callable[[int], list[str]]:
+    """The words of a llama-server asked only its memory at `cells`: the plan's own
+    (`llama_server_argv`) but for what no buffer depends on (its name, address and port: the
+    pass ends before it binds; no prompt cache)."""
+
+    def words_at(cells: int) -> list[str]:
+        return llama_server_argv(
+            LlamaInvocation(
+                model_path=model_path, alias="fit", host="127.0.0.1", port=0, threads=threads,
+                slots=slots, context=cells, ubatch=ubatch, pooling=pooling, cache_ram_mib=0,
+                load_mode=load_mode, speculative=speculative,
+            )
+        )  # fmt: skip
+
+    return words_at
 
 
 def measured_memory_at(
