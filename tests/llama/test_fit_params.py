@@ -6,6 +6,7 @@ refuse, gets terms; a file llama.cpp cannot load is refused with llama.cpp's own
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from epycd.engines.llama_cpp.plan.fit import (
     combined_binary,
     llama_cpp_memory,
     llama_server_memory,
+    server_memory,
 )
 from epycd.engines.llama_cpp.plan.model import LlamaInvocation, llama_server_argv
 from epycd.errors import Refusal
@@ -249,3 +251,24 @@ def test_llama_servers_pass_refuses_a_file_it_cannot_load_with_its_reason(tmp_pa
     with pytest.raises(Refusal, match="invalid magic characters") as refused:
         llama_server_memory(str(llama_server()), text, words)
     assert refused.value.file == str(text)
+
+
+def test_a_refusal_is_kept_until_the_file_or_the_server_changes(tmp_path: Path) -> None:
+    """epycd plans again at each reconcile: a file llama.cpp cannot account is not asked of the
+    server each time, only again once the file (or the server) changed."""
+    asked = tmp_path / "asked"
+    server = tmp_path / "llama-server"
+    server.write_text(f"#!/bin/sh\necho asked >> {asked}\n")  # says no table, exit 0
+    server.chmod(0o755)
+    model = tiny_gguf("q8_0")
+    copy = tmp_path / "tiny.gguf"
+    copy.write_bytes(model.read_bytes())
+    words = server_words(copy, 1024, 1, 512, free_port())
+    for _ in range(3):
+        with pytest.raises(Refusal, match="printed no memory breakdown"):
+            server_memory(str(server), copy, words)
+    assert asked.read_text().count("asked") == 1
+    os.utime(copy, ns=(0, 0))
+    with pytest.raises(Refusal):
+        server_memory(str(server), copy, words)
+    assert asked.read_text().count("asked") == 2

@@ -289,22 +289,46 @@ PROBES_KEPT = 64
 epycd plans again at each reconcile, and the answer stands while the file and words do)."""
 
 
+FileIdentity = tuple[int, int, int]
+"""A file's inode, size and mtime: a changed file is a new question."""
+
+
 @functools.lru_cache(maxsize=PROBES_KEPT)
 def _server_memory_of(
-    llama_server: str, model: Path, identity: tuple[int, int, int], words: tuple[str, ...]
-) -> LlamaCppMemory:
-    """`identity` (the file's inode, size and mtime) makes a changed file a new question."""
-    return llama_server_memory(llama_server, model, words)
+    llama_server: str,
+    server: FileIdentity,
+    model: Path,
+    identity: FileIdentity,
+    words: tuple[str, ...],
+) -> LlamaCppMemory | Refusal:
+    """The answer, or the refusal, kept alike: a file llama.cpp cannot load (or a server
+    that does not answer, up to FIT_TIMEOUT_S) is not asked again at each reconcile while
+    neither the file nor the server changed."""
+    try:
+        return llama_server_memory(llama_server, model, words)
+    except Refusal as refused:
+        return refused
 
 
 def server_memory(llama_server: str, model: Path, words: Sequence[str]) -> LlamaCppMemory:
-    """`llama_server_memory`, asked once per file state and words."""
+    """`llama_server_memory`, asked once per state of the file and of the server, and words."""
     try:
-        stat = model.stat()
+        server = _identity(Path(llama_server))
+    except OSError:
+        server = (0, 0, 0)  # `_run` says what became of it
+    try:
+        identity = _identity(model)
     except OSError as error:
         raise _unknown(model, f"it cannot be read: {error.strerror or error}") from None
-    identity = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
-    return _server_memory_of(llama_server, model, identity, tuple(words))
+    told = _server_memory_of(llama_server, server, model, identity, tuple(words))
+    if isinstance(told, Refusal):
+        raise told
+    return told
+
+
+def _identity(path: Path) -> FileIdentity:
+    stat = path.stat()
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 def as_plan_memory(
