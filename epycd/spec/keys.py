@@ -163,8 +163,8 @@ SHARED_KEYS: tuple[KeySetting, ...] = (
     KeySetting(
         "chat_template",
         "an absolute path to a chat template file",
-        "an absolute path to a chat template file",
-        engines=VLLM_ONLY,
+        "an absolute path to a chat template file (Jinja), for a model whose files have none "
+        "or to replace theirs: vLLM's `--chat-template`, llama-server's `--chat-template-file`",
     ),
     KeySetting(
         "restart",

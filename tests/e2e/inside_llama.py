@@ -83,6 +83,18 @@ print(json.dumps({"choices": len(reply["choices"]), "model": reply["model"],
 """
 
 
+COMPLETION = """
+import json, sys
+import httpx
+url, prompt = sys.argv[1:]
+model = httpx.get(url + "/models", timeout=30).json()["data"][0]["id"]
+reply = httpx.post(url + "/completions", timeout=60, json={
+    "model": model, "prompt": prompt, "temperature": 0, "max_tokens": 8}).json()
+print(json.dumps({"text": reply["choices"][0]["text"]}))
+"""
+QUESTION = "Q: What is the capital of France?\nA:"
+
+
 def status_url_of(name: str, check: str) -> str | None:
     """`epycctl status NAME` recorded as `check`, and the endpoint's URL (with /v1) in it."""
     url = endpoint_entry(epycctl_status(check, name), name).get("url")
@@ -104,6 +116,16 @@ def chat(check: str, url: str | None, model: str | None = None) -> None:
     done = run(str(PREFIX / "bin" / "python"), "-c", CHAT, url, *named, timeout=120)
     reply = json.loads(done["stdout"].strip().splitlines()[-1]) if done["rc"] == 0 else None
     record(check, rc=done["rc"], reply=reply, url=url, stderr=done["stderr"][-3000:])
+
+
+def completion(check: str, url: str | None) -> None:
+    """The quickstart's model completes `QUESTION` at temperature 0."""
+    if url is None:
+        record(check, rc=None, reply=None, stderr="no URL in status")
+        return
+    done = run(str(PREFIX / "bin" / "python"), "-c", COMPLETION, url, QUESTION, timeout=120)
+    reply = json.loads(done["stdout"].strip().splitlines()[-1]) if done["rc"] == 0 else None
+    record(check, rc=done["rc"], reply=reply, stderr=done["stderr"][-3000:])
 
 
 def server_facts(pid: str) -> dict[str, object]:
@@ -147,8 +169,12 @@ def fresh_machine() -> None:
 
 
 def phase_install() -> None:
-    argv = ("epycctl", "quickstart", "--engine", "llama.cpp", "--model", CONFIG["gguf"], "--yes")
-    install_then_quickstart(("/src/packaging/install.sh", "--engine", "llama.cpp"), 1500, argv)
+    argv = ("epycctl", "quickstart", "--engine", "llama.cpp", "--model", CONFIG["quickstart_gguf"],
+            "--yes")  # fmt: skip
+    install_then_quickstart(
+        ("/src/packaging/install.sh", "--engine", "llama.cpp"), 1500, argv,
+        after_ready=lambda: completion("completion", status_url("status")),
+    )  # fmt: skip
 
 
 def install_then_quickstart(
@@ -156,10 +182,12 @@ def install_then_quickstart(
     install_timeout: int,
     quickstart: tuple[str, ...],
     after_quickstart: Callable[[], None] = lambda: None,
+    after_ready: Callable[[], None] = lambda: None,
 ) -> None:
     """A fresh machine: `install`, the model's files given to the epyc-llm group, the EPYC
     identity root, then `quickstart` (timed; `after_quickstart` records what it left, also
-    when it failed); the ready endpoint's unit, files, a chat and its server process."""
+    when it failed); the ready endpoint's unit, files, a chat (and what `after_ready` asks)
+    and its server process."""
     record("pid1", comm=Path("/proc/1/comm").read_text().strip())
     fresh_machine()
     started = time.monotonic()
@@ -183,6 +211,7 @@ def install_then_quickstart(
     record("unit_file", text=UNIT_FILE.read_text())
     record("endpoint_file", text=ENDPOINT_FILE.read_text())
     chat("chat", status_url("status"))
+    after_ready()
     server_process("server")
     journal("journal_serving", UNIT)
 

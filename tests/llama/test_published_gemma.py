@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +40,30 @@ SLOTS = 2
 QUESTION = "Q: What is the capital of France?\nA:"
 
 
-def planned(tmp_path: Path) -> dict[str, Any]:
-    keys = f"max_model_len = {CONTEXT}\nmax_num_seqs = {SLOTS}\n"
+GEMMA3_TEMPLATE = Path(__file__).parent / "templates" / "gemma3.jinja"
+"""Gemma 3's own chat template (its source: tests/llama/templates/README.md)."""
+
+
+def planned(tmp_path: Path, keys: str = "") -> dict[str, Any]:
+    keys = f"max_model_len = {CONTEXT}\nmax_num_seqs = {SLOTS}\n{keys}"
     return planned_with_real_llama(tmp_path, "gemma", published_gemma(), keys)
+
+
+@contextmanager
+def serving(
+    tmp_path: Path, reap: list[subprocess.Popen[bytes]], data: dict[str, Any]
+) -> Iterator[tuple[str, str, subprocess.Popen[bytes]]]:
+    """The planned unit's ExecStart= under the supervisor, to READY=1: its URL (with /v1),
+    its served name and the supervisor."""
+    argv = exec_start(data["units"]["epyc-llm-gemma.service"])
+    served, url = data["served_model_name"], base_url(int(argv[argv.index("--port") + 1]))
+    log = tmp_path / "supervisor.log"
+    with NotifySocket(tmp_path / "notify") as sock:
+        supervisor = start_supervisor(argv, {"NOTIFY_SOCKET": str(sock.path)}, log)
+        reap.append(supervisor)
+        ready = sock.wait_for("READY=1", LOAD_BOUND_S)
+        assert ready is not None, log.read_text()[-4000:]
+        yield url, served, supervisor
 
 
 def test_the_formulas_do_not_cover_gemma3() -> None:
@@ -71,14 +94,7 @@ def test_the_published_gemma_plans_serves_paris_within_its_fit(
     assert 0 < memory["compute_bytes"] < vocab * memory["ubatch"] * 4
     argv = exec_start(data["units"]["epyc-llm-gemma.service"])
     assert argv[argv.index("--ctx-size") + 1] == str(CONTEXT)
-    served, url = data["served_model_name"], base_url(int(argv[argv.index("--port") + 1]))
-
-    log = tmp_path / "supervisor.log"
-    with NotifySocket(tmp_path / "notify") as sock:
-        supervisor = start_supervisor(argv, {"NOTIFY_SOCKET": str(sock.path)}, log)
-        reap.append(supervisor)
-        ready = sock.wait_for("READY=1", LOAD_BOUND_S)
-        assert ready is not None, log.read_text()[-4000:]
+    with serving(tmp_path, reap, data) as (url, served, supervisor):
         answer = httpx.post(
             f"{url}/completions",
             json={"model": served, "prompt": QUESTION, "max_tokens": 8,
@@ -109,3 +125,31 @@ def test_estimate_asks_the_runtimes_llama_server_for_gemma(monkeypatch: pytest.M
     vocab = read_gguf(published_gemma()).vocab_size
     assert vocab and 0 < memory["compute_bytes"] < vocab * memory["ubatch"] * 4
     assert memory["kv_bytes"] > 0
+
+
+CHAT = [
+    {"role": "user", "content": "What is the capital of Germany?"},
+    {"role": "assistant", "content": "Berlin."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
+"""A question after one answered the same way: the published model is Gemma 3's pretrained
+one, which follows a turn's pattern but was not tuned to answer a lone question."""
+
+
+def test_gemma_chats_with_the_template_its_endpoint_file_gives(
+    tmp_path: Path, reap: list[subprocess.Popen[bytes]]
+) -> None:
+    """The file has no chat template (check-model: completions only); `chat_template =` with
+    Gemma 3's own gives the endpoint a chat, in Gemma's turns, that answers the question."""
+    data = planned(tmp_path, f'chat_template = "{GEMMA3_TEMPLATE}"\n')
+    argv = exec_start(data["units"]["epyc-llm-gemma.service"])
+    assert argv[argv.index("--chat-template-file") + 1] == str(GEMMA3_TEMPLATE.resolve())
+    with serving(tmp_path, reap, data) as (url, served, _):
+        answer = httpx.post(
+            f"{url}/chat/completions",
+            json={"model": served, "messages": CHAT, "max_tokens": 8, "temperature": 0},
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text
+        reply = answer.json()["choices"][0]["message"]["content"]
+        assert "Paris" in reply, reply

@@ -1,11 +1,15 @@
 """llama.cpp endpoints in the plan: the endpoint file's keys, the route to a llama-server, the
 fit on the placed socket (rule 9) and rule 10's decisions, the unit that runs it under the
-supervisor, and what the plan refuses. The llama-server here is a real executable file that
-answers `--version` as llama-server does; the real server's own tests are tests/llama."""
+supervisor, and what the plan refuses. The llama-server here answers `--version` with a
+version of the test's choosing, and the plan's memory pass for the tests' own GGUF files (which
+llama.cpp cannot load) with the measured formulas (tests/plan/memory_standin.py); the real
+server's own tests are tests/llama."""
 
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,10 +30,20 @@ VERSION = "0.5.0-dev (build 1, commit 0c1e570)"
 
 
 def fake_llama_server(folder: Path, version: str = VERSION) -> Path:
-    """An executable that answers `--version` as llama-server does (on stderr)."""
+    """An executable that answers `--version` as llama-server does (on stderr), with a version
+    of the test's choosing, and the plan's memory pass (every other call) with the measured
+    formulas' table for the tests' own GGUF files, which llama.cpp cannot load
+    (tests/plan/memory_standin.py)."""
+    standin = shlex.quote(str(Path(__file__).with_name("memory_standin.py")))
+    python = shlex.quote(sys.executable)
+    root = shlex.quote(str(Path(__file__).resolve().parents[2]))
     folder.mkdir(parents=True, exist_ok=True)
     server = folder / "llama-server"
-    server.write_text(f'#!/bin/sh\necho "version: {version}" >&2\necho "built with GNU" >&2\n')
+    server.write_text(
+        f'#!/bin/sh\nif [ "$1" = --version ]; then\n  echo "version: {version}" >&2\n'
+        f'  echo "built with GNU" >&2\n  exit 0\nfi\n'
+        f'cd {root} && exec {python} {standin} "$@"\n'
+    )
     server.chmod(0o755)
     return server
 
@@ -251,6 +265,32 @@ def test_without_a_llama_server_it_is_refused_with_the_install_step(lw: LlamaWor
     assert probe_llama_server(str(lw.server)) == ServerFacts(
         path=str(lw.server), present=True, version=VERSION
     )
+
+
+def test_a_llama_server_older_than_the_plans_words_is_refused_naming_it(
+    lw: LlamaWorkspace,
+) -> None:
+    """A llama-server from before `--fit` answers the memory pass as llama.cpp's argument
+    parser does (common/arg.cpp: `error: invalid argument: --fit`, exit 1): refused at the
+    `llama_server` key, the server to change, not the model; asked once, not as a file that
+    lost its log; the other endpoint plans."""
+    old = lw.ws.tmp / "old" / "llama-server"
+    old.parent.mkdir()
+    asked = lw.ws.tmp / "asked"
+    old.write_text(
+        f'#!/bin/sh\nif [ "$1" = --version ]; then echo "version: 4000 (0123abc)" >&2; exit 0; fi\n'
+        f'echo x >> {asked}\necho "error: invalid argument: --fit" >&2\nexit 1\n'
+    )
+    old.chmod(0o755)
+    lw.ws.endpoint("old", f'engine = "llama.cpp"\nmodel = "{lw.gguf}"\nllama_server = "{old}"\n')
+    lw.endpoint("chat")
+    results = lw.plan()
+    [problem] = results["old"].errors
+    assert problem.key == "llama_server" and problem.exit_code == 1, problem.text
+    assert f"llama-server {old} does not take --fit" in problem.message, problem.text
+    assert problem.fix and "remove llama_server" in problem.fix, problem.text
+    assert asked.read_text().count("x") == 1
+    assert results["chat"].plan is not None, [e.text for e in results["chat"].errors]
 
 
 def test_the_llama_runtime_serves_where_the_file_names_no_server(lw: LlamaWorkspace) -> None:

@@ -77,8 +77,6 @@ KEYS = EngineKeys(
         "dtype": "remove dtype: a GGUF file carries its own weight types",
         "vllm": "remove vllm: set llama_server = PATH for a llama-server of your own",
         "image": "remove image: llama.cpp endpoints run the host's llama-server",
-        "chat_template": "remove chat_template: llama-server uses the GGUF file's own chat "
-        "template",
         "extra_args": "remove extra_args: the plan decides llama-server's flags "
         "(docs/tuning.md rule 10)",
         "env": "remove env: the plan owns llama-server's environment",

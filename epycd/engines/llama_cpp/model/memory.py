@@ -25,6 +25,7 @@ process's PSS (benchmarks/llama-memory-results.md, `benchmarks/llama_compute.py`
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -96,6 +97,11 @@ class LlamaMemory(BaseModel):
     compute_bytes: int
     output_bytes: int
     server_bytes: int = SERVER_BYTES
+    source: Literal["llama.cpp", "formulas"] = Field(
+        default="formulas",
+        description="llama.cpp: llama-server's own pass at the plan's words; formulas: the "
+        "measured formulas, where there is no llama-server to ask (rule 9)",
+    )
 
     @property
     def total_bytes(self) -> int:

@@ -22,7 +22,6 @@ from epycd.engines.llama_cpp.model.memory import (
     CELL_PADDING,
     DEFAULT_UBATCH,
     LlamaMemory,
-    UnmeasuredModel,
     llama_memory,
 )
 from epycd.engines.llama_cpp.plan.fit import fit_words_at, measured_memory_at
@@ -140,7 +139,7 @@ def llama_fit(
         raise Refusal(
             f"the memory of llama-server serving {gguf.file} is unknown: {unknown.message}",
             file=prepared.result.path,
-            key="model",
+            key=unknown.key or "model",
             fix=unknown.fix,
         ) from None
     return sized, warnings
@@ -177,23 +176,17 @@ def memory_source(
     llama_server: Callable[[], str | None],
     words_at: Callable[[int], list[str]],
 ) -> MemoryAt:
-    """The measured formulas where they cover the file's architecture (rule 9: llama, qwen2,
-    qwen3, BERT, where they agree with llama.cpp's own pass at every setting the tests try);
-    for every other architecture the pinned llama.cpp loads, llama-server's own pass at the
-    words `words_at(cells)` (`epycd.engines.llama_cpp.plan.fit`), the server found by
-    `llama_server()` only then. `UnmeasuredModel` where the formulas do not cover it and
-    there is no llama-server to ask."""
-    formulas = formula_memory_at(
-        gguf, slots=slots, cpu_flags=cpu_flags, ubatch=ubatch, shared_pool=shared_pool,
-        embeddings=embeddings,
-    )  # fmt: skip
-    try:
-        formulas(CELL_PADDING)
-        return formulas
-    except UnmeasuredModel:
-        server = llama_server()
-        if server is None:
-            raise
+    """llama-server's own pass at the words `words_at(cells)` (rule 9,
+    `epycd.engines.llama_cpp.plan.fit`), for every architecture the pinned llama.cpp loads.
+    Only where there is no llama-server to ask (`llama_server()` is None: `estimate` on a host
+    without the llama.cpp runtime) the measured formulas stand in, for the architectures they
+    cover (llama, qwen2, qwen3, BERT; `UnmeasuredModel` for the others)."""
+    server = llama_server()
+    if server is None:
+        return formula_memory_at(
+            gguf, slots=slots, cpu_flags=cpu_flags, ubatch=ubatch, shared_pool=shared_pool,
+            embeddings=embeddings,
+        )  # fmt: skip
     return measured_memory_at(
         server, gguf, words_at, slots=slots, ubatch=ubatch, embeddings=embeddings,
         shared_pool=shared_pool,
@@ -321,7 +314,9 @@ def fit_llama(
     suggested = (
         None
         if fits
-        else _largest_context(memory_at, slots, available_gib - headroom, shared_pool=shared_pool)
+        else _largest_context(
+            memory_at, slots, available_gib - headroom, shared_pool=shared_pool, too_large=memory
+        )
     )
     return LlamaFit(
         context=context,
@@ -343,17 +338,35 @@ def _largest_context(
     budget_gib: float,
     *,
     shared_pool: bool,
+    too_large: LlamaMemory,
 ) -> int | None:
     """The most tokens per slot (a multiple of 256) whose process fits in `budget_gib`: the
-    process grows linearly with the cells (KV and the attention mask), so solve for them."""
-    smallest, larger = memory_at(CELL_PADDING), memory_at(2 * CELL_PADDING)
-    per_cell = (larger.total_bytes - smallest.total_bytes) / (larger.cells - smallest.cells)
-    spare = budget_gib * GIB - smallest.total_bytes
-    if spare < 0 or per_cell <= 0:
+    process grows linearly with the cells (KV and the attention mask), so solve for them
+    between the smallest pool and the one that did not fit (`too_large`), far apart since
+    llama.cpp's own figures are whole MiB, then step down until the answer fits."""
+    smallest = memory_at(CELL_PADDING)
+    budget = budget_gib * GIB
+    if smallest.total_bytes > budget or too_large.cells <= smallest.cells:
         return None  # nothing fits, or the context costs nothing (an encoder: no cache)
-    cells = smallest.cells + int(spare // per_cell)
-    context = (cells // (1 if shared_pool else slots)) // CELL_PADDING * CELL_PADDING
-    return context if context >= CELL_PADDING else None
+    per_cell = (too_large.total_bytes - smallest.total_bytes) / (too_large.cells - smallest.cells)
+    if per_cell <= 0:
+        return None
+    step = 1 if shared_pool else slots
+    cells = smallest.cells + int((budget - smallest.total_bytes) // per_cell)
+    for _ in range(FIT_STEPS):
+        context = (cells // step) // CELL_PADDING * CELL_PADDING
+        if context < CELL_PADDING:
+            return None
+        over = memory_at(context).total_bytes - budget
+        if over <= 0:
+            return context
+        cells = context * step - max(int(over // per_cell), 1) - CELL_PADDING * step
+    return None
+
+
+FIT_STEPS = 4
+"""Steps down from the solved context before giving up: the first is exact for the formulas,
+the second for llama.cpp's MiB-rounded figures."""
 
 
 def _action(

@@ -201,9 +201,29 @@ def llama_server_memory(
     argv = server_fit_argv(llama_server, server_words)
     for _ in range(UNSAID_ATTEMPTS):
         done = _run(argv, model, "--fit on", until=_fit_done)
+        refuse_unknown_words(llama_server, done.stderr)
         if _finished(done.returncode, done.stderr, server_pass=True) or fit_reason(done.stderr):
             break  # else it exited before its log got out: ask again
     return read_fit_params(model, done.returncode, done.stderr, server_pass=True)
+
+
+_INVALID_ARGUMENT = re.compile(r"^error: invalid argument: (?P<word>\S+)", re.MULTILINE)
+"""llama.cpp's argument parser on a word its build does not know (common/arg.cpp)."""
+
+
+def refuse_unknown_words(llama_server: str, stderr: str) -> None:
+    """A llama-server older than the words the plan gives it (`--fit` came with the pinned
+    llama.cpp's generation): the server is what to change, not the model."""
+    unknown = _INVALID_ARGUMENT.search(stderr)
+    if unknown:
+        raise Refusal(
+            f"llama-server {llama_server} does not take {unknown['word']}, which the plan gives "
+            "it: it is older than the llama.cpp the plan is made for",
+            file=Path(llama_server),
+            key="llama_server",
+            fix="remove llama_server to use the llama.cpp runtime's, or name a llama-server "
+            "built from a llama.cpp that takes --fit",
+        )
 
 
 def _finished(returncode: int, stderr: str, *, server_pass: bool) -> bool:
@@ -351,6 +371,7 @@ def as_plan_memory(
         kv_bytes=above(told.context_bytes),
         compute_bytes=above(told.compute_bytes),
         output_bytes=output_bytes(gguf.vocab_size or 0, gguf.embedding_length, slots, embeddings),
+        source="llama.cpp",
     )
 
 
