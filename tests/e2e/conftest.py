@@ -133,6 +133,16 @@ def offline_apt(root: Path) -> None:
         source.unlink()
 
 
+MLOCK_AS_ON_A_HOST = ("--capability=CAP_IPC_LOCK",)
+"""nspawn's flags for a machine whose engine units lock their weights as on a host: its seccomp
+filter refuses mlock(2) unless the container keeps CAP_IPC_LOCK (a host has no such filter;
+the endpoint's unit still drops every capability). What it cannot give: its PID 1 keeps the 8
+MiB of locked memory the kernel gave the host's init (`--rlimit=RLIMIT_MEMLOCK=infinity`
+notwithstanding, on this Debian 12 host), so a unit's LimitMEMLOCK=infinity stays 8 MiB there
+and a larger model's weights are not locked ("failed to mlock 184786944-byte buffer" for the
+published Gemma): the lock is checked on the tiny models, which fit in it."""
+
+
 @contextlib.contextmanager
 def kept_or_removed(work: Path) -> Iterator[None]:
     """WORK removed after the module's machine, or kept (EPYC_E2E_KEEP=1) to look into."""

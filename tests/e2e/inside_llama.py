@@ -208,6 +208,11 @@ def install_then_quickstart(
         journal("journal_serving", UNIT)
         raise PhaseFailed(f"quickstart failed (exit {done['rc']}): {done['stderr'][-2000:]}")
     record("unit", **show(UNIT))
+    record(
+        "memlock",
+        pid1=next(x for x in Path("/proc/1/limits").read_text().splitlines() if "locked" in x),
+        **show(UNIT, "LimitMEMLOCK", "LimitMEMLOCKSoft"),
+    )
     record("unit_file", text=UNIT_FILE.read_text())
     record("endpoint_file", text=ENDPOINT_FILE.read_text())
     chat("chat", status_url("status"))

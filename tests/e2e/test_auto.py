@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import (
+    MLOCK_AS_ON_A_HOST,
     Boot,
     Machine,
     clean_copy,
@@ -89,8 +90,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     (results / "config.json").write_text(json.dumps(config, indent=2))
     binds = [
         "--private-network",
-        # nspawn's seccomp filter refuses mlock(2) unless the container keeps CAP_IPC_LOCK
-        "--capability=CAP_IPC_LOCK",
+        *MLOCK_AS_ON_A_HOST,
         f"--bind-ro={src}:/src",
         f"--bind={results}:/results",
         f"--bind-ro={APT_REPO}:/var/cache/e2e-apt",

@@ -15,6 +15,7 @@ import pytest
 
 from epycd.engines.llama_cpp.model.gguf import read_gguf
 from epycd.engines.llama_cpp.model.memory import llama_memory
+from epycd.engines.llama_cpp.plan.fit import measured_memory_at
 from epycd.model.check import inspect_model
 from tests.health.realvllm import VllmServer, free_port
 from tests.llama.realllama import llama_server, tiny_gguf
@@ -104,7 +105,8 @@ def test_the_memory_terms_are_the_servers(tmp_path: Path, out_type: str) -> None
     llama-server allocates for the tiny model: KV, output and repacked matrices exactly, the
     compute buffer and the whole process's PSS (after a request) within ours. q4_0 is quantized
     here by the runtime's own `llama quantize` (its matrices are the ones the CPU backend
-    repacks)."""
+    repacks). The plan's own figures, llama-server's pass at the same words, hold the same
+    buffers to llama.cpp's MiB and the PSS within their total."""
     if out_type == "q4_0":
         model = tmp_path / "tiny-q4_0.gguf"
         quantize = [str(llama_server().with_name("llama")), "quantize", str(tiny_gguf("bf16"))]
@@ -142,3 +144,17 @@ def test_the_memory_terms_are_the_servers(tmp_path: Path, out_type: str) -> None
     assert logged["CPU compute"] <= round(ours.compute_bytes / MIB, 2)
     assert logged["CPU_Mapped model"] <= round(ours.weights_bytes / MIB, 2)
     assert pss <= ours.total_bytes, (pss, ours)
+    # the plan's own source: llama-server's pass at these very words, to its MiB, above PSS
+    told = measured_memory_at(
+        str(llama_server()), gguf, lambda cells: argv[1:], slots=2, ubatch=256,
+        embeddings=False,
+    )(ours.cells)  # fmt: skip
+    assert told.source == "llama.cpp" and told.cells == ours.cells
+    for term, buffer in (
+        ("kv", "CPU KV"),
+        ("compute", "CPU compute"),
+        ("repacked", "CPU_REPACK model"),
+    ):
+        planned = getattr(told, f"{term}_bytes") / MIB
+        assert logged.get(buffer, 0.0) <= planned <= logged.get(buffer, 0.0) + 1, (term, told)
+    assert pss <= told.total_bytes, (pss, told)

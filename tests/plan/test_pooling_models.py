@@ -171,7 +171,7 @@ def test_a_bert_gguf_plans_as_an_encoder_with_no_kv_cache(
     _, decided = lw.planned("pooled")
     assert decided.primary_endpoint == endpoint and flag in decided.server_args
     memory = decided.fit.memory
-    assert memory.kv_bytes == 0
+    assert memory.kv_bytes <= MIB  # none: llama.cpp prints 0 MiB, which the plan holds as 1
     assert memory.ubatch == decided.invocation.context == 512
     # llama.cpp's pass prints whole MiB, rounded down; the plan raises each by 1 MiB
     printed = encoder_compute_bytes(128, 512, 512, memory.slots) // MIB

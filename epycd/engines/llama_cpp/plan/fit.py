@@ -30,7 +30,7 @@ import functools
 import os
 import re
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -357,22 +357,31 @@ def as_plan_memory(
 ) -> LlamaMemory:  # fmt: skip
     """llama.cpp's table as the plan's terms: the weights the whole file maps (its tensors'
     bytes, exact), each buffer llama.cpp printed rounded down raised by its resolution (the
-    plan errs above), and the output buffer, in no column, by its exact rule."""
-
-    def above(printed: int) -> int:
-        return printed + RESOLUTION_BYTES if printed else 0
-
+    plan errs above), and the output buffer, in no column, by its exact rule. The `Host` row's
+    KV and compute are raised even where they print 0 (a 0.5 MiB KV cache prints 0; an
+    encoder's absent one costs the plan 1 MiB); another row's only where it holds some."""
+    host = next(row for row in told.rows if row.name == HOST_ROW)
+    others = [row for row in told.rows if row.name != HOST_ROW]
     return LlamaMemory(
         cells=cells,
         slots=slots,
         ubatch=ubatch,
         weights_bytes=gguf.tensors_bytes,
-        repacked_bytes=above(told.repacked_bytes),
-        kv_bytes=above(told.context_bytes),
-        compute_bytes=above(told.compute_bytes),
+        repacked_bytes=_raised(row.model_bytes for row in others),
+        kv_bytes=_raised(
+            [host.context_bytes, *(r.context_bytes for r in others if r.context_bytes)]
+        ),
+        compute_bytes=_raised(
+            [host.compute_bytes, *(r.compute_bytes for r in others if r.compute_bytes)]
+        ),
         output_bytes=output_bytes(gguf.vocab_size or 0, gguf.embedding_length, slots, embeddings),
         source="llama.cpp",
     )
+
+
+def _raised(printed: Iterable[int]) -> int:
+    """What printed figures hold at most: each up to its resolution above what it says."""
+    return sum(figure + RESOLUTION_BYTES for figure in printed)
 
 
 def fit_words_at(
