@@ -106,6 +106,10 @@ def test_the_published_gemma_plans_serves_paris_within_its_fit(
         assert "Paris" in text, text
         pss = pss_bytes(llama_server_child(supervisor).pid)
     planned_bytes = data["memory"]["process_gb"] * 1024**3
+    terms = ("weights", "repacked", "kv", "compute", "output", "server")
+    said = ", ".join(f"{term} {memory[f'{term}_bytes'] / 2**20:.1f}" for term in terms)
+    total = sum(memory[f"{term}_bytes"] for term in terms) / 2**20
+    print(f"\ngemma: planned {total:.1f} MiB ({said}); PSS {pss / 2**20:.1f} MiB")
     assert pss <= planned_bytes, (pss, memory)
 
 
