@@ -36,13 +36,12 @@ def fake_llama_server(folder: Path, version: str = VERSION) -> Path:
     (tests/plan/memory_standin.py)."""
     standin = shlex.quote(str(Path(__file__).with_name("memory_standin.py")))
     python = shlex.quote(sys.executable)
-    root = shlex.quote(str(Path(__file__).resolve().parents[2]))
     folder.mkdir(parents=True, exist_ok=True)
     server = folder / "llama-server"
     server.write_text(
         f'#!/bin/sh\nif [ "$1" = --version ]; then\n  echo "version: {version}" >&2\n'
         f'  echo "built with GNU" >&2\n  exit 0\nfi\n'
-        f'cd {root} && exec {python} {standin} "$@"\n'
+        f'exec {python} {standin} "$@"\n'
     )
     server.chmod(0o755)
     return server

@@ -203,7 +203,7 @@ def estimate_gguf(
     try:
         memory_at = memory_source(
             gguf, slots=slots, cpu_flags=host.flags, ubatch=ubatch, shared_pool=False,
-            embeddings=facts.pooling, llama_server=runtime_llama_server, words_at=words_at,
+            embeddings=facts.pooling, llama_server=runtime_llama_server(), words_at=words_at,
         )  # fmt: skip
         fit = fit_llama(
             gguf,

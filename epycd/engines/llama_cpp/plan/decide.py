@@ -160,8 +160,7 @@ def plan_memory_at(
     )  # fmt: skip
     return memory_source(
         gguf, slots=slots, cpu_flags=host.flags, ubatch=ubatch, shared_pool=True,
-        embeddings=prepared.facts.pooling, llama_server=lambda: route.llama_server,
-        words_at=words_at,
+        embeddings=prepared.facts.pooling, llama_server=route.llama_server, words_at=words_at,
     )  # fmt: skip
 
 
@@ -173,22 +172,21 @@ def memory_source(
     ubatch: int,
     shared_pool: bool,
     embeddings: bool,
-    llama_server: Callable[[], str | None],
+    llama_server: str | None,
     words_at: Callable[[int], list[str]],
 ) -> MemoryAt:
     """llama-server's own pass at the words `words_at(cells)` (rule 9,
     `epycd.engines.llama_cpp.plan.fit`), for every architecture the pinned llama.cpp loads.
-    Only where there is no llama-server to ask (`llama_server()` is None: `estimate` on a host
+    Only where there is no llama-server to ask (`llama_server` None: `estimate` on a host
     without the llama.cpp runtime) the measured formulas stand in, for the architectures they
     cover (llama, qwen2, qwen3, BERT; `UnmeasuredModel` for the others)."""
-    server = llama_server()
-    if server is None:
+    if llama_server is None:
         return formula_memory_at(
             gguf, slots=slots, cpu_flags=cpu_flags, ubatch=ubatch, shared_pool=shared_pool,
             embeddings=embeddings,
         )  # fmt: skip
     return measured_memory_at(
-        server, gguf, words_at, slots=slots, ubatch=ubatch, embeddings=embeddings,
+        llama_server, gguf, words_at, slots=slots, ubatch=ubatch, embeddings=embeddings,
         shared_pool=shared_pool,
     )  # fmt: skip
 
@@ -332,6 +330,11 @@ def fit_llama(
     )
 
 
+FIT_STEPS = 4
+"""Steps down from the solved context before giving up: the first is exact for the formulas,
+the second for llama.cpp's MiB-rounded figures."""
+
+
 def _largest_context(
     memory_at: Callable[[int], LlamaMemory],
     slots: int,
@@ -362,11 +365,6 @@ def _largest_context(
             return context
         cells = context * step - max(int(over // per_cell), 1) - CELL_PADDING * step
     return None
-
-
-FIT_STEPS = 4
-"""Steps down from the solved context before giving up: the first is exact for the formulas,
-the second for llama.cpp's MiB-rounded figures."""
 
 
 def _action(
